@@ -1,0 +1,283 @@
+"""The plugin interface: task types, the resources they hint at, and how they are found.
+
+A plugin package registers `TaskType` objects under the entry-point group
+`ENTRY_POINT_GROUP`. The callables of a type are named by ``"module:function"`` strings so
+that a worker process imports them itself (`resolve`); nothing callable crosses Redis.
+"""
+
+from __future__ import annotations
+
+import importlib
+import keyword
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PluginError",
+    "ResourceHint",
+    "TaskPaths",
+    "TaskType",
+    "load_task_types",
+    "resolve",
+    "task_type_problems",
+]
+
+ENTRY_POINT_GROUP = "simrun.task_types"
+
+#: The attributes of a `TaskType` that hold ``"module:function"`` references.
+REFERENCE_FIELDS = ("count_units", "setup", "compute_unit", "merge", "plan")
+
+
+class PluginError(ValueError):
+    """A task type or a reference to plugin code that cannot be used, and why."""
+
+
+@dataclass(frozen=True)
+class ResourceHint:
+    """What a task type asks for before anything has been learned about it.
+
+    ``memory_base_gb`` is what the task needs besides its worker processes (the merge,
+    the command's parent); ``memory_per_worker_gb`` is what one worker process needs.
+    """
+
+    memory_base_gb: float = 2.0
+    memory_per_worker_gb: float = 6.0
+    scratch_gb: float = 0.0
+    gpus: int = 0
+
+
+@dataclass(frozen=True)
+class TaskPaths:
+    """Where a task reads and writes: the store, its run and task directories, its output
+    directory (``task_dir / "out"``), the directory behind each input port, and scratch."""
+
+    store: Path
+    run_dir: Path
+    task_dir: Path
+    out: Path
+    inputs: dict[str, Path]
+    scratch: Path
+
+    @classmethod
+    def for_task(
+        cls,
+        store: Path,
+        run_id: str,
+        task: str,
+        inputs: dict[str, Path] | None = None,
+        scratch: Path | None = None,
+    ) -> TaskPaths:
+        """The conventional layout: ``store/runs/<run_id>/<task>/out``."""
+        run_dir = store / "runs" / run_id
+        task_dir = run_dir / task
+        return cls(
+            store=store,
+            run_dir=run_dir,
+            task_dir=task_dir,
+            out=task_dir / "out",
+            inputs=dict(inputs or {}),
+            scratch=scratch if scratch is not None else task_dir / "scratch",
+        )
+
+
+@dataclass(frozen=True)
+class TaskType:
+    """One kind of task a workflow can use.
+
+    A type is either *splittable* (``count_units`` + ``compute_unit``, optionally ``setup``
+    and ``merge``): its work is cut into units computed independently by worker processes;
+    or *unsplit*: one ``command`` (an argv template) run through ``simrun-exec``.
+
+    ``compute_unit`` may run more than once for the same index (an evicted worker, a
+    re-enqueue after Redis lost its data), so it must write outputs that depend only on the
+    settings and the index, each one atomically (write a temporary file, then rename).
+    """
+
+    name: str
+    settings: type[BaseModel]
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ("out",)
+    hint: ResourceHint = field(default_factory=ResourceHint)
+    checkpoints: bool = False
+    command: str | None = None
+    uses_cores: bool = False
+    count_units: str | None = None
+    setup: str | None = None
+    compute_unit: str | None = None
+    merge: str | None = None
+    plan: str | None = None
+    image: str | None = None
+    cost_setting: str | None = None
+    description: str = ""
+
+    @property
+    def splittable(self) -> bool:
+        """True when the task's work is cut into units (it has a ``compute_unit``)."""
+        return self.compute_unit is not None
+
+
+def _reference_problem(ref: object) -> str | None:
+    """Why ``ref`` is not a well-formed ``"module:function"`` string, or None."""
+    if not isinstance(ref, str):
+        return f"is {type(ref).__name__}, not a 'module:function' string"
+    module, sep, attr = ref.partition(":")
+    if not sep or not module or not attr:
+        return f"{ref!r} is not of the form 'module:function'"
+    for part in module.split("."):
+        if not part.isidentifier() or keyword.iskeyword(part):
+            return f"{ref!r}: {module!r} is not a module path"
+    for part in attr.split("."):
+        if not part.isidentifier() or keyword.iskeyword(part):
+            return f"{ref!r}: {attr!r} is not an attribute name"
+    return None
+
+
+def resolve(ref: str) -> Callable[..., Any]:
+    """Import the function that a ``"module:function"`` string names.
+
+    Raises `PluginError` saying which step failed: a malformed reference, a module that
+    cannot be imported, a missing attribute, or an attribute that is not callable.
+    """
+    problem = _reference_problem(ref)
+    if problem is not None:
+        raise PluginError(f"reference {problem}")
+    module_name, _, attr_path = ref.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise PluginError(
+            f"reference {ref!r}: cannot import module {module_name!r}: {exc}"
+        ) from exc
+    for attr in attr_path.split("."):
+        try:
+            obj = getattr(obj, attr)
+        except AttributeError as exc:
+            raise PluginError(
+                f"reference {ref!r}: module {module_name!r} has no attribute {attr_path!r}"
+            ) from exc
+    if not callable(obj):
+        raise PluginError(
+            f"reference {ref!r}: {attr_path!r} is a {type(obj).__name__}, not callable"
+        )
+    return obj  # type: ignore[no-any-return]  # getattr chain is Any by nature
+
+
+def _is_nonneg_number(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def task_type_problems(task_type: object) -> list[str]:
+    """Everything that stops ``task_type`` from ever running, as sentences; empty if fine.
+
+    A pure check, used when entry points are loaded and by plugin authors' own tests.
+    """
+    if not isinstance(task_type, TaskType):
+        return [f"is a {type(task_type).__name__}, not a simrun.plugins.TaskType"]
+    # Plugins are untyped at run time: check the values, not what the annotations promise.
+    tt: Any = task_type
+    problems: list[str] = []
+    if not isinstance(tt.name, str) or not tt.name.strip():
+        problems.append("has an empty name")
+    if not (isinstance(tt.settings, type) and issubclass(tt.settings, BaseModel)):
+        problems.append("settings is not a pydantic BaseModel subclass")
+    if tt.command is None and tt.compute_unit is None:
+        problems.append("has neither a command nor a compute_unit, so it can never run")
+    if tt.command is not None and tt.compute_unit is not None:
+        problems.append("has both a command and a compute_unit; a type is one or the other")
+    if tt.compute_unit is not None and tt.count_units is None:
+        problems.append("has a compute_unit but no count_units, so its units cannot be counted")
+    if tt.command is not None and (not isinstance(tt.command, str) or not tt.command.strip()):
+        problems.append("command is empty")
+    for attr in REFERENCE_FIELDS:
+        ref = getattr(task_type, attr)
+        if ref is not None and (problem := _reference_problem(ref)) is not None:
+            problems.append(f"{attr}: {problem}")
+    for attr in ("inputs", "outputs"):
+        ports = getattr(task_type, attr)
+        if not isinstance(ports, tuple) or not all(
+            isinstance(p, str) and p.isidentifier() for p in ports
+        ):
+            problems.append(f"{attr} must be a tuple of identifiers, got {ports!r}")
+        elif len(set(ports)) != len(ports):
+            problems.append(f"{attr} has a port named twice: {ports!r}")
+    if isinstance(tt.outputs, tuple) and not tt.outputs:
+        problems.append("has no output port")
+    hint = tt.hint
+    if not isinstance(hint, ResourceHint):
+        problems.append("hint is not a simrun.plugins.ResourceHint")
+    else:
+        problems.extend(
+            f"hint.{name} must be a finite number >= 0"
+            for name in ("memory_base_gb", "memory_per_worker_gb", "scratch_gb")
+            if not _is_nonneg_number(getattr(hint, name))
+        )
+        if not isinstance(hint.gpus, int) or isinstance(hint.gpus, bool) or hint.gpus < 0:
+            problems.append("hint.gpus must be an integer >= 0")
+    if tt.cost_setting is not None and isinstance(tt.settings, type):
+        fields = getattr(tt.settings, "model_fields", {})
+        if tt.cost_setting not in fields:
+            known = ", ".join(sorted(fields)) or "none"
+            problems.append(
+                f"cost_setting {tt.cost_setting!r} is not a field of its settings "
+                f"model {tt.settings.__name__} (fields: {known})"
+            )
+    return problems
+
+
+def _describe(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    origin = f" (distribution {dist.name})" if dist is not None else ""
+    return f"entry point {ep.name!r} = {ep.value!r}{origin}"
+
+
+def load_task_types(eps: Iterable[EntryPoint] | None = None) -> dict[str, TaskType]:
+    """Load the task types of every entry point of `ENTRY_POINT_GROUP`, by name.
+
+    ``eps`` defaults to the installed entry points; pass others to load a chosen set.
+    Every entry point that fails to import or is not a usable task type is reported in one
+    `PluginError` naming the entry point; a name registered twice raises `ValueError`
+    naming both entry points.
+    """
+    if eps is None:
+        eps = entry_points(group=ENTRY_POINT_GROUP)
+    found: dict[str, tuple[TaskType, EntryPoint]] = {}
+    errors: list[str] = []
+    for ep in eps:
+        try:
+            obj = ep.load()
+        except Exception as exc:  # noqa: BLE001  # any import failure of a plugin is reported
+            errors.append(f"{_describe(ep)} failed to load: {type(exc).__name__}: {exc}")
+            continue
+        problems = task_type_problems(obj)
+        if problems:
+            errors.extend(f"{_describe(ep)}: task type {p}" for p in problems)
+            continue
+        assert isinstance(obj, TaskType)
+        if obj.name != ep.name:
+            errors.append(
+                f"{_describe(ep)}: the entry point's name differs from the task type's "
+                f"name {obj.name!r}"
+            )
+            continue
+        if obj.name in found:
+            first = found[obj.name][1]
+            raise ValueError(
+                f"task type {obj.name!r} is registered twice: by {_describe(first)} "
+                f"and by {_describe(ep)}"
+            )
+        found[obj.name] = (obj, ep)
+    if errors:
+        raise PluginError("cannot load task types:\n  " + "\n  ".join(errors))
+    return {name: tt for name, (tt, _) in sorted(found.items())}

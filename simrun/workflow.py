@@ -1,0 +1,490 @@
+"""The workflow document: its models, how it is read, and how it is checked.
+
+A workflow names its ``sources`` (input files; the first one's name is the run's model)
+and its ``tasks``, each of an installed task type, wired output port to input port:
+
+    sources:
+      plate: plate.json
+    tasks:
+      - name: sweep
+        type: heat
+        settings: {grid: 64}
+        inputs: {plate: "source:plate"}
+      - name: summary
+        type: report
+        inputs: {table: "sweep.out"}
+
+Checking collects every problem of a document, each naming the task and field (and the
+line, when the document came from a file), instead of stopping at the first.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from simrun.graph import CycleError, find_cycle, ready_tasks, topological_order
+from simrun.plugins import TaskType
+
+__all__ = [
+    "MAX_GPUS",
+    "MAX_MEMORY_GB",
+    "MAX_SCRATCH_GB",
+    "CycleError",
+    "InputRef",
+    "Problem",
+    "ResourceOverride",
+    "TaskSpec",
+    "Workflow",
+    "WorkflowError",
+    "check_workflow",
+    "load_workflow",
+    "name_problem",
+    "parse_workflow",
+    "ready_tasks",
+    "source_problems",
+    "topological_order",
+    "validate_workflow",
+]
+
+#: Bounds past which an override is taken for a typo rather than a request.
+MAX_MEMORY_GB = 4096.0
+MAX_SCRATCH_GB = 100_000.0
+MAX_GPUS = 64
+MAX_NAME_LENGTH = 100
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a document: where (a path into it, and a line when known) and
+    what."""
+
+    loc: Loc
+    message: str
+    line: int | None = None
+    task: str | None = None
+
+    def where(self) -> str:
+        """The location for people: ``task 'sweep', settings.grid`` or ``sources.plate``."""
+        if self.task is not None and self.loc[:1] == ("tasks",):
+            rest = _format_loc(self.loc[2:])
+            return f"task {self.task!r}" + (f", {rest}" if rest else "")
+        return _format_loc(self.loc)
+
+    def __str__(self) -> str:
+        prefix = f"line {self.line}: " if self.line is not None else ""
+        where = self.where()
+        return f"{prefix}{where}: {self.message}" if where else f"{prefix}{self.message}"
+
+
+class WorkflowError(ValueError):
+    """A document that cannot be run, with all of its problems."""
+
+    def __init__(self, problems: list[Problem], source: str = "workflow") -> None:
+        self.problems = problems
+        self.source = source
+        lines = "\n".join(f"  {p}" for p in problems)
+        count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+        super().__init__(f"{source}: {count}:\n{lines}")
+
+    def as_dicts(self) -> list[dict[str, Any]]:
+        """The problems as JSON-ready dictionaries (for an HTTP 422 answer)."""
+        return [
+            {
+                "loc": list(p.loc),
+                "task": p.task,
+                "where": p.where(),
+                "line": p.line,
+                "message": p.message,
+            }
+            for p in self.problems
+        ]
+
+
+def _finite_nonneg(value: float | None, field: str, upper: float) -> float | None:
+    if value is None:
+        return None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{field} must be a finite number >= 0")
+    if value > upper:
+        raise ValueError(f"{field} = {value:g} is absurd (the most accepted is {upper:g})")
+    return value
+
+
+class ResourceOverride(BaseModel):
+    """Resources a workflow fixes for one task, each field winning over what is learned."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    memory_base_gb: float | None = None
+    memory_per_worker_gb: float | None = None
+    scratch_gb: float | None = None
+    gpus: int | None = None
+
+    @field_validator("memory_base_gb", "memory_per_worker_gb")
+    @classmethod
+    def _memory(cls, value: float | None, info: Any) -> float | None:
+        checked = _finite_nonneg(value, info.field_name, MAX_MEMORY_GB)
+        if checked == 0 and info.field_name == "memory_per_worker_gb":
+            raise ValueError("memory_per_worker_gb must be more than 0")
+        return checked
+
+    @field_validator("scratch_gb")
+    @classmethod
+    def _scratch(cls, value: float | None) -> float | None:
+        return _finite_nonneg(value, "scratch_gb", MAX_SCRATCH_GB)
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, value: int | None) -> int | None:
+        if value is not None and not 0 <= value <= MAX_GPUS:
+            raise ValueError(f"gpus must be between 0 and {MAX_GPUS}")
+        return value
+
+
+class TaskSpec(BaseModel):
+    """One task of a workflow as written."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    type: str
+    settings: dict[str, Any] = Field(default_factory=dict)
+    inputs: dict[str, str] = Field(default_factory=dict)
+    resources: ResourceOverride | None = None
+
+
+class Workflow(BaseModel):
+    """A whole workflow document. ``sources`` keeps its order: the first is the model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = None
+    sources: dict[str, str] = Field(default_factory=dict)
+    tasks: list[TaskSpec]
+
+    @property
+    def model(self) -> str:
+        """The run's model: the name of the first source, empty without sources."""
+        return next(iter(self.sources), "")
+
+    def task(self, name: str) -> TaskSpec:
+        """The task called ``name`` (KeyError when there is none)."""
+        for spec in self.tasks:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def dependencies(self) -> dict[str, set[str]]:
+        """Each task to the set of tasks it reads from (the graph of `simrun.graph`)."""
+        deps: dict[str, set[str]] = {t.name: set() for t in self.tasks}
+        for spec in self.tasks:
+            for ref in spec.inputs.values():
+                parsed = InputRef.parse(ref)
+                if parsed is not None and parsed.kind == "task":
+                    deps[spec.name].add(parsed.name)
+        return deps
+
+    def order(self) -> list[str]:
+        """Task names in an order that runs every task after its inputs."""
+        return topological_order(self.dependencies())
+
+
+@dataclass(frozen=True)
+class InputRef:
+    """A parsed input reference: ``"task.port"`` or ``"source:name"``."""
+
+    kind: Literal["task", "source"]
+    name: str
+    port: str = ""
+
+    @classmethod
+    def parse(cls, ref: str) -> InputRef | None:
+        """The reference, or None when it has neither form."""
+        if ref.startswith("source:"):
+            name = ref[len("source:") :]
+            return cls("source", name) if name else None
+        task, dot, port = ref.rpartition(".")
+        if not dot or not task or not port.isidentifier():
+            return None
+        return cls("task", task, port)
+
+
+def name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a task or source (it becomes a directory), or None."""
+    if not isinstance(name, str) or not name.strip():
+        return "is empty"
+    if name != name.strip():
+        return f"{name!r} has leading or trailing spaces"
+    if name in {".", ".."} or ".." in name:
+        return f"{name!r} contains '..'"
+    if "/" in name or "\\" in name:
+        return f"{name!r} contains a path separator"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return f"{name!r} contains a control character"
+    if name.startswith(("-", ".")):
+        return f"{name!r} starts with {name[0]!r}"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"is longer than {MAX_NAME_LENGTH} characters"
+    return None
+
+
+# --- reading -----------------------------------------------------------------------------
+
+
+def _format_loc(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + part
+    return out
+
+
+def _line_map(text: str) -> tuple[dict[Loc, int], list[Problem]]:
+    """Line of every path of a YAML document, and its duplicate mapping keys."""
+    lines: dict[Loc, int] = {}
+    dupes: list[Problem] = []
+
+    def walk(node: yaml.Node, loc: Loc) -> None:
+        lines.setdefault(loc, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
+            for key_node, value_node in node.value:
+                key = str(key_node.value)
+                if key in seen:
+                    dupes.append(
+                        Problem((*loc, key), "key given twice", key_node.start_mark.line + 1)
+                    )
+                seen.add(key)
+                lines[(*loc, key)] = key_node.start_mark.line + 1
+                walk(value_node, (*loc, key))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, (*loc, i))
+
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is not None:
+        walk(root, ())
+    return lines, dupes
+
+
+def _line_for(lines: Mapping[Loc, int], loc: Loc) -> int | None:
+    for end in range(len(loc), -1, -1):
+        if loc[:end] in lines:
+            return lines[loc[:end]]
+    return None
+
+
+def _task_name_at(raw: Any, loc: Loc) -> str | None:
+    """The name of the task that ``loc`` points into, so messages name tasks, not indices."""
+    if len(loc) >= 2 and loc[0] == "tasks" and isinstance(loc[1], int) and isinstance(raw, dict):
+        tasks = raw.get("tasks")
+        if isinstance(tasks, list) and loc[1] < len(tasks) and isinstance(tasks[loc[1]], dict):
+            name = tasks[loc[1]].get("name")
+            if isinstance(name, str) and name:
+                return name
+    return None
+
+
+def parse_workflow(text: str, source: str = "workflow") -> Workflow:
+    """The document in ``text`` (YAML, which includes JSON), or `WorkflowError`."""
+    try:
+        raw = yaml.safe_load(text)
+        lines, dupes = _line_map(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise WorkflowError([Problem((), f"not valid YAML: {problem}", line)], source) from exc
+    if dupes:
+        raise WorkflowError(dupes, source)
+    if not isinstance(raw, dict):
+        kind = "empty" if raw is None else f"a {type(raw).__name__}"
+        raise WorkflowError(
+            [Problem((), f"the document is {kind}; expected a mapping with 'tasks'", 1)], source
+        )
+    try:
+        return Workflow.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            message = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                message = "unknown field"
+            problems.append(Problem(loc, message, _line_for(lines, loc), _task_name_at(raw, loc)))
+        raise WorkflowError(problems, source) from exc
+
+
+def load_workflow(path: Path) -> Workflow:
+    """Read and parse the document at ``path`` (`WorkflowError` names the file)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkflowError([Problem((), f"cannot read: {exc}")], str(path)) from exc
+    return parse_workflow(text, str(path))
+
+
+# --- checking ----------------------------------------------------------------------------
+
+
+def _suggest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=3, cutoff=0.5)
+    if close:
+        return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+    if choices:
+        return "; known: " + ", ".join(sorted(choices))
+    return "; no task types are installed"
+
+
+def _settings_messages(spec: TaskSpec, task_type: TaskType) -> list[tuple[Loc, str]]:
+    try:
+        task_type.settings.model_validate(spec.settings)
+    except ValidationError as exc:
+        return [
+            (
+                tuple(err["loc"]),
+                f"not a setting of type {task_type.name!r}"
+                if err["type"] == "extra_forbidden"
+                else err["msg"].removeprefix("Value error, "),
+            )
+            for err in exc.errors()
+        ]
+    return []
+
+
+def _input_message(
+    spec: TaskSpec,
+    ref: str,
+    doc: Workflow,
+    by_name: Mapping[str, TaskSpec],
+    types: Mapping[str, TaskType],
+) -> str | None:
+    parsed = InputRef.parse(ref)
+    if parsed is None:
+        return f"{ref!r} is neither 'task.port' nor 'source:name'"
+    if parsed.kind == "source":
+        if parsed.name in doc.sources:
+            return None
+        if not doc.sources:
+            return f"unknown source {parsed.name!r}; the workflow has no sources"
+        return f"unknown source {parsed.name!r}{_suggest(parsed.name, list(doc.sources))}"
+    if parsed.name == spec.name:
+        return f"task {spec.name!r} reads its own output"
+    if parsed.name not in by_name:
+        return f"unknown task {parsed.name!r}{_suggest(parsed.name, list(by_name))}"
+    upstream = types.get(by_name[parsed.name].type)
+    if upstream is not None and parsed.port not in upstream.outputs:
+        return (
+            f"task {parsed.name!r} (type {upstream.name!r}) has no output port "
+            f"{parsed.port!r} (its ports: {', '.join(upstream.outputs)})"
+        )
+    return None
+
+
+def validate_workflow(
+    doc: Workflow, types: Mapping[str, TaskType], lines: Mapping[Loc, int] | None = None
+) -> list[Problem]:
+    """Every problem of ``doc`` against the installed ``types``; empty when it can run.
+
+    Pure: reads no files (source paths are checked by `source_problems`). ``lines`` maps
+    document paths to line numbers, for messages about a file.
+    """
+    problems: list[Problem] = []
+
+    def add(loc: Loc, message: str, task: str | None = None) -> None:
+        line = _line_for(lines, loc) if lines else None
+        problems.append(Problem(loc, message, line, task))
+
+    for name in doc.sources:
+        if (why := name_problem(name)) is not None:
+            add(("sources", name), f"source name {why}")
+    if not doc.tasks:
+        add(("tasks",), "a workflow needs at least one task")
+
+    by_name: dict[str, TaskSpec] = {}
+    for i, spec in enumerate(doc.tasks):
+        if (why := name_problem(spec.name)) is not None:
+            add(("tasks", i, "name"), f"task name {why}", spec.name)
+        if spec.name in by_name:
+            add(("tasks", i, "name"), f"task name {spec.name!r} is used twice", spec.name)
+        by_name.setdefault(spec.name, spec)
+
+    for i, spec in enumerate(doc.tasks):
+        task_type = types.get(spec.type)
+        if task_type is None:
+            message = f"unknown task type {spec.type!r}{_suggest(spec.type, list(types))}"
+            add(("tasks", i, "type"), message, spec.name)
+        else:
+            for loc, message in _settings_messages(spec, task_type):
+                add(("tasks", i, "settings", *loc), message, spec.name)
+            for port in spec.inputs:
+                if port not in task_type.inputs:
+                    known = ", ".join(task_type.inputs) or "none"
+                    message = (
+                        f"type {task_type.name!r} has no input port {port!r} (its ports: {known})"
+                    )
+                    add(("tasks", i, "inputs", port), message, spec.name)
+            for port in task_type.inputs:
+                if port not in spec.inputs:
+                    message = f"input port {port!r} of type {task_type.name!r} is not connected"
+                    add(("tasks", i, "inputs"), message, spec.name)
+        for port, ref in spec.inputs.items():
+            message_or_none = _input_message(spec, ref, doc, by_name, types)
+            if message_or_none is not None:
+                add(("tasks", i, "inputs", port), message_or_none, spec.name)
+
+    deps = {name: ds - {name} for name, ds in doc.dependencies().items()}
+    cycle = find_cycle(deps)
+    if cycle is not None:
+        add(("tasks",), "the tasks form a cycle: " + " -> ".join(cycle))
+    return problems
+
+
+def check_workflow(
+    doc: Workflow,
+    types: Mapping[str, TaskType],
+    source: str = "workflow",
+    text: str | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Raise `WorkflowError` with every problem of ``doc``; else each task's settings as its
+    type's model validated them (defaults filled in), JSON-ready, by task name.
+
+    ``text``, the document as written, lets problems carry line numbers.
+    """
+    lines: dict[Loc, int] | None = None
+    if text is not None:
+        try:
+            lines, _ = _line_map(text)
+        except yaml.YAMLError:
+            lines = None
+    problems = validate_workflow(doc, types, lines)
+    if problems:
+        raise WorkflowError(problems, source)
+    settings: dict[str, dict[str, Any]] = {}
+    for spec in doc.tasks:
+        model = types[spec.type].settings.model_validate(spec.settings)
+        settings[spec.name] = json.loads(model.model_dump_json())
+    return settings
+
+
+def source_problems(doc: Workflow, base: Path) -> list[Problem]:
+    """Sources whose path (relative to ``base``) does not exist."""
+    problems: list[Problem] = []
+    for name, raw in doc.sources.items():
+        path = Path(raw) if Path(raw).is_absolute() else base / raw
+        if not path.exists():
+            problems.append(Problem(("sources", name), f"file not found: {path}"))
+    return problems
