@@ -1,0 +1,98 @@
+"""Graph functions: topological order, cycles and readiness, as properties and tables."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simrun.graph import CycleError, find_cycle, ready_tasks, topological_order
+
+
+@st.composite
+def dags(draw: st.DrawFn) -> dict[str, set[str]]:
+    """A random DAG: node i may only depend on nodes < i, then names are shuffled."""
+    n = draw(st.integers(min_value=0, max_value=25))
+    names = draw(st.permutations([f"t{i}" for i in range(n)]))
+    deps: dict[str, set[str]] = {}
+    for i, name in enumerate(names):
+        earlier = names[:i]
+        deps[name] = set(draw(st.lists(st.sampled_from(earlier), max_size=4))) if earlier else set()
+    return deps
+
+
+@st.composite
+def graphs_with_a_cycle(draw: st.DrawFn) -> dict[str, set[str]]:
+    """A random DAG with a ring of edges added through 1 to 5 of its nodes."""
+    deps = draw(dags())
+    if not deps:
+        deps = {"solo": set()}
+    names = sorted(deps)
+    ring = draw(st.lists(st.sampled_from(names), min_size=1, max_size=5, unique=True))
+    for a, b in zip(ring, [*ring[1:], ring[0]], strict=True):
+        deps[a].add(b)
+    return deps
+
+
+@given(dags())
+def test_topological_order_respects_every_edge(deps: dict[str, set[str]]) -> None:
+    """Every task comes after every task it reads from, and each task appears once."""
+    order = topological_order(deps)
+    assert sorted(order) == sorted(deps)
+    position = {name: i for i, name in enumerate(order)}
+    for name, ds in deps.items():
+        for d in ds:
+            assert position[d] < position[name]
+
+
+@given(dags())
+def test_a_dag_has_no_cycle(deps: dict[str, set[str]]) -> None:
+    """find_cycle finds nothing in a DAG."""
+    assert find_cycle(deps) is None
+
+
+@given(graphs_with_a_cycle())
+def test_a_cycle_is_always_reported(deps: dict[str, set[str]]) -> None:
+    """A graph with a cycle is refused, and the cycle reported is a real closed path."""
+    cycle = find_cycle(deps)
+    assert cycle is not None
+    assert cycle[0] == cycle[-1]
+    for a, b in itertools.pairwise(cycle):
+        assert b in deps[a]
+    with pytest.raises(CycleError) as info:
+        topological_order(deps)
+    assert info.value.cycle == cycle
+
+
+@given(dags(), st.data())
+def test_ready_tasks_have_all_inputs_done(deps: dict[str, set[str]], data: st.DataObject) -> None:
+    """A ready task is not done and every task it reads from is done; no task is missed."""
+    done = set(data.draw(st.lists(st.sampled_from(sorted(deps)), unique=True))) if deps else set()
+    ready = set(ready_tasks(deps, done))
+    for name in deps:
+        expected = name not in done and deps[name] <= done
+        assert (name in ready) == expected
+
+
+@pytest.mark.parametrize(
+    ("done", "started", "expected"),
+    [
+        (set(), set(), ["mesh", "plate"]),
+        ({"mesh"}, set(), ["plate"]),
+        ({"mesh", "plate"}, set(), ["solve"]),
+        ({"mesh", "plate"}, {"solve"}, []),
+        ({"mesh", "plate", "solve"}, set(), ["report"]),
+        ({"mesh", "plate", "solve", "report"}, set(), []),
+    ],
+)
+def test_ready_tasks_table(done: set[str], started: set[str], expected: list[str]) -> None:
+    """Readiness on a diamond-ish graph, step by step."""
+    deps = {"mesh": set(), "plate": set(), "solve": {"mesh", "plate"}, "report": {"solve"}}
+    assert ready_tasks(deps, done, started) == expected
+
+
+def test_self_loop_is_a_cycle() -> None:
+    """A task reading from itself is a cycle of one."""
+    assert find_cycle({"a": {"a"}}) == ["a", "a"]

@@ -1,0 +1,266 @@
+"""The plugin interface: task types, references, and loading them from real entry points.
+
+Entry points here are real: each test writes a tiny distribution (a ``.dist-info`` folder
+with ``entry_points.txt`` and the plugin module beside it) into a temporary directory that
+goes on ``sys.path``, and `importlib.metadata` finds it as it finds any installed package.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from importlib.metadata import Distribution, EntryPoint
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from simrun.plugins import (
+    ENTRY_POINT_GROUP,
+    PluginError,
+    ResourceHint,
+    TaskPaths,
+    TaskType,
+    load_task_types,
+    resolve,
+    task_type_problems,
+)
+
+PLUGIN_HEADER = """
+from pydantic import BaseModel
+from simrun.plugins import ResourceHint, TaskType
+
+class Settings(BaseModel):
+    points: int = 4
+    grid: int = 32
+
+def count(settings): return settings["points"]
+def unit(settings, index, paths): return None
+"""
+
+
+def make_distribution(
+    root: Path, dist: str, module: str, body: str, entries: dict[str, str]
+) -> list[EntryPoint]:
+    """Write module ``module`` and a distribution ``dist`` whose entry points are ``entries``
+    (name → object in ``module``); return those entry points as importlib sees them."""
+    (root / f"{module}.py").write_text(textwrap.dedent(PLUGIN_HEADER) + textwrap.dedent(body))
+    info = root / f"{dist}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    lines = "\n".join(f"{name} = {module}:{obj}" for name, obj in entries.items())
+    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{lines}\n")
+    return list(Distribution.at(info).entry_points)
+
+
+@pytest.fixture
+def plugin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+class Settings(BaseModel):
+    grid: int = 16
+
+
+def test_resource_hint_defaults_match_the_spec() -> None:
+    """A hint without arguments asks for 2 GiB base, 6 GiB per worker, no scratch, no GPU."""
+    assert ResourceHint() == ResourceHint(2.0, 6.0, 0.0, 0)
+
+
+def test_splittable_means_a_compute_unit() -> None:
+    """A type is splittable exactly when it has a compute_unit."""
+    split = TaskType("a", Settings, count_units="m:c", compute_unit="m:u")
+    whole = TaskType("b", Settings, command="run {out}")
+    assert split.splittable
+    assert not whole.splittable
+
+
+def test_task_paths_layout() -> None:
+    """for_task lays a task out as store/runs/<run>/<task>/out."""
+    paths = TaskPaths.for_task(Path("/s"), "r1", "sweep", {"plate": Path("/p")})
+    assert paths.run_dir == Path("/s/runs/r1")
+    assert paths.task_dir == Path("/s/runs/r1/sweep")
+    assert paths.out == Path("/s/runs/r1/sweep/out")
+    assert paths.inputs == {"plate": Path("/p")}
+
+
+@pytest.mark.parametrize(
+    ("task_type", "expected"),
+    [
+        (TaskType("t", Settings), "neither a command nor a compute_unit"),
+        (TaskType("t", Settings, compute_unit="m:u"), "no count_units"),
+        (
+            TaskType("t", Settings, command="x", count_units="m:c", compute_unit="m:u"),
+            "both a command and a compute_unit",
+        ),
+        (TaskType("t", Settings, command="x", cost_setting="mesh"), "'mesh' is not a field"),
+        (TaskType("t", Settings, count_units="m", compute_unit="m:u"), "'m' is not of the form"),
+        (TaskType("t", Settings, command="x", merge="m:"), "not of the form"),
+        (TaskType("t", Settings, command="x", plan="a-b:f"), "not a module path"),
+        (TaskType("t", Settings, command="x", inputs=("a", "a")), "port named twice"),
+        (TaskType("t", Settings, command="x", outputs=()), "no output port"),
+        (TaskType("", Settings, command="x"), "empty name"),
+        (TaskType("t", dict, command="x"), "not a pydantic BaseModel"),  # type: ignore[arg-type]  # the wrong type is the point
+        (TaskType("t", Settings, command="x", hint=ResourceHint(-1.0)), "memory_base_gb"),
+        (TaskType("t", Settings, command="x", hint=ResourceHint(gpus=-1)), "hint.gpus"),
+        ("not a task type", "not a simrun.plugins.TaskType"),
+    ],
+)
+def test_a_type_that_can_never_run_has_problems(task_type: object, expected: str) -> None:
+    """Each way a type can never run is named in its problems."""
+    problems = task_type_problems(task_type)
+    assert any(expected in p for p in problems), problems
+
+
+def test_a_sound_type_has_no_problems() -> None:
+    """A complete splittable type with a valid cost setting has no problems."""
+    tt = TaskType(
+        "t", Settings, count_units="m:c", compute_unit="m:u", merge="m:g", cost_setting="grid"
+    )
+    assert task_type_problems(tt) == []
+
+
+def test_resolve_imports_the_function() -> None:
+    """resolve returns the callable a 'module:function' string names, dotted attributes too."""
+    assert resolve("os.path:join") is __import__("os").path.join
+    assert resolve("pathlib:Path.exists") is Path.exists
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ("os.path.join", "not of the form 'module:function'"),
+        ("no_such_module_xyz:f", "cannot import module 'no_such_module_xyz'"),
+        ("os.path:no_such_function", "has no attribute 'no_such_function'"),
+        ("os:sep", "is a str, not callable"),
+        (":f", "not of the form"),
+    ],
+)
+def test_resolve_says_which_part_failed(ref: str, expected: str) -> None:
+    """A reference that cannot be resolved raises PluginError saying which step failed."""
+    with pytest.raises(PluginError) as info:
+        resolve(ref)
+    assert expected in str(info.value)
+
+
+def test_load_task_types_from_a_real_distribution(plugin_dir: Path) -> None:
+    """Entry points of an installed distribution load as task types, keyed by name."""
+    eps = make_distribution(
+        plugin_dir,
+        "good-plugin",
+        "good_plugin_mod",
+        """
+        SWEEP = TaskType("sweep", Settings, count_units="good_plugin_mod:count",
+                         compute_unit="good_plugin_mod:unit", cost_setting="grid")
+        SOLVE = TaskType("solve", Settings, command="solver {settings} {out}")
+        """,
+        {"sweep": "SWEEP", "solve": "SOLVE"},
+    )
+    types = load_task_types(eps)
+    assert sorted(types) == ["solve", "sweep"]
+    assert types["sweep"].splittable
+    assert resolve(types["sweep"].count_units or "")({"points": 7}) == 7
+
+
+def test_a_type_that_cannot_run_is_refused_naming_its_entry_point(plugin_dir: Path) -> None:
+    """Loading refuses a type with neither command nor compute_unit and names the entry point."""
+    eps = make_distribution(
+        plugin_dir,
+        "lazy-plugin",
+        "lazy_plugin_mod",
+        'LAZY = TaskType("lazy", Settings)\n',
+        {"lazy": "LAZY"},
+    )
+    with pytest.raises(PluginError) as info:
+        load_task_types(eps)
+    message = str(info.value)
+    assert "entry point 'lazy' = 'lazy_plugin_mod:LAZY'" in message
+    assert "lazy-plugin" in message
+    assert "neither a command nor a compute_unit" in message
+
+
+def test_a_bad_cost_setting_is_refused(plugin_dir: Path) -> None:
+    """A cost_setting that is not a field of the settings model is refused at load."""
+    eps = make_distribution(
+        plugin_dir,
+        "cost-plugin",
+        "cost_plugin_mod",
+        'FIT = TaskType("fit", Settings, command="fit", cost_setting="subset")\n',
+        {"fit": "FIT"},
+    )
+    with pytest.raises(PluginError, match="cost_setting 'subset' is not a field"):
+        load_task_types(eps)
+
+
+def test_a_malformed_reference_is_refused(plugin_dir: Path) -> None:
+    """A callable reference without the 'module:function' form is refused at load."""
+    eps = make_distribution(
+        plugin_dir,
+        "ref-plugin",
+        "ref_plugin_mod",
+        'BAD = TaskType("bad", Settings, count_units="ref_plugin_mod.count", '
+        'compute_unit="ref_plugin_mod:unit")\n',
+        {"bad": "BAD"},
+    )
+    with pytest.raises(PluginError) as info:
+        load_task_types(eps)
+    assert "count_units: 'ref_plugin_mod.count' is not of the form" in str(info.value)
+
+
+def test_an_entry_point_that_fails_to_import_is_reported(plugin_dir: Path) -> None:
+    """An import error inside a plugin is reported with the entry point, not swallowed."""
+    eps = make_distribution(
+        plugin_dir,
+        "broken-plugin",
+        "broken_plugin_mod",
+        'import no_such_dependency_xyz\nX = TaskType("x", Settings, command="x")\n',
+        {"x": "X"},
+    )
+    with pytest.raises(PluginError) as info:
+        load_task_types(eps)
+    assert "entry point 'x' = 'broken_plugin_mod:X'" in str(info.value)
+    assert "no_such_dependency_xyz" in str(info.value)
+
+
+def test_a_name_registered_twice_names_both_entry_points(plugin_dir: Path) -> None:
+    """Two distributions registering one name raise ValueError naming both entry points."""
+    body = 'T = TaskType("mesh", Settings, command="mesh {out}")\n'
+    first = make_distribution(plugin_dir, "mesh-one", "mesh_one_mod", body, {"mesh": "T"})
+    second = make_distribution(plugin_dir, "mesh-two", "mesh_two_mod", body, {"mesh": "T"})
+    with pytest.raises(ValueError, match="registered twice") as info:
+        load_task_types([*first, *second])
+    assert "mesh_one_mod:T" in str(info.value)
+    assert "mesh_two_mod:T" in str(info.value)
+
+
+def test_entry_point_name_must_match_the_type(plugin_dir: Path) -> None:
+    """An entry point whose name differs from its type's name is refused (names must agree)."""
+    eps = make_distribution(
+        plugin_dir,
+        "alias-plugin",
+        "alias_plugin_mod",
+        'T = TaskType("real", Settings, command="x")\n',
+        {"alias": "T"},
+    )
+    with pytest.raises(PluginError, match="differs from the task type's name 'real'"):
+        load_task_types(eps)
+
+
+def test_installed_entry_points_are_found_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    """A distribution on the path of a new Python process is discovered by load_task_types()."""
+    make_distribution(
+        tmp_path,
+        "fresh-plugin",
+        "fresh_plugin_mod",
+        'F = TaskType("fresh", Settings, command="fresh {out}", description="d")\n',
+        {"fresh": "F"},
+    )
+    code = "from simrun.plugins import load_task_types; t = load_task_types(); print(sorted(t))"
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    assert "'fresh'" in out
+    assert "'heat'" in out
