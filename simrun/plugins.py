@@ -155,6 +155,11 @@ def resolve(ref: str) -> Callable[..., Any]:
         raise PluginError(
             f"reference {ref!r}: cannot import module {module_name!r}: {exc}"
         ) from exc
+    except Exception as exc:  # a plugin module may raise anything on import
+        raise PluginError(
+            f"reference {ref!r}: importing module {module_name!r} failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     for attr in attr_path.split("."):
         try:
             obj = getattr(obj, attr)

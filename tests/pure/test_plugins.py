@@ -264,3 +264,13 @@ def test_installed_entry_points_are_found_in_a_fresh_interpreter(tmp_path: Path)
     ).stdout
     assert "'fresh'" in out
     assert "'heat'" in out
+
+
+def test_resolve_reports_a_module_that_raises_on_import(plugin_dir: Path) -> None:
+    """A plugin module raising something other than ImportError is still a PluginError."""
+    (plugin_dir / "raising_plugin_mod.py").write_text("raise RuntimeError('no licence')\n")
+    with pytest.raises(PluginError) as info:
+        resolve("raising_plugin_mod:f")
+    assert "importing module 'raising_plugin_mod' failed: RuntimeError: no licence" in str(
+        info.value
+    )

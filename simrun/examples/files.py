@@ -1,0 +1,33 @@
+"""Writing files so that a reader sees either the old content or the whole new one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["write_atomic"]
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Put ``data`` at ``path`` in one step: a temporary file beside it, then a rename.
+
+    The temporary file lives in the same directory (a rename never crosses file systems)
+    and starts with a dot, so listings of finished outputs skip it. It is flushed to disk
+    before the rename and removed again when anything fails.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        # mkstemp makes the file private; outputs are read by other processes of the run.
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
