@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from simrun import __version__
+from simrun.config import load_config
 from simrun.plugins import PluginError, TaskType, load_task_types
 from simrun.workflow import WorkflowError, check_workflow, load_workflow, source_problems
 
@@ -94,6 +95,80 @@ def types(as_json: bool) -> None:
         for field, info in t.settings.model_fields.items():
             default = "required" if info.is_required() else f"= {info.get_default()!r}"
             click.echo(f"{'':<14}{field} {default}")
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--store",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Run store directory [default: SIMRUN_STORE or ./simrun-store].",
+)
+@click.option("--redis-url", default=None, help="Redis [default: REDIS_URL or local].")
+@click.option("--prefix", default="simrun", show_default=True, help="Redis key prefix.")
+@click.option(
+    "--plugins",
+    multiple=True,
+    help="Extra task types as module:OBJECT, besides the installed entry points.",
+)
+@click.option(
+    "--max-retries",
+    default=2,
+    show_default=True,
+    type=click.IntRange(0, 100),
+    help="Retries of a unit that raised or timed out before it is failed.",
+)
+@click.option(
+    "--max-kills",
+    default=4,
+    show_default=True,
+    type=click.IntRange(0, 100),
+    help="Retries, each with more memory, of a unit killed for memory.",
+)
+def service(
+    host: str,
+    port: int,
+    store: Path | None,
+    redis_url: str | None,
+    prefix: str,
+    plugins: tuple[str, ...],
+    max_retries: int,
+    max_kills: int,
+) -> None:
+    """Run the service: the controller loop and the HTTP API."""
+    # Imported here so that commands which need no service start without loading it.
+    import asyncio
+    import logging
+
+    from simrun.runstate import Limits
+    from simrun.service.controller import ControllerSettings, load_types
+    from simrun.service.main import serve
+
+    config = load_config()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        types = load_types(plugins)
+    except (PluginError, ValueError) as exc:
+        _fail(str(exc))
+        return
+    settings = ControllerSettings(
+        store=(store or config.store).resolve(),
+        redis_url=redis_url or config.redis_url_or_default,
+        prefix=prefix,
+        limits=Limits(max_retries=max_retries, max_kills=max_kills),
+    )
+    asyncio.run(serve(settings, types, host=host, port=port, token=config.token))
+
+
+def _add_worker_command() -> None:
+    from simrun.worker.cli import worker
+
+    cli.add_command(worker)
+
+
+_add_worker_command()
 
 
 def main() -> None:

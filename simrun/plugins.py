@@ -95,6 +95,9 @@ class TaskType:
     and ``merge``): its work is cut into units computed independently by worker processes;
     or *unsplit*: one ``command`` (an argv template) run through ``simrun-exec``.
 
+    Every callable receives the task's settings as an instance of ``settings`` (the
+    workflow's values validated by the model, defaults filled in); ``plan`` returns one.
+
     ``compute_unit`` may run more than once for the same index (an evicted worker, a
     re-enqueue after Redis lost its data), so it must write outputs that depend only on the
     settings and the index, each one atomically (write a temporary file, then rename).

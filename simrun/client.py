@@ -1,0 +1,178 @@
+"""Talking to a simrun service over HTTP, and preparing a workflow before it is sent.
+
+`Client` wraps the routes of `simrun.service.app`; `plan_tasks` runs the ``plan`` of each
+task type installed here, so a plugin can complete settings from its model before the
+service sees them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from simrun.plugins import PluginError, TaskType, resolve
+from simrun.workflow import Problem, TaskSpec, Workflow, WorkflowError
+
+__all__ = ["Client", "ClientError", "Rejected", "plan_tasks", "submission_text"]
+
+
+class ClientError(RuntimeError):
+    """The service could not be reached, or answered with an error."""
+
+
+class Rejected(ClientError):
+    """The service refused a workflow; ``errors`` are its problems as dictionaries."""
+
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        self.errors = errors
+        lines = []
+        for e in errors:
+            line = f"line {e['line']}: " if e.get("line") else ""
+            where = f"{e['where']}: " if e.get("where") else ""
+            lines.append(f"  {line}{where}{e.get('message', '')}")
+        super().__init__(
+            f"the service refused the workflow ({len(errors)} problems):\n" + "\n".join(lines)
+        )
+
+
+def plan_tasks(doc: Workflow, types: Mapping[str, TaskType]) -> Workflow:
+    """``doc`` with the settings of every task whose type has a ``plan`` replaced by what
+    that plan returns (types not installed here are left as they are).
+
+    A plan that fails or returns settings its model rejects raises `WorkflowError` naming
+    the task.
+    """
+    tasks: list[TaskSpec] = []
+    problems: list[Problem] = []
+    for i, spec in enumerate(doc.tasks):
+        task_type = types.get(spec.type)
+        if task_type is None or task_type.plan is None:
+            tasks.append(spec)
+            continue
+        where = ("tasks", i, "settings")
+        try:
+            parsed = task_type.settings.model_validate(spec.settings)
+            planned = resolve(task_type.plan)(parsed)
+            model = task_type.settings.model_validate(
+                planned.model_dump() if hasattr(planned, "model_dump") else planned
+            )
+        except PluginError as exc:
+            problems.append(Problem(where, f"cannot plan: {exc}", task=spec.name))
+            continue
+        except Exception as exc:  # noqa: BLE001  # plugin code may raise anything; name the task
+            problems.append(
+                Problem(
+                    where,
+                    f"plan of {spec.type!r} failed: {type(exc).__name__}: {exc}",
+                    task=spec.name,
+                )
+            )
+            continue
+        settings = json.loads(model.model_dump_json())
+        tasks.append(spec.model_copy(update={"settings": settings}))
+    if problems:
+        raise WorkflowError(problems, "plan")
+    return doc.model_copy(update={"tasks": tasks})
+
+
+def submission_text(original: str, original_doc: Workflow, planned: Workflow) -> str:
+    """The text to submit: the document as written when planning changed nothing, else the
+    planned document as YAML."""
+    if planned == original_doc:
+        return original
+    data = planned.model_dump(exclude_none=True, exclude_defaults=False)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+class Client:
+    """A blocking client of the simrun HTTP API (the command line's view of the service)."""
+
+    def __init__(self, url: str, token: str | None = None, timeout_s: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        try:
+            response = self._http.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise ClientError(
+                f"cannot reach the simrun service at {self.url} ({exc}); start one with "
+                "`simrun service` or point SIMRUN_URL at it"
+            ) from exc
+        if response.status_code == 422:
+            data = response.json()
+            errors = data.get("errors") if isinstance(data, dict) else None
+            if isinstance(errors, list):
+                raise Rejected(errors)
+        if response.status_code >= 400:
+            try:
+                detail = response.json().get("detail", response.text)
+            except ValueError:
+                detail = response.text
+            raise ClientError(f"{method} {path}: {response.status_code}: {detail}")
+        return response.json()
+
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/health")
+        return result
+
+    def types(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/types")
+        return result
+
+    def submit(self, text: str, sources: Mapping[str, Path] | None = None) -> str:
+        """Send a workflow and its source files; the id of the new run."""
+        uploads = {
+            name: {
+                "filename": path.name,
+                "content_b64": base64.b64encode(path.read_bytes()).decode("ascii"),
+            }
+            for name, path in (sources or {}).items()
+        }
+        result = self._call("POST", "/runs", {"workflow": text, "sources": uploads})
+        return str(result["run"])
+
+    def runs(self, limit: int = 50) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", f"/runs?limit={limit}")
+        return result
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/runs/{run_id}")
+        return result
+
+    def failures(self, run_id: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", f"/runs/{run_id}/failures")
+        return result
+
+    def replay(
+        self,
+        run_id: str,
+        task: str | None = None,
+        units: list[int] | None = None,
+        memory_gb: float | None = None,
+    ) -> int:
+        body = {"task": task, "units": units or [], "memory_gb": memory_gb}
+        return int(self._call("POST", f"/runs/{run_id}/replay", body)["replayed"])
+
+    def cancel(self, run_id: str) -> int:
+        return int(self._call("POST", f"/runs/{run_id}/cancel")["in_flight"])
+
+    def resources(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/resources")
+        return result

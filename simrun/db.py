@@ -1,0 +1,236 @@
+"""The SQLite file of the service: connections and per-component schema migrations.
+
+One file holds everything the service keeps (run state and learned resources), so that
+unit states and the observations of a report are written in one transaction. Each store
+owns a *component* of the file: its tables and an ordered list of migration steps. This
+module only opens connections and applies those steps; the SQL of each store stays in the
+store's module.
+
+Connections are in autocommit mode (``isolation_level=None``): a transaction is exactly
+what `transaction` (or an explicit ``BEGIN``) opens, never an implicit one. The file is in
+WAL mode, so readers (a second process, the CLI) never block the writer nor see a
+half-written transaction, and a writer waits up to ``busy_timeout_s`` for another.
+
+Versions: the table ``schema_versions`` holds the version of each component (the number
+of its steps applied), and ``PRAGMA user_version`` holds the file's schema *generation*,
+the sum of all component versions. It only grows, so a tool outside simrun can tell from
+the header alone that the schema changed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT_S",
+    "FileKeeper",
+    "Migration",
+    "SchemaError",
+    "component_version",
+    "connect",
+    "migrate",
+    "session",
+    "transaction",
+]
+
+#: How long a connection waits for another writer before SQLITE_BUSY, seconds.
+DEFAULT_BUSY_TIMEOUT_S = 30.0
+
+_VERSIONS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS schema_versions ("
+    " component TEXT PRIMARY KEY,"
+    " version INTEGER NOT NULL CHECK (version >= 0)"
+    ")"
+)
+
+
+class SchemaError(RuntimeError):
+    """The file's schema cannot be used by this version of simrun."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step of a component's schema: SQL statements applied together, in order.
+
+    Statements are separate strings (not a script) because a script would end the
+    transaction that makes the step atomic.
+    """
+
+    description: str
+    statements: tuple[str, ...]
+
+
+def _configure(conn: sqlite3.Connection) -> None:
+    """WAL, foreign keys and ``synchronous=NORMAL`` (durable across a crash of the process;
+    the last transactions may be lost to a power cut)."""
+    row = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+    if row is None or str(row[0]).lower() != "wal":
+        raise SchemaError(
+            f"SQLite refused WAL mode (journal_mode is {row and row[0]!r}); "
+            "the database must be a file on a local volume"
+        )
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA foreign_keys = ON")
+
+
+class _Configured(sqlite3.Connection):
+    """A connection configured as it opens, in aiosqlite's thread: no extra round trips."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        try:
+            _configure(self)
+        except BaseException:
+            self.close()
+            raise
+
+
+async def connect(
+    path: Path, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S
+) -> aiosqlite.Connection:
+    """Open (and create when needed, with its directory) the SQLite file at ``path``.
+
+    The connection is in autocommit mode, in WAL mode, waits ``busy_timeout_s`` for a
+    writer, enforces foreign keys and syncs at ``NORMAL``. Close it when done (or use
+    `session`).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return await aiosqlite.connect(
+            path, timeout=busy_timeout_s, isolation_level=None, factory=_Configured
+        )
+    except SchemaError as exc:
+        raise SchemaError(f"{path}: {exc}") from exc
+
+
+@asynccontextmanager
+async def session(
+    path: Path, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S
+) -> AsyncIterator[aiosqlite.Connection]:
+    """A connection from `connect`, closed at the end of the block."""
+    conn = await connect(path, busy_timeout_s=busy_timeout_s)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+class FileKeeper:
+    """Holds one idle connection to a WAL database so that its ``-wal`` and ``-shm`` files
+    outlive the short connections of the stores.
+
+    Without it, closing the last connection checkpoints and deletes the WAL, and the next
+    one rebuilds it: about 1 ms per open on the machine it was measured on
+    (benchmarks/store.py). The idle connection holds no lock. Thread-safe.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the idle connection is open."""
+        return self._conn is not None
+
+    def open(self) -> None:
+        """Open the idle connection (blocking: call it through ``asyncio.to_thread``)."""
+        with self._lock:
+            if self._conn is not None:
+                return
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, factory=_Configured
+            )
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # maps the WAL index
+            self._conn = conn
+
+    def close(self) -> None:
+        """Close the idle connection (the WAL is checkpointed if it was the last one)."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+@asynccontextmanager
+async def transaction(conn: aiosqlite.Connection) -> AsyncIterator[aiosqlite.Connection]:
+    """A write transaction on ``conn``: ``BEGIN IMMEDIATE``, then commit, or roll back on
+    an exception.
+
+    IMMEDIATE takes the write lock at the start, so two writers queue on ``busy_timeout``
+    instead of one failing at its first write.
+    """
+    if conn.in_transaction:
+        raise RuntimeError("simrun.db.transaction: the connection is already in a transaction")
+    await conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        await conn.rollback()
+        raise
+    await conn.commit()
+
+
+async def component_version(conn: aiosqlite.Connection, component: str) -> int:
+    """The version of ``component`` in the file, 0 when it was never migrated."""
+    async with conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_versions'"
+    ) as cursor:
+        if await cursor.fetchone() is None:
+            return 0
+    async with conn.execute(
+        "SELECT version FROM schema_versions WHERE component = ?", (component,)
+    ) as cursor:
+        row = await cursor.fetchone()
+    return 0 if row is None else int(row[0])
+
+
+async def migrate(conn: aiosqlite.Connection, component: str, steps: Sequence[Migration]) -> int:
+    """Bring ``component`` up to ``len(steps)`` and return that version.
+
+    Runs in one IMMEDIATE transaction, so concurrent callers (threads, processes) apply
+    each step exactly once; a failing step leaves the file as it was. A file whose
+    component is newer than ``steps`` (written by a later simrun) raises `SchemaError`.
+    """
+    if not component:
+        raise ValueError("simrun.db.migrate: the component name is empty")
+    target = len(steps)
+    if await component_version(conn, component) == target:
+        return target  # the common case: nothing to do, no write lock taken
+    async with transaction(conn):
+        await conn.execute(_VERSIONS_TABLE)
+        current = await component_version(conn, component)
+        if current > target:
+            raise SchemaError(
+                f"the {component!r} schema of this database is at version {current}, but this "
+                f"simrun knows versions up to {target}: upgrade simrun to use this file"
+            )
+        for number, step in enumerate(steps[current:], start=current + 1):
+            for statement in step.statements:
+                try:
+                    await conn.execute(statement)
+                except aiosqlite.Error as exc:
+                    raise SchemaError(
+                        f"migration {number} of {component!r} ({step.description}) failed: {exc}"
+                    ) from exc
+        await conn.execute(
+            "INSERT INTO schema_versions (component, version) VALUES (?, ?)"
+            " ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+            (component, target),
+        )
+        async with conn.execute("SELECT coalesce(sum(version), 0) FROM schema_versions") as cur:
+            row = await cur.fetchone()
+        generation = int(row[0]) if row is not None else target
+        # PRAGMA takes no parameters; the value is an int we computed.
+        await conn.execute(f"PRAGMA user_version = {generation}")
+    return target

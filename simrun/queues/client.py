@@ -1,0 +1,177 @@
+"""The Redis side the service uses: the attempts of units, and `JobQueue` (enqueueing jobs,
+watching queues and workers, reading reports). arq is imported here and in the worker's
+setup only."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, cast
+
+from redis.exceptions import ResponseError
+
+from simrun.queues.keys import DEFAULT_PREFIX, JOB_FUNCTION, Keys, PayloadError, UnitKey, unit_field
+from simrun.queues.payload import JobSpec, deserialize, queue_for, serialize
+from simrun.queues.reports import ReportEntry, StreamReport, WorkerInfo
+
+if TYPE_CHECKING:
+    from arq.connections import ArqRedis
+    from redis.asyncio import Redis
+
+__all__ = ["JobQueue", "current_attempts", "set_current_attempts"]
+
+
+async def set_current_attempts(
+    redis: Redis,
+    keys: Keys,
+    run: str,
+    task: str,
+    attempts: Mapping[UnitKey, int],
+) -> None:
+    """Record the attempt the service dispatched last for each unit (index, "merge" or
+    "command") of a task."""
+    if attempts:
+        mapping = {unit_field(k): str(v) for k, v in attempts.items()}
+        await cast("Awaitable[int]", redis.hset(keys.attempts(run, task), mapping=mapping))
+
+
+async def current_attempts(
+    redis: Redis, keys: Keys, run: str, task: str, units: Sequence[UnitKey]
+) -> dict[UnitKey, int]:
+    """The current attempt of those ``units`` that have one recorded. A unit without one
+    counts as current for any attempt (Redis may have lost the hash)."""
+    if not units:
+        return {}
+    fields = [unit_field(u) for u in units]
+    values = await cast(
+        "Awaitable[list[bytes | None]]", redis.hmget(keys.attempts(run, task), fields)
+    )
+    return {u: int(v) for u, v in zip(units, values, strict=True) if v is not None}
+
+
+class JobQueue:
+    """Enqueueing jobs, watching queues and workers, and reading reports (for the service).
+
+    Wraps an arq pool made with the msgpack serializer; ``redis`` is that client.
+    """
+
+    def __init__(self, pool: ArqRedis, keys: Keys) -> None:
+        self.pool = pool
+        self.keys = keys
+
+    @classmethod
+    async def connect(cls, redis_url: str, prefix: str = DEFAULT_PREFIX) -> JobQueue:
+        """A queue over a new connection pool to ``redis_url``."""
+        from arq.connections import RedisSettings, create_pool
+
+        pool = await create_pool(
+            RedisSettings.from_dsn(redis_url),
+            job_serializer=serialize,
+            job_deserializer=deserialize,
+        )
+        return cls(pool, Keys(prefix))
+
+    @property
+    def redis(self) -> Redis:
+        return cast("Redis", self.pool)
+
+    async def close(self) -> None:
+        await self.pool.aclose()
+
+    async def enqueue(self, spec: JobSpec) -> bool:
+        """Put a job on its queue; False when a job of that id is queued, running, or
+        finished within the last minutes (arq keeps its result)."""
+        job = await self.pool.enqueue_job(
+            JOB_FUNCTION,
+            spec.to_dict(),
+            _job_id=self.keys.arq_job_id(spec.job_id),
+            _queue_name=self.keys.queue(queue_for(spec)),
+        )
+        return job is not None
+
+    async def enqueue_many(self, specs: Iterable[JobSpec], concurrency: int = 32) -> list[bool]:
+        """`enqueue` for many jobs with at most ``concurrency`` in flight; results in order."""
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(spec: JobSpec) -> bool:
+            async with gate:
+                return await self.enqueue(spec)
+
+        return list(await asyncio.gather(*(one(s) for s in specs)))
+
+    async def queued_job_ids(self, queue: str) -> list[str]:
+        """Ids of the jobs in a logical queue (cpu, gpu, image:…), waiting or running."""
+        raw = await self.pool.zrange(self.keys.queue(queue), 0, -1)
+        return [self.keys.job_id_from_arq(r.decode()) for r in raw]
+
+    async def drop_jobs(self, queue: str, job_ids: Sequence[str]) -> int:
+        """Take jobs out of a logical queue, with arq's keys for them; returns how many were
+        queued. For the jobs of a worker that died: arq keeps such a job in its queue,
+        marked in progress, for as long as the worker's job timeout (days); once the service
+        dispatched its units again with a newer attempt, the old job is only in the way."""
+        if not job_ids:
+            return 0
+        arq_ids = [self.keys.arq_job_id(j) for j in job_ids]
+        async with self.pool.pipeline(transaction=True) as pipe:
+            pipe.zrem(self.keys.queue(queue), *arq_ids)
+            for prefix in ("arq:job:", "arq:in-progress:", "arq:retry:"):
+                pipe.delete(*(prefix + a for a in arq_ids))
+            removed, *_ = await pipe.execute()
+        return int(removed)
+
+    async def live_workers(self) -> list[WorkerInfo]:
+        """The worker containers whose heartbeat has not expired."""
+        ids = [i.decode() for i in await self.pool.zrange(self.keys.workers, 0, -1)]
+        if not ids:
+            return []
+        values = await self.pool.mget([self.keys.worker(i) for i in ids])
+        gone = [i for i, v in zip(ids, values, strict=True) if v is None]
+        if gone:
+            await self.pool.zrem(self.keys.workers, *gone)
+        return [WorkerInfo.from_json(v) for v in values if v is not None]
+
+    async def _ensure_group(self, group: str) -> None:
+        try:
+            await self.pool.xgroup_create(self.keys.reports, group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def read_reports(
+        self,
+        group: str,
+        consumer: str,
+        count: int = 100,
+        block_ms: int | None = 1000,
+        pending: bool = False,
+    ) -> list[StreamReport]:
+        """Up to ``count`` new entries for ``consumer`` of ``group`` (created when missing),
+        waiting up to ``block_ms``; with ``pending``, the entries this consumer read before
+        but did not acknowledge (after a restart). Unreadable entries come with a problem."""
+        await self._ensure_group(group)
+        answer = await self.pool.xreadgroup(
+            group,
+            consumer,
+            {self.keys.reports: "0" if pending else ">"},
+            count=count,
+            block=None if pending else block_ms,
+        )
+        out: list[StreamReport] = []
+        for _stream, entries in answer or []:
+            for raw_id, fields in entries:
+                entry_id = raw_id.decode()
+                try:
+                    out.append(StreamReport(entry_id, ReportEntry.from_fields(fields)))
+                except PayloadError as exc:
+                    out.append(StreamReport(entry_id, None, str(exc)))
+        return out
+
+    async def ack(self, group: str, ids: Sequence[str]) -> None:
+        """Acknowledge entries of ``group`` and delete them from the stream."""
+        if ids:
+            async with self.pool.pipeline(transaction=True) as pipe:
+                pipe.xack(self.keys.reports, group, *ids)
+                pipe.xdel(self.keys.reports, *ids)
+                await pipe.execute()

@@ -1,0 +1,99 @@
+"""What observations are grouped by: `ResourceKey`, and `resource_key`, the one place a
+task's key is derived."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from simrun.plugins import TaskType
+
+__all__ = ["KEY_SEPARATOR", "ResourceKey", "resource_key"]
+
+#: Separates the parts of a key's text: ``task_type/model`` or ``task_type/model/variant``.
+KEY_SEPARATOR = "/"
+
+
+@dataclass(frozen=True, order=True)
+class ResourceKey:
+    """The group a task's observations belong to: its type, its model and a variant.
+
+    ``model`` is the name of the run's first source (empty without); ``variant`` is the
+    value of the setting the type declares cost-relevant (empty without). The type and the
+    model may not contain ``/`` (source names never do), so the text form below reads back
+    unambiguously while the variant may hold anything, ``/`` included.
+    """
+
+    task_type: str
+    model: str
+    variant: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("task_type", "model", "variant"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(
+                    f"ResourceKey.{name} must be a str, got {type(getattr(self, name)).__name__}"
+                )
+        if not self.task_type:
+            raise ValueError("ResourceKey.task_type is empty")
+        for name in ("task_type", "model"):
+            if KEY_SEPARATOR in getattr(self, name):
+                raise ValueError(
+                    f"ResourceKey.{name} {getattr(self, name)!r} contains {KEY_SEPARATOR!r}"
+                )
+
+    def text(self) -> str:
+        """The key as stored: ``heat/plate``, or ``heat/plate/64`` with a variant."""
+        base = f"{self.task_type}{KEY_SEPARATOR}{self.model}"
+        return f"{base}{KEY_SEPARATOR}{self.variant}" if self.variant else base
+
+    @classmethod
+    def from_text(cls, text: str) -> ResourceKey:
+        """The key whose `text` is ``text``; `ValueError` when it has no ``/``."""
+        parts = text.split(KEY_SEPARATOR, 2)
+        if len(parts) < 2:
+            raise ValueError(
+                f"resource key {text!r} is not 'task_type/model' or 'task_type/model/variant'"
+            )
+        return cls(*parts)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def _variant_text(value: Any) -> str:
+    """A setting's value as a variant: text as is, anything else as canonical JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def resource_key(task_type: TaskType, settings: Mapping[str, Any], model: str) -> ResourceKey:
+    """The key under which a task's observations are recorded and its resources resolved.
+
+    The variant is the value of the type's ``cost_setting`` as the settings model reads it
+    (so ``64`` and ``64.0`` of a float setting are one key, and the model's default counts
+    when the task leaves the setting out): text as is, other values as JSON with sorted
+    keys and no spaces. A type without a ``cost_setting`` has an empty variant.
+    """
+    name = task_type.cost_setting
+    if name is None:
+        return ResourceKey(task_type.name, model)
+    if name not in task_type.settings.model_fields:
+        raise ValueError(
+            f"task type {task_type.name!r}: its cost_setting {name!r} is not a field of "
+            f"{task_type.settings.__name__}"
+        )
+    try:
+        parsed = task_type.settings.model_validate(dict(settings))
+    except ValidationError as exc:
+        raise ValueError(
+            f"task type {task_type.name!r}: cannot read the cost setting {name!r} from "
+            f"settings that do not validate: {exc}"
+        ) from exc
+    value = parsed.model_dump(mode="json", include={name})[name]
+    return ResourceKey(task_type.name, model, _variant_text(value))

@@ -1,0 +1,330 @@
+"""`ResourceStore`: the observations of past tasks in the service's SQLite file.
+
+All SQL about observations is here. The store is a thin shell: it reads what
+`simrun.resources.policy.learn` needs and lets `decide` answer. Every call opens its own
+connection (`simrun.db.connect`), so one store may serve many asyncio tasks and several
+threads with their own event loops; `record_many` can also write on a caller's connection,
+inside the caller's transaction (the service stores unit states and observations at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiosqlite
+
+from simrun.db import (
+    FileKeeper,
+    Migration,
+    SchemaError,
+    component_version,
+    migrate,
+    session,
+    transaction,
+)
+from simrun.plugins import ResourceHint
+from simrun.resources.keys import ResourceKey
+from simrun.resources.policy import (
+    MARGIN,
+    WINDOW,
+    Observation,
+    ResolvedResources,
+    decide,
+    learn,
+    source_of,
+)
+from simrun.worker.report import WorkerReport
+from simrun.workflow import ResourceOverride
+
+__all__ = ["COMPONENT", "MIGRATIONS", "KeySummary", "Record", "ResourceStore", "rows_of"]
+
+#: The component of the database file that this store owns (see `simrun.migrate`).
+COMPONENT = "resources"
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        "observations: one row per worker process of a report, or one per kill",
+        (
+            "CREATE TABLE observations ("
+            " id INTEGER PRIMARY KEY,"  # recording order: 'later' means a larger id
+            " key TEXT NOT NULL,"  # ResourceKey.text()
+            " run TEXT NOT NULL DEFAULT '',"
+            " memory_gb REAL NOT NULL CHECK (memory_gb >= 0),"  # the limit for a kill
+            " oom INTEGER NOT NULL CHECK (oom IN (0, 1)),"
+            " seconds_per_unit REAL CHECK (seconds_per_unit >= 0),"
+            " units INTEGER NOT NULL CHECK (units >= 0),"
+            " base_gb REAL NOT NULL CHECK (base_gb >= 0),"
+            " limit_gb REAL NOT NULL CHECK (limit_gb >= 0),"
+            " recorded_s REAL NOT NULL"  # Unix time
+            ")",
+            "CREATE INDEX observations_by_key ON observations (key, oom, id)",
+        ),
+    ),
+)
+
+_INSERT = (
+    "INSERT INTO observations"
+    " (key, run, memory_gb, oom, seconds_per_unit, units, base_gb, limit_gb, recorded_s)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# The window (the last N successes of a key) and the kills recorded after the last success,
+# oldest first, in one statement: both parts walk the index (key, oom, id).
+_HISTORY = (
+    "SELECT * FROM ("
+    " SELECT id, memory_gb, oom, seconds_per_unit, run FROM observations"
+    " WHERE key = :key AND oom = 0 ORDER BY id DESC LIMIT :window"
+    ") UNION ALL SELECT * FROM ("
+    " SELECT id, memory_gb, oom, seconds_per_unit, run FROM observations"
+    " WHERE key = :key AND oom = 1 AND id > coalesce("
+    "  (SELECT max(id) FROM observations WHERE key = :key AND oom = 0), 0)"
+    ") ORDER BY id"
+)
+
+Row = tuple[str, str, float, int, float | None, int, float, float, float]
+
+
+@dataclass(frozen=True)
+class Record:
+    """One report to record: what `ResourceStore.record` takes, for the batch path."""
+
+    key: ResourceKey
+    report: WorkerReport
+    base_gb: float
+    oom: bool = False
+    run: str = ""
+
+
+@dataclass(frozen=True)
+class KeySummary:
+    """What is known about one key (for ``simrun resources``).
+
+    ``requested_gb`` is the memory per worker a task of the key would get now without an
+    override; ``last_kill_s`` is the Unix time of its latest kill for memory and
+    ``last_kill_gb`` the limit of that kill.
+    """
+
+    key: ResourceKey
+    observations: int
+    samples: int
+    percentile_gb: float | None
+    requested_gb: float
+    seconds_per_unit: float | None
+    source: str
+    last_kill_s: float | None
+    last_kill_gb: float | None
+
+
+def _bad(record: Record, what: str) -> ValueError:
+    return ValueError(
+        f"cannot record the report of {record.key.text()} (run {record.run!r}): {what}"
+    )
+
+
+def _finite_nonneg(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def rows_of(record: Record, recorded_s: float) -> list[Row]:
+    """The rows a record becomes, checked: one per worker process of a successful report;
+    one at the report's limit for a kill. `ValueError` names the key and the bad field."""
+    report = record.report
+    if not isinstance(record.key, ResourceKey):
+        raise TypeError(f"Record.key must be a ResourceKey, got {type(record.key).__name__}")
+    if not _finite_nonneg(record.base_gb):
+        raise _bad(record, f"base_gb must be a finite number >= 0, got {record.base_gb!r}")
+    if not _finite_nonneg(report.limit_gb):
+        raise _bad(record, f"limit_gb must be a finite number >= 0, got {report.limit_gb!r}")
+    if not isinstance(report.units, int) or report.units < 0:
+        raise _bad(record, f"units must be an integer >= 0, got {report.units!r}")
+    base = (record.key.text(), record.run)
+    tail = (report.units, float(record.base_gb), float(report.limit_gb), recorded_s)
+    if record.oom:
+        if not report.limit_gb > 0:
+            raise _bad(record, "a kill for memory needs the limit the process had (limit_gb > 0)")
+        return [(*base, float(report.limit_gb), 1, None, *tail)]
+    if not report.peak_memory_gb:
+        raise _bad(record, "peak_memory_gb is empty: a successful report measures its processes")
+    for i, peak in enumerate(report.peak_memory_gb):
+        if not _finite_nonneg(peak):
+            raise _bad(record, f"peak_memory_gb[{i}] must be a finite number >= 0, got {peak!r}")
+    spu = report.seconds_per_unit
+    if spu is not None and not _finite_nonneg(spu):
+        raise _bad(record, f"seconds_per_unit must be a finite number >= 0, got {spu!r}")
+    seconds = None if spu is None else float(spu)
+    return [(*base, float(peak), 0, seconds, *tail) for peak in report.peak_memory_gb]
+
+
+class ResourceStore:
+    """The observations of past tasks' workers, in the SQLite file ``db``.
+
+    The file must be on a local volume (SQLite's locking does not hold over NFS). It and
+    its tables are created on first use.
+    """
+
+    def __init__(self, db: Path, *, keep_open: bool = True) -> None:
+        self.db = Path(db)
+        self._schema_ready = False
+        # One idle connection keeps the WAL files alive between the per-call connections
+        # (see simrun.FileKeeper); keep_open=False is the peer of benchmarks/store.py.
+        self._keeper = FileKeeper(self.db) if keep_open else None
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[aiosqlite.Connection]:
+        async with session(self.db) as conn:
+            if not self._schema_ready:
+                await self.ensure_schema(conn)
+            if self._keeper is not None and not self._keeper.is_open:
+                await asyncio.to_thread(self._keeper.open)
+            yield conn
+
+    def close(self) -> None:
+        """Close the idle connection the store holds; the store stays usable (a later call
+        opens it again)."""
+        if self._keeper is not None:
+            self._keeper.close()
+
+    async def __aenter__(self) -> ResourceStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def ensure_schema(self, conn: aiosqlite.Connection) -> None:
+        """Create or upgrade this store's tables on ``conn`` (outside any transaction)."""
+        try:
+            await migrate(conn, COMPONENT, MIGRATIONS)
+        except SchemaError as exc:
+            raise SchemaError(f"{self.db}: {exc}") from exc
+        self._schema_ready = True
+
+    # -- writing ---------------------------------------------------------------------------
+
+    async def record(
+        self,
+        key: ResourceKey,
+        report: WorkerReport,
+        base_gb: float,
+        oom: bool = False,
+        run: str = "",
+    ) -> None:
+        """Store one worker report under ``key``.
+
+        A successful report gives one observation per worker process (its peak memory and
+        the report's seconds per unit); with ``oom`` (the controller decided the process was
+        killed for memory) it gives one kill observation at the report's ``limit_gb``.
+        """
+        await self.record_many([Record(key, report, base_gb, oom, run)])
+
+    async def record_many(
+        self, records: Iterable[Record], conn: aiosqlite.Connection | None = None
+    ) -> int:
+        """Store many reports in one transaction; returns the number of observations.
+
+        Without ``conn`` the store opens a connection and commits. With ``conn`` (the
+        caller's, already inside its transaction, schema ensured by `ensure_schema`) the
+        rows are written there and the caller commits or rolls back. Every record is
+        checked before anything is written.
+        """
+        now_s = time.time()
+        rows = [row for record in records for row in rows_of(record, now_s)]
+        if conn is not None:
+            if not conn.in_transaction:
+                raise RuntimeError(
+                    "ResourceStore.record_many: the caller's connection is not in a "
+                    "transaction; open one (simrun.transaction) and commit it yourself"
+                )
+            if not self._schema_ready:
+                if await component_version(conn, COMPONENT) < len(MIGRATIONS):
+                    raise RuntimeError(
+                        f"ResourceStore.record_many: the {COMPONENT!r} tables of {self.db} are "
+                        "not created yet; call ensure_schema(conn) before the transaction"
+                    )
+                self._schema_ready = True
+            await conn.executemany(_INSERT, rows)
+            return len(rows)
+        if not rows:
+            return 0
+        async with self._connection() as own, transaction(own):
+            await own.executemany(_INSERT, rows)
+        return len(rows)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def _history(
+        self, conn: aiosqlite.Connection, key: ResourceKey, window: int
+    ) -> list[Observation]:
+        """Exactly what `learn` needs: the window of successes and the kills after it."""
+        rows = await conn.execute_fetchall(_HISTORY, {"key": key.text(), "window": window})
+        return [
+            Observation(float(memory), bool(oom), None if spu is None else float(spu), str(run))
+            for _, memory, oom, spu, run in rows
+        ]
+
+    async def history(self, key: ResourceKey, window: int = WINDOW) -> list[Observation]:
+        """The observations of ``key`` that a resolve looks at, oldest first."""
+        async with self._connection() as conn:
+            return await self._history(conn, key, window)
+
+    async def resolve(
+        self, key: ResourceKey, hint: ResourceHint, override: ResourceOverride | None
+    ) -> ResolvedResources:
+        """The resources to request for a task of ``key`` (see `policy.decide`)."""
+        async with self._connection() as conn:
+            history = await self._history(conn, key, WINDOW)
+        return decide(history, hint, override)
+
+    async def keys(self) -> list[ResourceKey]:
+        """Every key with observations, sorted."""
+        async with self._connection() as conn:
+            rows = await conn.execute_fetchall("SELECT DISTINCT key FROM observations")
+        return sorted(ResourceKey.from_text(str(r[0])) for r in rows)
+
+    async def summaries(self, hints: Mapping[str, ResourceHint] | None = None) -> list[KeySummary]:
+        """One line per key: what was seen and what a task would request now.
+
+        ``hints`` maps task type names to their hints (the default hint for types not in
+        it); a hint matters only for keys with kills and no success.
+        """
+        hints = hints or {}
+        out: list[KeySummary] = []
+        async with self._connection() as conn:
+            totals = await conn.execute_fetchall(
+                "SELECT key, count(*) FROM observations GROUP BY key ORDER BY key"
+            )
+            for text, count in totals:
+                key = ResourceKey.from_text(str(text))
+                hint = hints.get(key.task_type, ResourceHint())
+                learned = learn(await self._history(conn, key, WINDOW))
+                kill = list(
+                    await conn.execute_fetchall(
+                        "SELECT recorded_s, memory_gb FROM observations"
+                        " WHERE key = ? AND oom = 1 ORDER BY id DESC LIMIT 1",
+                        (key.text(),),
+                    )
+                )
+                requested = learned.memory_gb(hint.memory_per_worker_gb, MARGIN)
+                out.append(
+                    KeySummary(
+                        key=key,
+                        observations=int(count),
+                        samples=learned.samples,
+                        percentile_gb=learned.percentile_gb,
+                        requested_gb=hint.memory_per_worker_gb if requested is None else requested,
+                        seconds_per_unit=learned.seconds_per_unit,
+                        source=source_of(learned.runs if requested is not None else None, hint),
+                        last_kill_s=float(kill[0][0]) if kill else None,
+                        last_kill_gb=float(kill[0][1]) if kill else None,
+                    )
+                )
+        return out

@@ -1,0 +1,269 @@
+"""The state machines of runs, tasks and units, as plain functions without I/O.
+
+`simrun.runstore` stores these states and `simrun.service.controller` drives them; both
+decide with the functions here, so the rules are tested on tables of cases alone.
+
+Units: ``pending`` (waiting to be dispatched) → ``queued`` (in a job on Redis) →
+``running`` (a worker said it holds the job) → ``done`` | ``failed``. A unit that was killed
+for memory, raised an error (below the retry limit), was not run or was refused goes back to
+``pending`` and is dispatched again with a higher attempt. A task's units are its chunk
+units (index 0…n-1) or the one ``command`` unit of an unsplit task, plus one ``merge`` unit
+(index `MERGE_INDEX`) once every chunk unit is done when its type has a merge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, replace
+from typing import Literal, get_args
+
+__all__ = [
+    "ACTIVE_UNIT_STATES",
+    "COMMAND_INDEX",
+    "MERGE_INDEX",
+    "RUN_STATES",
+    "TASK_STATES",
+    "UNIT_KINDS",
+    "UNIT_STATES",
+    "Limits",
+    "RunState",
+    "TaskCounts",
+    "TaskState",
+    "UnitKind",
+    "UnitRow",
+    "UnitState",
+    "next_task_state",
+    "run_state",
+    "unit_after_outcome",
+    "unit_index",
+    "unit_key",
+]
+
+RunState = Literal["running", "succeeded", "failed", "cancelled"]
+TaskState = Literal[
+    "waiting", "ready", "running", "merging", "done", "failed", "blocked", "cancelled"
+]
+UnitState = Literal["pending", "queued", "running", "done", "failed"]
+UnitKind = Literal["chunk", "merge", "command"]
+
+RUN_STATES: tuple[str, ...] = get_args(RunState)
+TASK_STATES: tuple[str, ...] = get_args(TaskState)
+UNIT_STATES: tuple[str, ...] = get_args(UnitState)
+UNIT_KINDS: tuple[str, ...] = get_args(UnitKind)
+#: Units that are in a job on Redis or on a worker.
+ACTIVE_UNIT_STATES: tuple[str, ...] = ("queued", "running")
+#: The index of the merge unit of a task, and of the command unit of an unsplit task.
+MERGE_INDEX = -1
+COMMAND_INDEX = 0
+
+#: Task states in which the task still makes progress by itself.
+_PROGRESSING: frozenset[str] = frozenset({"ready", "running", "merging", "blocked"})
+
+
+def unit_key(kind: str, index: int) -> int | str:
+    """The key of a unit on the wire (`simrun.queues.UnitKey`): the index of a chunk unit,
+    else ``"merge"`` or ``"command"``."""
+    return index if kind == "chunk" else kind
+
+
+def unit_index(key: int | str) -> int:
+    """The stored index of a unit key (the inverse of `unit_key`); ValueError for others."""
+    if isinstance(key, int) and not isinstance(key, bool) and key >= 0:
+        return key
+    if key == "merge":
+        return MERGE_INDEX
+    if key == "command":
+        return COMMAND_INDEX
+    raise ValueError(f"unit key {key!r} is neither an index >= 0 nor 'merge' or 'command'")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How often a unit may fail before it is ``failed`` for good.
+
+    ``max_retries``: errors (and timeouts) after the first that are retried, so a unit runs
+    at most ``max_retries + 1`` times for errors. ``max_kills``: kills for memory that are
+    retried (each with more memory).
+    """
+
+    max_retries: int = 2
+    max_kills: int = 4
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0 or self.max_kills < 0:
+            raise ValueError(f"limits must be >= 0, got {self}")
+
+
+@dataclass(frozen=True)
+class UnitRow:
+    """One unit as stored. ``attempt`` is 0 until the unit is dispatched; ``job_id`` and
+    ``memory_gb`` belong to its current attempt; ``error`` is the last traceback or
+    message; times are Unix seconds."""
+
+    run: str
+    task: str
+    index: int
+    kind: UnitKind
+    state: UnitState
+    attempt: int = 0
+    job_id: str | None = None
+    memory_gb: float | None = None
+    worker: str | None = None
+    error: str | None = None
+    errors: int = 0
+    kills: int = 0
+    queued_s: float | None = None
+    started_s: float | None = None
+    finished_s: float | None = None
+
+    @property
+    def key(self) -> int | str:
+        """The unit's key on the wire (see `unit_key`)."""
+        return unit_key(self.kind, self.index)
+
+
+def unit_after_outcome(
+    unit: UnitRow,
+    outcome: str,
+    attempt: int,
+    *,
+    error: str | None,
+    worker: str,
+    limit_gb: float,
+    limits: Limits,
+    now_s: float,
+) -> UnitRow | None:
+    """The unit after a worker reported ``outcome`` for it at ``attempt``; None to ignore.
+
+    * A unit already ``done`` ignores everything.
+    * ``done`` is accepted from any attempt (outputs depend on settings and index only, so
+      an older attempt's result is as good as the newest).
+    * Any other outcome counts only for the unit's current attempt while it is queued or
+      running; ``stale`` is always ignored.
+    * ``killed`` (for memory): back to pending, or failed past ``limits.max_kills``.
+    * ``failed`` and ``timeout``: back to pending, or failed past ``limits.max_retries``.
+    * ``not_run`` and ``refused``: back to pending without counting against the unit.
+    """
+    if unit.state == "done":
+        return None
+    if outcome == "done":
+        return replace(unit, state="done", worker=worker, error=None, finished_s=now_s)
+    if outcome == "stale" or attempt != unit.attempt or unit.state not in ACTIVE_UNIT_STATES:
+        return None
+    back = replace(unit, state="pending", worker=worker, finished_s=now_s)
+    if outcome == "killed":
+        kills = unit.kills + 1
+        message = f"killed for memory at its limit of {limit_gb:g} GiB per process"
+        if kills > limits.max_kills:
+            message = f"{message}; killed {kills} times, more than the {limits.max_kills} allowed"
+            return replace(back, state="failed", kills=kills, error=message)
+        return replace(back, kills=kills, error=message)
+    if outcome in ("failed", "timeout"):
+        errors = unit.errors + 1
+        text = error or ("timed out" if outcome == "timeout" else "failed without a message")
+        if errors > limits.max_retries:
+            return replace(back, state="failed", errors=errors, error=text)
+        return replace(back, errors=errors, error=text)
+    if outcome == "not_run":
+        return back
+    if outcome == "refused":
+        return replace(back, error=error or "refused by the worker")
+    raise ValueError(f"unknown outcome {outcome!r} for unit {unit.key} of {unit.task!r}")
+
+
+@dataclass(frozen=True)
+class TaskCounts:
+    """The units of a task by state (chunk or command units), and its merge unit's state
+    (None while it has none)."""
+
+    pending: int = 0
+    queued: int = 0
+    running: int = 0
+    done: int = 0
+    failed: int = 0
+    merge: UnitState | None = None
+
+    @property
+    def total(self) -> int:
+        return self.pending + self.queued + self.running + self.done + self.failed
+
+    @property
+    def unfinished(self) -> int:
+        return self.pending + self.queued + self.running
+
+    @classmethod
+    def of(cls, by_state: Mapping[str, int], merge: str | None = None) -> TaskCounts:
+        unknown = set(by_state) - set(UNIT_STATES)
+        if unknown:
+            raise ValueError(f"unknown unit states {sorted(unknown)}")
+        if merge is not None and merge not in UNIT_STATES:
+            raise ValueError(f"unknown merge state {merge!r}")
+        return cls(**{s: int(n) for s, n in by_state.items()}, merge=merge)  # type: ignore[arg-type]  # keys checked above
+
+
+def next_task_state(
+    current: TaskState, counts: TaskCounts, has_merge: bool
+) -> tuple[TaskState, bool]:
+    """The state of a started task given its units, and whether its merge unit must be
+    created now.
+
+    A task that is waiting, ready, done or cancelled keeps its state (those are set by the
+    controller, not by units). Otherwise: every unit done (also when it has none) →
+    ``merging`` (creating the merge unit when it does not exist yet) or ``done``; a failed
+    merge, or no unit left to run while some failed → ``failed``; else ``running``, except
+    that ``blocked`` stays blocked while units wait to be dispatched (the dispatcher lifts
+    it).
+    """
+    if current in ("waiting", "ready", "done", "cancelled"):
+        return current, False
+    if counts.failed and not counts.unfinished:
+        return "failed", False
+    if counts.done == counts.total:
+        if not has_merge or counts.merge == "done":
+            return "done", False
+        if counts.merge == "failed":
+            return "failed", False
+        return "merging", counts.merge is None
+    if current == "blocked" and counts.pending:
+        return "blocked", False
+    return "running", False
+
+
+def _blocked_by_failure(
+    task: str, states: Mapping[str, str], deps: Mapping[str, Collection[str]]
+) -> bool:
+    """Whether a failed or cancelled task is upstream of ``task`` (so it can never run)."""
+    seen: set[str] = set()
+    stack = list(deps.get(task, ()))
+    while stack:
+        up = stack.pop()
+        if up in seen:
+            continue
+        seen.add(up)
+        if states.get(up) in ("failed", "cancelled"):
+            return True
+        stack.extend(deps.get(up, ()))
+    return False
+
+
+def run_state(
+    states: Mapping[str, str], deps: Mapping[str, Collection[str]], cancelled: bool = False
+) -> RunState:
+    """The state of a run from its tasks' states and its graph (task → tasks it reads).
+
+    ``cancelled`` when it was cancelled; ``succeeded`` when every task is done; ``running``
+    while some task progresses or a waiting task can still become ready; else ``failed``.
+    """
+    unknown = {s for s in states.values() if s not in TASK_STATES}
+    if unknown:
+        raise ValueError(f"unknown task states {sorted(unknown)}")
+    if cancelled:
+        return "cancelled"
+    if all(s == "done" for s in states.values()):
+        return "succeeded"
+    for task, state in states.items():
+        if state in _PROGRESSING:
+            return "running"
+        if state == "waiting" and not _blocked_by_failure(task, states, deps):
+            return "running"
+    return "failed"

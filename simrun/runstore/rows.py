@@ -1,0 +1,238 @@
+"""The rows of the run store as frozen dataclasses, and their conversion from SQL rows."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from simrun.queues import ReportEntry
+from simrun.runstate import RunState, TaskCounts, TaskState, UnitKind, UnitRow
+
+__all__ = [
+    "UPDATE_UNIT",
+    "Applied",
+    "JobRow",
+    "NewJob",
+    "NewRun",
+    "NewTask",
+    "ReplayError",
+    "RunRow",
+    "TaskRow",
+    "counts_of",
+    "dumps",
+    "run_of",
+    "task_of",
+    "unit_of",
+    "unit_values",
+]
+
+
+class ReplayError(ValueError):
+    """A replay that cannot be done, and why (unknown run, nothing failed, …)."""
+
+
+@dataclass(frozen=True)
+class NewTask:
+    """A task of a run being created. ``inputs`` maps each port to the path it reads."""
+
+    name: str
+    type: str
+    position: int
+    settings: dict[str, Any]
+    inputs: dict[str, str]
+    depends: tuple[str, ...]
+    splittable: bool
+    has_merge: bool
+    override: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run being created, with its tasks."""
+
+    id: str
+    name: str | None
+    model: str
+    document: str
+    tasks: tuple[NewTask, ...]
+    created_s: float
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A run as stored."""
+
+    id: str
+    name: str | None
+    model: str
+    state: RunState
+    message: str
+    document: str
+    created_s: float
+    updated_s: float
+    finished_s: float | None
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """A task as stored. ``units`` counts its chunk units (1 for a command), None until it
+    started; ``resources`` is the resolved request of its last dispatch."""
+
+    run: str
+    name: str
+    position: int
+    type: str
+    settings: dict[str, Any]
+    inputs: dict[str, str]
+    depends: tuple[str, ...]
+    override: dict[str, Any] | None
+    memory_override_gb: float | None
+    splittable: bool
+    has_merge: bool
+    state: TaskState
+    status: str
+    queue: str | None
+    resource_key: str | None
+    resources: dict[str, Any] | None
+    units: int | None
+    started_s: float | None
+    finished_s: float | None
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job being dispatched: its units (stored indices) go from pending to queued."""
+
+    id: str
+    run: str
+    task: str
+    kind: UnitKind
+    queue: str
+    attempt: int
+    indices: tuple[int, ...]
+    memory_gb: float
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job in flight. ``worker`` is the worker container that said it holds the job."""
+
+    id: str
+    run: str
+    task: str
+    kind: UnitKind
+    queue: str
+    attempt: int
+    units: int
+    worker: str | None
+    enqueued_s: float
+
+
+@dataclass
+class Applied:
+    """What `RunStore.apply_reports` did.
+
+    ``recorded``: the entries whose job was still in flight (their measurements are new,
+    record them once); ``touched``: the tasks whose units changed; ``refused``: a refusal
+    message per task; ``changed``: units whose state changed.
+    """
+
+    recorded: list[ReportEntry] = field(default_factory=list)
+    touched: set[tuple[str, str]] = field(default_factory=set)
+    refused: dict[tuple[str, str], str] = field(default_factory=dict)
+    changed: int = 0
+
+
+def dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, sort_keys=True)
+
+
+def loads(text: Any) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def run_of(row: Sequence[Any]) -> RunRow:
+    return RunRow(
+        id=row[0],
+        name=row[1],
+        model=row[2],
+        state=row[3],
+        message=row[4],
+        document=row[5],
+        created_s=row[6],
+        updated_s=row[7],
+        finished_s=row[8],
+    )
+
+
+def task_of(row: Sequence[Any]) -> TaskRow:
+    return TaskRow(
+        run=row[0],
+        name=row[1],
+        position=row[2],
+        type=row[3],
+        settings=json.loads(row[4]),
+        inputs=json.loads(row[5]),
+        depends=tuple(json.loads(row[6])),
+        override=loads(row[7]),
+        memory_override_gb=row[8],
+        splittable=bool(row[9]),
+        has_merge=bool(row[10]),
+        state=row[11],
+        status=row[12],
+        queue=row[13],
+        resource_key=row[14],
+        resources=loads(row[15]),
+        units=row[16],
+        started_s=row[17],
+        finished_s=row[18],
+    )
+
+
+def unit_of(row: Sequence[Any]) -> UnitRow:
+    return UnitRow(*row)
+
+
+def unit_values(u: UnitRow) -> tuple[Any, ...]:
+    """Values of an UPDATE of every mutable column, keyed by the primary key at the end."""
+    return (
+        u.state,
+        u.attempt,
+        u.job_id,
+        u.memory_gb,
+        u.worker,
+        u.error,
+        u.errors,
+        u.kills,
+        u.queued_s,
+        u.started_s,
+        u.finished_s,
+        u.run,
+        u.task,
+        u.index,
+    )
+
+
+UPDATE_UNIT = (
+    "UPDATE units SET state = ?, attempt = ?, job_id = ?, memory_gb = ?, worker = ?,"
+    " error = ?, errors = ?, kills = ?, queued_s = ?, started_s = ?, finished_s = ?"
+    " WHERE run_id = ? AND task = ? AND idx = ?"
+)
+
+
+def counts_of(rows: Iterable[Sequence[Any]]) -> dict[str, TaskCounts]:
+    """Task → `TaskCounts` from rows of (task, kind, state, count)."""
+    by_task: dict[str, dict[str, int]] = defaultdict(dict)
+    merges: dict[str, str] = {}
+    for task, kind, state, n in rows:
+        if kind == "merge":
+            merges[str(task)] = str(state)
+        else:
+            by_task[str(task)][str(state)] = int(n)
+    return {
+        task: TaskCounts.of(by_task.get(task, {}), merges.get(task))
+        for task in sorted(set(by_task) | set(merges))
+    }

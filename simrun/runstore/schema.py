@@ -1,0 +1,107 @@
+"""The tables of the component ``runs`` of the service's SQLite file, as migration steps."""
+
+from __future__ import annotations
+
+from simrun import db
+
+__all__ = ["COMPONENT", "JOB_COLUMNS", "MIGRATIONS", "RUN_COLUMNS", "TASK_COLUMNS", "UNIT_COLUMNS"]
+
+COMPONENT = "runs"
+
+_RUN_CHECK = "state IN ('running', 'succeeded', 'failed', 'cancelled')"
+_TASK_CHECK = (
+    "state IN ('waiting', 'ready', 'running', 'merging', 'done', 'failed', 'blocked', 'cancelled')"
+)
+
+MIGRATIONS: tuple[db.Migration, ...] = (
+    db.Migration(
+        "runs, tasks, units and jobs in flight",
+        (
+            "CREATE TABLE runs ("
+            " id TEXT PRIMARY KEY,"
+            " name TEXT,"
+            " model TEXT NOT NULL,"
+            f" state TEXT NOT NULL CHECK ({_RUN_CHECK}),"
+            " message TEXT NOT NULL DEFAULT '',"
+            " document TEXT NOT NULL,"  # the text as submitted
+            " created_s REAL NOT NULL,"
+            " updated_s REAL NOT NULL,"
+            " finished_s REAL"
+            ")",
+            "CREATE INDEX runs_by_state ON runs (state, created_s)",
+            "CREATE TABLE tasks ("
+            " run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,"
+            " name TEXT NOT NULL,"
+            " position INTEGER NOT NULL,"  # in topological order
+            " type TEXT NOT NULL,"
+            " settings TEXT NOT NULL,"  # JSON, as validated
+            " inputs TEXT NOT NULL,"  # JSON {port: path}
+            " depends TEXT NOT NULL,"  # JSON [task]
+            " override TEXT,"  # JSON of the workflow's ResourceOverride
+            " memory_override_gb REAL,"  # from a replay
+            " splittable INTEGER NOT NULL CHECK (splittable IN (0, 1)),"
+            " has_merge INTEGER NOT NULL CHECK (has_merge IN (0, 1)),"
+            f" state TEXT NOT NULL CHECK ({_TASK_CHECK}),"
+            " status TEXT NOT NULL DEFAULT '',"
+            " queue TEXT,"
+            " resource_key TEXT,"
+            " resources TEXT,"  # JSON of the resolved resources of the last dispatch
+            " units INTEGER,"  # chunk units (or 1 command), NULL until counted
+            " started_s REAL,"
+            " finished_s REAL,"
+            " PRIMARY KEY (run_id, name)"
+            ")",
+            "CREATE TABLE units ("
+            " run_id TEXT NOT NULL,"
+            " task TEXT NOT NULL,"
+            " idx INTEGER NOT NULL,"
+            " kind TEXT NOT NULL CHECK (kind IN ('chunk', 'merge', 'command')),"
+            " state TEXT NOT NULL"
+            "  CHECK (state IN ('pending', 'queued', 'running', 'done', 'failed')),"
+            " attempt INTEGER NOT NULL DEFAULT 0,"
+            " job_id TEXT,"
+            " memory_gb REAL,"
+            " worker TEXT,"
+            " error TEXT,"
+            " errors INTEGER NOT NULL DEFAULT 0,"
+            " kills INTEGER NOT NULL DEFAULT 0,"
+            " queued_s REAL,"
+            " started_s REAL,"
+            " finished_s REAL,"
+            " PRIMARY KEY (run_id, task, idx),"
+            " FOREIGN KEY (run_id, task) REFERENCES tasks (run_id, name) ON DELETE CASCADE"
+            ") WITHOUT ROWID",
+            "CREATE INDEX units_by_state ON units (run_id, task, state, idx)",
+            "CREATE INDEX units_by_job ON units (job_id)",
+            "CREATE TABLE jobs ("
+            " id TEXT PRIMARY KEY,"
+            " run_id TEXT NOT NULL,"
+            " task TEXT NOT NULL,"
+            " kind TEXT NOT NULL CHECK (kind IN ('chunk', 'merge', 'command')),"
+            " queue TEXT NOT NULL,"
+            " attempt INTEGER NOT NULL,"
+            " units INTEGER NOT NULL,"
+            " worker TEXT,"
+            " enqueued_s REAL NOT NULL,"
+            " FOREIGN KEY (run_id, task) REFERENCES tasks (run_id, name) ON DELETE CASCADE"
+            ")",
+            "CREATE INDEX jobs_by_queue ON jobs (queue)",
+            "CREATE INDEX jobs_by_run ON jobs (run_id, task)",
+        ),
+    ),
+)
+
+#: Most host parameters in one statement, well below SQLite's limit.
+_BATCH = 500
+
+UNIT_COLUMNS = (
+    "run_id, task, idx, kind, state, attempt, job_id, memory_gb, worker, error, errors, kills,"
+    " queued_s, started_s, finished_s"
+)
+TASK_COLUMNS = (
+    "run_id, name, position, type, settings, inputs, depends, override, memory_override_gb,"
+    " splittable, has_merge, state, status, queue, resource_key, resources, units,"
+    " started_s, finished_s"
+)
+RUN_COLUMNS = "id, name, model, state, message, document, created_s, updated_s, finished_s"
+JOB_COLUMNS = "id, run_id, task, kind, queue, attempt, units, worker, enqueued_s"

@@ -1,0 +1,512 @@
+"""`RunStore`: the SQL of run state (see the package's description)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, cast
+
+import aiosqlite
+
+from simrun import db
+from simrun.queues import ReportEntry
+from simrun.runstate import (
+    ACTIVE_UNIT_STATES,
+    COMMAND_INDEX,
+    MERGE_INDEX,
+    Limits,
+    RunState,
+    TaskState,
+    UnitRow,
+    UnitState,
+    unit_after_outcome,
+    unit_index,
+)
+from simrun.runstore.reads import RunReads, chunks, marks
+from simrun.runstore.rows import (
+    UPDATE_UNIT,
+    Applied,
+    NewJob,
+    NewRun,
+    ReplayError,
+    dumps,
+    unit_of,
+    unit_values,
+)
+from simrun.runstore.schema import (
+    COMPONENT,
+    JOB_COLUMNS,
+    MIGRATIONS,
+    RUN_COLUMNS,
+    TASK_COLUMNS,
+    UNIT_COLUMNS,
+)
+
+__all__ = ["RunStore"]
+
+
+class RunStore(RunReads):
+    """Run state in the SQLite file ``path`` (created on `open`)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self._write: aiosqlite.Connection | None = None
+        self._write_lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, path: Path) -> RunStore:
+        """The store of ``path``, its tables created or upgraded."""
+        store = cls(path)
+        store._write = await db.connect(store.path)
+        try:
+            await db.migrate(store._write, COMPONENT, MIGRATIONS)
+            store._read = await db.connect(store.path)
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    async def close(self) -> None:
+        for conn in (self._write, self._read):
+            if conn is not None:
+                await conn.close()
+        self._write = self._read = None
+
+    async def __aenter__(self) -> RunStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def connection(self) -> aiosqlite.Connection:
+        """The write connection (for schema set-up of stores sharing the file, outside a
+        transaction)."""
+        if self._write is None:
+            raise RuntimeError(f"RunStore({self.path}) is closed or was never opened")
+        return self._write
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """A write transaction on the store's connection, alone: other writers of this store
+        wait for it. Pass the connection to the methods that take ``conn``."""
+        async with self._write_lock, db.transaction(self.connection) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _writing(self, conn: aiosqlite.Connection | None) -> AsyncIterator[Any]:
+        """``conn`` when the caller holds a transaction, else a new one of our own."""
+        if conn is not None:
+            if not conn.in_transaction:
+                raise RuntimeError("RunStore: the connection passed is not in a transaction")
+            yield conn
+            return
+        async with self.transaction() as own:
+            yield own
+
+    # -- runs ------------------------------------------------------------------------------
+
+    async def create_run(self, run: NewRun) -> None:
+        """Store a new run (state running) and its tasks (state waiting), all or nothing."""
+        async with self.transaction() as conn:
+            await conn.execute(
+                f"INSERT INTO runs ({RUN_COLUMNS}) VALUES (?, ?, ?, 'running', '', ?, ?, ?, NULL)",
+                (run.id, run.name, run.model, run.document, run.created_s, run.created_s),
+            )
+            await conn.executemany(
+                f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES"
+                " (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, 'waiting', '', NULL, NULL, NULL, NULL,"
+                " NULL, NULL)",
+                [
+                    (
+                        run.id,
+                        t.name,
+                        t.position,
+                        t.type,
+                        json.dumps(t.settings, sort_keys=True),
+                        json.dumps(t.inputs, sort_keys=True),
+                        json.dumps(list(t.depends)),
+                        dumps(t.override),
+                        int(t.splittable),
+                        int(t.has_merge),
+                    )
+                    for t in run.tasks
+                ],
+            )
+
+    async def set_run_state(
+        self,
+        run_id: str,
+        state: RunState,
+        message: str,
+        now_s: float,
+        conn: aiosqlite.Connection | None = None,
+    ) -> None:
+        """Set a run's state and message; a finished state records the time."""
+        finished = None if state == "running" else now_s
+        async with self._writing(conn) as c:
+            await c.execute(
+                "UPDATE runs SET state = ?, message = ?, updated_s = ?, finished_s = ?"
+                " WHERE id = ?",
+                (state, message, now_s, finished, run_id),
+            )
+
+    # -- tasks -----------------------------------------------------------------------------
+
+    async def set_task(
+        self,
+        run_id: str,
+        task: str,
+        *,
+        state: TaskState | None = None,
+        status: str | None = None,
+        queue: str | None = None,
+        resource_key: str | None = None,
+        resources: Mapping[str, Any] | None = None,
+        now_s: float | None = None,
+        conn: aiosqlite.Connection | None = None,
+    ) -> None:
+        """Update the given fields of a task. With ``state`` a ``now_s`` is needed: it sets
+        the finish time of a done, failed or cancelled task."""
+        sets: list[str] = []
+        params: list[Any] = []
+        if state is not None:
+            if now_s is None:
+                raise ValueError("RunStore.set_task: a state change needs now_s")
+            final = state in ("done", "failed", "cancelled")
+            sets += ["state = ?", "finished_s = ?"]
+            params += [state, now_s if final else None]
+        for column, value in (("status", status), ("queue", queue), ("resource_key", resource_key)):
+            if value is not None:
+                sets.append(f"{column} = ?")
+                params.append(value)
+        if resources is not None:
+            sets.append("resources = ?")
+            params.append(dumps(dict(resources)))
+        if not sets:
+            return
+        async with self._writing(conn) as c:
+            await c.execute(
+                f"UPDATE tasks SET {', '.join(sets)} WHERE run_id = ? AND name = ?",
+                (*params, run_id, task),
+            )
+
+    async def start_task(
+        self,
+        run_id: str,
+        task: str,
+        units: int,
+        now_s: float,
+        conn: aiosqlite.Connection | None = None,
+    ) -> None:
+        """Create the pending units of a task and set it running: ``units`` chunk units of a
+        splittable task, or its one command unit (``units`` must then be 1)."""
+        async with self._writing(conn) as c:
+            rows = list(
+                await c.execute_fetchall(
+                    "SELECT splittable, state FROM tasks WHERE run_id = ? AND name = ?",
+                    (run_id, task),
+                )
+            )
+            if not rows:
+                raise KeyError(f"run {run_id!r} has no task {task!r}")
+            splittable, state = bool(rows[0][0]), rows[0][1]
+            if state not in ("waiting", "ready"):
+                raise ValueError(f"task {task!r} of run {run_id!r} is {state}, it cannot start")
+            if units < 0 or (not splittable and units != 1):
+                raise ValueError(f"task {task!r}: cannot start with {units} units")
+            kind = "chunk" if splittable else "command"
+            first = 0 if splittable else COMMAND_INDEX
+            await c.executemany(
+                "INSERT INTO units (run_id, task, idx, kind, state) VALUES (?, ?, ?, ?, 'pending')",
+                [(run_id, task, first + i, kind) for i in range(units)],
+            )
+            await c.execute(
+                "UPDATE tasks SET state = 'running', units = ?, started_s = ?, status = ''"
+                " WHERE run_id = ? AND name = ?",
+                (units, now_s, run_id, task),
+            )
+
+    async def add_merge_unit(
+        self, run_id: str, task: str, conn: aiosqlite.Connection | None = None
+    ) -> None:
+        """Create the pending merge unit of a task (once; a second call changes nothing)."""
+        async with self._writing(conn) as c:
+            await c.execute(
+                "INSERT OR IGNORE INTO units (run_id, task, idx, kind, state)"
+                " VALUES (?, ?, ?, 'merge', 'pending')",
+                (run_id, task, MERGE_INDEX),
+            )
+
+    # -- units -----------------------------------------------------------------------------
+
+    @staticmethod
+    async def _unit_rows(
+        conn: aiosqlite.Connection, wanted: Iterable[tuple[str, str, int]]
+    ) -> dict[tuple[str, str, int], UnitRow]:
+        by_task: dict[tuple[str, str], list[int]] = defaultdict(list)
+        for run_id, task, index in wanted:
+            by_task[(run_id, task)].append(index)
+        found: dict[tuple[str, str, int], UnitRow] = {}
+        for (run_id, task), indices in by_task.items():
+            for part in chunks(sorted(set(indices))):
+                rows = await conn.execute_fetchall(
+                    f"SELECT {UNIT_COLUMNS} FROM units WHERE run_id = ? AND task = ?"
+                    f" AND idx IN ({marks(len(part))})",
+                    (run_id, task, *part),
+                )
+                for r in rows:
+                    unit = unit_of(r)
+                    found[(unit.run, unit.task, unit.index)] = unit
+        return found
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    async def add_jobs(
+        self, jobs: Sequence[NewJob], now_s: float, conn: aiosqlite.Connection | None = None
+    ) -> None:
+        """Record jobs as in flight and move their units from pending to queued with the
+        job's attempt and memory. Every unit must be pending (else nothing is written)."""
+        unit_params = [
+            (j.attempt, j.id, j.memory_gb, now_s, j.run, j.task, i) for j in jobs for i in j.indices
+        ]
+        async with self._writing(conn) as c:
+            before = c.total_changes
+            await c.executemany(
+                "UPDATE units SET state = 'queued', attempt = ?, job_id = ?, memory_gb = ?,"
+                " worker = NULL, queued_s = ?, started_s = NULL, finished_s = NULL"
+                " WHERE run_id = ? AND task = ? AND idx = ? AND state = 'pending'",
+                unit_params,
+            )
+            if c.total_changes - before != len(unit_params):
+                raise ValueError(
+                    f"RunStore.add_jobs: only {c.total_changes - before} of {len(unit_params)} "
+                    "units were pending; nothing was dispatched"
+                )
+            await c.executemany(
+                f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+                [
+                    (j.id, j.run, j.task, j.kind, j.queue, j.attempt, len(j.indices), now_s)
+                    for j in jobs
+                ],
+            )
+
+    async def see_jobs(
+        self,
+        sightings: Mapping[str, tuple[str, bool]],
+        now_s: float,
+        conn: aiosqlite.Connection | None = None,
+    ) -> int:
+        """Record what worker heartbeats said: job id → (worker id, whether it runs, not just
+        waits). Units of a running job become running on that worker. Returns the units
+        changed; ids that are not in flight are ignored."""
+        items = list(sightings.items())
+        async with self._writing(conn) as c:
+            await c.executemany(
+                "UPDATE jobs SET worker = ? WHERE id = ? AND worker IS NOT ?",
+                [(w, job, w) for job, (w, _) in items],
+            )
+            before = c.total_changes
+            await c.executemany(
+                "UPDATE units SET worker = ?, state = 'running',"
+                " started_s = coalesce(started_s, ?)"
+                " WHERE job_id = ?"
+                " AND (state = 'queued' OR (state = 'running' AND worker IS NOT ?))",
+                [(w, now_s, job, w) for job, (w, running) in items if running],
+            )
+            await c.executemany(
+                "UPDATE units SET worker = ? WHERE job_id = ? AND state = 'queued'"
+                " AND worker IS NOT ?",
+                [(w, job, w) for job, (w, running) in items if not running],
+            )
+            changed: int = c.total_changes - before
+            return changed
+
+    async def release_jobs(
+        self, job_ids: Sequence[str], reason: str, conn: aiosqlite.Connection | None = None
+    ) -> int:
+        """Give up on jobs in flight (their worker died, Redis lost them, or the run is
+        cancelled): their queued or running units go back to pending with ``reason`` as their
+        last error, to be dispatched again with a new attempt. Returns the units released."""
+        async with self._writing(conn) as c:
+            before = c.total_changes
+            await c.executemany(
+                "UPDATE units SET state = 'pending', worker = NULL, error = ?"
+                " WHERE job_id = ? AND state IN ('queued', 'running')",
+                [(reason, j) for j in job_ids],
+            )
+            released: int = c.total_changes - before
+            await c.executemany("DELETE FROM jobs WHERE id = ?", [(j,) for j in job_ids])
+            return released
+
+    # -- reports ---------------------------------------------------------------------------
+
+    async def apply_reports(
+        self,
+        entries: Sequence[ReportEntry],
+        *,
+        conn: aiosqlite.Connection,
+        limits: Limits,
+        now_s: float,
+    ) -> Applied:
+        """Apply the unit outcomes of report entries inside the caller's transaction.
+
+        Each outcome goes through `simrun.runstate.unit_after_outcome`; the jobs reported on
+        leave the set in flight. Entries whose job was in flight come back in
+        ``Applied.recorded`` (a report read twice, after a restart before its
+        acknowledgement, is recorded once). Outcomes for units of unknown tasks are ignored.
+        """
+        if not conn.in_transaction:
+            raise RuntimeError("RunStore.apply_reports: the connection is not in a transaction")
+        applied = Applied()
+        wanted: list[tuple[str, str, int]] = []
+        for entry in entries:
+            wanted += [(entry.run, entry.task, unit_index(k)) for k in entry.outcomes]
+        units = await self._unit_rows(conn, wanted)
+        in_flight = await self._existing_jobs(conn, [e.job_id for e in entries])
+        changed: dict[tuple[str, str, int], UnitRow] = {}
+        recorded: set[str] = set()
+        for entry in entries:
+            if entry.job_id in in_flight and entry.job_id not in recorded:
+                recorded.add(entry.job_id)
+                applied.recorded.append(entry)
+            for key, outcome in entry.outcomes.items():
+                ident = (entry.run, entry.task, unit_index(key))
+                unit = changed.get(ident) or units.get(ident)
+                if unit is None:
+                    continue
+                after = unit_after_outcome(
+                    unit,
+                    outcome,
+                    entry.attempt,
+                    error=entry.errors.get(key) or entry.error,
+                    worker=entry.worker_id,
+                    limit_gb=entry.report.limit_gb,
+                    limits=limits,
+                    now_s=now_s,
+                )
+                if after is None:
+                    continue
+                if after.started_s is None:
+                    after = replace(after, started_s=entry.started)
+                changed[ident] = after
+                applied.touched.add((entry.run, entry.task))
+                if outcome == "refused":
+                    applied.refused[(entry.run, entry.task)] = after.error or "refused"
+        await conn.executemany(UPDATE_UNIT, [unit_values(u) for u in changed.values()])
+        gone = sorted(in_flight)
+        before = conn.total_changes
+        await conn.executemany(
+            "UPDATE units SET state = 'pending', worker = NULL,"
+            " error = 'the report of its job did not mention it'"
+            " WHERE job_id = ? AND state IN ('queued', 'running')",
+            [(j,) for j in gone],
+        )
+        await conn.executemany("DELETE FROM jobs WHERE id = ?", [(j,) for j in gone])
+        applied.changed = len(changed) + conn.total_changes - before - len(gone)
+        return applied
+
+    @staticmethod
+    async def _existing_jobs(conn: aiosqlite.Connection, job_ids: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        for part in chunks(sorted(set(job_ids))):
+            rows = await conn.execute_fetchall(
+                f"SELECT id FROM jobs WHERE id IN ({marks(len(part))})", part
+            )
+            found.update(str(r[0]) for r in rows)
+        return found
+
+    # -- replay and cancel -----------------------------------------------------------------
+
+    async def replay(
+        self,
+        run_id: str,
+        now_s: float,
+        task: str | None = None,
+        indices: Sequence[int] = (),
+        memory_gb: float | None = None,
+    ) -> int:
+        """Put failed units back to pending (all of the run, of one ``task``, or only
+        ``indices`` of it), with fresh retry counts; their tasks and the run run again.
+        ``memory_gb`` fixes the memory per process of the replayed tasks. Done units are
+        never touched. Returns the number of units replayed; `ReplayError` says why none."""
+        run = await self.run(run_id)
+        if run is None:
+            raise ReplayError(f"there is no run {run_id!r}")
+        if run.state == "cancelled":
+            raise ReplayError(f"run {run_id!r} was cancelled; submit it again instead")
+        if indices and task is None:
+            raise ReplayError("unit indices need a task (--task) to pick them from")
+        if memory_gb is not None and not memory_gb > 0:
+            raise ReplayError(f"memory_gb must be more than 0, got {memory_gb!r}")
+        names = {t.name: t for t in await self.tasks(run_id)}
+        if task is not None and task not in names:
+            raise ReplayError(f"run {run_id!r} has no task {task!r} (its tasks: {sorted(names)})")
+        where = "run_id = ? AND state = 'failed'"
+        params: list[Any] = [run_id]
+        if task is not None:
+            where += " AND task = ?"
+            params.append(task)
+        failed = [
+            (str(r[0]), int(r[1]))
+            for r in await self._fetch(f"SELECT task, idx FROM units WHERE {where}", params)
+        ]
+        if indices:
+            wanted = set(indices)
+            chosen = [(t, i) for t, i in failed if i in wanted]
+            missing = sorted(wanted - {i for _, i in chosen})
+            if missing:
+                raise ReplayError(f"task {task!r}: units {missing} are not failed")
+            failed = chosen
+        if not failed:
+            scope = f"task {task!r} of run {run_id!r}" if task else f"run {run_id!r}"
+            raise ReplayError(f"{scope} has no failed units to replay")
+        tasks = sorted({t for t, _ in failed})
+        async with self.transaction() as c:
+            await c.executemany(
+                "UPDATE units SET state = 'pending', errors = 0, kills = 0, finished_s = NULL"
+                " WHERE run_id = ? AND task = ? AND idx = ? AND state = 'failed'",
+                [(run_id, t, i) for t, i in failed],
+            )
+            await c.executemany(
+                "UPDATE tasks SET state = CASE WHEN EXISTS (SELECT 1 FROM units WHERE"
+                " run_id = tasks.run_id AND task = tasks.name AND kind = 'merge' AND"
+                " state = 'pending') THEN 'merging' ELSE 'running' END,"
+                " status = '', finished_s = NULL,"
+                " memory_override_gb = coalesce(?, memory_override_gb)"
+                " WHERE run_id = ? AND name = ?",
+                [(memory_gb, run_id, t) for t in tasks],
+            )
+            await self.set_run_state(run_id, "running", "", now_s, conn=c)
+        return len(failed)
+
+    async def cancel(self, run_id: str, now_s: float) -> list[UnitRow]:
+        """Cancel a running run: unfinished tasks become cancelled, its jobs leave the set in
+        flight and their units go back to pending. Returns those units (as they were), so
+        the caller can tell workers they are stale. `ReplayError` for an unknown run or a run
+        that already ended."""
+        run = await self.run(run_id)
+        if run is None:
+            raise ReplayError(f"there is no run {run_id!r}")
+        if run.state != "running":
+            raise ReplayError(f"run {run_id!r} already ended ({run.state}); nothing to cancel")
+        active = await self.units(run_id, states=cast(Sequence[UnitState], ACTIVE_UNIT_STATES))
+        async with self.transaction() as c:
+            job_ids = [
+                str(r[0])
+                for r in await c.execute_fetchall("SELECT id FROM jobs WHERE run_id = ?", (run_id,))
+            ]
+            await self.release_jobs(job_ids, "the run was cancelled", conn=c)
+            await c.execute(
+                "UPDATE tasks SET state = 'cancelled', finished_s = ?, status = 'cancelled'"
+                " WHERE run_id = ? AND state NOT IN ('done', 'failed')",
+                (now_s, run_id),
+            )
+            await self.set_run_state(run_id, "cancelled", "cancelled", now_s, conn=c)
+        return active

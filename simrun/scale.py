@@ -1,0 +1,267 @@
+"""How many worker containers a queue wants: the pure scaling decision.
+
+The input is the backlog of one queue, grouped by resource key: how many units of each key
+are not done yet, the seconds one unit takes in one process (learned, or None while nothing
+is learned) and the memory one worker process of that key asks for. The output is a number
+of containers of a given shape (memory and process slots), with the reason in words.
+
+The rule:
+
+* A container runs ``slots = min(processes, floor(memory_gb / memory_per_worker_gb))``
+  units of a key at a time: memory may pack fewer units than there are processes (a
+  16 GiB container with 4 processes runs only 2 units of 8 GiB at once).
+* Each key needs ``units * seconds_per_unit / slots`` container-seconds (the default
+  seconds per unit stands in for unknown keys). Their sum divided by the target drain time,
+  rounded up, is the demand. Where memory does not bind this is the queued work seconds ÷
+  drain time ÷ processes per container; where it binds, the same work needs more
+  containers.
+* More containers than the units can keep busy at once (``Σ units / slots``, rounded up)
+  would only idle: the demand is capped there, so three long units never ask for ten
+  containers.
+* Units of a key that cannot fit one process into a container at all add nothing (another
+  container of the same shape would not run them either); the reason names them.
+* The result is clamped to ``[min_containers, max_containers]``; an empty backlog gives
+  ``min_containers``.
+
+Nothing here reads Redis, the clock or the environment; `simrun scale` and ``/metrics``
+are the shells that gather a `QueueBacklog` and act on the `Decision`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+__all__ = [
+    "DEFAULT_SECONDS_PER_UNIT",
+    "DEFAULT_TARGET_DRAIN_S",
+    "BacklogEntry",
+    "ContainerShape",
+    "Decision",
+    "QueueBacklog",
+    "ScalePolicy",
+    "desired_containers",
+    "slots_per_container",
+]
+
+#: Seconds assumed for one unit of a key that has no learned ``seconds_per_unit`` yet.
+DEFAULT_SECONDS_PER_UNIT = 60.0
+#: How long the queued work should take to drain: ten minutes.
+DEFAULT_TARGET_DRAIN_S = 600.0
+#: Rounding slack: 2.000000001 containers are 2, not 3.
+_EPS = 1e-9
+
+
+def _finite(value: float, minimum: float, what: str, *, strict: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{what} must be a finite number, got {value!r}")
+    if value < minimum or (strict and value == minimum):
+        sign = ">" if strict else ">="
+        raise ValueError(f"{what} must be {sign} {minimum:g}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class BacklogEntry:
+    """The units of one resource key that are not done yet (queued, waiting or running).
+
+    ``key`` is the key's text, used only in the reason. ``seconds_per_unit`` is None while
+    nothing is learned for the key. ``memory_per_worker_gb`` is what one worker process of
+    the key asks for (GiB).
+    """
+
+    key: str
+    units: int
+    seconds_per_unit: float | None
+    memory_per_worker_gb: float
+
+    def __post_init__(self) -> None:
+        if isinstance(self.units, bool) or not isinstance(self.units, int) or self.units < 0:
+            raise ValueError(f"backlog of {self.key!r}: units must be an integer >= 0")
+        if self.seconds_per_unit is not None:
+            _finite(self.seconds_per_unit, 0, f"backlog of {self.key!r}: seconds_per_unit")
+        _finite(self.memory_per_worker_gb, 0, f"backlog of {self.key!r}: memory_per_worker_gb")
+
+
+@dataclass(frozen=True)
+class QueueBacklog:
+    """The backlog of one queue (cpu, gpu, image:…), one entry per resource key."""
+
+    queue: str
+    entries: tuple[BacklogEntry, ...] = ()
+
+    @property
+    def units(self) -> int:
+        return sum(e.units for e in self.entries)
+
+
+@dataclass(frozen=True)
+class ContainerShape:
+    """What one worker container of the queue has: memory (GiB) and process slots."""
+
+    memory_gb: float
+    processes: int
+
+    def __post_init__(self) -> None:
+        _finite(self.memory_gb, 0, "container memory_gb", strict=True)
+        if (
+            isinstance(self.processes, bool)
+            or not isinstance(self.processes, int)
+            or self.processes < 1
+        ):
+            raise ValueError(f"container processes must be an integer >= 1, got {self.processes}")
+
+
+@dataclass(frozen=True)
+class ScalePolicy:
+    """The knobs of the decision: drain target, default unit time, and the clamp."""
+
+    target_drain_s: float = DEFAULT_TARGET_DRAIN_S
+    default_seconds_per_unit: float = DEFAULT_SECONDS_PER_UNIT
+    min_containers: int = 0
+    max_containers: int = 10
+
+    def __post_init__(self) -> None:
+        _finite(self.target_drain_s, 0, "target drain seconds", strict=True)
+        _finite(self.default_seconds_per_unit, 0, "default seconds per unit", strict=True)
+        for name in ("min_containers", "max_containers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if self.min_containers > self.max_containers:
+            raise ValueError(
+                f"min_containers ({self.min_containers}) is more than "
+                f"max_containers ({self.max_containers})"
+            )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How many containers the queue wants, and why.
+
+    ``desired`` is the clamped answer. ``demand`` is the count before the clamp;
+    ``by_time`` the count the work alone asks for at full process slots, ``by_memory`` the
+    count once memory fit is taken into account (>= ``by_time``), ``by_parallelism`` the
+    most containers the units can keep busy. ``work_s`` is the queued work in
+    process-seconds. ``unfit`` lists keys whose units cannot run in this container shape.
+    """
+
+    queue: str
+    desired: int
+    reason: str
+    demand: int = 0
+    by_time: int = 0
+    by_memory: int = 0
+    by_parallelism: int = 0
+    work_s: float = 0.0
+    units: int = 0
+    unfit: tuple[str, ...] = field(default=())
+
+
+def slots_per_container(memory_per_worker_gb: float, shape: ContainerShape) -> int:
+    """How many units of a key one container runs at once: its processes, fewer when their
+    memory does not fit (0 when not even one fits)."""
+    if memory_per_worker_gb <= 0:
+        return shape.processes
+    fit = math.floor(shape.memory_gb / memory_per_worker_gb + _EPS)
+    return max(0, min(shape.processes, fit))
+
+
+def _ceil(value: float) -> int:
+    return max(0, math.ceil(value - _EPS))
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _clamp(demand: int, policy: ScalePolicy) -> tuple[int, str]:
+    if demand < policy.min_containers:
+        return policy.min_containers, f"raised to the minimum {policy.min_containers}"
+    if demand > policy.max_containers:
+        return policy.max_containers, f"capped at the maximum {policy.max_containers}"
+    return demand, ""
+
+
+def desired_containers(
+    backlog: QueueBacklog, shape: ContainerShape, policy: ScalePolicy | None = None
+) -> Decision:
+    """The number of containers of ``shape`` that drains ``backlog`` within the policy's
+    target drain time, bounded by memory fit and by the units' parallelism, clamped to
+    the policy's minimum and maximum. See the module's docstring for the rule."""
+    policy = policy or ScalePolicy()
+    work_s = 0.0  # process-seconds of all units that can run here
+    container_s_full = 0.0  # container-seconds if every process slot were usable
+    container_s_fit = 0.0  # container-seconds with the slots memory leaves
+    parallel = 0.0  # containers that would run every unit at once
+    defaulted = 0
+    units = 0
+    unfit: list[str] = []
+    tight: list[str] = []
+    for entry in backlog.entries:
+        if entry.units == 0:
+            continue
+        slots = slots_per_container(entry.memory_per_worker_gb, shape)
+        if slots == 0:
+            unfit.append(entry.key)
+            continue
+        seconds = entry.seconds_per_unit
+        if seconds is None:
+            seconds = policy.default_seconds_per_unit
+            defaulted += entry.units
+        units += entry.units
+        work = entry.units * seconds
+        work_s += work
+        container_s_full += work / shape.processes
+        container_s_fit += work / slots
+        parallel += entry.units / slots
+        if slots < shape.processes:
+            tight.append(f"{entry.key!r} {slots} at a time ({entry.memory_per_worker_gb:g} GiB)")
+
+    by_time = _ceil(container_s_full / policy.target_drain_s)
+    by_memory = _ceil(container_s_fit / policy.target_drain_s)
+    by_parallelism = _ceil(parallel)
+    demand = min(by_memory, by_parallelism)
+    desired, clamp_note = _clamp(demand, policy)
+
+    parts: list[str] = []
+    if units == 0 and not unfit:
+        parts.append("empty backlog")
+    elif units:
+        default_s = _duration(policy.default_seconds_per_unit)
+        known = f" ({defaulted} at the default {default_s} per unit)" if defaulted else ""
+        parts.append(
+            f"{units} units, {_duration(work_s)} of work{known}: "
+            f"{by_time} container(s) of {shape.processes} "
+            f"processes drain it in {_duration(policy.target_drain_s)}"
+        )
+        if by_memory > by_time:
+            parts.append(
+                f"memory fit ({shape.memory_gb:g} GiB per container: "
+                f"{'; '.join(tight)}) needs {by_memory}"
+            )
+        if by_parallelism < by_memory:
+            parts.append(f"the units keep at most {by_parallelism} busy")
+    if unfit:
+        parts.append(
+            f"{len(unfit)} key(s) cannot fit one process in {shape.memory_gb:g} GiB and are "
+            f"left out: {', '.join(repr(k) for k in unfit)}"
+        )
+    if clamp_note:
+        parts.append(clamp_note)
+    reason = f"{backlog.queue}: {'; '.join(parts)} → {desired}"
+    return Decision(
+        queue=backlog.queue,
+        desired=desired,
+        reason=reason,
+        demand=demand,
+        by_time=by_time,
+        by_memory=by_memory,
+        by_parallelism=by_parallelism,
+        work_s=work_s,
+        units=units,
+        unfit=tuple(unfit),
+    )

@@ -1,0 +1,50 @@
+"""`ControllerSettings`: how the controller runs (times in seconds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from simrun.queues import DEFAULT_PREFIX
+from simrun.runstate import Limits
+from simrun.service import decisions
+
+__all__ = ["ControllerSettings"]
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    """How the controller runs. ``store`` is the run store (STORE); the SQLite file is
+    ``db_path`` (``STORE/simrun.db`` by default, on a local volume). Times in seconds."""
+
+    store: Path
+    redis_url: str
+    prefix: str = DEFAULT_PREFIX
+    db_path: Path | None = None
+    #: Pause of the loop when a step found nothing to do.
+    poll_s: float = 0.1
+    #: Reports read per batch, and batches per step at most.
+    report_batch: int = 500
+    report_batches: int = 20
+    #: Jobs in flight per queue at most; the rest of the units wait as pending.
+    window_jobs: int = 64
+    enqueue_concurrency: int = 32
+    target_job_s: float = decisions.DEFAULT_TARGET_JOB_S
+    max_chunk: int = decisions.DEFAULT_MAX_CHUNK
+    limits: Limits = field(default_factory=Limits)
+    #: How often the jobs in flight are compared with what Redis holds.
+    reconcile_s: float = 5.0
+    #: Bound of one unit on a worker (None: none).
+    unit_timeout_s: float | None = None
+    group: str = "simrun-service"
+    consumer: str = "controller"
+
+    @property
+    def database(self) -> Path:
+        return self.db_path if self.db_path is not None else self.store / "simrun.db"
+
+    def __post_init__(self) -> None:
+        if self.window_jobs < 1 or self.report_batch < 1 or self.report_batches < 1:
+            raise ValueError("window_jobs, report_batch and report_batches must be >= 1")
+        if not self.poll_s > 0 or not self.reconcile_s > 0 or not self.target_job_s > 0:
+            raise ValueError("poll_s, reconcile_s and target_job_s must be > 0")

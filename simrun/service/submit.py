@@ -1,0 +1,154 @@
+"""Turning a checked workflow into a run: its id, its tasks with their input paths, and the
+copy of its sources in the run's directory.
+
+Sources are copied into ``STORE/runs/<run_id>/sources/<name>/`` at submission, so that
+workers (in containers that only see the store) read them there, and a run keeps reading
+the files it was submitted with even when the originals change. A source port of a task
+reads that copy; a ``task.port`` input reads the upstream task's output directory
+(``<task>/out``, or ``<task>/out/<port>`` for a port other than ``out``).
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from simrun.plugins import TaskPaths, TaskType
+from simrun.runstore import NewRun, NewTask
+from simrun.workflow import InputRef, Problem, Workflow, WorkflowError
+
+__all__ = [
+    "SOURCES_DIR",
+    "copy_sources",
+    "input_path",
+    "new_run_id",
+    "plan_run",
+    "remove_run_dir",
+    "source_copy",
+    "source_paths",
+]
+
+SOURCES_DIR = "sources"
+
+
+def new_run_id(now_s: float | None = None, token: str | None = None) -> str:
+    """A run id that sorts by submission time: ``20250101-120000-1a2b3c``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now_s is None else now_s))
+    return f"{stamp}-{token or secrets.token_hex(3)}"
+
+
+def source_copy(run_dir: Path, name: str, original: Path) -> Path:
+    """Where the copy of source ``name`` (a file or a directory at ``original``) lives."""
+    return run_dir / SOURCES_DIR / name / original.name
+
+
+def input_path(run_dir: Path, ref: str, sources: Mapping[str, Path]) -> Path:
+    """The path an input reference reads: a source's copy or an upstream output directory."""
+    parsed = InputRef.parse(ref)
+    if parsed is None:
+        raise ValueError(f"input {ref!r} is neither 'task.port' nor 'source:name'")
+    if parsed.kind == "source":
+        return source_copy(run_dir, parsed.name, sources[parsed.name])
+    out = TaskPaths.for_task(run_dir.parent.parent, run_dir.name, parsed.name).out
+    return out if parsed.port == "out" else out / parsed.port
+
+
+def source_paths(
+    doc: Workflow, base: Path | None, uploaded: Mapping[str, Path] | None = None
+) -> dict[str, Path]:
+    """Each source's file: the ``uploaded`` one when given, else its path in the document
+    (relative to ``base``). `WorkflowError` names every source that does not exist."""
+    found: dict[str, Path] = {}
+    problems: list[Problem] = []
+    for name, raw in doc.sources.items():
+        path = (uploaded or {}).get(name)
+        if path is None:
+            path = Path(raw)
+            if not path.is_absolute() and base is not None:
+                path = base / path
+        if not path.exists():
+            problems.append(Problem(("sources", name), f"file not found: {path}"))
+        found[name] = path
+    if problems:
+        raise WorkflowError(problems, "workflow")
+    return found
+
+
+def plan_run(
+    run_id: str,
+    doc: Workflow,
+    settings_by_task: Mapping[str, dict[str, Any]],
+    types: Mapping[str, TaskType],
+    run_dir: Path,
+    sources: Mapping[str, Path],
+    text: str,
+    created_s: float,
+) -> NewRun:
+    """The run to store for a checked document. `WorkflowError` when a task's type is not
+    installed in the service or its settings are missing."""
+    problems = [
+        Problem(("tasks", i, "type"), f"task type {spec.type!r} is not installed", task=spec.name)
+        for i, spec in enumerate(doc.tasks)
+        if spec.type not in types
+    ] + [
+        Problem(("tasks", i, "settings"), "settings were not checked", task=spec.name)
+        for i, spec in enumerate(doc.tasks)
+        if spec.name not in settings_by_task
+    ]
+    if problems:
+        raise WorkflowError(problems, "workflow")
+    deps = doc.dependencies()
+    order = doc.order()
+    tasks = []
+    for position, name in enumerate(order):
+        spec = doc.task(name)
+        task_type = types[spec.type]
+        tasks.append(
+            NewTask(
+                name=name,
+                type=spec.type,
+                position=position,
+                settings=dict(settings_by_task[name]),
+                inputs={
+                    port: str(input_path(run_dir, ref, sources))
+                    for port, ref in sorted(spec.inputs.items())
+                },
+                depends=tuple(sorted(deps[name])),
+                splittable=task_type.splittable,
+                has_merge=task_type.splittable and task_type.merge is not None,
+                override=(
+                    spec.resources.model_dump(exclude_none=True)
+                    if spec.resources is not None
+                    else None
+                ),
+            )
+        )
+    return NewRun(
+        id=run_id,
+        name=doc.name,
+        model=doc.model,
+        document=text,
+        tasks=tuple(tasks),
+        created_s=created_s,
+    )
+
+
+def copy_sources(run_dir: Path, sources: Mapping[str, Path]) -> None:
+    """Copy every source (file or directory) into the run's directory (blocking I/O: call
+    it in a thread)."""
+    for name, original in sources.items():
+        target = source_copy(run_dir, name, original)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if original.is_dir():
+            shutil.copytree(original, target)
+        else:
+            shutil.copy2(original, target)
+
+
+def remove_run_dir(run_dir: Path) -> None:
+    """Remove what a submission that failed had written (blocking I/O: call it in a thread)."""
+    shutil.rmtree(run_dir, ignore_errors=True)

@@ -1,0 +1,243 @@
+"""What a worker container can run at once: memory, processes and GPUs.
+
+Each figure comes from a flag when one is given, else it is detected: memory from the
+cgroup limit of the container (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) when one
+is set, else the physical memory (``MemTotal``); processes from the CPUs the process may
+run on, bounded by a cgroup CPU quota; GPUs from ``CUDA_VISIBLE_DEVICES`` when it is set,
+else from ``nvidia-smi -L`` when that program exists.
+
+The parsing is done by pure functions (tested on tables of real file contents); the
+functions that read files and run programs are thin.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "Capacity",
+    "cgroup_paths",
+    "detect_capacity",
+    "parse_cgroup_v1_memory",
+    "parse_cgroup_v2_memory",
+    "parse_cpu_max",
+    "parse_cuda_visible_devices",
+    "parse_meminfo_total",
+    "parse_nvidia_smi",
+]
+
+GIB = 2**30
+#: Memory kept back for the worker container's own process when memory is detected.
+RESERVE_GB = 0.25
+#: cgroup v1 writes a number near 2**63 for "no limit".
+_V1_UNLIMITED = 2**60
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Memory (GiB), process slots and GPU device ids of one worker container."""
+
+    memory_gb: float
+    processes: int
+    gpu_ids: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.memory_gb) and self.memory_gb > 0):
+            raise ValueError(f"capacity: memory_gb must be > 0, got {self.memory_gb!r}")
+        if self.processes < 1:
+            raise ValueError(f"capacity: processes must be >= 1, got {self.processes!r}")
+
+    @property
+    def gpus(self) -> int:
+        return len(self.gpu_ids)
+
+
+# --- pure parsing -------------------------------------------------------------------------
+
+
+def parse_cgroup_v2_memory(text: str) -> int | None:
+    """Bytes of a cgroup v2 ``memory.max``; None for ``max`` (no limit)."""
+    value = text.strip()
+    if value == "max":
+        return None
+    if not value.isdigit():
+        raise ValueError(f"memory.max holds {value!r}, not a number or 'max'")
+    return int(value)
+
+
+def parse_cgroup_v1_memory(text: str) -> int | None:
+    """Bytes of a cgroup v1 ``memory.limit_in_bytes``; None for its "unlimited" value."""
+    value = text.strip()
+    if not value.lstrip("-").isdigit():
+        raise ValueError(f"memory.limit_in_bytes holds {value!r}, not a number")
+    number = int(value)
+    return None if number < 0 or number >= _V1_UNLIMITED else number
+
+
+def parse_meminfo_total(text: str) -> int:
+    """Bytes of ``MemTotal`` in the text of ``/proc/meminfo``."""
+    match = re.search(r"^MemTotal:\s+(\d+)\s*kB", text, re.MULTILINE)
+    if match is None:
+        raise ValueError("/proc/meminfo has no MemTotal line")
+    return int(match.group(1)) * 1024
+
+
+def parse_cpu_max(text: str) -> float | None:
+    """CPUs of a cgroup v2 ``cpu.max`` ("<quota> <period>"); None for "max" (no quota)."""
+    parts = text.split()
+    if not parts or parts[0] == "max":
+        return None
+    if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit() or parts[1] == "0":
+        raise ValueError(f"cpu.max holds {text.strip()!r}, not '<quota> <period>' or 'max'")
+    return int(parts[0]) / int(parts[1])
+
+
+def parse_cuda_visible_devices(value: str | None) -> tuple[str, ...] | None:
+    """The devices ``CUDA_VISIBLE_DEVICES`` names; None when it is unset.
+
+    Empty entries are skipped; like CUDA, the list ends at the first ``-1`` (an empty
+    value or ``-1`` hides every GPU).
+    """
+    if value is None:
+        return None
+    devices: list[str] = []
+    for part in value.split(","):
+        item = part.strip()
+        if not item:
+            continue
+        if item == "-1":
+            break
+        devices.append(item)
+    return tuple(devices)
+
+
+def parse_nvidia_smi(text: str) -> tuple[str, ...]:
+    """Device indices from the output of ``nvidia-smi -L`` ("GPU 0: <name> (UUID: …)")."""
+    return tuple(re.findall(r"^GPU (\d+):", text, re.MULTILINE))
+
+
+def cgroup_paths(proc_self_cgroup: str) -> tuple[str | None, str | None]:
+    """The v2 path and the v1 memory-controller path of ``/proc/self/cgroup``'s text."""
+    v2: str | None = None
+    v1: str | None = None
+    for line in proc_self_cgroup.splitlines():
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and controllers == "":
+            v2 = path
+        elif "memory" in controllers.split(","):
+            v1 = path
+    return v2, v1
+
+
+def _ancestors(root: Path, path: str | None) -> list[Path]:
+    """``root/path`` and each parent up to ``root``, deepest first."""
+    out: list[Path] = []
+    current = Path(path.strip("/")) if path else Path()
+    while True:
+        out.append(root / current)
+        if current == Path():
+            return out
+        current = current.parent
+
+
+# --- thin I/O -----------------------------------------------------------------------------
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _limit_from(files: list[Path], parse: Callable[[str], int | None]) -> int | None:
+    """The smallest limit any of ``files`` sets (a cgroup is bounded by its ancestors)."""
+    limits = []
+    for file in files:
+        text = _read(file)
+        if text is not None:
+            value = parse(text)
+            if value is not None:
+                limits.append(value)
+    return min(limits) if limits else None
+
+
+def detect_memory_bytes(cgroup_root: Path, proc_root: Path) -> tuple[int, str]:
+    """The container's memory in bytes and where it was found."""
+    own = _read(proc_root / "self" / "cgroup") or ""
+    v2, v1 = cgroup_paths(own)
+    v2_limit = _limit_from(
+        [p / "memory.max" for p in _ancestors(cgroup_root, v2)], parse_cgroup_v2_memory
+    )
+    if v2_limit is not None:
+        return v2_limit, "cgroup v2 memory.max"
+    v1_limit = _limit_from(
+        [p / "memory.limit_in_bytes" for p in _ancestors(cgroup_root / "memory", v1)],
+        parse_cgroup_v1_memory,
+    )
+    if v1_limit is not None:
+        return v1_limit, "cgroup v1 memory.limit_in_bytes"
+    return parse_meminfo_total(_read(proc_root / "meminfo") or ""), "MemTotal"
+
+
+def detect_processes(cgroup_root: Path, proc_root: Path) -> int:
+    """CPUs this process may use, bounded by a cgroup v2 CPU quota (rounded down, >= 1)."""
+    cpus = len(os.sched_getaffinity(0))
+    v2, _ = cgroup_paths(_read(proc_root / "self" / "cgroup") or "")
+    for path in _ancestors(cgroup_root, v2):
+        text = _read(path / "cpu.max")
+        quota = parse_cpu_max(text) if text is not None else None
+        if quota is not None:
+            cpus = min(cpus, max(1, math.floor(quota)))
+    return max(1, cpus)
+
+
+def detect_gpu_ids(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """GPU ids from ``CUDA_VISIBLE_DEVICES`` in ``environ``, else from ``nvidia-smi -L``."""
+    visible = parse_cuda_visible_devices(environ.get("CUDA_VISIBLE_DEVICES"))
+    if visible is not None:
+        return visible
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return ()
+    try:
+        done = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return parse_nvidia_smi(done.stdout) if done.returncode == 0 else ()
+
+
+def detect_capacity(
+    environ: Mapping[str, str],
+    *,
+    memory_gb: float | None = None,
+    processes: int | None = None,
+    gpus: int | None = None,
+    cgroup_root: Path = Path("/sys/fs/cgroup"),
+    proc_root: Path = Path("/proc"),
+) -> Capacity:
+    """The capacity from the flags given, detecting the others.
+
+    Detected memory keeps `RESERVE_GB` back for the container's own process. ``gpus``
+    (a count) takes that many of the detected device ids, or ids "0".."gpus-1" when none
+    are detected.
+    """
+    if memory_gb is None:
+        total, _source = detect_memory_bytes(cgroup_root, proc_root)
+        memory_gb = max(total / GIB - RESERVE_GB, total / GIB / 2)
+    if processes is None:
+        processes = detect_processes(cgroup_root, proc_root)
+    ids = detect_gpu_ids(environ)
+    if gpus is not None:
+        if gpus < 0:
+            raise ValueError(f"--gpus must be >= 0, got {gpus}")
+        ids = ids[:gpus] if len(ids) >= gpus else tuple(str(i) for i in range(gpus))
+    return Capacity(memory_gb=memory_gb, processes=processes, gpu_ids=ids)

@@ -1,0 +1,232 @@
+"""A worker process: the only place where plugin code (setup, compute_unit, merge) runs.
+
+Started by the worker container as ``python -m simrun.worker.child [--plugin REF]...
+[--path DIR]... [--cuda-visible-devices IDS]``, it answers the requests of
+`simrun.worker.protocol` one after the other until its stdin closes. An exception in plugin
+code is caught and sent back with its traceback; the process goes on. The container kills
+the process when it passes its memory limit or a unit's time runs out, and starts another.
+
+Task types are found by name among the ``--plugin`` references (``module:ATTRIBUTE`` naming
+a `TaskType`) and the installed entry points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import importlib
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from simrun.plugins import (
+    ENTRY_POINT_GROUP,
+    PluginError,
+    TaskPaths,
+    TaskType,
+    load_task_types,
+    resolve,
+    task_type_problems,
+)
+from simrun.worker.protocol import read_blocking, write_blocking
+
+__all__ = ["load_plugin_ref", "main"]
+
+#: Tasks a process remembers (with their setup done); an older one is set up again.
+MAX_TASKS = 16
+#: Longest traceback sent back; a longer one keeps its end, where the error is.
+MAX_ERROR_CHARS = 20_000
+
+
+def load_plugin_ref(ref: str) -> TaskType:
+    """The `TaskType` that ``"module:ATTRIBUTE"`` names; `PluginError` saying what is wrong."""
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise PluginError(f"plugin reference {ref!r} is not of the form 'module:ATTRIBUTE'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any import failure of a plugin is reported
+        raise PluginError(
+            f"plugin reference {ref!r}: importing {module_name!r} failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise PluginError(f"plugin reference {ref!r}: {module_name!r} has no {attr!r}") from None
+    problems = task_type_problems(obj)
+    if problems:
+        raise PluginError(f"plugin reference {ref!r}: task type {'; '.join(problems)}")
+    assert isinstance(obj, TaskType)
+    return obj
+
+
+def _error_text() -> str:
+    text = traceback.format_exc()
+    return text if len(text) <= MAX_ERROR_CHARS else "…" + text[-MAX_ERROR_CHARS:]
+
+
+@dataclass
+class _Context:
+    """The task a process is working on."""
+
+    key: tuple[str, str]
+    task_type: TaskType
+    settings: BaseModel
+    paths: TaskPaths
+    set_up: bool = False
+
+
+class Child:
+    """The state of one worker process: its task types, the tasks it has worked on (setup
+    runs once per task per process; the last `MAX_TASKS` tasks are remembered) and the
+    current one."""
+
+    def __init__(self, registry: dict[str, TaskType]) -> None:
+        self.registry = registry
+        self.context: _Context | None = None
+        self._tasks: dict[tuple[str, str], _Context] = {}
+        self._functions: dict[str, Callable[..., Any]] = {}
+
+    def task_type(self, name: str) -> TaskType:
+        found = self.registry.get(name)
+        if found is not None:
+            return found
+        eps = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+        if not eps:
+            known = sorted(
+                {*self.registry, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))}
+            )
+            raise PluginError(
+                f"task type {name!r} is not installed on this worker "
+                f"(known: {', '.join(known) or 'none'})"
+            )
+        loaded = load_task_types(eps)[name]
+        self.registry[name] = loaded
+        return loaded
+
+    def function(self, ref: str) -> Callable[..., Any]:
+        func = self._functions.get(ref)
+        if func is None:
+            func = self._functions[ref] = resolve(ref)
+        return func
+
+    def handle(self, message: dict[str, Any]) -> dict[str, Any]:
+        op = message.get("op")
+        start = time.perf_counter()
+        try:
+            if op == "task":
+                self._task(message)
+            elif op == "unit":
+                self._unit(int(message["index"]))
+            elif op == "merge":
+                self._merge()
+            else:
+                raise ValueError(f"unknown request {op!r}")
+        except Exception:  # noqa: BLE001  # plugin errors go back to the container as text
+            return {"ok": False, "seconds": time.perf_counter() - start, "error": _error_text()}
+        return {"ok": True, "seconds": time.perf_counter() - start, "error": None}
+
+    def _task(self, message: dict[str, Any]) -> None:
+        key = (str(message["run"]), str(message["task"]))
+        self.context = None
+        current = self._tasks.pop(key, None)
+        if current is None:
+            task_type = self.task_type(str(message["task_type"]))
+            raw = message["paths"]
+            paths = TaskPaths(
+                store=Path(raw["store"]),
+                run_dir=Path(raw["run_dir"]),
+                task_dir=Path(raw["task_dir"]),
+                out=Path(raw["out"]),
+                inputs={port: Path(p) for port, p in raw["inputs"].items()},
+                scratch=Path(raw["scratch"]),
+            )
+            settings = task_type.settings.model_validate(message["settings"])
+            current = _Context(key, task_type, settings, paths)
+        self._tasks[key] = current  # most recent last
+        while len(self._tasks) > MAX_TASKS:
+            del self._tasks[next(iter(self._tasks))]
+        if message.get("setup") and not current.set_up:
+            current.paths.out.mkdir(parents=True, exist_ok=True)
+            if current.task_type.setup is not None:
+                self.function(current.task_type.setup)(current.settings, current.paths)
+            current.set_up = True
+        self.context = current
+
+    def _current(self) -> _Context:
+        if self.context is None:
+            raise RuntimeError("no task was given before this request")
+        return self.context
+
+    def _unit(self, index: int) -> None:
+        ctx = self._current()
+        if ctx.task_type.compute_unit is None:
+            raise PluginError(f"task type {ctx.task_type.name!r} has no compute_unit")
+        self.function(ctx.task_type.compute_unit)(ctx.settings, index, ctx.paths)
+
+    def _merge(self) -> None:
+        ctx = self._current()
+        if ctx.task_type.merge is None:
+            return  # a type without a merge has nothing to merge
+        ctx.paths.out.mkdir(parents=True, exist_ok=True)
+        self.function(ctx.task_type.merge)(ctx.settings, ctx.paths)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when the worker container dies (PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="simrun.worker.child")
+    parser.add_argument("--plugin", action="append", default=[])
+    parser.add_argument("--path", action="append", default=[])
+    parser.add_argument("--cuda-visible-devices", default=None)
+    args = parser.parse_args(argv)
+
+    _die_with_parent()
+    # Ctrl-C reaches the whole process group; the container decides when processes stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The protocol keeps the real stdout; whatever plugins print goes to stderr.
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    in_fd = 0
+    if args.cuda_visible_devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = args.cuda_visible_devices
+    for entry in reversed(args.path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+
+    registry: dict[str, TaskType] = {}
+    try:
+        for ref in args.plugin:
+            task_type = load_plugin_ref(ref)
+            registry[task_type.name] = task_type
+    except PluginError as exc:
+        write_blocking(out_fd, {"ok": False, "pid": os.getpid(), "error": str(exc)})
+        return 2
+    write_blocking(out_fd, {"ok": True, "pid": os.getpid(), "error": None})
+
+    child = Child(registry)
+    while True:
+        message = read_blocking(in_fd)
+        if message is None:
+            return 0
+        write_blocking(out_fd, child.handle(message))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""``python -m simrun.worker.health``: is the worker of this container alive?
+
+A container health check (Docker ``HEALTHCHECK``, a Kubernetes liveness probe). It reads
+the worker heartbeats in Redis (`simrun.worker.heartbeat`) and exits 0 when the heartbeat
+of this container's worker was written within ``--max-age-s`` seconds, 1 otherwise, with
+one line that says why. A worker that stops cleanly deletes its heartbeat, and one whose
+event loop is stuck or that lost Redis stops refreshing it, so both turn unhealthy.
+
+Which heartbeat is "this container's": the one of ``--id`` when given; otherwise the
+newest one written from this host name. In a container the host name is the container's
+(Docker) or the pod's (Kubernetes) own, and the worker's default id starts with it, so
+the ids that start with ``<host>-`` are read first and the rest only when none of those
+matches (a worker started with an explicit ``--id``).
+
+Redis comes from ``--redis-url``, else ``REDIS_URL``, else the local default, as for
+``simrun worker``; ``--prefix`` must be the worker's.
+
+`judge` and `candidate_ids` are pure; `check` is the thin Redis shell around them.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import cast
+from urllib.parse import urlsplit
+
+import click
+from redis import Redis
+from redis.exceptions import RedisError
+
+from simrun.config import load_config
+from simrun.queues import DEFAULT_PREFIX, Keys, PayloadError, WorkerInfo
+
+__all__ = ["MAX_AGE_S", "Verdict", "candidate_ids", "check", "judge", "main", "same_host"]
+
+#: A heartbeat older than this is stale (the worker beats every 2 s; its key lives 8 s).
+MAX_AGE_S = 30.0
+#: Heartbeats read per round trip while looking for this host's worker.
+BATCH = 200
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Healthy or not, and one line that says why."""
+
+    healthy: bool
+    message: str
+
+
+def same_host(a: str, b: str) -> bool:
+    """True when two host names name the same host (a full name matches its short form)."""
+    a, b = a.strip().lower(), b.strip().lower()
+    return bool(a) and (a == b or a.split(".")[0] == b.split(".")[0])
+
+
+def candidate_ids(ids: Sequence[str], host: str) -> list[str]:
+    """The worker ids in the order to read them: those that start with ``<host>-`` (the
+    worker's default id on this host) first, then the others, each group in its order."""
+    head = f"{host}-"
+    mine = [i for i in ids if i.startswith(head)]
+    return mine + [i for i in ids if not i.startswith(head)]
+
+
+def _describe(info: WorkerInfo, age_s: float) -> str:
+    busy = info.processes - info.free_processes
+    text = (
+        f"worker {info.id} on {info.host}: heartbeat {age_s:.1f} s old, "
+        f"queues {','.join(info.queues) or '-'}, {busy}/{info.processes} processes busy"
+    )
+    return f"{text}, stopping" if info.stopping else text
+
+
+def judge(
+    beats: Iterable[WorkerInfo],
+    *,
+    host: str,
+    worker_id: str | None,
+    now: float,
+    max_age_s: float = MAX_AGE_S,
+) -> Verdict:
+    """Whether the heartbeat of this container's worker is fresh.
+
+    The worker is the one of ``worker_id`` when given, else the newest heartbeat written
+    from ``host``. Healthy when its ``updated`` time is at most ``max_age_s`` before
+    ``now`` (a time slightly in the future counts as age 0). A stopping worker is healthy
+    while it still beats: it is finishing its units.
+    """
+    if worker_id is not None:
+        mine = [b for b in beats if b.id == worker_id]
+        whose = f"worker {worker_id!r}"
+    else:
+        mine = [b for b in beats if same_host(b.host, host)]
+        whose = f"a worker on host {host!r}"
+    if not mine:
+        return Verdict(False, f"no heartbeat of {whose} in Redis")
+    newest = max(mine, key=lambda b: b.updated)
+    age_s = max(0.0, now - newest.updated)
+    if age_s > max_age_s:
+        return Verdict(
+            False,
+            f"stale: {_describe(newest, age_s)} (more than {max_age_s:g} s)",
+        )
+    return Verdict(True, f"ok: {_describe(newest, age_s)}")
+
+
+def _parse(values: Sequence[bytes | None]) -> list[WorkerInfo]:
+    out = []
+    for value in values:
+        if value is None:  # expired between the index and the read
+            continue
+        try:
+            out.append(WorkerInfo.from_json(value))
+        except PayloadError:
+            continue  # not a heartbeat this version can read: not this container's either
+    return out
+
+
+def check(
+    client: Redis,
+    keys: Keys,
+    *,
+    host: str,
+    worker_id: str | None,
+    now: float,
+    max_age_s: float = MAX_AGE_S,
+) -> Verdict:
+    """`judge` the heartbeats in Redis, reading as few as it takes: the key of
+    ``worker_id``, or this host's candidates first, stopping at the first fresh match."""
+    if worker_id is not None:
+        return judge(
+            _parse([cast("bytes | None", client.get(keys.worker(worker_id)))]),
+            host=host,
+            worker_id=worker_id,
+            now=now,
+            max_age_s=max_age_s,
+        )
+    # redis-py types its sync and async answers as one union: these are the sync ones.
+    ids = [raw.decode() for raw in cast("list[bytes]", client.zrange(keys.workers, 0, -1))]
+    seen: list[WorkerInfo] = []
+    verdict = judge(seen, host=host, worker_id=None, now=now, max_age_s=max_age_s)
+    ordered = candidate_ids(ids, host)
+    for start in range(0, len(ordered), BATCH):
+        batch = ordered[start : start + BATCH]
+        values = cast("list[bytes | None]", client.mget([keys.worker(i) for i in batch]))
+        beats = _parse(values)
+        seen.extend(b for b in beats if same_host(b.host, host))
+        verdict = judge(seen, host=host, worker_id=None, now=now, max_age_s=max_age_s)
+        if verdict.healthy:
+            break
+    return verdict
+
+
+def redact(url: str) -> str:
+    """A Redis URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return parts._replace(netloc=user + netloc).geturl()
+
+
+@click.command("worker-health")
+@click.option("--redis-url", default=None, help="Redis to use [default: REDIS_URL or local].")
+@click.option("--prefix", default=DEFAULT_PREFIX, show_default=True, help="Redis key prefix.")
+@click.option("--id", "worker_id", default=None, help="Worker id [default: this host's worker].")
+@click.option(
+    "--max-age-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=MAX_AGE_S,
+    show_default=True,
+    help="Seconds after which a heartbeat is stale.",
+)
+@click.option(
+    "--timeout-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for Redis.",
+)
+def main(
+    redis_url: str | None, prefix: str, worker_id: str | None, max_age_s: float, timeout_s: float
+) -> None:
+    """Exit 0 when this container's worker heartbeat is fresh, 1 otherwise."""
+    url = redis_url or load_config().redis_url_or_default
+    host = socket.gethostname()
+    try:
+        client = Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        try:
+            verdict = check(
+                client,
+                Keys(prefix),
+                host=host,
+                worker_id=worker_id,
+                now=time.time(),
+                max_age_s=max_age_s,
+            )
+        finally:
+            client.close()
+    except (RedisError, OSError, ValueError) as exc:
+        verdict = Verdict(False, f"cannot read heartbeats from {redact(url)}: {exc}")
+    click.echo(verdict.message)
+    sys.exit(0 if verdict.healthy else 1)
+
+
+if __name__ == "__main__":
+    main(prog_name="python -m simrun.worker.health")

@@ -1,0 +1,70 @@
+"""The heartbeat of a worker container: who it is, what it can run and what it runs.
+
+Every ``interval_s`` the container writes a `WorkerInfo` under its key with a TTL of
+``ttl_s`` and its id into the index of workers (scored by the time), so the service can
+list live workers cheaply (`simrun.queues.JobQueue.live_workers`) and notice a container
+that died: its key expires a few seconds after its last beat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from redis.exceptions import RedisError
+
+from simrun.queues import Keys, WorkerInfo
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+__all__ = ["HEARTBEAT_S", "HEARTBEAT_TTL_S", "Heartbeat"]
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 2.0
+HEARTBEAT_TTL_S = 8.0
+
+
+class Heartbeat:
+    """Writes ``info()`` every ``interval_s`` under a key that expires after ``ttl_s``."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        info: Callable[[], WorkerInfo],
+        *,
+        interval_s: float = HEARTBEAT_S,
+        ttl_s: float = HEARTBEAT_TTL_S,
+    ) -> None:
+        if not 0 < interval_s < ttl_s:
+            raise ValueError(f"heartbeat: need 0 < interval_s < ttl_s, got {interval_s}, {ttl_s}")
+        self.redis, self.keys, self.info = redis, keys, info
+        self.interval_s, self.ttl_s = interval_s, ttl_s
+
+    async def beat(self) -> None:
+        """Write the heartbeat once."""
+        info = self.info()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.keys.worker(info.id), info.to_json(), px=int(self.ttl_s * 1000))
+            pipe.zadd(self.keys.workers, {info.id: info.updated})
+            await pipe.execute()
+
+    async def run(self) -> None:
+        """Beat until cancelled; a beat that fails (Redis away) is logged and retried."""
+        while True:
+            try:
+                await self.beat()
+            except (RedisError, OSError) as exc:
+                log.warning("heartbeat failed: %s", exc)
+            await asyncio.sleep(self.interval_s)
+
+    async def clear(self, worker_id: str) -> None:
+        """Remove the heartbeat (a worker that stops cleanly)."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self.keys.worker(worker_id))
+            pipe.zrem(self.keys.workers, worker_id)
+            await pipe.execute()

@@ -1,0 +1,294 @@
+"""The arq job function of the worker container: one job in, one report out.
+
+For every job, whatever happens, exactly one `ReportEntry` goes to the report stream, with
+an outcome for each of its units; it is written here, by the job itself, never by arq hooks
+(arq skips those on several paths). The steps:
+
+1. read the payload (`JobSpec.from_dict`); a bad payload is logged and dropped;
+2. skip the units whose current attempt in Redis is newer than the job's ("stale");
+3. wait for admission (`simrun.worker.admission`): memory, a process slot, GPUs; a job
+   that can never fit this container is "refused"; a job still waiting when the worker
+   stops is handed back ("not_run");
+4. run it: a chunk or a merge in a worker process of the pool, a command through
+   simrun-exec; before each unit of a chunk the attempts are looked at again (through a
+   view at most `STALE_REFRESH_S` old);
+5. add the report to the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from simrun.queues import (
+    JobSpec,
+    Keys,
+    PayloadError,
+    ReportEntry,
+    UnitKey,
+    current_attempts,
+    now_s,
+)
+from simrun.worker.admission import AdmissionClosed, AdmissionGate, Grant, Refused, Request
+from simrun.worker.capacity import Capacity
+from simrun.worker.command import run_command
+from simrun.worker.ledger import Ledger
+from simrun.worker.pool import PoolError, ProcessPool
+from simrun.worker.report import WorkerReport
+from simrun.worker.runner import run_chunk, run_merge
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+__all__ = ["STALE_REFRESH_S", "JobHandler", "request_for"]
+
+log = logging.getLogger(__name__)
+
+#: How old the view of the current attempts may be when a unit is about to start.
+STALE_REFRESH_S = 0.5
+REPORT_TRIES = 5
+
+
+def request_for(spec: JobSpec, capacity: Capacity) -> tuple[Request, float]:
+    """What a job asks of admission, and the memory limit (GiB) it runs under.
+
+    A chunk asks for one process with ``memory_per_worker_gb`` (its limit); a merge for one
+    process with ``memory_base_gb`` (its limit; no GPU); a command for
+    ``memory_base_gb + memory_per_worker_gb * n`` (the limit of its whole process tree) and
+    n slots, n being all of the container's slots when the type ``uses_cores``, else 1.
+    """
+    res = spec.resources
+    what = f"a {spec.kind} job of task {spec.task!r} ({spec.task_type})"
+    if spec.kind == "chunk":
+        memory = res.memory_per_worker_gb
+        return Request(memory, 1, res.gpus, what), memory
+    if spec.kind == "merge":
+        return Request(res.memory_base_gb, 1, 0, what), res.memory_base_gb
+    slots = capacity.processes if spec.uses_cores else 1
+    memory = res.memory_base_gb + res.memory_per_worker_gb * slots
+    return Request(memory, slots, res.gpus, what), memory
+
+
+def _counts(entry: ReportEntry) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for outcome in entry.outcomes.values():
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
+
+
+def _log_entry(entry: ReportEntry) -> None:
+    """One line per job: at debug level when every unit is done, else a warning."""
+    counts = _counts(entry)
+    summary = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
+    level = logging.DEBUG if set(counts) <= {"done", "stale"} else logging.WARNING
+    note = f" ({entry.error.splitlines()[0]})" if entry.error else ""
+    memory = " killed for memory" if entry.report.killed_for_memory else ""
+    log.log(level, "job %s: %s%s%s", entry.job_id, summary, memory, note)
+
+
+class StaleView:
+    """Which units of a job were dispatched again with a newer attempt.
+
+    Refreshed from Redis when older than ``refresh_s``; when Redis cannot be asked, units
+    count as current (running one twice is harmless, outputs are deterministic)."""
+
+    def __init__(
+        self, redis: Redis, keys: Keys, spec: JobSpec, refresh_s: float = STALE_REFRESH_S
+    ) -> None:
+        self.redis, self.keys, self.spec, self.refresh_s = redis, keys, spec, refresh_s
+        self._current: dict[UnitKey, int] = {}
+        self._at = -float("inf")
+
+    async def refresh(self) -> None:
+        try:
+            self._current = await current_attempts(
+                self.redis, self.keys, self.spec.run, self.spec.task, self.spec.units
+            )
+        except RedisError as exc:
+            log.warning("cannot read the current attempts of %s: %s", self.spec.job_id, exc)
+        self._at = time.monotonic()
+
+    async def is_stale(self, unit: UnitKey) -> bool:
+        if time.monotonic() - self._at > self.refresh_s:
+            await self.refresh()
+        return self._current.get(unit, self.spec.attempt) > self.spec.attempt
+
+
+@dataclass
+class JobHandler:
+    """Runs jobs for one worker container; ``running`` is what its heartbeat shows."""
+
+    redis: Redis
+    keys: Keys
+    worker_id: str
+    capacity: Capacity
+    gate: AdmissionGate
+    pool: ProcessPool
+    running: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Set when the grace period of a stop is over: what is left is handed back.
+    stop_now: bool = False
+    _commands: set[asyncio.Task[WorkerReport]] = field(default_factory=set)
+
+    async def handle(self, ctx: Mapping[str, Any], payload: object) -> dict[str, Any]:
+        """The arq job function (registered as `simrun.queues.JOB_FUNCTION`)."""
+        try:
+            spec = JobSpec.from_dict(payload)
+        except PayloadError as exc:
+            log.error("dropped arq job %s: %s", ctx.get("job_id"), exc)
+            return {"error": str(exc)}
+        entry = await self.run(spec)
+        return {"job_id": spec.job_id, "outcomes": _counts(entry)}
+
+    async def run(self, spec: JobSpec) -> ReportEntry:
+        """Run one job and report it; returns the entry written."""
+        started = now_s()
+        ledger = Ledger(spec.units)
+        request, limit_gb = request_for(spec, self.capacity)
+        report = WorkerReport((), None, 0, limit_gb)
+        error: str | None = None
+        self.running[spec.job_id] = {
+            "job_id": spec.job_id,
+            "run": spec.run,
+            "task": spec.task,
+            "kind": spec.kind,
+            "indices": list(spec.indices),
+            "attempt": spec.attempt,
+            "state": "waiting",
+        }
+        try:
+            view = StaleView(self.redis, self.keys, spec)
+            for unit in spec.units:
+                if await view.is_stale(unit):
+                    ledger.record(unit, "stale")
+            if ledger.pending:
+                report, error = await self._admitted(spec, ledger, request, limit_gb, view)
+        except asyncio.CancelledError:
+            ledger.close_rest("not_run", "the job was cancelled: the worker shut down")
+            entry = self._entry(spec, ledger, report, started, "cancelled: handed back")
+            await asyncio.shield(self._write(entry))
+            raise
+        except Exception:  # a bug of the worker must still produce a report
+            log.exception("job %s failed inside the worker", spec.job_id)
+            error = f"the worker failed while running the job:\n{traceback.format_exc()}"
+        finally:
+            self.running.pop(spec.job_id, None)
+        ledger.close_rest("not_run")
+        entry = self._entry(spec, ledger, report, started, error)
+        await self._write(entry)
+        _log_entry(entry)
+        return entry
+
+    async def _admitted(
+        self, spec: JobSpec, ledger: Ledger, request: Request, limit_gb: float, view: StaleView
+    ) -> tuple[WorkerReport, str | None]:
+        """Wait for admission and run; the report and a job-level error, if any."""
+        empty = WorkerReport((), None, 0, limit_gb)
+        try:
+            grant = await self.gate.acquire(request)
+        except Refused as exc:
+            ledger.close_rest("refused")
+            return empty, f"refused by worker {self.worker_id}: {exc}"
+        except AdmissionClosed:
+            ledger.close_rest("not_run")
+            return empty, "the worker stopped before the job was admitted; handed back"
+        self.running[spec.job_id]["state"] = "running"
+        try:
+            if self.stop_now:
+                return empty, "the worker stopped before the job started; handed back"
+            return await self._execute(spec, ledger, grant, limit_gb, view), None
+        except PoolError as exc:
+            return empty, f"no worker process: {exc}"
+        finally:
+            self.gate.release(grant)
+
+    async def _execute(
+        self, spec: JobSpec, ledger: Ledger, grant: Grant, limit_gb: float, view: StaleView
+    ) -> WorkerReport:
+        if spec.kind == "command":
+            task = asyncio.ensure_future(
+                run_command(
+                    spec,
+                    ledger,
+                    limit_gb=limit_gb if limit_gb > 0 else self.capacity.memory_gb,
+                    gpu_ids=grant.gpu_ids,
+                    hide_gpus=self.capacity.gpus > 0,
+                )
+            )
+            self._commands.add(task)
+            try:
+                return await task
+            except asyncio.CancelledError:
+                if not self.stop_now:
+                    raise
+                ledger.close_rest("not_run", "the worker stopped while the command ran")
+                return WorkerReport((), None, 0, limit_gb)
+            finally:
+                self._commands.discard(task)
+        worker = await self.pool.checkout((spec.run, spec.task), grant.gpu_ids, limit_gb)
+        try:
+            if spec.kind == "merge":
+                result = await run_merge(worker, spec, ledger, limit_gb=limit_gb)
+            else:
+                result = await run_chunk(
+                    worker,
+                    spec,
+                    ledger,
+                    limit_gb=limit_gb,
+                    is_stale=view.is_stale,
+                    stopping=lambda: self.stop_now,
+                )
+        except BaseException:
+            worker.kill("stop")  # its request is in flight, its state unknown
+            raise
+        finally:
+            await self.pool.checkin(worker)
+        return ledger.report((result.peak_gb,), limit_gb, result.killed_for_memory)
+
+    def stop_commands(self) -> None:
+        """Stop the commands that run (end of a stop's grace period)."""
+        for task in self._commands:
+            task.cancel()
+
+    def _entry(
+        self,
+        spec: JobSpec,
+        ledger: Ledger,
+        report: WorkerReport,
+        started: float,
+        error: str | None,
+    ) -> ReportEntry:
+        return ReportEntry(
+            job_id=spec.job_id,
+            run=spec.run,
+            task=spec.task,
+            kind=spec.kind,
+            attempt=spec.attempt,
+            worker_id=self.worker_id,
+            outcomes=dict(ledger.outcomes),
+            errors=dict(ledger.errors),
+            report=report,
+            started=started,
+            finished=now_s(),
+            error=error,
+        )
+
+    async def _write(self, entry: ReportEntry) -> None:
+        delay_s = 0.2
+        for attempt in range(1, REPORT_TRIES + 1):
+            try:
+                await self.redis.xadd(self.keys.reports, entry.to_fields())  # type: ignore[arg-type]
+                return
+            except RedisError as exc:
+                if attempt == REPORT_TRIES:
+                    log.error("cannot write the report of job %s: %s", entry.job_id, exc)
+                    raise
+                log.warning("writing the report of %s failed (%s); retrying", entry.job_id, exc)
+                await asyncio.sleep(delay_s)
+                delay_s *= 2

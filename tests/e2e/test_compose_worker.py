@@ -1,0 +1,98 @@
+"""A worker started with exactly the command, environment and health check that
+docker-compose.yml gives ``worker-cpu``: it joins Redis, runs units of the example ``heat``
+type, counts as healthy, and stops on SIGTERM within the compose stop grace period."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # the test helpers live in tests/, under the repo root
+    sys.path.insert(0, str(REPO))
+
+from simrun.queues import JobQueue  # noqa: E402  # after sys.path is set
+from tests.composefile import compose, seconds, services  # noqa: E402  # same reason
+from tests.plugins.harness import all_reports, make_spec  # noqa: E402  # same reason
+
+pytestmark = pytest.mark.e2e
+
+HEAT = {"grid": 16, "diffusivities": [0.1, 0.3], "boundary_temperatures": [0, 10], "duration": 0.05}
+
+
+def _health(
+    command: list[str], env: dict[str, str], *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """The compose health check's command (``CMD`` form), run in the worker's environment."""
+    assert command[0] == "CMD"
+    argv = [sys.executable if command[1] == "python" else command[1], *command[2:], *extra]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+def _start(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+
+async def test_compose_worker_runs_units_is_healthy_and_stops(
+    redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    """The worker-cpu command and environment of docker-compose.yml, with only what must
+    differ outside a container (Redis's address, the store's path, and a key prefix of this
+    test), make a worker that runs queued units, passes the compose health check, and on
+    SIGTERM exits 0 within stop_grace_period, after which the health check fails."""
+    spec = services(compose())["worker-cpu"]
+    env = {**os.environ, **spec["environment"]}
+    assert set(spec["environment"]) == {"REDIS_URL", "SIMRUN_STORE"}
+    env["REDIS_URL"] = redis_url
+    env["SIMRUN_STORE"] = str(tmp_path)
+    prefix = ["--prefix", redis_prefix]
+    proc = _start([sys.executable, "-m", "simrun.worker", *spec["command"], *prefix], env, tmp_path)
+    queue = await JobQueue.connect(redis_url, redis_prefix)
+    try:
+        job = make_spec(
+            tmp_path,
+            "sweep",
+            "heat",
+            [0, 1, 2, 3],
+            HEAT,
+            inputs={"plate": REPO / "examples" / "plate.json"},
+        )
+        assert await queue.enqueue(job)
+        deadline = time.monotonic() + 60
+        reports = {}
+        while job.job_id not in reports and time.monotonic() < deadline:
+            assert proc.poll() is None, "the worker exited early"
+            reports.update(await all_reports(queue))
+            await asyncio.sleep(0.1)
+        assert job.job_id in reports, "no report within 60 s"
+        entry = reports[job.job_id]
+        assert entry.outcomes == {0: "done", 1: "done", 2: "done", 3: "done"}, entry.errors
+
+        check = _health(spec["healthcheck"]["test"], env, *prefix)
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert check.stdout.startswith("ok: worker ")
+        assert "queues cpu" in check.stdout
+
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=seconds(spec["stop_grace_period"]))
+        assert proc.returncode == 0, output.decode()
+        assert time.monotonic() - started < seconds(spec["stop_grace_period"])
+
+        check = _health(spec["healthcheck"]["test"], env, *prefix)
+        assert check.returncode == 1
+        assert "no heartbeat" in check.stdout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        await queue.close()

@@ -1,0 +1,83 @@
+"""Task types for the service's end-to-end tests (loaded with ``--plugins`` by the workers
+and by the controller, never installed as entry points).
+
+``svc-work`` is splittable with a merge. Each call of its ``compute_unit`` first appends a
+line to ``calls-<index>.log`` in the task's output directory (so tests count how often a
+unit was computed, killed attempts included), then sleeps, hogs memory, fails on purpose,
+and at last writes ``unit-<index>.json`` atomically. Its merge writes ``merged.json``: the
+indices that have a result file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from simrun.plugins import ResourceHint, TaskPaths, TaskType
+
+MIB = 2**20
+
+
+class WorkSettings(BaseModel):
+    """What the units of a test task do."""
+
+    units: int = 8
+    seconds: float = 0.0  # sleep of each unit
+    hog_mb: int = 0  # memory a unit allocates and touches
+    hog_indices: list[int] = []  # the units that hog (all when empty)
+    fail_flag: str = ""  # while this file exists, the units in fail_indices raise
+    fail_indices: list[int] = []
+    tag: str = ""  # a cost setting: runs with another tag learn apart
+
+
+def count_units(settings: WorkSettings) -> int:
+    return settings.units
+
+
+def compute_unit(settings: WorkSettings, index: int, paths: TaskPaths) -> None:
+    start = time.time()
+    paths.out.mkdir(parents=True, exist_ok=True)
+    with (paths.out / f"calls-{index}.log").open("a") as fh:
+        fh.write(f"{os.getpid()} {start}\n")
+    time.sleep(settings.seconds)
+    if settings.hog_mb and (not settings.hog_indices or index in settings.hog_indices):
+        held = bytearray(settings.hog_mb * MIB)
+        for offset in range(0, len(held), 4096):
+            held[offset] = 1
+        time.sleep(0.2)  # long enough for the sampler to see it
+        del held
+    if settings.fail_flag and index in settings.fail_indices and Path(settings.fail_flag).exists():
+        raise RuntimeError(f"unit {index} fails on purpose while {settings.fail_flag} exists")
+    record = {
+        "index": index,
+        "pid": os.getpid(),
+        "start": start,
+        "end": time.time(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    tmp = paths.out / f".unit-{index}.json.tmp"
+    tmp.write_text(json.dumps(record))
+    tmp.replace(paths.out / f"unit-{index}.json")
+
+
+def merge(settings: WorkSettings, paths: TaskPaths) -> None:
+    found = sorted(int(p.stem.split("-")[1]) for p in paths.out.glob("unit-*.json"))
+    (paths.out / "merged.json").write_text(json.dumps(found))
+
+
+WORK = TaskType(
+    name="svc-work",
+    settings=WorkSettings,
+    hint=ResourceHint(memory_base_gb=0.25, memory_per_worker_gb=0.25),
+    count_units=f"{__name__}:count_units",
+    compute_unit=f"{__name__}:compute_unit",
+    merge=f"{__name__}:merge",
+    cost_setting="tag",
+    description="units that sleep, hog memory or fail, for the service's tests",
+)
+
+REFS = (f"{__name__}:WORK",)

@@ -1,0 +1,154 @@
+"""Test task types, each doing one thing a worker must cope with.
+
+Every unit that completes writes ``unit-<index>.json`` into the task's output directory
+with when it ran (unix seconds), in which process, and what ``CUDA_VISIBLE_DEVICES`` it
+saw, so that tests can check overlap, placement and GPUs from the files of real runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from simrun.plugins import ResourceHint, TaskPaths, TaskType
+
+MIB = 2**20
+
+
+class Settings(BaseModel):
+    """Knobs of the test types; each type uses a few."""
+
+    units: int = 4
+    seconds: float = 0.0  # how long a unit sleeps (or spins, for "spin")
+    hog_mb: int = 0  # memory a unit allocates and touches
+    hog_indices: list[int] = []  # units that hog (all when empty)
+    fail_indices: list[int] = []  # units that raise
+    crash_indices: list[int] = []  # units whose process ends itself
+    crash_how: str = "exit"  # "exit" (os._exit(3)) or "segv" (SIGSEGV to itself)
+    setup_fails: bool = False
+
+
+def _record(paths: TaskPaths, index: int, start: float, **extra: Any) -> None:
+    paths.out.mkdir(parents=True, exist_ok=True)
+    record = {
+        "index": index,
+        "start": start,
+        "end": time.time(),
+        "pid": os.getpid(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        **extra,
+    }
+    tmp = paths.out / f".unit-{index}.json.tmp"
+    tmp.write_text(json.dumps(record))
+    tmp.replace(paths.out / f"unit-{index}.json")
+
+
+def count_units(settings: Settings) -> int:
+    return settings.units
+
+
+def setup(settings: Settings, paths: TaskPaths) -> None:
+    """Leaves one line per call in ``setup-<pid>.txt``; raises with ``setup_fails``."""
+    if settings.setup_fails:
+        raise RuntimeError("setup fails on purpose")
+    paths.out.mkdir(parents=True, exist_ok=True)
+    with (paths.out / f"setup-{os.getpid()}.txt").open("a") as fh:
+        fh.write("setup\n")
+
+
+def sleep_unit(settings: Settings, index: int, paths: TaskPaths) -> None:
+    start = time.time()
+    time.sleep(settings.seconds)
+    _record(paths, index, start)
+
+
+def spin_unit(settings: Settings, index: int, paths: TaskPaths) -> None:
+    """Keeps a CPU busy for ``seconds`` (the benchmark's CPU-bound unit)."""
+    start = time.time()
+    end = time.perf_counter() + settings.seconds
+    x = 0
+    while time.perf_counter() < end:
+        x += 1
+    _record(paths, index, start)
+
+
+def noop_unit(settings: Settings, index: int, paths: TaskPaths) -> None:
+    """Does nothing at all (for measuring the worker's own overhead)."""
+
+
+def hog_unit(settings: Settings, index: int, paths: TaskPaths) -> None:
+    """Allocates ``hog_mb`` MiB (every page touched), holds it ``seconds``, then records."""
+    start = time.time()
+    held = None
+    if not settings.hog_indices or index in settings.hog_indices:
+        held = bytearray(settings.hog_mb * MIB)
+        for offset in range(0, len(held), 4096):
+            held[offset] = 1
+    time.sleep(settings.seconds)
+    _record(paths, index, start, held_mb=0 if held is None else len(held) // MIB)
+
+
+def flaky_unit(settings: Settings, index: int, paths: TaskPaths) -> None:
+    """Raises for the units in ``fail_indices``; the others record."""
+    start = time.time()
+    if index in settings.fail_indices:
+        raise ValueError(f"unit {index} fails on purpose")
+    _record(paths, index, start)
+
+
+def crash_unit(settings: Settings, index: int, paths: TaskPaths) -> None:
+    """Ends its own process for the units in ``crash_indices``."""
+    start = time.time()
+    if index in settings.crash_indices:
+        if settings.crash_how == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        os._exit(3)
+    _record(paths, index, start)
+
+
+def merge(settings: Settings, paths: TaskPaths) -> None:
+    """Lists the unit files in ``merged.json``; a hog unit's memory counts here too."""
+    if settings.hog_mb:
+        held = bytearray(settings.hog_mb * MIB)
+        for offset in range(0, len(held), 4096):
+            held[offset] = 1
+    names = sorted(p.name for p in Path(paths.out).glob("unit-*.json"))
+    (paths.out / "merged.json").write_text(json.dumps(names))
+
+
+def _type(name: str, unit: str, **extra: Any) -> TaskType:
+    return TaskType(
+        name=name,
+        settings=Settings,
+        hint=ResourceHint(memory_base_gb=0.5, memory_per_worker_gb=0.5),
+        count_units=f"{__name__}:count_units",
+        setup=f"{__name__}:setup",
+        compute_unit=f"{__name__}:{unit}",
+        merge=f"{__name__}:merge",
+        **extra,
+    )
+
+
+SLEEP = _type("test-sleep", "sleep_unit")
+SPIN = _type("test-spin", "spin_unit")
+NOOP = TaskType(
+    name="test-noop",
+    settings=Settings,
+    count_units=f"{__name__}:count_units",
+    compute_unit=f"{__name__}:noop_unit",
+)
+HOG = _type("test-hog", "hog_unit")
+FLAKY = _type("test-flaky", "flaky_unit")
+CRASH = _type("test-crash", "crash_unit")
+#: An unsplit type: copies its settings file into its output directory, via /bin/sh.
+COPY = TaskType(
+    name="test-copy",
+    settings=Settings,
+    command='sh -c \'cp "$1" "$2/settings-copy.json"\' sh {settings} {out}',
+)

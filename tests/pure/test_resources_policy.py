@@ -1,0 +1,335 @@
+"""The pure decision of simrun.resources.policy: percentiles, learn and decide, by tables
+and properties."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from simrun.plugins import ResourceHint
+from simrun.resources import (
+    MARGIN,
+    RETRY_FACTOR,
+    WINDOW,
+    Observation,
+    ResolvedResources,
+    decide,
+    learn,
+    percentile,
+)
+from simrun.workflow import ResourceOverride
+
+HINT = ResourceHint(memory_base_gb=1.5, memory_per_worker_gb=3.0, scratch_gb=10.0, gpus=1)
+# Small, exact constants for the tables: window 4, margin 1.25, retry factor 2.
+SMALL = {"window": 4, "margin": 1.25, "retry_factor": 2.0}
+
+
+def ok(gb: float, seconds: float | None = None, run: str = "r1") -> Observation:
+    return Observation(gb, False, seconds, run)
+
+
+def kill(limit_gb: float, run: str = "r1") -> Observation:
+    return Observation(limit_gb, True, None, run)
+
+
+# -- percentile ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "q", "method", "expected"),
+    [
+        ([7.0], 95, "nearest-rank", 7.0),
+        ([7.0], 95, "linear", 7.0),
+        ([1.0, 2.0, 3.0], 95, "nearest-rank", 3.0),  # fewer than 20 values: the maximum
+        ([float(i) for i in range(1, 21)], 95, "nearest-rank", 19.0),  # ceil(19.0) = 19th
+        ([float(i) for i in range(1, 22)], 95, "nearest-rank", 20.0),  # ceil(19.95) = 20th
+        # 0.95 * 60 is 57.000000000000007 in floats; the exact rank is 57
+        ([float(i) for i in range(1, 61)], 95, "nearest-rank", 57.0),
+        ([4.0, 1.0, 3.0, 2.0], 50, "nearest-rank", 2.0),  # order of the input is irrelevant
+        ([1.0, 2.0, 3.0, 4.0], 50, "linear", 2.5),
+        ([1.0, 2.0, 3.0, 4.0], 100, "linear", 4.0),
+        ([float(i) for i in range(1, 21)], 95, "linear", 19.05),
+    ],
+)
+def test_percentile_table(values: list[float], q: float, method: str, expected: float) -> None:
+    """Nearest rank is the ceil(q n / 100)-th smallest value, computed exactly; linear
+    interpolates between neighbouring ranks."""
+    assert percentile(values, q, method) == pytest.approx(expected)  # type: ignore[arg-type]
+
+
+@given(st.lists(st.floats(0, 1e4, allow_nan=False), min_size=1, max_size=300))
+def test_nearest_rank_is_an_observed_value_matching_numpy(values: list[float]) -> None:
+    """The nearest-rank P95 is always one of the observations, and agrees with numpy's
+    inverted_cdf method."""
+    got = percentile(values, 95)
+    assert got in values
+    assert got == float(np.percentile(np.array(values), 95, method="inverted_cdf"))
+
+
+@pytest.mark.parametrize(
+    ("values", "q", "method", "message"),
+    [
+        ([], 95, "nearest-rank", "no values"),
+        ([1.0], 0, "nearest-rank", r"q must be in \(0, 100\]"),
+        ([1.0], 101, "linear", r"q must be in \(0, 100\]"),
+        ([1.0], 95, "cubic", "unknown method 'cubic'"),
+    ],
+)
+def test_percentile_refuses_bad_input(
+    values: list[float], q: float, method: str, message: str
+) -> None:
+    """Bad percentile arguments are refused with an error saying which."""
+    with pytest.raises(ValueError, match=message):
+        percentile(values, q, method)  # type: ignore[arg-type]
+
+
+# -- decide: the rules as sequences of reports -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("history", "memory_gb", "samples", "source"),
+    [
+        pytest.param([], 3.0, 0, "plugin hint", id="nothing learned: the hint"),
+        pytest.param([ok(2.0)], 2.5, 1, "learned from 1 run", id="one success x margin"),
+        pytest.param([kill(3.0)], 6.0, 1, "learned from 1 run", id="kill: retry factor x limit"),
+        pytest.param([kill(1.0)], 3.0, 1, "learned from 1 run", id="kill below hint: the hint"),
+        pytest.param([kill(3.0), kill(6.0)], 12.0, 2, "learned from 1 run", id="kill, kill"),
+        pytest.param(
+            [kill(3.0), kill(6.0), ok(9.0)], 11.25, 1, "learned from 1 run", id="kill kill success"
+        ),
+        pytest.param(
+            [kill(3.0), kill(6.0), ok(9.0), ok(4.0), ok(5.0)],
+            11.25,
+            3,
+            "learned from 1 run",
+            id="then more successes",
+        ),
+        pytest.param(
+            [ok(1.0), ok(2.0), ok(3.0), ok(4.0), ok(5.0)],
+            6.25,
+            4,
+            "learned from 1 run",
+            id="only the last WINDOW successes",
+        ),
+        pytest.param(
+            [ok(9.0), ok(1.0), ok(1.0), ok(1.0), ok(1.0)],
+            1.25,
+            4,
+            "learned from 1 run",
+            id="an old peak leaves the window",
+        ),
+        pytest.param(
+            [ok(2.0), kill(4.0)], 8.0, 2, "learned from 1 run", id="kill after success: floor"
+        ),
+        pytest.param(
+            [ok(10.0), kill(4.0)], 12.5, 2, "learned from 1 run", id="floor below the percentile"
+        ),
+        pytest.param(
+            [ok(2.0), kill(4.0), ok(3.0)], 3.75, 2, "learned from 1 run", id="success ends floor"
+        ),
+        pytest.param(
+            [ok(2.0), kill(4.0), kill(2.0)], 8.0, 3, "learned from 1 run", id="largest kill counts"
+        ),
+        pytest.param(
+            [ok(1.0, run="a"), ok(1.0, run="b"), kill(2.0, run="c")],
+            4.0,
+            3,
+            "learned from 3 runs",
+            id="runs are counted over what is used",
+        ),
+        pytest.param(
+            [ok(1.0, run="old"), ok(1.0, run="a"), ok(1.0, run="a"), ok(1.0, run="a"), ok(1.0)],
+            1.25,
+            4,
+            "learned from 2 runs",
+            id="runs out of the window do not count",
+        ),
+    ],
+)
+def test_decide_rules(
+    history: list[Observation], memory_gb: float, samples: int, source: str
+) -> None:
+    """Memory per worker: P95 of the last WINDOW successes x MARGIN; after kills, at least
+    RETRY_FACTOR x the largest limit killed since the last success (the hint when nothing
+    succeeded yet, if higher); the hint when nothing is known."""
+    got = decide(history, HINT, None, **SMALL)  # type: ignore[arg-type]
+    assert got.memory_per_worker_gb == pytest.approx(memory_gb)
+    assert got.samples == samples
+    assert got.source == source
+    # base memory, scratch and GPUs are never learned: the hint's
+    assert (got.memory_base_gb, got.scratch_gb, got.gpus) == (1.5, 10.0, 1)
+
+
+def test_the_module_constants_are_the_defaults() -> None:
+    """Without keyword arguments decide uses WINDOW, MARGIN and RETRY_FACTOR."""
+    history = [ok(float(i)) for i in range(1, WINDOW + 11)]  # the first 10 leave the window
+    window_values = [float(i) for i in range(11, WINDOW + 11)]
+    got = decide(history, HINT, None)
+    assert got.samples == WINDOW
+    assert got.memory_per_worker_gb == pytest.approx(percentile(window_values, 95) * MARGIN)
+    killed = decide([*history, kill(1000.0)], HINT, None)
+    assert killed.memory_per_worker_gb == pytest.approx(RETRY_FACTOR * 1000.0)
+
+
+@pytest.mark.parametrize(
+    ("hint", "source"),
+    [
+        (ResourceHint(), "default"),
+        (ResourceHint(memory_per_worker_gb=6.0), "default"),  # equal to the default hint
+        (ResourceHint(memory_per_worker_gb=4.0), "plugin hint"),
+        (ResourceHint(gpus=1), "plugin hint"),
+    ],
+)
+def test_source_without_observations(hint: ResourceHint, source: str) -> None:
+    """Without observations the source says whether the type gave a hint of its own."""
+    got = decide([], hint, None)
+    assert got == ResolvedResources(
+        memory_base_gb=hint.memory_base_gb,
+        memory_per_worker_gb=hint.memory_per_worker_gb,
+        scratch_gb=hint.scratch_gb,
+        gpus=hint.gpus,
+        seconds_per_unit=None,
+        samples=0,
+        source=source,
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        (None, (1.5, 2.5, 10.0, 1, "learned from 1 run", 1)),
+        (ResourceOverride(), (1.5, 2.5, 10.0, 1, "learned from 1 run", 1)),
+        (ResourceOverride(memory_per_worker_gb=7.0), (1.5, 7.0, 10.0, 1, "override", 0)),
+        (ResourceOverride(gpus=0), (1.5, 2.5, 10.0, 0, "learned from 1 run", 1)),
+        (ResourceOverride(memory_base_gb=4.0), (4.0, 2.5, 10.0, 1, "learned from 1 run", 1)),
+        (ResourceOverride(scratch_gb=0.0), (1.5, 2.5, 0.0, 1, "learned from 1 run", 1)),
+        (
+            ResourceOverride(memory_base_gb=0.5, memory_per_worker_gb=1.0, scratch_gb=2.0, gpus=2),
+            (0.5, 1.0, 2.0, 2, "override", 0),
+        ),
+    ],
+)
+def test_override_wins_field_by_field(
+    override: ResourceOverride | None, expected: tuple[float, float, float, int, str, int]
+) -> None:
+    """Each field the override sets wins; the others come from learning or the hint. The
+    source is "override" when it fixes the memory per worker."""
+    got = decide([ok(2.0, seconds=3.0)], HINT, override, **SMALL)  # type: ignore[arg-type]
+    assert (
+        got.memory_base_gb,
+        got.memory_per_worker_gb,
+        got.scratch_gb,
+        got.gpus,
+        got.source,
+        got.samples,
+    ) == expected
+    assert got.seconds_per_unit == 3.0  # seconds are learned even under an override
+
+
+def test_override_wins_over_a_pending_kill() -> None:
+    """An override of the memory per worker wins even right after a kill."""
+    got = decide([kill(50.0)], HINT, ResourceOverride(memory_per_worker_gb=4.0))
+    assert got.memory_per_worker_gb == 4.0
+    assert got.source == "override"
+
+
+@pytest.mark.parametrize(
+    ("history", "seconds"),
+    [
+        ([], None),
+        ([kill(2.0)], None),
+        ([ok(1.0)], None),  # a success without seconds
+        ([ok(1.0, 5.0)], 5.0),
+        ([ok(1.0, 5.0), ok(1.0, 1.0), ok(1.0, 3.0)], 3.0),
+        ([ok(1.0, 4.0), ok(1.0, 2.0)], 3.0),  # even count: the mean of the middle two
+        ([ok(1.0, 4.0), kill(9.0), ok(1.0, 2.0), kill(3.0)], 3.0),  # kills have no seconds
+        ([ok(1.0, 100.0), *[ok(1.0, 1.0)] * 4], 1.0),  # only the window
+    ],
+)
+def test_seconds_per_unit_is_the_median_of_the_window(
+    history: list[Observation], seconds: float | None
+) -> None:
+    """seconds_per_unit is the median over the window's successes; None without any."""
+    assert decide(history, HINT, None, **SMALL).seconds_per_unit == seconds  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"window": 0}, "window must be >= 1"),
+        ({"retry_factor": 1.0}, "retry_factor must be > 1"),
+        ({"margin": 0.9}, "margin must be >= 1"),
+    ],
+)
+def test_bad_constants_are_refused(kwargs: dict[str, float], message: str) -> None:
+    """Constants that would make the learner request too little are refused by name."""
+    with pytest.raises(ValueError, match=message):
+        decide([ok(1.0)], HINT, None, **kwargs)  # type: ignore[arg-type]
+
+
+def test_learn_on_a_history_subset_is_the_same() -> None:
+    """learn gives the same answer on the whole history and on the window plus the pending
+    kills (what the store reads)."""
+    history = [ok(float(i % 7) + 1) for i in range(30)] + [kill(3.0), ok(2.0), kill(9.0)]
+    successes = [o for o in history if not o.oom][-4:]
+    subset = [*successes[:-1], history[-2], history[-1]]
+    assert learn(history, window=4) == learn(subset, window=4)
+
+
+# -- properties ------------------------------------------------------------------------------
+
+memory = st.floats(min_value=0.01, max_value=500.0, allow_nan=False)
+events = st.lists(st.tuples(st.booleans(), memory), max_size=60)
+
+
+def as_history(items: list[tuple[bool, float]]) -> list[Observation]:
+    return [Observation(gb, oom, None if oom else 1.0, "r") for oom, gb in items]
+
+
+@given(events, st.lists(memory, min_size=1, max_size=5), st.sampled_from([None, 0.5, 40.0]))
+@settings(max_examples=300)
+def test_never_below_retry_factor_times_the_last_kill_until_a_success(
+    before: list[tuple[bool, float]], kills: list[float], hint_gb: float | None
+) -> None:
+    """After any history, while the latest events are kills, the request is at least
+    RETRY_FACTOR x the last kill's limit (and x every kill since the last success)."""
+    hint = ResourceHint() if hint_gb is None else ResourceHint(memory_per_worker_gb=hint_gb)
+    history = as_history(before) + [kill(gb) for gb in kills]
+    got = decide(history, hint, None).memory_per_worker_gb
+    assert got >= RETRY_FACTOR * kills[-1]
+    assert got >= RETRY_FACTOR * max(kills)
+
+
+@given(
+    st.lists(st.tuples(st.booleans(), memory, st.floats(0, 100, allow_nan=False)), max_size=80),
+    st.integers(1, 30),
+    st.sampled_from(["nearest-rank", "linear"]),
+)
+@settings(max_examples=300)
+def test_monotone_in_the_observations(
+    items: list[tuple[bool, float, float]], window: int, method: str
+) -> None:
+    """Raising any observation (a peak or a killed limit) never lowers the request."""
+    low = [Observation(gb, oom) for oom, gb, _ in items]
+    high = [Observation(gb + extra, oom) for oom, gb, extra in items]
+    kwargs = {"window": window, "method": method}
+    got_low = decide(low, HINT, None, **kwargs).memory_per_worker_gb  # type: ignore[arg-type]
+    got_high = decide(high, HINT, None, **kwargs).memory_per_worker_gb  # type: ignore[arg-type]
+    assert got_high >= got_low or math.isclose(got_high, got_low)
+
+
+@given(events)
+def test_learned_request_covers_the_window_maximum_while_small(
+    items: list[tuple[bool, float]],
+) -> None:
+    """With fewer than 20 successes in the window, nearest-rank P95 is their maximum, so
+    the request covers every peak seen (times MARGIN)."""
+    history = as_history(items)
+    successes = [o.memory_gb for o in history if not o.oom][-WINDOW:]
+    assume(0 < len(successes) < 20)
+    got = decide(history, HINT, None).memory_per_worker_gb
+    assert got >= max(successes) * MARGIN - 1e-9

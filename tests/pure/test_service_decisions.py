@@ -1,0 +1,182 @@
+"""The controller's pure decisions (simrun.service.decisions), on tables of cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from simrun.resources import RETRY_FACTOR
+from simrun.service.decisions import (
+    FlightJob,
+    WorkerCapacity,
+    chunk_size,
+    dead_worker_jobs,
+    eta_s,
+    failure_message,
+    fit_problem,
+    job_attempt,
+    lost_jobs,
+    merge_memory_gb,
+    queue_name,
+    request_gb,
+    split,
+)
+
+
+@pytest.mark.parametrize(
+    ("spu", "pending", "processes", "expected"),
+    [
+        (None, 20_000, 2, 1),  # nothing learned: one unit per job
+        (0.5, 20_000, 2, 2),  # about a second of work
+        (0.001, 20_000, 2, 1000),  # capped at max_chunk
+        (0.0, 20_000, 2, 1000),  # free units: as big as allowed
+        (0.001, 24, 4, 6),  # a small task still spreads over the processes
+        (2.0, 100, 2, 1),  # a unit longer than the target: one per job
+        (0.01, 1, 2, 1),
+        (0.01, 0, 2, 1),
+        (0.01, 50, 0, 50),  # no worker known yet: spread over one
+    ],
+)
+def test_chunk_size(spu, pending, processes, expected):
+    """Chunks hold about target_s of work, one unit until something is learned, never
+    more than spreads the pending units over the processes, at most max_chunk."""
+    assert chunk_size(spu, pending, processes, target_s=1.0, max_chunk=1000) == expected
+
+
+def test_split_keeps_order_and_every_item():
+    """Splitting keeps every item once, in order, in chunks of the size asked."""
+    assert split([1, 2, 3, 4, 5], 2) == [(1, 2), (3, 4), (5,)]
+    assert split([], 3) == []
+    with pytest.raises(ValueError, match="chunk size"):
+        split([1], 0)
+
+
+@pytest.mark.parametrize(("attempts", "expected"), [([0, 0], 1), ([0, 3, 1], 4), ([2], 3), ([], 1)])
+def test_job_attempt(attempts, expected):
+    """A job's attempt is above every one of its units' attempts."""
+    assert job_attempt(attempts) == expected
+
+
+@pytest.mark.parametrize(
+    ("image", "gpus", "queue"),
+    [
+        (None, 0, "cpu"),
+        (None, 1, "gpu"),
+        ("solver", 0, "image:solver"),
+        ("solver", 2, "image:solver"),
+    ],
+)
+def test_queue_name(image, gpus, queue):
+    """A task goes to its image's queue, else gpu with GPUs, else cpu."""
+    assert queue_name(image, gpus) == queue
+
+
+@pytest.mark.parametrize(
+    ("kind", "uses_cores", "expected"),
+    [
+        ("chunk", False, 4.0),
+        ("merge", False, 1.0),
+        ("command", False, 5.0),
+        ("command", True, 17.0),
+    ],
+)
+def test_request_gb(kind, uses_cores, expected):
+    """A job asks what the worker's admission counts: a chunk one process, a merge its base,
+    a command base plus one process or all of them."""
+    assert request_gb(kind, 1.0, 4.0, 4, uses_cores) == expected
+
+
+CPU16 = WorkerCapacity("a", ("cpu",), 16.0, 4, 0)
+CPU8 = WorkerCapacity("b", ("cpu",), 8.0, 2, 0)
+GPU = WorkerCapacity("g", ("gpu",), 32.0, 2, 1)
+
+
+@pytest.mark.parametrize(
+    ("kind", "queue", "per_worker", "gpus", "workers", "expected"),
+    [
+        ("chunk", "cpu", 4.0, 0, [CPU16, CPU8], None),
+        ("chunk", "cpu", 12.0, 0, [CPU16, CPU8], None),  # the big one fits
+        (
+            "chunk",
+            "cpu",
+            40.0,
+            0,
+            [CPU16, CPU8],
+            "needs 40 GiB per process; the largest cpu worker has 16 GiB",
+        ),
+        ("chunk", "cpu", 40.0, 0, [], None),  # no worker yet: wait in the queue
+        ("chunk", "cpu", 40.0, 0, [GPU], None),  # none serves cpu yet
+        ("chunk", "gpu", 4.0, 1, [GPU], None),
+        ("chunk", "gpu", 4.0, 2, [GPU], "needs 2 GPU(s); the gpu worker with the most has 1"),
+        ("merge", "gpu", 4.0, 2, [GPU], None),  # a merge needs no GPU
+        (
+            "command",
+            "cpu",
+            15.5,
+            0,
+            [CPU16],
+            "needs 16.5 GiB for its command; the largest cpu worker has 16 GiB",
+        ),
+    ],
+)
+def test_fit_problem(kind, queue, per_worker, gpus, workers, expected):
+    """A request no live worker of its queue can ever fit is named with the largest worker;
+    without a worker of the queue nothing is decided yet."""
+    assert fit_problem(kind, queue, 1.0, per_worker, gpus, False, workers) == expected
+
+
+@pytest.mark.parametrize(
+    ("base", "kills", "limit", "expected"),
+    [
+        (2.0, 0, 1.0, 2.0),
+        (2.0, 1, 2.0, 2.0 * RETRY_FACTOR),
+        (8.0, 1, 2.0, 8.0),
+        (2.0, 1, None, 2.0),
+    ],
+)
+def test_merge_memory(base, kills, limit, expected):
+    """A merge killed for memory gets at least RETRY_FACTOR times the limit it was killed at."""
+    assert merge_memory_gb(base, kills, limit) == pytest.approx(expected)
+
+
+JOBS = [
+    FlightJob("a", None, 10.0),  # queued, never seen on a worker
+    FlightJob("b", "w1", 10.0),  # held by w1
+    FlightJob("c", "w2", 10.0),  # held by w2
+    FlightJob("d", None, 30.0),  # enqueued after the snapshot
+]
+
+
+def test_dead_worker_jobs():
+    """Jobs held by a worker whose heartbeat is gone are given up; others are not."""
+    assert dead_worker_jobs(JOBS, {"w1"}) == ["c"]
+    assert dead_worker_jobs(JOBS, {"w1", "w2"}) == []
+
+
+@pytest.mark.parametrize(
+    ("queued", "on_workers", "lost"),
+    [
+        ({"a", "b", "c"}, set(), []),
+        (set(), {"b", "c"}, ["a"]),  # Redis lost the queue: a is gone
+        (set(), set(), ["a", "b", "c"]),  # and nobody holds anything (d is too young)
+        ({"a"}, {"c"}, ["b"]),
+    ],
+)
+def test_lost_jobs(queued, on_workers, lost):
+    """A job older than the snapshot that is neither queued nor on a live worker is lost."""
+    assert lost_jobs(JOBS, queued, on_workers, snapshot_s=20.0) == lost
+
+
+@pytest.mark.parametrize(
+    ("remaining", "spu", "processes", "expected"),
+    [(100, 0.5, 4, 12.5), (0, None, 0, 0.0), (10, None, 4, None), (10, 1.0, 0, None)],
+)
+def test_eta(remaining, spu, processes, expected):
+    """ETA = remaining units x seconds per unit / live processes; unknown without either."""
+    assert eta_s(remaining, spu, processes) == expected
+
+
+def test_failure_message_lists_units():
+    """A failed run's message counts and lists its failed units per task, as ranges."""
+    message = failure_message({"sweep": [3, 7, 8, 9], "summary": ["command"]})
+    assert message == "5 units failed: summary [command], sweep [3, 7-9]"
+    assert failure_message({"a": ["merge"]}) == "1 unit failed: a [merge]"
