@@ -210,22 +210,22 @@ def next_task_state(
     A task that is waiting, ready, done or cancelled keeps its state (those are set by the
     controller, not by units). Otherwise: every unit done (also when it has none) →
     ``merging`` (creating the merge unit when it does not exist yet) or ``done``; a failed
-    merge, or no unit left to run while some failed → ``failed``; else ``running``, except
-    that ``blocked`` stays blocked while units wait to be dispatched (the dispatcher lifts
-    it).
+    merge, or no unit left to run while some failed → ``failed``; else ``running``. But a
+    ``blocked`` task stays blocked while units (or its merge) wait to be dispatched: only
+    the dispatcher, which found no worker to fit them, lifts it.
     """
     if current in ("waiting", "ready", "done", "cancelled"):
         return current, False
     if counts.failed and not counts.unfinished:
         return "failed", False
+    if current == "blocked" and (counts.pending or counts.merge == "pending"):
+        return "blocked", False
     if counts.done == counts.total:
         if not has_merge or counts.merge == "done":
             return "done", False
         if counts.merge == "failed":
             return "failed", False
         return "merging", counts.merge is None
-    if current == "blocked" and counts.pending:
-        return "blocked", False
     return "running", False
 
 

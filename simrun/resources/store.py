@@ -44,7 +44,7 @@ from simrun.workflow import ResourceOverride
 
 __all__ = ["COMPONENT", "MIGRATIONS", "KeySummary", "Record", "ResourceStore", "rows_of"]
 
-#: The component of the database file that this store owns (see `simrun.migrate`).
+#: The component of the database file that this store owns (see `simrun.db.migrate`).
 COMPONENT = "resources"
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -176,7 +176,7 @@ class ResourceStore:
         self.db = Path(db)
         self._schema_ready = False
         # One idle connection keeps the WAL files alive between the per-call connections
-        # (see simrun.FileKeeper); keep_open=False is the peer of benchmarks/store.py.
+        # (see simrun.db.FileKeeper); keep_open=False is the peer of benchmarks/store.py.
         self._keeper = FileKeeper(self.db) if keep_open else None
 
     @asynccontextmanager
@@ -242,7 +242,7 @@ class ResourceStore:
             if not conn.in_transaction:
                 raise RuntimeError(
                     "ResourceStore.record_many: the caller's connection is not in a "
-                    "transaction; open one (simrun.transaction) and commit it yourself"
+                    "transaction; open one (simrun.db.transaction) and commit it yourself"
                 )
             if not self._schema_ready:
                 if await component_version(conn, COMPONENT) < len(MIGRATIONS):

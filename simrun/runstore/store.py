@@ -345,6 +345,22 @@ class RunStore(RunReads):
             await c.executemany("DELETE FROM jobs WHERE id = ?", [(j,) for j in job_ids])
             return released
 
+    async def release_orphans(self, conn: aiosqlite.Connection | None = None) -> int:
+        """Units of running runs that are queued or running while their job is not in flight
+        (which no write of this store leaves behind, but a file edited by hand or a bug
+        might) go back to pending. Returns how many."""
+        async with self._writing(conn) as c:
+            before = c.total_changes
+            await c.execute(
+                "UPDATE units SET state = 'pending', worker = NULL,"
+                " error = 'its job was no longer in flight'"
+                " WHERE run_id IN (SELECT id FROM runs WHERE state = 'running')"
+                " AND state IN ('queued', 'running')"
+                " AND (job_id IS NULL OR job_id NOT IN (SELECT id FROM jobs))"
+            )
+            released: int = c.total_changes - before
+            return released
+
     # -- reports ---------------------------------------------------------------------------
 
     async def apply_reports(

@@ -197,9 +197,14 @@ class Controller:
             for bad in batch:
                 if bad.entry is None:
                     log.error("dropped report %s: %s", bad.id, bad.problem)
-            if entries:
-                changed |= await self._apply(entries)
-            await self.queue.ack(s.group, [b.id for b in batch])
+            try:
+                if entries:
+                    changed |= await self._apply(entries)
+                await self.queue.ack(s.group, [b.id for b in batch])
+            except BaseException:
+                # Not acknowledged: read the delivered entries again before new ones.
+                self._pending_read = True
+                raise
         return changed
 
     async def _apply(self, entries: Sequence[ReportEntry]) -> bool:
@@ -268,10 +273,13 @@ class Controller:
             await self._ingest()
             if self._drained:
                 break
+        orphans = await self.store.release_orphans()
+        if orphans:
+            log.error("%d units were queued without a job in flight: dispatched again", orphans)
         after = _flight(await self.store.jobs())
         lost = decisions.lost_jobs(after, queued, on_workers, snapshot_s)
         if not lost:
-            return False
+            return orphans > 0
         released = await self.store.release_jobs(
             lost, "lost from Redis: neither in a queue nor on a live worker"
         )

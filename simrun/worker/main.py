@@ -26,7 +26,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from arq.connections import ArqRedis, RedisSettings, create_pool
 from arq.worker import Worker, func
@@ -291,15 +290,3 @@ def queues_for(queues: Sequence[str], images: Sequence[str]) -> tuple[str, ...]:
 
     names = [*queues, *(image_queue(i) for i in images)]
     return tuple(dict.fromkeys(names)) or ("cpu",)
-
-
-def describe(options: WorkerOptions) -> dict[str, Any]:
-    """The options as plain data, for a log line."""
-    cap = options.capacity
-    return {
-        "queues": list(options.queues),
-        "memory_gb": cap.memory_gb,
-        "processes": cap.processes,
-        "gpu_ids": list(cap.gpu_ids),
-        "prefix": options.prefix,
-    }

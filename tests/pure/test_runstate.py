@@ -122,6 +122,9 @@ def test_bad_unit_key():
         ("running", TaskCounts(running=1, failed=1), True, ("running", False)),
         ("blocked", TaskCounts(pending=5), False, ("blocked", False)),
         ("blocked", TaskCounts(queued=5), False, ("running", False)),
+        ("blocked", TaskCounts(done=5, merge="pending"), True, ("blocked", False)),
+        ("blocked", TaskCounts(done=4, failed=1), True, ("failed", False)),
+        ("blocked", TaskCounts(done=5), True, ("merging", True)),
         ("waiting", TaskCounts(), False, ("waiting", False)),
         ("running", TaskCounts(), False, ("done", False)),  # a task without units
         ("running", TaskCounts(), True, ("merging", True)),

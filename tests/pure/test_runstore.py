@@ -385,3 +385,22 @@ async def test_reads_see_only_committed_state(store: RunStore):
     run = await store.run("r1")
     assert run is not None
     assert run.state == "failed"
+
+
+async def test_orphaned_units_are_released(store: RunStore):
+    """Units left queued without their job in flight go back to pending; units of jobs in
+    flight stay."""
+    jobs = await dispatched(store)
+    async with store.transaction() as conn:
+        await conn.execute("DELETE FROM jobs WHERE id = ?", (jobs[0].id,))
+    assert await store.release_orphans() == 3
+    states = {u.index: u.state for u in await store.units("r1", "sweep")}
+    assert states == {
+        0: "pending",
+        1: "pending",
+        2: "pending",
+        3: "queued",
+        4: "queued",
+        5: "queued",
+    }
+    assert await store.release_orphans() == 0

@@ -1,12 +1,16 @@
 """The controller against a real Redis and a real SQLite file, without worker processes:
 what it dispatches, when it holds back, and how it rebuilds the queues from SQLite.
 
-Worker containers appear here only as their heartbeats (written with the worker's own
-`Heartbeat`); what workers do with jobs is covered by tests/e2e/test_service_*.py.
+Worker containers appear here only as what they write to Redis: their heartbeats (with the
+worker's own `Heartbeat`) and report entries (`ReportEntry.to_fields`, as a worker adds
+them), to pin down the rules; real workers run in tests/e2e/test_service_*.py.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +19,7 @@ import pytest
 
 from simrun.queues import ReportEntry, WorkerInfo, current_attempts
 from simrun.resources import ResourceKey
+from simrun.runstate import Limits
 from simrun.service.controller import Controller, ControllerSettings, load_types
 from simrun.worker.heartbeat import Heartbeat
 from simrun.worker.report import WorkerReport
@@ -23,6 +28,11 @@ from simrun.workflow import WorkflowError, check_workflow, load_workflow, parse_
 pytestmark = pytest.mark.redis
 
 REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # the test task types live in tests/plugins
+    sys.path.insert(0, str(REPO))
+
+from tests.plugins.service_tasks import REFS  # noqa: E402  # after the repo root is on sys.path
+
 HEAT = REPO / "examples" / "heat.yaml"
 TYPES = load_types()
 
@@ -193,3 +203,121 @@ async def test_submit_with_a_missing_source_creates_nothing(controller: Controll
         await controller.submit(doc, check_workflow(doc, TYPES), "", base=tmp_path)
     assert await controller.runs() == []
     assert not (controller.settings.store / "runs").exists()
+
+
+WORK_TYPES = load_types(REFS)
+
+
+@pytest.fixture
+async def work_controller(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> AsyncIterator[Controller]:
+    settings = ControllerSettings(
+        store=tmp_path / "store",
+        redis_url=redis_url,
+        prefix=redis_prefix,
+        limits=Limits(max_retries=0, max_kills=1),
+    )
+    c = await Controller.open(settings, WORK_TYPES)
+    yield c
+    await c.close()
+
+
+async def submit_work(c: Controller, **settings: object) -> str:
+    text = json.dumps({"tasks": [{"name": "work", "type": "svc-work", "settings": settings}]})
+    doc = parse_workflow(text)
+    return await c.submit(doc, check_workflow(doc, c.types), text)
+
+
+async def report(c: Controller, run_id: str, index: int, attempt: int, outcome: str) -> None:
+    """What a worker writes for a one-unit job (the input of the ingest step)."""
+    fields = ReportEntry(
+        job_id=f"{run_id}:work:{index}:{attempt}", run=run_id, task="work", kind="chunk",
+        attempt=attempt, worker_id="w", outcomes={index: outcome},  # type: ignore[dict-item]
+        errors={index: "Traceback: boom"} if outcome == "failed" else {},
+        report=WorkerReport((0.1,), 0.01, 1, 0.25), started=1.0, finished=2.0,
+    ).to_fields()  # fmt: skip
+    await c.queue.redis.xadd(c.queue.keys.reports, fields)  # type: ignore[arg-type]
+
+
+async def test_count_units_failure_fails_task_and_run(work_controller: Controller):
+    """A count_units that raises fails its task with the error as status, and the run with
+    a message naming the task."""
+    run_id = await submit_work(work_controller, units=-1)
+    await work_controller.step()
+    run = await work_controller.store.run(run_id)
+    assert run is not None
+    assert run.state == "failed"
+    assert "work: count_units failed: ValueError: count_units of 'svc-work' returned -1" in (
+        run.message
+    )
+    (task,) = await work_controller.store.tasks(run_id)
+    assert task.state == "failed"
+
+
+async def test_failed_units_fail_the_run_and_replay_with_memory(work_controller: Controller):
+    """Units failing past the retry limit fail their task and the run, which lists them; a
+    replay with a memory override dispatches them again with that memory and a new attempt."""
+    run_id = await submit_work(work_controller, units=2)
+    await work_controller.step()
+    for index in (0, 1):
+        await report(work_controller, run_id, index, 1, "failed")
+    await work_controller.step()
+    run = await work_controller.store.run(run_id)
+    assert run is not None
+    assert (run.state, run.message) == ("failed", "2 units failed: work [0-1]")
+    failures = await work_controller.failures(run_id)
+    assert [(f.unit, f.error) for f in failures] == [(0, "Traceback: boom"), (1, "Traceback: boom")]
+    assert await work_controller.replay(run_id, memory_gb=3.0) == 2
+    await work_controller.step()
+    units = await work_controller.store.units(run_id, "work")
+    assert {(u.state, u.attempt, u.memory_gb) for u in units} == {("queued", 2, 3.0)}
+    run = await work_controller.store.run(run_id)
+    assert run is not None
+    assert run.state == "running"
+
+
+async def test_all_units_done_merge_then_done(work_controller: Controller):
+    """When every unit is done the merge job goes out; the merge done ends the task and
+    the run succeeds."""
+    run_id = await submit_work(work_controller, units=2)
+    await work_controller.step()
+    for index in (0, 1):
+        await report(work_controller, run_id, index, 1, "done")
+    await work_controller.step()
+    queued = await work_controller.queue.queued_job_ids("cpu")
+    assert f"{run_id}:work:merge:1" in queued
+    (task,) = await work_controller.store.tasks(run_id)
+    assert task.state == "merging"
+    fields = ReportEntry(
+        job_id=f"{run_id}:work:merge:1", run=run_id, task="work", kind="merge", attempt=1,
+        worker_id="w", outcomes={"merge": "done"}, report=WorkerReport((0.1,), None, 0, 0.25),
+        started=1.0, finished=2.0,
+    ).to_fields()  # fmt: skip
+    await work_controller.queue.redis.xadd(work_controller.queue.keys.reports, fields)  # type: ignore[arg-type]
+    await work_controller.step()
+    run = await work_controller.store.run(run_id)
+    assert run is not None
+    assert run.state == "succeeded"
+
+
+async def test_units_of_a_worker_whose_heartbeat_expired_go_again(work_controller: Controller):
+    """Units a worker said it runs are dispatched again with a new attempt as soon as its
+    heartbeat expires, without waiting for arq."""
+    run_id = await submit_work(work_controller, units=1)
+    await work_controller.step()
+    info = WorkerInfo(
+        id="w9", queues=("cpu",), memory_gb=4.0, processes=2, gpus=0, free_memory_gb=4.0,
+        free_processes=1, running=({"job_id": f"{run_id}:work:0:1", "state": "running"},),
+        host="h", pid=1, started=time.time(), updated=time.time(),
+    )  # fmt: skip
+    c = work_controller
+    await Heartbeat(c.queue.redis, c.queue.keys, lambda: info, interval_s=0.1, ttl_s=0.3).beat()
+    await c.step()
+    (unit,) = await c.store.units(run_id, "work")
+    assert (unit.state, unit.worker, unit.attempt) == ("running", "w9", 1)
+    await asyncio.sleep(0.4)
+    await c.step()
+    (unit,) = await c.store.units(run_id, "work")
+    assert (unit.state, unit.attempt, unit.worker) == ("queued", 2, None)
+    assert f"{run_id}:work:0:2" in await c.queue.queued_job_ids("cpu")
