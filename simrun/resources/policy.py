@@ -39,6 +39,7 @@ __all__ = [
 #   WINDOW MARGIN RETRY   with a cost setting (71 keys)   without (8 keys)
 #      200   1.20   2.0     0.398 wasted, 3.60 % killed     0.799, 2.68 %
 #      200   1.30   2.0     0.451,        3.05 %            0.883, 2.42 %
+#      200   1.40   1.5     0.635,        3.23 %            0.890, 2.45 %
 #      200   1.40   2.0     0.488,        2.65 %            0.876, 2.39 %   <- chosen
 #      200   1.40   3.0     0.517,        2.65 %            0.929, 1.96 %
 #      200   1.50   2.0     0.533,        2.13 %            0.951, 2.16 %
@@ -70,7 +71,8 @@ PercentileMethod = Literal["nearest-rank", "linear"]
 #: Nearest rank (Hyndman & Fan type 1, numpy's "inverted_cdf"): the smallest observation
 #: with at least 95 % of the window at or below it. It is always a value that was really
 #: measured, never an interpolation below one, and with fewer than 20 observations it is
-#: their maximum, which is the cautious answer while little is known.
+#: their maximum, which is the cautious answer while little is known. (In the replay, linear
+#: interpolation wasted 1.5 % less and killed 0.17 points more of the units: a wash.)
 PERCENTILE_METHOD: PercentileMethod = "nearest-rank"
 
 
