@@ -132,6 +132,7 @@ def unit_after_outcome(
     limit_gb: float,
     limits: Limits,
     now_s: float,
+    started_s: float | None = None,
 ) -> UnitRow | None:
     """The unit after a worker reported ``outcome`` for it at ``attempt``; None to ignore.
 
@@ -143,14 +144,20 @@ def unit_after_outcome(
     * ``killed`` (for memory): back to pending, or failed past ``limits.max_kills``.
     * ``failed`` and ``timeout``: back to pending, or failed past ``limits.max_retries``.
     * ``not_run`` and ``refused``: back to pending without counting against the unit.
+
+    ``started_s`` (when the worker started the job) fills the start time of a unit that
+    has none yet.
     """
     if unit.state == "done":
         return None
+    start = unit.started_s if unit.started_s is not None else started_s
     if outcome == "done":
-        return replace(unit, state="done", worker=worker, error=None, finished_s=now_s)
+        return replace(
+            unit, state="done", worker=worker, error=None, started_s=start, finished_s=now_s
+        )
     if outcome == "stale" or attempt != unit.attempt or unit.state not in ACTIVE_UNIT_STATES:
         return None
-    back = replace(unit, state="pending", worker=worker, finished_s=now_s)
+    back = replace(unit, state="pending", worker=worker, started_s=start, finished_s=now_s)
     if outcome == "killed":
         kills = unit.kills + 1
         message = f"killed for memory at its limit of {limit_gb:g} GiB per process"

@@ -83,8 +83,9 @@ class RunReads:
         """Up to ``limit`` pending units of a task, by index."""
         kind_clause = "AND kind = ?" if kind is not None else ""
         rows = await self._fetch(
-            f"SELECT {UNIT_COLUMNS} FROM units WHERE run_id = ? AND task = ?"
-            f" AND state = 'pending' {kind_clause} ORDER BY idx LIMIT ?",
+            f"SELECT {UNIT_COLUMNS} FROM units INDEXED BY units_pending"
+            f" WHERE run_id = ? AND task = ? AND state = 'pending' {kind_clause}"
+            " ORDER BY idx LIMIT ?",
             (run_id, task, *((kind,) if kind else ()), limit),
         )
         return [unit_of(r) for r in rows]
@@ -132,3 +133,16 @@ class RunReads:
     async def failures(self, run_id: str) -> list[UnitRow]:
         """The failed units of a run with their last error, by task and index."""
         return await self.units(run_id, states=("failed",))
+
+    async def pending_counts(self, run_id: str) -> dict[str, dict[str, int]]:
+        """Pending units of a run per task and kind (chunk, command, merge); cheap when
+        few are pending (a partial index holds only pending units)."""
+        rows = await self._fetch(
+            "SELECT task, kind, count(*) FROM units INDEXED BY units_pending"
+            " WHERE run_id = ? AND state = 'pending' GROUP BY task, kind",
+            (run_id,),
+        )
+        out: dict[str, dict[str, int]] = {}
+        for task, kind, n in rows:
+            out.setdefault(str(task), {})[str(kind)] = int(n)
+        return out

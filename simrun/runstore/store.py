@@ -7,7 +7,6 @@ import json
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -406,11 +405,10 @@ class RunStore(RunReads):
                     limit_gb=entry.report.limit_gb,
                     limits=limits,
                     now_s=now_s,
+                    started_s=entry.started,
                 )
                 if after is None:
                     continue
-                if after.started_s is None:
-                    after = replace(after, started_s=entry.started)
                 changed[ident] = after
                 applied.touched.add((entry.run, entry.task))
                 if outcome == "refused":

@@ -41,6 +41,7 @@ from simrun.queues import (
 from simrun.resources import (
     KeySummary,
     Record,
+    ResolvedResources,
     ResourceKey,
     ResourceStore,
 )
@@ -113,6 +114,10 @@ class Controller:
         self._last_reconcile = -float("inf")
         #: The error of the last step, None after a step that went well.
         self.last_error: str | None = None
+        self._dirty: set[str] = set()  # runs whose tasks may move (see _advance)
+        self._all_dirty = True
+        self._seen: dict[str, tuple[str, bool]] = {}  # sightings already written
+        self._resolved: dict[tuple[str, str, str], ResolvedResources] = {}
 
     @classmethod
     async def open(cls, settings: ControllerSettings, types: Mapping[str, TaskType]) -> Controller:
@@ -220,6 +225,10 @@ class Controller:
             await self.resources.record_many(records, conn)
             for (run_id, task), message in applied.refused.items():
                 await self.store.set_task(run_id, task, status=message, conn=conn)
+        self._dirty.update(run_id for run_id, _ in applied.touched)
+        learned = {r.key.text() for r in records}
+        for cached in [k for k in self._resolved if k[0] in learned]:
+            del self._resolved[cached]
         return applied.changed > 0
 
     # -- 2. heartbeats ----------------------------------------------------------------------
@@ -230,20 +239,20 @@ class Controller:
             for w in workers
             for job in w.running
         }
-        now = time.time()
-        changed = await self.store.see_jobs(sightings, now) > 0 if sightings else False
+        news = {job: seen for job, seen in sightings.items() if self._seen.get(job) != seen}
+        changed = await self.store.see_jobs(news, time.time()) > 0 if news else False
+        self._seen = sightings
         if not self._drained:
             return changed  # a report still unread may be the end of a job of a gone worker
         live = {w.id for w in workers}
-        flight = [
-            decisions.FlightJob(j.id, j.worker, j.enqueued_s) for j in await self.store.jobs()
-        ]
-        dead = decisions.dead_worker_jobs(flight, live)
+        rows = await self.store.jobs()
+        dead = set(decisions.dead_worker_jobs(_flight(rows), live))
         if dead:
             by_worker: dict[str, list[str]] = defaultdict(list)
-            for job in flight:
-                if job.id in dead and job.worker is not None:
-                    by_worker[job.worker].append(job.id)
+            for row in rows:
+                if row.id in dead and row.worker is not None:
+                    by_worker[row.worker].append(row.id)
+                    self._dirty.add(row.run)
             for worker, job_ids in by_worker.items():
                 released = await self.store.release_jobs(
                     job_ids, f"worker {worker} stopped answering (its heartbeat expired)"
@@ -273,6 +282,7 @@ class Controller:
             await self._ingest()
             if self._drained:
                 break
+        self._all_dirty = True  # a full pass of _advance now and then, whatever happened
         orphans = await self.store.release_orphans()
         if orphans:
             log.error("%d units were queued without a job in flight: dispatched again", orphans)
@@ -286,20 +296,31 @@ class Controller:
         log.warning(
             "%d jobs (%d units) were lost from Redis: dispatched again", len(lost), released
         )
+        self._all_dirty = True
         return True
 
     # -- 4. tasks and runs ---------------------------------------------------------------
 
     async def _advance(self) -> bool:
+        """Advance the runs that changed since the last step (all of them now and then)."""
+        everything, dirty = self._all_dirty, self._dirty
+        self._all_dirty, self._dirty = False, set()
         changed = False
-        for run in await self.store.runs(limit=1_000_000, states=["running"]):
-            changed |= await advance_run(self.store, self.types, run)
+        try:
+            for run in await self.store.runs(limit=1_000_000, states=["running"]):
+                if everything or run.id in dirty:
+                    changed |= await advance_run(self.store, self.types, run)
+        except BaseException:
+            self._all_dirty = True
+            raise
         return changed
 
     # -- 5. dispatch ------------------------------------------------------------------------
 
     async def _dispatch(self, workers: Sequence[WorkerInfo]) -> bool:
-        dispatcher = Dispatcher(self.store, self.resources, self.queue, self.types, self.settings)
+        dispatcher = Dispatcher(
+            self.store, self.resources, self.queue, self.types, self.settings, self._resolved
+        )
         return await dispatcher.dispatch(workers)
 
     # -- commands ---------------------------------------------------------------------------
@@ -329,6 +350,7 @@ class Controller:
             await asyncio.to_thread(copy_sources, run_dir, sources)
             async with self._lock:
                 await self.store.create_run(new)
+                self._dirty.add(run_id)
         except BaseException:
             await asyncio.to_thread(remove_run_dir, run_dir)
             raise
@@ -349,6 +371,7 @@ class Controller:
             count = await self.store.replay(
                 run_id, time.time(), task=task, indices=indices, memory_gb=memory_gb
             )
+            self._dirty.add(run_id)
         log.info("run %s: %d units replayed", run_id, count)
         return count
 

@@ -18,6 +18,7 @@ from simrun.resources import RETRY_FACTOR
 __all__ = [
     "DEFAULT_MAX_CHUNK",
     "DEFAULT_TARGET_JOB_S",
+    "FlightJob",
     "WorkerCapacity",
     "chunk_size",
     "dead_worker_jobs",
@@ -26,9 +27,9 @@ __all__ = [
     "fit_problem",
     "job_attempt",
     "lost_jobs",
-    "merge_memory_gb",
     "queue_name",
     "request_gb",
+    "retry_memory_gb",
     "split",
 ]
 
@@ -137,12 +138,14 @@ def fit_problem(
     return f"needs {gpus} GPU(s); the {queue} worker with the most has {most}"
 
 
-def merge_memory_gb(resolved_base_gb: float, kills: int, last_limit_gb: float | None) -> float:
-    """The memory of a merge: the resolved base memory, and after a kill for memory at least
-    `RETRY_FACTOR` times the limit it was killed at."""
+def retry_memory_gb(resolved_gb: float, kills: int, last_limit_gb: float | None) -> float:
+    """The memory of a unit (per process; the base memory for a merge): what is resolved
+    for its key, and once it was killed for memory at least `RETRY_FACTOR` times the limit
+    of its last attempt, so that its own retries grow even while the successes of other
+    units keep the key's learned value low."""
     if kills > 0 and last_limit_gb:
-        return max(resolved_base_gb, RETRY_FACTOR * last_limit_gb)
-    return resolved_base_gb
+        return max(resolved_gb, RETRY_FACTOR * last_limit_gb)
+    return resolved_gb
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from simrun.queues import JobPaths, JobResources, JobSpec
 from simrun.resources import ResolvedResources
 from simrun.runstate import UnitKind, UnitRow
 from simrun.runstore import NewJob, TaskRow
-from simrun.service.decisions import job_attempt, merge_memory_gb
+from simrun.service.decisions import job_attempt, retry_memory_gb
 
-__all__ = ["Dispatch", "build_jobs", "task_paths"]
+__all__ = ["Dispatch", "build_jobs", "memory_groups", "task_paths"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,17 @@ def task_paths(store: Path, task: TaskRow) -> TaskPaths:
     )
 
 
+def memory_groups(units: Sequence[UnitRow], resolved_gb: float) -> list[list[UnitRow]]:
+    """Pending units grouped by the memory they need (`retry_memory_gb`), smallest first and
+    in index order within a group, so that a unit killed before never raises the request
+    of a chunk of fresh units."""
+    groups: dict[float, list[UnitRow]] = {}
+    for unit in units:
+        need = retry_memory_gb(resolved_gb, unit.kills, unit.memory_gb)
+        groups.setdefault(need, []).append(unit)
+    return [groups[need] for need in sorted(groups)]
+
+
 def build_jobs(
     store: Path,
     task: TaskRow,
@@ -48,8 +59,9 @@ def build_jobs(
     """One job per chunk of pending units of ``task`` (chunk units, its command unit, or its
     merge unit, one kind per chunk), each with an attempt above every unit's current one.
 
-    A chunk job runs under the resolved memory per process; a merge under the resolved base
-    memory, raised after a kill (`merge_memory_gb`); a command under both.
+    A chunk or command job runs under the resolved memory per process, a merge under the
+    resolved base memory; a unit killed for memory before gets at least `RETRY_FACTOR`
+    times the limit of its last attempt (`retry_memory_gb`), the most of its chunk.
     """
     paths = JobPaths.of(task_paths(store, task))
     out: list[Dispatch] = []
@@ -62,8 +74,11 @@ def build_jobs(
         kind: UnitKind = units[0].kind
         attempt = job_attempt(u.attempt for u in units)
         base_gb = resolved.memory_base_gb
+        per_worker_gb = resolved.memory_per_worker_gb
         if kind == "merge":
-            base_gb = merge_memory_gb(base_gb, units[0].kills, units[0].memory_gb)
+            base_gb = retry_memory_gb(base_gb, units[0].kills, units[0].memory_gb)
+        else:
+            per_worker_gb = max(retry_memory_gb(per_worker_gb, u.kills, u.memory_gb) for u in units)
         spec = JobSpec(
             kind=kind,
             run=task.run,
@@ -73,7 +88,7 @@ def build_jobs(
             paths=paths,
             resources=JobResources(
                 memory_base_gb=base_gb,
-                memory_per_worker_gb=resolved.memory_per_worker_gb,
+                memory_per_worker_gb=per_worker_gb,
                 scratch_gb=resolved.scratch_gb,
                 gpus=resolved.gpus,
                 seconds_per_unit=resolved.seconds_per_unit,
@@ -94,7 +109,7 @@ def build_jobs(
             queue=queue,
             attempt=attempt,
             indices=tuple(u.index for u in units),
-            memory_gb=base_gb if kind == "merge" else resolved.memory_per_worker_gb,
+            memory_gb=base_gb if kind == "merge" else per_worker_gb,
         )
         out.append(Dispatch(job, spec))
     return out

@@ -7,18 +7,19 @@ The decisions are `simrun.service.decisions`; the jobs come from
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from simrun.plugins import TaskType
 from simrun.queues import JobQueue, WorkerInfo, set_current_attempts
 from simrun.resources import ResolvedResources, ResourceKey, ResourceStore, resource_key
-from simrun.runstate import TaskCounts, TaskState
+from simrun.runstate import TaskState, UnitKind, UnitRow
 from simrun.runstore import RunRow, RunStore, TaskRow
 from simrun.service import decisions
-from simrun.service.dispatch import build_jobs
+from simrun.service.dispatch import Dispatch, build_jobs, memory_groups
 from simrun.service.settings import ControllerSettings
 from simrun.workflow import ResourceOverride
 
@@ -36,6 +37,9 @@ class Dispatcher:
     queue: JobQueue
     types: Mapping[str, TaskType]
     settings: ControllerSettings
+    #: Resolved resources by (key, type, override), kept by the controller across steps
+    #: and dropped for a key when it records new observations.
+    cache: dict[tuple[str, str, str], ResolvedResources] = field(default_factory=dict)
 
     async def dispatch(self, workers: Sequence[WorkerInfo]) -> bool:
         """Send out pending units of every running run, within the window of each queue."""
@@ -47,16 +51,25 @@ class Dispatcher:
         ]
         changed = False
         for run in await self.store.runs(limit=1_000_000, states=["running"]):
-            counts = await self.store.counts(run.id)
-            for task in await self.store.tasks(run.id):
-                c = counts.get(task.name)
-                if task.state not in ("running", "merging", "blocked") or c is None:
-                    continue
-                if c.pending or c.merge == "pending":
-                    changed |= await self.dispatch_task(run, task, c, capacities, in_flight)
+            tasks = [
+                t
+                for t in await self.store.tasks(run.id)
+                if t.state in ("running", "merging", "blocked")
+                # a queue whose window is full takes nothing: skip the queries
+                and (t.queue is None or in_flight.get(t.queue, 0) < self.settings.window_jobs)
+            ]
+            if not tasks:
+                continue
+            pending = await self.store.pending_counts(run.id)
+            for task in tasks:
+                if pending.get(task.name):
+                    changed |= await self.dispatch_task(
+                        run, task, pending[task.name], capacities, in_flight
+                    )
         return changed
 
     async def resolve(self, run: RunRow, task: TaskRow, task_type: TaskType) -> ResolvedResources:
+        """The resources of a task now (cached until its key learns something new)."""
         override = dict(task.override or {})
         if task.memory_override_gb is not None:
             override["memory_per_worker_gb"] = task.memory_override_gb
@@ -65,35 +78,57 @@ class Dispatcher:
             if task.resource_key
             else resource_key(task_type, task.settings, run.model)
         )
-        return await self.resources.resolve(
-            key, task_type.hint, ResourceOverride(**override) if override else None
-        )
+        cache_key = (key.text(), task_type.name, json.dumps(override, sort_keys=True))
+        found = self.cache.get(cache_key)
+        if found is None:
+            found = await self.resources.resolve(
+                key, task_type.hint, ResourceOverride(**override) if override else None
+            )
+            self.cache[cache_key] = found
+        return found
 
     async def dispatch_task(
         self,
         run: RunRow,
         task: TaskRow,
-        counts: TaskCounts,
+        pending: Mapping[str, int],
         capacities: Sequence[decisions.WorkerCapacity],
         in_flight: dict[str, int],
     ) -> bool:
+        """Dispatch what one task has pending: its merge, its command, or chunks of units."""
         s = self.settings
         task_type = self.types.get(task.type)
         if task_type is None:
             return False  # _start failed the task; a restarted service may have lost a plugin
         resolved = await self.resolve(run, task, task_type)
         queue = decisions.queue_name(task_type.image, resolved.gpus)
-        merge = counts.merge == "pending" and counts.done == counts.total
-        kind = "merge" if merge else ("chunk" if task.splittable else "command")
+        room = s.window_jobs - in_flight.get(queue, 0)
+        if room <= 0:
+            return False
         now = time.time()
-        problem = decisions.fit_problem(
-            kind,
-            queue,
-            resolved.memory_base_gb,
-            resolved.memory_per_worker_gb,
-            resolved.gpus,
-            task_type.uses_cores,
-            capacities,
+        merge = pending.get("merge", 0) > 0
+        if merge or not task.splittable:
+            kind: UnitKind = "merge" if merge else "command"
+            units = await self.store.pending_units(run.id, task.name, 1, kind=kind)
+            chunks: list[tuple[UnitRow, ...]] = [tuple(units)] if units else []
+        else:
+            processes = sum(c.processes for c in capacities if queue in c.queues)
+            size = decisions.chunk_size(
+                resolved.seconds_per_unit,
+                pending.get("chunk", 0),
+                processes,
+                target_s=s.target_job_s,
+                max_chunk=s.max_chunk,
+            )
+            limit = min(room * size, max(size, s.dispatch_units))
+            units = await self.store.pending_units(run.id, task.name, limit, kind="chunk")
+            groups = memory_groups(units, resolved.memory_per_worker_gb)
+            chunks = [c for group in groups for c in decisions.split(group, size)][:room]
+        if not chunks:
+            return False
+        planned = build_jobs(s.store, task, task_type, resolved, queue, chunks, s.unit_timeout_s)
+        problem = next(
+            filter(None, (self._fit(d, queue, task_type, capacities) for d in planned)), None
         )
         if problem is not None:
             if task.state != "blocked" or task.status != problem:
@@ -103,27 +138,7 @@ class Dispatcher:
                 log.warning("run %s task %s blocked: %s", run.id, task.name, problem)
                 return True
             return False
-        room = s.window_jobs - in_flight.get(queue, 0)
-        if room <= 0:
-            return False
-        processes = sum(c.processes for c in capacities if queue in c.queues)
-        if kind == "chunk":
-            size = decisions.chunk_size(
-                resolved.seconds_per_unit,
-                counts.pending,
-                processes,
-                target_s=s.target_job_s,
-                max_chunk=s.max_chunk,
-            )
-            units = await self.store.pending_units(run.id, task.name, room * size, kind="chunk")
-            chunks = decisions.split(units, size)
-        else:
-            units = await self.store.pending_units(run.id, task.name, 1, kind=kind)  # type: ignore[arg-type]  # merge or command
-            chunks = [tuple(units)] if units else []
-        if not chunks:
-            return False
-        planned = build_jobs(s.store, task, task_type, resolved, queue, chunks, s.unit_timeout_s)
-        state: TaskState = "merging" if kind == "merge" else "running"
+        state: TaskState = "merging" if merge else "running"
         async with self.store.transaction() as conn:
             await self.store.add_jobs([d.job for d in planned], now, conn=conn)
             await self.store.set_task(
@@ -148,3 +163,21 @@ class Dispatcher:
             await self.store.release_jobs(refused, "the job id was taken in Redis")
             log.warning("run %s task %s: %d job ids were taken", run.id, task.name, len(refused))
         return True
+
+    @staticmethod
+    def _fit(
+        planned: Dispatch,
+        queue: str,
+        task_type: TaskType,
+        capacities: Sequence[decisions.WorkerCapacity],
+    ) -> str | None:
+        res = planned.spec.resources
+        return decisions.fit_problem(
+            planned.spec.kind,
+            queue,
+            res.memory_base_gb,
+            res.memory_per_worker_gb,
+            res.gpus,
+            task_type.uses_cores,
+            capacities,
+        )

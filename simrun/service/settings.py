@@ -28,6 +28,9 @@ class ControllerSettings:
     report_batches: int = 20
     #: Jobs in flight per queue at most; the rest of the units wait as pending.
     window_jobs: int = 64
+    #: Units one task sends out in one step at most (at least one job): the first jobs
+    #: leave sooner than if the whole window were stored and enqueued at once.
+    dispatch_units: int = 4000
     enqueue_concurrency: int = 32
     target_job_s: float = decisions.DEFAULT_TARGET_JOB_S
     max_chunk: int = decisions.DEFAULT_MAX_CHUNK
@@ -44,7 +47,10 @@ class ControllerSettings:
         return self.db_path if self.db_path is not None else self.store / "simrun.db"
 
     def __post_init__(self) -> None:
-        if self.window_jobs < 1 or self.report_batch < 1 or self.report_batches < 1:
-            raise ValueError("window_jobs, report_batch and report_batches must be >= 1")
+        counts = (self.window_jobs, self.report_batch, self.report_batches, self.dispatch_units)
+        if min(counts) < 1:
+            raise ValueError(
+                "window_jobs, report_batch, report_batches and dispatch_units must be >= 1"
+            )
         if not self.poll_s > 0 or not self.reconcile_s > 0 or not self.target_job_s > 0:
             raise ValueError("poll_s, reconcile_s and target_job_s must be > 0")

@@ -168,3 +168,14 @@ def test_limits_must_be_non_negative():
     """Negative limits are refused."""
     with pytest.raises(ValueError, match="limits"):
         Limits(max_retries=-1)
+
+
+def test_start_time_is_filled_once():
+    """The worker's start time fills a unit's start time only when it has none."""
+    kw = {"error": None, "worker": "w", "limit_gb": 1.0, "limits": LIMITS, "now_s": 9.0}
+    fresh = unit_after_outcome(QUEUED, "done", 2, started_s=5.0, **kw)
+    assert fresh is not None
+    assert fresh.started_s == 5.0
+    seen = unit_after_outcome(replace(QUEUED, started_s=3.0), "failed", 2, started_s=5.0, **kw)
+    assert seen is not None
+    assert seen.started_s == 3.0

@@ -125,6 +125,7 @@ async def test_start_task_creates_many_units(store: RunStore):
     counts = await store.counts("r1")
     assert counts["sweep"] == TaskCounts(pending=20_000)
     assert [u.index for u in await store.pending_units("r1", "sweep", 3)] == [0, 1, 2]
+    assert await store.pending_counts("r1") == {"sweep": {"chunk": 20_000}}
     (sweep,) = [t for t in await store.tasks("r1") if t.name == "sweep"]
     assert (sweep.state, sweep.units) == ("running", 20_000)
 
@@ -282,6 +283,7 @@ async def test_merge_unit_is_made_once(store: RunStore):
     await store.add_merge_unit("r1", "sweep")
     counts = (await store.counts("r1"))["sweep"]
     assert (counts.queued, counts.merge) == (6, "pending")
+    assert await store.pending_counts("r1") == {"sweep": {"merge": 1}}
     (merge,) = await store.pending_units("r1", "sweep", 10, kind="merge")
     assert merge.key == "merge"
 
@@ -404,3 +406,30 @@ async def test_orphaned_units_are_released(store: RunStore):
         5: "queued",
     }
     assert await store.release_orphans() == 0
+
+
+async def test_a_file_of_the_first_schema_is_upgraded(tmp_path: Path):
+    """A file written with the first version of the schema is upgraded on open, its runs
+    kept, and the pending units are read through the new partial index."""
+    path = tmp_path / "simrun.db"
+    conn = await db.connect(path)
+    try:
+        await db.migrate(conn, COMPONENT, MIGRATIONS[:1])
+        await conn.execute(
+            "INSERT INTO runs (id, model, state, document, created_s, updated_s)"
+            " VALUES ('old', '', 'running', '', 1, 1)"
+        )
+    finally:
+        await conn.close()
+    store = await RunStore.open(path)
+    try:
+        assert await db.component_version(store.connection, COMPONENT) == len(MIGRATIONS) == 2
+        indexes = await store.connection.execute_fetchall(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND name = 'units_pending'"
+        )
+        assert list(indexes) == [("units_pending",)]
+        old = await store.run("old")
+        assert old is not None
+        assert await store.pending_counts("old") == {}
+    finally:
+        await store.close()

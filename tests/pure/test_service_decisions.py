@@ -15,9 +15,9 @@ from simrun.service.decisions import (
     fit_problem,
     job_attempt,
     lost_jobs,
-    merge_memory_gb,
     queue_name,
     request_gb,
+    retry_memory_gb,
     split,
 )
 
@@ -133,9 +133,10 @@ def test_fit_problem(kind, queue, per_worker, gpus, workers, expected):
         (2.0, 1, None, 2.0),
     ],
 )
-def test_merge_memory(base, kills, limit, expected):
-    """A merge killed for memory gets at least RETRY_FACTOR times the limit it was killed at."""
-    assert merge_memory_gb(base, kills, limit) == pytest.approx(expected)
+def test_retry_memory(base, kills, limit, expected):
+    """A unit (or merge) killed for memory gets at least RETRY_FACTOR times the limit of its
+    last attempt, and never less than what is resolved for its key."""
+    assert retry_memory_gb(base, kills, limit) == pytest.approx(expected)
 
 
 JOBS = [

@@ -11,7 +11,7 @@ from simrun.plugins import load_task_types
 from simrun.resources import RETRY_FACTOR, ResolvedResources
 from simrun.runstate import UnitRow
 from simrun.runstore import TaskRow
-from simrun.service.dispatch import build_jobs
+from simrun.service.dispatch import build_jobs, memory_groups
 from simrun.service.submit import copy_sources, new_run_id, plan_run, source_paths
 from simrun.workflow import WorkflowError, check_workflow, load_workflow
 
@@ -129,3 +129,17 @@ def test_a_job_of_mixed_kinds_is_refused(tmp_path: Path):
         build_jobs(
             tmp_path, task, TYPES["heat"], RESOLVED, "cpu", [[unit(0, 0), unit(-1, 0, "merge")]]
         )
+
+
+def test_killed_units_go_in_their_own_chunks_with_more_memory(tmp_path: Path):
+    """Units killed before are grouped apart from fresh ones, and their jobs ask at least
+    RETRY_FACTOR times the limit of their last attempt even when the key resolves lower."""
+    units = [unit(0, 1), unit(1, 2, kills=1, mem=2.0), unit(2, 0), unit(3, 3, kills=2, mem=2.0)]
+    groups = memory_groups(units, RESOLVED.memory_per_worker_gb)
+    assert [[u.index for u in g] for g in groups] == [[0, 2], [1, 3]]
+    task = task_row("sweep", True, {})
+    fresh, killed = build_jobs(tmp_path, task, TYPES["heat"], RESOLVED, "cpu", groups)
+    assert fresh.spec.resources.memory_per_worker_gb == RESOLVED.memory_per_worker_gb
+    assert killed.spec.resources.memory_per_worker_gb == pytest.approx(2.0 * RETRY_FACTOR)
+    assert killed.job.memory_gb == pytest.approx(2.0 * RETRY_FACTOR)
+    assert killed.spec.attempt == 4
