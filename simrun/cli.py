@@ -1,56 +1,107 @@
-"""The ``simrun`` command."""
+"""The ``simrun`` command: the click group and its small commands.
+
+``run`` (embedded mode) is `simrun.cli_run`; the commands that work with a service are
+`simrun.cli_remote`; ``worker`` is `simrun.worker.cli`. A user's mistake (a bad workflow, a
+plugin that does not load, a service that cannot be reached) is printed as its message
+alone; ``--debug`` adds the traceback.
+"""
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
+import traceback
 from pathlib import Path
+from typing import Any
 
 import click
 
 from simrun import __version__
+from simrun.cli_common import EXIT_INTERRUPTED, USER_ERRORS, exit_code_of, load_types
 from simrun.config import load_config
-from simrun.plugins import PluginError, TaskType, load_task_types
 from simrun.workflow import WorkflowError, check_workflow, load_workflow, source_problems
 
-__all__ = ["main"]
+__all__ = ["cli", "main"]
 
 
-def _fail(message: str) -> None:
-    """Print a user's mistake in a few lines and exit non-zero, without a traceback."""
-    click.secho(message, fg="red", err=True)
-    sys.exit(2)
+#: Commands in modules of their own, imported when they are used (``simrun types`` should
+#: not wait for the service's imports): name -> "module:attribute".
+LAZY_COMMANDS = {
+    "run": "simrun.cli_run:run",
+    "submit": "simrun.cli_remote:submit",
+    "status": "simrun.cli_remote:status",
+    "replay": "simrun.cli_remote:replay",
+    "cancel": "simrun.cli_remote:cancel",
+    "resources": "simrun.cli_remote:resources",
+    "scale": "simrun.cli_scale:scale",
+    "worker": "simrun.worker.cli:worker",
+}
 
 
-def _types() -> dict[str, TaskType]:
-    try:
-        return load_task_types()
-    except (PluginError, ValueError) as exc:
-        _fail(str(exc))
-        raise AssertionError("unreachable") from exc
+class SimrunGroup(click.Group):
+    """The group that loads its big commands when they are used, and turns errors into a
+    few lines (a traceback with ``--debug``)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        ref = LAZY_COMMANDS.get(cmd_name)
+        if ref is None:
+            return super().get_command(ctx, cmd_name)
+        module, _, attr = ref.partition(":")
+        command = getattr(importlib.import_module(module), attr)
+        assert isinstance(command, click.Command)
+        return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        debug = bool(ctx.params.get("debug"))
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.secho("interrupted", fg="yellow", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except USER_ERRORS as exc:
+            if debug:
+                traceback.print_exc()
+            click.secho(f"error: {exc}", fg="red", err=True)
+            sys.exit(exit_code_of(exc))
+        except Exception as exc:
+            if debug:
+                raise
+            click.secho(
+                f"error: {type(exc).__name__}: {exc}\n(this is a bug of simrun; run the command "
+                "again with --debug for the traceback, and report it)",
+                fg="red",
+                err=True,
+            )
+            sys.exit(1)
 
 
-@click.group()
+@click.group(cls=SimrunGroup)
 @click.version_option(__version__, prog_name="simrun")
-def cli() -> None:
-    """Run simulation campaigns: workflows of tasks split into units, with learned memory."""
+@click.option("--debug", is_flag=True, help="Show tracebacks of errors.")
+def cli(debug: bool) -> None:
+    """Run simulation campaigns: workflows of tasks split into units, with learned memory.
+
+    Start with `simrun run examples/heat.yaml`: everything runs on this machine.
+    """
 
 
 @cli.command()
 @click.argument("workflow", type=click.Path(path_type=Path, dir_okay=False))
 def validate(workflow: Path) -> None:
     """Check WORKFLOW against the installed task types and print its tasks in order."""
-    types = _types()
-    try:
-        doc = load_workflow(workflow)
-        text = workflow.read_text(encoding="utf-8")
-        settings = check_workflow(doc, types, str(workflow), text)
-        missing = source_problems(doc, workflow.parent)
-        if missing:
-            raise WorkflowError(missing, str(workflow))
-    except WorkflowError as exc:
-        _fail(str(exc))
-        return
+    types = load_types()
+    doc = load_workflow(workflow)
+    text = workflow.read_text(encoding="utf-8")
+    settings = check_workflow(doc, types, str(workflow), text)
+    missing = source_problems(doc, workflow.parent)
+    if missing:
+        raise WorkflowError(missing, str(workflow))
     click.echo(f"{workflow}: ok — model {doc.model or '(none)'!r}, {len(doc.tasks)} tasks")
     for name in doc.order():
         spec = doc.task(name)
@@ -62,7 +113,7 @@ def validate(workflow: Path) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def types(as_json: bool) -> None:
     """List the installed task types."""
-    found = _types()
+    found = load_types()
     if as_json:
         click.echo(
             json.dumps(
@@ -143,16 +194,12 @@ def service(
     import logging
 
     from simrun.runstate import Limits
-    from simrun.service.controller import ControllerSettings, load_types
+    from simrun.service.controller import ControllerSettings
     from simrun.service.main import serve
 
     config = load_config()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    try:
-        types = load_types(plugins)
-    except (PluginError, ValueError) as exc:
-        _fail(str(exc))
-        return
+    types = load_types(plugins)
     settings = ControllerSettings(
         store=(store or config.store).resolve(),
         redis_url=redis_url or config.redis_url_or_default,
@@ -160,15 +207,6 @@ def service(
         limits=Limits(max_retries=max_retries, max_kills=max_kills),
     )
     asyncio.run(serve(settings, types, host=host, port=port, token=config.token))
-
-
-def _add_worker_command() -> None:
-    from simrun.worker.cli import worker
-
-    cli.add_command(worker)
-
-
-_add_worker_command()
 
 
 def main() -> None:

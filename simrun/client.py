@@ -176,3 +176,8 @@ class Client:
     def resources(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", "/resources")
         return result
+
+    def backlog(self) -> dict[str, Any]:
+        """The live backlog per queue (``{"queues": [...]}``, see ``GET /backlog``)."""
+        result: dict[str, Any] = self._call("GET", "/backlog")
+        return result

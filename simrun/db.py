@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -68,13 +69,37 @@ class Migration:
     statements: tuple[str, ...]
 
 
-def _configure(conn: sqlite3.Connection) -> None:
+def _journal_mode(conn: sqlite3.Connection, deadline_s: float) -> str:
+    """The file's journal mode, switched to WAL when it is not yet.
+
+    SQLite answers "database is locked" to these pragmas without waiting on the busy
+    timeout while another connection creates, recovers or deletes the WAL (several
+    processes opening one new file, the last connection of another closing). That state
+    lasts microseconds, so it is retried until ``deadline_s`` (monotonic) passes.
+    """
+    delay_s = 0.001
+    while True:
+        try:
+            row = conn.execute("PRAGMA journal_mode").fetchone()
+            if row is not None and str(row[0]).lower() == "wal":
+                return "wal"
+            row = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return "" if row is None else str(row[0]).lower()
+        except sqlite3.OperationalError as exc:
+            transient = "locked" in str(exc) or "busy" in str(exc)
+            if not transient or time.monotonic() + delay_s > deadline_s:
+                raise
+        time.sleep(delay_s)
+        delay_s = min(delay_s * 2, 0.05)
+
+
+def _configure(conn: sqlite3.Connection, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
     """WAL, foreign keys and ``synchronous=NORMAL`` (durable across a crash of the process;
     the last transactions may be lost to a power cut)."""
-    row = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-    if row is None or str(row[0]).lower() != "wal":
+    mode = _journal_mode(conn, time.monotonic() + busy_timeout_s)
+    if mode != "wal":
         raise SchemaError(
-            f"SQLite refused WAL mode (journal_mode is {row and row[0]!r}); "
+            f"SQLite refused WAL mode (journal_mode is {mode!r}); "
             "the database must be a file on a local volume"
         )
     conn.execute("PRAGMA synchronous = NORMAL")
@@ -87,7 +112,7 @@ class _Configured(sqlite3.Connection):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         try:
-            _configure(self)
+            _configure(self, float(kwargs.get("timeout", DEFAULT_BUSY_TIMEOUT_S)))
         except BaseException:
             self.close()
             raise

@@ -3,6 +3,8 @@
 A plugin package registers `TaskType` objects under the entry-point group
 `ENTRY_POINT_GROUP`. The callables of a type are named by ``"module:function"`` strings so
 that a worker process imports them itself (`resolve`); nothing callable crosses Redis.
+A type can also be named directly by a ``"module:OBJECT"`` reference (`load_plugin_ref`,
+the ``--plugins`` option of the worker and the service), without being installed.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "ResourceHint",
     "TaskPaths",
     "TaskType",
+    "load_plugin_ref",
     "load_task_types",
     "resolve",
     "task_type_problems",
@@ -126,13 +129,14 @@ class TaskType:
         return self.compute_unit is not None
 
 
-def _reference_problem(ref: object) -> str | None:
-    """Why ``ref`` is not a well-formed ``"module:function"`` string, or None."""
+def _reference_problem(ref: object, form: str = "module:function") -> str | None:
+    """Why ``ref`` is not a well-formed ``"module:attribute"`` string, or None; ``form`` is
+    how the expected form is shown."""
     if not isinstance(ref, str):
-        return f"is {type(ref).__name__}, not a 'module:function' string"
+        return f"is {type(ref).__name__}, not a '{form}' string"
     module, sep, attr = ref.partition(":")
     if not sep or not module or not attr:
-        return f"{ref!r} is not of the form 'module:function'"
+        return f"{ref!r} is not of the form '{form}'"
     for part in module.split("."):
         if not part.isidentifier() or keyword.iskeyword(part):
             return f"{ref!r}: {module!r} is not a module path"
@@ -140,6 +144,28 @@ def _reference_problem(ref: object) -> str | None:
         if not part.isidentifier() or keyword.iskeyword(part):
             return f"{ref!r}: {attr!r} is not an attribute name"
     return None
+
+
+def _import_object(ref: str, what: str) -> Any:
+    """The object a well-formed ``"module:attr.path"`` names; `PluginError` (its message
+    starting with ``what`` and the reference) says which step failed."""
+    module_name, _, attr_path = ref.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise PluginError(f"{what} {ref!r}: cannot import module {module_name!r}: {exc}") from exc
+    except Exception as exc:  # a plugin module may raise anything on import
+        raise PluginError(
+            f"{what} {ref!r}: importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    for attr in attr_path.split("."):
+        try:
+            obj = getattr(obj, attr)
+        except AttributeError as exc:
+            raise PluginError(
+                f"{what} {ref!r}: module {module_name!r} has no attribute {attr_path!r}"
+            ) from exc
+    return obj
 
 
 def resolve(ref: str) -> Callable[..., Any]:
@@ -151,30 +177,34 @@ def resolve(ref: str) -> Callable[..., Any]:
     problem = _reference_problem(ref)
     if problem is not None:
         raise PluginError(f"reference {problem}")
-    module_name, _, attr_path = ref.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise PluginError(
-            f"reference {ref!r}: cannot import module {module_name!r}: {exc}"
-        ) from exc
-    except Exception as exc:  # a plugin module may raise anything on import
-        raise PluginError(
-            f"reference {ref!r}: importing module {module_name!r} failed: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
-    for attr in attr_path.split("."):
-        try:
-            obj = getattr(obj, attr)
-        except AttributeError as exc:
-            raise PluginError(
-                f"reference {ref!r}: module {module_name!r} has no attribute {attr_path!r}"
-            ) from exc
+    obj = _import_object(ref, "reference")
     if not callable(obj):
+        attr_path = ref.partition(":")[2]
         raise PluginError(
             f"reference {ref!r}: {attr_path!r} is a {type(obj).__name__}, not callable"
         )
     return obj  # type: ignore[no-any-return]  # getattr chain is Any by nature
+
+
+def load_plugin_ref(ref: str) -> TaskType:
+    """The `TaskType` that a ``"module:OBJECT"`` reference names (``OBJECT`` may be a
+    dotted path, ``"pkg.mod:TYPES.heat"``): a task type loaded without installing it as an
+    entry point, as the worker's and the service's ``--plugins`` options do.
+
+    The module is imported (so it must be importable from ``sys.path``) and the object is
+    checked as `load_task_types` checks entry points. `PluginError` says which step failed:
+    a malformed reference, a module that cannot be imported (or raised while importing), a
+    missing attribute, or an object that is not a usable task type (with its problems).
+    """
+    problem = _reference_problem(ref, "module:OBJECT")
+    if problem is not None:
+        raise PluginError(f"plugin reference {problem}")
+    obj = _import_object(ref, "plugin reference")
+    problems = task_type_problems(obj)
+    if problems:
+        raise PluginError(f"plugin reference {ref!r}: task type {'; '.join(problems)}")
+    assert isinstance(obj, TaskType)
+    return obj
 
 
 def _is_nonneg_number(value: object) -> bool:

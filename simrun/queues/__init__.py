@@ -8,8 +8,9 @@
 * **Reports**: the entry a worker adds to the report stream for every job (`ReportEntry`).
 * **Attempts**: the per-unit current attempt the service writes when it dispatches, which
   a worker reads to skip units that were dispatched again since (`current_attempts`).
-* **JobQueue**: the thin layer over arq the service uses to enqueue, watch queues, list
-  live workers and read reports. arq is imported here and in the worker's setup only.
+* **JobQueue**: the thin layer over arq the service uses to enqueue, watch queues (and
+  which jobs arq holds in progress), drop jobs, list live workers and read reports. arq is
+  imported here and in the worker's setup only.
 
 The wire formats are described on `JobSpec.to_dict` and `ReportEntry.to_fields`.
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from redis.exceptions import ResponseError
 
@@ -58,6 +58,8 @@ class JobQueue:
     def __init__(self, pool: ArqRedis, keys: Keys) -> None:
         self.pool = pool
         self.keys = keys
+        #: The consumer groups of the report stream this queue created (or found).
+        self._groups: set[str] = set()
 
     @classmethod
     async def connect(cls, redis_url: str, prefix: str = DEFAULT_PREFIX) -> JobQueue:
@@ -111,15 +113,32 @@ class JobQueue:
         queued. For the jobs of a worker that died: arq keeps such a job in its queue,
         marked in progress, for as long as the worker's job timeout (days); once the service
         dispatched its units again with a newer attempt, the old job is only in the way."""
+        from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
+
         if not job_ids:
             return 0
         arq_ids = [self.keys.arq_job_id(j) for j in job_ids]
         async with self.pool.pipeline(transaction=True) as pipe:
             pipe.zrem(self.keys.queue(queue), *arq_ids)
-            for prefix in ("arq:job:", "arq:in-progress:", "arq:retry:"):
+            for prefix in (job_key_prefix, in_progress_key_prefix, retry_key_prefix):
                 pipe.delete(*(prefix + a for a in arq_ids))
             removed, *_ = await pipe.execute()
         return int(removed)
+
+    async def held_in_progress(self, job_ids: Iterable[str]) -> set[str]:
+        """Those of ``job_ids`` that arq holds in progress: a worker took the job, and no
+        other worker may take it until it ends or arq's in-progress mark expires (the job
+        timeout: days, when the worker died without ending it)."""
+        from arq.constants import in_progress_key_prefix
+
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return set()
+        async with self.pool.pipeline(transaction=False) as pipe:
+            for job in ids:
+                pipe.exists(in_progress_key_prefix + self.keys.arq_job_id(job))
+            found = await pipe.execute()
+        return {job for job, n in zip(ids, found, strict=True) if n}
 
     async def live_workers(self) -> list[WorkerInfo]:
         """The worker containers whose heartbeat has not expired."""
@@ -133,11 +152,13 @@ class JobQueue:
         return [WorkerInfo.from_json(v) for v in values if v is not None]
 
     async def _ensure_group(self, group: str) -> None:
+        """Create ``group`` on the report stream (and the stream) unless it exists."""
         try:
             await self.pool.xgroup_create(self.keys.reports, group, id="0", mkstream=True)
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
+        self._groups.add(group)
 
     async def read_reports(
         self,
@@ -147,17 +168,22 @@ class JobQueue:
         block_ms: int | None = 1000,
         pending: bool = False,
     ) -> list[StreamReport]:
-        """Up to ``count`` new entries for ``consumer`` of ``group`` (created when missing),
-        waiting up to ``block_ms``; with ``pending``, the entries this consumer read before
-        but did not acknowledge (after a restart). Unreadable entries come with a problem."""
-        await self._ensure_group(group)
-        answer = await self.pool.xreadgroup(
-            group,
-            consumer,
-            {self.keys.reports: "0" if pending else ">"},
-            count=count,
-            block=None if pending else block_ms,
-        )
+        """Up to ``count`` new entries for ``consumer`` of ``group``, waiting up to
+        ``block_ms``; with ``pending``, the entries this consumer read before but did not
+        acknowledge (after a restart). Unreadable entries come with a problem.
+
+        The group is created on the first read of this queue, and again when Redis says it
+        is gone (NOGROUP: Redis lost its data, or the stream was deleted)."""
+        if group not in self._groups:
+            await self._ensure_group(group)
+        try:
+            answer = await self._read(group, consumer, count, block_ms, pending)
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            self._groups.discard(group)
+            await self._ensure_group(group)
+            answer = await self._read(group, consumer, count, block_ms, pending)
         out: list[StreamReport] = []
         for _stream, entries in answer or []:
             for raw_id, fields in entries:
@@ -167,6 +193,17 @@ class JobQueue:
                 except PayloadError as exc:
                     out.append(StreamReport(entry_id, None, str(exc)))
         return out
+
+    async def _read(
+        self, group: str, consumer: str, count: int, block_ms: int | None, pending: bool
+    ) -> Any:
+        return await self.pool.xreadgroup(
+            group,
+            consumer,
+            {self.keys.reports: "0" if pending else ">"},
+            count=count,
+            block=None if pending else block_ms,
+        )
 
     async def ack(self, group: str, ids: Sequence[str]) -> None:
         """Acknowledge entries of ``group`` and delete them from the stream."""

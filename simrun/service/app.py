@@ -11,8 +11,26 @@ Routes (JSON in and out; a bearer token is required when the service has one):
     POST /runs/{id}/replay            {"task"?, "units"?, "memory_gb"?}
     POST /runs/{id}/cancel
     GET  /resources                   what is learned per resource key
+    GET  /backlog                     per queue: the units not done by resource key, and
+                                      the live workers' count and shape (`simrun scale`)
+    GET  /metrics                     Prometheus text format 0.0.4 (`simrun.service.metrics`)
 
 A rejected document creates nothing and answers 422 with every problem.
+
+/metrics stays behind the token when the service has one, like every route but /health:
+it tells the queues, image names and load of the installation, and /health is open only
+because probes cannot send a header. Prometheus sends the token itself; in the scrape job::
+
+    - job_name: simrun
+      authorization:
+        type: Bearer
+        credentials_file: /etc/prometheus/simrun-token   # the value of SIMRUN_TOKEN
+      static_configs:
+        - targets: ["simrun-service:8765"]
+
+(``bearer_token_file:`` in Prometheus before 2.26). A Prometheus that finds its targets
+from pod annotations needs such a job too, with its ``kubernetes_sd_configs``; KEDA asks
+Prometheus, not the service, and needs nothing more.
 """
 
 from __future__ import annotations
@@ -27,13 +45,15 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
 from simrun import __version__
 from simrun.plugins import TaskType
 from simrun.runstore import ReplayError
+from simrun.scale import ContainerShape
+from simrun.service import metrics
 from simrun.service.controller import Controller
 from simrun.workflow import Problem, WorkflowError, check_workflow, name_problem, parse_workflow
 
@@ -117,9 +137,15 @@ def _write_uploads(sources: dict[str, SourceUpload], directory: Path) -> dict[st
     return written
 
 
-def create_app(controller: Controller, token: str | None = None) -> FastAPI:
+def create_app(
+    controller: Controller,
+    token: str | None = None,
+    *,
+    default_shape: ContainerShape = metrics.DEFAULT_SHAPE,
+) -> FastAPI:
     """The API over ``controller``; with ``token``, every route but /health needs
-    ``Authorization: Bearer <token>``."""
+    ``Authorization: Bearer <token>``. ``default_shape`` is the worker container /metrics
+    decides the desired workers of a queue with while none of its workers is live."""
 
     async def authorized(request: Request) -> None:
         if token is None:
@@ -211,5 +237,19 @@ def create_app(controller: Controller, token: str | None = None) -> FastAPI:
             row["key"] = summary.key.text()
             out.append(row)
         return out
+
+    @app.get("/backlog", dependencies=auth)
+    async def backlog() -> dict[str, Any]:
+        backlogs, _units, _running = await metrics.gather_backlog(controller)
+        try:
+            workers = await controller.queue.live_workers()
+        except (RedisError, OSError) as exc:
+            raise HTTPException(status_code=503, detail=f"Redis unreachable: {exc}") from exc
+        return metrics.backlog_document(backlogs, metrics.pools_of(workers))
+
+    @app.get("/metrics", dependencies=auth)
+    async def prometheus_metrics() -> Response:
+        snapshot = await metrics.gather(controller, default_shape=default_shape)
+        return Response(content=metrics.render(snapshot), media_type=metrics.CONTENT_TYPE)
 
     return app

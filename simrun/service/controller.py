@@ -6,7 +6,10 @@ One `Controller.step` does, in order:
 1. **ingest** the report stream in batches (consumer group): the unit outcomes and the
    observations of a batch are written in one transaction, then acknowledged;
 2. **watch** the workers' heartbeats: jobs a live worker holds mark their units running on
-   it; the jobs of a worker whose heartbeat expired are dispatched again (new attempt);
+   it; the jobs of a worker whose heartbeat expired, and the jobs arq holds in progress
+   that no live worker has listed for longer than a heartbeat lives (their worker died
+   before a heartbeat named them), are dispatched again (new attempt) and dropped from
+   arq, which would keep them blocked for its job timeout;
 3. **reconcile** (at start and every ``reconcile_s``): jobs in flight that are neither in a
    queue nor on a live worker (Redis lost them) are dispatched again;
 4. **advance**: tasks whose inputs are done start (``count_units`` in a thread), tasks whose
@@ -31,7 +34,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from simrun.plugins import TaskType, load_task_types
+from simrun.plugins import TaskType, load_plugin_ref, load_task_types
 from simrun.queues import (
     JobQueue,
     ReportEntry,
@@ -77,10 +80,8 @@ def is_oom(entry_or_report: ReportEntry | WorkerReport) -> bool:
 
 
 def load_types(plugins: Sequence[str] = ()) -> dict[str, TaskType]:
-    """The installed task types plus those named by ``plugins`` ("module:ATTRIBUTE"), as the
-    worker's ``--plugins`` option loads them."""
-    from simrun.worker.child import load_plugin_ref
-
+    """The installed task types plus those named by ``plugins`` ("module:OBJECT", see
+    `simrun.plugins.load_plugin_ref`), as the worker's ``--plugins`` option loads them."""
     types = load_task_types()
     for ref in plugins:
         task_type = load_plugin_ref(ref)
@@ -117,6 +118,8 @@ class Controller:
         self._dirty: set[str] = set()  # runs whose tasks may move (see _advance)
         self._all_dirty = True
         self._seen: dict[str, tuple[str, bool]] = {}  # sightings already written
+        #: Jobs arq holds in progress that no live worker lists: since when (monotonic).
+        self._held_since: dict[str, float] = {}
         self._resolved: dict[tuple[str, str, str], ResolvedResources] = {}
 
     @classmethod
@@ -133,8 +136,11 @@ class Controller:
         return cls(settings, types, store, resources, queue)
 
     async def close(self) -> None:
+        """Close Redis and both stores (the resource store's idle connection too, so no WAL
+        file is left behind)."""
         await self.queue.close()
         await self.store.close()
+        self.resources.close()
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -248,23 +254,56 @@ class Controller:
         rows = await self.store.jobs()
         dead = set(decisions.dead_worker_jobs(_flight(rows), live))
         if dead:
-            by_worker: dict[str, list[str]] = defaultdict(list)
+            by_worker: dict[str, list[JobRow]] = defaultdict(list)
             for row in rows:
                 if row.id in dead and row.worker is not None:
-                    by_worker[row.worker].append(row.id)
-                    self._dirty.add(row.run)
-            for worker, job_ids in by_worker.items():
-                released = await self.store.release_jobs(
-                    job_ids, f"worker {worker} stopped answering (its heartbeat expired)"
+                    by_worker[row.worker].append(row)
+            for worker, jobs in by_worker.items():
+                released = await self._give_up(
+                    jobs, f"worker {worker} stopped answering (its heartbeat expired)"
                 )
                 log.warning(
                     "worker %s is gone: %d jobs (%d units) dispatched again",
                     worker,
-                    len(job_ids),
+                    len(jobs),
                     released,
                 )
             changed = True
-        return changed
+        return await self._abandoned([r for r in rows if r.id not in dead], sightings) or changed
+
+    async def _abandoned(self, rows: Sequence[JobRow], listed: Mapping[str, object]) -> bool:
+        """Dispatch again the jobs arq holds in progress that no live worker listed for
+        longer than a heartbeat lives: their worker took them and died before it said so."""
+        unlisted = [r.id for r in rows if r.id not in listed]
+        held = await self.queue.held_in_progress(unlisted) if unlisted else set()
+        self._held_since, abandoned = decisions.abandoned_jobs(
+            held, listed, self._held_since, time.monotonic(), self.settings.heartbeat_ttl_s
+        )
+        if not abandoned:
+            return False
+        chosen = set(abandoned)
+        released = await self._give_up(
+            [r for r in rows if r.id in chosen],
+            "its worker took it and stopped answering before it said so",
+        )
+        log.warning(
+            "%d jobs (%d units) held in progress by no live worker: dispatched again",
+            len(abandoned),
+            released,
+        )
+        return True
+
+    async def _give_up(self, jobs: Sequence[JobRow], reason: str) -> int:
+        """Drop jobs from arq and put their units back to pending (dispatched again with a
+        newer attempt); returns the units released. Dropped first: should the service stop
+        in between, reconciling finds the jobs gone from Redis and releases them then."""
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for job in jobs:
+            by_queue[job.queue].append(job.id)
+            self._dirty.add(job.run)
+        for queue, job_ids in by_queue.items():
+            await self.queue.drop_jobs(queue, job_ids)
+        return await self.store.release_jobs([j.id for j in jobs], reason)
 
     # -- 3. reconcile -----------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """The controller's decisions as plain functions: chunk sizes, attempts, which queue, whether
-any worker can ever run a request, which jobs are lost, the ETA and the run's message.
+any worker can ever run a request, which jobs are lost or abandoned, the ETA and the run's
+message.
 
 Nothing here does I/O or reads a clock; `simrun.service.controller` gathers the facts and
 acts on the answers.
@@ -20,6 +21,7 @@ __all__ = [
     "DEFAULT_TARGET_JOB_S",
     "FlightJob",
     "WorkerCapacity",
+    "abandoned_jobs",
     "chunk_size",
     "dead_worker_jobs",
     "eta_s",
@@ -160,6 +162,30 @@ class FlightJob:
 def dead_worker_jobs(jobs: Iterable[FlightJob], live: Collection[str]) -> list[str]:
     """Jobs held by a worker whose heartbeat is gone: dispatch their units again."""
     return [j.id for j in jobs if j.worker is not None and j.worker not in live]
+
+
+def abandoned_jobs(
+    held: Collection[str],
+    listed: Collection[str],
+    since: Mapping[str, float],
+    now_s: float,
+    ttl_s: float,
+) -> tuple[dict[str, float], list[str]]:
+    """Jobs a worker took and died with before any heartbeat of it listed them.
+
+    ``held`` are jobs in flight that arq holds in progress (a worker took them; arq lets no
+    other worker take them for days), ``listed`` the jobs live workers' heartbeats list, and
+    ``since`` when each job was first seen held and unlisted (the first answer of the last
+    call). A live worker lists a job it took within one heartbeat, so a job held and listed
+    by no live worker for longer than ``ttl_s`` (a heartbeat's time to live) was abandoned:
+    dispatch its units again. Returns the new ``since`` (the jobs still watched; a job that
+    is listed again or no longer held starts over) and the abandoned jobs, sorted.
+    """
+    watched = {job: since.get(job, now_s) for job in held if job not in listed}
+    abandoned = sorted(job for job, first in watched.items() if now_s - first > ttl_s)
+    for job in abandoned:
+        del watched[job]
+    return watched, abandoned
 
 
 def lost_jobs(

@@ -8,6 +8,7 @@ from pathlib import Path
 from simrun.queues import DEFAULT_PREFIX
 from simrun.runstate import Limits
 from simrun.service import decisions
+from simrun.worker.heartbeat import HEARTBEAT_TTL_S
 
 __all__ = ["ControllerSettings"]
 
@@ -37,6 +38,9 @@ class ControllerSettings:
     limits: Limits = field(default_factory=Limits)
     #: How often the jobs in flight are compared with what Redis holds.
     reconcile_s: float = 5.0
+    #: How long a worker's heartbeat lives (as ``simrun worker --heartbeat-ttl-s``): a job
+    #: arq holds in progress that no live worker lists for longer is dispatched again.
+    heartbeat_ttl_s: float = HEARTBEAT_TTL_S
     #: Bound of one unit on a worker (None: none).
     unit_timeout_s: float | None = None
     group: str = "simrun-service"
@@ -52,5 +56,6 @@ class ControllerSettings:
             raise ValueError(
                 "window_jobs, report_batch, report_batches and dispatch_units must be >= 1"
             )
-        if not self.poll_s > 0 or not self.reconcile_s > 0 or not self.target_job_s > 0:
-            raise ValueError("poll_s, reconcile_s and target_job_s must be > 0")
+        times = (self.poll_s, self.reconcile_s, self.target_job_s, self.heartbeat_ttl_s)
+        if not all(t > 0 for t in times):
+            raise ValueError("poll_s, reconcile_s, target_job_s and heartbeat_ttl_s must be > 0")

@@ -6,8 +6,8 @@ Started by the worker container as ``python -m simrun.worker.child [--plugin REF
 code is caught and sent back with its traceback; the process goes on. The container kills
 the process when it passes its memory limit or a unit's time runs out, and starts another.
 
-Task types are found by name among the ``--plugin`` references (``module:ATTRIBUTE`` naming
-a `TaskType`) and the installed entry points.
+Task types are found by name among the ``--plugin`` references (``module:OBJECT`` naming a
+`TaskType`, loaded by `simrun.plugins.load_plugin_ref`) and the installed entry points.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import importlib
 import os
 import signal
 import sys
@@ -34,41 +33,18 @@ from simrun.plugins import (
     PluginError,
     TaskPaths,
     TaskType,
+    load_plugin_ref,
     load_task_types,
     resolve,
-    task_type_problems,
 )
 from simrun.worker.protocol import read_blocking, write_blocking
 
-__all__ = ["load_plugin_ref", "main"]
+__all__ = ["main"]
 
 #: Tasks a process remembers (with their setup done); an older one is set up again.
 MAX_TASKS = 16
 #: Longest traceback sent back; a longer one keeps its end, where the error is.
 MAX_ERROR_CHARS = 20_000
-
-
-def load_plugin_ref(ref: str) -> TaskType:
-    """The `TaskType` that ``"module:ATTRIBUTE"`` names; `PluginError` saying what is wrong."""
-    module_name, sep, attr = ref.partition(":")
-    if not sep or not module_name or not attr:
-        raise PluginError(f"plugin reference {ref!r} is not of the form 'module:ATTRIBUTE'")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # any import failure of a plugin is reported
-        raise PluginError(
-            f"plugin reference {ref!r}: importing {module_name!r} failed: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
-    try:
-        obj = getattr(module, attr)
-    except AttributeError:
-        raise PluginError(f"plugin reference {ref!r}: {module_name!r} has no {attr!r}") from None
-    problems = task_type_problems(obj)
-    if problems:
-        raise PluginError(f"plugin reference {ref!r}: task type {'; '.join(problems)}")
-    assert isinstance(obj, TaskType)
-    return obj
 
 
 def _error_text() -> str:

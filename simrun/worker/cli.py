@@ -13,10 +13,14 @@ from redis.exceptions import RedisError
 from simrun.config import load_config
 from simrun.queues import DEFAULT_PREFIX
 from simrun.worker.capacity import detect_capacity
+from simrun.worker.heartbeat import HEARTBEAT_S, HEARTBEAT_TTL_S
 from simrun.worker.main import WorkerOptions, queues_for, run_container
 from simrun.worker.pool import PoolError
 
 __all__ = ["worker"]
+
+#: A heartbeat lives this many intervals unless --heartbeat-ttl-s says otherwise.
+TTL_PER_INTERVAL = HEARTBEAT_TTL_S / HEARTBEAT_S
 
 
 @click.command("worker")
@@ -87,9 +91,16 @@ __all__ = ["worker"]
 @click.option(
     "--heartbeat-s",
     type=click.FloatRange(min=0.05),
-    default=2.0,
+    default=HEARTBEAT_S,
     show_default=True,
-    help="Seconds between heartbeats; a heartbeat lives 4 times as long.",
+    help="Seconds between heartbeats.",
+)
+@click.option(
+    "--heartbeat-ttl-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds a heartbeat lives; longer than --heartbeat-s. The service gives the jobs "
+    "of a worker whose heartbeat expired to others. [default: 4 x --heartbeat-s]",
 )
 @click.option(
     "--store",
@@ -119,11 +130,19 @@ def worker(
     poll_delay_s: float,
     prefetch: int | None,
     heartbeat_s: float,
+    heartbeat_ttl_s: float | None,
     store: Path | None,
     log_level: str,
 ) -> None:
     """Run a worker container: take jobs from the queues, run them in a pool of worker
     processes within the container's memory, and report every unit."""
+    ttl_s = TTL_PER_INTERVAL * heartbeat_s if heartbeat_ttl_s is None else heartbeat_ttl_s
+    if not ttl_s > heartbeat_s:
+        raise click.BadParameter(
+            f"{ttl_s:g} s is not longer than --heartbeat-s ({heartbeat_s:g} s): the heartbeat "
+            "would expire between two beats",
+            param_hint="--heartbeat-ttl-s",
+        )
     logging.basicConfig(
         level=getattr(logging, log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -147,7 +166,7 @@ def worker(
         poll_delay_s=poll_delay_s,
         prefetch=prefetch,
         heartbeat_s=heartbeat_s,
-        heartbeat_ttl_s=4 * heartbeat_s,
+        heartbeat_ttl_s=ttl_s,
         store=store or config.store,
     )
     try:

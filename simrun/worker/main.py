@@ -50,8 +50,9 @@ __all__ = ["WorkerContainer", "WorkerOptions", "default_worker_id"]
 
 log = logging.getLogger(__name__)
 
-#: arq's own bound on a job; ours are the unit timeouts. Also how long a job that a dead
-#: worker held stays blocked in arq (the service re-dispatches it with a newer attempt).
+#: arq's own bound on a job; ours are the unit timeouts. Also how long arq would keep a job
+#: that a dead worker held blocked: the service dispatches its units again with a newer
+#: attempt and drops it from arq (`simrun.queues.JobQueue.drop_jobs`).
 JOB_TIMEOUT_S = 7 * 24 * 3600
 KEEP_RESULT_S = 300
 MAX_TRIES = 3

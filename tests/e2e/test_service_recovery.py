@@ -63,6 +63,7 @@ async def test_killed_worker_units_finish_elsewhere(
             os.killpg(doomed.pid, signal.SIGKILL)
             run = await svc.wait(run_id, timeout_s=90)
             units = [u for u in await rs.units(run_id, "work") if u.kind == "chunk"]
+            left = await svc.controller.queue.queued_job_ids("cpu")
     finally:
         stop_worker(doomed)
         stop_worker(survivor)
@@ -74,6 +75,58 @@ async def test_killed_worker_units_finish_elsewhere(
     assert all(u.worker == "survivor" for u in moved)
     out = store / "runs" / run_id / "work" / "out"
     assert sorted(unit_files(out)) == list(range(24))
+    assert left == [], "the killed worker's jobs were left in arq's queue"
+
+
+async def test_worker_killed_before_its_heartbeat_named_its_jobs(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    """A worker SIGKILLed after arq gave it jobs but before a heartbeat of it listed them:
+    arq holds those jobs in progress for days and no worker is seen with them, yet once no
+    live worker has listed them for a heartbeat's time to live, their units are dispatched
+    again (new attempt) and the old jobs dropped from arq; the run succeeds elsewhere."""
+    store = tmp_path / "store"
+    # It beats when it starts and then not for a minute: it dies before naming its jobs.
+    doomed = start_worker(
+        redis_url, redis_prefix, worker_id="doomed", heartbeat_s=60.0, heartbeat_ttl_s=120.0
+    )
+    survivor = None
+    try:
+        async with service(store, redis_url, redis_prefix) as svc:
+            queue, rs = svc.controller.queue, svc.controller.store
+
+            async def doomed_is_up() -> bool:
+                return any(w.id == "doomed" for w in await queue.live_workers())
+
+            await svc.until(doomed_is_up)
+            await asyncio.sleep(0.3)  # past the beats of its start
+            run_id = await svc.submit(work_doc(units=4, seconds=0.5))
+            taken: set[str] = set()
+
+            async def doomed_took_jobs() -> bool:
+                taken.update(await queue.held_in_progress(j.id for j in await rs.jobs(run_id)))
+                return bool(taken)
+
+            await svc.until(doomed_took_jobs)
+            held = {u.index for u in await rs.units(run_id, "work") if u.job_id in taken}
+            os.killpg(doomed.pid, signal.SIGKILL)
+            survivor = start_worker(redis_url, redis_prefix, worker_id="survivor")
+            run = await svc.wait(run_id, timeout_s=30)
+            units = [u for u in await rs.units(run_id, "work") if u.kind == "chunk"]
+            left = await queue.queued_job_ids("cpu")
+            still_held = await queue.held_in_progress(taken)
+            heartbeat = await queue.redis.get(queue.keys.worker("doomed"))
+    finally:
+        stop_worker(doomed)
+        if survivor is not None:
+            stop_worker(survivor)
+    assert heartbeat is not None, "the dead worker's heartbeat expired: not the case tested"
+    assert run.state == "succeeded", run.message
+    assert held, "the doomed worker took no unit"
+    assert {u.state for u in units} == {"done"}
+    moved = [u for u in units if u.index in held]
+    assert all(u.attempt > 1 and u.worker == "survivor" for u in moved), moved
+    assert (left, still_held) == ([], set()), "the abandoned jobs were left in arq"
 
 
 async def test_killed_controller_restarts_and_finishes(

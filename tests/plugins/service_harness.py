@@ -24,11 +24,21 @@ from tests.plugins.service_tasks import REFS
 
 REPO = Path(__file__).resolve().parents[2]
 TYPES = load_types(REFS)
+#: The heartbeat of the test workers: short, so that a killed worker is noticed quickly.
+HEARTBEAT_S = 0.2
+HEARTBEAT_TTL_S = 1.0
 
 
 def settings(store: Path, redis_url: str, prefix: str, **more: Any) -> ControllerSettings:
-    """Controller settings for tests: tiny poll delay, frequent reconciliation."""
-    options: dict[str, Any] = {"poll_s": 0.02, "reconcile_s": 0.5, "window_jobs": 16, **more}
+    """Controller settings for tests: tiny poll delay, frequent reconciliation, the short
+    heartbeats of the test workers."""
+    options: dict[str, Any] = {
+        "poll_s": 0.02,
+        "reconcile_s": 0.5,
+        "window_jobs": 16,
+        "heartbeat_ttl_s": HEARTBEAT_TTL_S,
+        **more,
+    }
     return ControllerSettings(store=store, redis_url=redis_url, prefix=prefix, **options)
 
 
@@ -104,14 +114,22 @@ def start_worker(
     processes: int = 2,
     gpus: int = 0,
     worker_id: str | None = None,
+    heartbeat_s: float = HEARTBEAT_S,
+    heartbeat_ttl_s: float = HEARTBEAT_TTL_S,
     env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """A worker container (tests.plugins.service_worker) as a child process."""
+    """A worker container as a child process: ``simrun worker`` (``python -m simrun.worker``)
+    serving the svc-work type, with short heartbeats so that a killed worker is noticed
+    within a second or two. GPUs are the first ``gpus`` ids of ``CUDA_VISIBLE_DEVICES``."""
     argv = [
-        sys.executable, "-m", "tests.plugins.service_worker", "--redis-url", redis_url,
-        "--prefix", prefix, "--queue", queue, "--memory-gb", str(memory_gb),
-        "--processes", str(processes), "--gpus", str(gpus),
+        sys.executable, "-m", "simrun.worker", "--redis-url", redis_url, "--prefix", prefix,
+        "--queue", queue, "--memory-gb", str(memory_gb), "--processes", str(processes),
+        "--gpus", str(gpus), "--python-path", str(REPO), "--poll-delay-s", "0.01",
+        "--grace-s", "2", "--heartbeat-s", str(heartbeat_s),
+        "--heartbeat-ttl-s", str(heartbeat_ttl_s),
     ]  # fmt: skip
+    for ref in REFS:
+        argv += ["--plugins", ref]
     if worker_id:
         argv += ["--id", worker_id]
     return subprocess.Popen(

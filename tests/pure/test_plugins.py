@@ -22,6 +22,7 @@ from simrun.plugins import (
     ResourceHint,
     TaskPaths,
     TaskType,
+    load_plugin_ref,
     load_task_types,
     resolve,
     task_type_problems,
@@ -274,3 +275,51 @@ def test_resolve_reports_a_module_that_raises_on_import(plugin_dir: Path) -> Non
     assert "importing module 'raising_plugin_mod' failed: RuntimeError: no licence" in str(
         info.value
     )
+
+
+def test_load_plugin_ref_gives_the_task_type_it_names(plugin_dir: Path) -> None:
+    """A "module:OBJECT" reference loads the TaskType it names, a dotted object path too,
+    without the type being installed as an entry point."""
+    (plugin_dir / "ref_types_mod.py").write_text(
+        textwrap.dedent(PLUGIN_HEADER)
+        + textwrap.dedent(
+            """
+            SWEEP = TaskType("sweep", Settings, count_units="ref_types_mod:count",
+                             compute_unit="ref_types_mod:unit")
+            class Catalog:
+                SOLVE = TaskType("solve", Settings, command="solve {out}")
+            """
+        )
+    )
+    import ref_types_mod  # type: ignore[import-not-found]  # written by this test
+
+    assert load_plugin_ref("ref_types_mod:SWEEP") is ref_types_mod.SWEEP
+    assert load_plugin_ref("ref_types_mod:Catalog.SOLVE").name == "solve"
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ("ref_bad_mod.SWEEP", "'ref_bad_mod.SWEEP' is not of the form 'module:OBJECT'"),
+        (":SWEEP", "is not of the form 'module:OBJECT'"),
+        ("ref_bad_mod:", "is not of the form 'module:OBJECT'"),
+        ("ref-bad:SWEEP", "'ref-bad' is not a module path"),
+        ("no_such_plugin_xyz:SWEEP", "cannot import module 'no_such_plugin_xyz'"),
+        ("ref_raising_mod:SWEEP", "importing module 'ref_raising_mod' failed: RuntimeError"),
+        ("ref_bad_mod:MISSING", "module 'ref_bad_mod' has no attribute 'MISSING'"),
+        ("ref_bad_mod:count", "task type is a function, not a simrun.plugins.TaskType"),
+        ("ref_bad_mod:LAZY", "task type has neither a command nor a compute_unit"),
+    ],
+)
+def test_load_plugin_ref_says_what_is_wrong(plugin_dir: Path, ref: str, expected: str) -> None:
+    """A reference that does not give a usable TaskType raises PluginError naming the
+    reference and the step that failed: its form, the import, the attribute, the type."""
+    (plugin_dir / "ref_bad_mod.py").write_text(
+        textwrap.dedent(PLUGIN_HEADER) + 'LAZY = TaskType("lazy", Settings)\n'
+    )
+    (plugin_dir / "ref_raising_mod.py").write_text("raise RuntimeError('no licence')\n")
+    with pytest.raises(PluginError) as info:
+        load_plugin_ref(ref)
+    message = str(info.value)
+    assert message.startswith(f"plugin reference {ref!r}"), message
+    assert expected in message, message

@@ -8,6 +8,7 @@ from simrun.resources import RETRY_FACTOR
 from simrun.service.decisions import (
     FlightJob,
     WorkerCapacity,
+    abandoned_jobs,
     chunk_size,
     dead_worker_jobs,
     eta_s,
@@ -151,6 +152,33 @@ def test_dead_worker_jobs():
     """Jobs held by a worker whose heartbeat is gone are given up; others are not."""
     assert dead_worker_jobs(JOBS, {"w1"}) == ["c"]
     assert dead_worker_jobs(JOBS, {"w1", "w2"}) == []
+
+
+@pytest.mark.parametrize(
+    ("held", "listed", "since", "now", "watched", "abandoned"),
+    [
+        ({"a"}, set(), {}, 100.0, {"a": 100.0}, []),  # first seen: watched from now
+        ({"a"}, set(), {"a": 100.0}, 100.9, {"a": 100.0}, []),  # within a heartbeat's life
+        ({"a"}, set(), {"a": 100.0}, 101.0, {"a": 100.0}, []),  # exactly one: not longer
+        ({"a"}, set(), {"a": 100.0}, 101.5, {}, ["a"]),  # longer: abandoned
+        ({"a"}, {"a"}, {"a": 100.0}, 105.0, {}, []),  # a live worker lists it
+        (set(), set(), {"a": 100.0}, 105.0, {}, []),  # no longer held (it ended)
+        ({"a"}, set(), {}, 105.0, {"a": 105.0}, []),  # was listed (so not watched): starts over
+        (
+            {"a", "b", "c"},
+            {"b"},
+            {"a": 100.0, "b": 90.0, "c": 104.5},
+            105.0,
+            {"c": 104.5},
+            ["a"],
+        ),
+    ],
+)
+def test_abandoned_jobs(held, listed, since, now, watched, abandoned):
+    """A job arq holds in progress that no live worker lists is abandoned once it stayed so
+    for longer than a heartbeat lives (here 1 s) without a break; until then it is watched
+    from when it was first seen so, and a job listed again or no longer held starts over."""
+    assert abandoned_jobs(held, listed, since, now, ttl_s=1.0) == (watched, abandoned)
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from arq.worker import Worker, func
 
 from simrun.plugins import TaskPaths
 from simrun.queues import (
+    JOB_FUNCTION,
     JobPaths,
     JobQueue,
     JobResources,
@@ -20,10 +22,12 @@ from simrun.queues import (
     WorkerInfo,
     current_attempts,
     deserialize,
+    serialize,
     set_current_attempts,
 )
 from simrun.worker.heartbeat import Heartbeat
 from simrun.worker.report import WorkerReport
+from tests.conftest import start_redis_server
 
 pytestmark = pytest.mark.redis
 
@@ -75,6 +79,59 @@ async def test_dropped_jobs_leave_the_queue_and_arq(queue: JobQueue) -> None:
     assert await queue.redis.exists(f"arq:job:{queue.keys.arq_job_id('r1:sweep:0:1')}") == 0
     assert await queue.drop_jobs("cpu", []) == 0
     assert await queue.enqueue(_spec(0)) is True
+
+
+async def test_held_in_progress_names_the_jobs_an_arq_worker_took(
+    queue: JobQueue, redis_url: str
+) -> None:
+    """held_in_progress names exactly the given jobs that a real arq worker took and has not
+    ended (arq's in-progress mark); a job waiting in the queue, an unknown id, a finished
+    job and a dropped job are not held."""
+    gates = [asyncio.Event(), asyncio.Event()]  # the n-th job taken ends when gate n opens
+    taken: list[int] = []
+
+    async def job(ctx: dict[str, Any], payload: object) -> None:
+        taken.append(len(taken))
+        await gates[taken[-1]].wait()
+
+    async def until_taken(n: int) -> None:
+        for _ in range(500):
+            if len(taken) >= n:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"the worker did not take job {n}")
+
+    assert await queue.enqueue(_spec(0))
+    worker_pool = (await JobQueue.connect(redis_url, queue.keys.prefix)).pool
+    worker = Worker(  # a real arq worker on a pool of its own (it closes it)
+        functions=[func(job, name=JOB_FUNCTION)],
+        queue_name=queue.keys.queue("cpu"),
+        redis_pool=worker_pool,
+        handle_signals=False,
+        burst=True,  # it ends once its queue is empty and its jobs ended
+        max_jobs=1,
+        poll_delay=0.01,
+        job_serializer=serialize,
+        job_deserializer=deserialize,
+    )
+    running = asyncio.ensure_future(worker.async_run())
+    try:
+        await until_taken(1)
+        assert await queue.enqueue(_spec(2))  # waits: the worker runs one job at a time
+        ids = ["r1:sweep:0:1", "r1:sweep:2:1", "nope"]
+        assert await queue.held_in_progress(ids) == {"r1:sweep:0:1"}
+        assert await queue.held_in_progress([]) == set()
+        gates[0].set()
+        await until_taken(2)
+        assert await queue.held_in_progress(ids) == {"r1:sweep:2:1"}  # the first one ended
+        assert await queue.drop_jobs("cpu", ["r1:sweep:2:1"]) == 1
+        assert await queue.held_in_progress(ids) == set()
+    finally:
+        for gate in gates:
+            gate.set()
+        await queue.drop_jobs("cpu", ["r1:sweep:0:1", "r1:sweep:2:1"])
+        await asyncio.wait_for(running, 10)
+        await worker.close()
 
 
 async def test_enqueue_many_keeps_order_and_bounds_concurrency(queue: JobQueue) -> None:
@@ -140,6 +197,42 @@ async def test_reports_are_read_in_a_group_acked_and_redelivered_when_not(
     await queue.ack("svc", [r.id for r in batch])
     assert await queue.read_reports("svc", "c1", pending=True) == []
     assert await queue.redis.xlen(stream) == 0
+
+
+async def _group_creations(queue: JobQueue) -> int:
+    stats = await queue.redis.info("commandstats")
+    return int(stats.get("cmdstat_xgroup|create", {}).get("calls", 0))
+
+
+async def test_report_group_is_created_once_and_again_after_redis_lost_it(
+    tmp_path: Path, redis_prefix: str
+) -> None:
+    """Reading reports creates the consumer group on the first read of a JobQueue only (not
+    on every read), and once more after Redis lost it (a flush): the reads go on and
+    deliver what was written since. A private server, so that its command counts are ours."""
+    proc, url = start_redis_server(tmp_path)
+    queue = await JobQueue.connect(url, redis_prefix)
+    try:
+        stream = queue.keys.reports
+        await queue.redis.xadd(stream, _entry("a").to_fields())  # type: ignore[arg-type]
+        assert [r.entry for r in await queue.read_reports("svc", "c1", block_ms=None)] == [
+            _entry("a")
+        ]
+        for _ in range(5):
+            assert await queue.read_reports("svc", "c1", block_ms=None) == []
+            assert await queue.read_reports("svc", "c1", pending=True) != []
+        assert await _group_creations(queue) == 1
+
+        await queue.redis.flushall()
+        await queue.redis.xadd(stream, _entry("b").to_fields())  # type: ignore[arg-type]
+        after = await queue.read_reports("svc", "c1", block_ms=None)
+        assert [r.entry for r in after] == [_entry("b")]
+        assert await queue.read_reports("svc", "c1", block_ms=None) == []
+        assert await _group_creations(queue) == 2
+    finally:
+        await queue.close()
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 async def test_live_workers_come_and_go_with_their_heartbeat(

@@ -1,0 +1,409 @@
+"""Showing a run as it goes and when it ended: a live display on a terminal, periodic plain
+lines elsewhere (CI logs, pipes), and the summary and failures at the end.
+
+A run is shown from the JSON-ready view the service gives (`simrun.service.views.RunView`
+as a dictionary). Embedded mode adds per task what it can read from its own store:
+``kills`` (units killed for memory), ``peak_memory_gb`` (the largest peak of a worker
+process of this run), ``started_s`` / ``finished_s`` and ``out`` (where its outputs are);
+a view without them shows a dash.
+
+The formatting and the rows are plain functions (tested on tables); `LiveView` and
+`PlainView` are thin shells over rich and ``print``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.markup import escape
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+__all__ = [
+    "FINISHED_TASK_STATES",
+    "LiveView",
+    "PlainView",
+    "ProgressView",
+    "TaskLine",
+    "error_line",
+    "failure_lines",
+    "format_duration",
+    "format_gb",
+    "format_rate",
+    "make_view",
+    "plain_lines",
+    "render_live",
+    "run_header",
+    "stuck_reason",
+    "summary_rows",
+    "summary_table",
+    "task_line",
+]
+
+FINISHED_TASK_STATES = frozenset({"done", "failed", "cancelled"})
+#: Tasks that have units on the way.
+ACTIVE_TASK_STATES = frozenset({"running", "merging", "blocked"})
+#: Failed units listed at most at the end of a run (the rest are counted).
+MAX_FAILURES_SHOWN = 20
+
+
+def format_duration(seconds: float | None) -> str:
+    """``—`` when unknown, else ``<1 s``, ``42 s``, ``3 min 05 s``, ``2 h 07 min``, ``3 d 4 h``."""
+    if seconds is None:
+        return "—"
+    s = max(0.0, float(seconds))
+    if s < 1:
+        return "<1 s"
+    whole = round(s)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    minutes = whole // 60
+    if minutes < 24 * 60:
+        return f"{minutes // 60} h {minutes % 60:02d} min"
+    hours = minutes // 60
+    return f"{hours // 24} d {hours % 24} h"
+
+
+def format_gb(gb: float | None) -> str:
+    """Memory for people: ``—``, ``512 MiB`` below a GiB, else ``1.5 GiB``."""
+    if gb is None:
+        return "—"
+    if gb < 1:
+        return f"{max(1, round(gb * 1024))} MiB"
+    return f"{gb:.3g} GiB" if gb < 100 else f"{gb:.0f} GiB"
+
+
+def format_rate(seconds_per_unit: float | None) -> str:
+    """Seconds per unit for people: ``learning`` while unknown."""
+    if seconds_per_unit is None:
+        return "learning"
+    if seconds_per_unit < 0.01:
+        return f"{seconds_per_unit * 1000:.2g} ms/unit"
+    return f"{seconds_per_unit:.3g} s/unit"
+
+
+@dataclass(frozen=True)
+class TaskLine:
+    """What the progress shows of one task."""
+
+    name: str
+    state: str
+    command: bool  # an unsplit task: one command unit
+    total: int | None  # None until the task started
+    done: int
+    queued: int
+    running: int
+    failed: int
+    kills: int | None
+    seconds_per_unit: float | None
+    eta_s: float | None
+    merge: str | None
+    status: str
+    eta_guessed: bool = False  # the ETA comes from the pace so far, not from what is learned
+
+
+def guess_eta(
+    total: int | None, done: int, failed: int, started_s: float | None, now_s: float | None
+) -> float | None:
+    """Seconds left at the pace of the task so far (units done since it started), while
+    nothing is learned; None before the first unit is done."""
+    if total is None or started_s is None or now_s is None or done <= 0:
+        return None
+    spent = now_s - started_s
+    if spent <= 0:
+        return None
+    return max(0, total - done - failed) * spent / done
+
+
+def task_line(task: Mapping[str, Any], now_s: float | None = None) -> TaskLine:
+    """The line of one task of a run view; with ``now_s``, a task that learned nothing yet
+    gets an ETA guessed from its pace so far (when the view tells when it started)."""
+    counts = task.get("counts") or {}
+    units = task.get("units")
+    kills = task.get("kills")
+    eta = task.get("eta_s")
+    guessed = False
+    learned = task.get("seconds_per_unit") is not None
+    if eta is None and not learned and str(task["state"]) in ACTIVE_TASK_STATES:
+        eta = guess_eta(
+            None if units is None else int(units),
+            int(counts.get("done", 0)),
+            int(counts.get("failed", 0)),
+            task.get("started_s"),
+            now_s,
+        )
+        guessed = eta is not None
+    return TaskLine(
+        name=str(task["name"]),
+        state=str(task["state"]),
+        command=task.get("splittable") is False,
+        total=None if units is None else int(units),
+        done=int(counts.get("done", 0)),
+        queued=int(counts.get("queued", 0)),
+        running=int(counts.get("running", 0)),
+        failed=int(counts.get("failed", 0)),
+        kills=None if kills is None else int(kills),
+        seconds_per_unit=task.get("seconds_per_unit"),
+        eta_s=eta,
+        merge=task.get("merge"),
+        status=str(task.get("status") or ""),
+        eta_guessed=guessed,
+    )
+
+
+def _eta_text(line: TaskLine) -> str:
+    text = format_duration(line.eta_s)
+    return f"~{text}" if line.eta_guessed and not text.startswith("<") else text
+
+
+def _state_text(line: TaskLine) -> str:
+    if line.state == "merging" or (line.merge in ("queued", "running") and line.state != "done"):
+        return "merging"
+    if line.state == "blocked" and line.status:
+        return f"blocked: {line.status}"
+    if line.state == "failed" and line.status:
+        return f"failed: {line.status}"
+    return line.state
+
+
+def _units_text(line: TaskLine) -> str:
+    if line.total is None:
+        return "—"
+    return f"{line.done}/{line.total}"
+
+
+def run_header(run: Mapping[str, Any], elapsed_s: float | None = None) -> str:
+    """The first line of a run's display: id, name, state, time so far, ETA."""
+    name = f" ({run['name']})" if run.get("name") else ""
+    parts = [f"run {run['id']}{name}: {run['state']}"]
+    if elapsed_s is not None:
+        parts.append(f"elapsed {format_duration(elapsed_s)}")
+    if run.get("state") == "running" and run.get("eta_s") is not None:
+        parts.append(f"ETA {format_duration(run.get('eta_s'))}")
+    elif run.get("message"):
+        parts.append(str(run["message"]))
+    return " · ".join(parts)
+
+
+def plain_lines(
+    run: Mapping[str, Any], only_active: bool = True, now_s: float | None = None
+) -> list[str]:
+    """One line per task for logs: ``sweep  10/24 done, 2 running, 0 failed, 0 killed ·
+    0.31 s/unit · ETA 4 s``; with ``only_active``, only the tasks that have units on the
+    way. ETAs shown with ``~`` are guessed from the pace so far (see `task_line`)."""
+    out = []
+    for task in run.get("tasks", ()):
+        line = task_line(task, now_s)
+        if only_active and line.state not in ACTIVE_TASK_STATES:
+            continue
+        if line.state == "waiting":
+            out.append(f"{line.name}: waiting for its inputs")
+            continue
+        parts = [f"{_units_text(line)} done"]
+        if line.state not in FINISHED_TASK_STATES:
+            parts += [f"{line.running} running", f"{line.queued} queued"]
+        parts.append(f"{line.failed} failed")
+        if line.kills:
+            parts.append(f"{line.kills} killed for memory")
+        text = f"{line.name}: {', '.join(parts)}"
+        if line.state in FINISHED_TASK_STATES:
+            out.append(f"{text} · {_state_text(line)}")
+            continue
+        out.append(
+            f"{text} · {format_rate(line.seconds_per_unit)} · "
+            f"ETA {_eta_text(line)} · {_state_text(line)}"
+        )
+    return out
+
+
+def render_live(
+    run: Mapping[str, Any], elapsed_s: float | None = None, now_s: float | None = None
+) -> Group:
+    """The live display: a header and one bar per task."""
+    table = Table(box=None, pad_edge=False, show_edge=False, expand=False)
+    for column, justify in (
+        ("task", "left"),
+        ("progress", "left"),
+        ("units", "right"),
+        ("failed", "right"),
+        ("killed", "right"),
+        ("speed", "right"),
+        ("ETA", "right"),
+        ("state", "left"),
+    ):
+        table.add_column(column, justify=justify, no_wrap=column != "state")  # type: ignore[arg-type]  # literals above
+    for task in run.get("tasks", ()):
+        line = task_line(task, now_s)
+        total = line.total or 1
+        done = line.done if line.total else (1 if line.state == "done" else 0)
+        bar = ProgressBar(total=total, completed=done, width=28)
+        table.add_row(
+            line.name,
+            bar,
+            _units_text(line),
+            Text(str(line.failed), style="red" if line.failed else ""),
+            Text(
+                "—" if line.kills is None else str(line.kills),
+                style="yellow" if line.kills else "",
+            ),
+            _speed_text(line),
+            _eta_text(line) if line.state not in FINISHED_TASK_STATES else "",
+            Text(_state_text(line), style=_STATE_STYLES.get(line.state, "")),
+        )
+    return Group(Text(run_header(run, elapsed_s), style="bold"), table)
+
+
+def _speed_text(line: TaskLine) -> str:
+    finished = line.state in FINISHED_TASK_STATES
+    if line.state == "waiting" or (finished and not line.seconds_per_unit):
+        return ""
+    return format_rate(line.seconds_per_unit)
+
+
+_STATE_STYLES = {"done": "green", "failed": "red", "blocked": "yellow", "cancelled": "red"}
+
+
+def summary_rows(run: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
+    """Per task: name, units (done/total), time, requested memory per process (the largest
+    its units ran under, when the view tells, else its last request), peak memory per
+    process, where its outputs are."""
+    rows = []
+    for task in run.get("tasks", ()):
+        line = task_line(task)
+        started, finished = task.get("started_s"), task.get("finished_s")
+        took = finished - started if started is not None and finished is not None else None
+        resources = task.get("resources") or {}
+        requested = task.get("requested_gb", resources.get("memory_per_worker_gb"))
+        rows.append(
+            (
+                line.name,
+                "command" if line.command else _units_text(line),
+                format_duration(took),
+                format_gb(requested),
+                format_gb(task.get("peak_memory_gb")),
+                str(task.get("out") or "—"),
+            )
+        )
+    return rows
+
+
+SUMMARY_COLUMNS = ("task", "units", "time", "memory/process", "peak/process", "outputs")
+
+
+def summary_table(run: Mapping[str, Any]) -> Table:
+    """The table printed when a run ended, without the columns the view says nothing of."""
+    rows = summary_rows(run)
+    keep = [i for i in range(len(SUMMARY_COLUMNS)) if any(row[i] != "—" for row in rows)]
+    table = Table(title=None, show_lines=False)
+    for i in keep:
+        table.add_column(SUMMARY_COLUMNS[i], overflow="fold")
+    for row in rows:
+        table.add_row(*(escape(row[i]) for i in keep))
+    return table
+
+
+def error_line(error: str | None) -> str:
+    """The last non-empty line of a traceback or message (the exception itself)."""
+    for line in reversed((error or "").splitlines()):
+        if line.strip():
+            return line.strip()
+    return "failed without a message"
+
+
+def failure_lines(
+    failures: Sequence[Mapping[str, Any]], limit: int = MAX_FAILURES_SHOWN
+) -> list[str]:
+    """``task 'sweep', unit 3: RuntimeError: boom`` per failed unit, at most ``limit`` and a
+    count of the others."""
+    lines = []
+    for f in failures[:limit]:
+        unit = f["unit"]
+        what = f"unit {unit}" if isinstance(unit, int) else str(unit)
+        lines.append(f"task {f['task']!r}, {what}: {error_line(f.get('error'))}")
+    if len(failures) > limit:
+        lines.append(f"… and {len(failures) - limit} more")
+    return lines
+
+
+def stuck_reason(run: Mapping[str, Any]) -> str | None:
+    """Why a running run cannot go on by itself, or None: every task with units on the
+    way is blocked (no worker can fit them) and none of its units is queued or running."""
+    if run.get("state") != "running":
+        return None
+    active = [task_line(t) for t in run.get("tasks", ()) if t["state"] in ACTIVE_TASK_STATES]
+    if not active or any(t.state != "blocked" or t.running or t.queued for t in active):
+        return None
+    return "; ".join(f"task {t.name!r} is blocked: {t.status or 'no worker fits'}" for t in active)
+
+
+class ProgressView(Protocol):
+    """What follows a run: `update` with each new view, `close` at the end."""
+
+    def update(self, run: Mapping[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class LiveView:
+    """A live display on a terminal, refreshed by `update`."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.started = time.monotonic()
+        self._live = Live(console=console, refresh_per_second=4, transient=False)
+        self._live.start()
+
+    def update(self, run: Mapping[str, Any]) -> None:
+        elapsed = time.monotonic() - self.started
+        self._live.update(render_live(run, elapsed, time.time()), refresh=True)
+
+    def close(self) -> None:
+        self._live.stop()
+
+
+class PlainView:
+    """Plain lines for logs: one when a task changes state, and the progress of the active
+    tasks every ``every_s`` seconds."""
+
+    def __init__(self, console: Console, every_s: float = 10.0) -> None:
+        self.console = console
+        self.every_s = every_s
+        self.started = time.monotonic()
+        self._last_print = -float("inf")
+        self._states: dict[str, str] = {}
+
+    def _echo(self, text: str) -> None:
+        elapsed = time.monotonic() - self.started
+        self.console.print(f"[{format_duration(elapsed):>9}] {text}", markup=False, highlight=False)
+
+    def update(self, run: Mapping[str, Any]) -> None:
+        for task in run.get("tasks", ()):
+            line = task_line(task)
+            if self._states.get(line.name) != line.state:
+                if line.name in self._states or line.state != "waiting":
+                    self._echo(f"{line.name}: {_state_text(line)} ({_units_text(line)} units)")
+                self._states[line.name] = line.state
+        now = time.monotonic()
+        if now - self._last_print >= self.every_s:
+            if self._last_print > -float("inf"):  # the first look is told by the lines above
+                for text in plain_lines(run, now_s=time.time()):
+                    self._echo(text)
+            self._last_print = now
+
+    def close(self) -> None:
+        """Nothing to undo: every line is printed already."""
+
+
+def make_view(console: Console, every_s: float = 10.0) -> ProgressView:
+    """A live display on a terminal, else plain lines."""
+    if console.is_terminal and not console.is_dumb_terminal:
+        return LiveView(console)
+    return PlainView(console, every_s)

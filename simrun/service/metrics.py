@@ -1,0 +1,612 @@
+"""What the service tells Prometheus (``GET /metrics``) and `simrun scale` (``GET /backlog``).
+
+Two halves: `gather` and `gather_backlog` read the facts (the run store's read connection,
+the learned resources and Redis; they write nothing, but for `JobQueue.live_workers`
+forgetting the ids of expired heartbeats, as every step of the controller and /health
+do), and the learned resources are resolved with the dispatcher's own rule
+(`Dispatcher.resolve`), so the backlog is what a dispatch would ask for now. Plain
+functions turn
+facts into numbers (`queue_metrics`) and numbers into the text exposition format 0.0.4
+(`render`), so the rules are tested without a service.
+
+The metrics, one series per queue (``queue="cpu"``, ``"gpu"``, ``"image:…"``; ``cpu`` is
+always there, so a query for it never comes back empty):
+
+* ``simrun_backlog_units``: units not done yet (pending, queued or running, merges
+  included) of the started tasks of running runs. Tasks still waiting for their inputs have
+  no units yet and are not counted.
+* ``simrun_backlog_seconds``: that work in process-seconds: units times learned seconds per
+  unit, `simrun.scale.DEFAULT_SECONDS_PER_UNIT` for keys that learned none yet.
+* ``simrun_desired_workers``: worker containers the backlog wants
+  (`simrun.scale.desired_containers`) with the shape of the queue's live workers (the most
+  common one), or the service's default shape while none is live; drained in the default
+  ten minutes, and not clamped here (``minReplicaCount``/``maxReplicaCount`` of the
+  autoscaler, or ``--min/--max`` of `simrun scale`, do that).
+* ``simrun_workers``, ``simrun_workers_stopping`` and the capacity of the live workers:
+  ``simrun_worker_memory_gib``, ``simrun_worker_processes``, ``simrun_worker_gpus`` and
+  their free parts (a worker that serves two queues counts in both).
+* ``simrun_units_done``, ``simrun_units_failed``, ``simrun_units_killed_for_memory``:
+  **gauges** over the runs still running, per queue of their tasks. Gauges and not
+  counters because the run store keeps states, not events: a replay moves failed units
+  back to pending and zeroes their kills, so a total read from it goes down, and
+  Prometheus would take every decrease of a counter for a restart and invent the
+  increase. Over running runs only, so a scrape costs index lookups for the live runs and
+  not a scan of every unit ever run. ``killed_for_memory`` counts units killed for memory
+  at least once since their last dispatch or replay.
+* ``simrun_report_stream_entries``, ``simrun_report_stream_pending``,
+  ``simrun_report_oldest_age_seconds``: the ingestion lag. The controller deletes a report
+  once it applied it, so the stream's length is what is not ingested yet; ``pending`` is
+  the part delivered to the controller but not acknowledged; the age is that of the
+  oldest entry, by the Redis server's clock (0 when the stream is empty).
+* ``simrun_running_runs``, and ``simrun_redis_up`` (0 when Redis did not answer: the
+  numbers of the store are still given, the desired workers then with the default shape).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from redis.exceptions import RedisError, ResponseError
+
+from simrun.queues import JobQueue, WorkerInfo
+from simrun.resources import ResolvedResources, ResourceKey, resource_key
+from simrun.runstate import TaskCounts
+from simrun.scale import (
+    DEFAULT_SECONDS_PER_UNIT,
+    BacklogEntry,
+    ContainerShape,
+    QueueBacklog,
+    ScalePolicy,
+    desired_containers,
+)
+from simrun.service import decisions
+from simrun.service.dispatcher import Dispatcher
+
+if TYPE_CHECKING:
+    from simrun.service.controller import Controller
+
+__all__ = [
+    "CONTENT_TYPE",
+    "DEFAULT_SHAPE",
+    "METRICS_POLICY",
+    "Family",
+    "Metrics",
+    "QueueMetrics",
+    "ReportLag",
+    "UnitTotals",
+    "WorkerPool",
+    "backlog_document",
+    "backlog_seconds",
+    "families",
+    "gather",
+    "gather_backlog",
+    "pools_of",
+    "queue_metrics",
+    "render",
+    "render_families",
+    "report_lag",
+    "shape_of",
+]
+
+#: The media type of the text exposition format.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: The worker container assumed while no worker of a queue is live: the shape of
+#: deploy/kubernetes/worker-cpu.yaml (``--memory-gb 8 --processes 4``).
+DEFAULT_SHAPE = ContainerShape(memory_gb=8.0, processes=4)
+#: The decision of ``simrun_desired_workers``: default drain time and unit time, no clamp
+#: (the autoscaler's own minimum and maximum apply).
+METRICS_POLICY = ScalePolicy(min_containers=0, max_containers=1_000_000)
+
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+#: Task states whose units may still be unfinished.
+_ACTIVE = ("running", "merging", "blocked")
+_UNFINISHED = ("pending", "queued", "running")
+
+
+# -- facts --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerPool:
+    """The live worker containers of one queue, added up; ``shape`` is the most common
+    shape among those not stopping (None when every one is stopping)."""
+
+    workers: int = 0
+    stopping: int = 0
+    memory_gb: float = 0.0
+    processes: int = 0
+    gpus: int = 0
+    free_memory_gb: float = 0.0
+    free_processes: int = 0
+    shape: ContainerShape | None = None
+
+
+@dataclass(frozen=True)
+class UnitTotals:
+    """Units of the running runs' tasks of one queue: done, failed, and killed for memory
+    at least once since their last dispatch or replay."""
+
+    done: int = 0
+    failed: int = 0
+    killed: int = 0
+
+
+@dataclass(frozen=True)
+class ReportLag:
+    """The report stream: entries not ingested yet, the part of them delivered but not
+    acknowledged, and the age of the oldest in seconds (0 when empty)."""
+
+    entries: int
+    pending: int
+    oldest_age_s: float
+
+
+@dataclass(frozen=True)
+class QueueMetrics:
+    """The numbers of one queue. ``shape`` is what ``desired`` was decided with;
+    ``shape_live`` says whether it is that of live workers or the default."""
+
+    queue: str
+    backlog_units: int
+    backlog_seconds: float
+    desired: int
+    shape: ContainerShape
+    shape_live: bool
+    pool: WorkerPool = field(default_factory=WorkerPool)
+    units: UnitTotals = field(default_factory=UnitTotals)
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Everything ``/metrics`` shows. ``lag`` is None when Redis did not answer."""
+
+    queues: tuple[QueueMetrics, ...]
+    running_runs: int = 0
+    redis_up: bool = True
+    lag: ReportLag | None = None
+
+
+# -- the rules (pure) -----------------------------------------------------------------------
+
+
+def shape_of(workers: Sequence[WorkerInfo]) -> ContainerShape | None:
+    """The most common container shape among ``workers`` that are not stopping (ties: the
+    bigger one); None when there is none."""
+    shapes = Counter(
+        (w.memory_gb, w.processes)
+        for w in workers
+        if not w.stopping and w.memory_gb > 0 and w.processes >= 1
+    )
+    if not shapes:
+        return None
+    (memory_gb, processes), _ = max(shapes.items(), key=lambda item: (item[1], item[0]))
+    return ContainerShape(memory_gb=float(memory_gb), processes=int(processes))
+
+
+def pools_of(workers: Sequence[WorkerInfo]) -> dict[str, WorkerPool]:
+    """The live workers per queue they serve."""
+    by_queue: dict[str, list[WorkerInfo]] = defaultdict(list)
+    for worker in workers:
+        for queue in worker.queues:
+            by_queue[queue].append(worker)
+    return {
+        queue: WorkerPool(
+            workers=len(group),
+            stopping=sum(1 for w in group if w.stopping),
+            memory_gb=sum(w.memory_gb for w in group),
+            processes=sum(w.processes for w in group),
+            gpus=sum(w.gpus for w in group),
+            free_memory_gb=sum(w.free_memory_gb for w in group),
+            free_processes=sum(w.free_processes for w in group),
+            shape=shape_of(group),
+        )
+        for queue, group in sorted(by_queue.items())
+    }
+
+
+def backlog_seconds(backlog: QueueBacklog, default_seconds_per_unit: float) -> float:
+    """The backlog's work in process-seconds; ``default_seconds_per_unit`` for keys that
+    learned none."""
+    return sum(
+        e.units * (default_seconds_per_unit if e.seconds_per_unit is None else e.seconds_per_unit)
+        for e in backlog.entries
+    )
+
+
+def queue_metrics(
+    backlogs: Mapping[str, QueueBacklog],
+    pools: Mapping[str, WorkerPool],
+    units: Mapping[str, UnitTotals],
+    *,
+    default_shape: ContainerShape = DEFAULT_SHAPE,
+    policy: ScalePolicy = METRICS_POLICY,
+) -> tuple[QueueMetrics, ...]:
+    """The numbers of every queue that has a backlog, live workers or unit totals (and of
+    ``cpu`` always), sorted by name."""
+    out = []
+    for queue in sorted({"cpu", *backlogs, *pools, *units}):
+        backlog = backlogs.get(queue, QueueBacklog(queue))
+        pool = pools.get(queue, WorkerPool())
+        shape = pool.shape or default_shape
+        decision = desired_containers(backlog, shape, policy)
+        out.append(
+            QueueMetrics(
+                queue=queue,
+                backlog_units=backlog.units,
+                backlog_seconds=backlog_seconds(backlog, policy.default_seconds_per_unit),
+                desired=decision.desired,
+                shape=shape,
+                shape_live=pool.shape is not None,
+                pool=pool,
+                units=units.get(queue, UnitTotals()),
+            )
+        )
+    return tuple(out)
+
+
+def backlog_document(
+    backlogs: Mapping[str, QueueBacklog], pools: Mapping[str, WorkerPool]
+) -> dict[str, Any]:
+    """The JSON of ``GET /backlog``: per queue (``cpu`` always) its entries by resource key
+    and the live workers' count and shape (None while none is live)."""
+    queues = []
+    for queue in sorted({"cpu", *backlogs, *pools}):
+        backlog = backlogs.get(queue, QueueBacklog(queue))
+        pool = pools.get(queue, WorkerPool())
+        shape = pool.shape
+        queues.append(
+            {
+                "queue": queue,
+                "units": backlog.units,
+                "entries": [
+                    {
+                        "key": e.key,
+                        "units": e.units,
+                        "seconds_per_unit": e.seconds_per_unit,
+                        "memory_per_worker_gb": e.memory_per_worker_gb,
+                    }
+                    for e in backlog.entries
+                ],
+                "workers": pool.workers,
+                "shape": None
+                if shape is None
+                else {"memory_gb": shape.memory_gb, "processes": shape.processes},
+            }
+        )
+    return {"queues": queues}
+
+
+# -- the text format (pure) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric: its name, type, help text and samples (labels, value)."""
+
+    name: str
+    kind: Literal["gauge", "counter"]
+    help: str
+    samples: tuple[tuple[Mapping[str, str], float], ...] = ()
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _escape_label(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def render_families(metric_families: Iterable[Family]) -> str:
+    """The text exposition format 0.0.4 of ``metric_families``: HELP and TYPE lines, then
+    one line per sample; label values and help escaped. `ValueError` for a bad name or a
+    name given twice."""
+    lines: list[str] = []
+    seen: set[str] = set()
+    for family in metric_families:
+        if not _NAME.fullmatch(family.name):
+            raise ValueError(f"bad metric name {family.name!r}")
+        if family.name in seen:
+            raise ValueError(f"metric {family.name!r} is given twice")
+        seen.add(family.name)
+        lines.append(f"# HELP {family.name} {_escape_help(family.help)}")
+        lines.append(f"# TYPE {family.name} {family.kind}")
+        for labels, value in family.samples:
+            for label in labels:
+                if not _LABEL.fullmatch(label) or label.startswith("__"):
+                    raise ValueError(f"bad label name {label!r} of {family.name}")
+            text = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items())
+            head = f"{family.name}{{{text}}}" if text else family.name
+            lines.append(f"{head} {_number(value)}")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def _per_queue(
+    name: str, help_text: str, metrics: Metrics, value: Callable[[QueueMetrics], float]
+) -> Family:
+    samples = tuple(({"queue": q.queue}, value(q)) for q in metrics.queues)
+    return Family(name, "gauge", help_text, samples)
+
+
+def families(metrics: Metrics) -> list[Family]:
+    """The metric families of ``metrics`` (see the module's docstring)."""
+    out = [
+        _per_queue(
+            "simrun_backlog_units",
+            "Units not done yet (pending, queued, running) of the started tasks of running runs.",
+            metrics,
+            lambda q: q.backlog_units,
+        ),
+        _per_queue(
+            "simrun_backlog_seconds",
+            "Queued work in process-seconds: units times learned seconds per unit "
+            f"({DEFAULT_SECONDS_PER_UNIT:g} s for keys that learned none).",
+            metrics,
+            lambda q: q.backlog_seconds,
+        ),
+        _per_queue(
+            "simrun_desired_workers",
+            "Worker containers that drain the backlog in the target time, packed by learned "
+            "memory, with the live workers' shape (or the default); not clamped.",
+            metrics,
+            lambda q: q.desired,
+        ),
+        _per_queue(
+            "simrun_desired_workers_processes",
+            "Processes per container the desired workers were decided with.",
+            metrics,
+            lambda q: q.shape.processes,
+        ),
+        _per_queue(
+            "simrun_desired_workers_memory_gib",
+            "Memory per container (GiB) the desired workers were decided with.",
+            metrics,
+            lambda q: q.shape.memory_gb,
+        ),
+        _per_queue(
+            "simrun_workers",
+            "Live worker containers serving the queue (heartbeat not expired).",
+            metrics,
+            lambda q: q.pool.workers,
+        ),
+        _per_queue(
+            "simrun_workers_stopping",
+            "Live worker containers that are stopping (handing their units back).",
+            metrics,
+            lambda q: q.pool.stopping,
+        ),
+        _per_queue(
+            "simrun_worker_memory_gib",
+            "Memory (GiB) of the live workers serving the queue.",
+            metrics,
+            lambda q: q.pool.memory_gb,
+        ),
+        _per_queue(
+            "simrun_worker_free_memory_gib",
+            "Memory (GiB) not held by running units on the live workers of the queue.",
+            metrics,
+            lambda q: q.pool.free_memory_gb,
+        ),
+        _per_queue(
+            "simrun_worker_processes",
+            "Process slots of the live workers serving the queue.",
+            metrics,
+            lambda q: q.pool.processes,
+        ),
+        _per_queue(
+            "simrun_worker_free_processes",
+            "Process slots not running a unit on the live workers of the queue.",
+            metrics,
+            lambda q: q.pool.free_processes,
+        ),
+        _per_queue(
+            "simrun_worker_gpus",
+            "GPUs of the live workers serving the queue.",
+            metrics,
+            lambda q: q.pool.gpus,
+        ),
+        _per_queue(
+            "simrun_units_done",
+            "Done units of the running runs (a gauge: the store keeps states, not events).",
+            metrics,
+            lambda q: q.units.done,
+        ),
+        _per_queue(
+            "simrun_units_failed",
+            "Failed units of the running runs (a replay puts them back: a gauge).",
+            metrics,
+            lambda q: q.units.failed,
+        ),
+        _per_queue(
+            "simrun_units_killed_for_memory",
+            "Units of the running runs killed for memory at least once since their last "
+            "dispatch or replay.",
+            metrics,
+            lambda q: q.units.killed,
+        ),
+        Family(
+            "simrun_running_runs",
+            "gauge",
+            "Runs in state running.",
+            (({}, metrics.running_runs),),
+        ),
+        Family(
+            "simrun_redis_up",
+            "gauge",
+            "1 when Redis answered this scrape, else 0 (workers and lag then unknown).",
+            (({}, 1 if metrics.redis_up else 0),),
+        ),
+    ]
+    if metrics.lag is not None:
+        lag = metrics.lag
+        out += [
+            Family(
+                "simrun_report_stream_entries",
+                "gauge",
+                "Worker reports in the stream not ingested by the controller yet.",
+                (({}, lag.entries),),
+            ),
+            Family(
+                "simrun_report_stream_pending",
+                "gauge",
+                "Worker reports delivered to the controller but not acknowledged yet.",
+                (({}, lag.pending),),
+            ),
+            Family(
+                "simrun_report_oldest_age_seconds",
+                "gauge",
+                "Age of the oldest report not ingested yet (0 when none), Redis clock.",
+                (({}, lag.oldest_age_s),),
+            ),
+        ]
+    return out
+
+
+def render(metrics: Metrics) -> str:
+    """``metrics`` in the text exposition format 0.0.4."""
+    return render_families(families(metrics))
+
+
+# -- gathering (reads only) ----------------------------------------------------------------
+
+
+def _merge_units(counts: TaskCounts) -> int:
+    return 1 if counts.merge in _UNFINISHED else 0
+
+
+async def gather_backlog(
+    controller: Controller,
+) -> tuple[dict[str, QueueBacklog], dict[str, UnitTotals], int]:
+    """Per queue the backlog of the running runs (by resource key, with the resources a
+    dispatch would use now) and their unit totals; and the number of running runs."""
+    resolver = Dispatcher(
+        store=controller.store,
+        resources=controller.resources,
+        queue=controller.queue,
+        types=controller.types,
+        settings=controller.settings,
+        cache={},
+    )
+    work: dict[str, dict[tuple[str, float, float | None], int]] = defaultdict(
+        lambda: defaultdict(int)
+    )
+    done: dict[str, int] = defaultdict(int)
+    failed: dict[str, int] = defaultdict(int)
+    killed: dict[str, int] = defaultdict(int)
+    runs = await controller.store.runs(limit=1_000_000, states=["running"])
+    for run in runs:
+        counts = await controller.store.counts(run.id)
+        kills = await controller.store.killed_counts(run.id)
+        for task in await controller.store.tasks(run.id):
+            task_counts = counts.get(task.name, TaskCounts())
+            task_type = controller.types.get(task.type)
+            resolved: ResolvedResources | None = None
+            queue = task.queue
+            left = task_counts.unfinished + _merge_units(task_counts)
+            if task.state in _ACTIVE and left > 0 and task_type is not None:
+                resolved = await resolver.resolve(run, task, task_type)
+                queue = decisions.queue_name(task_type.image, resolved.gpus)
+                key = (
+                    ResourceKey.from_text(task.resource_key)
+                    if task.resource_key
+                    else resource_key(task_type, task.settings, run.model)
+                )
+                slot = (key.text(), resolved.memory_per_worker_gb, resolved.seconds_per_unit)
+                work[queue][slot] += left
+            if queue is None:
+                continue  # never dispatched: nothing done or failed yet
+            done[queue] += task_counts.done + (1 if task_counts.merge == "done" else 0)
+            failed[queue] += task_counts.failed + (1 if task_counts.merge == "failed" else 0)
+            killed[queue] += kills.get(task.name, 0)
+    backlogs = {
+        queue: QueueBacklog(
+            queue,
+            tuple(
+                BacklogEntry(key, units, seconds, memory)
+                for (key, memory, seconds), units in sorted(
+                    slots.items(), key=lambda item: (item[0][0], item[0][1])
+                )
+            ),
+        )
+        for queue, slots in work.items()
+    }
+    totals = {
+        q: UnitTotals(done=done[q], failed=failed[q], killed=killed[q])
+        for q in sorted({*done, *failed, *killed})
+    }
+    return backlogs, totals, len(runs)
+
+
+def _field(info: Mapping[Any, Any], name: str) -> Any:
+    value = info.get(name, info.get(name.encode()))
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def report_lag(queue: JobQueue, group: str) -> ReportLag:
+    """The report stream's length, the entries delivered to ``group`` but not acknowledged,
+    and the age of its oldest entry by the Redis server's clock (reads only: XLEN, XRANGE
+    of one entry, TIME, XINFO GROUPS)."""
+    redis, stream = queue.redis, queue.keys.reports
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.xlen(stream)
+        pipe.xrange(stream, "-", "+", count=1)
+        pipe.time()
+        length, first, (seconds, micros) = await pipe.execute()
+    pending = 0
+    try:
+        for info in await redis.xinfo_groups(stream):
+            if _field(info, "name") == group:
+                pending = int(_field(info, "pending") or 0)
+    except ResponseError:
+        pending = 0  # no stream yet (no worker reported and the controller never read)
+    age = 0.0
+    if first:
+        raw_id = first[0][0]
+        millis = int((raw_id.decode() if isinstance(raw_id, bytes) else raw_id).split("-")[0])
+        age = max(0.0, (int(seconds) * 1000 + int(micros) / 1000 - millis) / 1000)
+    return ReportLag(entries=int(length), pending=pending, oldest_age_s=age)
+
+
+async def gather(
+    controller: Controller,
+    *,
+    default_shape: ContainerShape = DEFAULT_SHAPE,
+    policy: ScalePolicy = METRICS_POLICY,
+) -> Metrics:
+    """The metrics now. The store's numbers are given even when Redis does not answer
+    (``redis_up`` false, no workers, no lag)."""
+    backlogs, units, running = await gather_backlog(controller)
+    redis_up = True
+    workers: list[WorkerInfo] = []
+    lag: ReportLag | None = None
+    try:
+        workers = await controller.queue.live_workers()
+        lag = await report_lag(controller.queue, controller.settings.group)
+    except (RedisError, OSError):
+        redis_up, workers, lag = False, [], None
+    return Metrics(
+        queues=queue_metrics(
+            backlogs, pools_of(workers), units, default_shape=default_shape, policy=policy
+        ),
+        running_runs=running,
+        redis_up=redis_up,
+        lag=lag,
+    )

@@ -1,0 +1,222 @@
+"""The commands that work with a running service (`submit`, `status`, `replay`, `cancel`,
+`resources`) as a user runs them: the real console script against a real `simrun service`
+and a real `simrun worker`, each a child process, on a real Redis."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
+    sys.path.insert(0, str(REPO))
+
+from tests.plugins.cli_harness import (  # noqa: E402  # after the repo root is on sys.path
+    WORK,
+    calls,
+    command_after,
+    run_id_in,
+    simrun,
+    start_simrun,
+    write_work,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass(frozen=True)
+class Service:
+    """The service's URL, the directory the commands run in, and what the first
+    `simrun submit ok.yaml --wait` printed."""
+
+    url: str
+    home: Path
+    first: subprocess.CompletedProcess[str]
+
+    def __call__(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """``simrun ARGS --url URL`` (with the test task type for local planning)."""
+        return simrun(*args, "--url", self.url, cwd=self.home, timeout=timeout)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory, redis_server: Any) -> Iterator[Service]:
+    """`simrun service` and one `simrun worker` (2 processes) on a prefix of their own, and
+    a first run of 4 units submitted with --wait (what the service learns from)."""
+    url_redis = redis_server.url
+    home = tmp_path_factory.mktemp("client")
+    store = home / "store"
+    prefix = f"simrun-cli-{time.time_ns()}"
+    port = _free_port()
+    common = ["--redis-url", url_redis, "--prefix", prefix, "--store", str(store)]
+    svc = start_simrun(
+        "service", "--port", str(port), *common, "--plugins", WORK, "--max-retries", "0",
+        cwd=home,
+    )  # fmt: skip
+    worker = start_simrun(
+        "worker", *common, "--plugins", WORK, "--processes", "2", "--memory-gb", "2",
+        "--poll-delay-s", "0.01", cwd=home,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert svc.poll() is None, svc.communicate()[0]
+            assert worker.poll() is None, worker.communicate()[0]
+            try:
+                if httpx.get(f"{url}/health", timeout=1).json().get("workers") == 1:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the service or the worker did not start"
+            time.sleep(0.1)
+        write_work(home / "ok.yaml", units=4, seconds=0.05, tag="ok")
+        first = simrun("submit", "ok.yaml", "--wait", "--plugins", WORK, "--url", url, cwd=home)
+        yield Service(url, home, first)
+    finally:
+        _stop(worker)
+        _stop(svc)
+
+
+def test_submit_wait_then_status_and_resources_tell_the_run(service: Service) -> None:
+    """`submit --wait` follows the run to its end and exits 0; `status` lists it and shows
+    its units; `resources` shows what was learned from it; all three speak JSON too."""
+    submitted = service.first
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    run_id = run_id_in(submitted.stdout)
+    assert f"run {run_id} succeeded" in submitted.stdout
+
+    runs = json.loads(service("status", "--json").stdout)
+    assert {r["id"]: r["state"] for r in runs}[run_id] == "succeeded"
+    view = json.loads(service("status", run_id, "--json").stdout)
+    assert [(t["name"], t["state"], t["counts"]["done"]) for t in view["tasks"]] == [
+        ("work", "done", 4)
+    ]
+    assert view["failures"] == []
+    table = service("status").stdout
+    assert run_id in table
+    assert "succeeded" in table
+
+    learned = {r["key"]: r for r in json.loads(service("resources", "--json").stdout)}
+    assert learned["svc-work//ok"]["samples"] > 0
+    assert learned["svc-work//ok"]["seconds_per_unit"] > 0
+    shown = service("resources").stdout
+    line = next(x for x in shown.splitlines() if x.startswith("svc-work//ok"))
+    assert "learned from 1 run" in line
+
+
+def test_submit_dry_run_forecasts_from_the_service_and_submits_nothing(service: Service) -> None:
+    """`submit --dry-run` counts the units here, takes the learned resources from the
+    service, forecasts on the pool given or else on the live workers, and creates no run."""
+    assert service.first.returncode == 0, service.first.stdout + service.first.stderr
+    before = json.loads(service("status", "--json").stdout)
+    write_work(service.home / "dry.yaml", units=40, seconds=0.05, tag="ok")
+    dry = service(
+        "submit", "dry.yaml", "--dry-run", "--plugins", WORK,
+        "--workers", "1", "--processes", "4", "--memory-gb", "8",
+    )  # fmt: skip
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    work = next(line for line in dry.stdout.splitlines() if line.startswith("work"))
+    assert work.split()[:4] == ["work", "svc-work", "40", "cpu"]
+    assert "learned from 1 run" in work
+    assert "pool: 1 worker container x 4 processes, 8 GiB each (given)" in dry.stdout
+    forecast = next(line for line in dry.stdout.splitlines() if line.startswith("forecast"))
+    assert "ETA unknown" not in forecast
+    live = service("submit", "dry.yaml", "--dry-run", "--plugins", WORK)
+    assert live.returncode == 0, live.stdout + live.stderr
+    assert "pool: live: cpu: 1 worker container x 2 processes, 2 GiB each" in live.stdout
+    assert "ETA unknown" not in live.stdout
+    assert json.loads(service("status", "--json").stdout) == before
+
+
+def test_failed_run_names_its_unit_and_replay_wait_finishes_it(service: Service) -> None:
+    """A failing unit: `submit --wait` exits 1 naming it and printing the replay command;
+    after the fix, that command with --wait finishes the run, the done units untouched."""
+    flag = service.home / "broken"
+    flag.touch()
+    write_work(
+        service.home / "bad.yaml", units=4, seconds=0.05, fail_flag=str(flag),
+        fail_indices=[1], tag="bad",
+    )  # fmt: skip
+    failed = service("submit", "bad.yaml", "--wait", "--plugins", WORK)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    run_id = run_id_in(failed.stdout)
+    assert "task 'work', unit 1: RuntimeError: unit 1 fails on purpose" in failed.stdout
+    replay = command_after(failed.stdout, "simrun replay")
+    assert replay == ["simrun", "replay", run_id, "--url", service.url]
+
+    flag.unlink()
+    done = simrun(*replay[1:], "--wait", cwd=service.home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 failed units put back" in done.stdout
+    assert f"run {run_id} succeeded" in done.stdout
+    out = service.home / "store" / "runs" / run_id / "work" / "out"
+    assert calls(out) == {0: 1, 1: 2, 2: 1, 3: 1}
+
+
+def test_status_watch_follows_a_run_submitted_without_wait(service: Service) -> None:
+    """`submit` without --wait returns at once with the command that follows the run;
+    `status RUN --watch` follows it to its end and exits 0."""
+    write_work(service.home / "slow.yaml", units=6, seconds=0.3, tag="slow")
+    submitted = service("submit", "slow.yaml", "--plugins", WORK)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    run_id = run_id_in(submitted.stdout)
+    follow = command_after(submitted.stdout, "follow it:")
+    assert follow[2:] == ["simrun", "status", run_id, "--watch", "--url", service.url]
+    watched = simrun(*follow[3:], cwd=service.home)
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    assert f"run {run_id} succeeded" in watched.stdout
+
+
+def test_service_errors_are_one_line_without_traceback(service: Service) -> None:
+    """Cancelling an ended run, an unknown run, an unreachable service: exit 1 and one
+    line that says what is wrong."""
+    runs = json.loads(service("status", "--json").stdout)
+    ended = next(r["id"] for r in runs if r["state"] == "succeeded")
+    for result, words in (
+        (service("cancel", ended), "already ended"),
+        (service("status", "nope"), "there is no run 'nope'"),
+        (
+            simrun("status", "--url", f"http://127.0.0.1:{_free_port()}", cwd=service.home),
+            "cannot reach the simrun service",
+        ),
+    ):
+        assert result.returncode == 1
+        (line,) = result.stderr.strip().splitlines()
+        assert words in line
+
+
+def test_types_json_lists_the_installed_types(tmp_path: Path) -> None:
+    """`simrun types --json` lists the installed task types with their ports and hint."""
+    result = simrun("types", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    found = {t["name"]: t for t in json.loads(result.stdout)}
+    assert found["heat"]["inputs"] == ["plate"]
+    assert found["heat"]["splittable"] is True
+    assert found["report"]["splittable"] is False

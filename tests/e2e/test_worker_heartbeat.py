@@ -1,0 +1,83 @@
+"""The heartbeat options of ``simrun worker``: ``--heartbeat-s`` and ``--heartbeat-ttl-s``
+are checked, and a real worker process beats as they say."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
+    sys.path.insert(0, str(REPO))
+
+from simrun.queues import JobQueue  # noqa: E402  # after sys.path is set
+from simrun.worker.cli import worker  # noqa: E402  # same reason
+from tests.plugins.harness import start_worker_process  # noqa: E402  # same reason
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--heartbeat-s", "2", "--heartbeat-ttl-s", "1"], "1 s is not longer than"),
+        (["--heartbeat-s", "2", "--heartbeat-ttl-s", "2"], "2 s is not longer than"),
+        (["--heartbeat-ttl-s", "0"], "--heartbeat-ttl-s"),
+        (["--heartbeat-s", "0.01"], "--heartbeat-s"),
+    ],
+)
+def test_a_heartbeat_that_would_expire_between_beats_is_refused(
+    args: list[str], expected: str
+) -> None:
+    """A heartbeat time to live not longer than the interval (or not positive, or an
+    interval below 0.05 s) is a usage error naming the option, before anything starts."""
+    result = CliRunner().invoke(worker, [*args, "--redis-url", "redis://127.0.0.1:1/0"])
+    assert result.exit_code == 2, result.output
+    assert expected in result.output
+
+
+async def _ttls_ms(queue: JobQueue, worker_id: str, seconds: float) -> list[int]:
+    """The time to live of a worker's heartbeat key (ms; negative when it is missing),
+    sampled for ``seconds``."""
+    out: list[int] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        out.append(int(await queue.redis.pttl(queue.keys.worker(worker_id))))
+        await asyncio.sleep(0.02)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("args", "ttl_ms"),
+    [
+        (["--heartbeat-s", "0.3", "--heartbeat-ttl-s", "1.5"], 1500),
+        (["--heartbeat-s", "0.3"], 1200),  # four intervals by default
+    ],
+)
+async def test_a_worker_beats_as_its_options_say(
+    redis_url: str, redis_prefix: str, args: list[str], ttl_ms: int
+) -> None:
+    """A real worker process writes its heartbeat with a time to live of --heartbeat-ttl-s
+    (four times --heartbeat-s when not given), again and again so that it never expires:
+    sampled for a few beats, the key is always there and its TTL is at most that, and close
+    to it after a beat."""
+    proc = start_worker_process(redis_url, redis_prefix, "--id", "beating", *args)
+    queue = await JobQueue.connect(redis_url, redis_prefix)
+    try:
+        deadline = time.monotonic() + 20
+        while not await queue.redis.exists(queue.keys.worker("beating")):
+            assert proc.poll() is None, "the worker ended"
+            assert time.monotonic() < deadline, "the worker wrote no heartbeat"
+            await asyncio.sleep(0.05)
+        ttls = await _ttls_ms(queue, "beating", 2.0)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        await queue.close()
+    assert min(ttls) > 0, "the heartbeat expired while the worker ran"
+    assert ttl_ms - 250 < max(ttls) <= ttl_ms, max(ttls)

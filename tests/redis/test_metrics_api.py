@@ -1,0 +1,205 @@
+"""/metrics and /backlog over a real controller (real Redis, real SQLite) with a submitted
+run: the text parses with the Prometheus client's parser and the numbers follow the store,
+the learned resources and the live workers' heartbeats.
+
+No worker process runs: the controller is stepped by hand (its tasks start and their
+units stay queued or pending), and a worker's heartbeat is written the way a worker
+writes it when a test needs a live one.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
+    sys.path.insert(0, str(REPO))
+
+from simrun.queues import WorkerInfo  # noqa: E402  # after the repo root is on sys.path
+from simrun.service.app import create_app  # noqa: E402  # same reason
+from simrun.service.controller import Controller  # noqa: E402  # same reason
+from tests.plugins.service_harness import TYPES, settings  # noqa: E402  # same reason
+
+pytestmark = pytest.mark.redis
+
+HEAT = (REPO / "examples" / "heat.yaml").read_text()
+PLATE = (REPO / "examples" / "plate.json").read_bytes()
+#: examples/heat.yaml's sweep: 4 diffusivities x 6 boundary temperatures.
+SWEEP_UNITS = 24
+TOKEN = "metrics-token"
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def samples(text: str) -> Samples:
+    """Every sample of a /metrics answer, by name and labels, through the Prometheus
+    client's parser (which raises on text it cannot read)."""
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def cpu(name: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return (name, (("queue", "cpu"),))
+
+
+@pytest.fixture
+async def controller(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> AsyncIterator[Controller]:
+    ctl = await Controller.open(settings(tmp_path / "store", redis_url, redis_prefix), TYPES)
+    try:
+        yield ctl
+    finally:
+        await ctl.close()
+
+
+@pytest.fixture
+async def api(controller: Controller) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=create_app(controller))
+    async with httpx.AsyncClient(transport=transport, base_url="http://simrun") as client:
+        yield client
+
+
+async def submit_heat(api: httpx.AsyncClient, controller: Controller) -> str:
+    """Submit examples/heat.yaml and step the controller until its sweep has units (some
+    queued, the rest pending: no worker takes them)."""
+    upload = {"filename": "plate.json", "content_b64": base64.b64encode(PLATE).decode()}
+    response = await api.post("/runs", json={"workflow": HEAT, "sources": {"plate": upload}})
+    assert response.status_code == 201, response.text
+    run_id = str(response.json()["run"])
+    for _ in range(5):
+        await controller.step()
+    counts = await controller.store.counts(run_id)
+    assert counts["sweep"].unfinished == SWEEP_UNITS
+    return run_id
+
+
+async def beat(controller: Controller, memory_gb: float, processes: int, **more: Any) -> None:
+    """A live worker of the cpu queue, as its heartbeat says it (the keys a worker writes)."""
+    now = time.time()
+    info = WorkerInfo(
+        id=f"w-{memory_gb:g}-{processes}",
+        queues=("cpu",),
+        memory_gb=memory_gb,
+        processes=processes,
+        gpus=0,
+        free_memory_gb=memory_gb,
+        free_processes=processes,
+        running=(),
+        host="test",
+        pid=1,
+        started=now,
+        updated=now,
+        **more,
+    )
+    redis, keys = controller.queue.redis, controller.queue.keys
+    await redis.set(keys.worker(info.id), info.to_json(), ex=60)
+    await redis.zadd(keys.workers, {info.id: now})
+
+
+async def test_metrics_parse_and_show_the_backlog_of_a_submitted_run(
+    api: httpx.AsyncClient, controller: Controller
+) -> None:
+    """With a run's 24 units not done and no worker: /metrics answers the text format 0.0.4,
+    every family has HELP and TYPE, the cpu backlog is 24 units of default-time work
+    (60 s each), more than zero workers are desired (with the default 8 GiB x 4 shape),
+    no worker is live, one run runs, and the report stream is empty."""
+    await submit_heat(api, controller)
+    response = await api.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    text = response.text
+    got = samples(text)
+    names = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
+    helps = {line.split()[2] for line in text.splitlines() if line.startswith("# HELP")}
+    assert names == helps
+    assert got[cpu("simrun_backlog_units")] == SWEEP_UNITS
+    assert got[cpu("simrun_backlog_seconds")] == SWEEP_UNITS * 60.0
+    assert got[cpu("simrun_desired_workers")] > 0
+    assert got[cpu("simrun_desired_workers_processes")] == 4
+    assert got[cpu("simrun_workers")] == 0
+    assert got[cpu("simrun_units_done")] == 0
+    assert got[("simrun_running_runs", ())] == 1
+    assert got[("simrun_redis_up", ())] == 1
+    assert got[("simrun_report_stream_entries", ())] == 0
+    assert got[("simrun_report_oldest_age_seconds", ())] == 0
+
+
+async def test_live_workers_give_their_shape_and_capacity(
+    api: httpx.AsyncClient, controller: Controller
+) -> None:
+    """A live worker's heartbeat shows in the capacity of its queue, and the desired workers
+    are decided with its shape: 24 default units over 2 processes drain in
+    24 x 60 / 2 / 600 = 1.2 -> 2 containers."""
+    await submit_heat(api, controller)
+    await beat(controller, memory_gb=4.0, processes=2)
+    got = samples((await api.get("/metrics")).text)
+    assert got[cpu("simrun_workers")] == 1
+    assert got[cpu("simrun_worker_memory_gib")] == 4.0
+    assert got[cpu("simrun_worker_processes")] == 2
+    assert got[cpu("simrun_worker_gpus")] == 0
+    assert got[cpu("simrun_desired_workers_processes")] == 2
+    assert got[cpu("simrun_desired_workers")] == 2
+
+
+async def test_report_lag_counts_what_the_controller_did_not_ingest(
+    api: httpx.AsyncClient, controller: Controller
+) -> None:
+    """Entries added to the report stream and not read yet are its length, with the age of
+    the oldest (an id a minute old by the Redis clock is about 60 s old)."""
+    redis, stream = controller.queue.redis, controller.queue.keys.reports
+    seconds, _micros = await redis.time()
+    old_ms = int(seconds) * 1000 - 60_000
+    await redis.xadd(stream, {"v": "1"}, id=f"{old_ms}-0")
+    await redis.xadd(stream, {"v": "1"})
+    got = samples((await api.get("/metrics")).text)
+    assert got[("simrun_report_stream_entries", ())] == 2
+    assert got[("simrun_report_stream_pending", ())] == 0
+    assert 59 <= got[("simrun_report_oldest_age_seconds", ())] < 120
+
+
+async def test_backlog_json_lists_units_by_key_and_the_worker_shape(
+    api: httpx.AsyncClient, controller: Controller
+) -> None:
+    """/backlog gives per queue the units by resource key with their learned (here: none)
+    seconds per unit and memory per worker, and the live workers' count and shape (null
+    while none is live)."""
+    await submit_heat(api, controller)
+    body = (await api.get("/backlog")).json()
+    (queue,) = body["queues"]
+    assert queue["queue"] == "cpu"
+    assert queue["units"] == SWEEP_UNITS
+    assert queue["workers"] == 0
+    assert queue["shape"] is None
+    (entry,) = queue["entries"]
+    assert entry["key"].startswith("heat/")
+    assert entry["units"] == SWEEP_UNITS
+    assert entry["seconds_per_unit"] is None
+    assert entry["memory_per_worker_gb"] > 0
+
+    await beat(controller, memory_gb=16.0, processes=8)
+    queue = (await api.get("/backlog")).json()["queues"][0]
+    assert queue["workers"] == 1
+    assert queue["shape"] == {"memory_gb": 16.0, "processes": 8}
+
+
+async def test_metrics_and_backlog_need_the_token_when_set(controller: Controller) -> None:
+    """With a token, /metrics and /backlog answer 401 without it and 200 with it."""
+    transport = httpx.ASGITransport(app=create_app(controller, token=TOKEN))
+    async with httpx.AsyncClient(transport=transport, base_url="http://simrun") as client:
+        for path in ("/metrics", "/backlog"):
+            assert (await client.get(path)).status_code == 401, path
+            right = {"Authorization": f"Bearer {TOKEN}"}
+            assert (await client.get(path, headers=right)).status_code == 200, path
