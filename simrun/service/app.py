@@ -53,7 +53,7 @@ from simrun import __version__
 from simrun.plugins import TaskType
 from simrun.runstore import ReplayError
 from simrun.scale import ContainerShape
-from simrun.service import metrics
+from simrun.service import metrics, metrics_gather
 from simrun.service.controller import Controller
 from simrun.workflow import Problem, WorkflowError, check_workflow, name_problem, parse_workflow
 
@@ -240,7 +240,7 @@ def create_app(
 
     @app.get("/backlog", dependencies=auth)
     async def backlog() -> dict[str, Any]:
-        backlogs, _units, _running = await metrics.gather_backlog(controller)
+        backlogs, _units, _running = await metrics_gather.gather_backlog(controller)
         try:
             workers = await controller.queue.live_workers()
         except (RedisError, OSError) as exc:
@@ -249,7 +249,7 @@ def create_app(
 
     @app.get("/metrics", dependencies=auth)
     async def prometheus_metrics() -> Response:
-        snapshot = await metrics.gather(controller, default_shape=default_shape)
+        snapshot = await metrics_gather.gather(controller, default_shape=default_shape)
         return Response(content=metrics.render(snapshot), media_type=metrics.CONTENT_TYPE)
 
     return app

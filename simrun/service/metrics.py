@@ -1,13 +1,13 @@
 """What the service tells Prometheus (``GET /metrics``) and `simrun scale` (``GET /backlog``).
 
-Two halves: `gather` and `gather_backlog` read the facts (the run store's read connection,
+Two halves: `simrun.service.metrics_gather` reads the facts (the run store's read connection,
 the learned resources and Redis; they write nothing, but for `JobQueue.live_workers`
 forgetting the ids of expired heartbeats, as every step of the controller and /health
 do), and the learned resources are resolved with the dispatcher's own rule
 (`Dispatcher.resolve`), so the backlog is what a dispatch would ask for now. Plain
-functions turn
-facts into numbers (`queue_metrics`) and numbers into the text exposition format 0.0.4
-(`render`), so the rules are tested without a service.
+functions here turn facts into numbers (`queue_metrics`) and numbers into the text
+exposition format 0.0.4 (`render`, over `simrun.service.exposition`), so the rules are
+tested without a service.
 
 The metrics, one series per queue (``queue="cpu"``, ``"gpu"``, ``"image:…"``; ``cpu`` is
 always there, so a query for it never comes back empty):
@@ -44,36 +44,30 @@ always there, so a query for it never comes back empty):
 
 from __future__ import annotations
 
-import math
-import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError, ResponseError
-
-from simrun.queues import JobQueue, WorkerInfo
-from simrun.resources import ResolvedResources, ResourceKey, resource_key
-from simrun.runstate import TaskCounts
+from simrun.queues import WorkerInfo
 from simrun.scale import (
     DEFAULT_SECONDS_PER_UNIT,
-    BacklogEntry,
     ContainerShape,
     QueueBacklog,
     ScalePolicy,
     desired_containers,
 )
-from simrun.service import decisions
-from simrun.service.dispatcher import Dispatcher
+from simrun.service.exposition import CONTENT_TYPE, Family, render_families
 
 if TYPE_CHECKING:
-    from simrun.service.controller import Controller
+    pass
 
 __all__ = [
+    "ACTIVE_TASK_STATES",
     "CONTENT_TYPE",
     "DEFAULT_SHAPE",
     "METRICS_POLICY",
+    "UNFINISHED_STATES",
     "Family",
     "Metrics",
     "QueueMetrics",
@@ -83,18 +77,13 @@ __all__ = [
     "backlog_document",
     "backlog_seconds",
     "families",
-    "gather",
-    "gather_backlog",
     "pools_of",
     "queue_metrics",
     "render",
     "render_families",
-    "report_lag",
     "shape_of",
 ]
 
-#: The media type of the text exposition format.
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: The worker container assumed while no worker of a queue is live: the shape of
 #: deploy/kubernetes/worker-cpu.yaml (``--memory-gb 8 --processes 4``).
 DEFAULT_SHAPE = ContainerShape(memory_gb=8.0, processes=4)
@@ -102,11 +91,9 @@ DEFAULT_SHAPE = ContainerShape(memory_gb=8.0, processes=4)
 #: (the autoscaler's own minimum and maximum apply).
 METRICS_POLICY = ScalePolicy(min_containers=0, max_containers=1_000_000)
 
-_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 #: Task states whose units may still be unfinished.
-_ACTIVE = ("running", "merging", "blocked")
-_UNFINISHED = ("pending", "queued", "running")
+ACTIVE_TASK_STATES = ("running", "merging", "blocked")
+UNFINISHED_STATES = ("pending", "queued", "running")
 
 
 # -- facts --------------------------------------------------------------------------------
@@ -282,63 +269,6 @@ def backlog_document(
     return {"queues": queues}
 
 
-# -- the text format (pure) -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Family:
-    """One metric: its name, type, help text and samples (labels, value)."""
-
-    name: str
-    kind: Literal["gauge", "counter"]
-    help: str
-    samples: tuple[tuple[Mapping[str, str], float], ...] = ()
-
-
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def _escape_label(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _number(value: float) -> str:
-    if isinstance(value, bool):
-        return str(int(value))
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
-
-
-def render_families(metric_families: Iterable[Family]) -> str:
-    """The text exposition format 0.0.4 of ``metric_families``: HELP and TYPE lines, then
-    one line per sample; label values and help escaped. `ValueError` for a bad name or a
-    name given twice."""
-    lines: list[str] = []
-    seen: set[str] = set()
-    for family in metric_families:
-        if not _NAME.fullmatch(family.name):
-            raise ValueError(f"bad metric name {family.name!r}")
-        if family.name in seen:
-            raise ValueError(f"metric {family.name!r} is given twice")
-        seen.add(family.name)
-        lines.append(f"# HELP {family.name} {_escape_help(family.help)}")
-        lines.append(f"# TYPE {family.name} {family.kind}")
-        for labels, value in family.samples:
-            for label in labels:
-                if not _LABEL.fullmatch(label) or label.startswith("__"):
-                    raise ValueError(f"bad label name {label!r} of {family.name}")
-            text = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items())
-            head = f"{family.name}{{{text}}}" if text else family.name
-            lines.append(f"{head} {_number(value)}")
-    return "\n".join(lines) + "\n" if lines else ""
-
-
 def _per_queue(
     name: str, help_text: str, metrics: Metrics, value: Callable[[QueueMetrics], float]
 ) -> Family:
@@ -483,130 +413,3 @@ def families(metrics: Metrics) -> list[Family]:
 def render(metrics: Metrics) -> str:
     """``metrics`` in the text exposition format 0.0.4."""
     return render_families(families(metrics))
-
-
-# -- gathering (reads only) ----------------------------------------------------------------
-
-
-def _merge_units(counts: TaskCounts) -> int:
-    return 1 if counts.merge in _UNFINISHED else 0
-
-
-async def gather_backlog(
-    controller: Controller,
-) -> tuple[dict[str, QueueBacklog], dict[str, UnitTotals], int]:
-    """Per queue the backlog of the running runs (by resource key, with the resources a
-    dispatch would use now) and their unit totals; and the number of running runs."""
-    resolver = Dispatcher(
-        store=controller.store,
-        resources=controller.resources,
-        queue=controller.queue,
-        types=controller.types,
-        settings=controller.settings,
-        cache={},
-    )
-    work: dict[str, dict[tuple[str, float, float | None], int]] = defaultdict(
-        lambda: defaultdict(int)
-    )
-    done: dict[str, int] = defaultdict(int)
-    failed: dict[str, int] = defaultdict(int)
-    killed: dict[str, int] = defaultdict(int)
-    runs = await controller.store.runs(limit=1_000_000, states=["running"])
-    for run in runs:
-        counts = await controller.store.counts(run.id)
-        kills = await controller.store.killed_counts(run.id)
-        for task in await controller.store.tasks(run.id):
-            task_counts = counts.get(task.name, TaskCounts())
-            task_type = controller.types.get(task.type)
-            resolved: ResolvedResources | None = None
-            queue = task.queue
-            left = task_counts.unfinished + _merge_units(task_counts)
-            if task.state in _ACTIVE and left > 0 and task_type is not None:
-                resolved = await resolver.resolve(run, task, task_type)
-                queue = decisions.queue_name(task_type.image, resolved.gpus)
-                key = (
-                    ResourceKey.from_text(task.resource_key)
-                    if task.resource_key
-                    else resource_key(task_type, task.settings, run.model)
-                )
-                slot = (key.text(), resolved.memory_per_worker_gb, resolved.seconds_per_unit)
-                work[queue][slot] += left
-            if queue is None:
-                continue  # never dispatched: nothing done or failed yet
-            done[queue] += task_counts.done + (1 if task_counts.merge == "done" else 0)
-            failed[queue] += task_counts.failed + (1 if task_counts.merge == "failed" else 0)
-            killed[queue] += kills.get(task.name, 0)
-    backlogs = {
-        queue: QueueBacklog(
-            queue,
-            tuple(
-                BacklogEntry(key, units, seconds, memory)
-                for (key, memory, seconds), units in sorted(
-                    slots.items(), key=lambda item: (item[0][0], item[0][1])
-                )
-            ),
-        )
-        for queue, slots in work.items()
-    }
-    totals = {
-        q: UnitTotals(done=done[q], failed=failed[q], killed=killed[q])
-        for q in sorted({*done, *failed, *killed})
-    }
-    return backlogs, totals, len(runs)
-
-
-def _field(info: Mapping[Any, Any], name: str) -> Any:
-    value = info.get(name, info.get(name.encode()))
-    return value.decode() if isinstance(value, bytes) else value
-
-
-async def report_lag(queue: JobQueue, group: str) -> ReportLag:
-    """The report stream's length, the entries delivered to ``group`` but not acknowledged,
-    and the age of its oldest entry by the Redis server's clock (reads only: XLEN, XRANGE
-    of one entry, TIME, XINFO GROUPS)."""
-    redis, stream = queue.redis, queue.keys.reports
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.xlen(stream)
-        pipe.xrange(stream, "-", "+", count=1)
-        pipe.time()
-        length, first, (seconds, micros) = await pipe.execute()
-    pending = 0
-    try:
-        for info in await redis.xinfo_groups(stream):
-            if _field(info, "name") == group:
-                pending = int(_field(info, "pending") or 0)
-    except ResponseError:
-        pending = 0  # no stream yet (no worker reported and the controller never read)
-    age = 0.0
-    if first:
-        raw_id = first[0][0]
-        millis = int((raw_id.decode() if isinstance(raw_id, bytes) else raw_id).split("-")[0])
-        age = max(0.0, (int(seconds) * 1000 + int(micros) / 1000 - millis) / 1000)
-    return ReportLag(entries=int(length), pending=pending, oldest_age_s=age)
-
-
-async def gather(
-    controller: Controller,
-    *,
-    default_shape: ContainerShape = DEFAULT_SHAPE,
-    policy: ScalePolicy = METRICS_POLICY,
-) -> Metrics:
-    """The metrics now. The store's numbers are given even when Redis does not answer
-    (``redis_up`` false, no workers, no lag)."""
-    backlogs, units, running = await gather_backlog(controller)
-    redis_up = True
-    workers: list[WorkerInfo] = []
-    lag: ReportLag | None = None
-    try:
-        workers = await controller.queue.live_workers()
-        lag = await report_lag(controller.queue, controller.settings.group)
-    except (RedisError, OSError):
-        redis_up, workers, lag = False, [], None
-    return Metrics(
-        queues=queue_metrics(
-            backlogs, pools_of(workers), units, default_shape=default_shape, policy=policy
-        ),
-        running_runs=running,
-        redis_up=redis_up,
-        lag=lag,
-    )
