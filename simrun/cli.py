@@ -20,6 +20,9 @@ import click
 from simrun import __version__
 from simrun.cli_common import EXIT_INTERRUPTED, USER_ERRORS, exit_code_of, load_types
 from simrun.config import load_config
+from simrun.scale import ContainerShape
+from simrun.service.metrics import DEFAULT_SHAPE
+from simrun.worker.heartbeat import HEARTBEAT_TTL_S
 from simrun.workflow import WorkflowError, check_workflow, load_workflow, source_problems
 
 __all__ = ["cli", "main"]
@@ -178,6 +181,29 @@ def types(as_json: bool) -> None:
     type=click.IntRange(0, 100),
     help="Retries, each with more memory, of a unit killed for memory.",
 )
+@click.option(
+    "--worker-memory-gb",
+    default=DEFAULT_SHAPE.memory_gb,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Memory (GiB) of one worker container, as its --memory-gb: what /metrics decides "
+    "the desired workers of a queue with while none of its workers is live.",
+)
+@click.option(
+    "--worker-processes",
+    default=DEFAULT_SHAPE.processes,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Processes of one worker container, as its --processes (see --worker-memory-gb).",
+)
+@click.option(
+    "--heartbeat-ttl-s",
+    default=HEARTBEAT_TTL_S,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a worker's heartbeat lives; at least the workers' --heartbeat-ttl-s. A job "
+    "that no live worker lists for longer is dispatched again.",
+)
 def service(
     host: str,
     port: int,
@@ -187,6 +213,9 @@ def service(
     plugins: tuple[str, ...],
     max_retries: int,
     max_kills: int,
+    worker_memory_gb: float,
+    worker_processes: int,
+    heartbeat_ttl_s: float,
 ) -> None:
     """Run the service: the controller loop and the HTTP API."""
     # Imported here so that commands which need no service start without loading it.
@@ -205,8 +234,12 @@ def service(
         redis_url=redis_url or config.redis_url_or_default,
         prefix=prefix,
         limits=Limits(max_retries=max_retries, max_kills=max_kills),
+        heartbeat_ttl_s=heartbeat_ttl_s,
     )
-    asyncio.run(serve(settings, types, host=host, port=port, token=config.token))
+    shape = ContainerShape(memory_gb=worker_memory_gb, processes=worker_processes)
+    asyncio.run(
+        serve(settings, types, host=host, port=port, token=config.token, default_shape=shape)
+    )
 
 
 def main() -> None:

@@ -39,7 +39,14 @@ from simrun.dryrun import print_forecast, summaries_resolver, task_plans
 from simrun.follow import Reader, RemoteReader, StoreReader, follow, report_end
 from simrun.forecast import live_pool, pool_of, pool_text
 from simrun.localhost import LocalError
-from simrun.progress import failure_lines, make_view, plain_lines, render_live, run_header
+from simrun.progress import (
+    failure_lines,
+    make_view,
+    plain_lines,
+    render_live,
+    run_header,
+    summary_table,
+)
 from simrun.resources import ResourceStore
 from simrun.runstore import RunStore
 from simrun.service.decisions import WorkerCapacity
@@ -240,7 +247,9 @@ def status(
     as_json: bool,
     every_s: float,
 ) -> None:
-    """Show RUN (its tasks, units by state, ETA), or the latest runs without RUN."""
+    """Show RUN (its tasks: units, time, memory per process requested and at its peak,
+    kills for memory; while it runs, its progress and ETA), or the latest runs without
+    RUN."""
     if watch and run_id is None:
         raise click.UsageError("--watch needs a RUN to follow")
     if watch and as_json:
@@ -268,12 +277,16 @@ def status(
         if as_json:
             click.echo(json.dumps({**data, "failures": failures}, indent=2))
             return 0
-        if out.is_terminal:
-            out.print(render_live(data, now_s=time.time()))
+        now = time.time()
+        if data["state"] != "running":
+            out.print(run_header(data), markup=False, highlight=False, soft_wrap=True)
+        elif out.is_terminal:
+            out.print(render_live(data, now_s=now))
         else:
             click.echo(run_header(data))
-            for line in plain_lines(data, only_active=False, now_s=time.time()):
+            for line in plain_lines(data, only_active=False, now_s=now):
                 click.echo(line)
+        out.print(summary_table(data, now_s=now))
         for line in failure_lines(failures):
             out.print(f"  {line}", markup=False, soft_wrap=True)
         return 0

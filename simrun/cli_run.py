@@ -14,6 +14,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -211,7 +212,6 @@ async def embedded(
                 )
             if outcome.reason != "ended":
                 await session.drain()
-            await reader.peaks(current)
             final = await fetch()
             failures = await reader.failures(current)
     finally:
@@ -222,7 +222,7 @@ async def embedded(
         learned = shell_join(["simrun", "resources", "--store", str(shown_store)])
         out.print(f"[dim]what was learned for the next runs: {escape(learned)}[/]", soft_wrap=True)
         return code
-    out.print(summary_table(final))
+    out.print(summary_table(final, now_s=time.time()))
     if outcome.reason == "interrupted":
         out.print(f"[yellow]interrupted:[/] the workers are stopped; run {current} is kept.")
         out.print("go on with it:")

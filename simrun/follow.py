@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from simrun.progress import (
     stuck_reason,
     summary_table,
 )
-from simrun.resources import ResourceKey, ResourceStore
+from simrun.resources import ResourceStore
 from simrun.runstore import RunStore
 from simrun.service.controller import Controller
 from simrun.service.views import RunView, failure_view, run_view
@@ -44,8 +43,6 @@ __all__ = [
 
 #: How long a run must stay stuck before embedded mode gives up on it.
 STUCK_AFTER_S = 3.0
-#: The most observations of a key read to find the peaks of one run.
-PEAK_WINDOW = 100_000
 
 
 class Reader(Protocol):
@@ -108,10 +105,9 @@ async def follow(
 
 
 class StoreReader:
-    """Runs as a store holds them, with what only the store knows added to each task: start
-    and end times, kills for memory, whether it is split, where its outputs are (under
-    ``shown_store``, the store as the user named it) and, once asked for with `peaks`, the
-    peak memory per process.
+    """Runs as a store holds them. The view tells what a service's tells (times, kills,
+    requested and peak memory per process, which the store keeps on each task); this adds
+    where each task's outputs are, under ``shown_store`` (the store as the user named it).
 
     With the embedded ``controller``, ETAs count the live worker processes; without (a
     store read from outside its session), there are none to count.
@@ -123,31 +119,11 @@ class StoreReader:
         resources: ResourceStore,
         shown_store: Path,
         controller: Controller | None = None,
-        kills_every_s: float = 1.0,
     ) -> None:
         self.store = store
         self.resources = resources
         self.shown_store = shown_store
         self.controller = controller
-        self.kills_every_s = kills_every_s
-        self._kills: dict[str, int] = {}
-        self._requested: dict[str, float] = {}
-        self._kills_at = -float("inf")
-        self._peaks: dict[str, float] = {}
-
-    async def _unit_facts(self, run_id: str) -> tuple[dict[str, int], dict[str, float]]:
-        """Kills for memory per task, and the largest memory per process its units were
-        given (read again at most every ``kills_every_s``)."""
-        now = time.monotonic()
-        if now - self._kills_at >= self.kills_every_s:
-            kills: dict[str, int] = defaultdict(int)
-            requested: dict[str, float] = {}
-            for unit in await self.store.units(run_id):
-                kills[unit.task] += unit.kills
-                if unit.kind != "merge" and unit.memory_gb is not None:
-                    requested[unit.task] = max(requested.get(unit.task, 0.0), unit.memory_gb)
-            self._kills, self._requested, self._kills_at = dict(kills), requested, now
-        return self._kills, self._requested
 
     async def _view(self, run_id: str) -> RunView | None:
         if self.controller is not None:
@@ -162,21 +138,8 @@ class StoreReader:
         if view is None:
             return None
         data = view.to_dict()
-        rows = {t.name: t for t in await self.store.tasks(run_id)}
-        kills, requested = await self._unit_facts(run_id)
         for task in data["tasks"]:
-            row = rows.get(task["name"])
-            if row is None:
-                continue
-            task["splittable"] = row.splittable
-            task["started_s"] = row.started_s
-            task["finished_s"] = row.finished_s
-            task["kills"] = kills.get(row.name, 0)
-            if row.name in requested:
-                task["requested_gb"] = requested[row.name]
-            task["out"] = str(self.shown_store / "runs" / run_id / row.name / "out")
-            if row.name in self._peaks:
-                task["peak_memory_gb"] = self._peaks[row.name]
+            task["out"] = str(self.shown_store / "runs" / run_id / task["name"] / "out")
         return data
 
     async def runs(self, limit: int = 50) -> list[dict[str, Any]]:
@@ -185,20 +148,6 @@ class StoreReader:
 
     async def failures(self, run_id: str) -> list[dict[str, Any]]:
         return [asdict(failure_view(u)) for u in await self.store.failures(run_id)]
-
-    async def peaks(self, run_id: str) -> dict[str, float]:
-        """The largest peak memory of a worker process per task of ``run_id`` (from its
-        observations), kept for the next `run`."""
-        for row in await self.store.tasks(run_id):
-            if not row.resource_key:
-                continue
-            history = await self.resources.history(
-                ResourceKey.from_text(row.resource_key), window=PEAK_WINDOW
-            )
-            mine = [o.memory_gb for o in history if o.run == run_id and not o.oom]
-            if mine:
-                self._peaks[row.name] = max(mine)
-        return dict(self._peaks)
 
 
 class RemoteReader:

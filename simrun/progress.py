@@ -2,10 +2,10 @@
 lines elsewhere (CI logs, pipes), and the summary and failures at the end.
 
 A run is shown from the JSON-ready view the service gives (`simrun.service.views.RunView`
-as a dictionary). Embedded mode adds per task what it can read from its own store:
-``kills`` (units killed for memory), ``peak_memory_gb`` (the largest peak of a worker
-process of this run), ``started_s`` / ``finished_s`` and ``out`` (where its outputs are);
-a view without them shows a dash.
+as a dictionary), the same for ``simrun run`` and for a service: per task its units,
+``started_s`` / ``finished_s``, ``kills`` (for memory), ``requested_gb`` and
+``peak_memory_gb`` (memory per process). Embedded mode adds ``out`` (where its outputs
+are). What a view does not tell (an older service) shows as a dash.
 
 The formatting and the rows are plain functions (tested on tables); `LiveView` and
 `PlainView` are thin shells over rich and ``print``.
@@ -44,6 +44,7 @@ __all__ = [
     "summary_rows",
     "summary_table",
     "task_line",
+    "task_seconds",
 ]
 
 FINISHED_TASK_STATES = frozenset({"done", "failed", "cancelled"})
@@ -271,36 +272,51 @@ def _speed_text(line: TaskLine) -> str:
 _STATE_STYLES = {"done": "green", "failed": "red", "blocked": "yellow", "cancelled": "red"}
 
 
-def summary_rows(run: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
-    """Per task: name, units (done/total), time, requested memory per process (the largest
-    its units ran under, when the view tells, else its last request), peak memory per
-    process, where its outputs are."""
-    rows = []
+def task_seconds(task: Mapping[str, Any], now_s: float | None = None) -> float | None:
+    """How long a task took: start to end, or to ``now_s`` while it has units on the way;
+    None when the view does not tell."""
+    started, finished = task.get("started_s"), task.get("finished_s")
+    if started is None:
+        return None
+    if finished is None:
+        if now_s is None or str(task.get("state")) not in ACTIVE_TASK_STATES:
+            return None
+        finished = now_s
+    return max(0.0, float(finished) - float(started))
+
+
+def summary_rows(run: Mapping[str, Any], now_s: float | None = None) -> list[tuple[str, ...]]:
+    """Per task: name, units (done/total), time (so far, with ``now_s``), requested memory
+    per process (the largest its units ran under, when the view tells, else its last
+    request), peak memory per process, kills for memory, where its outputs are."""
+    rows: list[tuple[str, ...]] = []
     for task in run.get("tasks", ()):
         line = task_line(task)
-        started, finished = task.get("started_s"), task.get("finished_s")
-        took = finished - started if started is not None and finished is not None else None
         resources = task.get("resources") or {}
-        requested = task.get("requested_gb", resources.get("memory_per_worker_gb"))
+        requested = task.get("requested_gb")
+        if requested is None:
+            requested = resources.get("memory_per_worker_gb")
         rows.append(
             (
                 line.name,
                 "command" if line.command else _units_text(line),
-                format_duration(took),
+                format_duration(task_seconds(task, now_s)),
                 format_gb(requested),
                 format_gb(task.get("peak_memory_gb")),
+                "—" if line.kills is None else str(line.kills),
                 str(task.get("out") or "—"),
             )
         )
     return rows
 
 
-SUMMARY_COLUMNS = ("task", "units", "time", "memory/process", "peak/process", "outputs")
+SUMMARY_COLUMNS = ("task", "units", "time", "memory/process", "peak/process", "kills", "outputs")
 
 
-def summary_table(run: Mapping[str, Any]) -> Table:
-    """The table printed when a run ended, without the columns the view says nothing of."""
-    rows = summary_rows(run)
+def summary_table(run: Mapping[str, Any], now_s: float | None = None) -> Table:
+    """The table of a run's tasks (printed when it ended, and by ``simrun status``),
+    without the columns the view says nothing of."""
+    rows = summary_rows(run, now_s)
     keep = [i for i in range(len(SUMMARY_COLUMNS)) if any(row[i] != "—" for row in rows)]
     table = Table(title=None, show_lines=False)
     for i in keep:

@@ -18,6 +18,7 @@ from simrun.workflow import ResourceOverride
 
 __all__ = [
     "MARGIN",
+    "MIN_MEMORY_PER_WORKER_GB",
     "PERCENTILE",
     "PERCENTILE_METHOD",
     "RETRY_FACTOR",
@@ -62,6 +63,15 @@ MARGIN = 1.4
 #: After a kill for memory the request is at least this times the killed process's limit,
 #: until a later observation of the key succeeds.
 RETRY_FACTOR = 2.0
+
+#: The least memory per worker a learned request asks for (GiB). Below it a request is
+#: smaller than a Python interpreter with numpy imported (a worker process holds about
+#: 20 MiB before any plugin code, numpy adds more), so a learned figure under it says more
+#: about the allocator than about the task, and a process switching to such a task would be
+#: too tight to run anything. It bounds learned requests only: a workflow's override and a
+#: plugin's hint are taken as given. (It leaves the replay above unchanged: every peak of the
+#: trace is over 1 GiB.)
+MIN_MEMORY_PER_WORKER_GB = 0.25
 
 #: The percentile of the window that is requested (times MARGIN).
 PERCENTILE = 95
@@ -232,13 +242,15 @@ def decide(
     margin: float = MARGIN,
     retry_factor: float = RETRY_FACTOR,
     method: PercentileMethod = PERCENTILE_METHOD,
+    min_memory_gb: float = MIN_MEMORY_PER_WORKER_GB,
 ) -> ResolvedResources:
     """The resources for a task whose key has ``history`` (oldest first).
 
     Memory per worker: the override's when it sets one; else the percentile of the window
     times ``margin``, raised to the pending-kill floor; else, with only kills, the hint
-    raised to that floor; else the hint. Base memory, scratch and GPUs are the hint's.
-    Each field the override sets wins.
+    raised to that floor; else the hint. A learned figure (the two middle cases) is at least
+    ``min_memory_gb``; the override and the hint are used as they are. Base memory, scratch
+    and GPUs are the hint's. Each field the override sets wins.
     """
     if not margin >= 1:
         raise ValueError(f"decide: margin must be >= 1, got {margin!r}")
@@ -248,7 +260,7 @@ def decide(
     if fixed.memory_per_worker_gb is not None:
         memory_gb, samples, source = fixed.memory_per_worker_gb, 0, "override"
     elif learned_gb is not None:
-        memory_gb, samples = learned_gb, learned.samples
+        memory_gb, samples = max(learned_gb, min_memory_gb), learned.samples
         source = source_of(learned.runs, hint)
     else:
         memory_gb, samples, source = hint.memory_per_worker_gb, 0, source_of(None, hint)

@@ -18,7 +18,8 @@ connection).
 Writes go through one connection guarded by a lock (a transaction never interleaves with
 another coroutine's statements); reads use a second connection, which WAL lets see the last
 committed state without waiting for the writer. Batches use ``executemany`` and ``IN``
-lists, never one round trip per unit.
+lists, never one round trip per unit; a report whose units are all done is one update of
+their index ranges (`simrun.runstore.ingest`, `simrun.runstore.apply`).
 """
 
 from simrun.runstore.rows import (

@@ -79,7 +79,11 @@ class RunRow:
 @dataclass(frozen=True)
 class TaskRow:
     """A task as stored. ``units`` counts its chunk units (1 for a command), None until it
-    started; ``resources`` is the resolved request of its last dispatch."""
+    started; ``resources`` is the resolved request of its last dispatch. ``kills`` counts
+    every kill for memory of its units (a replay does not undo them), ``requested_gb`` is
+    the largest memory per process its chunk or command units were dispatched with, and
+    ``peak_memory_gb`` the largest peak of a worker process its reports measured (merges
+    and reports killed for memory left out); the store keeps them as it goes."""
 
     run: str
     name: str
@@ -100,6 +104,9 @@ class TaskRow:
     units: int | None
     started_s: float | None
     finished_s: float | None
+    kills: int = 0
+    requested_gb: float | None = None
+    peak_memory_gb: float | None = None
 
 
 @dataclass(frozen=True)
@@ -189,6 +196,9 @@ def task_of(row: Sequence[Any]) -> TaskRow:
         units=row[16],
         started_s=row[17],
         finished_s=row[18],
+        kills=row[19],
+        requested_gb=row[20],
+        peak_memory_gb=row[21],
     )
 
 

@@ -99,6 +99,24 @@ MIGRATIONS: tuple[db.Migration, ...] = (
             "CREATE INDEX units_pending ON units (run_id, task, kind, idx) WHERE state = 'pending'",
         ),
     ),
+    db.Migration(
+        "what a task's view shows without a scan of its units: kills, requested and peak memory",
+        (
+            # Kills for memory of its units, each one counted (a replay does not undo them).
+            "ALTER TABLE tasks ADD COLUMN kills INTEGER NOT NULL DEFAULT 0",
+            # The largest memory per process its chunk or command units were dispatched with.
+            "ALTER TABLE tasks ADD COLUMN requested_gb REAL",
+            # The largest peak memory of a worker process its reports measured.
+            "ALTER TABLE tasks ADD COLUMN peak_memory_gb REAL",
+            # Runs already in the file: what their units tell (their peaks are not kept there).
+            "UPDATE tasks SET"
+            " kills = (SELECT coalesce(sum(kills), 0) FROM units"
+            "  WHERE units.run_id = tasks.run_id AND units.task = tasks.name),"
+            " requested_gb = (SELECT max(memory_gb) FROM units"
+            "  WHERE units.run_id = tasks.run_id AND units.task = tasks.name"
+            "  AND units.kind != 'merge')",
+        ),
+    ),
 )
 
 #: Most host parameters in one statement, well below SQLite's limit.
@@ -111,7 +129,7 @@ UNIT_COLUMNS = (
 TASK_COLUMNS = (
     "run_id, name, position, type, settings, inputs, depends, override, memory_override_gb,"
     " splittable, has_merge, state, status, queue, resource_key, resources, units,"
-    " started_s, finished_s"
+    " started_s, finished_s, kills, requested_gb, peak_memory_gb"
 )
 RUN_COLUMNS = "id, name, model, state, message, document, created_s, updated_s, finished_s"
 JOB_COLUMNS = "id, run_id, task, kind, queue, attempt, units, worker, enqueued_s"

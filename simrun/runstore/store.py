@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import defaultdict
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -23,19 +22,15 @@ from simrun.runstate import (
     TaskState,
     UnitRow,
     UnitState,
-    unit_after_outcome,
-    unit_index,
 )
-from simrun.runstore.reads import RunReads, chunks, marks
+from simrun.runstore.apply import apply_reports as write_reports
+from simrun.runstore.reads import RunReads
 from simrun.runstore.rows import (
-    UPDATE_UNIT,
     Applied,
     NewJob,
     NewRun,
     ReplayError,
     dumps,
-    unit_of,
-    unit_values,
 )
 from simrun.runstore.schema import (
     COMPONENT,
@@ -43,7 +38,6 @@ from simrun.runstore.schema import (
     MIGRATIONS,
     RUN_COLUMNS,
     TASK_COLUMNS,
-    UNIT_COLUMNS,
 )
 
 __all__ = ["RunStore"]
@@ -121,7 +115,7 @@ class RunStore(RunReads):
             await conn.executemany(
                 f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES"
                 " (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, 'waiting', '', NULL, NULL, NULL, NULL,"
-                " NULL, NULL)",
+                " NULL, NULL, 0, NULL, NULL)",
                 [
                     (
                         run.id,
@@ -243,35 +237,15 @@ class RunStore(RunReads):
                 (run_id, task, MERGE_INDEX),
             )
 
-    # -- units -----------------------------------------------------------------------------
-
-    @staticmethod
-    async def _unit_rows(
-        conn: aiosqlite.Connection, wanted: Iterable[tuple[str, str, int]]
-    ) -> dict[tuple[str, str, int], UnitRow]:
-        by_task: dict[tuple[str, str], list[int]] = defaultdict(list)
-        for run_id, task, index in wanted:
-            by_task[(run_id, task)].append(index)
-        found: dict[tuple[str, str, int], UnitRow] = {}
-        for (run_id, task), indices in by_task.items():
-            for part in chunks(sorted(set(indices))):
-                rows = await conn.execute_fetchall(
-                    f"SELECT {UNIT_COLUMNS} FROM units WHERE run_id = ? AND task = ?"
-                    f" AND idx IN ({marks(len(part))})",
-                    (run_id, task, *part),
-                )
-                for r in rows:
-                    unit = unit_of(r)
-                    found[(unit.run, unit.task, unit.index)] = unit
-        return found
-
     # -- jobs ------------------------------------------------------------------------------
 
     async def add_jobs(
         self, jobs: Sequence[NewJob], now_s: float, conn: aiosqlite.Connection | None = None
     ) -> None:
         """Record jobs as in flight and move their units from pending to queued with the
-        job's attempt and memory. Every unit must be pending (else nothing is written)."""
+        job's attempt and memory; a task keeps the largest memory per process its chunks or
+        command were dispatched with. Every unit must be pending (else nothing is
+        written)."""
         unit_params = [
             (j.attempt, j.id, j.memory_gb, now_s, j.run, j.task, i) for j in jobs for i in j.indices
         ]
@@ -294,6 +268,18 @@ class RunStore(RunReads):
                     (j.id, j.run, j.task, j.kind, j.queue, j.attempt, len(j.indices), now_s)
                     for j in jobs
                 ],
+            )
+            requested: dict[tuple[str, str], float] = {}
+            for j in jobs:
+                if j.kind != "merge":
+                    task = (j.run, j.task)
+                    requested[task] = max(j.memory_gb, requested.get(task, j.memory_gb))
+            # max() of SQLite is NULL when an argument is: coalesce keeps whichever is known.
+            await c.executemany(
+                "UPDATE tasks SET"
+                " requested_gb = coalesce(max(requested_gb, :gb), requested_gb, :gb)"
+                " WHERE run_id = :run AND name = :task",
+                [{"run": r, "task": t, "gb": gb} for (r, t), gb in sorted(requested.items())],
             )
 
     async def see_jobs(
@@ -372,69 +358,18 @@ class RunStore(RunReads):
     ) -> Applied:
         """Apply the unit outcomes of report entries inside the caller's transaction.
 
-        Each outcome goes through `simrun.runstate.unit_after_outcome`; the jobs reported on
-        leave the set in flight. Entries whose job was in flight come back in
-        ``Applied.recorded`` (a report read twice, after a restart before its
-        acknowledgement, is recorded once). Outcomes for units of unknown tasks are ignored.
+        Each outcome is what `simrun.runstate.unit_after_outcome` makes of it: a report
+        whose units are all done is one set-based update (`simrun.runstore.ingest`), the
+        others go unit by unit (`simrun.runstore.apply`). The jobs reported on leave the
+        set in flight. Entries whose job was in flight come back in ``Applied.recorded`` (a
+        report read twice, after a restart before its acknowledgement, is recorded once).
+        Outcomes for units of unknown tasks are ignored. Each task reported on keeps its
+        count of kills for memory and the largest peak memory per process its reports
+        measured.
         """
         if not conn.in_transaction:
             raise RuntimeError("RunStore.apply_reports: the connection is not in a transaction")
-        applied = Applied()
-        wanted: list[tuple[str, str, int]] = []
-        for entry in entries:
-            wanted += [(entry.run, entry.task, unit_index(k)) for k in entry.outcomes]
-        units = await self._unit_rows(conn, wanted)
-        in_flight = await self._existing_jobs(conn, [e.job_id for e in entries])
-        changed: dict[tuple[str, str, int], UnitRow] = {}
-        recorded: set[str] = set()
-        for entry in entries:
-            if entry.job_id in in_flight and entry.job_id not in recorded:
-                recorded.add(entry.job_id)
-                applied.recorded.append(entry)
-            for key, outcome in entry.outcomes.items():
-                ident = (entry.run, entry.task, unit_index(key))
-                unit = changed.get(ident) or units.get(ident)
-                if unit is None:
-                    continue
-                after = unit_after_outcome(
-                    unit,
-                    outcome,
-                    entry.attempt,
-                    error=entry.errors.get(key) or entry.error,
-                    worker=entry.worker_id,
-                    limit_gb=entry.report.limit_gb,
-                    limits=limits,
-                    now_s=now_s,
-                    started_s=entry.started,
-                )
-                if after is None:
-                    continue
-                changed[ident] = after
-                applied.touched.add((entry.run, entry.task))
-                if outcome == "refused":
-                    applied.refused[(entry.run, entry.task)] = after.error or "refused"
-        await conn.executemany(UPDATE_UNIT, [unit_values(u) for u in changed.values()])
-        gone = sorted(in_flight)
-        before = conn.total_changes
-        await conn.executemany(
-            "UPDATE units SET state = 'pending', worker = NULL,"
-            " error = 'the report of its job did not mention it'"
-            " WHERE job_id = ? AND state IN ('queued', 'running')",
-            [(j,) for j in gone],
-        )
-        await conn.executemany("DELETE FROM jobs WHERE id = ?", [(j,) for j in gone])
-        applied.changed = len(changed) + conn.total_changes - before - len(gone)
-        return applied
-
-    @staticmethod
-    async def _existing_jobs(conn: aiosqlite.Connection, job_ids: Sequence[str]) -> set[str]:
-        found: set[str] = set()
-        for part in chunks(sorted(set(job_ids))):
-            rows = await conn.execute_fetchall(
-                f"SELECT id FROM jobs WHERE id IN ({marks(len(part))})", part
-            )
-            found.update(str(r[0]) for r in rows)
-        return found
+        return await write_reports(conn, entries, limits, now_s)
 
     # -- replay and cancel -----------------------------------------------------------------
 

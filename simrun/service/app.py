@@ -6,7 +6,9 @@ Routes (JSON in and out; a bearer token is required when the service has one):
     GET  /types                       installed task types (ports, hint, settings schema)
     POST /runs                        submit {"workflow": text, "sources": {name: upload}}
     GET  /runs                        the latest runs
-    GET  /runs/{id}                   one run: tasks, unit counts by state, ETA
+    GET  /runs/{id}                   one run: per task its units by state, ETA, start
+                                      and end, kills for memory, memory per process
+                                      requested and at its peak
     GET  /runs/{id}/failures          failed units with their tracebacks
     POST /runs/{id}/replay            {"task"?, "units"?, "memory_gb"?}
     POST /runs/{id}/cancel

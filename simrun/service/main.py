@@ -5,16 +5,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
+from collections.abc import Iterator
 
 import uvicorn
 
 from simrun.plugins import TaskType
+from simrun.scale import ContainerShape
 from simrun.service.app import create_app
 from simrun.service.controller import Controller, ControllerSettings
+from simrun.service.metrics import DEFAULT_SHAPE
 
 __all__ = ["serve"]
 
 log = logging.getLogger("simrun.service")
+
+#: The signals that stop the service (``docker compose stop`` sends SIGTERM).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its own signal handling: uvicorn raises the stop signal
+    again once the HTTP side has shut down, which would end the process before the
+    controller is stopped and closed. `serve` handles the signals instead."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 async def serve(
@@ -25,20 +42,46 @@ async def serve(
     port: int = 8765,
     token: str | None = None,
     log_level: str = "info",
+    default_shape: ContainerShape = DEFAULT_SHAPE,
 ) -> None:
-    """Open the controller, drive its loop and answer HTTP until SIGINT/SIGTERM."""
+    """Open the controller, drive its loop and answer HTTP until SIGINT/SIGTERM, then stop
+    the loop and close the controller (the process then ends normally, status 0).
+    ``default_shape`` is the worker container /metrics assumes for a queue while none of
+    its workers is live."""
     controller = await Controller.open(settings, types)
     stop = asyncio.Event()
     loop_task = asyncio.create_task(controller.run_forever(stop), name="simrun-controller")
-    app = create_app(controller, token)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off")
+    app = create_app(controller, token, default_shape=default_shape)
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off"))
+
+    def on_signal() -> None:
+        # The first signal shuts down gracefully, a second one without waiting for requests.
+        if server.should_exit:
+            server.force_exit = True
+        server.should_exit = True
+
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, on_signal)
+    log.info(
+        "simrun service on http://%s:%d (store %s; heartbeats live %g s; worker containers "
+        "of %d processes, %g GiB while none is live)",
+        host,
+        port,
+        settings.store,
+        settings.heartbeat_ttl_s,
+        default_shape.processes,
+        default_shape.memory_gb,
     )
-    log.info("simrun service on http://%s:%d (store %s)", host, port, settings.store)
     try:
         await server.serve()
     finally:
         stop.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(loop_task, timeout=10)
-        await controller.close()
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(loop_task, timeout=10)
+        finally:
+            await controller.close()
+            for sig in STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
+            log.info("simrun service stopped")

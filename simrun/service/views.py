@@ -16,6 +16,10 @@ __all__ = ["FailureView", "RunView", "TaskView", "failure_view", "run_view", "ta
 @dataclass(frozen=True)
 class TaskView:
     """One task: its state, status message, units by state, and its ETA in seconds (None
+    while unknown). ``splittable`` is False for a command; ``started_s``/``finished_s``
+    are when it started and ended; ``kills`` counts the kills for memory of its units;
+    ``requested_gb`` is the largest memory per process its units were dispatched with and
+    ``peak_memory_gb`` the largest peak of a worker process its reports measured (None
     while unknown)."""
 
     name: str
@@ -31,6 +35,12 @@ class TaskView:
     seconds_per_unit: float | None
     eta_s: float | None
     depends: tuple[str, ...]
+    splittable: bool
+    started_s: float | None
+    finished_s: float | None
+    kills: int
+    requested_gb: float | None
+    peak_memory_gb: float | None
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,12 @@ def task_view(task: TaskRow, counts: TaskCounts | None, processes: int) -> TaskV
         seconds_per_unit=spu,
         eta_s=eta,
         depends=task.depends,
+        splittable=task.splittable,
+        started_s=task.started_s,
+        finished_s=task.finished_s,
+        kills=task.kills,
+        requested_gb=task.requested_gb,
+        peak_memory_gb=task.peak_memory_gb,
     )
 
 

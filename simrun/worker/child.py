@@ -2,8 +2,9 @@
 
 Started by the worker container as ``python -m simrun.worker.child [--plugin REF]...
 [--path DIR]... [--cuda-visible-devices IDS]``, it answers the requests of
-`simrun.worker.protocol` one after the other until its stdin closes. An exception in plugin
-code is caught and sent back with its traceback; the process goes on. The container kills
+`simrun.worker.protocol` one after the other until its stdin closes; a "units" request is
+answered by one reply per unit, each sent as its unit ends. An exception in plugin code is
+caught and sent back with its traceback; the process goes on. The container kills
 the process when it passes its memory limit or a unit's time runs out, and starts another.
 
 Task types are found by name among the ``--plugin`` references (``module:OBJECT`` naming a
@@ -15,12 +16,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -38,6 +40,7 @@ from simrun.plugins import (
     resolve,
 )
 from simrun.worker.protocol import read_blocking, write_blocking
+from simrun.worker.sampler import anon_memory_bytes
 
 __all__ = ["main"]
 
@@ -50,6 +53,20 @@ MAX_ERROR_CHARS = 20_000
 def _error_text() -> str:
     text = traceback.format_exc()
     return text if len(text) <= MAX_ERROR_CHARS else "…" + text[-MAX_ERROR_CHARS:]
+
+
+def _unknown(op: object) -> None:
+    raise ValueError(f"unknown request {op!r}")
+
+
+def _timed(call: Callable[[], None]) -> dict[str, Any]:
+    """Run ``call``: the reply with its wall time, and its traceback when it raised."""
+    start = time.perf_counter()
+    try:
+        call()
+    except Exception:  # noqa: BLE001  # plugin errors go back to the container as text
+        return {"ok": False, "seconds": time.perf_counter() - start, "error": _error_text()}
+    return {"ok": True, "seconds": time.perf_counter() - start, "error": None}
 
 
 @dataclass
@@ -98,20 +115,26 @@ class Child:
         return func
 
     def handle(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The one reply to a "task" or "merge" request."""
         op = message.get("op")
-        start = time.perf_counter()
-        try:
-            if op == "task":
-                self._task(message)
-            elif op == "unit":
-                self._unit(int(message["index"]))
-            elif op == "merge":
-                self._merge()
-            else:
-                raise ValueError(f"unknown request {op!r}")
-        except Exception:  # noqa: BLE001  # plugin errors go back to the container as text
-            return {"ok": False, "seconds": time.perf_counter() - start, "error": _error_text()}
-        return {"ok": True, "seconds": time.perf_counter() - start, "error": None}
+        if op == "task":
+            return _timed(functools.partial(self._task, message))
+        if op == "merge":
+            return _timed(self._merge)
+        return _timed(functools.partial(_unknown, op))
+
+    def units(self, message: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """The replies to a "units" request, one per index as each unit ends, in order; a
+        request without a list of indices gets one failed reply with index None."""
+        indices = message.get("indices")
+        if not isinstance(indices, list) or not all(type(i) is int for i in indices):
+            reply = _timed(functools.partial(_unknown, f"units with indices {indices!r}"))
+            yield {**reply, "index": None}
+            return
+        for index in indices:
+            reply = _timed(functools.partial(self._unit, index))
+            reply["index"] = index
+            yield reply
 
     def _task(self, message: dict[str, Any]) -> None:
         key = (str(message["run"]), str(message["task"]))
@@ -172,6 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--path", action="append", default=[])
     parser.add_argument("--cuda-visible-devices", default=None)
     args = parser.parse_args(argv)
+    # What this process holds before any plugin code runs: the pool counts the memory a
+    # process keeps from its tasks beyond this (simrun.worker.pool).
+    baseline_bytes = anon_memory_bytes(os.getpid()) or 0
 
     _die_with_parent()
     # Ctrl-C reaches the whole process group; the container decides when processes stop.
@@ -194,14 +220,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PluginError as exc:
         write_blocking(out_fd, {"ok": False, "pid": os.getpid(), "error": str(exc)})
         return 2
-    write_blocking(out_fd, {"ok": True, "pid": os.getpid(), "error": None})
+    hello = {"ok": True, "pid": os.getpid(), "error": None, "baseline_bytes": baseline_bytes}
+    write_blocking(out_fd, hello)
 
     child = Child(registry)
     while True:
         message = read_blocking(in_fd)
         if message is None:
             return 0
-        write_blocking(out_fd, child.handle(message))
+        if message.get("op") == "units":
+            for reply in child.units(message):
+                write_blocking(out_fd, reply)
+        else:
+            write_blocking(out_fd, child.handle(message))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ an outcome for each of its units; it is written here, by the job itself, never b
    that can never fit this container is "refused"; a job still waiting when the worker
    stops is handed back ("not_run");
 4. run it: a chunk or a merge in a worker process of the pool, a command through
-   simrun-exec; before each unit of a chunk the attempts are looked at again (through a
-   view at most `STALE_REFRESH_S` old);
+   simrun-exec; before each batch of units of a chunk (a fraction of a second of work,
+   see `simrun.worker.runner`) the attempts are looked at again (through a view at most
+   `STALE_REFRESH_S` old);
 5. add the report to the stream.
 """
 
@@ -249,7 +250,7 @@ class JobHandler:
             raise
         finally:
             await self.pool.checkin(worker)
-        return ledger.report((result.peak_gb,), limit_gb, result.killed_for_memory)
+        return ledger.report((result.peak_gb,), result.limit_gb, result.killed_for_memory)
 
     def stop_commands(self) -> None:
         """Stop the commands that run (end of a stop's grace period)."""

@@ -30,6 +30,7 @@ class Ledger:
         if len(set(units)) != len(units):
             raise ValueError(f"a unit is listed twice in {list(units)}")
         self.units = tuple(units)
+        self._members = frozenset(self.units)
         self.outcomes: dict[UnitKey, Outcome] = {}
         self.errors: dict[UnitKey, str] = {}
         self.seconds: dict[UnitKey, float] = {}
@@ -43,7 +44,7 @@ class Ledger:
         error: str | None = None,
     ) -> None:
         """The outcome of ``unit``; each unit gets one, once."""
-        if unit not in self.units:
+        if unit not in self._members:
             raise KeyError(f"unit {unit!r} is not part of this job")
         if unit in self.outcomes:
             raise ValueError(f"unit {unit!r} already ended as {self.outcomes[unit]!r}")

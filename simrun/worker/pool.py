@@ -8,10 +8,23 @@ it back in; a process that died or was killed is replaced in the background.
 Which process a job gets (`choose`): one bound to the GPUs the job was granted (a GPU id
 can only be given to a process through ``CUDA_VISIBLE_DEVICES`` when it starts), preferably
 one already working on the job's task (its ``setup`` is done). A process switching to
-another task is started afresh when the anonymous memory it keeps from its earlier task
-passes `RECYCLE_FRACTION` of the new job's limit: a long-lived process keeps the heap of
-earlier chunks (allocators rarely give memory back), and that would count against, and
-could even kill, the next task's units.
+another task is started afresh when the anonymous memory it keeps from its earlier tasks
+passes `RECYCLE_FRACTION` of the new job's limit (`needs_fresh_start`): a long-lived
+process keeps the heap of earlier chunks (allocators rarely give memory back), and that
+would count against, and could even kill, the next task's units.
+
+What it keeps is counted beyond its *baseline*: the anonymous memory the process measured
+itself right after it started and imported simrun, before any plugin code ran (about 19 MiB
+for CPython with simrun's imports). A fresh process holds that much too, so restarting
+cannot win it back; counting it made every light task (a learned request of a few tens of
+MiB) restart every process at every new task.
+
+The memory limit a process is killed at (`kill_limit_gb`) is the job's limit, but never
+less than its baseline plus `KILL_HEADROOM_GB`: a limit below what the bare interpreter
+holds can never be met, and killing the process for it would only loop through kills. Such
+a limit comes from a hint or an override (learned requests have a floor, see
+`simrun.resources.policy.MIN_MEMORY_PER_WORKER_GB`); the job runs under the raised limit
+and reports it as the limit it ran under, so a kill there retries above it.
 """
 
 from __future__ import annotations
@@ -30,6 +43,7 @@ from simrun.worker.protocol import encode, read_async
 from simrun.worker.sampler import GIB, anon_memory_bytes
 
 __all__ = [
+    "KILL_HEADROOM_GB",
     "RECYCLE_FRACTION",
     "PoolError",
     "ProcessGone",
@@ -37,11 +51,19 @@ __all__ = [
     "WorkerProcess",
     "choose",
     "describe_exit",
+    "kill_limit_gb",
+    "needs_fresh_start",
 ]
 
 log = logging.getLogger(__name__)
 
+#: A process switching task restarts when what it keeps beyond its baseline passes this
+#: fraction of the new job's limit.
 RECYCLE_FRACTION = 0.5
+#: The least memory a job's plugin code gets above the process's baseline before the
+#: process is killed for memory (see `kill_limit_gb`): room to import a module such as
+#: numpy (about 6 MiB) and do a little work.
+KILL_HEADROOM_GB = 32 / 1024
 SPAWN_TIMEOUT_S = 120.0
 #: As many tasks as a worker process remembers (simrun.worker.child.MAX_TASKS).
 MAX_TASK_KEYS = 16
@@ -76,6 +98,8 @@ class WorkerProcess:
         self.proc = proc
         self.gpu_ids = gpu_ids
         self.pid = proc.pid
+        #: Anonymous memory (GiB) the process held before any plugin code ran (its hello).
+        self.baseline_gb = 0.0
         #: The tasks this process has worked on (its setup is done for them).
         self.task_keys: set[tuple[str, str]] = set()
         self.kill_reason: str | None = None
@@ -92,14 +116,29 @@ class WorkerProcess:
             os.kill(self.pid, signal.SIGKILL)
 
     async def call(self, message: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
-        """Send a request and wait for its reply. Past ``timeout_s`` the process is killed
-        (reason "timeout"); `ProcessGone` when it ends before replying, for whatever reason."""
-        stdin, stdout = self.proc.stdin, self.proc.stdout
+        """Send a request and wait for its (first) reply; see `send` and `receive`."""
+        await self.send(message)
+        return await self.receive(timeout_s)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """Send a request; `ProcessGone` when the process has ended."""
+        stdin = self.proc.stdin
         assert stdin is not None
-        assert stdout is not None
         try:
             stdin.write(encode(message))
             await stdin.drain()
+        except ConnectionError as exc:
+            await self.proc.wait()
+            raise ProcessGone(describe_exit(self.proc.returncode)) from exc
+
+    async def receive(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """The next reply. Past ``timeout_s`` the process is killed (reason "timeout");
+        `ProcessGone` when it ends before replying, for whatever reason."""
+        stdout = self.proc.stdout
+        assert stdout is not None
+        try:
+            if timeout_s is None:
+                return await read_async(stdout)
             return await asyncio.wait_for(read_async(stdout), timeout_s)
         except TimeoutError:
             self.kill("timeout")
@@ -135,13 +174,37 @@ class WorkerProcess:
             await self.proc.wait()
 
 
+def kill_limit_gb(limit_gb: float | None, baseline_gb: float) -> float | None:
+    """The anonymous memory (GiB) past which a process of baseline ``baseline_gb`` is killed
+    while it runs a job of limit ``limit_gb``: the limit, raised to at least the baseline
+    plus `KILL_HEADROOM_GB`. None (no limit) when ``limit_gb`` is None or not above 0."""
+    if limit_gb is None or not limit_gb > 0:
+        return None
+    return max(limit_gb, baseline_gb + KILL_HEADROOM_GB)
+
+
+def needs_fresh_start(anon_gb: float, baseline_gb: float, limit_gb: float | None) -> bool:
+    """Whether a process switching task must be started afresh: the anonymous memory it
+    holds beyond its baseline passes `RECYCLE_FRACTION` of the limit it would be killed at
+    for the new job (`kill_limit_gb`). Never without a limit."""
+    kill_at = kill_limit_gb(limit_gb, baseline_gb)
+    return kill_at is not None and anon_gb - baseline_gb > RECYCLE_FRACTION * kill_at
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """What `choose` knows of an idle process."""
+    """What `choose` knows of an idle process: its GPUs, its tasks, its anonymous memory
+    now and its baseline (what it held before any plugin code ran), in GiB."""
 
     gpu_ids: tuple[str, ...]
     task_keys: frozenset[tuple[str, str]]
     anon_gb: float
+    baseline_gb: float = 0.0
+
+    @property
+    def kept_gb(self) -> float:
+        """What the process keeps beyond its baseline."""
+        return self.anon_gb - self.baseline_gb
 
 
 def choose(
@@ -153,7 +216,8 @@ def choose(
     """The idle process to give a job (its index) and whether to start it afresh first.
 
     Prefers a process bound to ``gpu_ids`` working on ``task_key``, then one bound to
-    ``gpu_ids`` keeping the least memory, then any (started afresh with the right GPUs).
+    ``gpu_ids`` keeping the least memory beyond its baseline (started afresh when it keeps
+    too much, see `needs_fresh_start`), then any (started afresh with the right GPUs).
     """
     if not idle:
         raise ValueError("no idle process to choose from")
@@ -162,9 +226,10 @@ def choose(
         if task_key in idle[i].task_keys:
             return i, False
     if same_gpus:
-        best = min(same_gpus, key=lambda i: idle[i].anon_gb)
-        heavy = limit_gb is not None and idle[best].anon_gb > RECYCLE_FRACTION * limit_gb
-        return best, heavy and bool(idle[best].task_keys)
+        best = min(same_gpus, key=lambda i: idle[i].kept_gb)
+        chosen = idle[best]
+        heavy = needs_fresh_start(chosen.anon_gb, chosen.baseline_gb, limit_gb)
+        return best, heavy and bool(chosen.task_keys)
     return 0, True
 
 
@@ -214,6 +279,7 @@ class ProcessPool:
         if not hello.get("ok"):
             await worker.stop()
             raise PoolError(f"a worker process cannot start: {hello.get('error')}")
+        worker.baseline_gb = float(hello.get("baseline_bytes") or 0) / GIB
         return worker
 
     async def start(self) -> None:
@@ -277,7 +343,8 @@ class ProcessPool:
                     self._idle.remove(worker)
                     self._replace(())
             candidates = [
-                Candidate(w.gpu_ids, frozenset(w.task_keys), w.anon_gb()) for w in self._idle
+                Candidate(w.gpu_ids, frozenset(w.task_keys), w.anon_gb(), w.baseline_gb)
+                for w in self._idle
             ]
             index, fresh = choose(candidates, gpu_ids, task_key, limit_gb)
             worker = self._idle.pop(index)

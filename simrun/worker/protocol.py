@@ -4,17 +4,21 @@ Each message is a msgpack map preceded by its length (4 bytes, big endian). The 
 writes to a process's stdin and reads its replies from the process's stdout; the process
 moves its own ``sys.stdout`` to stderr first, so a plugin that prints cannot garble them.
 
-Requests (container → process), each answered by one reply:
+Requests (container → process):
 
 * ``{"op": "task", "run", "task", "task_type", "settings", "paths", "setup": bool}``: work
   on this task from now on; run the type's ``setup`` when asked and this process has not
-  run it for this task yet.
-* ``{"op": "unit", "index": int}``: compute one unit of the current task.
-* ``{"op": "merge"}``: run the merge of the current task.
+  run it for this task yet. One reply.
+* ``{"op": "units", "indices": [int, ...]}``: compute these units of the current task, in
+  order. One reply per unit, written as soon as that unit ends (with ``"index"`` added), so
+  the container always knows which unit is running; a failing unit does not stop the
+  others. A request without a list of indices gets one failed reply with index None.
+* ``{"op": "merge"}``: run the merge of the current task. One reply.
 
 A reply is ``{"ok": bool, "seconds": float, "error": str | None}``; ``seconds`` is the
 wall time of the plugin call alone. At start the process sends ``{"ok": bool, "pid": int,
-"error": str | None}`` once it has loaded the plugins it was given.
+"error": str | None, "baseline_bytes": int}`` once it has loaded the plugins it was given;
+``baseline_bytes`` is its anonymous memory measured before it loaded them (0 when unknown).
 """
 
 from __future__ import annotations

@@ -74,8 +74,9 @@ def test_dry_run_creates_nothing_and_prints_the_forecast(heat: HeatRuns) -> None
 
 def test_run_of_the_demo_succeeds_and_writes_its_outputs(heat: HeatRuns) -> None:
     """`simrun run examples/heat.yaml` in a fresh directory exits 0, writes every point of
-    the sweep and the report into ./simrun-store, and ends with a summary that says where
-    the outputs are; the processes it started are gone."""
+    the sweep and the report into ./simrun-store, and ends with a summary of each task's
+    units, time, memory per process (requested and peak), kills and outputs; the processes
+    it started are gone."""
     result = heat.first
     assert result.returncode == 0, result.stdout + result.stderr
     run_id = run_id_in(result.stdout)
@@ -85,6 +86,12 @@ def test_run_of_the_demo_succeeds_and_writes_its_outputs(heat: HeatRuns) -> None
     assert "Heat sweep of a plate" in (run_dir / "summary" / "out" / "report.md").read_text()
     assert f"run {run_id} succeeded" in result.stdout
     assert f"simrun-store/runs/{run_id}/sweep/out" in result.stdout
+    header = next(x for x in result.stdout.splitlines() if "peak/process" in x)
+    assert [c.strip() for c in header.split("┃")[1:-1]] == [
+        "task", "units", "time", "memory/process", "peak/process", "kills", "outputs"
+    ]  # fmt: skip
+    sweep = next(x for x in result.stdout.splitlines() if x.startswith("│ sweep"))
+    assert [c.strip() for c in sweep.split("│")[2:3] + sweep.split("│")[6:7]] == ["24/24", "0"]
     assert "Traceback" not in result.stdout + result.stderr
     assert processes_mentioning(str(heat.home / "simrun-store")) == []
 

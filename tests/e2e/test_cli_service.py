@@ -106,7 +106,8 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_server: Any) -> Iter
 
 def test_submit_wait_then_status_and_resources_tell_the_run(service: Service) -> None:
     """`submit --wait` follows the run to its end and exits 0; `status` lists it and shows
-    its units; `resources` shows what was learned from it; all three speak JSON too."""
+    its units, time, memory requested and at its peak per process, and kills, as `simrun
+    run` does; `resources` shows what was learned from it; all three speak JSON too."""
     submitted = service.first
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     run_id = run_id_in(submitted.stdout)
@@ -119,6 +120,16 @@ def test_submit_wait_then_status_and_resources_tell_the_run(service: Service) ->
         ("work", "done", 4)
     ]
     assert view["failures"] == []
+    (work,) = view["tasks"]
+    assert work["splittable"] is True
+    assert work["kills"] == 0
+    assert work["requested_gb"] > 0
+    assert work["peak_memory_gb"] > 0
+    assert work["started_s"] <= work["finished_s"]
+    shown = service("status", run_id).stdout
+    for column in ("units", "time", "memory/process", "peak/process", "kills"):
+        assert column in shown, shown
+    assert "4/4" in shown
     table = service("status").stdout
     assert run_id in table
     assert "succeeded" in table

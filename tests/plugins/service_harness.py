@@ -116,16 +116,18 @@ def start_worker(
     worker_id: str | None = None,
     heartbeat_s: float = HEARTBEAT_S,
     heartbeat_ttl_s: float = HEARTBEAT_TTL_S,
+    grace_s: float = 2.0,
     env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """A worker container as a child process: ``simrun worker`` (``python -m simrun.worker``)
-    serving the svc-work type, with short heartbeats so that a killed worker is noticed
-    within a second or two. GPUs are the first ``gpus`` ids of ``CUDA_VISIBLE_DEVICES``."""
+    serving the test types, with short heartbeats so that a killed worker is noticed
+    within a second or two, and ``grace_s`` for its running units on SIGTERM. GPUs are the
+    first ``gpus`` ids of ``CUDA_VISIBLE_DEVICES``."""
     argv = [
         sys.executable, "-m", "simrun.worker", "--redis-url", redis_url, "--prefix", prefix,
         "--queue", queue, "--memory-gb", str(memory_gb), "--processes", str(processes),
         "--gpus", str(gpus), "--python-path", str(REPO), "--poll-delay-s", "0.01",
-        "--grace-s", "2", "--heartbeat-s", str(heartbeat_s),
+        "--grace-s", str(grace_s), "--heartbeat-s", str(heartbeat_s),
         "--heartbeat-ttl-s", str(heartbeat_ttl_s),
     ]  # fmt: skip
     for ref in REFS:

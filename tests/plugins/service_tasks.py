@@ -6,6 +6,9 @@ line to ``calls-<index>.log`` in the task's output directory (so tests count how
 unit was computed, killed attempts included), then sleeps, hogs memory, fails on purpose,
 and at last writes ``unit-<index>.json`` atomically. Its merge writes ``merged.json``: the
 indices that have a result file.
+
+``svc-count`` is splittable without a merge: each computation of a unit appends a line to
+one log when it begins and another when it completes, so tests count both per index.
 """
 
 from __future__ import annotations
@@ -80,4 +83,46 @@ WORK = TaskType(
     description="units that sleep, hog memory or fail, for the service's tests",
 )
 
-REFS = (f"{__name__}:WORK",)
+
+class CountSettings(BaseModel):
+    """Units that each take ``seconds``."""
+
+    units: int = 8
+    seconds: float = 0.0
+
+
+def count_count_units(settings: CountSettings) -> int:
+    return settings.units
+
+
+#: The log of ``svc-count``, in the task's output directory: one line per unit computation
+#: begun ("start INDEX PID") and one per computation completed ("end INDEX PID").
+COUNT_LOG = "computed.log"
+
+
+def _log_line(paths: TaskPaths, text: str) -> None:
+    # One short write with O_APPEND: lines of concurrent processes never interleave.
+    paths.out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(paths.out / COUNT_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{text}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def count_compute_unit(settings: CountSettings, index: int, paths: TaskPaths) -> None:
+    _log_line(paths, f"start {index} {os.getpid()}")
+    time.sleep(settings.seconds)
+    _log_line(paths, f"end {index} {os.getpid()}")
+
+
+COUNT = TaskType(
+    name="svc-count",
+    settings=CountSettings,
+    hint=ResourceHint(memory_base_gb=0.25, memory_per_worker_gb=0.25),
+    count_units=f"{__name__}:count_count_units",
+    compute_unit=f"{__name__}:count_compute_unit",
+    description="units that log when each computation of them begins and ends",
+)
+
+REFS = (f"{__name__}:WORK", f"{__name__}:COUNT")

@@ -19,6 +19,8 @@ from pydantic import BaseModel
 from simrun.plugins import ResourceHint, TaskPaths, TaskType
 
 MIB = 2**20
+#: What hog units keep for the life of their process (``keep_mb``).
+_KEPT: list[bytearray] = []
 
 
 class Settings(BaseModel):
@@ -28,6 +30,7 @@ class Settings(BaseModel):
     seconds: float = 0.0  # how long a unit sleeps (or spins, for "spin")
     hog_mb: int = 0  # memory a unit allocates and touches
     hog_indices: list[int] = []  # units that hog (all when empty)
+    keep_mb: int = 0  # memory a hog unit allocates and never frees (a leak in its process)
     fail_indices: list[int] = []  # units that raise
     crash_indices: list[int] = []  # units whose process ends itself
     crash_how: str = "exit"  # "exit" (os._exit(3)) or "segv" (SIGSEGV to itself)
@@ -82,9 +85,19 @@ def noop_unit(settings: Settings, index: int, paths: TaskPaths) -> None:
     """Does nothing at all (for measuring the worker's own overhead)."""
 
 
+def _touched(size_mb: int) -> bytearray:
+    block = bytearray(size_mb * MIB)
+    for offset in range(0, len(block), 4096):
+        block[offset] = 1
+    return block
+
+
 def hog_unit(settings: Settings, index: int, paths: TaskPaths) -> None:
-    """Allocates ``hog_mb`` MiB (every page touched), holds it ``seconds``, then records."""
+    """Allocates ``hog_mb`` MiB (every page touched), holds it ``seconds``, then records;
+    keeps ``keep_mb`` MiB more until its process ends."""
     start = time.time()
+    if settings.keep_mb:
+        _KEPT.append(_touched(settings.keep_mb))
     held = None
     if not settings.hog_indices or index in settings.hog_indices:
         held = bytearray(settings.hog_mb * MIB)

@@ -21,7 +21,7 @@ if str(ROOT) not in sys.path:  # the compose helpers live in tests/, under the r
     sys.path.insert(0, str(ROOT))
 
 from simrun.cli import cli  # noqa: E402  # after sys.path is set
-from simrun.worker.cli import worker  # noqa: E402  # same reason
+from simrun.worker.cli import TTL_PER_INTERVAL, worker  # noqa: E402  # same reason
 from simrun.worker.health import main as health_main  # noqa: E402  # same reason
 from tests.composefile import (  # noqa: E402  # same reason
     COMPOSE,
@@ -264,6 +264,58 @@ def test_service_runs_from_the_worker_image() -> None:
     assert params["redis_url"] is None
     assert params["store"] is None
     assert f"http://127.0.0.1:{params['port']}/health" in " ".join(svc["healthcheck"]["test"])
+
+
+def heartbeat_ttl_s(worker_args: list[str]) -> float:
+    """The seconds a worker's heartbeat lives with these ``simrun worker`` arguments."""
+    params = worker_params(worker_args)
+    ttl: float | None = params["heartbeat_ttl_s"]
+    return TTL_PER_INTERVAL * params["heartbeat_s"] if ttl is None else ttl
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{}, {"WORKER_CPU_MEMORY_GB": "12.5"}, {"WORKER_CPU_PROCESSES": "16"}],
+    ids=["example", "memory", "processes"],
+)
+def test_service_default_shape_is_the_cpu_workers(env: dict[str, str]) -> None:
+    """The worker shape the service's /metrics decides with while no worker is live
+    (--worker-memory-gb, --worker-processes) is worker-cpu's --memory-gb and --processes,
+    whatever .env sets them to."""
+    svc = services(compose(**env))
+    service = service_params(svc["service"]["command"])
+    cpu = worker_params(svc["worker-cpu"]["command"])
+    assert service["worker_memory_gb"] == cpu["memory_gb"]
+    assert service["worker_processes"] == cpu["processes"]
+    for variable, value in env.items():
+        key = "worker_memory_gb" if variable.endswith("MEMORY_GB") else "worker_processes"
+        assert service[key] == type(service[key])(value)
+
+
+def test_heartbeat_ttl_s() -> None:
+    """A worker's heartbeat lives --heartbeat-ttl-s when given, else 4 x --heartbeat-s."""
+    assert heartbeat_ttl_s(["--heartbeat-s", "0.5"]) == 2.0
+    assert heartbeat_ttl_s(["--heartbeat-s", "0.5", "--heartbeat-ttl-s", "3"]) == 3.0
+
+
+@pytest.mark.parametrize("name", WORKERS)
+def test_service_heartbeat_ttl_covers_the_workers(name: str) -> None:
+    """The service waits at least as long as a worker's heartbeat lives before it gives
+    that worker's jobs to others (a shorter wait would re-dispatch jobs of a live worker)."""
+    svc = services(compose())
+    service = service_params(svc["service"]["command"])
+    assert service["heartbeat_ttl_s"] >= heartbeat_ttl_s(svc[name]["command"])
+
+
+def test_kubernetes_service_matches_its_workers() -> None:
+    """The Kubernetes service's worker shape is the worker Deployment's --memory-gb and
+    --processes, and its heartbeat TTL covers the worker's."""
+    service = service_params(_container(kube("Deployment", "simrun-service"))["args"])
+    args = _container(kube("Deployment", "simrun-worker-cpu"))["args"]
+    cpu = worker_params(args)
+    assert service["worker_memory_gb"] == cpu["memory_gb"]
+    assert service["worker_processes"] == cpu["processes"]
+    assert service["heartbeat_ttl_s"] >= heartbeat_ttl_s(args)
 
 
 def test_a_bad_service_command_is_caught() -> None:

@@ -22,7 +22,11 @@ from simrun.progress import (
     summary_rows,
     summary_table,
     task_line,
+    task_seconds,
 )
+from simrun.runstate import TaskCounts
+from simrun.runstore import RunRow, TaskRow
+from simrun.service.views import run_view
 
 
 def task(name: str = "sweep", state: str = "running", **more: Any) -> dict[str, Any]:
@@ -193,7 +197,8 @@ def test_run_header(view, header):
 
 
 def test_summary_rows_per_task():
-    """Units, time, the memory its units ran under against the peak, and the outputs."""
+    """Units, time, the memory its units ran under against the peak, the kills for memory,
+    and the outputs."""
     view = run(
         task(
             state="done",
@@ -203,6 +208,7 @@ def test_summary_rows_per_task():
             resources={"memory_per_worker_gb": 0.03},
             requested_gb=1.0,
             peak_memory_gb=0.025,
+            kills=2,
             out="store/runs/r/sweep/out",
             splittable=True,
         ),
@@ -217,9 +223,49 @@ def test_summary_rows_per_task():
         state="succeeded",
     )
     assert summary_rows(view) == [
-        ("sweep", "24/24", "8 s", "1 GiB", "26 MiB", "store/runs/r/sweep/out"),
-        ("summary", "command", "—", "512 MiB", "—", "—"),
+        ("sweep", "24/24", "8 s", "1 GiB", "26 MiB", "2", "store/runs/r/sweep/out"),
+        ("summary", "command", "—", "512 MiB", "—", "—", "—"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("state", "started", "finished", "now", "seconds"),
+    [
+        ("done", 100.0, 108.0, None, 8.0),
+        ("done", 100.0, 108.0, 500.0, 8.0),  # ended: the clock does not matter
+        ("running", 100.0, None, 130.0, 30.0),  # so far
+        ("blocked", 100.0, None, 130.0, 30.0),
+        ("running", 100.0, None, None, None),  # no clock given
+        ("cancelled", 100.0, None, 130.0, None),  # ended without an end time
+        ("waiting", None, None, 130.0, None),
+    ],
+)
+def test_task_seconds(state, started, finished, now, seconds):
+    """A task took from its start to its end, or to now while it has units on the way."""
+    view = task(state=state, started_s=started, finished_s=finished)
+    assert task_seconds(view, now) == seconds
+
+
+def test_a_service_view_fills_every_summary_column_but_outputs():
+    """The view a service gives (`run_view`) tells the time, the memory requested and at
+    its peak, and the kills of each task, so its summary shows the columns of `simrun run`;
+    only the outputs (a path on the service's side) stay out."""
+    row = TaskRow(
+        "r1", "sweep", 0, "heat", {}, {}, (), None, None, True, False, "running", "", "cpu",
+        "heat/plate", {"memory_per_worker_gb": 0.5}, 24, 100.0, None,
+        kills=3, requested_gb=0.75, peak_memory_gb=0.3,
+    )  # fmt: skip
+    runrow = RunRow("r1", None, "plate", "running", "", "doc", 99.0, 99.0, None)
+    view = run_view(runrow, [row], {"sweep": TaskCounts(pending=4, done=20)}, {}).to_dict()
+    assert summary_rows(view, now_s=160.0) == [
+        ("sweep", "20/24", "1 min 00 s", "768 MiB", "307 MiB", "3", "—")
+    ]
+    console = Console(width=200, record=True)
+    console.print(summary_table(view, now_s=160.0))
+    header = console.export_text().splitlines()[1]
+    assert [c.strip() for c in header.split("┃")[1:-1]] == [
+        "task", "units", "time", "memory/process", "peak/process", "kills"
+    ]  # fmt: skip
 
 
 def test_summary_table_leaves_out_columns_the_view_does_not_tell():

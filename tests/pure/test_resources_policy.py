@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from simrun.plugins import ResourceHint
 from simrun.resources import (
     MARGIN,
+    MIN_MEMORY_PER_WORKER_GB,
     RETRY_FACTOR,
     WINDOW,
     Observation,
@@ -176,6 +177,57 @@ def test_the_module_constants_are_the_defaults() -> None:
 
 
 @pytest.mark.parametrize(
+    ("history", "hint_gb", "override_gb", "memory_gb", "source"),
+    [
+        pytest.param(
+            [ok(0.0189)], 3.0, None, MIN_MEMORY_PER_WORKER_GB, "learned from 1 run", id="tiny peak"
+        ),
+        pytest.param([ok(0.5)], 3.0, None, 0.5 * MARGIN, "learned from 1 run", id="above floor"),
+        pytest.param(
+            [ok(MIN_MEMORY_PER_WORKER_GB / MARGIN)],
+            3.0,
+            None,
+            MIN_MEMORY_PER_WORKER_GB,
+            "learned from 1 run",
+            id="exactly at the floor",
+        ),
+        pytest.param(
+            [kill(0.05)],
+            0.01,
+            None,
+            MIN_MEMORY_PER_WORKER_GB,
+            "learned from 1 run",
+            id="only kills: the raised hint is learned too",
+        ),
+        pytest.param([], 0.01, None, 0.01, "plugin hint", id="a small hint is kept"),
+        pytest.param([ok(0.0189)], 3.0, 0.05, 0.05, "override", id="a small override is kept"),
+    ],
+)
+def test_learned_requests_have_a_floor(
+    history: list[Observation],
+    hint_gb: float,
+    override_gb: float | None,
+    memory_gb: float,
+    source: str,
+) -> None:
+    """A learned memory per worker is at least MIN_MEMORY_PER_WORKER_GB (a smaller one is
+    less than an interpreter with numpy); a plugin hint or a workflow override below it is
+    used as given."""
+    override = None if override_gb is None else ResourceOverride(memory_per_worker_gb=override_gb)
+    got = decide(history, ResourceHint(memory_per_worker_gb=hint_gb), override)
+    assert got.memory_per_worker_gb == pytest.approx(memory_gb)
+    assert got.source == source
+
+
+def test_the_floor_is_a_quarter_gib_and_can_be_changed() -> None:
+    """The floor is 0.25 GiB; decide takes another through min_memory_gb (as for the other
+    constants)."""
+    assert MIN_MEMORY_PER_WORKER_GB == 0.25
+    got = decide([ok(0.01)], HINT, None, min_memory_gb=0.0)
+    assert got.memory_per_worker_gb == pytest.approx(0.01 * MARGIN)
+
+
+@pytest.mark.parametrize(
     ("hint", "source"),
     [
         (ResourceHint(), "default"),
@@ -320,6 +372,19 @@ def test_monotone_in_the_observations(
     got_low = decide(low, HINT, None, **kwargs).memory_per_worker_gb  # type: ignore[arg-type]
     got_high = decide(high, HINT, None, **kwargs).memory_per_worker_gb  # type: ignore[arg-type]
     assert got_high >= got_low or math.isclose(got_high, got_low)
+
+
+@given(events, st.sampled_from([0.01, 3.0]))
+def test_a_learned_request_is_never_below_the_floor(
+    items: list[tuple[bool, float]], hint_gb: float
+) -> None:
+    """Whatever was observed, a request learned from observations is at least
+    MIN_MEMORY_PER_WORKER_GB; without observations it is the hint, however small."""
+    got = decide(as_history(items), ResourceHint(memory_per_worker_gb=hint_gb), None)
+    if items:
+        assert got.memory_per_worker_gb >= MIN_MEMORY_PER_WORKER_GB
+    else:
+        assert got.memory_per_worker_gb == hint_gb
 
 
 @given(events)

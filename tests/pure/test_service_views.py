@@ -3,6 +3,8 @@ memory (simrun.service.controller.is_oom)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from simrun.queues import ReportEntry
@@ -85,3 +87,29 @@ def test_is_oom(report, expected):
     """A report counts as killed for memory when the worker says its process was killed
     past its limit, or a unit's outcome is killed; errors and timeouts do not."""
     assert is_oom(report) is expected
+
+
+def test_task_view_tells_times_kind_kills_and_memory():
+    """A task's view carries what the store keeps on its row: when it started and ended,
+    whether it splits, its kills for memory, and the memory per process it requested and
+    peaked at; a task that never ran tells none of them."""
+    ran = replace(
+        task("a", "done", 10, 0.5),
+        splittable=False,
+        started_s=10.0,
+        finished_s=25.0,
+        kills=2,
+        requested_gb=3.0,
+        peak_memory_gb=1.25,
+    )
+    view = task_view(ran, TaskCounts(done=1), 4)
+    assert (view.splittable, view.started_s, view.finished_s) == (False, 10.0, 25.0)
+    assert (view.kills, view.requested_gb, view.peak_memory_gb) == (2, 3.0, 1.25)
+    shown = run_view(RUN, [ran], {}, {}).to_dict()["tasks"][0]
+    assert {k: shown[k] for k in ("kills", "requested_gb", "peak_memory_gb", "started_s")} == {
+        "kills": 2, "requested_gb": 3.0, "peak_memory_gb": 1.25, "started_s": 10.0
+    }  # fmt: skip
+    fresh = task_view(task("b", "waiting", None, None), None, 4)
+    assert (fresh.splittable, fresh.started_s, fresh.kills, fresh.peak_memory_gb) == (
+        True, None, 0, None
+    )  # fmt: skip

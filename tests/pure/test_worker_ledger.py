@@ -131,6 +131,19 @@ OTHER = ("run", "other")
         # ... and restarts one when none has it; so does a CPU job among GPU processes.
         ([Candidate(("g0",), frozenset({KEY}), 0.1)], ("g1",), 1.0, (0, True)),
         ([Candidate(("g0",), frozenset({KEY}), 0.1)], (), 1.0, (0, True)),
+        # The interpreter's own memory (its baseline) is not a leftover: a process holding
+        # 19 MiB, all of it baseline, is kept for a light task of a 26.5 MiB limit ...
+        ([Candidate((), frozenset({OTHER}), 0.0186, 0.0186)], (), 0.0259, (0, False)),
+        # ... and of two processes, the one keeping the least beyond its baseline is chosen.
+        (
+            [
+                Candidate((), frozenset({OTHER}), 0.30, 0.02),
+                Candidate((), frozenset({OTHER}), 0.35, 0.30),
+            ],
+            (),
+            1.0,
+            (1, False),
+        ),
     ],
 )
 def test_choose(

@@ -1,0 +1,171 @@
+"""Worker processes of a real pool: which one a job gets after another task, the memory
+limit they are killed at, and units sent to them in batches."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
+    sys.path.insert(0, str(REPO))
+
+from simrun.queues import JobSpec, UnitKey  # noqa: E402  # after the repo root is on sys.path
+from simrun.worker.ledger import Ledger  # noqa: E402  # same reason
+from simrun.worker.pool import (  # noqa: E402  # same reason
+    KILL_HEADROOM_GB,
+    RECYCLE_FRACTION,
+    ProcessPool,
+    WorkerProcess,
+)
+from simrun.worker.runner import RunResult, run_chunk  # noqa: E402  # same reason
+from tests.plugins.harness import PLUGINS, make_spec, run_burst  # noqa: E402  # same reason
+
+pytestmark = pytest.mark.e2e
+
+#: The request learned for a no-op task: its peak of 18.9 MB times the margin 1.4.
+LIGHT_GB = 26.5 / 1024
+
+
+@asynccontextmanager
+async def one_process_pool() -> AsyncIterator[ProcessPool]:
+    pool = ProcessPool(1, plugins=PLUGINS, python_path=(str(REPO),))
+    await pool.start()
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+async def never_stale(_unit: UnitKey) -> bool:
+    return False
+
+
+async def run_on(
+    pool: ProcessPool, spec: JobSpec, limit_gb: float
+) -> tuple[WorkerProcess, RunResult, Ledger]:
+    """Check a process out for ``spec``, run the chunk, check it back in."""
+    worker = await pool.checkout((spec.run, spec.task), (), limit_gb)
+    ledger = Ledger(spec.units)
+    try:
+        result = await run_chunk(
+            worker, spec, ledger, limit_gb=limit_gb, is_stale=never_stale, stopping=lambda: False
+        )
+    finally:
+        await pool.checkin(worker)
+    return worker, result, ledger
+
+
+async def test_a_process_is_kept_across_light_tasks_and_restarted_after_a_leak(
+    tmp_path: Path,
+) -> None:
+    """A process switching task is started afresh only when what it keeps beyond its
+    baseline (its memory before any plugin code) passes RECYCLE_FRACTION of the new limit:
+    an idle interpreter is kept for a light task, a process that leaked is restarted."""
+    async with one_process_pool() as pool:
+        first, result, ledger = await run_on(
+            pool, make_spec(tmp_path, "a", "test-noop", range(5)), LIGHT_GB
+        )
+        assert set(ledger.outcomes.values()) == {"done"}
+        assert not result.killed_for_memory
+        assert 0 < first.baseline_gb <= first.anon_gb()
+        # The interpreter alone is past half the light limit: the old rule restarted here.
+        assert first.anon_gb() > RECYCLE_FRACTION * LIGHT_GB
+        second, _, ledger = await run_on(
+            pool, make_spec(tmp_path, "b", "test-noop", range(5)), LIGHT_GB
+        )
+        assert set(ledger.outcomes.values()) == {"done"}
+        assert second.pid == first.pid
+        assert pool.replaced == 0
+
+        leak = make_spec(tmp_path, "leak", "test-hog", [0], {"keep_mb": 150})
+        leaky, _, ledger = await run_on(pool, leak, 0.25)
+        assert ledger.outcomes == {0: "done"}
+        assert leaky.pid == first.pid
+        after, _, _ = await run_on(pool, make_spec(tmp_path, "c", "test-noop", [0]), 0.25)
+        assert after.pid != first.pid
+        assert pool.replaced == 1
+
+
+async def test_a_limit_below_the_interpreter_is_raised_to_baseline_plus_headroom(
+    redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    """A job whose limit is below what an idle worker process holds runs under the process's
+    baseline plus KILL_HEADROOM_GB instead of being killed at once, and reports that limit;
+    a unit going past the raised limit is still killed for memory, with a message saying
+    why the limit was raised."""
+    light = make_spec(tmp_path, "tiny", "test-noop", [0, 1, 2], memory_gb=0.005)
+    hog = make_spec(tmp_path, "hog", "test-hog", [0, 1], {"hog_mb": 200}, memory_gb=0.005)
+    _, reports = await run_burst(redis_url, redis_prefix, [light, hog], processes=1, prefetch=0)
+
+    done = reports[light.job_id]
+    assert done.outcomes == {0: "done", 1: "done", 2: "done"}, done.errors
+    assert done.report.killed_for_memory is False
+    assert KILL_HEADROOM_GB < done.report.limit_gb < KILL_HEADROOM_GB + 0.1
+    killed = reports[hog.job_id]
+    assert killed.outcomes == {0: "killed", 1: "not_run"}
+    assert killed.report.killed_for_memory is True
+    assert KILL_HEADROOM_GB < killed.report.limit_gb < 0.2
+    assert "below what the process holds by itself" in killed.errors[0]
+
+
+async def test_a_units_request_is_answered_unit_by_unit(tmp_path: Path) -> None:
+    """One "units" request gets one reply per unit, in order, each naming its unit: a
+    failing unit carries its traceback and the next ones still run; a request without a
+    list of indices gets one failed reply and the process goes on."""
+    spec = make_spec(tmp_path, "f", "test-flaky", [0, 1, 2], {"fail_indices": [1]})
+    async with one_process_pool() as pool:
+        worker = await pool.checkout((spec.run, spec.task), (), None)
+        task = {
+            "op": "task",
+            "run": spec.run,
+            "task": spec.task,
+            "task_type": spec.task_type,
+            "settings": spec.settings,
+            "paths": spec.paths.to_dict(),
+            "setup": True,
+        }
+        assert (await worker.call(task))["ok"] is True
+        await worker.send({"op": "units", "indices": [0, 1, 2]})
+        replies = [await worker.receive(10.0) for _ in range(3)]
+        assert [r["index"] for r in replies] == [0, 1, 2]
+        assert [r["ok"] for r in replies] == [True, False, True]
+        assert "ValueError: unit 1 fails on purpose" in replies[1]["error"]
+        bad = await worker.call({"op": "units", "indices": "0-2"}, 10.0)
+        assert (bad["ok"], bad["index"]) == (False, None)
+        assert "unknown request" in bad["error"]
+        again = await worker.call({"op": "units", "indices": [2]}, 10.0)
+        assert (again["ok"], again["index"]) == (True, 2)
+        await pool.checkin(worker)
+
+
+async def test_units_marked_stale_during_a_chunk_are_skipped_between_batches(
+    tmp_path: Path,
+) -> None:
+    """Units go to the process in batches, each unit checked for staleness once, in order,
+    before its batch is sent: units marked stale once unit 50 is done (a batch holds at
+    most twice the units of the one before it, so unit 100 is in a later batch) are skipped,
+    every other unit is computed."""
+    spec = make_spec(tmp_path, "s", "test-noop", range(200))
+    ledger = Ledger(spec.units)
+    asked: list[UnitKey] = []
+
+    async def is_stale(unit: UnitKey) -> bool:
+        asked.append(unit)
+        return isinstance(unit, int) and unit >= 100 and ledger.outcomes.get(50) == "done"
+
+    async with one_process_pool() as pool:
+        worker = await pool.checkout((spec.run, spec.task), (), None)
+        try:
+            await run_chunk(
+                worker, spec, ledger, limit_gb=None, is_stale=is_stale, stopping=lambda: False
+            )
+        finally:
+            await pool.checkin(worker)
+    assert asked == list(range(200))
+    assert all(ledger.outcomes[i] == "done" for i in range(100)), ledger.errors
+    assert all(ledger.outcomes[i] == "stale" for i in range(100, 200))
