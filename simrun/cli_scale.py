@@ -12,9 +12,10 @@ workers' shape), decides with `simrun.scale.desired_containers`, prints a table,
   ``simrun-worker-<queue>`` by default, as in deploy/kubernetes/).
 
 The container shape is the live workers' of the queue; while none is live it is the one
-given by ``--processes`` and ``--memory-gb``. ``--dry-run`` prints the commands instead of
-running them; ``--watch SECONDS`` repeats the whole (an error of one round is printed and
-the next round tries again).
+given by ``--processes`` and ``--memory-gb``, else the service's default worker shape
+(``simrun service --worker-memory-gb/--worker-processes``), else 4 processes x 8 GiB.
+``--dry-run`` prints the commands instead of running them; ``--watch SECONDS`` repeats the
+whole (an error of one round is printed and the next round tries again).
 """
 
 from __future__ import annotations
@@ -119,7 +120,50 @@ def parse_backlog(document: Any) -> list[LiveQueue]:
         raise ScaleError(f"the service's backlog answer is not understood: {exc!r}") from exc
 
 
-def plan(queues: Sequence[LiveQueue], policy: ScalePolicy, given: ContainerShape) -> list[Planned]:
+#: The container shape assumed when neither the flags nor the service name one.
+FALLBACK_SHAPE = ContainerShape(memory_gb=8.0, processes=4)
+
+
+def service_default_shape(document: Any) -> ContainerShape | None:
+    """The service's default worker shape in a ``GET /backlog`` answer (None from a service
+    that does not say it)."""
+    shape = document.get("default_shape") if isinstance(document, dict) else None
+    if not isinstance(shape, dict):
+        return None
+    try:
+        return ContainerShape(float(shape["memory_gb"]), int(shape["processes"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ScaleError(f"the service's default_shape is not understood: {exc!r}") from exc
+
+
+def assumed_shape(
+    memory_gb: float | None, processes: int | None, service: ContainerShape | None
+) -> tuple[ContainerShape, str]:
+    """The shape of a container of a queue without live workers, and where it came from:
+    each flag given wins, then the service's default shape, then `FALLBACK_SHAPE`."""
+    base, source = (
+        (service, "service default")
+        if service is not None
+        else (
+            FALLBACK_SHAPE,
+            "default",
+        )
+    )
+    if memory_gb is None and processes is None:
+        return base, source
+    shape = ContainerShape(
+        memory_gb=base.memory_gb if memory_gb is None else memory_gb,
+        processes=base.processes if processes is None else processes,
+    )
+    return shape, "given"
+
+
+def plan(
+    queues: Sequence[LiveQueue],
+    policy: ScalePolicy,
+    given: ContainerShape,
+    given_source: str = "given",
+) -> list[Planned]:
     """The decision of each queue with its live shape, or ``given`` while none is live."""
     out = []
     for live in queues:
@@ -139,7 +183,7 @@ def plan(queues: Sequence[LiveQueue], policy: ScalePolicy, given: ContainerShape
                 queue=live.backlog.queue,
                 decision=decision,
                 shape=shape,
-                shape_source="live" if live.shape is not None else "given",
+                shape_source="live" if live.shape is not None else given_source,
                 workers=live.workers,
                 work_s=work_s,
             )
@@ -230,7 +274,8 @@ def _run(argv: Sequence[str]) -> None:
 @dataclass(frozen=True)
 class _Options:
     policy: ScalePolicy
-    given: ContainerShape
+    memory_gb: float | None
+    processes: int | None
     apply: str | None
     queues: tuple[str, ...]
     compose_file: Path | None
@@ -239,11 +284,15 @@ class _Options:
 
 
 def _round(client: Client, options: _Options, out: Console) -> None:
-    live = parse_backlog(client.backlog())
+    document = client.backlog()
+    live = parse_backlog(document)
     # A queue to apply that the service does not list has no backlog and no workers.
     known = {q.backlog.queue for q in live}
     live += [LiveQueue(QueueBacklog(q), 0, None) for q in options.queues if q not in known]
-    planned = plan(live, options.policy, options.given)
+    given, source = assumed_shape(
+        options.memory_gb, options.processes, service_default_shape(document)
+    )
+    planned = plan(live, options.policy, given, source)
     out.print(_table(planned))
     for p in planned:
         out.print(p.decision.reason, markup=False, soft_wrap=True)
@@ -293,17 +342,17 @@ def _round(client: Client, options: _Options, out: Console) -> None:
 )
 @click.option(
     "--processes",
-    default=4,
-    show_default=True,
+    default=None,
     type=click.IntRange(1),
-    help="Processes per container, while no worker of the queue is live.",
+    help="Processes per container, while no worker of the queue is live "
+    "[default: the service's --worker-processes, else 4].",
 )
 @click.option(
     "--memory-gb",
-    default=8.0,
-    show_default=True,
+    default=None,
     type=click.FloatRange(min=0, min_open=True),
-    help="Memory per container (GiB), while no worker of the queue is live.",
+    help="Memory per container (GiB), while no worker of the queue is live "
+    "[default: the service's --worker-memory-gb, else 8].",
 )
 @click.option(
     "--default-seconds",
@@ -348,8 +397,8 @@ def scale(
     target_minutes: float,
     min_containers: int,
     max_containers: int,
-    processes: int,
-    memory_gb: float,
+    processes: int | None,
+    memory_gb: float | None,
     default_seconds: float,
     apply: str | None,
     queues: tuple[str, ...],
@@ -379,7 +428,8 @@ def scale(
             min_containers=min_containers,
             max_containers=max_containers,
         ),
-        given=ContainerShape(memory_gb=memory_gb, processes=processes),
+        memory_gb=memory_gb,
+        processes=processes,
         apply=apply,
         queues=queues or ("cpu",),
         compose_file=compose_file,

@@ -247,7 +247,7 @@ def create_app(
             workers = await controller.queue.live_workers()
         except (RedisError, OSError) as exc:
             raise HTTPException(status_code=503, detail=f"Redis unreachable: {exc}") from exc
-        return metrics.backlog_document(backlogs, metrics.pools_of(workers))
+        return metrics.backlog_document(backlogs, metrics.pools_of(workers), default_shape)
 
     @app.get("/metrics", dependencies=auth)
     async def prometheus_metrics() -> Response:

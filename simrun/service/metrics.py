@@ -238,10 +238,14 @@ def queue_metrics(
 
 
 def backlog_document(
-    backlogs: Mapping[str, QueueBacklog], pools: Mapping[str, WorkerPool]
+    backlogs: Mapping[str, QueueBacklog],
+    pools: Mapping[str, WorkerPool],
+    default_shape: ContainerShape = DEFAULT_SHAPE,
 ) -> dict[str, Any]:
     """The JSON of ``GET /backlog``: per queue (``cpu`` always) its entries by resource key
-    and the live workers' count and shape (None while none is live)."""
+    and the live workers' count and shape (None while none is live); and the service's
+    default worker shape (``simrun service --worker-memory-gb/--worker-processes``), which
+    `simrun scale` uses for a queue without live workers unless told otherwise."""
     queues = []
     for queue in sorted({"cpu", *backlogs, *pools}):
         backlog = backlogs.get(queue, QueueBacklog(queue))
@@ -266,7 +270,8 @@ def backlog_document(
                 else {"memory_gb": shape.memory_gb, "processes": shape.processes},
             }
         )
-    return {"queues": queues}
+    default = {"memory_gb": default_shape.memory_gb, "processes": default_shape.processes}
+    return {"queues": queues, "default_shape": default}
 
 
 def _per_queue(

@@ -126,7 +126,7 @@ def _row(stdout: str, queue: str) -> list[str]:
 
 
 def test_dry_run_prints_the_table_and_the_compose_command(service: Service) -> None:
-    """With no live worker the given shape (4 processes, 8 GiB) is used: 40 units of the
+    """With no live worker the service's default shape (4 processes, 8 GiB) is used: 40 units of the
     default 60 s drain in 2 minutes on 40 x 60 / 120 / 4 = 5 containers. The table shows
     the queue, its units, work, live workers, shape and decision, the reason follows, and
     --dry-run prints the compose command (with the compose file) instead of running it."""
@@ -138,7 +138,7 @@ def test_dry_run_prints_the_table_and_the_compose_command(service: Service) -> N
     assert _row(done.stdout, "queue") == ["queue", "units", "work", "workers", "container",
                                           "desired"]  # fmt: skip
     assert _row(done.stdout, "cpu") == ["cpu", "40", "40.0", "min", "0", "4", "x", "8", "GiB",
-                                        "(given)", "5"]  # fmt: skip
+                                        "(service", "default)", "5"]  # fmt: skip
     assert "cpu: 40 units, 40.0 min of work (40 at the default 60 s per unit)" in done.stdout
     assert (
         "would run: docker compose -f docker-compose.yml up -d --scale worker-cpu=5 --no-recreate"

@@ -279,10 +279,11 @@ def test_a_worker_of_two_queues_counts_in_both() -> None:
 
 def test_backlog_document_lists_every_queue_with_its_shape() -> None:
     """/backlog's JSON: cpu always, each queue's entries as given, the live workers' count
-    and shape (None while none is live)."""
+    and shape (None while none is live), and the service's default worker shape."""
     doc = backlog_document(
         {"gpu": QueueBacklog("gpu", (BacklogEntry("g", 2, 5.0, 3.0),))},
         {"gpu": WorkerPool(workers=1, shape=ContainerShape(24.0, 2))},
+        ContainerShape(6.0, 3),
     )
     assert doc == {
         "queues": [
@@ -296,5 +297,6 @@ def test_backlog_document_lists_every_queue_with_its_shape() -> None:
                 "workers": 1,
                 "shape": {"memory_gb": 24.0, "processes": 2},
             },
-        ]
+        ],
+        "default_shape": {"memory_gb": 6.0, "processes": 3},
     }
