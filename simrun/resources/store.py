@@ -31,13 +31,11 @@ from simrun.db import (
 from simrun.plugins import ResourceHint
 from simrun.resources.keys import ResourceKey
 from simrun.resources.policy import (
-    MARGIN,
     WINDOW,
     Observation,
     ResolvedResources,
     decide,
     learn,
-    source_of,
 )
 from simrun.worker.report import WorkerReport
 from simrun.workflow import ResourceOverride
@@ -305,7 +303,10 @@ class ResourceStore:
             for text, count in totals:
                 key = ResourceKey.from_text(str(text))
                 hint = hints.get(key.task_type, ResourceHint())
-                learned = learn(await self._history(conn, key, WINDOW))
+                history = await self._history(conn, key, WINDOW)
+                learned = learn(history)
+                # What a dispatch without an override would request: the very same rule.
+                resolved = decide(history, hint, None)
                 kill = list(
                     await conn.execute_fetchall(
                         "SELECT recorded_s, memory_gb FROM observations"
@@ -313,16 +314,15 @@ class ResourceStore:
                         (key.text(),),
                     )
                 )
-                requested = learned.memory_gb(hint.memory_per_worker_gb, MARGIN)
                 out.append(
                     KeySummary(
                         key=key,
                         observations=int(count),
                         samples=learned.samples,
                         percentile_gb=learned.percentile_gb,
-                        requested_gb=hint.memory_per_worker_gb if requested is None else requested,
+                        requested_gb=resolved.memory_per_worker_gb,
                         seconds_per_unit=learned.seconds_per_unit,
-                        source=source_of(learned.runs if requested is not None else None, hint),
+                        source=resolved.source,
                         last_kill_s=float(kill[0][0]) if kill else None,
                         last_kill_gb=float(kill[0][1]) if kill else None,
                     )

@@ -20,6 +20,7 @@ from simrun import db
 from simrun.plugins import ResourceHint
 from simrun.resources import (
     MARGIN,
+    MIN_MEMORY_PER_WORKER_GB,
     RETRY_FACTOR,
     WINDOW,
     Observation,
@@ -379,3 +380,14 @@ def test_store_agrees_with_the_pure_decision(
                 assert got == decide(history, HINT, None)
 
     asyncio.run(run())
+
+
+async def test_summaries_request_what_resolve_requests(store: ResourceStore) -> None:
+    """The request a summary shows is what resolve gives without an override, the floor on
+    small learned requests included."""
+    small = ResourceKey("heat", "plate", "8")
+    await store.record(small, success(0.02), 0.5, run="a")
+    summary = next(s for s in await store.summaries({"heat": HINT}) if s.key == small)
+    resolved = await store.resolve(small, HINT, None)
+    assert summary.requested_gb == resolved.memory_per_worker_gb == MIN_MEMORY_PER_WORKER_GB
+    assert summary.source == resolved.source
