@@ -41,8 +41,6 @@ import asyncio
 import json
 import logging
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -61,7 +59,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # the test task types live in tests/plugins
     sys.path.insert(0, str(REPO))
 
-from simrun.queues import (  # noqa: E402  # after the repo root is on sys.path
+from simrun.localhost import PrivateRedis  # noqa: E402  # after the repo root is on sys.path
+from simrun.queues import (  # noqa: E402  # same reason
     JobQueue,
     JobSpec,
     ReportEntry,
@@ -88,29 +87,6 @@ PHASES = ("step", "live_workers", "_ingest", "_watch", "_reconcile", "_advance",
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def start_redis(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
-    exe = shutil.which("redis-server")
-    if exe is None:
-        sys.exit(
-            "redis-server is not on PATH and REDIS_URL is unset (apt-get install redis-server)"
-        )
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(directory)],
-        stdout=subprocess.DEVNULL,
-    )
-    for _ in range(200):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc, f"redis://127.0.0.1:{port}/0"
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    sys.exit("redis-server did not start")
 
 
 # -- the peer: raw arq ---------------------------------------------------------------------
@@ -458,11 +434,12 @@ async def simrun_cases(url: str, tmp: Path, args: argparse.Namespace) -> list[Ca
 async def main(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING)
     url = os.environ.get("REDIS_URL")  # the benchmark is a script, not simrun: it may look
-    server = None
+    server: PrivateRedis | None = None
     raw_jobs = args.raw_jobs or args.units
     with tempfile.TemporaryDirectory() as tmp:
         if not url:
-            server, url = start_redis(Path(tmp))
+            server = PrivateRedis()
+            url = server.start()
         try:
             load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
             print(
@@ -488,8 +465,7 @@ async def main(args: argparse.Namespace) -> None:
                 )
         finally:
             if server is not None:
-                server.terminate()
-                server.wait()
+                server.stop()
 
 
 if __name__ == "__main__":

@@ -27,9 +27,6 @@ import argparse
 import asyncio
 import logging
 import os
-import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # the test task types live in tests/plugins
     sys.path.insert(0, str(REPO))
 
+from simrun.localhost import PrivateRedis  # noqa: E402  # path set
 from simrun.queues import JobQueue, ReportEntry, deserialize, serialize  # noqa: E402  # path set
 from simrun.worker.main import WorkerContainer  # noqa: E402  # same reason
 from tests.plugins.harness import make_spec, options  # noqa: E402  # same reason
@@ -53,29 +51,6 @@ PROCESSES = 2
 #: Jobs a container may hold beyond its slots, as tuned for one-unit jobs (the default is
 #: the number of slots, which suits jobs of about a second).
 PREFETCH_TUNED = 30
-
-
-def start_redis(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
-    exe = shutil.which("redis-server")
-    if exe is None:
-        sys.exit(
-            "redis-server is not on PATH and REDIS_URL is unset (apt-get install redis-server)"
-        )
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(directory)],
-        stdout=subprocess.DEVNULL,
-    )
-    for _ in range(200):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc, f"redis://127.0.0.1:{port}/0"
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    sys.exit("redis-server did not start")
 
 
 async def _noop(ctx: dict[str, Any]) -> None:
@@ -152,10 +127,11 @@ async def simrun_run(
 async def main(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING)
     url = os.environ.get("REDIS_URL")  # the benchmark is a script, not simrun: it may look
-    server = None
+    server: PrivateRedis | None = None
     with tempfile.TemporaryDirectory() as tmp:
         if not url:
-            server, url = start_redis(Path(tmp))
+            server = PrivateRedis()
+            url = server.start()
         try:
             store = Path(tmp) / "store"
             print(f"worker benchmark: {PROCESSES} worker processes, redis {url}")
@@ -195,8 +171,7 @@ async def main(args: argparse.Namespace) -> None:
                 )
         finally:
             if server is not None:
-                server.terminate()
-                server.wait()
+                server.stop()
 
 
 if __name__ == "__main__":
