@@ -7,20 +7,15 @@ these tests check what the API says, not that units compute (tests/e2e does that
 from __future__ import annotations
 
 import base64
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
-    sys.path.insert(0, str(REPO))
+from simrun.service.app import create_app
+from simrun.service.controller import Controller
 
-from simrun.service.app import create_app  # noqa: E402  # after the repo root is on sys.path
-from simrun.service.controller import Controller  # noqa: E402  # same reason
-from tests.plugins.service_harness import TYPES, settings  # noqa: E402  # same reason
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.redis
 
@@ -31,24 +26,6 @@ TOKEN = "s3cret-token"
 
 def upload(data: bytes, filename: str = "plate.json") -> dict[str, str]:
     return {"filename": filename, "content_b64": base64.b64encode(data).decode()}
-
-
-@pytest.fixture
-async def controller(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> AsyncIterator[Controller]:
-    ctl = await Controller.open(settings(tmp_path / "store", redis_url, redis_prefix), TYPES)
-    try:
-        yield ctl
-    finally:
-        await ctl.close()
-
-
-@pytest.fixture
-async def api(controller: Controller) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(controller))
-    async with httpx.AsyncClient(transport=transport, base_url="http://simrun") as client:
-        yield client
 
 
 async def test_submit_creates_a_run_with_its_uploaded_source(

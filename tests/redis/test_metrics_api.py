@@ -10,9 +10,7 @@ writes it when a test needs a live one.
 from __future__ import annotations
 
 import base64
-import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +18,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
-    sys.path.insert(0, str(REPO))
+from simrun.queues import WorkerInfo
+from simrun.service.app import create_app
+from simrun.service.controller import Controller
 
-from simrun.queues import WorkerInfo  # noqa: E402  # after the repo root is on sys.path
-from simrun.service.app import create_app  # noqa: E402  # same reason
-from simrun.service.controller import Controller  # noqa: E402  # same reason
-from tests.plugins.service_harness import TYPES, settings  # noqa: E402  # same reason
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.redis
 
@@ -52,24 +47,6 @@ def samples(text: str) -> Samples:
 
 def cpu(name: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     return (name, (("queue", "cpu"),))
-
-
-@pytest.fixture
-async def controller(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> AsyncIterator[Controller]:
-    ctl = await Controller.open(settings(tmp_path / "store", redis_url, redis_prefix), TYPES)
-    try:
-        yield ctl
-    finally:
-        await ctl.close()
-
-
-@pytest.fixture
-async def api(controller: Controller) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(controller))
-    async with httpx.AsyncClient(transport=transport, base_url="http://simrun") as client:
-        yield client
 
 
 async def submit_heat(api: httpx.AsyncClient, controller: Controller) -> str:
