@@ -373,6 +373,11 @@ class LocalSession:
                 await asyncio.wait_for(self._http_task, timeout=10)
             self._http_task = None
         if self._controller is not None:
+            # A run that ended just before the stop: its attempts hashes go now, not
+            # left in a shared Redis (those of jobs still queued stay; the next
+            # session on this store deletes them once the jobs are gone).
+            with contextlib.suppress(RedisError, OSError):
+                await self._controller.forget_ended()
             await self._controller.close()
             self._controller = None
         if self._redis is not None:

@@ -7,7 +7,8 @@
   pickle, and a pickled payload is refused before anything of it is executed.
 * **Reports**: the entry a worker adds to the report stream for every job (`ReportEntry`).
 * **Attempts**: the per-unit current attempt the service writes when it dispatches, which
-  a worker reads to skip units that were dispatched again since (`current_attempts`).
+  a worker reads to skip units that were dispatched again since (`current_attempts`); the
+  service deletes a run's hashes once no job of it is left (`forget_attempts`).
 * **JobQueue**: the thin layer over arq the service uses to enqueue, watch queues (and
   which jobs arq holds in progress), drop jobs, list live workers and read reports. arq is
   imported here and in the worker's setup only.
@@ -15,12 +16,19 @@
 The wire formats are described on `JobSpec.to_dict` and `ReportEntry.to_fields`.
 """
 
-from simrun.queues.client import JobQueue, current_attempts, set_current_attempts
+from simrun.queues.client import (
+    JobQueue,
+    attempts_by_run,
+    current_attempts,
+    forget_attempts,
+    set_current_attempts,
+)
 from simrun.queues.keys import (
     DEFAULT_PREFIX,
     JOB_FUNCTION,
     JOB_KINDS,
     OUTCOMES,
+    RUN_ID,
     JobKind,
     Keys,
     Outcome,
@@ -45,6 +53,7 @@ __all__ = [
     "JOB_FUNCTION",
     "JOB_KINDS",
     "OUTCOMES",
+    "RUN_ID",
     "JobKind",
     "JobPaths",
     "JobQueue",
@@ -57,8 +66,10 @@ __all__ = [
     "StreamReport",
     "UnitKey",
     "WorkerInfo",
+    "attempts_by_run",
     "current_attempts",
     "deserialize",
+    "forget_attempts",
     "image_queue",
     "job_id",
     "now_s",

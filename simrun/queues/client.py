@@ -18,7 +18,13 @@ if TYPE_CHECKING:
     from arq.connections import ArqRedis
     from redis.asyncio import Redis
 
-__all__ = ["JobQueue", "current_attempts", "set_current_attempts"]
+__all__ = [
+    "JobQueue",
+    "attempts_by_run",
+    "current_attempts",
+    "forget_attempts",
+    "set_current_attempts",
+]
 
 
 async def set_current_attempts(
@@ -47,6 +53,29 @@ async def current_attempts(
         "Awaitable[list[bytes | None]]", redis.hmget(keys.attempts(run, task), fields)
     )
     return {u: int(v) for u, v in zip(units, values, strict=True) if v is not None}
+
+
+async def forget_attempts(redis: Redis, keys: Keys, run: str, tasks: Iterable[str]) -> int:
+    """Delete the attempts hashes of these tasks of a run; returns how many existed. Only
+    once no job of the run can still be taken or run: a worker takes a unit without a
+    recorded attempt for current."""
+    names = sorted({keys.attempts(run, task) for task in tasks})
+    if not names:
+        return 0
+    return int(await redis.delete(*names))
+
+
+async def attempts_by_run(redis: Redis, keys: Keys) -> dict[str, set[str]]:
+    """The tasks with an attempts hash in Redis, by run (a SCAN of the namespace: for the
+    start of a service, not for every step)."""
+    found: dict[str, set[str]] = {}
+    async for raw in redis.scan_iter(match=keys.attempts_pattern, count=1000):
+        try:
+            run, task = keys.split_attempts(raw.decode() if isinstance(raw, bytes) else raw)
+        except PayloadError:
+            continue  # another namespace's key the pattern matched: not ours to touch
+        found.setdefault(run, set()).add(task)
+    return found
 
 
 class JobQueue:

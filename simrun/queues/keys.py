@@ -14,6 +14,7 @@ __all__ = [
     "JOB_FUNCTION",
     "JOB_KINDS",
     "OUTCOMES",
+    "RUN_ID",
     "JobKind",
     "Keys",
     "Outcome",
@@ -36,6 +37,10 @@ UnitKey = int | str
 JOB_KINDS: tuple[str, ...] = get_args(JobKind)
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 _SAFE_QUEUE = re.compile(r"[A-Za-z0-9._-]+")
+#: The shape of a run id (`simrun.service.submit.new_run_id`): ``20250101-120000-1a2b3c``.
+RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]+")
+#: The characters a SCAN pattern gives a meaning to.
+_GLOB = re.compile(r"[*?\[\]\\]")
 
 
 class PayloadError(ValueError):
@@ -91,6 +96,23 @@ class Keys:
     def attempts(self, run: str, task: str) -> str:
         """Hash of the current attempt of each unit of a task (see `unit_field`)."""
         return f"{self.prefix}:attempts:{run}:{task}"
+
+    @property
+    def attempts_pattern(self) -> str:
+        """The SCAN pattern of every attempts hash of this namespace (the prefix's glob
+        characters escaped)."""
+        escaped = _GLOB.sub(lambda m: "\\" + m.group(0), self.prefix)
+        return f"{escaped}:attempts:*"
+
+    def split_attempts(self, key: str) -> tuple[str, str]:
+        """The run and the task of an attempts hash of this namespace. The run must have
+        the shape of a run id (`RUN_ID`), so that the key of a namespace whose prefix
+        begins with ``<this prefix>:attempts:`` is not taken for one of ours."""
+        head = f"{self.prefix}:attempts:"
+        run, sep, task = key[len(head) :].partition(":")
+        if not key.startswith(head) or not sep or not RUN_ID.fullmatch(run) or not task:
+            raise PayloadError(f"{key!r} is not an attempts hash of namespace {self.prefix!r}")
+        return run, task
 
     def arq_job_id(self, job_id: str) -> str:
         """The id arq stores a job under; arq's own keys are global, so it carries the prefix."""

@@ -146,12 +146,3 @@ class RunReads:
         for task, kind, n in rows:
             out.setdefault(str(task), {})[str(kind)] = int(n)
         return out
-
-    async def killed_counts(self, run_id: str) -> dict[str, int]:
-        """Units of a run per task that were killed for memory at least once since they
-        were dispatched first (or replayed last: a replay zeroes the kills)."""
-        rows = await self._fetch(
-            "SELECT task, count(*) FROM units WHERE run_id = ? AND kills > 0 GROUP BY task",
-            (run_id,),
-        )
-        return {str(task): int(n) for task, n in rows}

@@ -16,7 +16,11 @@ One `Controller.step` does, in order:
    units are all done get their merge or are done, runs end succeeded, failed or stay;
 5. **dispatch**: pending units go out in chunks sized from the learned seconds per unit,
    within a window of jobs in flight per queue; a request no live worker can ever fit
-   leaves its task ``blocked`` with a status that says so, re-checked every step.
+   leaves its task ``blocked`` with a status that says so, re-checked every step;
+6. **forget** (at most every `FORGET_EVERY_S`): the attempts hashes of runs that ended are
+   deleted from Redis once no job of them is left there (`decisions.attempts_verdict`).
+   The runs watched are those this controller saw end or cancelled, and, once after a
+   start, those a SCAN of the namespace's hashes finds (left by an earlier service).
 
 The decisions are the plain functions of `simrun.runstate` and `simrun.service.decisions`;
 this module gathers the facts and applies the answers.
@@ -50,6 +54,7 @@ from simrun.resources import (
 )
 from simrun.runstore import JobRow, ReplayError, RunRow, RunStore, TaskRow
 from simrun.service import decisions
+from simrun.service.attempts import FORGET_EVERY_S, EndedRuns
 from simrun.service.dispatcher import Dispatcher
 from simrun.service.progress import advance_run
 from simrun.service.settings import ControllerSettings
@@ -121,6 +126,8 @@ class Controller:
         #: Jobs arq holds in progress that no live worker lists: since when (monotonic).
         self._held_since: dict[str, float] = {}
         self._resolved: dict[tuple[str, str, str], ResolvedResources] = {}
+        self._ended = EndedRuns()  # runs whose attempts hashes may go
+        self._last_forget = -float("inf")
 
     @classmethod
     async def open(cls, settings: ControllerSettings, types: Mapping[str, TaskType]) -> Controller:
@@ -184,6 +191,9 @@ class Controller:
                 busy |= await self._reconcile()
             busy |= await self._advance()
             busy |= await self._dispatch(workers)
+            if now - self._last_forget >= FORGET_EVERY_S:
+                self._last_forget = now
+                await self._ended.sweep(self.store, self.queue, workers)
             return busy
 
     # -- 1. reports -------------------------------------------------------------------------
@@ -347,8 +357,13 @@ class Controller:
         changed = False
         try:
             for run in await self.store.runs(limit=1_000_000, states=["running"]):
-                if everything or run.id in dirty:
-                    changed |= await advance_run(self.store, self.types, run)
+                if (everything or run.id in dirty) and await advance_run(
+                    self.store, self.types, run
+                ):
+                    changed = True
+                    after = await self.store.run(run.id)
+                    if after is not None and after.state != "running":
+                        self._ended.watch(run.id)
         except BaseException:
             self._all_dirty = True
             raise
@@ -361,6 +376,14 @@ class Controller:
             self.store, self.resources, self.queue, self.types, self.settings, self._resolved
         )
         return await dispatcher.dispatch(workers)
+
+    # -- 6. attempts of runs that ended ------------------------------------------------------
+
+    async def forget_ended(self) -> int:
+        """Delete the attempts hashes of the runs that ended and have no job left in Redis
+        now (as a step does every `FORGET_EVERY_S`); returns how many were deleted."""
+        async with self._lock:
+            return await self._ended.sweep(self.store, self.queue, await self.queue.live_workers())
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -416,7 +439,9 @@ class Controller:
 
     async def cancel(self, run_id: str) -> int:
         """Cancel a running run: nothing more is dispatched, and workers skip its units that
-        are still queued (they are marked stale). Returns the units that were in flight."""
+        are still queued (they are marked stale: their attempts are raised, and the hashes
+        stay until no job of the run is left in Redis). Returns the units that were in
+        flight."""
         async with self._lock:
             active = await self.store.cancel(run_id, time.time())
             by_task: dict[str, dict[int | str, int]] = defaultdict(dict)
@@ -426,6 +451,8 @@ class Controller:
                 await set_current_attempts(
                     self.queue.redis, self.queue.keys, run_id, task, attempts
                 )
+            # Its hashes stay until the workers skipped the jobs still queued.
+            self._ended.watch(run_id)
         log.info("run %s cancelled (%d units were in flight)", run_id, len(active))
         return len(active)
 

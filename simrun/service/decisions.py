@@ -1,6 +1,6 @@
 """The controller's decisions as plain functions: chunk sizes, attempts, which queue, whether
-any worker can ever run a request, which jobs are lost or abandoned, the ETA and the run's
-message.
+any worker can ever run a request, which jobs are lost or abandoned, when a run's attempts
+may leave Redis, the ETA and the run's message.
 
 Nothing here does I/O or reads a clock; `simrun.service.controller` gathers the facts and
 acts on the answers.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from simrun.queues import image_queue
 from simrun.resources import RETRY_FACTOR
@@ -19,9 +19,12 @@ from simrun.resources import RETRY_FACTOR
 __all__ = [
     "DEFAULT_MAX_CHUNK",
     "DEFAULT_TARGET_JOB_S",
+    "ENDED_RUN_STATES",
+    "AttemptsVerdict",
     "FlightJob",
     "WorkerCapacity",
     "abandoned_jobs",
+    "attempts_verdict",
     "chunk_size",
     "dead_worker_jobs",
     "eta_s",
@@ -32,6 +35,7 @@ __all__ = [
     "queue_name",
     "request_gb",
     "retry_memory_gb",
+    "run_of_job",
     "split",
 ]
 
@@ -205,6 +209,45 @@ def lost_jobs(
         for j in jobs
         if j.enqueued_s < snapshot_s and j.id not in queued and j.id not in on_workers
     ]
+
+
+#: The states of a run that has ended.
+ENDED_RUN_STATES = frozenset({"succeeded", "failed", "cancelled"})
+
+#: What to do with the attempts hashes of a run: ``forget`` (delete them now), ``wait``
+#: (look again later), ``keep`` (the run goes on: stop looking until it ends again).
+AttemptsVerdict = Literal["forget", "wait", "keep"]
+
+
+def run_of_job(job_id: str) -> str:
+    """The run of a job id (``run:task:…``; run ids hold no ``:``)."""
+    return job_id.split(":", 1)[0]
+
+
+def attempts_verdict(state: str | None, in_flight: bool, in_redis: bool) -> AttemptsVerdict:
+    """Whether the attempts hashes of a run (one per task) may leave Redis now.
+
+    The hashes only tell workers which jobs are stale, and a worker takes a unit whose
+    attempt is missing for current. So they may go once the run can dispatch nothing more
+    and no job of it can still be taken or run:
+
+    * the run has ended (succeeded, failed, cancelled; ``state``), or the run store does not
+      know it (``None``: no job of it can ever be dispatched);
+    * no job of it is in flight in the run store (``in_flight``); and
+    * no job of it is in Redis (``in_redis``): none waits in a queue, none is held in
+      progress (arq keeps a taken job in its queue until it ends), none is listed by a live
+      worker's heartbeat. A cancelled run's queued jobs are stale only through the raised
+      attempts: its hashes stay until the workers have skipped them all.
+
+    A running run keeps them (``keep``). A replay makes a failed run run again; its new
+    jobs carry attempts one above those of the run store, and the dispatcher writes the
+    hash again before it enqueues them, so a hash deleted before the replay is no loss.
+    """
+    if state is not None and state not in ENDED_RUN_STATES:
+        return "keep"
+    if in_flight or in_redis:
+        return "wait"
+    return "forget"
 
 
 def eta_s(remaining_units: int, seconds_per_unit: float | None, processes: int) -> float | None:

@@ -27,12 +27,13 @@ always there, so a query for it never comes back empty):
   their free parts (a worker that serves two queues counts in both).
 * ``simrun_units_done``, ``simrun_units_failed``, ``simrun_units_killed_for_memory``:
   **gauges** over the runs still running, per queue of their tasks. Gauges and not
-  counters because the run store keeps states, not events: a replay moves failed units
-  back to pending and zeroes their kills, so a total read from it goes down, and
-  Prometheus would take every decrease of a counter for a restart and invent the
-  increase. Over running runs only, so a scrape costs index lookups for the live runs and
-  not a scan of every unit ever run. ``killed_for_memory`` counts units killed for memory
-  at least once since their last dispatch or replay.
+  counters because they follow the running runs: a run that ends leaves them, and a
+  replay moves failed units back to pending. Over running runs only, and read from their
+  task rows and the count index of their units, so a scrape never scans every unit ever
+  run. ``killed_for_memory`` is the sum of the tasks' ``kills`` (`TaskRow.kills`): every
+  kill for memory of a unit of the task is counted (a unit killed twice counts twice,
+  merges and commands included), and a replay does not reset it, so it holds the kills
+  since the task started, across replays.
 * ``simrun_report_stream_entries``, ``simrun_report_stream_pending``,
   ``simrun_report_oldest_age_seconds``: the ingestion lag. The controller deletes a report
   once it applied it, so the stream's length is what is not ingested yet; ``pending`` is
@@ -116,8 +117,9 @@ class WorkerPool:
 
 @dataclass(frozen=True)
 class UnitTotals:
-    """Units of the running runs' tasks of one queue: done, failed, and killed for memory
-    at least once since their last dispatch or replay."""
+    """Units of the running runs' tasks of one queue: done, failed; and ``killed``, the
+    kills for memory of their units, each kill counted, since each task started (kept
+    across replays)."""
 
     done: int = 0
     failed: int = 0
@@ -372,8 +374,8 @@ def families(metrics: Metrics) -> list[Family]:
         ),
         _per_queue(
             "simrun_units_killed_for_memory",
-            "Units of the running runs killed for memory at least once since their last "
-            "dispatch or replay.",
+            "Kills for memory of units of the running runs' tasks, each kill counted, since "
+            "each task started (a replay does not reset them).",
             metrics,
             lambda q: q.units.killed,
         ),

@@ -60,7 +60,6 @@ async def gather_backlog(
     runs = await controller.store.runs(limit=1_000_000, states=["running"])
     for run in runs:
         counts = await controller.store.counts(run.id)
-        kills = await controller.store.killed_counts(run.id)
         for task in await controller.store.tasks(run.id):
             task_counts = counts.get(task.name, TaskCounts())
             task_type = controller.types.get(task.type)
@@ -81,7 +80,7 @@ async def gather_backlog(
                 continue  # never dispatched: nothing done or failed yet
             done[queue] += task_counts.done + (1 if task_counts.merge == "done" else 0)
             failed[queue] += task_counts.failed + (1 if task_counts.merge == "failed" else 0)
-            killed[queue] += kills.get(task.name, 0)
+            killed[queue] += task.kills  # kept on the task row: no scan of its units
     backlogs = {
         queue: QueueBacklog(
             queue,

@@ -70,6 +70,34 @@ def test_keys_all_derive_from_the_prefix() -> None:
 
 
 @pytest.mark.parametrize(
+    ("prefix", "pattern"),
+    [
+        ("simrun", "simrun:attempts:*"),
+        ("simrun-local-0a1b2c3d4e", "simrun-local-0a1b2c3d4e:attempts:*"),
+        ("a*b?[c]\\d", "a\\*b\\?\\[c\\]\\\\d:attempts:*"),  # glob characters escaped
+    ],
+)
+def test_attempts_pattern_matches_the_namespace_only(prefix: str, pattern: str) -> None:
+    """The SCAN pattern of a namespace's attempts hashes escapes the prefix, and a hash's
+    name gives back its run and task (run ids hold no colon; task names may); a name
+    whose run is not shaped like a run id is not ours (another namespace's)."""
+    keys = Keys(prefix)
+    assert keys.attempts_pattern == pattern
+    assert keys.split_attempts(keys.attempts("20250101-120000-1a2b3c", "a:b")) == (
+        "20250101-120000-1a2b3c",
+        "a:b",
+    )
+    for bad in (
+        f"{prefix}:attempts:20250101-120000-1a2b3c",  # no task
+        f"{prefix}:attempts:attempts:20250101-120000-1a2b3c:t",  # namespace <prefix>:attempts
+        f"{prefix}:queue:cpu",
+        "other:attempts:20250101-120000-1a2b3c:t",
+    ):
+        with pytest.raises(PayloadError, match="not an attempts hash"):
+            keys.split_attempts(bad)
+
+
+@pytest.mark.parametrize(
     ("image", "expected"),
     [
         ("solver", "image:solver"),

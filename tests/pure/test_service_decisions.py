@@ -9,6 +9,7 @@ from simrun.service.decisions import (
     FlightJob,
     WorkerCapacity,
     abandoned_jobs,
+    attempts_verdict,
     chunk_size,
     dead_worker_jobs,
     eta_s,
@@ -19,6 +20,7 @@ from simrun.service.decisions import (
     queue_name,
     request_gb,
     retry_memory_gb,
+    run_of_job,
     split,
 )
 
@@ -193,6 +195,40 @@ def test_abandoned_jobs(held, listed, since, now, watched, abandoned):
 def test_lost_jobs(queued, on_workers, lost):
     """A job older than the snapshot that is neither queued nor on a live worker is lost."""
     assert lost_jobs(JOBS, queued, on_workers, snapshot_s=20.0) == lost
+
+
+@pytest.mark.parametrize(
+    ("state", "in_flight", "in_redis", "verdict"),
+    [
+        ("running", False, False, "keep"),  # the run goes on: its hashes matter
+        ("running", True, True, "keep"),
+        ("succeeded", False, False, "forget"),
+        ("failed", False, False, "forget"),  # a replay writes them again before enqueueing
+        ("cancelled", False, False, "forget"),  # the workers skipped every stale job
+        ("cancelled", False, True, "wait"),  # stale jobs still queued: they need the attempts
+        ("succeeded", False, True, "wait"),  # its last job not yet out of arq's queue
+        ("failed", True, False, "wait"),  # a job still in flight in the store
+        (None, False, False, "forget"),  # a run the store does not know, nothing left
+        (None, False, True, "wait"),  # ... but a job of it may still run
+    ],
+)
+def test_attempts_verdict(state, in_flight, in_redis, verdict):
+    """A run's attempts hashes may leave Redis only once the run ended (or is unknown to
+    the store) and no job of it is in flight nor in Redis; a running run keeps them."""
+    assert attempts_verdict(state, in_flight, in_redis) == verdict
+
+
+@pytest.mark.parametrize(
+    ("job_id", "run"),
+    [
+        ("20250101-120000-1a2b3c:sweep:12:3", "20250101-120000-1a2b3c"),
+        ("20250101-120000-1a2b3c:sweep:merge:1", "20250101-120000-1a2b3c"),
+        ("r:a:b:command:2", "r"),  # whatever the task's name holds
+    ],
+)
+def test_run_of_job(job_id, run):
+    """The run of a job id is what comes before its first colon."""
+    assert run_of_job(job_id) == run
 
 
 @pytest.mark.parametrize(

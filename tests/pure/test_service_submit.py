@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from simrun.plugins import load_task_types
+from simrun.queues import RUN_ID
 from simrun.resources import RETRY_FACTOR, ResolvedResources
 from simrun.runstate import UnitRow
 from simrun.runstore import TaskRow
@@ -71,6 +72,7 @@ def test_run_ids_sort_by_time():
     """Run ids start with the UTC time of submission, so they sort by it."""
     assert new_run_id(0.0, "abc123") == "19700101-000000-abc123"
     assert new_run_id(86400.0, "x") > new_run_id(0.0, "y")
+    assert RUN_ID.fullmatch(new_run_id())  # the shape the attempts hashes are read with
 
 
 def task_row(name: str, splittable: bool, inputs: dict[str, str]) -> TaskRow:

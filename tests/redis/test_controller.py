@@ -181,6 +181,77 @@ async def test_cancel_marks_units_stale(controller: Controller):
     assert await controller.store.jobs() == []
 
 
+async def attempts_keys(c: Controller, run_id: str) -> list[str]:
+    """The attempts hashes of a run in Redis, found by a SCAN of the test's prefix."""
+    keys = c.queue.keys
+    found = [k.decode() async for k in c.queue.redis.scan_iter(match=keys.attempts_pattern)]
+    return sorted(k for k in found if keys.split_attempts(k)[0] == run_id)
+
+
+async def test_attempts_of_a_cancelled_run_stay_until_its_jobs_are_gone(controller: Controller):
+    """A cancelled run's attempts hash stays while a job of it waits in a queue or a live
+    worker lists one (workers need the raised attempts to skip them), and is deleted once
+    no job of it is left in Redis."""
+    c = controller
+    run_id = await submit_heat(c)
+    await c.step()
+    await c.cancel(run_id)
+    await c.step()
+    assert await c.forget_ended() == 0
+    assert await attempts_keys(c, run_id) == [c.queue.keys.attempts(run_id, "sweep")]
+    queued = await c.queue.queued_job_ids("cpu")
+    assert len(queued) == 10
+    # A worker took the last job: out of the queue for this test, listed by its heartbeat.
+    await c.queue.drop_jobs("cpu", queued)
+    info = WorkerInfo(
+        id="w1", queues=("cpu",), memory_gb=4.0, processes=2, gpus=0, free_memory_gb=4.0,
+        free_processes=1, running=({"job_id": queued[-1], "state": "running"},), host="h",
+        pid=1, started=time.time(), updated=time.time(),
+    )  # fmt: skip
+    await Heartbeat(c.queue.redis, c.queue.keys, lambda: info, interval_s=1, ttl_s=30).beat()
+    assert await c.forget_ended() == 0
+    assert await attempts_keys(c, run_id) == [c.queue.keys.attempts(run_id, "sweep")]
+    await c.queue.redis.delete(c.queue.keys.worker("w1"))  # the worker is done with it
+    assert await c.forget_ended() == 1
+    assert await attempts_keys(c, run_id) == []
+
+
+async def test_attempts_left_by_an_earlier_service_are_found_at_start(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+):
+    """A service that starts finds the attempts hashes an earlier one left behind (a SCAN
+    of its prefix): those of a run that ended, and of a run its store does not know, go
+    once no job of them is left; those of a running run stay."""
+    settings = ControllerSettings(
+        store=tmp_path / "store", redis_url=redis_url, prefix=redis_prefix, window_jobs=10
+    )
+    unknown = "20200101-000000-abcdef"
+    first = await Controller.open(settings, TYPES)
+    try:
+        ended = await submit_heat(first)
+        await first.step()
+        await first.cancel(ended)
+        running = await submit_heat(first)
+        await first.step()  # the window is free again: the other run's units go out
+        stale = [j for j in await first.queue.queued_job_ids("cpu") if j.startswith(ended)]
+        assert len(stale) == 10
+        await first.queue.drop_jobs("cpu", stale)  # the workers skipped them
+        await first.queue.redis.hset(first.queue.keys.attempts(unknown, "t"), "0", "1")
+    finally:
+        await first.close()  # before it looked again: the hashes are left behind
+    assert len(await attempts_keys(first, ended)) == 1
+    second = await Controller.open(settings, TYPES)
+    try:
+        await second.step()
+        assert await attempts_keys(second, ended) == []
+        assert await attempts_keys(second, unknown) == []
+        assert await attempts_keys(second, running) == [
+            second.queue.keys.attempts(running, "sweep")
+        ]
+    finally:
+        await second.close()
+
+
 async def test_gpu_task_goes_to_the_gpu_queue(controller: Controller):
     """A task that needs a GPU is dispatched to the gpu queue, not the cpu one."""
     text = HEAT.read_text().replace(
@@ -275,6 +346,39 @@ async def test_failed_units_fail_the_run_and_replay_with_memory(work_controller:
     run = await work_controller.store.run(run_id)
     assert run is not None
     assert run.state == "running"
+
+
+async def test_attempts_of_a_failed_run_go_and_a_replay_writes_them_again(
+    work_controller: Controller,
+):
+    """A failed run keeps its attempts hash while its jobs are still in arq's queue, loses
+    it once they are gone, and a replay dispatches the failed units with a newer attempt,
+    written again before their jobs are enqueued."""
+    c = work_controller
+    run_id = await submit_work(c, units=2)
+    await c.step()
+    for index in (0, 1):
+        await report(c, run_id, index, 1, "failed")
+    await c.step()
+    run = await c.store.run(run_id)
+    assert run is not None
+    assert run.state == "failed"
+    assert await c.forget_ended() == 0  # no worker ran them: the jobs are still queued
+    await c.queue.drop_jobs("cpu", await c.queue.queued_job_ids("cpu"))
+    assert await c.forget_ended() == 1
+    assert await attempts_keys(c, run_id) == []
+    assert await c.replay(run_id) == 2
+    await c.step()
+    units = await c.store.units(run_id, "work")
+    assert {(u.state, u.attempt) for u in units} == {("queued", 2)}
+    queued = await c.queue.queued_job_ids("cpu")
+    assert queued
+    assert all(j.startswith(f"{run_id}:work:") and j.endswith(":2") for j in queued)
+    assert await current_attempts(c.queue.redis, c.queue.keys, run_id, "work", [0, 1]) == {
+        0: 2,
+        1: 2,
+    }
+    assert await c.forget_ended() == 0  # running again: the hash stays
 
 
 async def test_all_units_done_merge_then_done(work_controller: Controller):

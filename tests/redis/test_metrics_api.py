@@ -18,9 +18,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from simrun.queues import WorkerInfo
+from simrun.queues import ReportEntry, WorkerInfo
 from simrun.service.app import create_app
 from simrun.service.controller import Controller
+from simrun.worker.report import WorkerReport
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -170,6 +171,57 @@ async def test_backlog_json_lists_units_by_key_and_the_worker_shape(
     queue = (await api.get("/backlog")).json()["queues"][0]
     assert queue["workers"] == 1
     assert queue["shape"] == {"memory_gb": 16.0, "processes": 8}
+
+
+async def report_unit(controller: Controller, run_id: str, index: int, outcome: str) -> None:
+    """Report ``outcome`` for sweep unit ``index`` in its current job, the way a worker
+    adds it to the stream, and step the controller (which dispatches it again if it is to
+    run again)."""
+    (unit,) = [u for u in await controller.store.units(run_id, "sweep") if u.index == index]
+    assert unit.state == "queued"
+    assert unit.job_id is not None
+    assert unit.memory_gb is not None
+    # A kill measured the peak past the limit; an error measured nothing (so nothing is
+    # learned and the chunks stay one unit each).
+    measured = (
+        WorkerReport((unit.memory_gb * 1.01,), None, 1, unit.memory_gb, killed_for_memory=True)
+        if outcome == "killed"
+        else WorkerReport((), None, 0, unit.memory_gb)
+    )
+    entry = ReportEntry(
+        job_id=unit.job_id, run=run_id, task="sweep", kind="chunk", attempt=unit.attempt,
+        worker_id="w", outcomes={index: outcome},  # type: ignore[dict-item]
+        errors={index: "Traceback: boom"} if outcome == "failed" else {},
+        report=measured, started=1.0, finished=2.0,
+    )  # fmt: skip
+    await controller.queue.redis.xadd(controller.queue.keys.reports, entry.to_fields())  # type: ignore[arg-type]
+    await controller.step()
+
+
+async def test_killed_for_memory_counts_every_kill_of_the_tasks_across_replays(
+    api: httpx.AsyncClient, controller: Controller
+) -> None:
+    """simrun_units_killed_for_memory is the kills for memory kept on the running runs'
+    task rows: every kill counts (unit 0 killed twice counts twice), and a replay, which
+    zeroes the kills of the units it puts back, leaves it as it was."""
+    run_id = await submit_heat(api, controller)
+    got = samples((await api.get("/metrics")).text)
+    assert got[cpu("simrun_units_killed_for_memory")] == 0
+    for index in (0, 0, 1, 3):
+        await report_unit(controller, run_id, index, "killed")
+    for _ in range(3):  # max_retries 2: the third error fails unit 3 for good
+        await report_unit(controller, run_id, 3, "failed")
+    units = {u.index: u for u in await controller.store.units(run_id, "sweep")}
+    assert (units[0].kills, units[1].kills, units[3].kills, units[3].state) == (2, 1, 1, "failed")
+    got = samples((await api.get("/metrics")).text)
+    assert got[cpu("simrun_units_killed_for_memory")] == 4
+    assert got[cpu("simrun_units_failed")] == 1
+    assert await controller.replay(run_id, task="sweep", indices=[3]) == 1
+    (unit3,) = [u for u in await controller.store.units(run_id, "sweep") if u.index == 3]
+    assert (unit3.state, unit3.kills) == ("pending", 0)
+    got = samples((await api.get("/metrics")).text)
+    assert got[cpu("simrun_units_killed_for_memory")] == 4
+    assert got[cpu("simrun_units_failed")] == 0
 
 
 async def test_metrics_and_backlog_need_the_token_when_set(controller: Controller) -> None:
