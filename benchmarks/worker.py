@@ -29,20 +29,18 @@ import logging
 import os
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Any
-
-from arq.connections import RedisSettings, create_pool
-from arq.worker import Worker
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # the test task types live in tests/plugins
     sys.path.insert(0, str(REPO))
 
+from arq_peer import raw_arq  # noqa: E402  # benchmarks/ is on the path of a script run
+
 from simrun.localhost import PrivateRedis  # noqa: E402  # path set
-from simrun.queues import JobQueue, ReportEntry, deserialize, serialize  # noqa: E402  # path set
+from simrun.queues import JobQueue, ReportEntry  # noqa: E402  # path set
 from simrun.worker.main import WorkerContainer  # noqa: E402  # same reason
 from tests.plugins.harness import make_spec, options  # noqa: E402  # same reason
 
@@ -51,44 +49,6 @@ PROCESSES = 2
 #: Jobs a container may hold beyond its slots, as tuned for one-unit jobs (the default is
 #: the number of slots, which suits jobs of about a second).
 PREFETCH_TUNED = 30
-
-
-async def _noop(ctx: dict[str, Any]) -> None:
-    return None
-
-
-async def raw_arq(url: str, jobs: int) -> float:
-    """Raw arq no-op jobs per second (burst worker, tuned settings)."""
-    queue = f"bench-arq-{uuid.uuid4().hex[:8]}"
-    pool = await create_pool(
-        RedisSettings.from_dsn(url), job_serializer=serialize, job_deserializer=deserialize
-    )
-    sem = asyncio.Semaphore(32)
-
-    async def one(i: int) -> None:
-        async with sem:
-            await pool.enqueue_job("_noop", _queue_name=queue, _job_id=f"{queue}:{i}")
-
-    await asyncio.gather(*(one(i) for i in range(jobs)))
-    worker = Worker(
-        functions=[_noop],
-        queue_name=queue,
-        redis_pool=pool,
-        burst=True,
-        handle_signals=False,
-        poll_delay=0.01,
-        max_jobs=100,
-        keep_result=60,
-        job_serializer=serialize,
-        job_deserializer=deserialize,
-        log_results=False,
-    )
-    start = time.perf_counter()
-    await worker.async_run()
-    elapsed = time.perf_counter() - start
-    assert worker.jobs_complete == jobs, worker
-    await worker.close()
-    return jobs / elapsed
 
 
 async def simrun_run(
@@ -135,7 +95,7 @@ async def main(args: argparse.Namespace) -> None:
         try:
             store = Path(tmp) / "store"
             print(f"worker benchmark: {PROCESSES} worker processes, redis {url}")
-            arq_rate = await raw_arq(url, args.jobs)
+            arq_rate = (await raw_arq(url, args.jobs)).drain_rate
             single_units = args.jobs // 2
             done1, s1 = await simrun_run(url, store, "test-noop", single_units, 1, {})
             done_p, sp = await simrun_run(
