@@ -1,5 +1,5 @@
-"""`simrun scale` as a user runs it: the real command (``python -m simrun.cli_scale``, until
-the ``simrun`` group lists it) as a child process against a real `simrun service` child
+"""`simrun scale` as a user runs it: the real command (``python -m simrun.cli_scale``, the
+module behind ``simrun scale``) as a child process against a real `simrun service` child
 process on a free port, with the tests' private Redis and a key prefix of its own, and a
 token. No worker runs: the submitted run's units stay queued or pending, which is the
 backlog the command reads. Nothing is applied: ``--dry-run`` prints the commands.
@@ -8,7 +8,6 @@ backlog the command reads. Nothing is applied: ``--dry-run`` prints the commands
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,14 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
-    sys.path.insert(0, str(REPO))
-
-from tests.plugins.cli_harness import (  # noqa: E402  # after the repo root is on sys.path
+from tests.plugins.cli_harness import (
     WORK,
     clean_env,
+    free_port,
     start_simrun,
+    stop_process,
 )
 
 pytestmark = pytest.mark.e2e
@@ -66,29 +63,12 @@ class Service:
         )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory, redis_server: Any) -> Iterator[Service]:
     """`simrun service` with a token and a run of 40 units submitted, once its backlog
     shows them."""
     home = tmp_path_factory.mktemp("scale")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     svc = start_simrun(
         "service", "--port", str(port), "--redis-url", redis_server.url,
@@ -115,7 +95,7 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_server: Any) -> Iter
             time.sleep(0.1)
         yield Service(url, home)
     finally:
-        _stop(svc)
+        stop_process(svc)
 
 
 def _row(stdout: str, queue: str) -> list[str]:
@@ -185,7 +165,7 @@ def test_errors_are_one_line(service: Service, tmp_path: Path) -> None:
     with status 1 and one line on stderr, no traceback."""
     wrong = service.scale(token="nope")
     gone = subprocess.run(
-        [sys.executable, "-m", "simrun.cli_scale", "--url", f"http://127.0.0.1:{_free_port()}"],
+        [sys.executable, "-m", "simrun.cli_scale", "--url", f"http://127.0.0.1:{free_port()}"],
         cwd=tmp_path,
         env=clean_env(),
         capture_output=True,
@@ -221,7 +201,7 @@ def test_watch_repeats_until_interrupted(service: Service) -> None:
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=30)
     finally:
-        _stop(proc)
+        stop_process(proc)
     assert proc.returncode == 0, stdout + stderr
     assert stdout.count("desired") >= 2, stdout
     assert "Traceback" not in stderr

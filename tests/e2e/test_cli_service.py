@@ -5,9 +5,7 @@ and a real `simrun worker`, each a child process, on a real Redis."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,17 +15,15 @@ from typing import Any
 import httpx
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
-    sys.path.insert(0, str(REPO))
-
-from tests.plugins.cli_harness import (  # noqa: E402  # after the repo root is on sys.path
+from tests.plugins.cli_harness import (
     WORK,
     calls,
     command_after,
+    free_port,
     run_id_in,
     simrun,
     start_simrun,
+    stop_process,
     write_work,
 )
 
@@ -48,23 +44,6 @@ class Service:
         return simrun(*args, "--url", self.url, cwd=self.home, timeout=timeout)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory, redis_server: Any) -> Iterator[Service]:
     """`simrun service` and one `simrun worker` (2 processes) on a prefix of their own, and
@@ -73,7 +52,7 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_server: Any) -> Iter
     home = tmp_path_factory.mktemp("client")
     store = home / "store"
     prefix = f"simrun-cli-{time.time_ns()}"
-    port = _free_port()
+    port = free_port()
     common = ["--redis-url", url_redis, "--prefix", prefix, "--store", str(store)]
     svc = start_simrun(
         "service", "--port", str(port), *common, "--plugins", WORK, "--max-retries", "0",
@@ -100,8 +79,8 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_server: Any) -> Iter
         first = simrun("submit", "ok.yaml", "--wait", "--plugins", WORK, "--url", url, cwd=home)
         yield Service(url, home, first)
     finally:
-        _stop(worker)
-        _stop(svc)
+        stop_process(worker)
+        stop_process(svc)
 
 
 def test_submit_wait_then_status_and_resources_tell_the_run(service: Service) -> None:
@@ -214,7 +193,7 @@ def test_service_errors_are_one_line_without_traceback(service: Service) -> None
         (service("cancel", ended), "already ended"),
         (service("status", "nope"), "there is no run 'nope'"),
         (
-            simrun("status", "--url", f"http://127.0.0.1:{_free_port()}", cwd=service.home),
+            simrun("status", "--url", f"http://127.0.0.1:{free_port()}", cwd=service.home),
             "cannot reach the simrun service",
         ),
     ):

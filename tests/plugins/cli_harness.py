@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +67,25 @@ def start_simrun(*args: str, cwd: Path, env: dict[str, str] | None = None) -> su
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def stop_process(proc: subprocess.Popen[str], timeout_s: float = 30) -> None:
+    """SIGTERM ``proc`` and wait; SIGKILL it when it has not ended within ``timeout_s``."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def write_work(path: Path, name: str = "work", **settings: Any) -> Path:
