@@ -17,7 +17,7 @@ from typing import Any
 from arq.connections import RedisSettings, create_pool
 from arq.worker import Worker
 
-from simrun.queues import deserialize, serialize
+from simrun.core.wire import deserialize, serialize
 
 __all__ = ["RawArq", "raw_arq"]
 

@@ -53,30 +53,28 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # the test task types live in tests/plugins
+if str(REPO) not in sys.path:  # the test task types live in tests/support
     sys.path.insert(0, str(REPO))
 
-from arq_peer import RawArq, raw_arq  # noqa: E402  # benchmarks/ is on the path of a script run
+from arq_peer import RawArq, raw_arq
 
-from simrun.localhost import PrivateRedis  # noqa: E402  # after the repo root is on sys.path
-from simrun.queues import (  # noqa: E402  # same reason
-    JobQueue,
-    JobSpec,
-    ReportEntry,
-)
-from simrun.runstore import RunRow  # noqa: E402  # same reason
-from simrun.service.controller import (  # noqa: E402  # same reason
+from simrun.core.jobs import JobSpec
+from simrun.core.reports import ReportEntry
+from simrun.local.redis import PrivateRedis
+from simrun.queues import JobQueue
+from simrun.runstore import RunRow
+from simrun.service.controller import (
     Controller,
     ControllerSettings,
     load_types,
 )
-from tests.plugins.service_harness import Service, stop_worker  # noqa: E402  # same reason
+from tests.support.service_harness import Service, stop_worker
 
 PROCESSES = 2
 #: Room for both processes at the default hint (6 GiB each: the no-op type gives none) until
 #: the store learns better; it is only what the container's admission counts.
 MEMORY_GB = 12.0
-NOOP_REF = "tests.plugins.tasks:NOOP"
+NOOP_REF = "tests.support.tasks:NOOP"
 TASK_TYPE = "test-noop"
 #: The controller's settings besides the store and Redis: a short pause of its loop.
 TUNED: dict[str, Any] = {"poll_s": 0.01}

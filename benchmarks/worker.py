@@ -34,15 +34,16 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # the test task types live in tests/plugins
+if str(REPO) not in sys.path:  # the test task types live in tests/support
     sys.path.insert(0, str(REPO))
 
-from arq_peer import raw_arq  # noqa: E402  # benchmarks/ is on the path of a script run
+from arq_peer import raw_arq
 
-from simrun.localhost import PrivateRedis  # noqa: E402  # path set
-from simrun.queues import JobQueue, ReportEntry  # noqa: E402  # path set
-from simrun.worker.main import WorkerContainer  # noqa: E402  # same reason
-from tests.plugins.harness import make_spec, options  # noqa: E402  # same reason
+from simrun.core.reports import ReportEntry
+from simrun.local.redis import PrivateRedis
+from simrun.queues import JobQueue
+from simrun.worker.container import WorkerContainer
+from tests.support.harness import make_spec, options
 
 CPU_UNIT_S = 0.1
 PROCESSES = 2

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from redis.exceptions import ResponseError
 
-from simrun.queues.keys import DEFAULT_PREFIX, JOB_FUNCTION, Keys, PayloadError, UnitKey, unit_field
-from simrun.queues.payload import JobSpec, deserialize, queue_for, serialize
-from simrun.queues.reports import ReportEntry, StreamReport, WorkerInfo
+from simrun.core.jobs import JobSpec, queue_for
+from simrun.core.reports import ReportEntry, StreamReport, WorkerInfo
+from simrun.core.wire import PayloadError, UnitKey, deserialize, serialize, unit_field
+from simrun.queues.keys import DEFAULT_PREFIX, JOB_FUNCTION, Keys
 
 if TYPE_CHECKING:
     from arq.connections import ArqRedis

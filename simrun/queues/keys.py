@@ -1,66 +1,20 @@
-"""Names: every Redis key and queue of a simrun namespace, job ids, and the words of the
-wire formats (job kinds, unit outcomes)."""
+"""Names: every Redis key and queue name of a simrun namespace, in one place."""
 
 from __future__ import annotations
 
-import hashlib
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
 
-__all__ = [
-    "DEFAULT_PREFIX",
-    "JOB_FUNCTION",
-    "JOB_KINDS",
-    "OUTCOMES",
-    "RUN_ID",
-    "JobKind",
-    "Keys",
-    "Outcome",
-    "PayloadError",
-    "UnitKey",
-    "image_queue",
-    "job_id",
-    "unit_field",
-]
+from simrun.core.wire import RUN_ID, PayloadError
+
+__all__ = ["DEFAULT_PREFIX", "JOB_FUNCTION", "Keys"]
 
 DEFAULT_PREFIX = "simrun"
 #: The name under which the worker registers its one arq job function.
 JOB_FUNCTION = "simrun_job"
 
-JobKind = Literal["chunk", "merge", "command"]
-Outcome = Literal["done", "failed", "killed", "timeout", "not_run", "stale", "refused"]
-#: A unit index of a chunk, or "merge" / "command" for the one piece of those jobs.
-UnitKey = int | str
-
-JOB_KINDS: tuple[str, ...] = get_args(JobKind)
-OUTCOMES: tuple[str, ...] = get_args(Outcome)
-_SAFE_QUEUE = re.compile(r"[A-Za-z0-9._-]+")
-#: The shape of a run id (`simrun.service.submit.new_run_id`): ``20250101-120000-1a2b3c``.
-RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]+")
 #: The characters a SCAN pattern gives a meaning to.
 _GLOB = re.compile(r"[*?\[\]\\]")
-
-
-class PayloadError(ValueError):
-    """A job payload, report entry or heartbeat that cannot be used, and why."""
-
-
-def image_queue(image: str) -> str:
-    """The logical queue of a task image: ``image:<name>``, made safe for a Redis key.
-
-    A name of letters, digits, ``.``, ``_`` and ``-`` is kept; any other name (a registry
-    path with ``/`` and ``:``) has those characters replaced and a short hash of the
-    original appended, so that two different images never share a queue.
-    """
-    if not image or not image.strip():
-        raise PayloadError("image name is empty")
-    if _SAFE_QUEUE.fullmatch(image):
-        return f"image:{image}"
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", image)
-    digest = hashlib.sha256(image.encode()).hexdigest()[:8]
-    return f"image:{safe}-{digest}"
 
 
 @dataclass(frozen=True)
@@ -124,19 +78,3 @@ class Keys:
         if not arq_id.startswith(head):
             raise PayloadError(f"arq job id {arq_id!r} is not of namespace {self.prefix!r}")
         return arq_id[len(head) :]
-
-
-def job_id(run: str, task: str, kind: JobKind, indices: Sequence[int], attempt: int) -> str:
-    """The deterministic id of a job: ``run:task:<first index>:attempt`` for a chunk,
-    ``run:task:merge:attempt`` and ``run:task:command:attempt`` for the others. An id
-    enqueued twice is one job, so a re-enqueue never doubles work."""
-    if kind == "chunk":
-        if not indices:
-            raise PayloadError("a chunk job has no unit indices")
-        return f"{run}:{task}:{indices[0]}:{attempt}"
-    return f"{run}:{task}:{kind}:{attempt}"
-
-
-def unit_field(key: UnitKey) -> str:
-    """The field of a unit in the attempts hash: the index, or "merge"/"command"."""
-    return str(key)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import aiosqlite
 
+from simrun.core.reports import WorkerReport
 from simrun.db import (
     FileKeeper,
     Migration,
@@ -37,7 +38,6 @@ from simrun.resources.policy import (
     decide,
     learn,
 )
-from simrun.worker.report import WorkerReport
 from simrun.workflow import ResourceOverride
 
 __all__ = ["COMPONENT", "MIGRATIONS", "KeySummary", "Record", "ResourceStore", "rows_of"]

@@ -7,7 +7,7 @@ unit states and observations in one transaction (`RunStore.transaction` and
 `RunStore.apply_reports` with `simrun.resources.ResourceStore.record_many` on the same
 connection).
 
-* ``runs``: one row per submission, its state (`simrun.runstate.RunState`) and document.
+* ``runs``: one row per submission, its state (`simrun.core.states.RunState`) and document.
 * ``tasks``: one row per task of a run, its state and status message, the queue and the
   resources it was dispatched with, its number of units once counted.
 * ``units``: one row per unit (index ≥ 0), per command of an unsplit task (index 0,

@@ -2,7 +2,7 @@
 
 `RunStore.apply_reports` is this module's `apply_reports`; which report takes which path is
 decided by `simrun.runstore.ingest` (no I/O there), what becomes of each unit by
-`simrun.runstate.unit_after_outcome`.
+`simrun.core.states.unit_after_outcome`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import aiosqlite
 
-from simrun.queues import ReportEntry
-from simrun.runstate import Limits, UnitRow, unit_after_outcome, unit_index
+from simrun.core.reports import ReportEntry
+from simrun.core.states import Limits, UnitRow, unit_after_outcome, unit_index
 from simrun.runstore.ingest import index_ranges, observed_peak_gb, split_reports
 from simrun.runstore.reads import chunks, marks
 from simrun.runstore.rows import UPDATE_UNIT, Applied, unit_of, unit_values

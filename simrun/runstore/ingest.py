@@ -1,6 +1,6 @@
 """How a batch of reports is written, decided without I/O.
 
-Most reports say that every unit of their job is done. `simrun.runstate.unit_after_outcome`
+Most reports say that every unit of their job is done. `simrun.core.states.unit_after_outcome`
 treats ``done`` alike whatever the unit's attempt and state (only a unit already done
 ignores it), so such a report is one set-based UPDATE of its units' index ranges that skips
 the units already done: no unit is read, no row object made. Every other report goes unit
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from simrun.queues import ReportEntry
-from simrun.runstate import unit_index
+from simrun.core.reports import ReportEntry
+from simrun.core.states import unit_index
 
 __all__ = ["all_done", "index_ranges", "observed_peak_gb", "split_reports"]
 

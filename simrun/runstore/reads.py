@@ -13,7 +13,7 @@ from typing import Any
 
 import aiosqlite
 
-from simrun.runstate import TaskCounts, UnitKind, UnitRow, UnitState
+from simrun.core.states import TaskCounts, UnitKind, UnitRow, UnitState
 from simrun.runstore.rows import JobRow, RunRow, TaskRow, counts_of, run_of, task_of, unit_of
 from simrun.runstore.schema import JOB_COLUMNS, RUN_COLUMNS, TASK_COLUMNS, UNIT_COLUMNS
 

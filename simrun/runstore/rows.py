@@ -8,8 +8,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from simrun.queues import ReportEntry
-from simrun.runstate import RunState, TaskCounts, TaskState, UnitKind, UnitRow
+from simrun.core.reports import ReportEntry
+from simrun.core.states import RunState, TaskCounts, TaskState, UnitKind, UnitRow
 
 __all__ = [
     "UPDATE_UNIT",

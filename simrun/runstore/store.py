@@ -12,8 +12,8 @@ from typing import Any, cast
 import aiosqlite
 
 from simrun import db
-from simrun.queues import ReportEntry
-from simrun.runstate import (
+from simrun.core.reports import ReportEntry
+from simrun.core.states import (
     ACTIVE_UNIT_STATES,
     COMMAND_INDEX,
     MERGE_INDEX,
@@ -358,7 +358,7 @@ class RunStore(RunReads):
     ) -> Applied:
         """Apply the unit outcomes of report entries inside the caller's transaction.
 
-        Each outcome is what `simrun.runstate.unit_after_outcome` makes of it: a report
+        Each outcome is what `simrun.core.states.unit_after_outcome` makes of it: a report
         whose units are all done is one set-based update (`simrun.runstore.ingest`), the
         others go unit by unit (`simrun.runstore.apply`). The jobs reported on leave the
         set in flight. Entries whose job was in flight come back in ``Applied.recorded`` (a

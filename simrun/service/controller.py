@@ -22,7 +22,7 @@ One `Controller.step` does, in order:
    The runs watched are those this controller saw end or cancelled, and, once after a
    start, those a SCAN of the namespace's hashes finds (left by an earlier service).
 
-The decisions are the plain functions of `simrun.runstate` and `simrun.service.decisions`;
+The decisions are the plain functions of `simrun.core.states` and `simrun.service.decisions`;
 this module gathers the facts and applies the answers.
 """
 
@@ -38,13 +38,9 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from simrun.core.reports import ReportEntry, WorkerInfo, WorkerReport
 from simrun.plugins import TaskType, load_plugin_ref, load_task_types
-from simrun.queues import (
-    JobQueue,
-    ReportEntry,
-    WorkerInfo,
-    set_current_attempts,
-)
+from simrun.queues import JobQueue, set_current_attempts
 from simrun.resources import (
     KeySummary,
     Record,
@@ -54,9 +50,9 @@ from simrun.resources import (
 )
 from simrun.runstore import JobRow, ReplayError, RunRow, RunStore, TaskRow
 from simrun.service import decisions
-from simrun.service.attempts import FORGET_EVERY_S, EndedRuns
-from simrun.service.dispatcher import Dispatcher
-from simrun.service.progress import advance_run
+from simrun.service.advance import advance_run
+from simrun.service.dispatch import Dispatcher
+from simrun.service.forget import FORGET_EVERY_S, EndedRuns
 from simrun.service.settings import ControllerSettings
 from simrun.service.submit import (
     copy_sources,
@@ -66,7 +62,6 @@ from simrun.service.submit import (
     source_paths,
 )
 from simrun.service.views import FailureView, RunView, failure_view, run_view
-from simrun.worker.report import WorkerReport
 from simrun.workflow import Workflow
 
 __all__ = ["Controller", "ControllerSettings", "ReplayError", "is_oom", "load_types"]

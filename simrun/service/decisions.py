@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from simrun.queues import image_queue
+from simrun.core.wire import image_queue
 from simrun.resources import RETRY_FACTOR
 
 __all__ = [

@@ -1,115 +1,184 @@
-"""Building the jobs of a task from its pending units (pure: no Redis, no SQLite).
+"""Sending pending units out: resolve a task's resources, check that some live worker can
+run them, size the chunks, store the jobs, write the current attempts, enqueue.
 
-A job is stored (`simrun.runstore.NewJob`: which units it moves to queued, under which
-attempt and memory) and sent (`simrun.queues.JobSpec`: what the worker runs); both come
-from one function so they never disagree.
+The decisions are `simrun.service.decisions`; the jobs come from
+`simrun.service.packing.build_jobs`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 
-from simrun.plugins import TaskPaths, TaskType
-from simrun.queues import JobPaths, JobResources, JobSpec
-from simrun.resources import ResolvedResources
-from simrun.runstate import UnitKind, UnitRow
-from simrun.runstore import NewJob, TaskRow
-from simrun.service.decisions import job_attempt, retry_memory_gb
+from simrun.core.reports import WorkerInfo
+from simrun.core.states import TaskState, UnitKind, UnitRow
+from simrun.plugins import TaskType
+from simrun.queues import JobQueue, set_current_attempts
+from simrun.resources import ResolvedResources, ResourceKey, ResourceStore, resource_key
+from simrun.runstore import RunRow, RunStore, TaskRow
+from simrun.service import decisions
+from simrun.service.packing import Dispatch, build_jobs, memory_groups
+from simrun.service.settings import ControllerSettings
+from simrun.workflow import ResourceOverride
 
-__all__ = ["Dispatch", "build_jobs", "memory_groups", "task_paths"]
+__all__ = ["Dispatcher"]
 
-
-@dataclass(frozen=True)
-class Dispatch:
-    """A job ready to go: its record for the store and its payload for the queue."""
-
-    job: NewJob
-    spec: JobSpec
-
-
-def task_paths(store: Path, task: TaskRow) -> TaskPaths:
-    """Where a task of a run works (``STORE/runs/<run>/<task>/out``)."""
-    return TaskPaths.for_task(
-        store, task.run, task.name, inputs={port: Path(p) for port, p in task.inputs.items()}
-    )
+log = logging.getLogger("simrun.service.controller")
 
 
-def memory_groups(units: Sequence[UnitRow], resolved_gb: float) -> list[list[UnitRow]]:
-    """Pending units grouped by the memory they need (`retry_memory_gb`), smallest first and
-    in index order within a group, so that a unit killed before never raises the request
-    of a chunk of fresh units."""
-    groups: dict[float, list[UnitRow]] = {}
-    for unit in units:
-        need = retry_memory_gb(resolved_gb, unit.kills, unit.memory_gb)
-        groups.setdefault(need, []).append(unit)
-    return [groups[need] for need in sorted(groups)]
+@dataclass
+class Dispatcher:
+    """The dispatch step over the controller's stores and queue."""
 
+    store: RunStore
+    resources: ResourceStore
+    queue: JobQueue
+    types: Mapping[str, TaskType]
+    settings: ControllerSettings
+    #: Resolved resources by (key, type, override), kept by the controller across steps
+    #: and dropped for a key when it records new observations.
+    cache: dict[tuple[str, str, str], ResolvedResources] = field(default_factory=dict)
 
-def build_jobs(
-    store: Path,
-    task: TaskRow,
-    task_type: TaskType,
-    resolved: ResolvedResources,
-    queue: str,
-    chunks: Sequence[Sequence[UnitRow]],
-    timeout_s: float | None = None,
-) -> list[Dispatch]:
-    """One job per chunk of pending units of ``task`` (chunk units, its command unit, or its
-    merge unit, one kind per chunk), each with an attempt above every unit's current one.
+    async def dispatch(self, workers: Sequence[WorkerInfo]) -> bool:
+        """Send out pending units of every running run, within the window of each queue."""
+        in_flight = await self.store.jobs_in_flight()
+        capacities = [
+            decisions.WorkerCapacity(w.id, w.queues, w.memory_gb, w.processes, w.gpus)
+            for w in workers
+            if not w.stopping
+        ]
+        changed = False
+        for run in await self.store.runs(limit=1_000_000, states=["running"]):
+            tasks = [
+                t
+                for t in await self.store.tasks(run.id)
+                if t.state in ("running", "merging", "blocked")
+                # a queue whose window is full takes nothing: skip the queries
+                and (t.queue is None or in_flight.get(t.queue, 0) < self.settings.window_jobs)
+            ]
+            if not tasks:
+                continue
+            pending = await self.store.pending_counts(run.id)
+            for task in tasks:
+                if pending.get(task.name):
+                    changed |= await self.dispatch_task(
+                        run, task, pending[task.name], capacities, in_flight
+                    )
+        return changed
 
-    A chunk or command job runs under the resolved memory per process, a merge under the
-    resolved base memory; a unit killed for memory before gets at least `RETRY_FACTOR`
-    times the limit of its last attempt (`retry_memory_gb`), the most of its chunk.
-    """
-    paths = JobPaths.of(task_paths(store, task))
-    out: list[Dispatch] = []
-    for units in chunks:
-        if not units:
-            raise ValueError(f"task {task.name!r}: an empty chunk cannot be a job")
-        kinds = {u.kind for u in units}
-        if len(kinds) != 1:
-            raise ValueError(f"task {task.name!r}: a job mixes units of kinds {sorted(kinds)}")
-        kind: UnitKind = units[0].kind
-        attempt = job_attempt(u.attempt for u in units)
-        base_gb = resolved.memory_base_gb
-        per_worker_gb = resolved.memory_per_worker_gb
-        if kind == "merge":
-            base_gb = retry_memory_gb(base_gb, units[0].kills, units[0].memory_gb)
+    async def resolve(self, run: RunRow, task: TaskRow, task_type: TaskType) -> ResolvedResources:
+        """The resources of a task now (cached until its key learns something new)."""
+        override = dict(task.override or {})
+        if task.memory_override_gb is not None:
+            override["memory_per_worker_gb"] = task.memory_override_gb
+        key = (
+            ResourceKey.from_text(task.resource_key)
+            if task.resource_key
+            else resource_key(task_type, task.settings, run.model)
+        )
+        cache_key = (key.text(), task_type.name, json.dumps(override, sort_keys=True))
+        found = self.cache.get(cache_key)
+        if found is None:
+            found = await self.resources.resolve(
+                key, task_type.hint, ResourceOverride(**override) if override else None
+            )
+            self.cache[cache_key] = found
+        return found
+
+    async def dispatch_task(
+        self,
+        run: RunRow,
+        task: TaskRow,
+        pending: Mapping[str, int],
+        capacities: Sequence[decisions.WorkerCapacity],
+        in_flight: dict[str, int],
+    ) -> bool:
+        """Dispatch what one task has pending: its merge, its command, or chunks of units."""
+        s = self.settings
+        task_type = self.types.get(task.type)
+        if task_type is None:
+            return False  # _start failed the task; a restarted service may have lost a plugin
+        resolved = await self.resolve(run, task, task_type)
+        queue = decisions.queue_name(task_type.image, resolved.gpus)
+        room = s.window_jobs - in_flight.get(queue, 0)
+        if room <= 0:
+            return False
+        now = time.time()
+        merge = pending.get("merge", 0) > 0
+        if merge or not task.splittable:
+            kind: UnitKind = "merge" if merge else "command"
+            units = await self.store.pending_units(run.id, task.name, 1, kind=kind)
+            chunks: list[tuple[UnitRow, ...]] = [tuple(units)] if units else []
         else:
-            per_worker_gb = max(retry_memory_gb(per_worker_gb, u.kills, u.memory_gb) for u in units)
-        spec = JobSpec(
-            kind=kind,
-            run=task.run,
-            task=task.name,
-            task_type=task.type,
-            settings=dict(task.settings),
-            paths=paths,
-            resources=JobResources(
-                memory_base_gb=base_gb,
-                memory_per_worker_gb=per_worker_gb,
-                scratch_gb=resolved.scratch_gb,
-                gpus=resolved.gpus,
-                seconds_per_unit=resolved.seconds_per_unit,
-            ),
-            attempt=attempt,
-            indices=tuple(u.index for u in units) if kind == "chunk" else (),
-            uses_cores=task_type.uses_cores,
-            checkpoints=task_type.checkpoints,
-            timeout_s=timeout_s,
-            command=task_type.command if kind == "command" else None,
-            image=task_type.image,
+            processes = sum(c.processes for c in capacities if queue in c.queues)
+            size = decisions.chunk_size(
+                resolved.seconds_per_unit,
+                pending.get("chunk", 0),
+                processes,
+                target_s=s.target_job_s,
+                max_chunk=s.max_chunk,
+            )
+            limit = min(room * size, max(size, s.dispatch_units))
+            units = await self.store.pending_units(run.id, task.name, limit, kind="chunk")
+            groups = memory_groups(units, resolved.memory_per_worker_gb)
+            chunks = [c for group in groups for c in decisions.split(group, size)][:room]
+        if not chunks:
+            return False
+        planned = build_jobs(s.store, task, task_type, resolved, queue, chunks, s.unit_timeout_s)
+        problem = next(
+            filter(None, (self._fit(d, queue, task_type, capacities) for d in planned)), None
         )
-        job = NewJob(
-            id=spec.job_id,
-            run=task.run,
-            task=task.name,
-            kind=kind,
-            queue=queue,
-            attempt=attempt,
-            indices=tuple(u.index for u in units),
-            memory_gb=base_gb if kind == "merge" else per_worker_gb,
+        if problem is not None:
+            if task.state != "blocked" or task.status != problem:
+                await self.store.set_task(
+                    run.id, task.name, state="blocked", status=problem, now_s=now
+                )
+                log.warning("run %s task %s blocked: %s", run.id, task.name, problem)
+                return True
+            return False
+        state: TaskState = "merging" if merge else "running"
+        async with self.store.transaction() as conn:
+            await self.store.add_jobs([d.job for d in planned], now, conn=conn)
+            await self.store.set_task(
+                run.id,
+                task.name,
+                state=state if task.state == "blocked" else None,
+                status="" if task.state == "blocked" or task.status else None,
+                queue=queue,
+                resources=asdict(resolved),
+                now_s=now,
+                conn=conn,
+            )
+        in_flight[queue] = in_flight.get(queue, 0) + len(planned)
+        attempts = {k: d.job.attempt for d in planned for k in d.spec.units}
+        await set_current_attempts(self.queue.redis, self.queue.keys, run.id, task.name, attempts)
+        results = await self.queue.enqueue_many(
+            [d.spec for d in planned], concurrency=s.enqueue_concurrency
         )
-        out.append(Dispatch(job, spec))
-    return out
+        refused = [d.job.id for d, ok in zip(planned, results, strict=True) if not ok]
+        if refused:
+            # The id is taken (a result of that attempt still lives): go again with a new one.
+            await self.store.release_jobs(refused, "the job id was taken in Redis")
+            log.warning("run %s task %s: %d job ids were taken", run.id, task.name, len(refused))
+        return True
+
+    @staticmethod
+    def _fit(
+        planned: Dispatch,
+        queue: str,
+        task_type: TaskType,
+        capacities: Sequence[decisions.WorkerCapacity],
+    ) -> str | None:
+        res = planned.spec.resources
+        return decisions.fit_problem(
+            planned.spec.kind,
+            queue,
+            res.memory_base_gb,
+            res.memory_per_worker_gb,
+            res.gpus,
+            task_type.uses_cores,
+            capacities,
+        )

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import uvicorn
 
+from simrun.core.scaling import ContainerShape
 from simrun.plugins import TaskType
-from simrun.scale import ContainerShape
-from simrun.service.app import create_app
+from simrun.service.api import create_app
 from simrun.service.controller import Controller, ControllerSettings
 from simrun.service.metrics import DEFAULT_SHAPE
 

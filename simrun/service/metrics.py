@@ -16,9 +16,9 @@ always there, so a query for it never comes back empty):
   included) of the started tasks of running runs. Tasks still waiting for their inputs have
   no units yet and are not counted.
 * ``simrun_backlog_seconds``: that work in process-seconds: units times learned seconds per
-  unit, `simrun.scale.DEFAULT_SECONDS_PER_UNIT` for keys that learned none yet.
+  unit, `simrun.core.scaling.DEFAULT_SECONDS_PER_UNIT` for keys that learned none yet.
 * ``simrun_desired_workers``: worker containers the backlog wants
-  (`simrun.scale.desired_containers`) with the shape of the queue's live workers (the most
+  (`simrun.core.scaling.desired_containers`) with the shape of the queue's live workers (the most
   common one), or the service's default shape while none is live; drained in the default
   ten minutes, and not clamped here (``minReplicaCount``/``maxReplicaCount`` of the
   autoscaler, or ``--min/--max`` of `simrun scale`, do that).
@@ -50,8 +50,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from simrun.queues import WorkerInfo
-from simrun.scale import (
+from simrun.core.reports import WorkerInfo
+from simrun.core.scaling import (
     DEFAULT_SECONDS_PER_UNIT,
     ContainerShape,
     QueueBacklog,

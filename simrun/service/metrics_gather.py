@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError, ResponseError
 
-from simrun.queues import JobQueue, WorkerInfo
+from simrun.core.reports import WorkerInfo
+from simrun.core.scaling import BacklogEntry, ContainerShape, QueueBacklog, ScalePolicy
+from simrun.core.states import TaskCounts
+from simrun.queues import JobQueue
 from simrun.resources import ResolvedResources, ResourceKey, resource_key
-from simrun.runstate import TaskCounts
-from simrun.scale import BacklogEntry, ContainerShape, QueueBacklog, ScalePolicy
 from simrun.service import decisions
-from simrun.service.dispatcher import Dispatcher
+from simrun.service.dispatch import Dispatcher
 from simrun.service.metrics import (
     ACTIVE_TASK_STATES,
     DEFAULT_SHAPE,

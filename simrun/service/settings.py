@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simrun.core.states import Limits
+from simrun.core.timing import HEARTBEAT_TTL_S
 from simrun.queues import DEFAULT_PREFIX
-from simrun.runstate import Limits
 from simrun.service import decisions
-from simrun.worker.heartbeat import HEARTBEAT_TTL_S
 
 __all__ = ["ControllerSettings"]
 

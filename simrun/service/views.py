@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from simrun.runstate import TaskCounts, UnitRow
+from simrun.core.states import TaskCounts, UnitRow
 from simrun.runstore import RunRow, TaskRow
 from simrun.service.decisions import eta_s
 

@@ -1,7 +1,7 @@
 """The computing side: measuring memory, reporting, and running units in worker processes."""
 
-from simrun.worker.exec_cli import exec_main
-from simrun.worker.report import WorkerReport
+from simrun.core.reports import WorkerReport
+from simrun.worker.exec.main import exec_main
 from simrun.worker.sampler import MemorySampler
 
 __all__ = ["MemorySampler", "WorkerReport", "exec_main"]

@@ -1,5 +1,5 @@
 """``python -m simrun.worker``: the same as ``simrun worker``."""
 
-from simrun.worker.cli import worker
+from simrun.cli.worker import worker
 
 worker(prog_name="simrun worker")

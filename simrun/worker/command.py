@@ -17,10 +17,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from simrun.queues import JobSpec, Outcome
+from simrun.core.jobs import JobSpec
+from simrun.core.reports import WorkerReport
+from simrun.core.wire import Outcome
 from simrun.worker.execute import CommandResult, CommandSpec, run_command_job
 from simrun.worker.ledger import Ledger
-from simrun.worker.report import WorkerReport
 
 __all__ = ["command_outcome", "run_command"]
 

@@ -20,17 +20,17 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from simrun.worker.exec_argv import expand_argv
-from simrun.worker.exec_cli import exec_main
-from simrun.worker.exec_run import TERM_GRACE_S
-from simrun.worker.exec_spec import (
+from simrun.core.reports import WorkerReport
+from simrun.worker.exec.argv import expand_argv
+from simrun.worker.exec.main import exec_main
+from simrun.worker.exec.run import TERM_GRACE_S
+from simrun.worker.exec.spec import (
     CommandResult,
     CommandSpec,
     JobFileError,
     read_json,
     write_json_atomic,
 )
-from simrun.worker.report import WorkerReport
 
 __all__ = [
     "CommandResult",

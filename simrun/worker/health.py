@@ -33,7 +33,9 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from simrun.config import load_config
-from simrun.queues import DEFAULT_PREFIX, Keys, PayloadError, WorkerInfo
+from simrun.core.reports import WorkerInfo
+from simrun.core.wire import PayloadError
+from simrun.queues import DEFAULT_PREFIX, Keys
 
 __all__ = ["MAX_AGE_S", "Verdict", "candidate_ids", "check", "judge", "main", "same_host"]
 

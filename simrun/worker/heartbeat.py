@@ -15,17 +15,16 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
-from simrun.queues import Keys, WorkerInfo
+from simrun.core.reports import WorkerInfo
+from simrun.core.timing import HEARTBEAT_S, HEARTBEAT_TTL_S
+from simrun.queues import Keys
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["HEARTBEAT_S", "HEARTBEAT_TTL_S", "Heartbeat"]
+__all__ = ["Heartbeat"]
 
 log = logging.getLogger(__name__)
-
-HEARTBEAT_S = 2.0
-HEARTBEAT_TTL_S = 8.0
 
 
 class Heartbeat:

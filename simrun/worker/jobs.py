@@ -11,7 +11,7 @@ an outcome for each of its units; it is written here, by the job itself, never b
    stops is handed back ("not_run");
 4. run it: a chunk or a merge in a worker process of the pool, a command through
    simrun-exec; before each batch of units of a chunk (a fraction of a second of work,
-   see `simrun.worker.runner`) the attempts are looked at again (through a view at most
+   see `simrun.worker.pool.runner`) the attempts are looked at again (through a view at most
    `STALE_REFRESH_S` old);
 5. add the report to the stream.
 """
@@ -28,22 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from simrun.queues import (
-    JobSpec,
-    Keys,
-    PayloadError,
-    ReportEntry,
-    UnitKey,
-    current_attempts,
-    now_s,
-)
+from simrun.core.jobs import JobSpec
+from simrun.core.reports import ReportEntry, WorkerReport, now_s
+from simrun.core.wire import PayloadError, UnitKey
+from simrun.queues import Keys, current_attempts
 from simrun.worker.admission import AdmissionClosed, AdmissionGate, Grant, Refused, Request
 from simrun.worker.capacity import Capacity
 from simrun.worker.command import run_command
 from simrun.worker.ledger import Ledger
-from simrun.worker.pool import PoolError, ProcessPool
-from simrun.worker.report import WorkerReport
-from simrun.worker.runner import run_chunk, run_merge
+from simrun.worker.pool.processes import PoolError, ProcessPool
+from simrun.worker.pool.runner import run_chunk, run_merge
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from simrun.queues import Outcome, UnitKey
-from simrun.worker.report import WorkerReport
+from simrun.core.reports import WorkerReport
+from simrun.core.wire import Outcome, UnitKey
 
 __all__ = ["Ledger", "death_outcome"]
 

@@ -8,18 +8,13 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
-    sys.path.insert(0, str(REPO))
-
-from tests.plugins.cli_harness import (  # noqa: E402  # after the repo root is on sys.path
+from tests.support.cli_harness import (
     WORK,
     calls,
     clean_env,
@@ -31,6 +26,8 @@ from tests.plugins.cli_harness import (  # noqa: E402  # after the repo root is 
     start_simrun,
     write_work,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,4 @@
-"""`simrun scale` as a user runs it: the real command (``python -m simrun.cli_scale``, the
+"""`simrun scale` as a user runs it: the real command (``python -m simrun.cli.scale``, the
 module behind ``simrun scale``) as a child process against a real `simrun service` child
 process on a free port, with the tests' private Redis and a key prefix of its own, and a
 token. No worker runs: the submitted run's units stay queued or pending, which is the
@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.plugins.cli_harness import (
+from tests.support.cli_harness import (
     WORK,
     clean_env,
     free_port,
@@ -50,10 +50,10 @@ class Service:
     home: Path
 
     def scale(self, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
-        """``python -m simrun.cli_scale --url URL ARGS`` with SIMRUN_TOKEN (when given)."""
+        """``python -m simrun.cli.scale --url URL ARGS`` with SIMRUN_TOKEN (when given)."""
         env = clean_env(**({"SIMRUN_TOKEN": token} if token else {}))
         return subprocess.run(
-            [sys.executable, "-m", "simrun.cli_scale", "--url", self.url, *args],
+            [sys.executable, "-m", "simrun.cli.scale", "--url", self.url, *args],
             cwd=self.home,
             env=env,
             capture_output=True,
@@ -165,7 +165,7 @@ def test_errors_are_one_line(service: Service, tmp_path: Path) -> None:
     with status 1 and one line on stderr, no traceback."""
     wrong = service.scale(token="nope")
     gone = subprocess.run(
-        [sys.executable, "-m", "simrun.cli_scale", "--url", f"http://127.0.0.1:{free_port()}"],
+        [sys.executable, "-m", "simrun.cli.scale", "--url", f"http://127.0.0.1:{free_port()}"],
         cwd=tmp_path,
         env=clean_env(),
         capture_output=True,
@@ -189,7 +189,7 @@ def test_watch_repeats_until_interrupted(service: Service) -> None:
     """--watch decides again every SECONDS (the table comes once per round) and Ctrl-C
     ends it quietly with status 0."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "simrun.cli_scale", "--url", service.url, "--watch", "1"],
+        [sys.executable, "-m", "simrun.cli.scale", "--url", service.url, "--watch", "1"],
         cwd=service.home,
         env=clean_env(SIMRUN_TOKEN=TOKEN),
         stdout=subprocess.PIPE,

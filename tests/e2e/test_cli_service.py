@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.plugins.cli_harness import (
+from tests.support.cli_harness import (
     WORK,
     calls,
     command_after,

@@ -26,13 +26,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the test helpers live in tests/, under the repo root
-    sys.path.insert(0, str(REPO))
+from tests.composefile import compose, seconds, services
+from tests.conftest import free_port
+from tests.support.cli_harness import clean_env, run_id_in, simrun_exe
 
-from tests.composefile import compose, seconds, services  # noqa: E402  # after sys.path is set
-from tests.conftest import free_port  # noqa: E402  # same reason
-from tests.plugins.cli_harness import clean_env, run_id_in, simrun_exe  # noqa: E402  # same
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

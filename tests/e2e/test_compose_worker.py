@@ -14,13 +14,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the test helpers live in tests/, under the repo root
-    sys.path.insert(0, str(REPO))
+from simrun.queues import JobQueue
+from tests.composefile import compose, seconds, services
+from tests.support.harness import all_reports, make_spec
 
-from simrun.queues import JobQueue  # noqa: E402  # after sys.path is set
-from tests.composefile import compose, seconds, services  # noqa: E402  # same reason
-from tests.plugins.harness import all_reports, make_spec  # noqa: E402  # same reason
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

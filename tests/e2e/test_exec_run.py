@@ -23,7 +23,7 @@ import pytest
 
 from simrun.plugins import TaskPaths
 from simrun.worker import exec_main
-from simrun.worker.exec_spec import CommandResult, CommandSpec
+from simrun.worker.exec.spec import CommandResult, CommandSpec
 from simrun.worker.execute import run_command_job
 
 pytestmark = pytest.mark.e2e

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
-    sys.path.insert(0, str(REPO))
+from simrun.examples import heat
+from simrun.examples.plate import build_grid, load_plate
+from tests.support.service_harness import service, workers
 
-from simrun.examples import heat  # noqa: E402  # after the repo root is on sys.path
-from simrun.examples.plate import build_grid, load_plate  # noqa: E402  # same reason
-from tests.plugins.service_harness import service, workers  # noqa: E402  # same reason
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

@@ -3,18 +3,15 @@ and the next run of the same key starts from what the first one measured."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
-    sys.path.insert(0, str(REPO))
+from simrun.resources import RETRY_FACTOR, ResourceKey
+from tests.support.service_harness import calls, service, work_doc, workers
+from tests.support.service_tasks import WORK
 
-from simrun.resources import RETRY_FACTOR, ResourceKey  # noqa: E402  # after sys.path is set
-from tests.plugins.service_harness import calls, service, work_doc, workers  # noqa: E402
-from tests.plugins.service_tasks import WORK  # noqa: E402  # same reason
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

@@ -2,7 +2,7 @@
 controller killed mid-run, Redis losing its data, units that fail and are replayed.
 
 Real parts throughout: a Redis server, the controller, SQLite files and worker containers
-as child processes running the svc-work test type (tests/plugins/service_tasks.py).
+as child processes running the svc-work test type (tests/support/service_tasks.py).
 """
 
 from __future__ import annotations
@@ -10,21 +10,16 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
-    sys.path.insert(0, str(REPO))
-
-from simrun.runstate import Limits, TaskCounts  # noqa: E402  # after the repo root is on sys.path
-from simrun.service.controller import Controller  # noqa: E402  # same reason
-from tests.conftest import start_redis_server  # noqa: E402  # same reason
-from tests.plugins.service_harness import (  # noqa: E402  # same reason
+from simrun.core.states import Limits, TaskCounts
+from simrun.service.controller import Controller
+from tests.conftest import start_redis_server
+from tests.support.service_harness import (
     TYPES,
     calls,
     service,
@@ -37,6 +32,8 @@ from tests.plugins.service_harness import (  # noqa: E402  # same reason
     work_doc,
     workers,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

@@ -3,35 +3,32 @@ left), arq keeps the results of its jobs for a few minutes, and the report strea
 none of its entries.
 
 Real parts throughout: a Redis server, the controller, SQLite files and worker containers
-as child processes running the svc-work test type (tests/plugins/service_tasks.py);
+as child processes running the svc-work test type (tests/support/service_tasks.py);
 embedded mode as the ``simrun run`` console script on a shared ``REDIS_URL``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
-    sys.path.insert(0, str(REPO))
-
-from simrun.local import redis_prefix as local_prefix  # noqa: E402  # after the repo root is on sys.path
-from simrun.queues import Keys  # noqa: E402  # same reason
-from simrun.runstate import Limits  # noqa: E402  # same reason
-from simrun.worker.main import KEEP_RESULT_S  # noqa: E402  # same reason
-from tests.plugins.cli_harness import WORK, clean_env, simrun, write_work  # noqa: E402  # same reason
-from tests.plugins.service_harness import (  # noqa: E402  # same reason
+from simrun.core.states import Limits
+from simrun.local.session import redis_prefix as local_prefix
+from simrun.queues import Keys
+from simrun.worker.container import KEEP_RESULT_S
+from tests.support.cli_harness import WORK, clean_env, simrun, write_work
+from tests.support.service_harness import (
     Service,
     calls,
     service,
     work_doc,
     workers,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

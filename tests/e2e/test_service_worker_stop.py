@@ -5,7 +5,7 @@ twice: with a second worker running, the run succeeds and every unit completes e
 once.
 
 Real parts throughout: a Redis server, the controller in this process, SQLite, and two
-worker containers as child processes running ``svc-count`` (tests/plugins/service_tasks.py),
+worker containers as child processes running ``svc-count`` (tests/support/service_tasks.py),
 whose units log every computation begun and every one completed.
 """
 
@@ -15,30 +15,27 @@ import asyncio
 import json
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
-    sys.path.insert(0, str(REPO))
-
-from simrun.runstate import UnitRow  # noqa: E402  # after the repo root is on sys.path
-from tests.plugins.service_harness import (  # noqa: E402  # same reason
+from simrun.core.states import UnitRow
+from tests.support.service_harness import (
     Service,
     service,
     start_worker,
     stop_worker,
 )
-from tests.plugins.service_tasks import COUNT_LOG  # noqa: E402  # same reason
+from tests.support.service_tasks import COUNT_LOG
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 
 #: Seconds a stopping worker may take after its grace period to hand back and report
-#: (as tests/pure/test_deploy_files.py allows between --grace-s and stop_grace_period).
+#: (as tests/integration/test_deploy_files.py allows between --grace-s and stop_grace_period).
 HAND_BACK_S = 10.0
 
 

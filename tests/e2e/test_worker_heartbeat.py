@@ -4,20 +4,17 @@ are checked, and a real worker process beats as they say."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
-    sys.path.insert(0, str(REPO))
+from simrun.cli.worker import worker
+from simrun.queues import JobQueue
+from tests.support.harness import start_worker_process
 
-from simrun.queues import JobQueue  # noqa: E402  # after sys.path is set
-from simrun.worker.cli import worker  # noqa: E402  # same reason
-from tests.plugins.harness import start_worker_process  # noqa: E402  # same reason
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

@@ -5,26 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
-    sys.path.insert(0, str(REPO))
-
-from simrun.examples import heat  # noqa: E402  # after the repo root is on sys.path
-from simrun.examples.plate import build_grid, load_plate  # noqa: E402  # same reason
-from simrun.queues import JobQueue, Keys, set_current_attempts  # noqa: E402  # same reason
-from simrun.worker.main import WorkerContainer  # noqa: E402  # same reason
-from tests.plugins.harness import (  # noqa: E402  # same reason
+from simrun.examples import heat
+from simrun.examples.plate import build_grid, load_plate
+from simrun.queues import JobQueue, Keys, set_current_attempts
+from simrun.worker.container import WorkerContainer
+from tests.support.harness import (
     all_reports,
     make_spec,
     options,
     run_burst,
     unit_records,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

@@ -6,24 +6,21 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import sys
 from pathlib import Path
 
 import pytest
 from arq.connections import RedisSettings, create_pool
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
-    sys.path.insert(0, str(REPO))
-
-from simrun.queues import JOB_FUNCTION, JobQueue, Keys  # noqa: E402  # after sys.path is set
-from simrun.worker.capacity import detect_capacity  # noqa: E402  # same reason
-from tests.plugins.harness import (  # noqa: E402  # same reason
+from simrun.queues import JOB_FUNCTION, JobQueue, Keys
+from simrun.worker.capacity import detect_capacity
+from tests.support.harness import (
     make_spec,
     overlap,
     run_burst,
     unit_records,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

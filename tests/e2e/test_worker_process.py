@@ -3,27 +3,25 @@ limit they are killed at, and units sent to them in batches."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
-    sys.path.insert(0, str(REPO))
-
-from simrun.queues import JobSpec, UnitKey  # noqa: E402  # after the repo root is on sys.path
-from simrun.worker.ledger import Ledger  # noqa: E402  # same reason
-from simrun.worker.pool import (  # noqa: E402  # same reason
+from simrun.core.jobs import JobSpec
+from simrun.core.wire import UnitKey
+from simrun.worker.ledger import Ledger
+from simrun.worker.pool.processes import (
     KILL_HEADROOM_GB,
     RECYCLE_FRACTION,
     ProcessPool,
     WorkerProcess,
 )
-from simrun.worker.runner import RunResult, run_chunk  # noqa: E402  # same reason
-from tests.plugins.harness import PLUGINS, make_spec, run_burst  # noqa: E402  # same reason
+from simrun.worker.pool.runner import RunResult, run_chunk
+from tests.support.harness import PLUGINS, make_spec, run_burst
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

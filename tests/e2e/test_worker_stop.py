@@ -6,23 +6,21 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the test helpers live in tests/plugins, under the repo root
-    sys.path.insert(0, str(REPO))
-
-from simrun.queues import JobQueue, WorkerInfo  # noqa: E402  # after sys.path is set
-from tests.plugins.harness import (  # noqa: E402  # same reason
+from simrun.core.reports import WorkerInfo
+from simrun.queues import JobQueue
+from tests.support.harness import (
     all_reports,
     make_spec,
     start_worker_process,
     unit_records,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

@@ -1,0 +1,156 @@
+"""What the commands of ``simrun`` share: the console, the errors that are a user's mistake
+(one or a few lines, no traceback), loading task types and preparing a workflow."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from simrun.client import ClientError, plan_tasks, submission_text
+from simrun.db import SchemaError
+from simrun.local.machine import LocalError
+from simrun.plugins import PluginError, TaskType, load_task_types
+from simrun.runstore import ReplayError
+from simrun.workflow import Workflow, WorkflowError, check_workflow, load_workflow, source_problems
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_USAGE",
+    "USER_ERRORS",
+    "Prepared",
+    "console",
+    "err_console",
+    "exit_code_of",
+    "load_types",
+    "plugins_option",
+    "prepare",
+    "shell_join",
+    "store_option",
+]
+
+#: The run failed (or was cancelled, or cannot go on); a service or worker problem.
+EXIT_FAILED = 1
+#: A mistake in the command or the workflow.
+EXIT_USAGE = 2
+#: Stopped by Ctrl-C; the run is kept and can go on.
+EXIT_INTERRUPTED = 130
+
+#: Exceptions that are the user's mistake or the state of the world, not a bug: shown as
+#: their message alone (``--debug`` adds the traceback).
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    WorkflowError,
+    PluginError,
+    ClientError,
+    LocalError,
+    ReplayError,
+    SchemaError,
+    OSError,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+#: Width of the output at least when it is not a terminal (logs, pipes).
+PLAIN_WIDTH = 120
+
+
+def console() -> Console:
+    """The console of the command's output (stdout): as wide as the terminal, or at least
+    `PLAIN_WIDTH` columns in a log."""
+    out = Console(highlight=False, soft_wrap=False)
+    if not out.is_terminal and out.width < PLAIN_WIDTH:
+        out.width = PLAIN_WIDTH
+    return out
+
+
+def err_console() -> Console:
+    """The console of errors and notes (stderr)."""
+    return Console(stderr=True, highlight=False)
+
+
+def exit_code_of(exc: BaseException) -> int:
+    """The exit status of a command that ended with ``exc``."""
+    return EXIT_USAGE if isinstance(exc, WorkflowError | PluginError) else EXIT_FAILED
+
+
+def plugins_option(f: F) -> F:
+    """``--plugins MODULE:ATTR`` (repeatable)."""
+    return click.option(
+        "--plugins",
+        multiple=True,
+        metavar="MODULE:ATTR",
+        help="Also load this task type (repeatable), besides the installed ones; the "
+        "current directory is on the import path.",
+    )(f)
+
+
+def store_option(help_text: str) -> Callable[[F], F]:
+    """``--store DIR``."""
+    return click.option(
+        "--store",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help=help_text,
+    )
+
+
+def load_types(plugins: Sequence[str] = ()) -> dict[str, TaskType]:
+    """The installed task types and those ``plugins`` name (imported with the current
+    directory on the path, as ``python -m`` would)."""
+    try:
+        if not plugins:
+            return load_task_types()
+        cwd = os.getcwd()
+        if cwd not in sys.path:
+            sys.path.insert(0, cwd)
+        from simrun.service.controller import load_types as load_with_plugins
+
+        return load_with_plugins(plugins)
+    except ValueError as exc:  # two entry points of one name
+        raise PluginError(str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A workflow ready to submit: the planned document, its text, the settings of every
+    task as its type's model reads them, and the directory its source paths start from."""
+
+    path: Path
+    doc: Workflow
+    text: str
+    settings: dict[str, dict[str, Any]]
+    base: Path
+
+
+def prepare(path: Path, types: Mapping[str, TaskType], *, check: bool = True) -> Prepared:
+    """Read ``path``, run the ``plan`` of the task types installed here, and check the
+    result (with ``check``: against ``types``, which must hold every type it uses; without,
+    only the document's form and its sources, for a service to check the rest).
+    `WorkflowError` names every problem."""
+    original_text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    doc = load_workflow(path)
+    if check:  # the document as written first: its problems carry line numbers
+        check_workflow(doc, types, str(path), original_text)
+    planned = plan_tasks(doc, types)
+    text = submission_text(original_text, doc, planned)
+    settings: dict[str, dict[str, Any]] = {}
+    if check:
+        settings = check_workflow(planned, types, str(path), text)
+    missing = source_problems(planned, path.parent)
+    if missing:
+        raise WorkflowError(missing, str(path))
+    return Prepared(path, planned, text, settings, path.parent)
+
+
+def shell_join(argv: Sequence[str]) -> str:
+    """A command line to paste into a shell."""
+    return " ".join(shlex.quote(a) for a in argv)

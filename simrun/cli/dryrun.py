@@ -1,0 +1,205 @@
+"""``--dry-run``: what each task of a workflow would be dispatched with, and the forecast,
+before anything is enqueued or written.
+
+Units are counted here (``count_units`` in a thread) for the task types installed locally;
+resources are resolved from a store's ``simrun.db`` (embedded mode, opened only when it
+exists) or from a service's ``/resources``. The arithmetic is `simrun.cli.forecast`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from simrun.cli.forecast import Forecast, TaskPlan, forecast
+from simrun.cli.progress import format_duration, format_gb, format_rate
+from simrun.plugins import TaskType
+from simrun.resources import ResolvedResources, ResourceStore, decide, resource_key
+from simrun.service.advance import count_units
+from simrun.service.decisions import WorkerCapacity, queue_name
+from simrun.workflow import Problem, ResourceOverride, Workflow, WorkflowError
+
+__all__ = [
+    "DryRow",
+    "Resolver",
+    "print_forecast",
+    "store_resolver",
+    "summaries_resolver",
+    "task_plans",
+]
+
+#: The resources of a task: (its type, its settings, the run's model, its override).
+Resolver = Callable[
+    [TaskType, Mapping[str, Any], str, ResourceOverride | None], Awaitable[ResolvedResources]
+]
+
+
+@dataclass(frozen=True)
+class DryRow:
+    """One task of a dry run: its plan, or why there is none here."""
+
+    name: str
+    type: str
+    plan: TaskPlan | None
+    note: str = ""
+
+
+def store_resolver(store: Path) -> Resolver:
+    """Resolve as the embedded service would, from ``store/simrun.db``; the hint (or the
+    override) alone when the file does not exist, which is then not created."""
+    db = store / "simrun.db"
+    resources = ResourceStore(db, keep_open=False) if db.is_file() else None
+
+    async def resolve(
+        task_type: TaskType,
+        settings: Mapping[str, Any],
+        model: str,
+        override: ResourceOverride | None,
+    ) -> ResolvedResources:
+        if resources is None:
+            return decide([], task_type.hint, override)
+        key = resource_key(task_type, settings, model)
+        return await resources.resolve(key, task_type.hint, override)
+
+    return resolve
+
+
+def summaries_resolver(summaries: Sequence[Mapping[str, Any]]) -> Resolver:
+    """Resolve from a service's ``/resources`` rows (what it learned per key)."""
+    from simrun.cli.forecast import resolved_from_summary
+
+    by_key = {str(row["key"]): row for row in summaries}
+
+    async def resolve(
+        task_type: TaskType,
+        settings: Mapping[str, Any],
+        model: str,
+        override: ResourceOverride | None,
+    ) -> ResolvedResources:
+        key = resource_key(task_type, settings, model).text()
+        return resolved_from_summary(by_key.get(key), task_type.hint, override)
+
+    return resolve
+
+
+async def task_plans(
+    doc: Workflow, types: Mapping[str, TaskType], resolve: Resolver
+) -> list[DryRow]:
+    """Each task of ``doc`` in the order it runs, with its units and resources; the units
+    of all tasks are counted at once, each in a thread. `WorkflowError` names a task whose
+    ``count_units`` failed."""
+    positions = {spec.name: i for i, spec in enumerate(doc.tasks)}
+
+    async def one(name: str) -> DryRow:
+        spec = doc.task(name)
+        task_type = types.get(spec.type)
+        if task_type is None:
+            return DryRow(name, spec.type, None, f"type {spec.type!r} is not installed here")
+        parsed = task_type.settings.model_validate(spec.settings)
+        settings = json.loads(parsed.model_dump_json())
+        units = 1
+        if task_type.splittable:
+            try:
+                units = await asyncio.to_thread(count_units, task_type, settings)
+            except Exception as exc:  # plugin code may raise anything: name the task
+                raise WorkflowError(
+                    [
+                        Problem(
+                            ("tasks", positions[name], "settings"),
+                            f"count_units failed: {type(exc).__name__}: {exc}",
+                            task=name,
+                        )
+                    ],
+                    "dry run",
+                ) from exc
+        resolved = await resolve(task_type, settings, doc.model, spec.resources)
+        plan = TaskPlan(
+            name=name,
+            type=spec.type,
+            kind="chunk" if task_type.splittable else "command",
+            units=units,
+            queue=queue_name(task_type.image, resolved.gpus),
+            memory_base_gb=resolved.memory_base_gb,
+            memory_per_worker_gb=resolved.memory_per_worker_gb,
+            gpus=resolved.gpus,
+            seconds_per_unit=resolved.seconds_per_unit,
+            source=resolved.source,
+            uses_cores=task_type.uses_cores,
+        )
+        return DryRow(name, spec.type, plan)
+
+    return list(await asyncio.gather(*(one(name) for name in doc.order())))
+
+
+def _hours(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if 0 < value < 0.01:
+        return "<0.01"
+    return f"{value:.2g}" if value < 1 else f"{value:,.1f}"
+
+
+def print_forecast(
+    out: Console,
+    rows: Sequence[DryRow],
+    pool: Sequence[WorkerCapacity] | None,
+    pool_text: str,
+    *,
+    brief: bool = False,
+) -> Forecast | None:
+    """Print the tasks, their resources and the forecast on ``pool`` (None: unknown); with
+    ``brief``, the forecast line alone. Returns the forecast when there is a pool."""
+    plans = [r.plan for r in rows if r.plan is not None]
+    result = forecast(plans, pool) if pool is not None else None
+    by_name = {t.plan.name: t for t in result.tasks} if result is not None else {}
+    if not brief:
+        table = Table(show_edge=False, pad_edge=False, box=None)
+        for column in ("task", "type", "units", "queue", "memory/process", "resources from",
+                       "speed", "core-h", "peak", "ETA"):  # fmt: skip
+            left = column in ("task", "type", "resources from")
+            table.add_column(column, justify="left" if left else "right", no_wrap=not left)
+        for row in rows:
+            p = row.plan
+            if p is None:
+                table.add_row(row.name, row.type, "?", "?", "?", row.note, "", "", "", "")
+                continue
+            f = by_name.get(p.name)
+            queue = f"{p.queue} ({p.gpus} GPU)" if p.gpus else p.queue
+            table.add_row(
+                p.name,
+                p.type,
+                "command" if p.kind == "command" else f"{p.units:,}",
+                queue,
+                format_gb(p.memory_per_worker_gb),
+                p.source,
+                format_rate(p.seconds_per_unit),
+                _hours(f.core_hours) if f else "—",
+                format_gb(f.peak_memory_gb) if f else "—",
+                format_duration(f.eta_s) if f else "—",
+            )
+        out.print(table)
+        out.print()
+    out.print(f"pool: {pool_text}")
+    if result is None:
+        out.print("forecast: no pool known (give one: --workers, --processes, --memory-gb)")
+        return None
+    eta = format_duration(result.eta_s)
+    if result.eta_s is None:
+        eta = "unknown until the seconds per unit are learned (after a first run)"
+    if any(r.plan is None for r in rows):
+        eta = "unknown: some task types are not installed here"
+    out.print(
+        f"forecast: {_hours(result.core_hours)} core-hours, peak memory "
+        f"{format_gb(result.peak_memory_gb)}, ETA {eta}"
+    )
+    for t in result.tasks:
+        if t.problem is not None:
+            out.print(f"[yellow]task {t.plan.name!r} cannot run on this pool: {t.problem}[/]")
+    return result

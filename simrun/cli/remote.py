@@ -1,0 +1,408 @@
+"""The commands that work with a service: ``submit``, ``status``, ``replay``, ``cancel`` and
+``resources``.
+
+They talk to the service at ``--url`` (default ``SIMRUN_URL``, with ``SIMRUN_TOKEN`` as the
+bearer token). ``status``, ``resources`` and ``replay`` also take ``--store DIR`` instead:
+the first two then read the store of ``simrun run`` directly, and ``replay`` starts the
+embedded session again on it to finish the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import httpx
+from rich.markup import escape
+from rich.table import Table
+
+from simrun.cli.common import (
+    console,
+    load_types,
+    plugins_option,
+    prepare,
+    shell_join,
+    store_option,
+)
+from simrun.cli.dryrun import print_forecast, summaries_resolver, task_plans
+from simrun.cli.follow import Reader, RemoteReader, StoreReader, follow, report_end
+from simrun.cli.forecast import live_pool, pool_of, pool_text
+from simrun.cli.progress import (
+    failure_lines,
+    make_view,
+    plain_lines,
+    render_live,
+    run_header,
+    summary_table,
+)
+from simrun.cli.tables import RESOURCE_COLUMNS, RUN_COLUMNS, resource_rows, run_rows
+from simrun.client import Client, ClientError
+from simrun.config import DEFAULT_URL, load_config
+from simrun.local.machine import LocalError
+from simrun.resources import ResourceStore
+from simrun.runstore import RunStore
+from simrun.service.decisions import WorkerCapacity
+
+__all__ = ["cancel", "replay", "resources", "status", "submit"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def url_option(f: F) -> F:
+    return click.option(
+        "--url",
+        default=None,
+        help=f"The simrun service [default: SIMRUN_URL or {DEFAULT_URL}].",
+    )(f)
+
+
+def _client(url: str | None) -> Client:
+    config = load_config()
+    return Client(url or config.url, config.token)
+
+
+@contextmanager
+def _service(url: str | None) -> Iterator[Client]:
+    """A client of the service; when it cannot be reached and a store of `simrun run` is
+    here, the error says how to read that instead."""
+    client = _client(url)
+    try:
+        yield client
+    except ClientError as exc:
+        store = load_config().store
+        unreachable = isinstance(exc.__cause__, httpx.TransportError)
+        if unreachable and (store / "simrun.db").is_file():
+            raise ClientError(
+                f"{exc}\nfor the runs of `simrun run` in {store}, add --store {store}"
+            ) from exc
+        raise
+    finally:
+        client.close()
+
+
+def _url_args(url: str | None) -> list[str]:
+    """``--url U`` when the command was given one (so a printed command reaches it too)."""
+    return ["--url", url] if url else []
+
+
+def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    table = Table(show_edge=False, pad_edge=False, box=None)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
+    return table
+
+
+@asynccontextmanager
+async def open_store(store: Path) -> AsyncIterator[StoreReader]:
+    """A reader of the store of ``simrun run`` at ``store`` (which must exist)."""
+    db = store / "simrun.db"
+    if not db.is_file():
+        raise LocalError(
+            f"{store} is not a simrun store (there is no {db}); give the --store that "
+            "`simrun run` used"
+        )
+    runs = await RunStore.open(db)
+    try:
+        yield StoreReader(runs, ResourceStore(db, keep_open=False), store)
+    finally:
+        await runs.close()
+
+
+def _follow_hint(run_id: str, url: str | None) -> None:
+    command = shell_join(["simrun", "status", run_id, "--watch", *_url_args(url)])
+    console().print(f"follow it: {command}", markup=False, soft_wrap=True)
+
+
+def _exit(code: int) -> None:
+    if code:
+        sys.exit(code)
+
+
+async def _watch(reader: Reader, run_id: str, replay_cmd: str, every_s: float) -> int:
+    out = console()
+    view = make_view(out, every_s)
+
+    async def fetch() -> dict[str, Any]:
+        data = await reader.run(run_id)
+        if data is None:
+            raise LocalError(f"there is no run {run_id!r}")
+        return data
+
+    outcome = await follow(fetch, view, poll_s=1.0)
+    return report_end(out, outcome.run, await reader.failures(run_id), replay_cmd)
+
+
+def _live_pool(client: Client) -> tuple[WorkerCapacity, ...] | None:
+    """The live workers the service tells of (None when it cannot tell: an older service)."""
+    try:
+        return live_pool(client.backlog())
+    except ClientError:
+        return None
+
+
+def _live_text(pool: tuple[WorkerCapacity, ...] | None) -> str:
+    if pool is None:
+        return "unknown: the service does not tell its workers"
+    if not pool:
+        return "no live worker"
+    shapes = Counter((w.queues, w.memory_gb, w.processes) for w in pool)
+    return "live: " + "; ".join(
+        f"{queues[0]}: {pool_text(count, processes, memory_gb)}"
+        for (queues, memory_gb, processes), count in sorted(shapes.items())
+    )
+
+
+@click.command()
+@click.argument("workflow", type=click.Path(path_type=Path, dir_okay=False))
+@url_option
+@click.option("--wait", is_flag=True, help="Follow the run until it ends; exit as it ended.")
+@click.option("--dry-run", is_flag=True, help="Check, count and forecast; submit nothing.")
+@plugins_option
+@click.option("--workers", type=click.IntRange(1), default=None, help="Pool to forecast on.")
+@click.option("--processes", type=click.IntRange(1), default=None, help="… its processes each.")
+@click.option("--memory-gb", type=click.FloatRange(0, min_open=True), default=None,
+              help="… its memory each (GiB).")  # fmt: skip
+@click.option("--every-s", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds between progress lines when the output is not a terminal.")  # fmt: skip
+def submit(
+    workflow: Path,
+    url: str | None,
+    wait: bool,
+    dry_run: bool,
+    plugins: tuple[str, ...],
+    workers: int | None,
+    processes: int | None,
+    memory_gb: float | None,
+    every_s: float,
+) -> None:
+    """Send WORKFLOW and its source files to the service.
+
+    The task types installed here (and --plugins) plan their tasks first and count their
+    units for --dry-run; the service checks the rest.
+    """
+    types = load_types(plugins)
+    known = all(spec_type in types for spec_type in _task_types(workflow))
+    prepared = prepare(workflow, types, check=known)
+    out = console()
+    with _client(url) as client:
+        if dry_run:
+            resolver = summaries_resolver(client.resources())
+            rows = asyncio.run(task_plans(prepared.doc, types, resolver))
+            pool: tuple[WorkerCapacity, ...] | None
+            if workers is not None or processes is not None or memory_gb is not None:
+                if workers is None or processes is None or memory_gb is None:
+                    raise click.UsageError(
+                        "a pool to forecast on needs --workers, --processes and --memory-gb"
+                    )
+                pool = pool_of(workers, processes, memory_gb)
+                text = f"{pool_text(workers, processes, memory_gb)} (given)"
+            else:
+                pool = _live_pool(client)
+                text = _live_text(pool)
+            print_forecast(out, rows, pool, text)
+            out.print("dry run: nothing was submitted")
+            return
+        from simrun.service.submit import source_paths
+
+        sources = source_paths(prepared.doc, prepared.base)
+        run_id = client.submit(prepared.text, sources)
+        out.print(f"run {run_id} submitted")
+        if not wait:
+            _follow_hint(run_id, url)
+            return
+        replay_cmd = shell_join(["simrun", "replay", run_id, *_url_args(url)])
+        _exit(asyncio.run(_watch(RemoteReader(client), run_id, replay_cmd, every_s)))
+
+
+def _task_types(workflow: Path) -> list[str]:
+    from simrun.workflow import load_workflow
+
+    return [t.type for t in load_workflow(workflow).tasks]
+
+
+@click.command()
+@click.argument("run_id", metavar="[RUN]", required=False)
+@url_option
+@store_option("Read the store of `simrun run` here instead of asking a service.")
+@click.option("--watch", is_flag=True, help="Follow the run until it ends; exit as it ended.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.option("--every-s", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds between progress lines when the output is not a terminal.")  # fmt: skip
+def status(
+    run_id: str | None,
+    url: str | None,
+    store: Path | None,
+    watch: bool,
+    as_json: bool,
+    every_s: float,
+) -> None:
+    """Show RUN (its tasks: units, time, memory per process requested and at its peak,
+    kills for memory; while it runs, its progress and ETA), or the latest runs without
+    RUN."""
+    if watch and run_id is None:
+        raise click.UsageError("--watch needs a RUN to follow")
+    if watch and as_json:
+        raise click.UsageError("--watch shows the run as it goes; --json prints it once")
+
+    async def show(reader: Reader) -> int:
+        out = console()
+        if run_id is None:
+            runs = await reader.runs()
+            if as_json:
+                click.echo(json.dumps(runs, indent=2))
+            elif not runs:
+                out.print("no runs yet")
+            else:
+                out.print(_table(RUN_COLUMNS, run_rows(runs, time.time())))
+            return 0
+        if watch:
+            where = ["--store", str(store)] if store is not None else _url_args(url)
+            replay_cmd = shell_join(["simrun", "replay", run_id, *where])
+            return await _watch(reader, run_id, replay_cmd, every_s)
+        data = await reader.run(run_id)
+        if data is None:
+            raise LocalError(f"there is no run {run_id!r}")
+        failures = await reader.failures(run_id) if data["state"] != "running" else []
+        if as_json:
+            click.echo(json.dumps({**data, "failures": failures}, indent=2))
+            return 0
+        now = time.time()
+        if data["state"] != "running":
+            out.print(run_header(data), markup=False, highlight=False, soft_wrap=True)
+        elif out.is_terminal:
+            out.print(render_live(data, now_s=now))
+        else:
+            click.echo(run_header(data))
+            for line in plain_lines(data, only_active=False, now_s=now):
+                click.echo(line)
+        out.print(summary_table(data, now_s=now))
+        for line in failure_lines(failures):
+            out.print(f"  {line}", markup=False, soft_wrap=True)
+        return 0
+
+    async def main() -> int:
+        if store is not None:
+            async with open_store(store) as reader:
+                return await show(reader)
+        with _service(url) as client:
+            return await show(RemoteReader(client))
+
+    _exit(asyncio.run(main()))
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--task", default=None, help="Only the failed units of this task.")
+@click.option("--unit", "units", multiple=True, type=click.IntRange(0),
+              help="Only this failed unit of --task (repeatable).")  # fmt: skip
+@click.option("--memory-gb", type=click.FloatRange(0, min_open=True), default=None,
+              help="Memory per process of the replayed tasks, GiB.")  # fmt: skip
+@url_option
+@store_option("Finish a run of `simrun run` here: start the embedded service on this store.")
+@click.option("--wait", is_flag=True, help="Follow the run until it ends (always with --store).")
+@plugins_option
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
+              help="With --store: worker containers to start.")  # fmt: skip
+@click.option("--processes", type=click.IntRange(1), default=None,
+              help="With --store: processes per container [default: CPUs / workers].")  # fmt: skip
+@click.option("--worker-memory-gb", type=click.FloatRange(0, min_open=True), default=None,
+              help="With --store: memory per container [default: 80% of free memory].")  # fmt: skip
+@click.option("--every-s", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds between progress lines when the output is not a terminal.")  # fmt: skip
+def replay(
+    run_id: str,
+    task: str | None,
+    units: tuple[int, ...],
+    memory_gb: float | None,
+    url: str | None,
+    store: Path | None,
+    wait: bool,
+    plugins: tuple[str, ...],
+    workers: int,
+    processes: int | None,
+    worker_memory_gb: float | None,
+    every_s: float,
+) -> None:
+    """Put the failed units of RUN back in the queue (all, of --task, or --unit I of it);
+    the units that were done are kept and never computed again.
+
+    With --store, the run is one of `simrun run`: the embedded service starts again on that
+    store, finishes the run (an interrupted one goes on where it stopped) and exits as the
+    run ended.
+    """
+    if units and task is None:
+        raise click.UsageError("--unit needs --task: the task whose units to replay")
+    if store is not None:
+        from simrun.cli.run import ReplayRequest, embedded, local_options, worker_pool
+
+        types = load_types(plugins)
+        pool = worker_pool(workers, processes, worker_memory_gb)
+        options = local_options(store, pool, plugins, types)
+        request = ReplayRequest(task, units, memory_gb)
+        _exit(asyncio.run(embedded(options, types, store, pool, run_id=run_id, replay=request,
+                                   every_s=every_s)))  # fmt: skip
+        return
+    if plugins:
+        raise click.UsageError("--plugins is for --store (a service loads its own task types)")
+    out = console()
+    with _service(url) as client:
+        count = client.replay(run_id, task, list(units), memory_gb)
+        out.print(f"run {run_id}: {count} failed units put back; the done ones are kept")
+        if wait:
+            replay_cmd = shell_join(["simrun", "replay", run_id, *_url_args(url)])
+            _exit(asyncio.run(_watch(RemoteReader(client), run_id, replay_cmd, every_s)))
+        else:
+            _follow_hint(run_id, url)
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@url_option
+def cancel(run_id: str, url: str | None) -> None:
+    """Cancel RUN: nothing more of it is dispatched; queued units are skipped."""
+    with _client(url) as client:
+        in_flight = client.cancel(run_id)
+    console().print(f"run {run_id} cancelled ({in_flight} units were in flight)")
+
+
+@click.command()
+@url_option
+@store_option("Read what the store of `simrun run` learned instead of asking a service.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def resources(url: str | None, store: Path | None, as_json: bool) -> None:
+    """What is learned per resource key: samples, percentile, request, speed, last kill."""
+
+    async def from_store(directory: Path) -> list[dict[str, Any]]:
+        hints = {name: t.hint for name, t in load_types().items()}
+        async with open_store(directory) as reader:
+            out = []
+            for summary in await reader.resources.summaries(hints):
+                row = asdict(summary)
+                row["key"] = summary.key.text()
+                out.append(row)
+            return out
+
+    if store is not None:
+        rows = asyncio.run(from_store(store))
+    else:
+        with _service(url) as client:
+            rows = client.resources()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    out = console()
+    if not rows:
+        out.print("nothing learned yet: resources are learned from the runs' reports")
+        return
+    out.print(_table(RESOURCE_COLUMNS, resource_rows(rows, time.time())))

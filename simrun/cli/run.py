@@ -1,0 +1,368 @@
+"""``simrun run``: a whole campaign on this machine (embedded mode), and the embedded side of
+``simrun replay --store``.
+
+Both start a `simrun.local.session.LocalSession` (Redis, the service in this process, worker
+containers as child processes), follow the run with the live view and print how it ended.
+Ctrl-C stops the workers (their running units finish within the grace period or are handed
+back), lets the service record what they reported, and leaves the run in the store to go
+on with ``simrun run --resume RUN`` (or ``simrun replay RUN --store DIR``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from simrun.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    Prepared,
+    console,
+    err_console,
+    load_types,
+    plugins_option,
+    prepare,
+    shell_join,
+    store_option,
+)
+from simrun.cli.dryrun import DryRow, print_forecast, store_resolver, task_plans
+from simrun.cli.follow import STUCK_AFTER_S, StoreReader, follow, report_end
+from simrun.cli.forecast import pool_of, pool_text
+from simrun.cli.progress import make_view, summary_table
+from simrun.config import load_config
+from simrun.core.states import Limits
+from simrun.local.session import (
+    LocalError,
+    LocalOptions,
+    LocalSession,
+    default_capacity,
+    images_of,
+    machine,
+)
+from simrun.plugins import TaskType
+from simrun.runstore import RunStore
+
+__all__ = ["ReplayRequest", "WorkerPool", "embedded", "run", "worker_pool"]
+
+
+@dataclass(frozen=True)
+class WorkerPool:
+    """The worker containers of an embedded session."""
+
+    workers: int
+    processes: int
+    memory_gb: float
+
+    def text(self) -> str:
+        return pool_text(self.workers, self.processes, self.memory_gb)
+
+
+def worker_pool(workers: int, processes: int | None, memory_gb: float | None) -> WorkerPool:
+    """The pool given, completed from this machine (its cores, 80% of its free memory)."""
+    cores, available_gb = machine()
+    procs, memory = default_capacity(cores, available_gb, workers, processes, memory_gb)
+    return WorkerPool(workers, procs, memory)
+
+
+@dataclass(frozen=True)
+class ReplayRequest:
+    """Which failed units to put back (see `simrun.service.controller.Controller.replay`)."""
+
+    task: str | None = None
+    units: tuple[int, ...] = ()
+    memory_gb: float | None = None
+
+
+def _tasks(count: int) -> str:
+    return f"{count} task{'s' if count != 1 else ''}"
+
+
+def _commands(run_id: str, store: Path, plugins: tuple[str, ...]) -> tuple[str, str]:
+    extra = [a for ref in plugins for a in ("--plugins", ref)]
+    replay = shell_join(["simrun", "replay", run_id, "--store", str(store), *extra])
+    resume = shell_join(["simrun", "run", "--resume", run_id, "--store", str(store), *extra])
+    return replay, resume
+
+
+async def check_run(store: Path, run_id: str, replay: ReplayRequest | None) -> None:
+    """Fail before anything starts when ``run_id`` of ``store`` cannot go on: no such
+    store or run, a run that ended with nothing failed, an ended run without a replay."""
+    db = store / "simrun.db"
+    if not db.is_file():
+        raise LocalError(
+            f"{store} is not a simrun store (there is no {db}); give the --store of the run"
+        )
+    runs = await RunStore.open(db)
+    try:
+        row = await runs.run(run_id)
+        if row is None:
+            latest = [r.id for r in await runs.runs(limit=3)]
+            hint = f"; its latest: {', '.join(latest)}" if latest else ""
+            raise LocalError(f"there is no run {run_id!r} in {store}{hint}")
+        failed = await runs.failures(run_id)
+    finally:
+        await runs.close()
+    if row.state == "running":
+        return
+    if replay is None:
+        what = "; retry its failed units with `simrun replay`" if row.state == "failed" else ""
+        raise LocalError(f"run {run_id} already ended ({row.state}){what}")
+    if not failed:
+        raise LocalError(f"run {run_id} ended ({row.state}) with no failed units to replay")
+
+
+async def _start_run(
+    session: LocalSession,
+    out: Console,
+    prepared: Prepared | None,
+    run_id: str | None,
+    replay: ReplayRequest | None,
+) -> str:
+    """Submit the workflow, or check the run to go on with (replaying its failed units when
+    asked); the run's id."""
+    controller = session.controller
+    if prepared is not None:
+        new_id = await controller.submit(
+            prepared.doc, prepared.settings, prepared.text, base=prepared.base
+        )
+        name = f" ({prepared.doc.name})" if prepared.doc.name else ""
+        out.print(f"run {new_id}{name} submitted: {_tasks(len(prepared.doc.tasks))}")
+        return new_id
+    assert run_id is not None  # checked by check_run before the session started
+    if replay is not None and await controller.failures(run_id):
+        count = await controller.replay(run_id, replay.task, replay.units, replay.memory_gb)
+        out.print(f"run {run_id}: {count} failed units put back; the done ones are kept")
+        return run_id
+    out.print(f"run {run_id}: going on where it stopped")
+    latest = await controller.runs(limit=50)
+    others = [r.id for r in latest if r.state == "running" and r.id != run_id]
+    if others:
+        out.print(f"note: unfinished runs of this store go on too: {', '.join(others)}")
+    return run_id
+
+
+async def embedded(
+    options: LocalOptions,
+    types: dict[str, TaskType],
+    shown_store: Path,
+    pool: WorkerPool,
+    *,
+    prepared: Prepared | None = None,
+    run_id: str | None = None,
+    replay: ReplayRequest | None = None,
+    every_s: float = 10.0,
+) -> int:
+    """Run (or go on with) one run in an embedded session; the exit status."""
+    if run_id is not None:
+        await check_run(shown_store, run_id, replay)
+    out, err = console(), err_console()
+    loop = asyncio.get_running_loop()
+    interrupted = asyncio.Event()
+    session = LocalSession(options, types)
+    presses = 0
+
+    def on_signal() -> None:
+        nonlocal presses
+        presses += 1
+        interrupted.set()  # follow() returns and says what happens next
+        if presses > 1:
+            err.print("[yellow]stopping the running units now[/]")
+            session.hurry()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        async with session:
+            out.print(f"store    {escape(str(shown_store))} (learned resources in simrun.db)")
+            out.print(f"redis    {escape(session.redis_note)}")
+            out.print(f"workers  {pool.text()} (logs in {escape(str(shown_store / 'logs'))})")
+            out.print(f"service  {session.url}")
+            current = await _start_run(session, out, prepared, run_id, replay)
+            replay_cmd, resume_cmd = _commands(current, shown_store, options.plugins)
+            watch = f"simrun status {current} --url {session.url}"
+            out.print(f"watch it from another shell: {watch}", soft_wrap=True)
+            controller = session.controller
+            reader = StoreReader(controller.store, controller.resources, shown_store, controller)
+
+            async def fetch() -> dict[str, object]:
+                view = await reader.run(current)
+                assert view is not None  # the run was found above and runs are never deleted
+                return view
+
+            outcome = await follow(
+                fetch,
+                make_view(out, every_s),
+                interrupted=interrupted,
+                problem=session.problem,
+                stuck_after_s=STUCK_AFTER_S,
+            )
+            if outcome.reason == "interrupted":
+                err.print(
+                    "[yellow]stopping: running units finish or are handed back "
+                    f"(within {options.grace_s:g} s; Ctrl-C again to stop them now)[/]"
+                )
+            if outcome.reason != "ended":
+                await session.drain()
+            final = await fetch()
+            failures = await reader.failures(current)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    if outcome.reason == "ended":
+        code = report_end(out, final, failures, replay_cmd, str(shown_store / "runs" / current))
+        learned = shell_join(["simrun", "resources", "--store", str(shown_store)])
+        out.print(f"[dim]what was learned for the next runs: {escape(learned)}[/]", soft_wrap=True)
+        return code
+    out.print(summary_table(final, now_s=time.time()))
+    if outcome.reason == "interrupted":
+        out.print(f"[yellow]interrupted:[/] the workers are stopped; run {current} is kept.")
+        out.print("go on with it:")
+        out.print(f"  {resume_cmd}", markup=False, soft_wrap=True)
+        return EXIT_INTERRUPTED
+    if outcome.reason == "stuck":
+        out.print(f"[red]run {current} cannot go on:[/] {escape(outcome.detail)}")
+        out.print("give the worker containers more memory (--memory-gb) and go on with it:")
+        out.print(f"  {resume_cmd} --memory-gb GIB", markup=False, soft_wrap=True)
+        return EXIT_FAILED
+    out.print(f"[red]the embedded session failed:[/] {escape(outcome.detail)}")
+    out.print("the run is kept; once fixed, go on with it:")
+    out.print(f"  {resume_cmd}", markup=False, soft_wrap=True)
+    return EXIT_FAILED
+
+
+def local_options(
+    store: Path,
+    pool: WorkerPool,
+    plugins: tuple[str, ...],
+    types: dict[str, TaskType],
+    *,
+    limits: Limits | None = None,
+    grace_s: float = 10.0,
+) -> LocalOptions:
+    """The options of an embedded session over ``store``."""
+    config = load_config()
+    return LocalOptions(
+        store=store,
+        workers=pool.workers,
+        processes=pool.processes,
+        memory_gb=pool.memory_gb,
+        plugins=plugins,
+        python_path=(os.getcwd(),) if plugins else (),
+        images=images_of(list(types.values())),
+        redis_url=config.redis_url,
+        token=config.token,
+        limits=limits or Limits(),
+        grace_s=grace_s,
+    )
+
+
+@click.command("run")
+@click.argument("workflow", required=False, type=click.Path(path_type=Path, dir_okay=False))
+@store_option("Run store [default: SIMRUN_STORE or ./simrun-store]; what is learned lives there.")
+@click.option(
+    "--workers", default=1, show_default=True, type=click.IntRange(1, 256),
+    help="Worker containers to start.",
+)  # fmt: skip
+@click.option(
+    "--processes", type=click.IntRange(min=1), default=None,
+    help="Worker processes per container [default: this machine's CPUs / workers].",
+)  # fmt: skip
+@click.option(
+    "--memory-gb", type=click.FloatRange(min=0, min_open=True), default=None,
+    help="Memory of each container in GiB [default: 80% of the free memory / workers].",
+)  # fmt: skip
+@plugins_option
+@click.option("--dry-run", is_flag=True, help="Check, count and forecast; start nothing.")
+@click.option(
+    "--resume", metavar="RUN", default=None,
+    help="Go on with an interrupted run of the store instead of submitting a workflow.",
+)  # fmt: skip
+@click.option(
+    "--max-retries", default=2, show_default=True, type=click.IntRange(0, 100),
+    help="Retries of a unit that raised or timed out before it is failed.",
+)  # fmt: skip
+@click.option(
+    "--max-kills", default=4, show_default=True, type=click.IntRange(0, 100),
+    help="Retries, each with more memory, of a unit killed for memory.",
+)  # fmt: skip
+@click.option(
+    "--grace-s", default=10.0, show_default=True, type=click.FloatRange(min=0),
+    help="On Ctrl-C, seconds running units get to finish before they are handed back.",
+)  # fmt: skip
+@click.option(
+    "--every-s", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
+    help="Seconds between progress lines when the output is not a terminal.",
+)  # fmt: skip
+def run(
+    workflow: Path | None,
+    store: Path | None,
+    workers: int,
+    processes: int | None,
+    memory_gb: float | None,
+    plugins: tuple[str, ...],
+    dry_run: bool,
+    resume: str | None,
+    max_retries: int,
+    max_kills: int,
+    grace_s: float,
+    every_s: float,
+) -> None:
+    """Run WORKFLOW on this machine: Redis, the service and worker containers are started
+    for the run and stopped after it, with live progress.
+
+    Exits 0 when the run succeeded; otherwise 1 with the failed units and the command that
+    retries them, or 130 after Ctrl-C (the run is kept: go on with --resume RUN).
+    """
+    if (workflow is None) == (resume is None):
+        raise click.UsageError("give a WORKFLOW to run, or --resume RUN to go on with one")
+    if dry_run and resume is not None:
+        raise click.UsageError("--dry-run needs a WORKFLOW (it forecasts a new run)")
+    shown_store = store or load_config().store
+    types = load_types(plugins)
+    pool = worker_pool(workers, processes, memory_gb)
+    out = console()
+    prepared: Prepared | None = None
+    if workflow is not None:
+        prepared = prepare(workflow, types)
+        rows: list[DryRow] = asyncio.run(
+            task_plans(prepared.doc, types, store_resolver(shown_store))
+        )
+        name = f" ({prepared.doc.name})" if prepared.doc.name else ""
+        model = f", model {prepared.doc.model!r}" if prepared.doc.model else ""
+        out.print(f"{escape(str(workflow))}{name}: {_tasks(len(rows))}{model}")
+        result = print_forecast(
+            out, rows, pool_of(pool.workers, pool.processes, pool.memory_gb), pool.text()
+        )
+        if dry_run:
+            out.print("dry run: nothing was started, enqueued or written")
+            return
+        problems = [t for t in result.tasks if t.problem] if result is not None else []
+        if problems:
+            raise LocalError(
+                f"this pool cannot run task {problems[0].plan.name!r} ({problems[0].problem}): "
+                "give the worker containers more memory (--memory-gb), or lower the "
+                "task's resources in the workflow"
+            )
+    options = local_options(
+        shown_store,
+        pool,
+        plugins,
+        types,
+        limits=Limits(max_retries=max_retries, max_kills=max_kills),
+        grace_s=grace_s,
+    )
+    code = asyncio.run(
+        embedded(
+            options, types, shown_store, pool, prepared=prepared, run_id=resume, every_s=every_s
+        )
+    )
+    sys.exit(code)

@@ -1,0 +1,460 @@
+"""``simrun scale``: how many worker containers each queue wants now, and making it so.
+
+It reads the live backlog from the service (``GET /backlog``: per queue the units not done
+by resource key, their learned seconds per unit and memory per worker, and the live
+workers' shape), decides with `simrun.core.scaling.desired_containers`, prints a table, and with
+``--apply`` sets the replica count:
+
+* ``compose``: ``docker compose [-f FILE] up -d --scale worker-cpu=N --no-recreate`` (the
+  services of docker-compose.yml are ``worker-cpu`` and ``worker-gpu``; the latter is in
+  the profile ``gpu``, which the command then enables);
+* ``kubernetes``: ``kubectl scale deployment/NAME --replicas=N`` (``--deployment``,
+  ``simrun-worker-<queue>`` by default, as in deploy/kubernetes/).
+
+The container shape is the live workers' of the queue; while none is live it is the one
+given by ``--processes`` and ``--memory-gb``, else the service's default worker shape
+(``simrun service --worker-memory-gb/--worker-processes``), else 4 processes x 8 GiB.
+``--dry-run`` prints the commands instead of running them; ``--watch SECONDS`` repeats the
+whole (an error of one round is printed and the next round tries again).
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from simrun.cli.common import console
+from simrun.client import Client, ClientError
+from simrun.config import DEFAULT_URL, load_config
+from simrun.core.scaling import (
+    DEFAULT_SECONDS_PER_UNIT,
+    BacklogEntry,
+    ContainerShape,
+    Decision,
+    QueueBacklog,
+    ScalePolicy,
+    desired_containers,
+)
+
+__all__ = [
+    "COMPOSE_SERVICES",
+    "LiveQueue",
+    "Planned",
+    "ScaleError",
+    "apply_commands",
+    "compose_command",
+    "kubectl_command",
+    "parse_backlog",
+    "plan",
+    "scale",
+]
+
+#: The docker-compose.yml service of each queue, and the profile it needs (if any).
+COMPOSE_SERVICES: Mapping[str, tuple[str, str | None]] = {
+    "cpu": ("worker-cpu", None),
+    "gpu": ("worker-gpu", "gpu"),
+}
+
+
+class ScaleError(ClientError):
+    """A scaling that cannot be done, and why (one line)."""
+
+
+@dataclass(frozen=True)
+class LiveQueue:
+    """One queue as the service sees it: its backlog, live workers and their shape."""
+
+    backlog: QueueBacklog
+    workers: int
+    shape: ContainerShape | None
+
+
+@dataclass(frozen=True)
+class Planned:
+    """The decision of one queue and what it was decided with (``shape_source``: "live"
+    or "given")."""
+
+    queue: str
+    decision: Decision
+    shape: ContainerShape
+    shape_source: str
+    workers: int
+    work_s: float
+
+
+def parse_backlog(document: Any) -> list[LiveQueue]:
+    """The queues of a ``GET /backlog`` answer; `ScaleError` when it is not one."""
+    try:
+        out = []
+        for item in document["queues"]:
+            entries = tuple(
+                BacklogEntry(
+                    key=str(e["key"]),
+                    units=e["units"],
+                    seconds_per_unit=e["seconds_per_unit"],
+                    memory_per_worker_gb=e["memory_per_worker_gb"],
+                )
+                for e in item["entries"]
+            )
+            shape = item.get("shape")
+            out.append(
+                LiveQueue(
+                    backlog=QueueBacklog(str(item["queue"]), entries),
+                    workers=int(item.get("workers", 0)),
+                    shape=None
+                    if shape is None
+                    else ContainerShape(shape["memory_gb"], shape["processes"]),
+                )
+            )
+        return out
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ScaleError(f"the service's backlog answer is not understood: {exc!r}") from exc
+
+
+#: The container shape assumed when neither the flags nor the service name one.
+FALLBACK_SHAPE = ContainerShape(memory_gb=8.0, processes=4)
+
+
+def service_default_shape(document: Any) -> ContainerShape | None:
+    """The service's default worker shape in a ``GET /backlog`` answer (None from a service
+    that does not say it)."""
+    shape = document.get("default_shape") if isinstance(document, dict) else None
+    if not isinstance(shape, dict):
+        return None
+    try:
+        return ContainerShape(float(shape["memory_gb"]), int(shape["processes"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ScaleError(f"the service's default_shape is not understood: {exc!r}") from exc
+
+
+def assumed_shape(
+    memory_gb: float | None, processes: int | None, service: ContainerShape | None
+) -> tuple[ContainerShape, str]:
+    """The shape of a container of a queue without live workers, and where it came from:
+    each flag given wins, then the service's default shape, then `FALLBACK_SHAPE`."""
+    base, source = (
+        (service, "service default")
+        if service is not None
+        else (
+            FALLBACK_SHAPE,
+            "default",
+        )
+    )
+    if memory_gb is None and processes is None:
+        return base, source
+    shape = ContainerShape(
+        memory_gb=base.memory_gb if memory_gb is None else memory_gb,
+        processes=base.processes if processes is None else processes,
+    )
+    return shape, "given"
+
+
+def plan(
+    queues: Sequence[LiveQueue],
+    policy: ScalePolicy,
+    given: ContainerShape,
+    given_source: str = "given",
+) -> list[Planned]:
+    """The decision of each queue with its live shape, or ``given`` while none is live."""
+    out = []
+    for live in queues:
+        shape = live.shape or given
+        decision = desired_containers(live.backlog, shape, policy)
+        work_s = sum(
+            e.units
+            * (
+                policy.default_seconds_per_unit
+                if e.seconds_per_unit is None
+                else e.seconds_per_unit
+            )
+            for e in live.backlog.entries
+        )
+        out.append(
+            Planned(
+                queue=live.backlog.queue,
+                decision=decision,
+                shape=shape,
+                shape_source="live" if live.shape is not None else given_source,
+                workers=live.workers,
+                work_s=work_s,
+            )
+        )
+    return out
+
+
+def compose_command(desired: Mapping[str, int], compose_file: Path | None) -> list[str]:
+    """``docker compose … up -d --scale SERVICE=N … --no-recreate`` for the cpu/gpu queues
+    in ``desired``; `ScaleError` for a queue that has no compose service."""
+    argv = ["docker", "compose"]
+    if compose_file is not None:
+        argv += ["-f", str(compose_file)]
+    scales: list[str] = []
+    for queue, count in desired.items():
+        if queue not in COMPOSE_SERVICES:
+            raise ScaleError(
+                f"queue {queue!r} has no docker compose service (only "
+                f"{', '.join(COMPOSE_SERVICES)}): scale its workers yourself"
+            )
+        service, profile = COMPOSE_SERVICES[queue]
+        if profile is not None:
+            argv += ["--profile", profile]
+        scales += ["--scale", f"{service}={count}"]
+    return [*argv, "up", "-d", *scales, "--no-recreate"]
+
+
+def kubectl_command(deployment: str, count: int) -> list[str]:
+    """``kubectl scale deployment/NAME --replicas=N``."""
+    return ["kubectl", "scale", f"deployment/{deployment}", f"--replicas={count}"]
+
+
+def apply_commands(
+    planned: Sequence[Planned],
+    apply: str,
+    queues: Sequence[str],
+    *,
+    compose_file: Path | None = None,
+    deployment: str | None = None,
+) -> list[list[str]]:
+    """The commands that set the replicas of ``queues`` to their decision; `ScaleError`
+    for a queue that has none in ``planned``."""
+    by_queue = {p.queue: p.decision.desired for p in planned}
+    missing = [q for q in queues if q not in by_queue]
+    if missing:
+        raise ScaleError(f"no decision for the queues {missing}")
+    desired = {q: by_queue[q] for q in queues}
+    if apply == "compose":
+        return [compose_command(desired, compose_file)]
+    if deployment is not None and len(queues) > 1:
+        raise ScaleError("--deployment names one Deployment: give one --queue with it")
+    return [kubectl_command(deployment or f"simrun-worker-{q}", n) for q, n in desired.items()]
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _table(planned: Sequence[Planned]) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for name in ("queue", "units", "work", "workers", "container", "desired"):
+        table.add_column(name, justify="left" if name in ("queue", "container") else "right")
+    for p in planned:
+        table.add_row(
+            p.queue,
+            str(p.decision.units),
+            _duration(p.work_s),
+            str(p.workers),
+            f"{p.shape.processes} x {p.shape.memory_gb:g} GiB ({p.shape_source})",
+            str(p.decision.desired),
+        )
+    return table
+
+
+def _run(argv: Sequence[str]) -> None:
+    try:
+        done = subprocess.run(list(argv), check=False)  # our own argv, no shell
+    except FileNotFoundError as exc:
+        raise ScaleError(f"{argv[0]} is not installed here (or not on PATH)") from exc
+    if done.returncode != 0:
+        raise ScaleError(f"`{shlex.join(argv)}` exited with status {done.returncode}")
+
+
+@dataclass(frozen=True)
+class _Options:
+    policy: ScalePolicy
+    memory_gb: float | None
+    processes: int | None
+    apply: str | None
+    queues: tuple[str, ...]
+    compose_file: Path | None
+    deployment: str | None
+    dry_run: bool
+
+
+def _round(client: Client, options: _Options, out: Console) -> None:
+    document = client.backlog()
+    live = parse_backlog(document)
+    # A queue to apply that the service does not list has no backlog and no workers.
+    known = {q.backlog.queue for q in live}
+    live += [LiveQueue(QueueBacklog(q), 0, None) for q in options.queues if q not in known]
+    given, source = assumed_shape(
+        options.memory_gb, options.processes, service_default_shape(document)
+    )
+    planned = plan(live, options.policy, given, source)
+    out.print(_table(planned))
+    for p in planned:
+        out.print(p.decision.reason, markup=False, soft_wrap=True)
+    if options.apply is None:
+        return
+    commands = apply_commands(
+        planned,
+        options.apply,
+        options.queues,
+        compose_file=options.compose_file,
+        deployment=options.deployment,
+    )
+    for argv in commands:
+        if options.dry_run:
+            out.print(f"would run: {shlex.join(argv)}", markup=False, soft_wrap=True)
+        else:
+            out.print(f"running: {shlex.join(argv)}", markup=False, soft_wrap=True)
+            _run(argv)
+
+
+@click.command()
+@click.option(
+    "--url", default=None, help=f"The simrun service [default: SIMRUN_URL or {DEFAULT_URL}]."
+)
+@click.option(
+    "--target-minutes",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Drain the queued work within this time.",
+)
+@click.option(
+    "--min",
+    "min_containers",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Fewest containers per queue.",
+)
+@click.option(
+    "--max",
+    "max_containers",
+    default=10,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Most containers per queue.",
+)
+@click.option(
+    "--processes",
+    default=None,
+    type=click.IntRange(1),
+    help="Processes per container, while no worker of the queue is live "
+    "[default: the service's --worker-processes, else 4].",
+)
+@click.option(
+    "--memory-gb",
+    default=None,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Memory per container (GiB), while no worker of the queue is live "
+    "[default: the service's --worker-memory-gb, else 8].",
+)
+@click.option(
+    "--default-seconds",
+    default=DEFAULT_SECONDS_PER_UNIT,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds per unit assumed for keys that learned none yet.",
+)
+@click.option(
+    "--apply",
+    type=click.Choice(["compose", "kubernetes"]),
+    default=None,
+    help="Set the replica count with docker compose or kubectl [default: only print].",
+)
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    help="Queue to apply the decision to (repeatable) [default: cpu].",
+)
+@click.option(
+    "--compose-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The compose file [default: docker compose's own lookup].",
+)
+@click.option(
+    "--deployment",
+    default=None,
+    help="The Kubernetes Deployment [default: simrun-worker-cpu, simrun-worker-<queue>].",
+)
+@click.option(
+    "--watch",
+    type=click.FloatRange(min=1),
+    default=None,
+    metavar="SECONDS",
+    help="Repeat every SECONDS until interrupted.",
+)
+@click.option("--dry-run", is_flag=True, help="Print the commands of --apply, run nothing.")
+def scale(
+    url: str | None,
+    target_minutes: float,
+    min_containers: int,
+    max_containers: int,
+    processes: int | None,
+    memory_gb: float | None,
+    default_seconds: float,
+    apply: str | None,
+    queues: tuple[str, ...],
+    compose_file: Path | None,
+    deployment: str | None,
+    watch: float | None,
+    dry_run: bool,
+) -> None:
+    """Worker containers each queue wants from the live backlog; --apply sets them.
+
+    The queued work (units x learned seconds per unit) over --target-minutes, over the
+    processes of a container, more where learned memory packs fewer units into one, and no
+    more than the units keep busy; clamped to --min/--max.
+    """
+    if min_containers > max_containers:
+        raise click.BadParameter(
+            f"--min {min_containers} is more than --max {max_containers}", param_hint="--min"
+        )
+    if deployment is not None and apply != "kubernetes":
+        raise click.BadParameter("only with --apply kubernetes", param_hint="--deployment")
+    if compose_file is not None and apply != "compose":
+        raise click.BadParameter("only with --apply compose", param_hint="--compose-file")
+    options = _Options(
+        policy=ScalePolicy(
+            target_drain_s=target_minutes * 60,
+            default_seconds_per_unit=default_seconds,
+            min_containers=min_containers,
+            max_containers=max_containers,
+        ),
+        memory_gb=memory_gb,
+        processes=processes,
+        apply=apply,
+        queues=queues or ("cpu",),
+        compose_file=compose_file,
+        deployment=deployment,
+        dry_run=dry_run,
+    )
+    config = load_config()
+    out = console()
+    with Client(url or config.url, config.token) as client:
+        if watch is None:
+            try:
+                _round(client, options, out)
+            except ClientError as exc:
+                raise click.ClickException(str(exc)) from exc
+            return
+        try:
+            while True:
+                try:
+                    _round(client, options, out)
+                except ClientError as exc:
+                    click.secho(f"error: {exc}", fg="red", err=True)
+                time.sleep(watch)
+        except KeyboardInterrupt:
+            click.echo("stopped", err=True)
+
+
+if __name__ == "__main__":
+    scale(prog_name="simrun scale")

@@ -1,0 +1,65 @@
+"""The rows of the tables ``simrun status`` (without a run) and ``simrun resources`` print
+(pure: the clock is an argument)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from simrun.cli.progress import format_duration, format_gb, format_rate
+
+__all__ = ["RESOURCE_COLUMNS", "RUN_COLUMNS", "resource_rows", "run_rows"]
+
+RUN_COLUMNS = ("run", "name", "state", "submitted", "took", "message")
+RESOURCE_COLUMNS = (
+    "key", "samples", "p95/process", "requested", "speed", "source", "last kill",
+)  # fmt: skip
+
+
+def _local_time(unix_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(unix_s))
+
+
+def run_rows(runs: Sequence[Mapping[str, Any]], now_s: float) -> list[tuple[str, ...]]:
+    """Per run: id, name, state, when it was submitted, how long it took (so far), and its
+    message."""
+    rows: list[tuple[str, ...]] = []
+    for r in runs:
+        end = r.get("finished_s") or (now_s if r.get("state") == "running" else r.get("updated_s"))
+        took = None if end is None else float(end) - float(r["created_s"])
+        rows.append(
+            (
+                str(r["id"]),
+                str(r.get("name") or ""),
+                str(r["state"]),
+                _local_time(float(r["created_s"])),
+                format_duration(took),
+                str(r.get("message") or ""),
+            )
+        )
+    return rows
+
+
+def resource_rows(summaries: Sequence[Mapping[str, Any]], now_s: float) -> list[tuple[str, ...]]:
+    """Per resource key: observations (memory samples in the window), the percentile of the
+    window, what a task would request now, seconds per unit, where the request comes from,
+    and the last kill for memory (how long ago, at which limit)."""
+    rows: list[tuple[str, ...]] = []
+    for s in summaries:
+        kill_s, kill_gb = s.get("last_kill_s"), s.get("last_kill_gb")
+        kill = "—"
+        if kill_s is not None:
+            kill = f"{format_duration(now_s - float(kill_s))} ago at {format_gb(kill_gb)}"
+        rows.append(
+            (
+                str(s["key"]),
+                f"{s.get('samples', 0)} of {s.get('observations', 0)}",
+                format_gb(s.get("percentile_gb")),
+                format_gb(s.get("requested_gb")),
+                format_rate(s.get("seconds_per_unit")),
+                str(s.get("source") or ""),
+                kill,
+            )
+        )
+    return rows

@@ -1,0 +1,69 @@
+"""``python -m simrun.local.guard``: ends the processes of an embedded session whose own process
+died without stopping them (SIGKILL, a crash), so no worker or redis-server is left behind.
+
+The session starts one guard, in a process session of its own, with a pipe on its standard
+input, and writes there the id of every process it starts, one per line, and ``rm PATH``
+for a temporary directory of theirs. A line ``done`` (the session stopped them itself)
+ends the guard quietly. The end of the input without ``done`` means the session's process
+is gone: the guard sends SIGTERM to every process it was told of (workers then hand their
+units back and stop), waits a little for them to end, removes the directories and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Iterable
+
+__all__ = ["DONE", "REMOVE", "watch"]
+
+DONE = "done"
+REMOVE = "rm "
+#: How long the guard waits for the processes to end before it removes the directories.
+WAIT_S = 10.0
+
+
+def watch(lines: Iterable[str]) -> tuple[list[int], list[str]]:
+    """The processes to end and the directories to remove once ``lines`` ran out: every
+    pid and ``rm PATH`` read, nothing after ``done``."""
+    pids: list[int] = []
+    dirs: list[str] = []
+    for line in lines:
+        word = line.rstrip("\n")
+        if word.strip() == DONE:
+            return [], []
+        if word.strip().isdigit():
+            pids.append(int(word))
+        elif word.startswith(REMOVE):
+            dirs.append(word[len(REMOVE) :])
+    return pids, dirs
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main() -> None:
+    pids, dirs = watch(sys.stdin)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + WAIT_S
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for path in dirs:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

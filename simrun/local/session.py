@@ -1,0 +1,437 @@
+"""Embedded mode: everything ``simrun run`` needs on one machine, started and stopped in order.
+
+A `LocalSession` holds, for as long as the command runs:
+
+* a **lock** on the store (``STORE/.simrun.lock``), so two embedded sessions never drive one
+  SQLite file;
+* **Redis**: ``REDIS_URL`` when it is set (with a key prefix of this store, so several
+  stores can share a server), else a private ``redis-server`` from PATH on a free loopback
+  port with a temporary directory, thrown away at the end;
+* the **service** in this process: the controller loop and the HTTP API on a free
+  127.0.0.1 port (so ``simrun status --url`` works while the run goes on);
+* **worker containers**: ``python -m simrun.worker`` child processes serving the cpu and gpu
+  queues (and the queues of the task images), each in a session of its own so that a
+  Ctrl-C at the terminal reaches this process only, which then stops them in order.
+
+Stopping (`LocalSession.stop`): the workers get SIGTERM (no new jobs; running ones get
+their grace period, then what they had not finished is handed back), the controller
+applies their last reports, then the HTTP API, the controller and Redis stop. A run that
+did not end stays ``running`` in SQLite with every finished unit kept: a later session on
+the same store goes on with it. Logs of the service and of each worker are in
+``STORE/logs/``. Should this process die without stopping them (SIGKILL), `simrun.local.guard`
+ends Redis and the workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import uvicorn
+from redis.exceptions import RedisError
+
+from simrun.core.states import Limits
+from simrun.local.guard import DONE, REMOVE
+from simrun.local.machine import (
+    LocalError,
+    default_capacity,
+    free_socket,
+    last_line,
+    machine,
+    parse_meminfo_available,
+)
+from simrun.local.redis import REDIS_MISSING, PrivateRedis, find_redis_server
+from simrun.plugins import TaskType
+from simrun.queues import DEFAULT_PREFIX
+from simrun.service.api import create_app
+from simrun.service.controller import Controller, ControllerSettings
+
+__all__ = [
+    "REDIS_MISSING",
+    "LocalError",
+    "LocalOptions",
+    "LocalSession",
+    "PrivateRedis",
+    "default_capacity",
+    "images_of",
+    "machine",
+    "parse_meminfo_available",
+    "redis_prefix",
+    "store_in_use",
+]
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = ".simrun.lock"
+LOGS_DIR = "logs"
+
+
+def redis_prefix(store: Path, private: bool) -> str:
+    """The key prefix of a session: the default on a private server, else one per store
+    (a shared server may hold the queues of other stores and installations)."""
+    if private:
+        return DEFAULT_PREFIX
+    digest = hashlib.sha256(str(store.resolve()).encode()).hexdigest()[:10]
+    return f"simrun-local-{digest}"
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn without its own signal handlers: the session decides what Ctrl-C does."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    """How to run an embedded session. ``processes`` and ``memory_gb`` are per worker
+    container; ``plugins`` are extra task types ("module:ATTRIBUTE") loaded by the service
+    and the workers; ``images`` the task images whose queues the workers serve too."""
+
+    store: Path
+    workers: int = 1
+    processes: int = 1
+    memory_gb: float = 1.0
+    plugins: tuple[str, ...] = ()
+    python_path: tuple[str, ...] = ()
+    images: tuple[str, ...] = ()
+    redis_url: str | None = None
+    token: str | None = None
+    limits: Limits = field(default_factory=Limits)
+    grace_s: float = 10.0
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Worker:
+    number: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+class LocalSession:
+    """Redis, the service and the workers of one ``simrun run``; see the module's doc."""
+
+    def __init__(self, options: LocalOptions, types: Mapping[str, TaskType]) -> None:
+        self.options = options
+        self.types = dict(types)
+        self.store = options.store.resolve()
+        self.logs = self.store / LOGS_DIR
+        self.redis_note = ""
+        self.url = ""
+        self._controller: Controller | None = None
+        self._redis: PrivateRedis | None = None
+        self._lock: IO[str] | None = None
+        self._log_handler: logging.Handler | None = None
+        self._root_level = logging.WARNING
+        self._stop_loop = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._server: _EmbeddedServer | None = None
+        self._http_task: asyncio.Task[None] | None = None
+        self._workers: list[_Worker] = []
+        self._guard: subprocess.Popen[bytes] | None = None
+        self._stopping = False
+
+    @property
+    def controller(self) -> Controller:
+        if self._controller is None:
+            raise RuntimeError("the session is not started")
+        return self._controller
+
+    async def __aenter__(self) -> LocalSession:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- starting ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Lock the store, then start Redis, the service and the workers."""
+        if not self.options.redis_url:
+            find_redis_server()  # before anything is written
+        self._take_lock()
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self._log_to_file()
+        self._start_guard()
+        opts = self.options
+        if opts.redis_url:
+            redis_url, private = opts.redis_url, False
+            self.redis_note = f"REDIS_URL {_safe_url(redis_url)}"
+        else:
+            self._redis = PrivateRedis()
+            redis_url, private = await asyncio.to_thread(self._redis.start), True
+            if self._redis.proc is not None:
+                self._guard_pid(self._redis.proc.pid)
+            if self._redis.directory is not None:
+                self._guard_line(f"{REMOVE}{self._redis.directory}")
+            address = redis_url.removeprefix("redis://").removesuffix("/0")
+            self.redis_note = f"private redis-server on {address} (thrown away at the end)"
+        prefix = redis_prefix(self.store, private)
+        settings = ControllerSettings(
+            store=self.store, redis_url=redis_url, prefix=prefix, limits=opts.limits
+        )
+        try:
+            self._controller = await Controller.open(settings, self.types)
+        except (OSError, RedisError) as exc:
+            where = "REDIS_URL " if opts.redis_url else ""
+            raise LocalError(f"cannot reach Redis at {where}{_safe_url(redis_url)}: {exc}") from exc
+        self._loop_task = asyncio.create_task(
+            self._controller.run_forever(self._stop_loop), name="simrun-controller"
+        )
+        await self._start_http()
+        self._start_workers(redis_url, prefix)
+
+    def _start_guard(self) -> None:
+        """`simrun.local.guard`: it ends Redis and the workers should this process die without
+        stopping them."""
+        self._guard = subprocess.Popen(
+            [sys.executable, "-m", "simrun.local.guard"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def _guard_line(self, line: str) -> None:
+        if self._guard is not None and self._guard.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._guard.stdin.write(f"{line}\n".encode())
+                self._guard.stdin.flush()
+
+    def _guard_pid(self, pid: int) -> None:
+        self._guard_line(str(pid))
+
+    async def _stop_guard(self) -> None:
+        guard, self._guard = self._guard, None
+        if guard is None or guard.stdin is None:
+            return
+        with contextlib.suppress(OSError):
+            guard.stdin.write(f"{DONE}\n".encode())
+            guard.stdin.close()
+        try:
+            await asyncio.to_thread(guard.wait, 10)
+        except subprocess.TimeoutExpired:
+            guard.kill()
+            await asyncio.to_thread(guard.wait)
+
+    def _take_lock(self) -> None:
+        self.store.mkdir(parents=True, exist_ok=True)
+        lock = (self.store / LOCK_NAME).open("a+")
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            lock.close()
+            raise LocalError(
+                f"the store {self.store} is in use by another `simrun run` ({holder}); "
+                "wait for it to end, or give this one another --store"
+            ) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()}\n")
+        lock.flush()
+        self._lock = lock
+
+    def _log_to_file(self) -> None:
+        handler = logging.FileHandler(self.logs / "service.log", encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root = logging.getLogger()
+        self._root_level = root.level
+        root.setLevel(logging.INFO)
+        root.addHandler(handler)
+        for name in ("arq", "uvicorn", "uvicorn.error", "uvicorn.access", "httpx"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        self._log_handler = handler
+
+    async def _start_http(self) -> None:
+        sock = free_socket()
+        port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            create_app(self.controller, self.options.token),
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+        )
+        self._server = _EmbeddedServer(config)
+        self._http_task = asyncio.create_task(self._server.serve(sockets=[sock]))
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if self._http_task.done():
+                self._http_task.result()
+                raise LocalError("the HTTP API of the embedded service stopped at once")
+            if time.monotonic() > deadline:
+                raise LocalError("the HTTP API of the embedded service did not start in 10 s")
+            await asyncio.sleep(0.02)
+        self.url = f"http://127.0.0.1:{port}"
+
+    def _worker_argv(self, number: int, redis_url: str, prefix: str) -> list[str]:
+        opts = self.options
+        argv = [sys.executable, "-m", "simrun.worker", "--redis-url", redis_url,
+                "--prefix", prefix, "--queue", "cpu", "--queue", "gpu",
+                "--processes", str(opts.processes), "--memory-gb", f"{opts.memory_gb:g}",
+                "--id", f"local-{os.getpid()}-{number}", "--store", str(self.store),
+                "--grace-s", f"{opts.grace_s:g}"]  # fmt: skip
+        for image in opts.images:
+            argv += ["--image", image]
+        for ref in opts.plugins:
+            argv += ["--plugins", ref]
+        for path in opts.python_path:
+            argv += ["--python-path", path]
+        return argv
+
+    def _start_workers(self, redis_url: str, prefix: str) -> None:
+        env = {**os.environ, **self.options.env, "PYTHONUNBUFFERED": "1"}
+        for number in range(1, self.options.workers + 1):
+            path = self.logs / f"worker-{number}.log"
+            with path.open("wb") as out:
+                proc = subprocess.Popen(
+                    self._worker_argv(number, redis_url, prefix),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,  # a Ctrl-C at the terminal reaches us only
+                )
+            self._guard_pid(proc.pid)
+            self._workers.append(_Worker(number, proc, path))
+
+    # -- while running -------------------------------------------------------------------
+
+    def problem(self) -> str | None:
+        """What went wrong with the session's own processes, or None: a worker container
+        that ended by itself, the controller loop that died, the HTTP API that stopped."""
+        if self._stopping:
+            return None
+        for w in self._workers:
+            code = w.proc.poll()
+            if code is not None:
+                how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+                return (
+                    f"worker container {w.number} {how}; the last line of its log "
+                    f"({w.log}): {last_line(w.log)}"
+                )
+        for name, task in (("controller", self._loop_task), ("HTTP API", self._http_task)):
+            if task is not None and task.done():
+                error = task.exception() if not task.cancelled() else None
+                return f"the embedded {name} stopped: {error or 'cancelled'}"
+        return None
+
+    def hurry(self) -> None:
+        """End the workers' grace period now (a second Ctrl-C): running units are handed
+        back at once."""
+        for w in self._workers:
+            if w.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    w.proc.send_signal(signal.SIGTERM)
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    async def drain(self) -> None:
+        """Stop the workers and let the controller apply their last reports; the service
+        stays up (to be read) until `stop`."""
+        self._stopping = True
+        had_workers = bool(self._workers)
+        await self._stop_workers()
+        if had_workers and self._loop_task is not None and not self._loop_task.done():
+            await asyncio.sleep(0.5)  # a few loop steps: the workers' last reports
+
+    async def stop(self) -> None:
+        """`drain`, then stop the service and Redis and release the store. Safe to call
+        more than once."""
+        await self.drain()
+        self._stop_loop.set()
+        if self._loop_task is not None:
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(self._loop_task, timeout=15)
+            self._loop_task = None
+        if self._server is not None and self._http_task is not None:
+            self._server.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(self._http_task, timeout=10)
+            self._http_task = None
+        if self._controller is not None:
+            # A run that ended just before the stop: its attempts hashes go now, not
+            # left in a shared Redis (those of jobs still queued stay; the next
+            # session on this store deletes them once the jobs are gone).
+            with contextlib.suppress(RedisError, OSError):
+                await self._controller.forget_ended()
+            await self._controller.close()
+            self._controller = None
+        if self._redis is not None:
+            await asyncio.to_thread(self._redis.stop)
+            self._redis = None
+        await self._stop_guard()
+        if self._log_handler is not None:
+            root = logging.getLogger()
+            root.removeHandler(self._log_handler)
+            root.setLevel(self._root_level)
+            self._log_handler.close()
+            self._log_handler = None
+        if self._lock is not None:
+            fcntl.flock(self._lock.fileno(), fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+
+    async def _stop_workers(self) -> None:
+        alive = [w for w in self._workers if w.proc.poll() is None]
+        for w in alive:
+            with contextlib.suppress(ProcessLookupError):
+                w.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.options.grace_s + 15
+        for w in alive:
+            try:
+                await asyncio.to_thread(w.proc.wait, max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("worker container %d did not stop: killed", w.number)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(w.proc.pid, signal.SIGKILL)
+                await asyncio.to_thread(w.proc.wait)
+        self._workers = []
+
+
+def _safe_url(url: str) -> str:
+    """A Redis URL without its password, for messages."""
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest:
+        rest = "***@" + rest.split("@", 1)[1]
+    return f"{scheme}{sep}{rest}"
+
+
+def store_in_use(store: Path) -> bool:
+    """Whether an embedded session holds ``store`` now."""
+    path = store / LOCK_NAME
+    if not path.exists():
+        return False
+    with path.open("a+") as lock:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    return False
+
+
+def images_of(types: Sequence[TaskType]) -> tuple[str, ...]:
+    """The task images of ``types`` (their queues are served by the embedded workers)."""
+    return tuple(sorted({t.image for t in types if t.image}))

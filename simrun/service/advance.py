@@ -1,0 +1,112 @@
+"""Moving runs along: tasks start when their inputs are done (``count_units`` in a
+thread), follow their units to merging, done or failed, and runs end when nothing can
+progress. The rules are `simrun.core.states.next_task_state` and `simrun.core.states.run_state`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import traceback
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from simrun.core.states import TaskCounts, next_task_state, run_state
+from simrun.plugins import TaskType, resolve
+from simrun.resources import resource_key
+from simrun.runstore import RunRow, RunStore, TaskRow
+from simrun.service import decisions
+
+__all__ = ["advance_run", "count_units", "failure_message", "start_task"]
+
+log = logging.getLogger("simrun.service.controller")
+
+
+async def advance_run(store: RunStore, types: Mapping[str, TaskType], run: RunRow) -> bool:
+    """Start the tasks of ``run`` whose inputs are done, move its started tasks along their
+    units, and end the run when nothing can progress. True when something changed."""
+    tasks = await store.tasks(run.id)
+    counts = await store.counts(run.id)
+    states: dict[str, str] = {t.name: t.state for t in tasks}
+    changed = False
+    now = time.time()
+    for task in tasks:  # in topological order: a task done here lets the next start
+        state = states[task.name]
+        if state == "waiting" and all(states.get(d) == "done" for d in task.depends):
+            states[task.name] = await start_task(store, types, run, task)
+            counts = await store.counts(run.id)
+            changed = True
+            state = states[task.name]
+        if state not in ("running", "merging", "blocked"):
+            continue
+        new, make_merge = next_task_state(
+            state,  # type: ignore[arg-type]  # one of the three above
+            counts.get(task.name, TaskCounts()),
+            task.has_merge,
+        )
+        if make_merge:
+            await store.add_merge_unit(run.id, task.name)
+            changed = True
+        if new != state:
+            await store.set_task(run.id, task.name, state=new, now_s=now)
+            states[task.name] = new
+            changed = True
+    deps = {t.name: t.depends for t in tasks}
+    outcome = run_state(states, deps)
+    if outcome != "running":
+        message = "" if outcome == "succeeded" else await failure_message(store, run.id)
+        await store.set_run_state(run.id, outcome, message, now)
+        log.info("run %s %s %s", run.id, outcome, message)
+        changed = True
+    return changed
+
+
+async def start_task(
+    store: RunStore, types: Mapping[str, TaskType], run: RunRow, task: TaskRow
+) -> str:
+    """Start a task whose inputs are done: count its units (in a thread) and make them
+    pending. Returns its new state."""
+    now = time.time()
+    task_type = types.get(task.type)
+    if task_type is None:
+        status = f"task type {task.type!r} is not installed in the service"
+        await store.set_task(run.id, task.name, state="failed", status=status, now_s=now)
+        return "failed"
+    try:
+        key = resource_key(task_type, task.settings, run.model)
+        units = 1
+        if task_type.splittable:
+            units = await asyncio.to_thread(count_units, task_type, task.settings)
+    except Exception as exc:  # noqa: BLE001  # plugin code may raise anything: the task fails
+        status = f"count_units failed: {type(exc).__name__}: {exc}"
+        log.warning("run %s task %s: %s\n%s", run.id, task.name, status, traceback.format_exc())
+        await store.set_task(run.id, task.name, state="failed", status=status, now_s=now)
+        return "failed"
+    async with store.transaction() as conn:
+        await store.start_task(run.id, task.name, units, now, conn=conn)
+        await store.set_task(run.id, task.name, resource_key=key.text(), conn=conn)
+    log.info("run %s task %s started with %d units", run.id, task.name, units)
+    return "running"
+
+
+async def failure_message(store: RunStore, run_id: str) -> str:
+    """The message of a failed run: its failed units, and the status of failed tasks."""
+    failed: dict[str, list[int | str]] = defaultdict(list)
+    for unit in await store.failures(run_id):
+        failed[unit.task].append(unit.key)
+    message = decisions.failure_message(failed) if failed else "failed"
+    fresh = await store.tasks(run_id)
+    extra = [f"{t.name}: {t.status}" for t in fresh if t.state == "failed" and t.status]
+    return "; ".join([message, *extra]) if extra else message
+
+
+def count_units(task_type: TaskType, settings: Mapping[str, Any]) -> int:
+    """Run the type's ``count_units`` on its parsed settings (in a thread)."""
+    assert task_type.count_units is not None
+    parsed = task_type.settings.model_validate(dict(settings))
+    count = resolve(task_type.count_units)(parsed)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"count_units of {task_type.name!r} returned {count!r}, not an int >= 0")
+    return count

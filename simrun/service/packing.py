@@ -1,0 +1,115 @@
+"""Building the jobs of a task from its pending units (pure: no Redis, no SQLite).
+
+A job is stored (`simrun.runstore.NewJob`: which units it moves to queued, under which
+attempt and memory) and sent (`simrun.core.jobs.JobSpec`: what the worker runs); both come
+from one function so they never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from simrun.core.jobs import JobPaths, JobResources, JobSpec
+from simrun.core.states import UnitKind, UnitRow
+from simrun.plugins import TaskPaths, TaskType
+from simrun.resources import ResolvedResources
+from simrun.runstore import NewJob, TaskRow
+from simrun.service.decisions import job_attempt, retry_memory_gb
+
+__all__ = ["Dispatch", "build_jobs", "memory_groups", "task_paths"]
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """A job ready to go: its record for the store and its payload for the queue."""
+
+    job: NewJob
+    spec: JobSpec
+
+
+def task_paths(store: Path, task: TaskRow) -> TaskPaths:
+    """Where a task of a run works (``STORE/runs/<run>/<task>/out``)."""
+    return TaskPaths.for_task(
+        store, task.run, task.name, inputs={port: Path(p) for port, p in task.inputs.items()}
+    )
+
+
+def memory_groups(units: Sequence[UnitRow], resolved_gb: float) -> list[list[UnitRow]]:
+    """Pending units grouped by the memory they need (`retry_memory_gb`), smallest first and
+    in index order within a group, so that a unit killed before never raises the request
+    of a chunk of fresh units."""
+    groups: dict[float, list[UnitRow]] = {}
+    for unit in units:
+        need = retry_memory_gb(resolved_gb, unit.kills, unit.memory_gb)
+        groups.setdefault(need, []).append(unit)
+    return [groups[need] for need in sorted(groups)]
+
+
+def build_jobs(
+    store: Path,
+    task: TaskRow,
+    task_type: TaskType,
+    resolved: ResolvedResources,
+    queue: str,
+    chunks: Sequence[Sequence[UnitRow]],
+    timeout_s: float | None = None,
+) -> list[Dispatch]:
+    """One job per chunk of pending units of ``task`` (chunk units, its command unit, or its
+    merge unit, one kind per chunk), each with an attempt above every unit's current one.
+
+    A chunk or command job runs under the resolved memory per process, a merge under the
+    resolved base memory; a unit killed for memory before gets at least `RETRY_FACTOR`
+    times the limit of its last attempt (`retry_memory_gb`), the most of its chunk.
+    """
+    paths = JobPaths.of(task_paths(store, task))
+    out: list[Dispatch] = []
+    for units in chunks:
+        if not units:
+            raise ValueError(f"task {task.name!r}: an empty chunk cannot be a job")
+        kinds = {u.kind for u in units}
+        if len(kinds) != 1:
+            raise ValueError(f"task {task.name!r}: a job mixes units of kinds {sorted(kinds)}")
+        kind: UnitKind = units[0].kind
+        attempt = job_attempt(u.attempt for u in units)
+        base_gb = resolved.memory_base_gb
+        per_worker_gb = resolved.memory_per_worker_gb
+        if kind == "merge":
+            base_gb = retry_memory_gb(base_gb, units[0].kills, units[0].memory_gb)
+        else:
+            per_worker_gb = max(retry_memory_gb(per_worker_gb, u.kills, u.memory_gb) for u in units)
+        spec = JobSpec(
+            kind=kind,
+            run=task.run,
+            task=task.name,
+            task_type=task.type,
+            settings=dict(task.settings),
+            paths=paths,
+            resources=JobResources(
+                memory_base_gb=base_gb,
+                memory_per_worker_gb=per_worker_gb,
+                scratch_gb=resolved.scratch_gb,
+                gpus=resolved.gpus,
+                seconds_per_unit=resolved.seconds_per_unit,
+            ),
+            attempt=attempt,
+            indices=tuple(u.index for u in units) if kind == "chunk" else (),
+            uses_cores=task_type.uses_cores,
+            checkpoints=task_type.checkpoints,
+            timeout_s=timeout_s,
+            command=task_type.command if kind == "command" else None,
+            image=task_type.image,
+        )
+        job = NewJob(
+            id=spec.job_id,
+            run=task.run,
+            task=task.name,
+            kind=kind,
+            queue=queue,
+            attempt=attempt,
+            indices=tuple(u.index for u in units),
+            memory_gb=base_gb if kind == "merge" else per_worker_gb,
+        )
+        out.append(Dispatch(job, spec))
+    return out

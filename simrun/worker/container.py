@@ -1,0 +1,288 @@
+"""The worker container: arq workers on its queues, a pool of worker processes, admission,
+a heartbeat, and a graceful stop.
+
+One arq `Worker` per queue (cpu, gpu, image:…) runs in one event loop and hands each job to
+`JobHandler`. arq holds up to ``processes + prefetch`` jobs per queue; admission decides
+which of them run. arq's settings fit short jobs: a small poll delay, the health check in
+seconds, results kept a few minutes (a job id cannot be enqueued again while its result
+lives), payloads and results in msgpack, and a job timeout of days, because the time of a
+unit is bounded by the worker itself (``timeout_s``), not by arq.
+
+Stopping (SIGTERM or SIGINT, or `WorkerContainer.request_stop`): no job is taken any more;
+jobs still waiting for admission are handed back at once; running ones get ``grace_s`` to
+finish; then their processes (and commands) are killed and what they had not finished is
+reported "not_run". A second signal ends the grace period at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from arq.connections import ArqRedis, RedisSettings, create_pool
+from arq.worker import Worker, func
+from redis.exceptions import RedisError
+
+from simrun.core.reports import WorkerInfo, now_s
+from simrun.core.timing import HEARTBEAT_S, HEARTBEAT_TTL_S
+from simrun.core.wire import deserialize, serialize
+from simrun.queues import DEFAULT_PREFIX, JOB_FUNCTION, Keys
+from simrun.worker.admission import AdmissionGate
+from simrun.worker.capacity import Capacity
+from simrun.worker.heartbeat import Heartbeat
+from simrun.worker.jobs import JobHandler
+from simrun.worker.pool.processes import ProcessPool
+
+__all__ = ["WorkerContainer", "WorkerOptions", "default_worker_id"]
+
+log = logging.getLogger(__name__)
+
+#: arq's own bound on a job; ours are the unit timeouts. Also how long arq would keep a job
+#: that a dead worker held blocked: the service dispatches its units again with a newer
+#: attempt and drops it from arq (`simrun.queues.JobQueue.drop_jobs`).
+JOB_TIMEOUT_S = 7 * 24 * 3600
+KEEP_RESULT_S = 300
+MAX_TRIES = 3
+HEALTH_CHECK_S = 10
+
+
+def default_worker_id() -> str:
+    """``<host>-<pid>-<random>``: unique among the containers of one Redis."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How to run one worker container. ``queues`` are logical names (cpu, gpu, image:…);
+    ``prefetch`` is how many jobs per queue arq may hold beyond the process slots (None:
+    as many as there are slots); ``python_path`` is put in front of the worker processes'
+    ``sys.path`` (where ``plugins`` live)."""
+
+    redis_url: str
+    capacity: Capacity
+    queues: tuple[str, ...] = ("cpu",)
+    prefix: str = DEFAULT_PREFIX
+    worker_id: str | None = None
+    plugins: tuple[str, ...] = ()
+    python_path: tuple[str, ...] = ()
+    burst: bool = False
+    grace_s: float = 30.0
+    poll_delay_s: float = 0.02
+    prefetch: int | None = None
+    heartbeat_s: float = HEARTBEAT_S
+    heartbeat_ttl_s: float = HEARTBEAT_TTL_S
+    admission_patience_s: float = 5.0
+    store: Path | None = None
+
+
+class WorkerContainer:
+    """One ``simrun worker``: `run` it; `request_stop` (or a signal) ends it gracefully."""
+
+    def __init__(self, options: WorkerOptions) -> None:
+        if not options.queues:
+            raise ValueError("a worker needs at least one queue")
+        if options.grace_s < 0:
+            raise ValueError(f"grace_s must be >= 0, got {options.grace_s}")
+        self.options = options
+        self.keys = Keys(options.prefix)
+        self.worker_id = options.worker_id or default_worker_id()
+        self.capacity = options.capacity
+        self.pool = ProcessPool(
+            options.capacity.processes,
+            plugins=options.plugins,
+            python_path=options.python_path,
+            hide_gpus=options.capacity.gpus > 0,
+        )
+        self.gate = AdmissionGate(options.capacity, options.admission_patience_s)
+        self.started = now_s()
+        self.stopping = False
+        self._arq: list[Worker] = []
+        self._handler: JobHandler | None = None
+        self._stop_task: asyncio.Task[None] | None = None
+        self._grace_over = asyncio.Event()
+
+    # -- state for the heartbeat ------------------------------------------------------------
+
+    def info(self) -> WorkerInfo:
+        handler = self._handler
+        running = tuple(dict(v) for v in handler.running.values()) if handler else ()
+        return WorkerInfo(
+            id=self.worker_id,
+            queues=self.options.queues,
+            memory_gb=self.capacity.memory_gb,
+            processes=self.capacity.processes,
+            gpus=self.capacity.gpus,
+            free_memory_gb=self.gate.free_memory_gb,
+            free_processes=self.gate.free_slots,
+            running=running,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started=self.started,
+            updated=now_s(),
+            stopping=self.stopping,
+        )
+
+    # -- running -----------------------------------------------------------------------------
+
+    def _arq_worker(self, queue: str, pool: ArqRedis, handler: JobHandler) -> Worker:
+        opts = self.options
+        prefetch = self.capacity.processes if opts.prefetch is None else opts.prefetch
+        return Worker(
+            functions=[func(handler.handle, name=JOB_FUNCTION, max_tries=MAX_TRIES)],
+            queue_name=self.keys.queue(queue),
+            redis_pool=pool,
+            burst=opts.burst,
+            handle_signals=False,
+            max_jobs=self.capacity.processes + max(0, prefetch),
+            job_timeout=JOB_TIMEOUT_S,
+            keep_result=KEEP_RESULT_S,
+            poll_delay=opts.poll_delay_s,
+            max_tries=MAX_TRIES,
+            health_check_interval=HEALTH_CHECK_S,
+            job_serializer=serialize,
+            job_deserializer=deserialize,
+            log_results=False,
+        )
+
+    async def _connect(self) -> ArqRedis:
+        pool: ArqRedis = await create_pool(
+            RedisSettings.from_dsn(self.options.redis_url),
+            job_serializer=serialize,
+            job_deserializer=deserialize,
+        )
+        return pool
+
+    async def run(self, handle_signals: bool = False) -> None:
+        """Serve until the queues are empty (burst) or a stop has run its course.
+
+        Raises `PoolError` when the worker processes cannot start (a ``--plugins``
+        reference that does not load) and Redis errors when Redis cannot be reached.
+        """
+        loop = asyncio.get_running_loop()
+        if handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.request_stop)
+        try:
+            await self.pool.start()
+            redis = await self._connect()
+            try:
+                await self._serve(redis)
+            finally:
+                await redis.aclose()
+        finally:
+            await self.pool.close()
+            if handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+
+    async def _serve(self, redis: ArqRedis) -> None:
+        heartbeat = Heartbeat(
+            redis,
+            self.keys,
+            self.info,
+            interval_s=self.options.heartbeat_s,
+            ttl_s=self.options.heartbeat_ttl_s,
+        )
+        self._handler = JobHandler(
+            redis=redis,
+            keys=self.keys,
+            worker_id=self.worker_id,
+            capacity=self.capacity,
+            gate=self.gate,
+            pool=self.pool,
+        )
+        heartbeat_task: asyncio.Task[None] | None = None
+        try:
+            for queue in self.options.queues:
+                self._arq.append(self._arq_worker(queue, await self._connect(), self._handler))
+            await heartbeat.beat()
+            heartbeat_task = asyncio.get_running_loop().create_task(heartbeat.run())
+            log.info(
+                "worker %s serving %s with %g GiB, %d processes, %d GPUs",
+                self.worker_id,
+                ", ".join(self.options.queues),
+                self.capacity.memory_gb,
+                self.capacity.processes,
+                self.capacity.gpus,
+            )
+            if not self.stopping:  # a stop asked for while starting up ends it here
+                results = await asyncio.gather(
+                    *(w.async_run() for w in self._arq), return_exceptions=True
+                )
+                for result in results:
+                    if isinstance(result, BaseException) and not isinstance(
+                        result, asyncio.CancelledError
+                    ):
+                        raise result
+            if self._stop_task is not None:
+                await self._stop_task
+        finally:
+            if heartbeat_task is not None:
+                heartbeat_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeat_task
+            for worker in self._arq:
+                await worker.close()
+            with contextlib.suppress(RedisError, OSError):
+                await heartbeat.clear(self.worker_id)
+
+    def request_stop(self) -> None:
+        """Begin a graceful stop; called again, end the grace period now."""
+        if self.stopping:
+            log.warning("second stop request: ending the grace period now")
+            self._grace_over.set()
+            return
+        self.stopping = True
+        log.info("stopping: no new jobs, %g s of grace for the running ones", self.options.grace_s)
+        self._stop_task = asyncio.get_running_loop().create_task(self._stop())
+
+    def _jobs_in_flight(self) -> int:
+        return sum(1 for w in self._arq for t in w.tasks.values() if not t.done())
+
+    async def _wait_jobs(self, timeout_s: float, grace: bool) -> bool:
+        """Wait until no job is in flight (True), or ``timeout_s`` has passed (False); with
+        ``grace``, a second stop request also ends the wait (False)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self._jobs_in_flight():
+            if loop.time() >= deadline or (grace and self._grace_over.is_set()):
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+    async def _stop(self) -> None:
+        for worker in self._arq:
+            worker.allow_pick_jobs = False
+        self.gate.close()
+        if not await self._wait_jobs(self.options.grace_s, grace=True):
+            handler = self._handler
+            if handler is not None:
+                handler.stop_now = True
+                handler.stop_commands()
+            killed = self.pool.kill_busy("stop")
+            log.warning("grace period over: killed %d busy worker processes", killed)
+            if not await self._wait_jobs(60.0, grace=False):
+                log.error("jobs did not end within 60 s of their processes being killed")
+        for worker in self._arq:
+            worker.handle_sig(signal.SIGTERM)
+
+
+def run_container(options: WorkerOptions, handle_signals: bool = True) -> None:
+    """Run a worker container in a new event loop until it ends."""
+    asyncio.run(WorkerContainer(options).run(handle_signals=handle_signals))
+
+
+def queues_for(queues: Sequence[str], images: Sequence[str]) -> tuple[str, ...]:
+    """The logical queues of ``--queue`` and ``--image`` options (cpu when none is given)."""
+    from simrun.core.wire import image_queue
+
+    names = [*queues, *(image_queue(i) for i in images)]
+    return tuple(dict.fromkeys(names)) or ("cpu",)

@@ -1,0 +1,425 @@
+"""Running the command of one unsplit task: `CommandRun`.
+
+The command runs without a shell, in a session (and so a process group) of its own, with its
+working directory in the task directory and its stdout and stderr in
+``task_dir/logs/attempt-<N>.{out,err}``. A `MemorySampler` follows the anonymous memory of
+its whole process tree; past the limit, past the timeout, or when ``simrun-exec`` is told to
+stop, the tree is signalled: its process group and every descendant still found under it.
+When the command's first process ends, whatever is left of its process group is killed:
+the command is over when its main process is.
+
+A process that leaves both the tree and the group (a daemon that forks twice and calls
+``setsid``) escapes both the memory count and the kill; only a cgroup could follow it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+from simrun.core.reports import WorkerReport
+from simrun.plugins import TaskPaths
+from simrun.worker.exec.argv import expand_argv
+from simrun.worker.exec.spec import CommandResult, CommandSpec, Outcome, write_json_atomic
+from simrun.worker.sampler import MemorySampler, descendants
+
+__all__ = [
+    "STDERR_TAIL_LINES",
+    "TERM_GRACE_S",
+    "CommandRun",
+    "absolute_spec",
+    "default_report_path",
+    "group_members",
+    "log_paths",
+    "not_started",
+    "settings_path",
+    "stderr_tail",
+]
+
+#: Seconds a command has to end after a forwarded SIGTERM before its tree is killed.
+TERM_GRACE_S = 5.0
+#: How many of the last lines of stderr a failure report quotes.
+STDERR_TAIL_LINES = 50
+_TAIL_BYTES = 64 * 1024
+log = logging.getLogger(__name__)
+
+_SAMPLE_INTERVAL_S = 0.02
+#: Seconds simrun-exec waits for the killed members of a command's group to be gone.
+_GROUP_GONE_WAIT_S = 10.0
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` that are not zombies (a killed process may
+    take a moment to release its memory; a zombie has released it)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:  # the group is empty: the common case needs no scan
+        return []
+    except PermissionError:  # someone else's group: nothing of ours is in it
+        return []
+    members: list[int] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                data = fh.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()  # state ppid pgrp ...
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
+            members.append(int(name))
+    return members
+
+
+def _wait_group_gone(pgid: int, timeout_s: float = _GROUP_GONE_WAIT_S) -> list[int]:
+    """Wait until no living process is left in group ``pgid``; returns those still there."""
+    deadline = time.monotonic() + timeout_s
+    while (left := group_members(pgid)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return left
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def settings_path(paths: TaskPaths) -> Path:
+    """The JSON file of the settings that ``{settings}`` names."""
+    return paths.task_dir / "settings.json"
+
+
+def log_paths(paths: TaskPaths, attempt: int) -> tuple[Path, Path]:
+    """Where the stdout and the stderr of an attempt go."""
+    logs = paths.task_dir / "logs"
+    return logs / f"attempt-{attempt}.out", logs / f"attempt-{attempt}.err"
+
+
+def default_report_path(paths: TaskPaths, attempt: int) -> Path:
+    """Where the result goes when neither ``--report`` nor the job names a place."""
+    return paths.task_dir / "logs" / f"attempt-{attempt}.report.json"
+
+
+def absolute_spec(spec: CommandSpec) -> CommandSpec:
+    """``spec`` with every path made absolute against the current working directory (the
+    command itself runs in the task directory, where relative paths would mean otherwise)."""
+    p = spec.paths
+    paths = TaskPaths(
+        store=p.store.absolute(),
+        run_dir=p.run_dir.absolute(),
+        task_dir=p.task_dir.absolute(),
+        out=p.out.absolute(),
+        inputs={port: where.absolute() for port, where in p.inputs.items()},
+        scratch=p.scratch.absolute(),
+    )
+    report = None if spec.report is None else spec.report.absolute()
+    return replace(spec, paths=paths, report=report)
+
+
+def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
+    """The last ``lines`` lines of the file (of its last 64 KiB), decoded leniently."""
+    try:
+        with path.open("rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - _TAIL_BYTES))
+            data = fh.read()
+    except OSError:  # no log (the command never started) or an unreadable one: no tail
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def not_started(
+    spec: CommandSpec, reason: str, started: str, outcome: Outcome = "failed"
+) -> CommandResult:
+    """The result of a command that never ran: no memory was measured, no unit done."""
+    return CommandResult(
+        outcome=outcome,
+        exit_code=None,
+        error=reason,
+        report=WorkerReport(
+            peak_memory_gb=(), seconds_per_unit=None, units=0, limit_gb=spec.limit_gb
+        ),
+        started=started,
+        finished=_now(),
+        attempt=spec.attempt,
+    )
+
+
+class _PrepareError(Exception):
+    """The task directory could not be made ready; the message says why."""
+
+
+def _clear_out(paths: TaskPaths) -> None:
+    """Empty the output directory, which must lie inside the task directory."""
+    out = paths.out.resolve()
+    task_dir = paths.task_dir.resolve()
+    if task_dir not in out.parents:
+        raise _PrepareError(
+            f"refusing to clear the output directory {str(paths.out)!r}: it is not inside "
+            f"the task directory {str(paths.task_dir)!r}"
+        )
+    try:
+        shutil.rmtree(out)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise _PrepareError(
+            f"cannot clear the output directory {str(paths.out)!r}: {exc}"
+        ) from None
+
+
+def _prepare(spec: CommandSpec) -> None:
+    """Make the directories, clear the output of a restarted attempt, write the settings."""
+    paths = spec.paths
+    try:
+        if not spec.checkpoints and spec.attempt > 1:
+            _clear_out(paths)
+        for directory in (paths.task_dir, paths.out, paths.scratch, paths.task_dir / "logs"):
+            directory.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(settings_path(paths), spec.settings)
+    except OSError as exc:
+        raise _PrepareError(
+            f"cannot prepare the task directory {str(paths.task_dir)!r}: {exc}"
+        ) from None
+
+
+def _start_problem(program: str, exc: OSError | ValueError) -> str:
+    """One line saying why ``program`` could not be started."""
+    if isinstance(exc, FileNotFoundError):
+        if "/" in program:
+            return f"command {program!r} does not exist"
+        return f"command {program!r} not found on PATH"
+    if isinstance(exc, PermissionError):
+        return f"command {program!r} cannot be run: permission denied (is it executable?)"
+    if isinstance(exc, OSError):
+        return f"command {program!r} cannot be run: {exc.strerror or exc}"
+    return f"command {program!r} cannot be run: {exc}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+class CommandRun:
+    """One run of a `CommandSpec`: `run` does it, `request_stop` (from any thread, or from a
+    signal handler) ends it early as ``killed``.
+
+    The spec's paths are made absolute first (`absolute_spec`).
+    """
+
+    def __init__(self, spec: CommandSpec) -> None:
+        self.spec = absolute_spec(spec)
+        self._lock = threading.Lock()
+        self._reason: str | None = None  # the first of "memory", "timeout", "terminated"
+        self._limit_seen_gb = 0.0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reaped = False
+        self._timers: list[threading.Timer] = []
+
+    # -- stopping, from other threads ------------------------------------------------------
+
+    def _signal_tree(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the command's process group and to its descendants; call with the
+        lock held, while the first process is not yet reaped (so its ids are not reused)."""
+        proc = self._proc
+        if proc is None or self._reaped:
+            return
+        tree = descendants(proc.pid)
+        for pid, send in [(proc.pid, os.killpg), *((p, os.kill) for p in tree)]:
+            try:
+                send(pid, sig)
+            except (ProcessLookupError, PermissionError):  # gone already, or not ours to signal
+                continue
+
+    def _ended(self) -> bool:
+        """Whether the first process has exited already (it is not reaped yet)."""
+        proc = self._proc
+        if proc is None:
+            return False
+        if self._reaped:
+            return True
+        try:
+            return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
+
+    def _stop(self, reason: str, sig: signal.Signals) -> None:
+        with self._lock:
+            if self._ended():  # too late: the command ended by itself
+                return
+            if self._reason is None:
+                self._reason = reason
+            self._signal_tree(sig)
+
+    def _on_limit(self, current_gb: float) -> None:
+        self._limit_seen_gb = current_gb
+        self._stop("memory", signal.SIGKILL)
+
+    def _on_timeout(self) -> None:
+        self._stop("timeout", signal.SIGKILL)
+
+    def _terminate(self) -> None:
+        self._stop("terminated", signal.SIGTERM)
+        self._start_timer(TERM_GRACE_S, lambda: self._stop("terminated", signal.SIGKILL))
+
+    def request_stop(self) -> None:
+        """End the command: SIGTERM to its tree, SIGKILL `TERM_GRACE_S` later.
+
+        Safe in a signal handler: the work happens in a new thread, so a handler never waits
+        for a lock its own thread holds.
+        """
+        threading.Thread(target=self._terminate, name="simrun-exec-stop", daemon=True).start()
+
+    def _start_timer(self, seconds: float, action: Callable[[], None]) -> None:
+        timer = threading.Timer(seconds, action)
+        timer.daemon = True
+        with self._lock:
+            if self._reaped:
+                return
+            self._timers.append(timer)
+        timer.start()
+
+    # -- running ---------------------------------------------------------------------------
+
+    def run(self) -> CommandResult:
+        """Prepare the task directory, run the command to its end, and say how it went."""
+        spec = self.spec
+        paths = spec.paths
+        started = _now()
+        try:
+            argv = expand_argv(spec.command, settings_path(paths), paths.out, paths.inputs)
+        except ValueError as exc:
+            return not_started(spec, str(exc), started)
+        try:
+            _prepare(spec)
+        except _PrepareError as exc:
+            return replace(not_started(spec, str(exc), started), argv=tuple(argv))
+        out_log, err_log = log_paths(paths, spec.attempt)
+        logs = {"stdout": str(out_log), "stderr": str(err_log)}
+        try:
+            with out_log.open("wb") as out_fh, err_log.open("wb") as err_fh:
+                result = self._run_tree(argv, out_fh, err_fh, started)
+        except OSError as exc:  # the logs cannot be opened (a full or read-only volume)
+            problem = f"cannot open the log files of the command in {str(out_log.parent)!r}: {exc}"
+            return replace(not_started(spec, problem, started), argv=tuple(argv))
+        result = replace(result, argv=tuple(argv), logs=logs)
+        if result.outcome != "done":
+            tail = stderr_tail(err_log)
+            if tail:
+                error = f"{result.error}\n--- last lines of stderr ({err_log}) ---\n{tail}"
+                result = replace(result, error=error)
+        return result
+
+    def _run_tree(
+        self, argv: list[str], out_fh: IO[bytes], err_fh: IO[bytes], started: str
+    ) -> CommandResult:
+        spec = self.spec
+        with self._lock:
+            if self._reason is not None:
+                return not_started(
+                    spec, "simrun-exec was stopped before the command started", started, "killed"
+                )
+            try:
+                self._proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out_fh,
+                    stderr=err_fh,
+                    cwd=spec.paths.task_dir,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except (OSError, ValueError) as exc:
+                return not_started(spec, _start_problem(argv[0], exc), started)
+        proc = self._proc
+        t0 = time.monotonic()
+        sampler = MemorySampler(
+            proc.pid,
+            interval_s=_SAMPLE_INTERVAL_S,
+            include_children=True,
+            limit_gb=spec.limit_gb,
+            on_limit=self._on_limit,
+        )
+        try:
+            sampler.start()
+            if spec.timeout_s is not None:
+                self._start_timer(spec.timeout_s, self._on_timeout)
+            # Wait for the first process to end without reaping it, so that its process
+            # group id stays ours while the rest of the group is killed below.
+            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+            wall_s = time.monotonic() - t0
+            peak_gb = sampler.stop()
+        finally:
+            with self._lock:
+                for timer in self._timers:
+                    timer.cancel()
+                self._signal_tree(signal.SIGKILL)  # what is left of the group
+                proc.wait()
+                self._reaped = True
+            # SIGKILL is not instant: a big process takes a while to free its memory. The
+            # group id cannot be reused while one of its members exists, so this is safe.
+            left = _wait_group_gone(proc.pid)
+            if left:
+                log.warning("processes %s of the command survive SIGKILL", left)
+        return self._result(proc.returncode, peak_gb, wall_s, started)
+
+    def _result(self, code: int, peak_gb: float, wall_s: float, started: str) -> CommandResult:
+        spec = self.spec
+        exit_code = code if code >= 0 else None
+        sig = _signal_name(-code) if code < 0 else None
+        how = f"exit code {code}" if code >= 0 else f"signal {sig}"
+        outcome: Outcome
+        if self._reason == "memory":
+            outcome = "killed"
+            error = (
+                f"the command's process tree used {self._limit_seen_gb:.3f} GiB of anonymous "
+                f"memory, more than its limit of {spec.limit_gb:g} GiB, and was killed ({how})"
+            )
+        elif self._reason == "timeout":
+            outcome = "timeout"
+            error = (
+                f"the command ran longer than its timeout of {spec.timeout_s:g} s "
+                f"and was killed ({how})"
+            )
+        elif self._reason == "terminated":
+            outcome = "killed"
+            error = f"simrun-exec was asked to stop, so it stopped the command ({how})"
+        elif code == 0:
+            outcome, error = "done", ""
+        elif code > 0:
+            outcome, error = "failed", f"the command exited with code {code}"
+        else:
+            outcome, error = "failed", f"the command was killed by {sig}, not by simrun-exec"
+        done = outcome == "done"
+        report = WorkerReport(
+            peak_memory_gb=(peak_gb,),
+            seconds_per_unit=wall_s if done else None,
+            units=1 if done else 0,
+            limit_gb=spec.limit_gb,
+            killed_for_memory=self._reason == "memory",
+        )
+        return CommandResult(
+            outcome=outcome,
+            exit_code=exit_code,
+            error=error,
+            report=report,
+            started=started,
+            finished=_now(),
+            wall_s=wall_s,
+            signal=sig,
+            attempt=spec.attempt,
+        )

@@ -1,0 +1,239 @@
+"""A worker process: the only place where plugin code (setup, compute_unit, merge) runs.
+
+Started by the worker container as ``python -m simrun.worker.pool.child [--plugin REF]...
+[--path DIR]... [--cuda-visible-devices IDS]``, it answers the requests of
+`simrun.worker.pool.protocol` one after the other until its stdin closes; a "units" request is
+answered by one reply per unit, each sent as its unit ends. An exception in plugin code is
+caught and sent back with its traceback; the process goes on. The container kills
+the process when it passes its memory limit or a unit's time runs out, and starts another.
+
+Task types are found by name among the ``--plugin`` references (``module:OBJECT`` naming a
+`TaskType`, loaded by `simrun.plugins.load_plugin_ref`) and the installed entry points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import functools
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from simrun.plugins import (
+    ENTRY_POINT_GROUP,
+    PluginError,
+    TaskPaths,
+    TaskType,
+    load_plugin_ref,
+    load_task_types,
+    resolve,
+)
+from simrun.worker.pool.protocol import read_blocking, write_blocking
+from simrun.worker.sampler import anon_memory_bytes
+
+__all__ = ["main"]
+
+#: Tasks a process remembers (with their setup done); an older one is set up again.
+MAX_TASKS = 16
+#: Longest traceback sent back; a longer one keeps its end, where the error is.
+MAX_ERROR_CHARS = 20_000
+
+
+def _error_text() -> str:
+    text = traceback.format_exc()
+    return text if len(text) <= MAX_ERROR_CHARS else "…" + text[-MAX_ERROR_CHARS:]
+
+
+def _unknown(op: object) -> None:
+    raise ValueError(f"unknown request {op!r}")
+
+
+def _timed(call: Callable[[], None]) -> dict[str, Any]:
+    """Run ``call``: the reply with its wall time, and its traceback when it raised."""
+    start = time.perf_counter()
+    try:
+        call()
+    except Exception:  # noqa: BLE001  # plugin errors go back to the container as text
+        return {"ok": False, "seconds": time.perf_counter() - start, "error": _error_text()}
+    return {"ok": True, "seconds": time.perf_counter() - start, "error": None}
+
+
+@dataclass
+class _Context:
+    """The task a process is working on."""
+
+    key: tuple[str, str]
+    task_type: TaskType
+    settings: BaseModel
+    paths: TaskPaths
+    set_up: bool = False
+
+
+class Child:
+    """The state of one worker process: its task types, the tasks it has worked on (setup
+    runs once per task per process; the last `MAX_TASKS` tasks are remembered) and the
+    current one."""
+
+    def __init__(self, registry: dict[str, TaskType]) -> None:
+        self.registry = registry
+        self.context: _Context | None = None
+        self._tasks: dict[tuple[str, str], _Context] = {}
+        self._functions: dict[str, Callable[..., Any]] = {}
+
+    def task_type(self, name: str) -> TaskType:
+        found = self.registry.get(name)
+        if found is not None:
+            return found
+        eps = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+        if not eps:
+            known = sorted(
+                {*self.registry, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))}
+            )
+            raise PluginError(
+                f"task type {name!r} is not installed on this worker "
+                f"(known: {', '.join(known) or 'none'})"
+            )
+        loaded = load_task_types(eps)[name]
+        self.registry[name] = loaded
+        return loaded
+
+    def function(self, ref: str) -> Callable[..., Any]:
+        func = self._functions.get(ref)
+        if func is None:
+            func = self._functions[ref] = resolve(ref)
+        return func
+
+    def handle(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The one reply to a "task" or "merge" request."""
+        op = message.get("op")
+        if op == "task":
+            return _timed(functools.partial(self._task, message))
+        if op == "merge":
+            return _timed(self._merge)
+        return _timed(functools.partial(_unknown, op))
+
+    def units(self, message: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """The replies to a "units" request, one per index as each unit ends, in order; a
+        request without a list of indices gets one failed reply with index None."""
+        indices = message.get("indices")
+        if not isinstance(indices, list) or not all(type(i) is int for i in indices):
+            reply = _timed(functools.partial(_unknown, f"units with indices {indices!r}"))
+            yield {**reply, "index": None}
+            return
+        for index in indices:
+            reply = _timed(functools.partial(self._unit, index))
+            reply["index"] = index
+            yield reply
+
+    def _task(self, message: dict[str, Any]) -> None:
+        key = (str(message["run"]), str(message["task"]))
+        self.context = None
+        current = self._tasks.pop(key, None)
+        if current is None:
+            task_type = self.task_type(str(message["task_type"]))
+            raw = message["paths"]
+            paths = TaskPaths(
+                store=Path(raw["store"]),
+                run_dir=Path(raw["run_dir"]),
+                task_dir=Path(raw["task_dir"]),
+                out=Path(raw["out"]),
+                inputs={port: Path(p) for port, p in raw["inputs"].items()},
+                scratch=Path(raw["scratch"]),
+            )
+            settings = task_type.settings.model_validate(message["settings"])
+            current = _Context(key, task_type, settings, paths)
+        self._tasks[key] = current  # most recent last
+        while len(self._tasks) > MAX_TASKS:
+            del self._tasks[next(iter(self._tasks))]
+        if message.get("setup") and not current.set_up:
+            current.paths.out.mkdir(parents=True, exist_ok=True)
+            if current.task_type.setup is not None:
+                self.function(current.task_type.setup)(current.settings, current.paths)
+            current.set_up = True
+        self.context = current
+
+    def _current(self) -> _Context:
+        if self.context is None:
+            raise RuntimeError("no task was given before this request")
+        return self.context
+
+    def _unit(self, index: int) -> None:
+        ctx = self._current()
+        if ctx.task_type.compute_unit is None:
+            raise PluginError(f"task type {ctx.task_type.name!r} has no compute_unit")
+        self.function(ctx.task_type.compute_unit)(ctx.settings, index, ctx.paths)
+
+    def _merge(self) -> None:
+        ctx = self._current()
+        if ctx.task_type.merge is None:
+            return  # a type without a merge has nothing to merge
+        ctx.paths.out.mkdir(parents=True, exist_ok=True)
+        self.function(ctx.task_type.merge)(ctx.settings, ctx.paths)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when the worker container dies (PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="simrun.worker.pool.child")
+    parser.add_argument("--plugin", action="append", default=[])
+    parser.add_argument("--path", action="append", default=[])
+    parser.add_argument("--cuda-visible-devices", default=None)
+    args = parser.parse_args(argv)
+    # What this process holds before any plugin code runs: the pool counts the memory a
+    # process keeps from its tasks beyond this (simrun.worker.pool.processes).
+    baseline_bytes = anon_memory_bytes(os.getpid()) or 0
+
+    _die_with_parent()
+    # Ctrl-C reaches the whole process group; the container decides when processes stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The protocol keeps the real stdout; whatever plugins print goes to stderr.
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    in_fd = 0
+    if args.cuda_visible_devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = args.cuda_visible_devices
+    for entry in reversed(args.path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+
+    registry: dict[str, TaskType] = {}
+    try:
+        for ref in args.plugin:
+            task_type = load_plugin_ref(ref)
+            registry[task_type.name] = task_type
+    except PluginError as exc:
+        write_blocking(out_fd, {"ok": False, "pid": os.getpid(), "error": str(exc)})
+        return 2
+    hello = {"ok": True, "pid": os.getpid(), "error": None, "baseline_bytes": baseline_bytes}
+    write_blocking(out_fd, hello)
+
+    child = Child(registry)
+    while True:
+        message = read_blocking(in_fd)
+        if message is None:
+            return 0
+        if message.get("op") == "units":
+            for reply in child.units(message):
+                write_blocking(out_fd, reply)
+        else:
+            write_blocking(out_fd, child.handle(message))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The HTTP API over a real controller (real Redis, real SQLite): routes, refusals, auth.
+
+Requests go through httpx's ASGI transport to the real FastAPI app; no worker runs, so
+these tests check what the API says, not that units compute (tests/e2e does that).
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import httpx
+import pytest
+
+from simrun.service.api import create_app
+from simrun.service.controller import Controller
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.redis
+
+HEAT = (REPO / "examples" / "heat.yaml").read_text()
+PLATE = (REPO / "examples" / "plate.json").read_bytes()
+TOKEN = "s3cret-token"
+
+
+def upload(data: bytes, filename: str = "plate.json") -> dict[str, str]:
+    return {"filename": filename, "content_b64": base64.b64encode(data).decode()}
+
+
+async def test_submit_creates_a_run_with_its_uploaded_source(
+    api: httpx.AsyncClient, controller: Controller
+) -> None:
+    """A valid submission answers 201 with a run id; the run is listed and its source is
+    copied into the run's directory."""
+    response = await api.post("/runs", json={"workflow": HEAT, "sources": {"plate": upload(PLATE)}})
+    assert response.status_code == 201, response.text
+    run_id = response.json()["run"]
+    listed = (await api.get("/runs")).json()
+    assert [r["id"] for r in listed] == [run_id]
+    assert "document" not in listed[0]
+    view = (await api.get(f"/runs/{run_id}")).json()
+    assert view["state"] == "running"
+    assert [t["name"] for t in view["tasks"]] == ["sweep", "summary"]
+    copies = list((controller.settings.store / "runs" / run_id).rglob("plate.json"))
+    assert [c.read_bytes() for c in copies] == [PLATE]
+
+
+async def test_a_rejected_document_creates_nothing(
+    api: httpx.AsyncClient, controller: Controller
+) -> None:
+    """A document with problems answers 422 listing every problem with task, field and line,
+    and creates no run and no directory."""
+    bad = HEAT.replace("type: heat", "type: haet").replace("sweep.out", "sweeep.out")
+    response = await api.post("/runs", json={"workflow": bad, "sources": {"plate": upload(PLATE)}})
+    assert response.status_code == 422
+    errors = response.json()["errors"]
+    messages = " | ".join(e["message"] for e in errors)
+    assert "unknown task type 'haet'; did you mean 'heat'?" in messages
+    assert "unknown task 'sweeep'" in messages
+    assert all(e["line"] for e in errors)
+    assert {e["task"] for e in errors} == {"sweep", "summary"}
+    assert (await api.get("/runs")).json() == []
+    assert not (controller.settings.store / "runs").exists() or not any(
+        (controller.settings.store / "runs").iterdir()
+    )
+
+
+async def test_a_missing_source_is_refused(api: httpx.AsyncClient) -> None:
+    """A source neither uploaded nor present where the service runs is named in a 422."""
+    response = await api.post("/runs", json={"workflow": HEAT})
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["where"] == "sources.plate"
+    assert "file not found" in response.json()["errors"][0]["message"]
+
+
+async def test_bad_uploads_are_refused(api: httpx.AsyncClient) -> None:
+    """An upload that is not base64, or whose name is unsafe, is refused naming the source."""
+    response = await api.post(
+        "/runs",
+        json={
+            "workflow": HEAT,
+            "sources": {"plate": {"content_b64": "***"}, "../x": upload(b"{}")},
+        },
+    )
+    assert response.status_code == 422
+    by_where = {e["where"]: e["message"] for e in response.json()["errors"]}
+    assert by_where["sources.plate"] == "content_b64 is not valid base64"
+    assert "contains '..'" in by_where["sources.../x"]
+
+
+async def test_unknown_runs_are_404(api: httpx.AsyncClient) -> None:
+    """Every per-run route answers 404 naming an unknown run."""
+    for method, path in [
+        ("GET", "/runs/nope"),
+        ("GET", "/runs/nope/failures"),
+        ("POST", "/runs/nope/replay"),
+        ("POST", "/runs/nope/cancel"),
+    ]:
+        response = await api.request(method, path, json={} if method == "POST" else None)
+        assert response.status_code == 404, (method, path)
+        assert "there is no run 'nope'" in response.json()["detail"]
+
+
+async def test_replay_without_failures_is_a_conflict(api: httpx.AsyncClient) -> None:
+    """Replaying a run that has no failed units answers 409 with the reason."""
+    run_id = (
+        await api.post("/runs", json={"workflow": HEAT, "sources": {"plate": upload(PLATE)}})
+    ).json()["run"]
+    response = await api.post(f"/runs/{run_id}/replay", json={})
+    assert response.status_code == 409
+    assert response.json()["detail"]
+
+
+async def test_cancel_ends_the_run(api: httpx.AsyncClient) -> None:
+    """A cancelled run is shown cancelled."""
+    run_id = (
+        await api.post("/runs", json={"workflow": HEAT, "sources": {"plate": upload(PLATE)}})
+    ).json()["run"]
+    assert (await api.post(f"/runs/{run_id}/cancel")).status_code == 200
+    assert (await api.get(f"/runs/{run_id}")).json()["state"] == "cancelled"
+
+
+async def test_types_show_ports_hint_and_settings_schema(api: httpx.AsyncClient) -> None:
+    """/types lists each installed type with its ports, hint and settings JSON schema."""
+    types = {t["name"]: t for t in (await api.get("/types")).json()}
+    heat = types["heat"]
+    assert heat["inputs"] == ["plate"]
+    assert heat["splittable"] is True
+    assert heat["cost_setting"] == "grid"
+    assert "grid" in heat["settings_schema"]["properties"]
+    assert types["report"]["splittable"] is False
+
+
+async def test_health_reports_redis_and_workers(api: httpx.AsyncClient) -> None:
+    """/health says Redis answers and counts live workers (none here)."""
+    body = (await api.get("/health")).json()
+    assert body["ok"] is True
+    assert body["workers"] == 0
+
+
+async def test_a_token_is_required_when_set(controller: Controller) -> None:
+    """With a token, routes answer 401 without it or with a wrong one, and work with it;
+    /health stays open for probes."""
+    transport = httpx.ASGITransport(app=create_app(controller, token=TOKEN))
+    async with httpx.AsyncClient(transport=transport, base_url="http://simrun") as client:
+        assert (await client.get("/runs")).status_code == 401
+        wrong = {"Authorization": "Bearer nope"}
+        assert (await client.get("/runs", headers=wrong)).status_code == 401
+        right = {"Authorization": f"Bearer {TOKEN}"}
+        assert (await client.get("/runs", headers=right)).status_code == 200
+        assert (await client.get("/health")).status_code == 200

@@ -1,0 +1,423 @@
+"""The controller against a real Redis and a real SQLite file, without worker processes:
+what it dispatches, when it holds back, and how it rebuilds the queues from SQLite.
+
+Worker containers appear here only as what they write to Redis: their heartbeats (with the
+worker's own `Heartbeat`) and report entries (`ReportEntry.to_fields`, as a worker adds
+them), to pin down the rules; real workers run in tests/e2e/test_service_*.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from simrun.core.reports import ReportEntry, WorkerInfo, WorkerReport
+from simrun.core.states import Limits
+from simrun.queues import current_attempts
+from simrun.resources import ResourceKey
+from simrun.service.controller import Controller, ControllerSettings, load_types
+from simrun.worker.heartbeat import Heartbeat
+from simrun.workflow import WorkflowError, check_workflow, load_workflow, parse_workflow
+from tests.support.service_tasks import REFS
+
+pytestmark = pytest.mark.redis
+
+REPO = Path(__file__).resolve().parents[2]
+
+HEAT = REPO / "examples" / "heat.yaml"
+TYPES = load_types()
+
+
+@pytest.fixture
+async def controller(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> AsyncIterator[Controller]:
+    settings = ControllerSettings(
+        store=tmp_path / "store", redis_url=redis_url, prefix=redis_prefix, window_jobs=10
+    )
+    c = await Controller.open(settings, TYPES)
+    yield c
+    await c.close()
+
+
+async def submit_heat(c: Controller, text: str | None = None) -> str:
+    text = text or HEAT.read_text()
+    doc = parse_workflow(text)
+    return await c.submit(doc, check_workflow(doc, TYPES), text, base=HEAT.parent)
+
+
+async def beat(c: Controller, worker_id: str, memory_gb: float, queues=("cpu",), processes=2):
+    info = WorkerInfo(
+        id=worker_id, queues=tuple(queues), memory_gb=memory_gb, processes=processes, gpus=0,
+        free_memory_gb=memory_gb, free_processes=processes, running=(), host="h", pid=1,
+        started=time.time(), updated=time.time(),
+    )  # fmt: skip
+    await Heartbeat(c.queue.redis, c.queue.keys, lambda: info, interval_s=1, ttl_s=30).beat()
+
+
+async def test_dispatch_one_unit_per_job_within_the_window(controller: Controller):
+    """With nothing learned, each job carries one unit; at most window_jobs are in Redis,
+    the rest stay pending; each unit's current attempt is written before its job."""
+    run_id = await submit_heat(controller)
+    assert await controller.step()
+    queued = await controller.queue.queued_job_ids("cpu")
+    assert len(queued) == 10
+    assert all(q.startswith(f"{run_id}:sweep:") and q.endswith(":1") for q in queued)
+    view = await controller.run(run_id)
+    assert view is not None
+    sweep = view.tasks[0]
+    assert (sweep.state, sweep.units, sweep.counts["queued"], sweep.counts["pending"]) == (
+        "running", 24, 10, 14,
+    )  # fmt: skip
+    assert sweep.resources is not None
+    assert sweep.resources["memory_per_worker_gb"] == 1.0  # the heat type's hint
+    attempts = await current_attempts(
+        controller.queue.redis, controller.queue.keys, run_id, "sweep", list(range(24))
+    )
+    assert attempts == dict.fromkeys(range(10), 1)
+    await controller.step()  # the window is full: nothing more goes out
+    assert len(await controller.queue.queued_job_ids("cpu")) == 10
+    # the copy of the source is in the run's directory
+    copy = controller.settings.store / "runs" / run_id / "sources" / "plate" / "plate.json"
+    assert copy.read_bytes() == (REPO / "examples" / "plate.json").read_bytes()
+
+
+async def test_request_no_worker_fits_blocks_the_task(controller: Controller):
+    """A request larger than every live worker of its queue blocks the task with a status
+    naming both; a big enough worker appearing lifts it and the units go out."""
+    text = HEAT.read_text().replace(
+        "    inputs:\n      plate:",
+        "    resources: {memory_per_worker_gb: 40}\n    inputs:\n      plate:",
+    )
+    await beat(controller, "small", 16.0)
+    run_id = await submit_heat(controller, text)
+    await controller.step()
+    view = await controller.run(run_id)
+    assert view is not None
+    assert (view.tasks[0].state, view.tasks[0].status) == (
+        "blocked",
+        "needs 40 GiB per process; the largest cpu worker has 16 GiB",
+    )
+    assert await controller.queue.queued_job_ids("cpu") == []
+    await beat(controller, "big", 64.0)
+    await controller.step()
+    view = await controller.run(run_id)
+    assert view is not None
+    assert (view.tasks[0].state, view.tasks[0].status) == ("running", "")
+    assert len(await controller.queue.queued_job_ids("cpu")) == 10
+
+
+async def test_jobs_lost_from_redis_are_dispatched_again(controller: Controller):
+    """Jobs in flight that Redis no longer holds (its data lost) are found on reconcile and
+    go out again with a newer attempt; nothing is dispatched twice."""
+    run_id = await submit_heat(controller)
+    await controller.step()
+    redis, keys = controller.queue.redis, controller.queue.keys
+    lost = await controller.queue.queued_job_ids("cpu")
+    await redis.delete(keys.queue("cpu"), *[f"arq:job:{keys.arq_job_id(j)}" for j in lost])
+    controller._last_reconcile = -float("inf")  # reconcile now, not in reconcile_s
+    await controller.step()
+    again = await controller.queue.queued_job_ids("cpu")
+    assert len(again) == 10
+    assert sorted(j.rsplit(":", 1)[0] for j in again) == sorted(j.rsplit(":", 1)[0] for j in lost)
+    assert {j.rsplit(":", 1)[1] for j in again} == {"2"}
+    units = await controller.store.units(run_id, "sweep", states=["queued"])
+    assert len(units) == 10
+    assert {u.attempt for u in units} == {2}
+
+
+async def test_stale_and_repeated_reports_change_nothing(controller: Controller):
+    """A report of an older attempt (other than done) and a report read again leave the
+    units as they are; a done report counts once and lets the rest of the units out."""
+    run_id = await submit_heat(controller)
+    await controller.step()
+    redis, keys = controller.queue.redis, controller.queue.keys
+    (first,) = [j for j in await controller.queue.queued_job_ids("cpu") if ":sweep:0:" in j]
+
+    def report(attempt: int, outcome: str) -> dict[str, str]:
+        return ReportEntry(
+            job_id=f"{run_id}:sweep:0:{attempt}", run=run_id, task="sweep", kind="chunk",
+            attempt=attempt, worker_id="w", outcomes={0: outcome},  # type: ignore[dict-item]
+            report=WorkerReport((0.2,), 0.05, 1, 1.0), started=1.0, finished=2.0,
+        ).to_fields()  # fmt: skip
+
+    await redis.xadd(keys.reports, report(7, "failed"))  # type: ignore[arg-type]
+    await controller.step()
+    (unit0,) = [u for u in await controller.store.units(run_id, "sweep") if u.index == 0]
+    assert (unit0.state, unit0.errors) == ("queued", 0)
+    await redis.xadd(keys.reports, report(1, "done"))  # type: ignore[arg-type]
+    await redis.xadd(keys.reports, report(1, "failed"))  # type: ignore[arg-type]
+    await controller.step()
+    (unit0,) = [u for u in await controller.store.units(run_id, "sweep") if u.index == 0]
+    assert (unit0.state, unit0.errors) == ("done", 0)
+    history = await controller.resources.history(ResourceKey("heat", "plate", "64"))
+    assert len(history) == 1  # the job was measured once
+    assert first.endswith(":1")
+
+
+async def test_cancel_marks_units_stale(controller: Controller):
+    """Cancelling a run ends it, dispatches nothing more, and raises the current attempt of
+    its queued units so that workers skip them."""
+    run_id = await submit_heat(controller)
+    await controller.step()
+    assert await controller.cancel(run_id) == 10
+    run = await controller.store.run(run_id)
+    assert run is not None
+    assert run.state == "cancelled"
+    attempts = await current_attempts(
+        controller.queue.redis, controller.queue.keys, run_id, "sweep", list(range(24))
+    )
+    assert attempts == dict.fromkeys(range(10), 2)
+    await controller.step()
+    assert await controller.store.jobs() == []
+
+
+async def attempts_keys(c: Controller, run_id: str) -> list[str]:
+    """The attempts hashes of a run in Redis, found by a SCAN of the test's prefix."""
+    keys = c.queue.keys
+    found = [k.decode() async for k in c.queue.redis.scan_iter(match=keys.attempts_pattern)]
+    return sorted(k for k in found if keys.split_attempts(k)[0] == run_id)
+
+
+async def test_attempts_of_a_cancelled_run_stay_until_its_jobs_are_gone(controller: Controller):
+    """A cancelled run's attempts hash stays while a job of it waits in a queue or a live
+    worker lists one (workers need the raised attempts to skip them), and is deleted once
+    no job of it is left in Redis."""
+    c = controller
+    run_id = await submit_heat(c)
+    await c.step()
+    await c.cancel(run_id)
+    await c.step()
+    assert await c.forget_ended() == 0
+    assert await attempts_keys(c, run_id) == [c.queue.keys.attempts(run_id, "sweep")]
+    queued = await c.queue.queued_job_ids("cpu")
+    assert len(queued) == 10
+    # A worker took the last job: out of the queue for this test, listed by its heartbeat.
+    await c.queue.drop_jobs("cpu", queued)
+    info = WorkerInfo(
+        id="w1", queues=("cpu",), memory_gb=4.0, processes=2, gpus=0, free_memory_gb=4.0,
+        free_processes=1, running=({"job_id": queued[-1], "state": "running"},), host="h",
+        pid=1, started=time.time(), updated=time.time(),
+    )  # fmt: skip
+    await Heartbeat(c.queue.redis, c.queue.keys, lambda: info, interval_s=1, ttl_s=30).beat()
+    assert await c.forget_ended() == 0
+    assert await attempts_keys(c, run_id) == [c.queue.keys.attempts(run_id, "sweep")]
+    await c.queue.redis.delete(c.queue.keys.worker("w1"))  # the worker is done with it
+    assert await c.forget_ended() == 1
+    assert await attempts_keys(c, run_id) == []
+
+
+async def test_attempts_left_by_an_earlier_service_are_found_at_start(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+):
+    """A service that starts finds the attempts hashes an earlier one left behind (a SCAN
+    of its prefix): those of a run that ended, and of a run its store does not know, go
+    once no job of them is left; those of a running run stay."""
+    settings = ControllerSettings(
+        store=tmp_path / "store", redis_url=redis_url, prefix=redis_prefix, window_jobs=10
+    )
+    unknown = "20200101-000000-abcdef"
+    first = await Controller.open(settings, TYPES)
+    try:
+        ended = await submit_heat(first)
+        await first.step()
+        await first.cancel(ended)
+        running = await submit_heat(first)
+        await first.step()  # the window is free again: the other run's units go out
+        stale = [j for j in await first.queue.queued_job_ids("cpu") if j.startswith(ended)]
+        assert len(stale) == 10
+        await first.queue.drop_jobs("cpu", stale)  # the workers skipped them
+        await first.queue.redis.hset(first.queue.keys.attempts(unknown, "t"), "0", "1")
+    finally:
+        await first.close()  # before it looked again: the hashes are left behind
+    assert len(await attempts_keys(first, ended)) == 1
+    second = await Controller.open(settings, TYPES)
+    try:
+        await second.step()
+        assert await attempts_keys(second, ended) == []
+        assert await attempts_keys(second, unknown) == []
+        assert await attempts_keys(second, running) == [
+            second.queue.keys.attempts(running, "sweep")
+        ]
+    finally:
+        await second.close()
+
+
+async def test_gpu_task_goes_to_the_gpu_queue(controller: Controller):
+    """A task that needs a GPU is dispatched to the gpu queue, not the cpu one."""
+    text = HEAT.read_text().replace(
+        "    inputs:\n      plate:", "    resources: {gpus: 1}\n    inputs:\n      plate:"
+    )
+    run_id = await submit_heat(controller, text)
+    await controller.step()
+    assert len(await controller.queue.queued_job_ids("gpu")) == 10
+    assert await controller.queue.queued_job_ids("cpu") == []
+    view = await controller.run(run_id)
+    assert view is not None
+    assert view.tasks[0].queue == "gpu"
+
+
+async def test_submit_with_a_missing_source_creates_nothing(controller: Controller, tmp_path: Path):
+    """A document whose source is missing is refused naming it, and no run or directory is
+    left behind."""
+    doc = load_workflow(HEAT)
+    with pytest.raises(WorkflowError, match=r"sources\.plate: file not found"):
+        await controller.submit(doc, check_workflow(doc, TYPES), "", base=tmp_path)
+    assert await controller.runs() == []
+    assert not (controller.settings.store / "runs").exists()
+
+
+WORK_TYPES = load_types(REFS)
+
+
+@pytest.fixture
+async def work_controller(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> AsyncIterator[Controller]:
+    settings = ControllerSettings(
+        store=tmp_path / "store",
+        redis_url=redis_url,
+        prefix=redis_prefix,
+        limits=Limits(max_retries=0, max_kills=1),
+    )
+    c = await Controller.open(settings, WORK_TYPES)
+    yield c
+    await c.close()
+
+
+async def submit_work(c: Controller, **settings: object) -> str:
+    text = json.dumps({"tasks": [{"name": "work", "type": "svc-work", "settings": settings}]})
+    doc = parse_workflow(text)
+    return await c.submit(doc, check_workflow(doc, c.types), text)
+
+
+async def report(c: Controller, run_id: str, index: int, attempt: int, outcome: str) -> None:
+    """What a worker writes for a one-unit job (the input of the ingest step)."""
+    fields = ReportEntry(
+        job_id=f"{run_id}:work:{index}:{attempt}", run=run_id, task="work", kind="chunk",
+        attempt=attempt, worker_id="w", outcomes={index: outcome},  # type: ignore[dict-item]
+        errors={index: "Traceback: boom"} if outcome == "failed" else {},
+        report=WorkerReport((0.1,), 0.01, 1, 0.25), started=1.0, finished=2.0,
+    ).to_fields()  # fmt: skip
+    await c.queue.redis.xadd(c.queue.keys.reports, fields)  # type: ignore[arg-type]
+
+
+async def test_count_units_failure_fails_task_and_run(work_controller: Controller):
+    """A count_units that raises fails its task with the error as status, and the run with
+    a message naming the task."""
+    run_id = await submit_work(work_controller, units=-1)
+    await work_controller.step()
+    run = await work_controller.store.run(run_id)
+    assert run is not None
+    assert run.state == "failed"
+    assert "work: count_units failed: ValueError: count_units of 'svc-work' returned -1" in (
+        run.message
+    )
+    (task,) = await work_controller.store.tasks(run_id)
+    assert task.state == "failed"
+
+
+async def test_failed_units_fail_the_run_and_replay_with_memory(work_controller: Controller):
+    """Units failing past the retry limit fail their task and the run, which lists them; a
+    replay with a memory override dispatches them again with that memory and a new attempt."""
+    run_id = await submit_work(work_controller, units=2)
+    await work_controller.step()
+    for index in (0, 1):
+        await report(work_controller, run_id, index, 1, "failed")
+    await work_controller.step()
+    run = await work_controller.store.run(run_id)
+    assert run is not None
+    assert (run.state, run.message) == ("failed", "2 units failed: work [0-1]")
+    failures = await work_controller.failures(run_id)
+    assert [(f.unit, f.error) for f in failures] == [(0, "Traceback: boom"), (1, "Traceback: boom")]
+    assert await work_controller.replay(run_id, memory_gb=3.0) == 2
+    await work_controller.step()
+    units = await work_controller.store.units(run_id, "work")
+    assert {(u.state, u.attempt, u.memory_gb) for u in units} == {("queued", 2, 3.0)}
+    run = await work_controller.store.run(run_id)
+    assert run is not None
+    assert run.state == "running"
+
+
+async def test_attempts_of_a_failed_run_go_and_a_replay_writes_them_again(
+    work_controller: Controller,
+):
+    """A failed run keeps its attempts hash while its jobs are still in arq's queue, loses
+    it once they are gone, and a replay dispatches the failed units with a newer attempt,
+    written again before their jobs are enqueued."""
+    c = work_controller
+    run_id = await submit_work(c, units=2)
+    await c.step()
+    for index in (0, 1):
+        await report(c, run_id, index, 1, "failed")
+    await c.step()
+    run = await c.store.run(run_id)
+    assert run is not None
+    assert run.state == "failed"
+    assert await c.forget_ended() == 0  # no worker ran them: the jobs are still queued
+    await c.queue.drop_jobs("cpu", await c.queue.queued_job_ids("cpu"))
+    assert await c.forget_ended() == 1
+    assert await attempts_keys(c, run_id) == []
+    assert await c.replay(run_id) == 2
+    await c.step()
+    units = await c.store.units(run_id, "work")
+    assert {(u.state, u.attempt) for u in units} == {("queued", 2)}
+    queued = await c.queue.queued_job_ids("cpu")
+    assert queued
+    assert all(j.startswith(f"{run_id}:work:") and j.endswith(":2") for j in queued)
+    assert await current_attempts(c.queue.redis, c.queue.keys, run_id, "work", [0, 1]) == {
+        0: 2,
+        1: 2,
+    }
+    assert await c.forget_ended() == 0  # running again: the hash stays
+
+
+async def test_all_units_done_merge_then_done(work_controller: Controller):
+    """When every unit is done the merge job goes out; the merge done ends the task and
+    the run succeeds."""
+    run_id = await submit_work(work_controller, units=2)
+    await work_controller.step()
+    for index in (0, 1):
+        await report(work_controller, run_id, index, 1, "done")
+    await work_controller.step()
+    queued = await work_controller.queue.queued_job_ids("cpu")
+    assert f"{run_id}:work:merge:1" in queued
+    (task,) = await work_controller.store.tasks(run_id)
+    assert task.state == "merging"
+    fields = ReportEntry(
+        job_id=f"{run_id}:work:merge:1", run=run_id, task="work", kind="merge", attempt=1,
+        worker_id="w", outcomes={"merge": "done"}, report=WorkerReport((0.1,), None, 0, 0.25),
+        started=1.0, finished=2.0,
+    ).to_fields()  # fmt: skip
+    await work_controller.queue.redis.xadd(work_controller.queue.keys.reports, fields)  # type: ignore[arg-type]
+    await work_controller.step()
+    run = await work_controller.store.run(run_id)
+    assert run is not None
+    assert run.state == "succeeded"
+
+
+async def test_units_of_a_worker_whose_heartbeat_expired_go_again(work_controller: Controller):
+    """Units a worker said it runs are dispatched again with a new attempt as soon as its
+    heartbeat expires, without waiting for arq."""
+    run_id = await submit_work(work_controller, units=1)
+    await work_controller.step()
+    info = WorkerInfo(
+        id="w9", queues=("cpu",), memory_gb=4.0, processes=2, gpus=0, free_memory_gb=4.0,
+        free_processes=1, running=({"job_id": f"{run_id}:work:0:1", "state": "running"},),
+        host="h", pid=1, started=time.time(), updated=time.time(),
+    )  # fmt: skip
+    c = work_controller
+    await Heartbeat(c.queue.redis, c.queue.keys, lambda: info, interval_s=0.1, ttl_s=0.3).beat()
+    await c.step()
+    (unit,) = await c.store.units(run_id, "work")
+    assert (unit.state, unit.worker, unit.attempt) == ("running", "w9", 1)
+    await asyncio.sleep(0.4)
+    await c.step()
+    (unit,) = await c.store.units(run_id, "work")
+    assert (unit.state, unit.attempt, unit.worker) == ("queued", 2, None)
+    assert f"{run_id}:work:0:2" in await c.queue.queued_job_ids("cpu")

@@ -1,0 +1,275 @@
+"""simrun.queues against a real Redis: enqueueing, attempts, the report stream, heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from arq.worker import Worker, func
+
+from simrun.core.jobs import JobPaths, JobResources, JobSpec
+from simrun.core.reports import ReportEntry, WorkerInfo, WorkerReport
+from simrun.core.wire import deserialize, serialize
+from simrun.plugins import TaskPaths
+from simrun.queues import JOB_FUNCTION, JobQueue, Keys, current_attempts, set_current_attempts
+from simrun.worker.heartbeat import Heartbeat
+from tests.conftest import start_redis_server
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+async def queue(redis_url: str, redis_prefix: str) -> AsyncIterator[JobQueue]:
+    q = await JobQueue.connect(redis_url, redis_prefix)
+    try:
+        yield q
+    finally:
+        await q.close()
+
+
+def _spec(first: int, attempt: int = 1, gpus: int = 0) -> JobSpec:
+    return JobSpec(
+        kind="chunk",
+        run="r1",
+        task="sweep",
+        task_type="heat",
+        settings={"grid": 8},
+        paths=JobPaths.of(TaskPaths.for_task(Path("/store"), "r1", "sweep")),
+        resources=JobResources(0.5, 1.0, gpus=gpus),
+        attempt=attempt,
+        indices=(first, first + 1),
+    )
+
+
+async def test_enqueue_is_idempotent_per_job_id(queue: JobQueue) -> None:
+    """A job id is enqueued once: the same job again is refused (False), a newer attempt of
+    the same units is a new job; jobs land on the queue of their resources, as msgpack."""
+    assert await queue.enqueue(_spec(0)) is True
+    assert await queue.enqueue(_spec(0)) is False
+    assert await queue.enqueue(_spec(0, attempt=2)) is True
+    assert await queue.enqueue(_spec(10, gpus=1)) is True
+    assert sorted(await queue.queued_job_ids("cpu")) == ["r1:sweep:0:1", "r1:sweep:0:2"]
+    assert await queue.queued_job_ids("gpu") == ["r1:sweep:10:1"]
+    raw = await queue.redis.get(f"arq:job:{queue.keys.arq_job_id('r1:sweep:0:1')}")
+    assert raw is not None
+    payload = deserialize(raw)
+    assert JobSpec.from_dict(payload["a"][0]) == _spec(0)
+
+
+async def test_dropped_jobs_leave_the_queue_and_arq(queue: JobQueue) -> None:
+    """drop_jobs removes jobs from their queue and arq's job key, counts only those that
+    were queued, and leaves other jobs alone; a dropped id can be enqueued again."""
+    assert await queue.enqueue_many([_spec(0), _spec(2), _spec(4)]) == [True] * 3
+    assert await queue.drop_jobs("cpu", ["r1:sweep:0:1", "r1:sweep:2:1", "nope"]) == 2
+    assert await queue.queued_job_ids("cpu") == ["r1:sweep:4:1"]
+    assert await queue.redis.exists(f"arq:job:{queue.keys.arq_job_id('r1:sweep:0:1')}") == 0
+    assert await queue.drop_jobs("cpu", []) == 0
+    assert await queue.enqueue(_spec(0)) is True
+
+
+async def test_held_in_progress_names_the_jobs_an_arq_worker_took(
+    queue: JobQueue, redis_url: str
+) -> None:
+    """held_in_progress names exactly the given jobs that a real arq worker took and has not
+    ended (arq's in-progress mark); a job waiting in the queue, an unknown id, a finished
+    job and a dropped job are not held."""
+    gates = [asyncio.Event(), asyncio.Event()]  # the n-th job taken ends when gate n opens
+    taken: list[int] = []
+
+    async def job(ctx: dict[str, Any], payload: object) -> None:
+        taken.append(len(taken))
+        await gates[taken[-1]].wait()
+
+    async def until_taken(n: int) -> None:
+        for _ in range(500):
+            if len(taken) >= n:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"the worker did not take job {n}")
+
+    assert await queue.enqueue(_spec(0))
+    worker_pool = (await JobQueue.connect(redis_url, queue.keys.prefix)).pool
+    worker = Worker(  # a real arq worker on a pool of its own (it closes it)
+        functions=[func(job, name=JOB_FUNCTION)],
+        queue_name=queue.keys.queue("cpu"),
+        redis_pool=worker_pool,
+        handle_signals=False,
+        burst=True,  # it ends once its queue is empty and its jobs ended
+        max_jobs=1,
+        poll_delay=0.01,
+        job_serializer=serialize,
+        job_deserializer=deserialize,
+    )
+    running = asyncio.ensure_future(worker.async_run())
+    try:
+        await until_taken(1)
+        assert await queue.enqueue(_spec(2))  # waits: the worker runs one job at a time
+        ids = ["r1:sweep:0:1", "r1:sweep:2:1", "nope"]
+        assert await queue.held_in_progress(ids) == {"r1:sweep:0:1"}
+        assert await queue.held_in_progress([]) == set()
+        gates[0].set()
+        await until_taken(2)
+        assert await queue.held_in_progress(ids) == {"r1:sweep:2:1"}  # the first one ended
+        assert await queue.drop_jobs("cpu", ["r1:sweep:2:1"]) == 1
+        assert await queue.held_in_progress(ids) == set()
+    finally:
+        for gate in gates:
+            gate.set()
+        await queue.drop_jobs("cpu", ["r1:sweep:0:1", "r1:sweep:2:1"])
+        await asyncio.wait_for(running, 10)
+        await worker.close()
+
+
+async def test_enqueue_many_keeps_order_and_bounds_concurrency(queue: JobQueue) -> None:
+    """enqueue_many answers per job in the order given (False for a duplicate) and refuses a
+    concurrency below one."""
+    specs = [_spec(i * 2) for i in range(50)]
+    assert await queue.enqueue_many([*specs, specs[3]], concurrency=8) == [True] * 50 + [False]
+    assert len(await queue.queued_job_ids("cpu")) == 50
+    with pytest.raises(ValueError, match="concurrency"):
+        await queue.enqueue_many(specs, concurrency=0)
+
+
+async def test_current_attempts_missing_means_current(queue: JobQueue) -> None:
+    """The attempts hash gives the recorded attempt per unit and nothing for units never
+    recorded (which then count as current)."""
+    keys = queue.keys
+    await set_current_attempts(queue.redis, keys, "r1", "sweep", {0: 2, 1: 1, "merge": 4})
+    found = await current_attempts(queue.redis, keys, "r1", "sweep", [0, 1, 2, "merge"])
+    assert found == {0: 2, 1: 1, "merge": 4}
+    assert await current_attempts(queue.redis, keys, "r1", "other", [0]) == {}
+    assert await current_attempts(queue.redis, keys, "r1", "sweep", []) == {}
+
+
+def _entry(job: str, **changes: Any) -> ReportEntry:
+    fields: dict[str, Any] = {
+        "job_id": job,
+        "run": "r1",
+        "task": "sweep",
+        "kind": "chunk",
+        "attempt": 1,
+        "worker_id": "w",
+        "outcomes": {0: "done"},
+        "report": WorkerReport((0.1,), 0.2, 1, 1.0),
+        "started": 1.0,
+        "finished": 2.0,
+    }
+    fields.update(changes)
+    return ReportEntry(**fields)
+
+
+async def test_reports_are_read_in_a_group_acked_and_redelivered_when_not(
+    queue: JobQueue,
+) -> None:
+    """Reports come out in order; an entry read but not acknowledged comes back as pending
+    (a service that crashed before its commit); acknowledged entries leave the stream; an
+    unreadable entry is delivered with its problem instead of blocking the others."""
+    stream = queue.keys.reports
+    await queue.redis.xadd(stream, _entry("a").to_fields())  # type: ignore[arg-type]
+    await queue.redis.xadd(stream, {"v": "1", "job_id": "broken"})
+    await queue.redis.xadd(stream, _entry("b").to_fields())  # type: ignore[arg-type]
+
+    batch = await queue.read_reports("svc", "c1", count=10, block_ms=100)
+    assert len(batch) == 3
+    assert batch[0].entry == _entry("a")
+    assert batch[1].entry is None
+    assert batch[1].problem is not None
+    assert "'broken'" in batch[1].problem
+    assert batch[2].entry == _entry("b")
+    assert await queue.read_reports("svc", "c1", count=10, block_ms=50) == []
+
+    pending = await queue.read_reports("svc", "c1", pending=True)
+    assert [r.id for r in pending] == [r.id for r in batch]
+    await queue.ack("svc", [r.id for r in batch])
+    assert await queue.read_reports("svc", "c1", pending=True) == []
+    assert await queue.redis.xlen(stream) == 0
+
+
+async def _group_creations(queue: JobQueue) -> int:
+    stats = await queue.redis.info("commandstats")
+    return int(stats.get("cmdstat_xgroup|create", {}).get("calls", 0))
+
+
+async def test_report_group_is_created_once_and_again_after_redis_lost_it(
+    tmp_path: Path, redis_prefix: str
+) -> None:
+    """Reading reports creates the consumer group on the first read of a JobQueue only (not
+    on every read), and once more after Redis lost it (a flush): the reads go on and
+    deliver what was written since. A private server, so that its command counts are ours."""
+    proc, url = start_redis_server(tmp_path)
+    queue = await JobQueue.connect(url, redis_prefix)
+    try:
+        stream = queue.keys.reports
+        await queue.redis.xadd(stream, _entry("a").to_fields())  # type: ignore[arg-type]
+        assert [r.entry for r in await queue.read_reports("svc", "c1", block_ms=None)] == [
+            _entry("a")
+        ]
+        for _ in range(5):
+            assert await queue.read_reports("svc", "c1", block_ms=None) == []
+            assert await queue.read_reports("svc", "c1", pending=True) != []
+        assert await _group_creations(queue) == 1
+
+        await queue.redis.flushall()
+        await queue.redis.xadd(stream, _entry("b").to_fields())  # type: ignore[arg-type]
+        after = await queue.read_reports("svc", "c1", block_ms=None)
+        assert [r.entry for r in after] == [_entry("b")]
+        assert await queue.read_reports("svc", "c1", block_ms=None) == []
+        assert await _group_creations(queue) == 2
+    finally:
+        await queue.close()
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def test_live_workers_come_and_go_with_their_heartbeat(
+    queue: JobQueue, redis_url: str
+) -> None:
+    """A heartbeat lists its worker among the live ones with what it said; a worker whose
+    heartbeat stops disappears once its key expires, and a cleared one at once."""
+
+    def info(worker_id: str) -> WorkerInfo:
+        return WorkerInfo(
+            id=worker_id,
+            queues=("cpu",),
+            memory_gb=4.0,
+            processes=2,
+            gpus=0,
+            free_memory_gb=3.0,
+            free_processes=1,
+            running=({"job_id": "r1:sweep:0:1", "state": "running"},),
+            host="h",
+            pid=1,
+            started=0.0,
+            updated=1.0,
+        )
+
+    fast = Heartbeat(queue.redis, queue.keys, lambda: info("w1"), interval_s=0.05, ttl_s=0.3)
+    task = asyncio.create_task(fast.run())
+    other = Heartbeat(queue.redis, queue.keys, lambda: info("w2"))
+    await other.beat()
+    try:
+        await asyncio.sleep(0.15)
+        assert sorted(w.id for w in await queue.live_workers()) == ["w1", "w2"]
+        assert info("w1") in await queue.live_workers()
+    finally:
+        task.cancel()
+    await asyncio.sleep(0.5)
+    assert [w.id for w in await queue.live_workers()] == ["w2"]
+    await other.clear("w2")
+    assert await queue.live_workers() == []
+    assert await queue.redis.zcard(queue.keys.workers) == 0
+
+
+async def test_namespaces_do_not_see_each_other(queue: JobQueue, redis_url: str) -> None:
+    """The same job id under two prefixes is two jobs on two queues."""
+    other = await JobQueue.connect(redis_url, queue.keys.prefix + "-other")
+    try:
+        assert await queue.enqueue(_spec(0)) is True
+        assert await other.enqueue(_spec(0)) is True
+        assert await other.queued_job_ids("cpu") == ["r1:sweep:0:1"]
+        assert Keys(queue.keys.prefix).queue("cpu") != other.keys.queue("cpu")
+    finally:
+        await other.close()

@@ -1,0 +1,147 @@
+"""Helpers of the worker tests and benchmark: building jobs, running a worker container in
+this process (burst mode, real Redis, real worker processes) or as a child process, and
+reading what it reported."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from simrun.core.jobs import JobPaths, JobResources, JobSpec
+from simrun.core.reports import ReportEntry
+from simrun.plugins import TaskPaths
+from simrun.queues import JobQueue
+from simrun.worker.capacity import Capacity
+from simrun.worker.container import WorkerContainer, WorkerOptions
+
+REPO = Path(__file__).resolve().parents[2]
+TASKS = "tests.support.tasks"
+PLUGINS = tuple(
+    f"{TASKS}:{name}" for name in ("SLEEP", "SPIN", "NOOP", "HOG", "FLAKY", "CRASH", "COPY")
+)
+
+
+def make_spec(
+    store: Path,
+    task: str,
+    task_type: str,
+    indices: Sequence[int] = (),
+    settings: dict[str, Any] | None = None,
+    *,
+    run: str = "r1",
+    kind: str = "chunk",
+    memory_gb: float = 0.5,
+    base_gb: float = 0.5,
+    gpus: int = 0,
+    attempt: int = 1,
+    timeout_s: float | None = None,
+    inputs: dict[str, Path] | None = None,
+    command: str | None = None,
+    uses_cores: bool = False,
+    checkpoints: bool = False,
+) -> JobSpec:
+    """A job of task ``task`` of run ``run`` in the store ``store``."""
+    paths = TaskPaths.for_task(store, run, task, inputs=inputs)
+    return JobSpec(
+        kind=kind,  # type: ignore[arg-type]  # tests pass the literals
+        run=run,
+        task=task,
+        task_type=task_type,
+        settings=dict(settings or {}),
+        paths=JobPaths.of(paths),
+        resources=JobResources(memory_base_gb=base_gb, memory_per_worker_gb=memory_gb, gpus=gpus),
+        attempt=attempt,
+        indices=tuple(indices),
+        timeout_s=timeout_s,
+        command=command,
+        uses_cores=uses_cores,
+        checkpoints=checkpoints,
+    )
+
+
+def options(
+    redis_url: str,
+    prefix: str,
+    *,
+    memory_gb: float = 2.0,
+    processes: int = 2,
+    gpu_ids: tuple[str, ...] = (),
+    queues: tuple[str, ...] = ("cpu",),
+    **more: Any,
+) -> WorkerOptions:
+    """Options of a burst-mode container that loads the test task types."""
+    return WorkerOptions(
+        redis_url=redis_url,
+        capacity=Capacity(memory_gb=memory_gb, processes=processes, gpu_ids=gpu_ids),
+        queues=queues,
+        prefix=prefix,
+        plugins=PLUGINS,
+        python_path=(str(REPO),),
+        burst=True,
+        poll_delay_s=0.01,
+        **more,
+    )
+
+
+async def all_reports(queue: JobQueue) -> dict[str, ReportEntry]:
+    """Every report in the stream so far, by job id (read and acknowledged)."""
+    found: dict[str, ReportEntry] = {}
+    while True:
+        batch = await queue.read_reports("tests", "t1", count=500, block_ms=None)
+        if not batch:
+            return found
+        for item in batch:
+            assert item.entry is not None, item.problem
+            found[item.entry.job_id] = item.entry
+        await queue.ack("tests", [item.id for item in batch])
+
+
+async def run_burst(
+    redis_url: str, prefix: str, specs: Sequence[JobSpec], **opts: Any
+) -> tuple[WorkerContainer, dict[str, ReportEntry]]:
+    """Enqueue ``specs``, run a burst container until its queues are empty, return it and
+    the reports."""
+    queue = await JobQueue.connect(redis_url, prefix)
+    try:
+        assert all(await queue.enqueue_many(specs))
+        container = WorkerContainer(options(redis_url, prefix, **opts))
+        await asyncio.wait_for(container.run(), 60)
+        return container, await all_reports(queue)
+    finally:
+        await queue.close()
+
+
+def unit_records(out: Path) -> dict[int, dict[str, Any]]:
+    """The ``unit-<i>.json`` records the test task types wrote, by index."""
+    return {
+        int(p.stem.split("-")[1]): json.loads(p.read_text())
+        for p in sorted(out.glob("unit-*.json"))
+    }
+
+
+def overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two unit records ran at the same time."""
+    return bool(a["start"] < b["end"] and b["start"] < a["end"])
+
+
+def start_worker_process(
+    redis_url: str, prefix: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``python -m simrun.worker`` as a child process serving the test task types."""
+    argv = [sys.executable, "-m", "simrun.worker", "--redis-url", redis_url, "--prefix", prefix]
+    for ref in PLUGINS:
+        argv += ["--plugins", ref]
+    argv += ["--python-path", str(REPO), "--poll-delay-s", "0.01", *args]
+    return subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )

@@ -1,0 +1,196 @@
+"""Helpers of the service's end-to-end tests: the real controller in this process (its loop
+as an asyncio task), real worker containers as child processes, and readings of the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from simrun.runstore import RunRow
+from simrun.service.controller import Controller, ControllerSettings, load_types
+from simrun.workflow import check_workflow, parse_workflow
+from tests.support.service_tasks import REFS
+
+REPO = Path(__file__).resolve().parents[2]
+TYPES = load_types(REFS)
+#: The heartbeat of the test workers: short, so that a killed worker is noticed quickly.
+HEARTBEAT_S = 0.2
+HEARTBEAT_TTL_S = 1.0
+
+
+def settings(store: Path, redis_url: str, prefix: str, **more: Any) -> ControllerSettings:
+    """Controller settings for tests: tiny poll delay, frequent reconciliation, the short
+    heartbeats of the test workers."""
+    options: dict[str, Any] = {
+        "poll_s": 0.02,
+        "reconcile_s": 0.5,
+        "window_jobs": 16,
+        "heartbeat_ttl_s": HEARTBEAT_TTL_S,
+        **more,
+    }
+    return ControllerSettings(store=store, redis_url=redis_url, prefix=prefix, **options)
+
+
+async def submit(controller: Controller, text: str, base: Path = REPO / "examples") -> str:
+    """Check and submit a workflow document the way the HTTP API will."""
+    doc = parse_workflow(text)
+    return await controller.submit(doc, check_workflow(doc, controller.types), text, base=base)
+
+
+class Service:
+    """A controller whose loop runs in the background of the test's event loop."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+        self.stop = asyncio.Event()
+        self.task = asyncio.ensure_future(controller.run_forever(self.stop))
+
+    async def submit(self, text: str, base: Path = REPO / "examples") -> str:
+        return await submit(self.controller, text, base)
+
+    def check(self) -> None:
+        """Fail when the loop died or a step failed for another reason than Redis."""
+        if self.task.done():
+            self.task.result()
+        error = self.controller.last_error
+        if error is not None and not error.startswith("Redis unreachable"):
+            raise AssertionError(f"a controller step failed: {error}")
+
+    async def wait(self, run_id: str, timeout_s: float = 60.0) -> RunRow:
+        """The run once it ended (the controller's loop must not fail meanwhile)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.check()
+            try:
+                return await self.controller.wait(run_id, 0.5)
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise
+
+    async def until(self, what: Callable[[], Any], timeout_s: float = 30.0) -> None:
+        """Wait until the coroutine function ``what`` returns something true."""
+        deadline = time.monotonic() + timeout_s
+        while not await what():
+            self.check()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"condition not met within {timeout_s} s")
+            await asyncio.sleep(0.05)
+
+    async def close(self) -> None:
+        self.stop.set()
+        try:
+            await asyncio.wait_for(self.task, 10)
+        finally:
+            await self.controller.close()
+
+
+@asynccontextmanager
+async def service(store: Path, redis_url: str, prefix: str, **more: Any) -> AsyncIterator[Service]:
+    controller = await Controller.open(settings(store, redis_url, prefix, **more), TYPES)
+    running = Service(controller)
+    try:
+        yield running
+    finally:
+        await running.close()
+
+
+def start_worker(
+    redis_url: str,
+    prefix: str,
+    *,
+    queue: str = "cpu",
+    memory_gb: float = 2.0,
+    processes: int = 2,
+    gpus: int = 0,
+    worker_id: str | None = None,
+    heartbeat_s: float = HEARTBEAT_S,
+    heartbeat_ttl_s: float = HEARTBEAT_TTL_S,
+    grace_s: float = 2.0,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """A worker container as a child process: ``simrun worker`` (``python -m simrun.worker``)
+    serving the test types, with short heartbeats so that a killed worker is noticed
+    within a second or two, and ``grace_s`` for its running units on SIGTERM. GPUs are the
+    first ``gpus`` ids of ``CUDA_VISIBLE_DEVICES``."""
+    argv = [
+        sys.executable, "-m", "simrun.worker", "--redis-url", redis_url, "--prefix", prefix,
+        "--queue", queue, "--memory-gb", str(memory_gb), "--processes", str(processes),
+        "--gpus", str(gpus), "--python-path", str(REPO), "--poll-delay-s", "0.01",
+        "--grace-s", str(grace_s), "--heartbeat-s", str(heartbeat_s),
+        "--heartbeat-ttl-s", str(heartbeat_ttl_s),
+    ]  # fmt: skip
+    for ref in REFS:
+        argv += ["--plugins", ref]
+    if worker_id:
+        argv += ["--id", worker_id]
+    return subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def start_controller(store: Path, redis_url: str, prefix: str) -> subprocess.Popen[bytes]:
+    """The controller alone in a child process (tests.support.service_controller)."""
+    argv = [
+        sys.executable, "-m", "tests.support.service_controller", "--store", str(store),
+        "--redis-url", redis_url, "--prefix", prefix,
+    ]  # fmt: skip
+    return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_worker(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a worker container and its processes (SIGTERM, then SIGKILL)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # any worker process left behind
+
+
+@contextlib.contextmanager
+def workers(redis_url: str, prefix: str, count: int = 1, **opts: Any):  # type: ignore[no-untyped-def]
+    procs = [start_worker(redis_url, prefix, **opts) for _ in range(count)]
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            stop_worker(proc)
+
+
+def calls(out: Path) -> dict[int, int]:
+    """How often each unit of a svc-work task was computed (from its call logs)."""
+    return {
+        int(p.stem.split("-")[1]): len(p.read_text().splitlines())
+        for p in sorted(out.glob("calls-*.log"))
+    }
+
+
+def unit_files(out: Path) -> dict[int, dict[str, Any]]:
+    """The result records of a svc-work task by index."""
+    return {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in out.glob("unit-*.json")}
+
+
+def work_doc(name: str = "work", **settings: Any) -> str:
+    """A one-task workflow of svc-work with these settings (JSON is YAML)."""
+    return json.dumps(
+        {"name": name, "tasks": [{"name": "work", "type": "svc-work", "settings": settings}]}
+    )

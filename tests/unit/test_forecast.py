@@ -1,0 +1,215 @@
+"""The dry-run forecast (simrun.cli.forecast), on tables of cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from simrun.cli.forecast import (
+    TaskPlan,
+    forecast,
+    forecast_task,
+    live_pool,
+    pool_of,
+    pool_text,
+    resolved_from_summary,
+    slots_for,
+)
+from simrun.plugins import ResourceHint
+from simrun.service.decisions import WorkerCapacity
+from simrun.workflow import ResourceOverride
+
+
+def plan(**fields: object) -> TaskPlan:
+    base: dict[str, object] = {
+        "name": "sweep",
+        "type": "heat",
+        "kind": "chunk",
+        "units": 100,
+        "queue": "cpu",
+        "memory_base_gb": 0.5,
+        "memory_per_worker_gb": 1.0,
+        "gpus": 0,
+        "seconds_per_unit": 2.0,
+        "source": "plugin hint",
+    }
+    base.update(fields)
+    return TaskPlan(**base)  # type: ignore[arg-type]  # the table's values are the right types
+
+
+def worker(memory_gb: float, processes: int, gpus: int = 0, queues=("cpu", "gpu")):
+    return WorkerCapacity("w", tuple(queues), memory_gb, processes, gpus)
+
+
+@pytest.mark.parametrize(
+    ("task", "pool", "slots"),
+    [
+        (plan(), [worker(16, 4)], 4),  # processes bound it
+        (plan(memory_per_worker_gb=6.0), [worker(16, 4)], 2),  # memory bounds it
+        (plan(memory_per_worker_gb=0.1), [worker(0.3, 8)], 3),  # 3 x 0.1 fits 0.3 exactly
+        (plan(), [worker(16, 4), worker(2, 4)], 6),  # summed over the workers
+        (plan(queue="gpu", gpus=1), [worker(64, 8, gpus=2)], 2),  # GPUs bound it
+        (plan(queue="gpu", gpus=1), [worker(64, 8, queues=("cpu",))], 0),  # no gpu worker
+        (plan(memory_per_worker_gb=0.0), [worker(1, 3)], 3),  # free units: all processes
+        (plan(kind="command", units=1), [worker(16, 4)], 1),  # a command runs once
+        (plan(kind="command", units=1, memory_base_gb=20.0), [worker(16, 4)], 0),
+    ],
+)
+def test_slots_for(task, pool, slots):
+    """Units run at once: per worker of the task's queue, the processes whose memory and
+    GPUs fit; a command has one slot when some worker fits it."""
+    assert slots_for(task, pool) == slots
+
+
+@pytest.mark.parametrize(
+    ("task", "pool", "expected"),
+    [
+        # 100 units of 2 s on 4 slots: 25 waves of 2 s, 200 s of work = 0.0556 core-hours.
+        (plan(), [worker(16, 4)], (4, 200 / 3600, 4.0, 50.0, None)),
+        # 10 units on 4 slots: 3 waves.
+        (plan(units=10), [worker(16, 4)], (4, 20 / 3600, 4.0, 6.0, None)),
+        # 2 units: only 2 processes busy, so the peak is 2 GiB.
+        (plan(units=2), [worker(16, 4)], (4, 4 / 3600, 2.0, 2.0, None)),
+        # Nothing learned: no core-hours, no ETA, but the peak is known.
+        (plan(seconds_per_unit=None), [worker(16, 4)], (4, None, 4.0, None, None)),
+        # Units unknown (not countable here): the peak counts every slot.
+        (plan(units=None), [worker(16, 4)], (4, None, 4.0, None, None)),
+        # No unit at all: done at once.
+        (plan(units=0), [worker(16, 4)], (4, 0.0, 0.5, 0.0, None)),
+        # The base memory is the floor of the peak (the merge needs it).
+        (plan(units=1, memory_base_gb=3.0), [worker(16, 4)], (4, 2 / 3600, 3.0, 2.0, None)),
+        # A command that uses the cores takes base + all processes of the worker.
+        (
+            plan(kind="command", units=1, uses_cores=True, seconds_per_unit=60.0),
+            [worker(16, 4)],
+            (1, 240 / 3600, 4.5, 60.0, None),
+        ),
+        (
+            plan(kind="command", units=1, seconds_per_unit=60.0),
+            [worker(16, 4)],
+            (1, 60 / 3600, 1.5, 60.0, None),
+        ),
+    ],
+)
+def test_forecast_task(task, pool, expected):
+    """Core-hours = units x seconds per unit; ETA = waves of the slots x seconds per unit;
+    peak = processes busy at once x memory per process, at least the base."""
+    result = forecast_task(task, pool)
+    slots, hours, peak, eta, problem = expected
+    assert result.slots == slots
+    assert result.core_hours == (None if hours is None else pytest.approx(hours))
+    assert result.peak_memory_gb == pytest.approx(peak)
+    assert result.eta_s == (None if eta is None else pytest.approx(eta))
+    assert result.problem == problem
+
+
+@pytest.mark.parametrize(
+    ("task", "pool", "problem"),
+    [
+        (
+            plan(memory_per_worker_gb=40.0),
+            [worker(16, 4)],
+            "needs 40 GiB per process; the largest cpu worker has 16 GiB",
+        ),
+        (plan(queue="image:solver"), [worker(16, 4)], "no worker of the pool serves"),
+        (plan(queue="gpu", gpus=2), [worker(16, 4, gpus=1)], "needs 2 GPU(s)"),
+    ],
+)
+def test_forecast_task_names_what_cannot_run(task, pool, problem):
+    """A task the pool can never run has no slots, no ETA and a problem that says why."""
+    result = forecast_task(task, pool)
+    assert result.slots == 0
+    assert result.eta_s is None
+    assert result.problem is not None
+    assert problem in result.problem
+
+
+def test_forecast_sums_tasks_that_run_one_after_the_other():
+    """The run's ETA and core-hours are the sums of its tasks'; its peak the largest."""
+    pool = pool_of(1, 4, 16.0)
+    result = forecast(
+        [plan(units=8), plan(name="report", kind="command", units=1, seconds_per_unit=3.0)], pool
+    )
+    assert result.eta_s == pytest.approx(4.0 + 3.0)
+    assert result.core_hours == pytest.approx((16 + 3) / 3600)
+    assert result.peak_memory_gb == pytest.approx(4.0)
+
+
+def test_forecast_is_unknown_while_a_task_is():
+    """One task without learned seconds makes the run's ETA and core-hours unknown."""
+    result = forecast([plan(), plan(name="b", seconds_per_unit=None)], pool_of(1, 4, 16.0))
+    assert result.eta_s is None
+    assert result.core_hours is None
+    assert result.peak_memory_gb == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize(
+    ("summary", "hint", "override", "expected"),
+    [
+        # Nothing learned: the hint, and where it came from.
+        (None, ResourceHint(1.0, 2.0), None, (1.0, 2.0, None, "plugin hint")),
+        (None, ResourceHint(), None, (2.0, 6.0, None, "default")),
+        # Learned: the service's request and speed.
+        (
+            {
+                "requested_gb": 0.75,
+                "seconds_per_unit": 0.5,
+                "source": "learned from 3 runs",
+                "samples": 40,
+            },
+            ResourceHint(1.0, 2.0),
+            None,
+            (1.0, 0.75, 0.5, "learned from 3 runs"),
+        ),
+        # The workflow's override wins over what is learned.
+        (
+            {"requested_gb": 0.75, "seconds_per_unit": 0.5, "source": "learned from 3 runs"},
+            ResourceHint(1.0, 2.0),
+            ResourceOverride(memory_per_worker_gb=8.0, memory_base_gb=4.0),
+            (4.0, 8.0, 0.5, "override"),
+        ),
+    ],
+)
+def test_resolved_from_summary(summary, hint, override, expected):
+    """What a service would resolve, from its /resources row, the hint and the override."""
+    got = resolved_from_summary(summary, hint, override)
+    assert (got.memory_base_gb, got.memory_per_worker_gb, got.seconds_per_unit, got.source) == (
+        expected
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        ((1, 2, 18.04), "1 worker container x 2 processes, 18 GiB each"),
+        ((3, 8, 0.5), "3 worker containers x 8 processes, 512 MiB each"),
+    ],
+)
+def test_pool_text(args, text):
+    """The pool in words."""
+    assert pool_text(*args) == text
+
+
+def test_live_pool_from_a_services_backlog():
+    """The pool of GET /backlog: per queue with live workers, that many containers of its
+    shape; queues without workers or a shape give none; gpu workers are not GPU-bound."""
+    backlog = {
+        "queues": [
+            {"queue": "cpu", "units": 5, "workers": 2, "shape": {"memory_gb": 8.0, "processes": 4}},
+            {
+                "queue": "gpu",
+                "units": 0,
+                "workers": 1,
+                "shape": {"memory_gb": 32.0, "processes": 2},
+            },
+            {"queue": "image:x", "units": 3, "workers": 0, "shape": None},
+        ]
+    }
+    pool = live_pool(backlog)
+    assert [(w.queues, w.memory_gb, w.processes) for w in pool] == [
+        (("cpu",), 8.0, 4),
+        (("cpu",), 8.0, 4),
+        (("gpu",), 32.0, 2),
+    ]
+    assert slots_for(plan(), pool) == 8
+    assert slots_for(plan(queue="gpu", gpus=1), pool) == 2
+    assert live_pool({"queues": []}) == ()

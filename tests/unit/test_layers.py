@@ -1,0 +1,160 @@
+"""Imports point one way: a package imports only packages of lower layers (and itself).
+
+The layers, lowest first (ARCHITECTURE.md draws them):
+
+0. ``simrun.plugins`` — the spec of a task type;
+1. ``simrun.core`` (the neutral core) beside ``graph``, ``config``, ``db``, the example
+   plugin package and the curated top package ``simrun`` — none of them imports another;
+2. ``workflow`` — the workflow document;
+3. ``resources``, ``runstore``, ``queues`` and ``client`` — storage and transport;
+4. ``service`` and ``worker`` — the two sides, which never import each other;
+5. ``local`` — embedded mode, which starts both;
+6. ``cli`` — the command line, at the edge.
+
+The check reads the source (every ``import``, also those inside functions) without
+importing anything, so it sees lazy imports too.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+SIMRUN = Path(__file__).resolve().parents[2] / "simrun"
+
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"simrun.plugins"}),
+    frozenset(
+        {"simrun", "simrun.core", "simrun.graph", "simrun.config", "simrun.db", "simrun.examples"}
+    ),
+    frozenset({"simrun.workflow"}),
+    frozenset({"simrun.resources", "simrun.runstore", "simrun.queues", "simrun.client"}),
+    frozenset({"simrun.service", "simrun.worker"}),
+    frozenset({"simrun.local"}),
+    frozenset({"simrun.cli"}),
+)
+
+#: Imports that go against the layers on purpose, each with its reason.
+EXEMPT: Mapping[tuple[str, str], str] = {
+    # ``python -m simrun.worker`` is a process entry point: it runs the ``simrun worker``
+    # command, which is declared with the other commands in the command line.
+    ("simrun.worker.__main__", "simrun.cli"): "entry point of a process",
+}
+
+
+def unit_of(module: str) -> str:
+    """The unit a module belongs to: the longest name of `LAYERS` that it is or is under."""
+    best = ""
+    for layer in LAYERS:
+        for name in layer:
+            inside = module == name or (name != "simrun" and module.startswith(name + "."))
+            if inside and len(name) > len(best):
+                best = name
+    if not best:
+        raise ValueError(f"module {module} belongs to no layer: add it to LAYERS")
+    return best
+
+
+def layer_of(unit: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if unit in layer)
+
+
+def violations(graph: Mapping[str, Iterable[str]]) -> list[str]:
+    """The imports of ``graph`` (module → simrun modules it imports) that go against the
+    layers: to a higher layer, or across to another unit of the same layer."""
+    found = []
+    for module, imported in sorted(graph.items()):
+        mine = unit_of(module)
+        for target in sorted(set(imported)):
+            theirs = unit_of(target)
+            if theirs == mine:
+                continue
+            if layer_of(theirs) < layer_of(mine):
+                continue
+            if any(module.startswith(m) and theirs == t for (m, t) in EXEMPT):
+                continue
+            where = "the same layer" if layer_of(theirs) == layer_of(mine) else "a higher layer"
+            found.append(f"{module} imports {target} ({theirs} is in {where} than {mine})")
+    return found
+
+
+def source_graph(root: Path) -> dict[str, set[str]]:
+    """Module → the simrun modules its source imports, for every module under ``root``."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        module = ".".join(parts)
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            targets.update(n for n in names if n == "simrun" or n.startswith("simrun."))
+        graph[module] = targets
+    return graph
+
+
+def test_the_source_tree_imports_downwards_only() -> None:
+    """Every import in simrun/ goes to its own unit or to a lower layer."""
+    problems = violations(source_graph(SIMRUN))
+    assert not problems, "\n".join(problems)
+
+
+def test_the_core_imports_nothing_of_simrun_but_plugins() -> None:
+    """The neutral core is neutral: its modules import only `simrun.plugins` and each other."""
+    graph = source_graph(SIMRUN)
+    core = {m: t for m, t in graph.items() if m == "simrun.core" or m.startswith("simrun.core.")}
+    assert core, "simrun.core has no modules"
+    for module, targets in core.items():
+        outside = {t for t in targets if unit_of(t) not in ("simrun.core", "simrun.plugins")}
+        assert not outside, f"{module} imports {sorted(outside)}"
+
+
+@pytest.mark.parametrize(
+    ("module", "target", "expected"),
+    [
+        ("simrun.worker.jobs", "simrun.service.controller", "the same layer"),
+        ("simrun.queues.client", "simrun.worker.heartbeat", "a higher layer"),
+        ("simrun.core.jobs", "simrun.queues.keys", "a higher layer"),
+        ("simrun.runstore.rows", "simrun.resources", "the same layer"),
+        ("simrun.service.controller", "simrun.cli.common", "a higher layer"),
+        ("simrun.local.session", "simrun.cli.progress", "a higher layer"),
+    ],
+)
+def test_an_import_against_the_layers_is_reported(module: str, target: str, expected: str) -> None:
+    """The check fails when, say, a worker module imports the service."""
+    problems = violations({module: {target}})
+    assert len(problems) == 1
+    assert f"{module} imports {target}" in problems[0]
+    assert expected in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("module", "target"),
+    [
+        ("simrun.service.controller", "simrun.core.states"),
+        ("simrun.worker.jobs", "simrun.queues.keys"),
+        ("simrun.cli.run", "simrun.local.session"),
+        ("simrun.cli.run", "simrun.service.api"),
+        ("simrun.core.jobs", "simrun.plugins"),
+        ("simrun.service.controller", "simrun.service.dispatch"),
+        ("simrun.worker.__main__", "simrun.cli.worker"),
+    ],
+)
+def test_an_import_downwards_or_within_a_unit_is_allowed(module: str, target: str) -> None:
+    """Imports to a lower layer, within a package, or named in EXEMPT pass."""
+    assert violations({module: {target}}) == []
+
+
+def test_a_module_outside_every_layer_is_refused() -> None:
+    """A new top-level module must be given a layer before it can be imported anywhere."""
+    with pytest.raises(ValueError, match="belongs to no layer"):
+        violations({"simrun.newthing": {"simrun.core"}})

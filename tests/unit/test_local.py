@@ -1,0 +1,78 @@
+"""The pure parts of embedded mode: this machine's defaults, the key prefix of a session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simrun.local.guard import watch
+from simrun.local.machine import default_capacity, parse_meminfo_available
+from simrun.local.session import redis_prefix
+
+MEMINFO = """MemTotal:       24576000 kB
+MemFree:        20000000 kB
+MemAvailable:   22000000 kB
+Buffers:          100000 kB
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (MEMINFO, 22000000 * 1024),
+        ("MemTotal: 100 kB\n", None),  # an old kernel without MemAvailable
+        ("", None),
+        ("MemAvailable: lots kB\n", None),
+    ],
+)
+def test_parse_meminfo_available(text, expected):
+    """MemAvailable in bytes, None when the text has no such number."""
+    assert parse_meminfo_available(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ((8, 20.0, 1, None, None), (8, 16.0)),  # all cores, 80% of the free memory
+        ((8, 20.0, 2, None, None), (4, 8.0)),  # shared among the containers
+        ((8, 20.0, 3, None, None), (2, 5.3)),  # rounded down to a tenth
+        ((1, 20.0, 4, None, None), (1, 4.0)),  # at least one process each
+        ((8, 0.1, 1, None, None), (8, 0.25)),  # at least a quarter GiB
+        ((8, 20.0, 2, 3, 6.5), (3, 6.5)),  # what is given wins
+    ],
+)
+def test_default_capacity(args, expected):
+    """Processes and memory per worker container from this machine, unless given."""
+    assert default_capacity(*args) == expected
+
+
+def test_default_capacity_refuses_no_workers():
+    """Zero containers is a mistake, said so."""
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        default_capacity(8, 20.0, 0)
+
+
+def test_redis_prefix_is_the_default_on_a_private_server_else_one_per_store(tmp_path: Path):
+    """A private Redis is ours alone; a shared one gets a prefix of the store, the same for
+    the same store (a later session finds its queues), another for another store."""
+    assert redis_prefix(tmp_path / "a", private=True) == "simrun"
+    shared = redis_prefix(tmp_path / "a", private=False)
+    assert shared.startswith("simrun-local-")
+    assert redis_prefix(tmp_path / "a", private=False) == shared
+    assert redis_prefix(tmp_path / "b", private=False) != shared
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        (["12\n", "34\n", "rm /tmp/simrun-redis-x\n"], ([12, 34], ["/tmp/simrun-redis-x"])),
+        (["12\n", "done\n", "34\n"], ([], [])),  # the session stopped them itself
+        (["12\n", "rm /tmp/with space\n"], ([12], ["/tmp/with space"])),
+        (["\n", "nonsense\n"], ([], [])),
+        ([], ([], [])),
+    ],
+)
+def test_guard_watch(lines, expected):
+    """The guard ends what it was told of when its input ends, nothing after `done`."""
+    assert watch(lines) == expected

@@ -1,0 +1,376 @@
+"""What the progress display and the end of a run show (simrun.cli.progress), from run views."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from simrun.cli.progress import (
+    PlainView,
+    error_line,
+    failure_lines,
+    format_duration,
+    format_gb,
+    format_rate,
+    guess_eta,
+    plain_lines,
+    render_live,
+    run_header,
+    stuck_reason,
+    summary_rows,
+    summary_table,
+    task_line,
+    task_seconds,
+)
+from simrun.core.states import TaskCounts
+from simrun.runstore import RunRow, TaskRow
+from simrun.service.views import run_view
+
+
+def task(name: str = "sweep", state: str = "running", **more: Any) -> dict[str, Any]:
+    counts = {"pending": 0, "queued": 0, "running": 0, "done": 0, "failed": 0}
+    counts.update(more.pop("counts", {}))
+    view: dict[str, Any] = {
+        "name": name,
+        "type": "heat",
+        "state": state,
+        "status": "",
+        "queue": "cpu",
+        "resources": None,
+        "units": 24,
+        "counts": counts,
+        "merge": None,
+        "seconds_per_unit": None,
+        "eta_s": None,
+    }
+    view.update(more)
+    return view
+
+
+def run(*tasks: dict[str, Any], state: str = "running", **more: Any) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "id": "20250101-120000-abcdef",
+        "name": "demo",
+        "state": state,
+        "message": "",
+        "created_s": 1000.0,
+        "updated_s": 1010.0,
+        "finished_s": None,
+        "eta_s": None,
+        "tasks": list(tasks),
+    }
+    view.update(more)
+    return view
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (None, "—"),
+        (0.2, "<1 s"),
+        (-3, "<1 s"),
+        (42.4, "42 s"),
+        (59.6, "1 min 00 s"),
+        (185, "3 min 05 s"),
+        (3600, "1 h 00 min"),
+        (7620, "2 h 07 min"),
+        (3 * 86400 + 4 * 3600 + 59, "3 d 4 h"),
+    ],
+)
+def test_format_duration(seconds, text):
+    """Durations read at a glance, in the largest units that fit."""
+    assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("gb", "text"),
+    [
+        (None, "—"),
+        (0.5, "512 MiB"),
+        (0.0001, "1 MiB"),
+        (1.5, "1.5 GiB"),
+        (18.04, "18 GiB"),
+        (250.4, "250 GiB"),
+    ],
+)
+def test_format_gb(gb, text):
+    """Memory below a GiB in MiB, above it in GiB with three digits."""
+    assert format_gb(gb) == text
+
+
+@pytest.mark.parametrize(
+    ("spu", "text"),
+    [(None, "learning"), (0.004, "4 ms/unit"), (0.16, "0.16 s/unit"), (12.345, "12.3 s/unit")],
+)
+def test_format_rate(spu, text):
+    """Seconds per unit; "learning" while nothing is learned."""
+    assert format_rate(spu) == text
+
+
+@pytest.mark.parametrize(
+    ("args", "eta"),
+    [
+        ((24, 6, 0, 100.0, 112.0), 36.0),  # 6 units in 12 s: 18 left take 36 s
+        ((24, 6, 2, 100.0, 112.0), 32.0),  # failed units are not left to do
+        ((24, 0, 0, 100.0, 112.0), None),  # no pace before the first unit
+        ((None, 6, 0, 100.0, 112.0), None),  # not started
+        ((24, 6, 0, None, 112.0), None),  # the view does not tell when it started
+        ((24, 6, 0, 100.0, None), None),  # no clock given
+        ((24, 24, 0, 100.0, 148.0), 0.0),
+    ],
+)
+def test_guess_eta(args, eta):
+    """Without a learned speed, the ETA is the pace of the task so far."""
+    assert guess_eta(*args) == eta
+
+
+def test_task_line_prefers_the_learned_eta_and_marks_a_guess():
+    """The service's ETA (from the learned seconds per unit) wins; while nothing is learned,
+    the guess from the pace so far is marked as one."""
+    learned = task_line(task(eta_s=5.0, started_s=100.0, counts={"done": 6}), now_s=112.0)
+    assert (learned.eta_s, learned.eta_guessed) == (5.0, False)
+    guessed = task_line(task(started_s=100.0, counts={"done": 6}), now_s=112.0)
+    assert (guessed.eta_s, guessed.eta_guessed) == (36.0, True)
+    waiting = task_line(task(state="waiting", started_s=None, units=None), now_s=112.0)
+    assert (waiting.eta_s, waiting.total) == (None, None)
+    # A learned speed without live workers (no ETA from the service) is not guessed at: the
+    # task's start may lie in an earlier session.
+    unplaced = task_line(
+        task(seconds_per_unit=0.3, started_s=100.0, counts={"done": 6}), now_s=112.0
+    )
+    assert (unplaced.eta_s, unplaced.eta_guessed) == (None, False)
+
+
+def test_plain_lines_show_active_tasks_with_counts_speed_and_eta():
+    """One line per task with units on the way: done/total, running, queued, failed, kills,
+    speed and ETA; finished and waiting tasks only when asked for all."""
+    view = run(
+        task(
+            counts={"done": 10, "running": 2, "queued": 4, "failed": 1},
+            kills=3,
+            seconds_per_unit=0.31,
+            eta_s=4.0,
+        ),
+        task("summary", state="waiting", units=None),
+        task("prep", state="done", counts={"done": 24}),
+    )
+    assert plain_lines(view) == [
+        "sweep: 10/24 done, 2 running, 4 queued, 1 failed, 3 killed for memory"
+        " · 0.31 s/unit · ETA 4 s · running"
+    ]
+    every = plain_lines(view, only_active=False)
+    assert every[1:] == ["summary: waiting for its inputs", "prep: 24/24 done, 0 failed · done"]
+
+
+def test_plain_lines_say_why_a_task_is_blocked():
+    """A blocked task shows the dispatcher's reason."""
+    view = run(
+        task(
+            state="blocked",
+            status="needs 40 GiB per process; the largest cpu worker has 16 GiB",
+            counts={"pending": 24},
+        )
+    )
+    (line,) = plain_lines(view)
+    assert line.endswith("blocked: needs 40 GiB per process; the largest cpu worker has 16 GiB")
+
+
+HEAD = "run 20250101-120000-abcdef (demo)"
+
+
+@pytest.mark.parametrize(
+    ("view", "header"),
+    [
+        (run(eta_s=90.0), f"{HEAD}: running · elapsed 12 s · ETA 1 min 30 s"),
+        (run(), f"{HEAD}: running · elapsed 12 s"),
+        (
+            run(state="failed", message="2 units failed: sweep [3, 7]"),
+            f"{HEAD}: failed · elapsed 12 s · 2 units failed: sweep [3, 7]",
+        ),
+    ],
+)
+def test_run_header(view, header):
+    """The header: the run, its state, the time so far, and its ETA or its message."""
+    assert run_header(view, 12.0) == header
+
+
+def test_summary_rows_per_task():
+    """Units, time, the memory its units ran under against the peak, the kills for memory,
+    and the outputs."""
+    view = run(
+        task(
+            state="done",
+            counts={"done": 24},
+            started_s=100.0,
+            finished_s=108.2,
+            resources={"memory_per_worker_gb": 0.03},
+            requested_gb=1.0,
+            peak_memory_gb=0.025,
+            kills=2,
+            out="store/runs/r/sweep/out",
+            splittable=True,
+        ),
+        task(
+            "summary",
+            state="done",
+            units=1,
+            counts={"done": 1},
+            splittable=False,
+            resources={"memory_per_worker_gb": 0.5},
+        ),
+        state="succeeded",
+    )
+    assert summary_rows(view) == [
+        ("sweep", "24/24", "8 s", "1 GiB", "26 MiB", "2", "store/runs/r/sweep/out"),
+        ("summary", "command", "—", "512 MiB", "—", "—", "—"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("state", "started", "finished", "now", "seconds"),
+    [
+        ("done", 100.0, 108.0, None, 8.0),
+        ("done", 100.0, 108.0, 500.0, 8.0),  # ended: the clock does not matter
+        ("running", 100.0, None, 130.0, 30.0),  # so far
+        ("blocked", 100.0, None, 130.0, 30.0),
+        ("running", 100.0, None, None, None),  # no clock given
+        ("cancelled", 100.0, None, 130.0, None),  # ended without an end time
+        ("waiting", None, None, 130.0, None),
+    ],
+)
+def test_task_seconds(state, started, finished, now, seconds):
+    """A task took from its start to its end, or to now while it has units on the way."""
+    view = task(state=state, started_s=started, finished_s=finished)
+    assert task_seconds(view, now) == seconds
+
+
+def test_a_service_view_fills_every_summary_column_but_outputs():
+    """The view a service gives (`run_view`) tells the time, the memory requested and at
+    its peak, and the kills of each task, so its summary shows the columns of `simrun run`;
+    only the outputs (a path on the service's side) stay out."""
+    row = TaskRow(
+        "r1", "sweep", 0, "heat", {}, {}, (), None, None, True, False, "running", "", "cpu",
+        "heat/plate", {"memory_per_worker_gb": 0.5}, 24, 100.0, None,
+        kills=3, requested_gb=0.75, peak_memory_gb=0.3,
+    )  # fmt: skip
+    runrow = RunRow("r1", None, "plate", "running", "", "doc", 99.0, 99.0, None)
+    view = run_view(runrow, [row], {"sweep": TaskCounts(pending=4, done=20)}, {}).to_dict()
+    assert summary_rows(view, now_s=160.0) == [
+        ("sweep", "20/24", "1 min 00 s", "768 MiB", "307 MiB", "3", "—")
+    ]
+    console = Console(width=200, record=True)
+    console.print(summary_table(view, now_s=160.0))
+    header = console.export_text().splitlines()[1]
+    assert [c.strip() for c in header.split("┃")[1:-1]] == [
+        "task", "units", "time", "memory/process", "peak/process", "kills"
+    ]  # fmt: skip
+
+
+def test_summary_table_leaves_out_columns_the_view_does_not_tell():
+    """A service's view without times, peaks or outputs gives a table without them."""
+    view = run(task(state="done", counts={"done": 24}), state="succeeded")
+    console = Console(width=200, record=True)
+    console.print(summary_table(view))
+    text = console.export_text()
+    assert "units" in text
+    assert "24/24" in text
+    assert "peak/process" not in text
+    assert "outputs" not in text
+
+
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [
+        (
+            "Traceback (most recent call last):\n  File x\nRuntimeError: boom\n\n",
+            "RuntimeError: boom",
+        ),
+        ("killed for memory at its limit of 2 GiB", "killed for memory at its limit of 2 GiB"),
+        (None, "failed without a message"),
+        ("  \n", "failed without a message"),
+    ],
+)
+def test_error_line(error, line):
+    """The last line of a traceback is what was raised."""
+    assert error_line(error) == line
+
+
+def test_failure_lines_name_task_unit_and_error_and_count_the_rest():
+    """Each failed unit by task and index (a merge or command by its name), at most
+    ``limit`` of them and a count of the others."""
+    failures = [
+        {"task": "sweep", "unit": i, "error": f"Traceback\nValueError: bad point {i}"}
+        for i in range(4)
+    ] + [{"task": "sweep", "unit": "merge", "error": "OSError: disk full"}]
+    assert failure_lines(failures, limit=3) == [
+        "task 'sweep', unit 0: ValueError: bad point 0",
+        "task 'sweep', unit 1: ValueError: bad point 1",
+        "task 'sweep', unit 2: ValueError: bad point 2",
+        "… and 2 more",
+    ]
+    assert failure_lines(failures[4:]) == ["task 'sweep', merge: OSError: disk full"]
+
+
+@pytest.mark.parametrize(
+    ("view", "stuck"),
+    [
+        (
+            run(task(state="blocked", status="needs 40 GiB", counts={"pending": 24})),
+            "task 'sweep' is blocked: needs 40 GiB",
+        ),
+        # Units still in flight may finish: not stuck yet.
+        (
+            run(task(state="blocked", status="needs 40 GiB", counts={"pending": 20, "running": 4})),
+            None,
+        ),
+        # Another task still progresses.
+        (run(task(state="blocked", status="x"), task("other", state="running")), None),
+        (run(task(state="running")), None),
+        (run(task(state="blocked", status="x"), state="failed"), None),
+        (run(task(state="waiting")), None),
+    ],
+)
+def test_stuck_reason(view, stuck):
+    """A run is stuck when every task with units on the way is blocked with nothing in
+    flight: no worker will ever take them."""
+    assert stuck_reason(view) == stuck
+
+
+def test_render_live_has_a_bar_and_counts_per_task():
+    """The live display shows every task with its units, failures, kills, speed and ETA."""
+    view = run(
+        task(counts={"done": 12, "failed": 1}, kills=2, seconds_per_unit=0.5, eta_s=3.0),
+        task("summary", state="waiting", units=None),
+    )
+    console = Console(width=160, record=True)
+    console.print(render_live(view, 5.0, now_s=1005.0))
+    text = console.export_text()
+    sweep = next(line for line in text.splitlines() if line.startswith("sweep"))
+    assert "12/24" in sweep
+    assert "0.5 s/unit" in sweep
+    assert "3 s" in sweep
+    assert sweep.split()[-1] == "running"
+    assert "━" in sweep
+    summary = next(line for line in text.splitlines() if line.startswith("summary"))
+    assert summary.split()[-1] == "waiting"
+
+
+def test_plain_view_prints_state_changes_and_periodic_progress():
+    """Without a terminal: a line when a task changes state, and the active tasks'
+    progress every every_s seconds (never on the first look)."""
+    console = Console(width=200, record=True, force_terminal=False)
+    view = PlainView(console, every_s=0.0)
+    first = run(task(counts={"done": 1}), task("summary", state="waiting", units=None))
+    view.update(first)
+    view.update(first)
+    view.update(run(task(state="done", counts={"done": 24}), task("summary", units=1)))
+    lines = [line.split("] ", 1)[1] for line in console.export_text().splitlines()]
+    assert lines == [
+        "sweep: running (1/24 units)",
+        "sweep: 1/24 done, 0 running, 0 queued, 0 failed · learning · ETA — · running",
+        "sweep: done (24/24 units)",
+        "summary: running (0/1 units)",
+        "summary: 0/1 done, 0 running, 0 queued, 0 failed · learning · ETA — · running",
+    ]

@@ -1,0 +1,114 @@
+"""What the API shows of a run (simrun.service.views) and how a report is judged killed for
+memory (simrun.service.controller.is_oom)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from simrun.core.reports import ReportEntry, WorkerReport
+from simrun.core.states import TaskCounts, UnitRow
+from simrun.runstore import RunRow, TaskRow
+from simrun.service.controller import is_oom
+from simrun.service.views import failure_view, run_view, task_view
+
+RUN = RunRow("r1", "demo", "plate", "running", "", "doc", 1.0, 2.0, None)
+
+
+def task(name: str, state: str, units: int | None, spu: float | None, queue: str = "cpu"):
+    resources = None if spu is None and units is None else {"seconds_per_unit": spu}
+    return TaskRow(
+        "r1", name, 0, "heat", {}, {}, (), None, None, True, True, state, "", queue,  # type: ignore[arg-type]
+        "heat/plate", resources, units, None, None,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("row", "counts", "processes", "eta"),
+    [
+        (task("a", "running", 100, 0.5), TaskCounts(pending=60, queued=20, done=20), 4, 10.0),
+        (task("a", "running", 100, None), TaskCounts(pending=100), 4, None),  # nothing learned
+        (task("a", "running", 100, 0.5), TaskCounts(pending=100), 0, None),  # no worker
+        (task("a", "waiting", None, None), None, 4, None),  # not counted yet
+        (task("a", "done", 10, 0.5), TaskCounts(done=10, merge="done"), 4, 0.0),
+        (task("a", "merging", 10, 0.5), TaskCounts(done=10, merge="queued"), 4, 0.0),
+    ],
+)
+def test_task_eta(row, counts, processes, eta):
+    """A task's ETA is its unfinished units x learned seconds per unit / live processes of
+    its queue; unknown without either, 0 once nothing is left."""
+    view = task_view(row, counts, processes)
+    assert view.eta_s == eta
+    if counts is not None:
+        assert sum(view.counts.values()) == counts.total
+
+
+def test_run_eta_sums_unfinished_tasks_and_is_unknown_if_one_is():
+    """A running run's ETA sums its unfinished tasks' ETAs, each with its queue's
+    processes; one unknown ETA makes the run's unknown."""
+    tasks = [task("a", "running", 100, 0.5), task("b", "running", 10, 2.0, queue="gpu")]
+    counts = {"a": TaskCounts(pending=40), "b": TaskCounts(pending=10)}
+    view = run_view(RUN, tasks, counts, {"cpu": 4, "gpu": 1})
+    assert [t.eta_s for t in view.tasks] == [5.0, 20.0]
+    assert view.eta_s == 25.0
+    assert run_view(RUN, tasks, counts, {"cpu": 4}).eta_s is None
+    assert view.to_dict()["tasks"][0]["counts"]["pending"] == 40
+
+
+def test_failure_view_keeps_the_traceback():
+    """A failure shows the unit's key, its counts and its last traceback."""
+    unit = UnitRow("r1", "sweep", -1, "merge", "failed", 3, errors=3, error="Traceback: x")
+    view = failure_view(unit)
+    assert (view.task, view.unit, view.errors, view.error) == ("sweep", "merge", 3, "Traceback: x")
+
+
+def entry(outcomes: dict, killed: bool) -> ReportEntry:
+    return ReportEntry(
+        job_id="r:t:0:1", run="r", task="t", kind="chunk", attempt=1, worker_id="w",
+        outcomes=outcomes, report=WorkerReport((0.3,), None, 0, 0.25, killed),
+        started=0.0, finished=1.0,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("report", "expected"),
+    [
+        (entry({0: "done", 1: "killed", 2: "not_run"}, True), True),
+        (entry({0: "killed"}, False), True),  # a unit said killed
+        (entry({0: "done", 1: "failed"}, False), False),
+        (entry({0: "timeout"}, False), False),  # a timeout is not a lack of memory
+        (WorkerReport((0.3,), None, 0, 0.25, True), True),
+        (WorkerReport((0.3,), 0.1, 1, 0.25, False), False),
+    ],
+)
+def test_is_oom(report, expected):
+    """A report counts as killed for memory when the worker says its process was killed
+    past its limit, or a unit's outcome is killed; errors and timeouts do not."""
+    assert is_oom(report) is expected
+
+
+def test_task_view_tells_times_kind_kills_and_memory():
+    """A task's view carries what the store keeps on its row: when it started and ended,
+    whether it splits, its kills for memory, and the memory per process it requested and
+    peaked at; a task that never ran tells none of them."""
+    ran = replace(
+        task("a", "done", 10, 0.5),
+        splittable=False,
+        started_s=10.0,
+        finished_s=25.0,
+        kills=2,
+        requested_gb=3.0,
+        peak_memory_gb=1.25,
+    )
+    view = task_view(ran, TaskCounts(done=1), 4)
+    assert (view.splittable, view.started_s, view.finished_s) == (False, 10.0, 25.0)
+    assert (view.kills, view.requested_gb, view.peak_memory_gb) == (2, 3.0, 1.25)
+    shown = run_view(RUN, [ran], {}, {}).to_dict()["tasks"][0]
+    assert {k: shown[k] for k in ("kills", "requested_gb", "peak_memory_gb", "started_s")} == {
+        "kills": 2, "requested_gb": 3.0, "peak_memory_gb": 1.25, "started_s": 10.0
+    }  # fmt: skip
+    fresh = task_view(task("b", "waiting", None, None), None, 4)
+    assert (fresh.splittable, fresh.started_s, fresh.kills, fresh.peak_memory_gb) == (
+        True, None, 0, None
+    )  # fmt: skip
