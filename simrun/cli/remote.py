@@ -47,10 +47,10 @@ from simrun.cli.progress import (
 from simrun.cli.tables import RESOURCE_COLUMNS, RUN_COLUMNS, resource_rows, run_rows
 from simrun.client import Client, ClientError
 from simrun.config import DEFAULT_URL, load_config
+from simrun.core.sizing import WorkerCapacity
 from simrun.local.machine import LocalError
 from simrun.resources import ResourceStore
 from simrun.runstore import RunStore
-from simrun.service.decisions import WorkerCapacity
 
 __all__ = ["cancel", "replay", "resources", "status", "submit"]
 

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError, ResponseError
 
+from simrun.core import sizing
 from simrun.core.reports import WorkerInfo
 from simrun.core.scaling import BacklogEntry, ContainerShape, QueueBacklog, ScalePolicy
 from simrun.core.states import TaskCounts
 from simrun.queues import JobQueue
 from simrun.resources import ResolvedResources, ResourceKey, resource_key
-from simrun.service import decisions
 from simrun.service.dispatch import Dispatcher
 from simrun.service.metrics import (
     ACTIVE_TASK_STATES,
@@ -69,7 +69,7 @@ async def gather_backlog(
             left = task_counts.unfinished + _merge_units(task_counts)
             if task.state in ACTIVE_TASK_STATES and left > 0 and task_type is not None:
                 resolved = await resolver.resolve(run, task, task_type)
-                queue = decisions.queue_name(task_type.image, resolved.gpus)
+                queue = sizing.queue_name(task_type.image, resolved.gpus)
                 key = (
                     ResourceKey.from_text(task.resource_key)
                     if task.resource_key

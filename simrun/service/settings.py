@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simrun.core import sizing
 from simrun.core.states import Limits
 from simrun.core.timing import HEARTBEAT_TTL_S
 from simrun.queues import DEFAULT_PREFIX
-from simrun.service import decisions
 
 __all__ = ["ControllerSettings"]
 
@@ -33,8 +33,8 @@ class ControllerSettings:
     #: leave sooner than if the whole window were stored and enqueued at once.
     dispatch_units: int = 4000
     enqueue_concurrency: int = 32
-    target_job_s: float = decisions.DEFAULT_TARGET_JOB_S
-    max_chunk: int = decisions.DEFAULT_MAX_CHUNK
+    target_job_s: float = sizing.DEFAULT_TARGET_JOB_S
+    max_chunk: int = sizing.DEFAULT_MAX_CHUNK
     limits: Limits = field(default_factory=Limits)
     #: How often the jobs in flight are compared with what Redis holds.
     reconcile_s: float = 5.0
