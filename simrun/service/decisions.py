@@ -12,8 +12,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from simrun.core.states import ENDED_RUN_STATES
+
 __all__ = [
-    "ENDED_RUN_STATES",
     "AttemptsVerdict",
     "FlightJob",
     "abandoned_jobs",
@@ -89,9 +90,6 @@ def lost_jobs(
         if j.enqueued_s < snapshot_s and j.id not in queued and j.id not in on_workers
     ]
 
-
-#: The states of a run that has ended.
-ENDED_RUN_STATES = frozenset({"succeeded", "failed", "cancelled"})
 
 #: What to do with the attempts hashes of a run: ``forget`` (delete them now), ``wait``
 #: (look again later), ``keep`` (the run goes on: stop looking until it ends again).

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from simrun.core import sizing
 from simrun.core.reports import WorkerInfo
-from simrun.core.states import TaskState, UnitKind, UnitRow
+from simrun.core.states import ACTIVE_TASK_STATES, TaskState, UnitKind, UnitRow
 from simrun.plugins import TaskType
 from simrun.queues import JobQueue, set_current_attempts
 from simrun.resources import ResolvedResources, ResourceKey, ResourceStore, resource_key
@@ -55,7 +55,7 @@ class Dispatcher:
             tasks = [
                 t
                 for t in await self.store.tasks(run.id)
-                if t.state in ("running", "merging", "blocked")
+                if t.state in ACTIVE_TASK_STATES
                 # a queue whose window is full takes nothing: skip the queries
                 and (t.queue is None or in_flight.get(t.queue, 0) < self.settings.window_jobs)
             ]

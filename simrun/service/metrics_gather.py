@@ -13,15 +13,13 @@ from redis.exceptions import RedisError, ResponseError
 from simrun.core import sizing
 from simrun.core.reports import WorkerInfo
 from simrun.core.scaling import BacklogEntry, ContainerShape, QueueBacklog, ScalePolicy
-from simrun.core.states import TaskCounts
+from simrun.core.states import ACTIVE_TASK_STATES, UNFINISHED_UNIT_STATES, TaskCounts
 from simrun.queues import JobQueue
 from simrun.resources import ResolvedResources, ResourceKey, resource_key
 from simrun.service.dispatch import Dispatcher
 from simrun.service.metrics import (
-    ACTIVE_TASK_STATES,
     DEFAULT_SHAPE,
     METRICS_POLICY,
-    UNFINISHED_STATES,
     Metrics,
     ReportLag,
     UnitTotals,
@@ -36,7 +34,7 @@ __all__ = ["gather", "gather_backlog", "report_lag"]
 
 
 def _merge_units(counts: TaskCounts) -> int:
-    return 1 if counts.merge in UNFINISHED_STATES else 0
+    return 1 if counts.merge in UNFINISHED_UNIT_STATES else 0
 
 
 async def gather_backlog(
