@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simrun.core.jobs import JobPaths, JobResources, JobSpec
+from simrun.core.layout import StoreLayout
 from simrun.core.sizing import retry_memory_gb
 from simrun.core.states import UnitKind, UnitRow
 from simrun.plugins import TaskPaths, TaskType
@@ -32,9 +33,8 @@ class Dispatch:
 
 def task_paths(store: Path, task: TaskRow) -> TaskPaths:
     """Where a task of a run works (``STORE/runs/<run>/<task>/out``)."""
-    return TaskPaths.for_task(
-        store, task.run, task.name, inputs={port: Path(p) for port, p in task.inputs.items()}
-    )
+    inputs = {port: Path(p) for port, p in task.inputs.items()}
+    return StoreLayout(store).task_paths(task.run, task.name, inputs=inputs)
 
 
 def memory_groups(units: Sequence[UnitRow], resolved_gb: float) -> list[list[UnitRow]]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from simrun.core import sizing
+from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits
 from simrun.core.timing import HEARTBEAT_TTL_S
 from simrun.queues import DEFAULT_PREFIX
@@ -48,7 +49,7 @@ class ControllerSettings:
 
     @property
     def database(self) -> Path:
-        return self.db_path if self.db_path is not None else self.store / "simrun.db"
+        return self.db_path if self.db_path is not None else StoreLayout(self.store).db
 
     def __post_init__(self) -> None:
         counts = (self.window_jobs, self.report_batch, self.report_batches, self.dispatch_units)
