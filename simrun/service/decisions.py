@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from simrun.core.states import ENDED_RUN_STATES
+from simrun.runstore.ingest import index_ranges
 
 __all__ = [
     "AttemptsVerdict",
@@ -138,17 +139,8 @@ def eta_s(remaining_units: int, seconds_per_unit: float | None, processes: int) 
 
 
 def _ranges(indices: Sequence[int]) -> str:
-    parts: list[str] = []
-    ordered = sorted(indices)
-    start = prev = ordered[0]
-    for i in [*ordered[1:], None]:
-        if i is not None and i == prev + 1:
-            prev = i
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if i is not None:
-            start = prev = i
-    return ", ".join(parts)
+    """``0, 3-5, 9`` for the indices [0, 3, 4, 5, 9]."""
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in index_ranges(indices))
 
 
 def failure_message(failed: Mapping[str, Sequence[int | str]]) -> str:
