@@ -34,11 +34,6 @@ class Config:
         """``redis_url``, or the local default."""
         return self.redis_url or DEFAULT_REDIS_URL
 
-    @property
-    def db_path(self) -> Path:
-        """The service's SQLite file for run state and learned resources."""
-        return self.store / "simrun.db"
-
 
 def load_config(environ: Mapping[str, str] | None = None) -> Config:
     """The configuration given by ``environ`` (the process environment by default)."""

@@ -6,6 +6,7 @@ does I/O; the controller and the validator call these with plain data.
 
 from __future__ import annotations
 
+import graphlib
 from collections.abc import Collection, Iterable, Mapping
 
 __all__ = ["CycleError", "find_cycle", "ready_tasks", "topological_order"]
@@ -21,53 +22,57 @@ class CycleError(ValueError):
         super().__init__("cycle: " + " -> ".join(cycle))
 
 
+def _sorter(deps: Graph) -> graphlib.TopologicalSorter[str]:
+    """A sorter over ``deps`` without the names that are not tasks, built in sorted order
+    (so what it reports does not depend on the order of ``deps``)."""
+    sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter()
+    for name in sorted(deps):
+        sorter.add(name, *sorted(d for d in deps[name] if d in deps))
+    return sorter
+
+
+def _prepared(deps: Graph) -> graphlib.TopologicalSorter[str]:
+    """The sorter of ``deps``, prepared; `CycleError` naming a cycle when it has one.
+
+    graphlib reports a cycle as ``[x, ..., x]`` each node read *by* the next; ours reads
+    the other way (``a`` reads from ``b``) and starts at its first name in sorted order.
+    """
+    sorter = _sorter(deps)
+    try:
+        sorter.prepare()
+    except graphlib.CycleError as exc:
+        ring = list(reversed(exc.args[1]))[:-1]
+        start = ring.index(min(ring))
+        ring = ring[start:] + ring[:start]
+        raise CycleError([*ring, ring[0]]) from None
+    return sorter
+
+
 def find_cycle(deps: Graph) -> list[str] | None:
     """One cycle of ``deps`` as ``[a, b, ..., a]`` (a reads from b, ...), or None.
 
     Dependencies on names that are not keys of ``deps`` are ignored (they are reported
-    elsewhere as unknown tasks). Deterministic: tasks are visited in sorted order.
+    elsewhere as unknown tasks). Deterministic: the same graph names the same cycle.
     """
-    white, grey, black = 0, 1, 2
-    colour = dict.fromkeys(deps, white)
-    for root in sorted(deps):
-        if colour[root] != white:
-            continue
-        # Iterative DFS; the stack holds (node, iterator over its sorted dependencies).
-        path: list[str] = [root]
-        colour[root] = grey
-        stack = [iter(sorted(d for d in deps[root] if d in colour))]
-        while stack:
-            nxt = next(stack[-1], None)
-            if nxt is None:
-                colour[path.pop()] = black
-                stack.pop()
-                continue
-            if colour[nxt] == grey:
-                return [*path[path.index(nxt) :], nxt]
-            if colour[nxt] == white:
-                colour[nxt] = grey
-                path.append(nxt)
-                stack.append(iter(sorted(d for d in deps[nxt] if d in colour)))
+    try:
+        _prepared(deps)
+    except CycleError as exc:
+        return exc.cycle
     return None
 
 
 def topological_order(deps: Graph) -> list[str]:
-    """Every task after all the tasks it reads from; ties broken by name.
+    """Every task after all the tasks it reads from; ties broken by name (each wave of
+    tasks whose inputs are all placed, in sorted order).
 
     Raises `CycleError` naming a cycle when there is no such order.
     """
-    cycle = find_cycle(deps)
-    if cycle is not None:
-        raise CycleError(cycle)
+    sorter = _prepared(deps)
     order: list[str] = []
-    placed: set[str] = set()
-    pending = {name: {d for d in ds if d in deps} for name, ds in deps.items()}
-    while pending:
-        wave = sorted(name for name, ds in pending.items() if ds <= placed)
+    while sorter.is_active():
+        wave = sorted(sorter.get_ready())
         order.extend(wave)
-        placed.update(wave)
-        for name in wave:
-            del pending[name]
+        sorter.done(*wave)
     return order
 
 

@@ -20,10 +20,11 @@ from rich.table import Table
 
 from simrun.cli.forecast import Forecast, TaskPlan, forecast
 from simrun.cli.progress import format_duration, format_gb, format_rate
+from simrun.core.layout import StoreLayout
+from simrun.core.sizing import WorkerCapacity, queue_name
 from simrun.plugins import TaskType
 from simrun.resources import ResolvedResources, ResourceStore, decide, resource_key
 from simrun.service.advance import count_units
-from simrun.service.decisions import WorkerCapacity, queue_name
 from simrun.workflow import Problem, ResourceOverride, Workflow, WorkflowError
 
 __all__ = [
@@ -54,7 +55,7 @@ class DryRow:
 def store_resolver(store: Path) -> Resolver:
     """Resolve as the embedded service would, from ``store/simrun.db``; the hint (or the
     override) alone when the file does not exist, which is then not created."""
-    db = store / "simrun.db"
+    db = StoreLayout(store).db
     resources = ResourceStore(db, keep_open=False) if db.is_file() else None
 
     async def resolve(

@@ -27,6 +27,7 @@ from simrun.cli.progress import (
     summary_table,
 )
 from simrun.client import Client
+from simrun.core.layout import StoreLayout
 from simrun.resources import ResourceStore
 from simrun.runstore import RunStore
 from simrun.service.controller import Controller
@@ -139,7 +140,7 @@ class StoreReader:
             return None
         data = view.to_dict()
         for task in data["tasks"]:
-            task["out"] = str(self.shown_store / "runs" / run_id / task["name"] / "out")
+            task["out"] = str(StoreLayout(self.shown_store).task_out(run_id, task["name"]))
         return data
 
     async def runs(self, limit: int = 50) -> list[dict[str, Any]]:

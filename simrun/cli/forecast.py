@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from simrun.core.sizing import WorkerCapacity, fit_problem, request_gb
 from simrun.plugins import ResourceHint
 from simrun.resources import ResolvedResources
-from simrun.service.decisions import WorkerCapacity, fit_problem, request_gb
 from simrun.workflow import ResourceOverride
 
 __all__ = [

@@ -25,8 +25,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from simrun.core.states import ACTIVE_TASK_STATES, ACTIVE_UNIT_STATES, FINISHED_TASK_STATES
+
 __all__ = [
-    "FINISHED_TASK_STATES",
     "LiveView",
     "PlainView",
     "ProgressView",
@@ -47,9 +48,6 @@ __all__ = [
     "task_seconds",
 ]
 
-FINISHED_TASK_STATES = frozenset({"done", "failed", "cancelled"})
-#: Tasks that have units on the way.
-ACTIVE_TASK_STATES = frozenset({"running", "merging", "blocked"})
 #: Failed units listed at most at the end of a run (the rest are counted).
 MAX_FAILURES_SHOWN = 20
 
@@ -166,7 +164,7 @@ def _eta_text(line: TaskLine) -> str:
 
 
 def _state_text(line: TaskLine) -> str:
-    if line.state == "merging" or (line.merge in ("queued", "running") and line.state != "done"):
+    if line.state == "merging" or (line.merge in ACTIVE_UNIT_STATES and line.state != "done"):
         return "merging"
     if line.state == "blocked" and line.status:
         return f"blocked: {line.status}"

@@ -47,10 +47,11 @@ from simrun.cli.progress import (
 from simrun.cli.tables import RESOURCE_COLUMNS, RUN_COLUMNS, resource_rows, run_rows
 from simrun.client import Client, ClientError
 from simrun.config import DEFAULT_URL, load_config
+from simrun.core.layout import StoreLayout
+from simrun.core.sizing import WorkerCapacity
 from simrun.local.machine import LocalError
 from simrun.resources import ResourceStore
 from simrun.runstore import RunStore
-from simrun.service.decisions import WorkerCapacity
 
 __all__ = ["cancel", "replay", "resources", "status", "submit"]
 
@@ -80,7 +81,7 @@ def _service(url: str | None) -> Iterator[Client]:
     except ClientError as exc:
         store = load_config().store
         unreachable = isinstance(exc.__cause__, httpx.TransportError)
-        if unreachable and (store / "simrun.db").is_file():
+        if unreachable and StoreLayout(store).is_store():
             raise ClientError(
                 f"{exc}\nfor the runs of `simrun run` in {store}, add --store {store}"
             ) from exc
@@ -106,7 +107,7 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
 @asynccontextmanager
 async def open_store(store: Path) -> AsyncIterator[StoreReader]:
     """A reader of the store of ``simrun run`` at ``store`` (which must exist)."""
-    db = store / "simrun.db"
+    db = StoreLayout(store).db
     if not db.is_file():
         raise LocalError(
             f"{store} is not a simrun store (there is no {db}); give the --store that "

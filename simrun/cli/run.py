@@ -39,6 +39,7 @@ from simrun.cli.follow import STUCK_AFTER_S, StoreReader, follow, report_end
 from simrun.cli.forecast import pool_of, pool_text
 from simrun.cli.progress import make_view, summary_table
 from simrun.config import load_config
+from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits
 from simrun.local.session import (
     LocalError,
@@ -96,7 +97,7 @@ def _commands(run_id: str, store: Path, plugins: tuple[str, ...]) -> tuple[str, 
 async def check_run(store: Path, run_id: str, replay: ReplayRequest | None) -> None:
     """Fail before anything starts when ``run_id`` of ``store`` cannot go on: no such
     store or run, a run that ended with nothing failed, an ended run without a replay."""
-    db = store / "simrun.db"
+    db = StoreLayout(store).db
     if not db.is_file():
         raise LocalError(
             f"{store} is not a simrun store (there is no {db}); give the --store of the run"
@@ -218,7 +219,9 @@ async def embedded(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
     if outcome.reason == "ended":
-        code = report_end(out, final, failures, replay_cmd, str(shown_store / "runs" / current))
+        code = report_end(
+            out, final, failures, replay_cmd, str(StoreLayout(shown_store).run_dir(current))
+        )
         learned = shell_join(["simrun", "resources", "--store", str(shown_store)])
         out.print(f"[dim]what was learned for the next runs: {escape(learned)}[/]", soft_wrap=True)
         return code

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from simrun.core.wire import JOB_KINDS, JobKind, PayloadError, UnitKey, image_queue, job_id
+from simrun.core.sizing import queue_name
+from simrun.core.wire import JOB_KINDS, JobKind, PayloadError, UnitKey, job_id
 from simrun.plugins import TaskPaths
 
 __all__ = ["JobPaths", "JobResources", "JobSpec", "queue_for"]
@@ -279,7 +280,5 @@ class JobSpec:
 
 
 def queue_for(spec: JobSpec) -> str:
-    """The logical queue of a job: its image's queue, else gpu when it needs a GPU, else cpu."""
-    if spec.image is not None:
-        return image_queue(spec.image)
-    return "gpu" if spec.resources.gpus > 0 else "cpu"
+    """The logical queue of a job (`simrun.core.sizing.queue_name` of its image and GPUs)."""
+    return queue_name(spec.image, spec.resources.gpus)

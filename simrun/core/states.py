@@ -18,11 +18,17 @@ from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 __all__ = [
+    "ACTIVE_TASK_STATES",
     "ACTIVE_UNIT_STATES",
     "COMMAND_INDEX",
+    "ENDED_RUN_STATES",
+    "FINISHED_TASK_STATES",
+    "FINISHED_UNIT_STATES",
     "MERGE_INDEX",
+    "NOT_STARTED_TASK_STATES",
     "RUN_STATES",
     "TASK_STATES",
+    "UNFINISHED_UNIT_STATES",
     "UNIT_KINDS",
     "UNIT_STATES",
     "Limits",
@@ -50,14 +56,34 @@ RUN_STATES: tuple[str, ...] = get_args(RunState)
 TASK_STATES: tuple[str, ...] = get_args(TaskState)
 UNIT_STATES: tuple[str, ...] = get_args(UnitState)
 UNIT_KINDS: tuple[str, ...] = get_args(UnitKind)
+
+# The named sets of states; tests/unit/test_runstate.py checks that they agree with the
+# state machines below. In SQL they are spelled by `simrun.runstore.schema.sql_list`.
+
+#: Runs that have ended: they dispatch nothing more (a replay makes a failed run run again).
+ENDED_RUN_STATES: frozenset[RunState] = frozenset({"succeeded", "failed", "cancelled"})
+#: Tasks that have not started: set by the controller, no units yet.
+NOT_STARTED_TASK_STATES: frozenset[TaskState] = frozenset({"waiting", "ready"})
+#: Started tasks whose units (or merge) may still be unfinished.
+ACTIVE_TASK_STATES: frozenset[TaskState] = frozenset({"running", "merging", "blocked"})
+#: Tasks that have finished: none of their units runs again unless a replay asks.
+FINISHED_TASK_STATES: frozenset[TaskState] = frozenset({"done", "failed", "cancelled"})
 #: Units that are in a job on Redis or on a worker.
-ACTIVE_UNIT_STATES: tuple[str, ...] = ("queued", "running")
+ACTIVE_UNIT_STATES: frozenset[UnitState] = frozenset({"queued", "running"})
+#: Units not yet done or failed: waiting to be dispatched, or active.
+UNFINISHED_UNIT_STATES: frozenset[UnitState] = frozenset({"pending", "queued", "running"})
+#: Units that have ended.
+FINISHED_UNIT_STATES: frozenset[UnitState] = frozenset({"done", "failed"})
 #: The index of the merge unit of a task, and of the command unit of an unsplit task.
 MERGE_INDEX = -1
 COMMAND_INDEX = 0
 
 #: Task states in which the task still makes progress by itself.
-_PROGRESSING: frozenset[str] = frozenset({"ready", "running", "merging", "blocked"})
+_PROGRESSING: frozenset[TaskState] = frozenset({"ready", *ACTIVE_TASK_STATES})
+#: Task states that only the controller sets (units never change them).
+_SET_BY_CONTROLLER: frozenset[TaskState] = NOT_STARTED_TASK_STATES | {"done", "cancelled"}
+#: Finished task states that keep every task downstream from running.
+_BLOCKING: frozenset[TaskState] = FINISHED_TASK_STATES - {"done"}
 
 
 def unit_key(kind: str, index: int) -> int | str:
@@ -221,7 +247,7 @@ def next_task_state(
     ``blocked`` task stays blocked while units (or its merge) wait to be dispatched: only
     the dispatcher, which found no worker to fit them, lifts it.
     """
-    if current in ("waiting", "ready", "done", "cancelled"):
+    if current in _SET_BY_CONTROLLER:
         return current, False
     if counts.failed and not counts.unfinished:
         return "failed", False
@@ -247,7 +273,7 @@ def _blocked_by_failure(
         if up in seen:
             continue
         seen.add(up)
-        if states.get(up) in ("failed", "cancelled"):
+        if states.get(up) in _BLOCKING:
             return True
         stack.extend(deps.get(up, ()))
     return False

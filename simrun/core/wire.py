@@ -3,7 +3,6 @@ codec of jobs and results (never pickle)."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 from typing import Any, Literal, get_args
@@ -19,7 +18,6 @@ __all__ = [
     "PayloadError",
     "UnitKey",
     "deserialize",
-    "image_queue",
     "job_id",
     "serialize",
     "unit_field",
@@ -32,29 +30,12 @@ UnitKey = int | str
 
 JOB_KINDS: tuple[str, ...] = get_args(JobKind)
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
-_SAFE_QUEUE = re.compile(r"[A-Za-z0-9._-]+")
 #: The shape of a run id (`simrun.service.submit.new_run_id`): ``20250101-120000-1a2b3c``.
 RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]+")
 
 
 class PayloadError(ValueError):
     """A job payload, report entry or heartbeat that cannot be used, and why."""
-
-
-def image_queue(image: str) -> str:
-    """The logical queue of a task image: ``image:<name>``, made safe for a Redis key.
-
-    A name of letters, digits, ``.``, ``_`` and ``-`` is kept; any other name (a registry
-    path with ``/`` and ``:``) has those characters replaced and a short hash of the
-    original appended, so that two different images never share a queue.
-    """
-    if not image or not image.strip():
-        raise PayloadError("image name is empty")
-    if _SAFE_QUEUE.fullmatch(image):
-        return f"image:{image}"
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", image)
-    digest = hashlib.sha256(image.encode()).hexdigest()[:8]
-    return f"image:{safe}-{digest}"
 
 
 def job_id(run: str, task: str, kind: JobKind, indices: Sequence[int], attempt: int) -> str:

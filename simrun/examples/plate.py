@@ -18,7 +18,6 @@ Temperatures are in degrees Celsius.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -26,6 +25,8 @@ from typing import Annotated
 import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from simrun.examples.files import JsonFileError, read_json
 
 __all__ = [
     "ABSOLUTE_ZERO_C",
@@ -118,11 +119,10 @@ def plate_file(port_path: Path) -> Path:
 def load_plate(path: Path) -> PlateSpec:
     """Read and check the plate source at ``path``; `PlateError` says what is wrong where."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PlateError(f"{path}: cannot read the plate file: {exc.strerror or exc}") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PlateError(f"{path}: the plate file is not valid JSON: {exc}") from exc
+        raw = read_json(path)
+    except JsonFileError as exc:
+        why = "cannot read the plate file" if exc.unreadable else "the plate file is not valid JSON"
+        raise PlateError(f"{path}: {why}: {exc.detail}") from exc
     try:
         return PlateSpec.model_validate(raw)
     except ValidationError as exc:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import importlib
 import io
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from simrun.examples.files import write_atomic
+from simrun.examples.files import JsonFileError, read_json, write_atomic
 from simrun.examples.heat import SUMMARY_COLUMNS, SUMMARY_NAME
 from simrun.plugins import ResourceHint, TaskType
 
@@ -124,11 +123,11 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
 def load_settings(path: Path) -> ReportSettings:
     """The report's settings from the JSON file at ``path``."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInput(f"cannot read the settings file {path}: {exc.strerror or exc}") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadInput(f"the settings file {path} is not valid JSON: {exc}") from exc
+        raw = read_json(path)
+    except JsonFileError as exc:
+        if exc.unreadable:
+            raise BadInput(f"cannot read the settings file {path}: {exc.detail}") from exc
+        raise BadInput(f"the settings file {path} is not valid JSON: {exc.detail}") from exc
     if not isinstance(raw, dict):
         raise BadInput(f"the settings file {path} holds a {type(raw).__name__}, not an object")
     try:

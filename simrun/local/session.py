@@ -42,6 +42,7 @@ from typing import IO
 import uvicorn
 from redis.exceptions import RedisError
 
+from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits
 from simrun.local.guard import DONE, REMOVE
 from simrun.local.machine import (
@@ -73,9 +74,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-LOCK_NAME = ".simrun.lock"
-LOGS_DIR = "logs"
 
 
 def redis_prefix(store: Path, private: bool) -> str:
@@ -129,7 +127,7 @@ class LocalSession:
         self.options = options
         self.types = dict(types)
         self.store = options.store.resolve()
-        self.logs = self.store / LOGS_DIR
+        self.logs = StoreLayout(self.store).logs
         self.redis_note = ""
         self.url = ""
         self._controller: Controller | None = None
@@ -235,7 +233,7 @@ class LocalSession:
 
     def _take_lock(self) -> None:
         self.store.mkdir(parents=True, exist_ok=True)
-        lock = (self.store / LOCK_NAME).open("a+")
+        lock = StoreLayout(self.store).lock.open("a+")
         try:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -420,7 +418,7 @@ def _safe_url(url: str) -> str:
 
 def store_in_use(store: Path) -> bool:
     """Whether an embedded session holds ``store`` now."""
-    path = store / LOCK_NAME
+    path = StoreLayout(store).lock
     if not path.exists():
         return False
     with path.open("a+") as lock:

@@ -14,11 +14,11 @@ from typing import Any
 import aiosqlite
 
 from simrun.core.reports import ReportEntry
-from simrun.core.states import Limits, UnitRow, unit_after_outcome, unit_index
+from simrun.core.states import ACTIVE_UNIT_STATES, Limits, UnitRow, unit_after_outcome, unit_index
 from simrun.runstore.ingest import index_ranges, observed_peak_gb, split_reports
 from simrun.runstore.reads import chunks, marks
 from simrun.runstore.rows import UPDATE_UNIT, Applied, unit_of, unit_values
-from simrun.runstore.schema import UNIT_COLUMNS
+from simrun.runstore.schema import UNIT_COLUMNS, sql_list
 
 __all__ = ["apply_reports"]
 
@@ -48,7 +48,7 @@ async def apply_reports(
     await conn.executemany(
         "UPDATE units SET state = 'pending', worker = NULL,"
         " error = 'the report of its job did not mention it'"
-        " WHERE job_id = ? AND state IN ('queued', 'running')",
+        f" WHERE job_id = ? AND state IN {sql_list(ACTIVE_UNIT_STATES)}",
         [(j,) for j in gone],
     )
     await conn.executemany("DELETE FROM jobs WHERE id = ?", [(j,) for j in gone])

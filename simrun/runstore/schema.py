@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
-from simrun import db
+from collections.abc import Iterable
 
-__all__ = ["COMPONENT", "JOB_COLUMNS", "MIGRATIONS", "RUN_COLUMNS", "TASK_COLUMNS", "UNIT_COLUMNS"]
+from simrun import db
+from simrun.core.states import RUN_STATES, TASK_STATES, UNIT_KINDS, UNIT_STATES
+
+__all__ = [
+    "COMPONENT",
+    "JOB_COLUMNS",
+    "MIGRATIONS",
+    "RUN_COLUMNS",
+    "TASK_COLUMNS",
+    "UNIT_COLUMNS",
+    "sql_list",
+]
 
 COMPONENT = "runs"
 
-_RUN_CHECK = "state IN ('running', 'succeeded', 'failed', 'cancelled')"
-_TASK_CHECK = (
-    "state IN ('waiting', 'ready', 'running', 'merging', 'done', 'failed', 'blocked', 'cancelled')"
-)
+
+def sql_list(states: Iterable[str]) -> str:
+    """The SQL list of some states, for ``state IN ...``: ``('queued', 'running')``; a set
+    in sorted order, a sequence in its own. The states are the names of
+    `simrun.core.states`, never input, so they are spelled inline."""
+    ordered = sorted(states) if isinstance(states, set | frozenset) else list(states)
+    return "(" + ", ".join(f"'{s}'" for s in ordered) + ")"
+
+
+_RUN_CHECK = f"state IN {sql_list(RUN_STATES)}"
+_TASK_CHECK = f"state IN {sql_list(TASK_STATES)}"
 
 MIGRATIONS: tuple[db.Migration, ...] = (
     db.Migration(
@@ -55,9 +73,9 @@ MIGRATIONS: tuple[db.Migration, ...] = (
             " run_id TEXT NOT NULL,"
             " task TEXT NOT NULL,"
             " idx INTEGER NOT NULL,"
-            " kind TEXT NOT NULL CHECK (kind IN ('chunk', 'merge', 'command')),"
+            f" kind TEXT NOT NULL CHECK (kind IN {sql_list(UNIT_KINDS)}),"
             " state TEXT NOT NULL"
-            "  CHECK (state IN ('pending', 'queued', 'running', 'done', 'failed')),"
+            f"  CHECK (state IN {sql_list(UNIT_STATES)}),"
             " attempt INTEGER NOT NULL DEFAULT 0,"
             " job_id TEXT,"
             " memory_gb REAL,"

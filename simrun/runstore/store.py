@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import aiosqlite
 
@@ -16,12 +16,13 @@ from simrun.core.reports import ReportEntry
 from simrun.core.states import (
     ACTIVE_UNIT_STATES,
     COMMAND_INDEX,
+    FINISHED_TASK_STATES,
     MERGE_INDEX,
+    NOT_STARTED_TASK_STATES,
     Limits,
     RunState,
     TaskState,
     UnitRow,
-    UnitState,
 )
 from simrun.runstore.apply import apply_reports as write_reports
 from simrun.runstore.reads import RunReads
@@ -38,6 +39,7 @@ from simrun.runstore.schema import (
     MIGRATIONS,
     RUN_COLUMNS,
     TASK_COLUMNS,
+    sql_list,
 )
 
 __all__ = ["RunStore"]
@@ -172,7 +174,7 @@ class RunStore(RunReads):
         if state is not None:
             if now_s is None:
                 raise ValueError("RunStore.set_task: a state change needs now_s")
-            final = state in ("done", "failed", "cancelled")
+            final = state in FINISHED_TASK_STATES
             sets += ["state = ?", "finished_s = ?"]
             params += [state, now_s if final else None]
         for column, value in (("status", status), ("queue", queue), ("resource_key", resource_key)):
@@ -210,7 +212,7 @@ class RunStore(RunReads):
             if not rows:
                 raise KeyError(f"run {run_id!r} has no task {task!r}")
             splittable, state = bool(rows[0][0]), rows[0][1]
-            if state not in ("waiting", "ready"):
+            if state not in NOT_STARTED_TASK_STATES:
                 raise ValueError(f"task {task!r} of run {run_id!r} is {state}, it cannot start")
             if units < 0 or (not splittable and units != 1):
                 raise ValueError(f"task {task!r}: cannot start with {units} units")
@@ -323,7 +325,7 @@ class RunStore(RunReads):
             before = c.total_changes
             await c.executemany(
                 "UPDATE units SET state = 'pending', worker = NULL, error = ?"
-                " WHERE job_id = ? AND state IN ('queued', 'running')",
+                f" WHERE job_id = ? AND state IN {sql_list(ACTIVE_UNIT_STATES)}",
                 [(reason, j) for j in job_ids],
             )
             released: int = c.total_changes - before
@@ -340,7 +342,7 @@ class RunStore(RunReads):
                 "UPDATE units SET state = 'pending', worker = NULL,"
                 " error = 'its job was no longer in flight'"
                 " WHERE run_id IN (SELECT id FROM runs WHERE state = 'running')"
-                " AND state IN ('queued', 'running')"
+                f" AND state IN {sql_list(ACTIVE_UNIT_STATES)}"
                 " AND (job_id IS NULL OR job_id NOT IN (SELECT id FROM jobs))"
             )
             released: int = c.total_changes - before
@@ -445,7 +447,7 @@ class RunStore(RunReads):
             raise ReplayError(f"there is no run {run_id!r}")
         if run.state != "running":
             raise ReplayError(f"run {run_id!r} already ended ({run.state}); nothing to cancel")
-        active = await self.units(run_id, states=cast(Sequence[UnitState], ACTIVE_UNIT_STATES))
+        active = await self.units(run_id, states=sorted(ACTIVE_UNIT_STATES))
         async with self.transaction() as c:
             job_ids = [
                 str(r[0])
@@ -454,7 +456,7 @@ class RunStore(RunReads):
             await self.release_jobs(job_ids, "the run was cancelled", conn=c)
             await c.execute(
                 "UPDATE tasks SET state = 'cancelled', finished_s = ?, status = 'cancelled'"
-                " WHERE run_id = ? AND state NOT IN ('done', 'failed')",
+                f" WHERE run_id = ? AND state NOT IN {sql_list(FINISHED_TASK_STATES)}",
                 (now_s, run_id),
             )
             await self.set_run_state(run_id, "cancelled", "cancelled", now_s, conn=c)

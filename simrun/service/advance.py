@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from simrun.core.states import TaskCounts, next_task_state, run_state
+from simrun.core.states import ACTIVE_TASK_STATES, TaskCounts, next_task_state, run_state
 from simrun.plugins import TaskType, resolve
 from simrun.resources import resource_key
 from simrun.runstore import RunRow, RunStore, TaskRow
@@ -39,10 +39,10 @@ async def advance_run(store: RunStore, types: Mapping[str, TaskType], run: RunRo
             counts = await store.counts(run.id)
             changed = True
             state = states[task.name]
-        if state not in ("running", "merging", "blocked"):
+        if state not in ACTIVE_TASK_STATES:
             continue
         new, make_merge = next_task_state(
-            state,  # type: ignore[arg-type]  # one of the three above
+            state,
             counts.get(task.name, TaskCounts()),
             task.has_merge,
         )

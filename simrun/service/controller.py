@@ -38,6 +38,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from simrun.core.layout import StoreLayout
 from simrun.core.reports import ReportEntry, WorkerInfo, WorkerReport
 from simrun.plugins import TaskType, load_plugin_ref, load_task_types
 from simrun.queues import JobQueue, set_current_attempts
@@ -401,10 +402,11 @@ class Controller:
         now = time.time()
         sources = source_paths(doc, base, uploaded)
         run_id = new_run_id(now)
-        run_dir = self.settings.store / "runs" / run_id
-        new = plan_run(run_id, doc, settings_by_task, self.types, run_dir, sources, text, now)
+        layout = StoreLayout(self.settings.store)
+        run_dir = layout.run_dir(run_id)
+        new = plan_run(run_id, doc, settings_by_task, self.types, layout, sources, text, now)
         try:
-            await asyncio.to_thread(copy_sources, run_dir, sources)
+            await asyncio.to_thread(copy_sources, layout, run_id, sources)
             async with self._lock:
                 await self.store.create_run(new)
                 self._dirty.add(run_id)

@@ -1,6 +1,6 @@
-"""The controller's decisions as plain functions: chunk sizes, attempts, which queue, whether
-any worker can ever run a request, which jobs are lost or abandoned, when a run's attempts
-may leave Redis, the ETA and the run's message.
+"""The controller's own decisions as plain functions: the attempt of a job, which jobs are
+lost or abandoned, when a run's attempts may leave Redis, the ETA and the run's message.
+(The sizing rules the workers apply as well live in `simrun.core.sizing`.)
 
 Nothing here does I/O or reads a clock; `simrun.service.controller` gathers the facts and
 acts on the answers.
@@ -8,150 +8,31 @@ acts on the answers.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Literal
 
-from simrun.core.wire import image_queue
-from simrun.resources import RETRY_FACTOR
+from simrun.core.states import ENDED_RUN_STATES
+from simrun.runstore.ingest import index_ranges
 
 __all__ = [
-    "DEFAULT_MAX_CHUNK",
-    "DEFAULT_TARGET_JOB_S",
-    "ENDED_RUN_STATES",
     "AttemptsVerdict",
     "FlightJob",
-    "WorkerCapacity",
     "abandoned_jobs",
     "attempts_verdict",
-    "chunk_size",
     "dead_worker_jobs",
     "eta_s",
     "failure_message",
-    "fit_problem",
     "job_attempt",
     "lost_jobs",
-    "queue_name",
-    "request_gb",
-    "retry_memory_gb",
     "run_of_job",
-    "split",
 ]
-
-#: About this much work per job once the seconds of a unit are known.
-DEFAULT_TARGET_JOB_S = 1.0
-#: Never more units in one job (a lost job loses at most this much work).
-DEFAULT_MAX_CHUNK = 1000
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class WorkerCapacity:
-    """What one live worker container can run: memory in GiB, process slots, GPUs, the
-    queues it serves."""
-
-    id: str
-    queues: tuple[str, ...]
-    memory_gb: float
-    processes: int
-    gpus: int
-
-
-def queue_name(image: str | None, gpus: int) -> str:
-    """The logical queue of a task: its image's queue, else gpu with GPUs, else cpu."""
-    if image is not None:
-        return image_queue(image)
-    return "gpu" if gpus > 0 else "cpu"
-
-
-def chunk_size(
-    seconds_per_unit: float | None,
-    pending: int,
-    processes: int,
-    *,
-    target_s: float = DEFAULT_TARGET_JOB_S,
-    max_chunk: int = DEFAULT_MAX_CHUNK,
-) -> int:
-    """Units per job: one while nothing is learned; else about ``target_s`` of work, but no
-    more than spreads the ``pending`` units over all ``processes`` (so a small task still
-    runs in parallel) and at most ``max_chunk``."""
-    if seconds_per_unit is None or pending <= 1:
-        return 1
-    by_time = max(1, math.floor(target_s / seconds_per_unit)) if seconds_per_unit > 0 else max_chunk
-    spread = max(1, math.ceil(pending / max(1, processes)))
-    return max(1, min(by_time, spread, max_chunk))
-
-
-def split(items: Sequence[T], size: int) -> list[tuple[T, ...]]:
-    """``items`` cut into consecutive chunks of ``size`` (the last may be shorter)."""
-    if size < 1:
-        raise ValueError(f"chunk size must be >= 1, got {size}")
-    return [tuple(items[i : i + size]) for i in range(0, len(items), size)]
 
 
 def job_attempt(unit_attempts: Iterable[int]) -> int:
     """The attempt of a job made of units with these current attempts: one more than the
     highest, so no unit of it is ever dispatched twice under one attempt."""
     return max(unit_attempts, default=0) + 1
-
-
-def request_gb(
-    kind: str, base_gb: float, per_worker_gb: float, processes: int, uses_cores: bool
-) -> float:
-    """The memory a job asks of a worker container with ``processes`` slots, as the worker's
-    admission counts it: a chunk one process's worth, a merge the base memory, a command the
-    base plus one process (or every slot of the container when it ``uses_cores``)."""
-    if kind == "chunk":
-        return per_worker_gb
-    if kind == "merge":
-        return base_gb
-    return base_gb + per_worker_gb * (processes if uses_cores else 1)
-
-
-def fit_problem(
-    kind: str,
-    queue: str,
-    base_gb: float,
-    per_worker_gb: float,
-    gpus: int,
-    uses_cores: bool,
-    workers: Sequence[WorkerCapacity],
-) -> str | None:
-    """Why no live worker of ``queue`` can ever run this job, or None when one can (or when
-    none is live yet: jobs then wait in the queue for one to come).
-
-    The message names the request and the largest worker: "needs 40 GiB per process; the
-    largest cpu worker has 16 GiB".
-    """
-    serving = [w for w in workers if queue in w.queues]
-    if not serving:
-        return None
-    for w in serving:
-        need = request_gb(kind, base_gb, per_worker_gb, w.processes, uses_cores)
-        if need <= w.memory_gb + 1e-9 and (kind == "merge" or gpus <= w.gpus):
-            return None
-    largest = max(serving, key=lambda w: w.memory_gb)
-    need = request_gb(kind, base_gb, per_worker_gb, largest.processes, uses_cores)
-    if need > largest.memory_gb + 1e-9:
-        what = {"chunk": "per process", "merge": "for its merge", "command": "for its command"}
-        return (
-            f"needs {need:g} GiB {what.get(kind, '')}; the largest {queue} worker has "
-            f"{largest.memory_gb:g} GiB"
-        )
-    most = max(w.gpus for w in serving)
-    return f"needs {gpus} GPU(s); the {queue} worker with the most has {most}"
-
-
-def retry_memory_gb(resolved_gb: float, kills: int, last_limit_gb: float | None) -> float:
-    """The memory of a unit (per process; the base memory for a merge): what is resolved
-    for its key, and once it was killed for memory at least `RETRY_FACTOR` times the limit
-    of its last attempt, so that its own retries grow even while the successes of other
-    units keep the key's learned value low."""
-    if kills > 0 and last_limit_gb:
-        return max(resolved_gb, RETRY_FACTOR * last_limit_gb)
-    return resolved_gb
 
 
 @dataclass(frozen=True)
@@ -211,9 +92,6 @@ def lost_jobs(
     ]
 
 
-#: The states of a run that has ended.
-ENDED_RUN_STATES = frozenset({"succeeded", "failed", "cancelled"})
-
 #: What to do with the attempts hashes of a run: ``forget`` (delete them now), ``wait``
 #: (look again later), ``keep`` (the run goes on: stop looking until it ends again).
 AttemptsVerdict = Literal["forget", "wait", "keep"]
@@ -261,17 +139,8 @@ def eta_s(remaining_units: int, seconds_per_unit: float | None, processes: int) 
 
 
 def _ranges(indices: Sequence[int]) -> str:
-    parts: list[str] = []
-    ordered = sorted(indices)
-    start = prev = ordered[0]
-    for i in [*ordered[1:], None]:
-        if i is not None and i == prev + 1:
-            prev = i
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if i is not None:
-            start = prev = i
-    return ", ".join(parts)
+    """``0, 3-5, 9`` for the indices [0, 3, 4, 5, 9]."""
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in index_ranges(indices))
 
 
 def failure_message(failed: Mapping[str, Sequence[int | str]]) -> str:

@@ -1,7 +1,7 @@
 """Sending pending units out: resolve a task's resources, check that some live worker can
 run them, size the chunks, store the jobs, write the current attempts, enqueue.
 
-The decisions are `simrun.service.decisions`; the jobs come from
+The rules are `simrun.core.sizing` and `simrun.service.decisions`; the jobs come from
 `simrun.service.packing.build_jobs`.
 """
 
@@ -13,13 +13,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
+from simrun.core import sizing
 from simrun.core.reports import WorkerInfo
-from simrun.core.states import TaskState, UnitKind, UnitRow
+from simrun.core.states import ACTIVE_TASK_STATES, TaskState, UnitKind, UnitRow
 from simrun.plugins import TaskType
 from simrun.queues import JobQueue, set_current_attempts
 from simrun.resources import ResolvedResources, ResourceKey, ResourceStore, resource_key
 from simrun.runstore import RunRow, RunStore, TaskRow
-from simrun.service import decisions
 from simrun.service.packing import Dispatch, build_jobs, memory_groups
 from simrun.service.settings import ControllerSettings
 from simrun.workflow import ResourceOverride
@@ -46,7 +46,7 @@ class Dispatcher:
         """Send out pending units of every running run, within the window of each queue."""
         in_flight = await self.store.jobs_in_flight()
         capacities = [
-            decisions.WorkerCapacity(w.id, w.queues, w.memory_gb, w.processes, w.gpus)
+            sizing.WorkerCapacity(w.id, w.queues, w.memory_gb, w.processes, w.gpus)
             for w in workers
             if not w.stopping
         ]
@@ -55,7 +55,7 @@ class Dispatcher:
             tasks = [
                 t
                 for t in await self.store.tasks(run.id)
-                if t.state in ("running", "merging", "blocked")
+                if t.state in ACTIVE_TASK_STATES
                 # a queue whose window is full takes nothing: skip the queries
                 and (t.queue is None or in_flight.get(t.queue, 0) < self.settings.window_jobs)
             ]
@@ -93,7 +93,7 @@ class Dispatcher:
         run: RunRow,
         task: TaskRow,
         pending: Mapping[str, int],
-        capacities: Sequence[decisions.WorkerCapacity],
+        capacities: Sequence[sizing.WorkerCapacity],
         in_flight: dict[str, int],
     ) -> bool:
         """Dispatch what one task has pending: its merge, its command, or chunks of units."""
@@ -102,7 +102,7 @@ class Dispatcher:
         if task_type is None:
             return False  # _start failed the task; a restarted service may have lost a plugin
         resolved = await self.resolve(run, task, task_type)
-        queue = decisions.queue_name(task_type.image, resolved.gpus)
+        queue = sizing.queue_name(task_type.image, resolved.gpus)
         room = s.window_jobs - in_flight.get(queue, 0)
         if room <= 0:
             return False
@@ -114,7 +114,7 @@ class Dispatcher:
             chunks: list[tuple[UnitRow, ...]] = [tuple(units)] if units else []
         else:
             processes = sum(c.processes for c in capacities if queue in c.queues)
-            size = decisions.chunk_size(
+            size = sizing.chunk_size(
                 resolved.seconds_per_unit,
                 pending.get("chunk", 0),
                 processes,
@@ -124,7 +124,7 @@ class Dispatcher:
             limit = min(room * size, max(size, s.dispatch_units))
             units = await self.store.pending_units(run.id, task.name, limit, kind="chunk")
             groups = memory_groups(units, resolved.memory_per_worker_gb)
-            chunks = [c for group in groups for c in decisions.split(group, size)][:room]
+            chunks = [c for group in groups for c in sizing.split(group, size)][:room]
         if not chunks:
             return False
         planned = build_jobs(s.store, task, task_type, resolved, queue, chunks, s.unit_timeout_s)
@@ -170,10 +170,10 @@ class Dispatcher:
         planned: Dispatch,
         queue: str,
         task_type: TaskType,
-        capacities: Sequence[decisions.WorkerCapacity],
+        capacities: Sequence[sizing.WorkerCapacity],
     ) -> str | None:
         res = planned.spec.resources
-        return decisions.fit_problem(
+        return sizing.fit_problem(
             planned.spec.kind,
             queue,
             res.memory_base_gb,

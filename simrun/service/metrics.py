@@ -64,11 +64,9 @@ if TYPE_CHECKING:
     pass
 
 __all__ = [
-    "ACTIVE_TASK_STATES",
     "CONTENT_TYPE",
     "DEFAULT_SHAPE",
     "METRICS_POLICY",
-    "UNFINISHED_STATES",
     "Family",
     "Metrics",
     "QueueMetrics",
@@ -91,10 +89,6 @@ DEFAULT_SHAPE = ContainerShape(memory_gb=8.0, processes=4)
 #: The decision of ``simrun_desired_workers``: default drain time and unit time, no clamp
 #: (the autoscaler's own minimum and maximum apply).
 METRICS_POLICY = ScalePolicy(min_containers=0, max_containers=1_000_000)
-
-#: Task states whose units may still be unfinished.
-ACTIVE_TASK_STATES = ("running", "merging", "blocked")
-UNFINISHED_STATES = ("pending", "queued", "running")
 
 
 # -- facts --------------------------------------------------------------------------------

@@ -10,18 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError, ResponseError
 
+from simrun.core import sizing
 from simrun.core.reports import WorkerInfo
 from simrun.core.scaling import BacklogEntry, ContainerShape, QueueBacklog, ScalePolicy
-from simrun.core.states import TaskCounts
+from simrun.core.states import ACTIVE_TASK_STATES, UNFINISHED_UNIT_STATES, TaskCounts
 from simrun.queues import JobQueue
 from simrun.resources import ResolvedResources, ResourceKey, resource_key
-from simrun.service import decisions
 from simrun.service.dispatch import Dispatcher
 from simrun.service.metrics import (
-    ACTIVE_TASK_STATES,
     DEFAULT_SHAPE,
     METRICS_POLICY,
-    UNFINISHED_STATES,
     Metrics,
     ReportLag,
     UnitTotals,
@@ -36,7 +34,7 @@ __all__ = ["gather", "gather_backlog", "report_lag"]
 
 
 def _merge_units(counts: TaskCounts) -> int:
-    return 1 if counts.merge in UNFINISHED_STATES else 0
+    return 1 if counts.merge in UNFINISHED_UNIT_STATES else 0
 
 
 async def gather_backlog(
@@ -69,7 +67,7 @@ async def gather_backlog(
             left = task_counts.unfinished + _merge_units(task_counts)
             if task.state in ACTIVE_TASK_STATES and left > 0 and task_type is not None:
                 resolved = await resolver.resolve(run, task, task_type)
-                queue = decisions.queue_name(task_type.image, resolved.gpus)
+                queue = sizing.queue_name(task_type.image, resolved.gpus)
                 key = (
                     ResourceKey.from_text(task.resource_key)
                     if task.resource_key

@@ -12,11 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simrun.core.jobs import JobPaths, JobResources, JobSpec
+from simrun.core.layout import StoreLayout
+from simrun.core.sizing import retry_memory_gb
 from simrun.core.states import UnitKind, UnitRow
 from simrun.plugins import TaskPaths, TaskType
-from simrun.resources import ResolvedResources
+from simrun.resources import RETRY_FACTOR, ResolvedResources
 from simrun.runstore import NewJob, TaskRow
-from simrun.service.decisions import job_attempt, retry_memory_gb
+from simrun.service.decisions import job_attempt
 
 __all__ = ["Dispatch", "build_jobs", "memory_groups", "task_paths"]
 
@@ -31,9 +33,8 @@ class Dispatch:
 
 def task_paths(store: Path, task: TaskRow) -> TaskPaths:
     """Where a task of a run works (``STORE/runs/<run>/<task>/out``)."""
-    return TaskPaths.for_task(
-        store, task.run, task.name, inputs={port: Path(p) for port, p in task.inputs.items()}
-    )
+    inputs = {port: Path(p) for port, p in task.inputs.items()}
+    return StoreLayout(store).task_paths(task.run, task.name, inputs=inputs)
 
 
 def memory_groups(units: Sequence[UnitRow], resolved_gb: float) -> list[list[UnitRow]]:
@@ -42,7 +43,7 @@ def memory_groups(units: Sequence[UnitRow], resolved_gb: float) -> list[list[Uni
     of a chunk of fresh units."""
     groups: dict[float, list[UnitRow]] = {}
     for unit in units:
-        need = retry_memory_gb(resolved_gb, unit.kills, unit.memory_gb)
+        need = retry_memory_gb(resolved_gb, unit.kills, unit.memory_gb, retry_factor=RETRY_FACTOR)
         groups.setdefault(need, []).append(unit)
     return [groups[need] for need in sorted(groups)]
 
@@ -76,9 +77,14 @@ def build_jobs(
         base_gb = resolved.memory_base_gb
         per_worker_gb = resolved.memory_per_worker_gb
         if kind == "merge":
-            base_gb = retry_memory_gb(base_gb, units[0].kills, units[0].memory_gb)
+            base_gb = retry_memory_gb(
+                base_gb, units[0].kills, units[0].memory_gb, retry_factor=RETRY_FACTOR
+            )
         else:
-            per_worker_gb = max(retry_memory_gb(per_worker_gb, u.kills, u.memory_gb) for u in units)
+            per_worker_gb = max(
+                retry_memory_gb(per_worker_gb, u.kills, u.memory_gb, retry_factor=RETRY_FACTOR)
+                for u in units
+            )
         spec = JobSpec(
             kind=kind,
             run=task.run,

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simrun.core import sizing
+from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits
 from simrun.core.timing import HEARTBEAT_TTL_S
 from simrun.queues import DEFAULT_PREFIX
-from simrun.service import decisions
 
 __all__ = ["ControllerSettings"]
 
@@ -33,8 +34,8 @@ class ControllerSettings:
     #: leave sooner than if the whole window were stored and enqueued at once.
     dispatch_units: int = 4000
     enqueue_concurrency: int = 32
-    target_job_s: float = decisions.DEFAULT_TARGET_JOB_S
-    max_chunk: int = decisions.DEFAULT_MAX_CHUNK
+    target_job_s: float = sizing.DEFAULT_TARGET_JOB_S
+    max_chunk: int = sizing.DEFAULT_MAX_CHUNK
     limits: Limits = field(default_factory=Limits)
     #: How often the jobs in flight are compared with what Redis holds.
     reconcile_s: float = 5.0
@@ -48,7 +49,7 @@ class ControllerSettings:
 
     @property
     def database(self) -> Path:
-        return self.db_path if self.db_path is not None else self.store / "simrun.db"
+        return self.db_path if self.db_path is not None else StoreLayout(self.store).db
 
     def __post_init__(self) -> None:
         counts = (self.window_jobs, self.report_batch, self.report_batches, self.dispatch_units)

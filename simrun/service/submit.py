@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from simrun.plugins import TaskPaths, TaskType
+from simrun.core.layout import StoreLayout
+from simrun.plugins import TaskType
 from simrun.runstore import NewRun, NewTask
 from simrun.workflow import InputRef, Problem, Workflow, WorkflowError
 
 __all__ = [
-    "SOURCES_DIR",
     "copy_sources",
     "input_path",
     "new_run_id",
@@ -32,8 +32,6 @@ __all__ = [
     "source_paths",
 ]
 
-SOURCES_DIR = "sources"
-
 
 def new_run_id(now_s: float | None = None, token: str | None = None) -> str:
     """A run id that sorts by submission time: ``20250101-120000-1a2b3c``."""
@@ -41,19 +39,21 @@ def new_run_id(now_s: float | None = None, token: str | None = None) -> str:
     return f"{stamp}-{token or secrets.token_hex(3)}"
 
 
-def source_copy(run_dir: Path, name: str, original: Path) -> Path:
-    """Where the copy of source ``name`` (a file or a directory at ``original``) lives."""
-    return run_dir / SOURCES_DIR / name / original.name
+def source_copy(layout: StoreLayout, run: str, name: str, original: Path) -> Path:
+    """Where the copy of source ``name`` (a file or a directory at ``original``) of run
+    ``run`` lives."""
+    return layout.sources(run) / name / original.name
 
 
-def input_path(run_dir: Path, ref: str, sources: Mapping[str, Path]) -> Path:
-    """The path an input reference reads: a source's copy or an upstream output directory."""
+def input_path(layout: StoreLayout, run: str, ref: str, sources: Mapping[str, Path]) -> Path:
+    """The path an input reference of run ``run`` reads: a source's copy or an upstream
+    output directory."""
     parsed = InputRef.parse(ref)
     if parsed is None:
         raise ValueError(f"input {ref!r} is neither 'task.port' nor 'source:name'")
     if parsed.kind == "source":
-        return source_copy(run_dir, parsed.name, sources[parsed.name])
-    out = TaskPaths.for_task(run_dir.parent.parent, run_dir.name, parsed.name).out
+        return source_copy(layout, run, parsed.name, sources[parsed.name])
+    out = layout.task_out(run, parsed.name)
     return out if parsed.port == "out" else out / parsed.port
 
 
@@ -83,7 +83,7 @@ def plan_run(
     doc: Workflow,
     settings_by_task: Mapping[str, dict[str, Any]],
     types: Mapping[str, TaskType],
-    run_dir: Path,
+    layout: StoreLayout,
     sources: Mapping[str, Path],
     text: str,
     created_s: float,
@@ -114,7 +114,7 @@ def plan_run(
                 position=position,
                 settings=dict(settings_by_task[name]),
                 inputs={
-                    port: str(input_path(run_dir, ref, sources))
+                    port: str(input_path(layout, run_id, ref, sources))
                     for port, ref in sorted(spec.inputs.items())
                 },
                 depends=tuple(sorted(deps[name])),
@@ -137,11 +137,11 @@ def plan_run(
     )
 
 
-def copy_sources(run_dir: Path, sources: Mapping[str, Path]) -> None:
-    """Copy every source (file or directory) into the run's directory (blocking I/O: call
-    it in a thread)."""
+def copy_sources(layout: StoreLayout, run: str, sources: Mapping[str, Path]) -> None:
+    """Copy every source (file or directory) into the directory of run ``run`` (blocking
+    I/O: call it in a thread)."""
     for name, original in sources.items():
-        target = source_copy(run_dir, name, original)
+        target = source_copy(layout, run, name, original)
         target.parent.mkdir(parents=True, exist_ok=True)
         if original.is_dir():
             shutil.copytree(original, target)

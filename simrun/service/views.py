@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from simrun.core.states import TaskCounts, UnitRow
+from simrun.core.states import FINISHED_TASK_STATES, TaskCounts, UnitRow
 from simrun.runstore import RunRow, TaskRow
 from simrun.service.decisions import eta_s
 
@@ -81,7 +81,7 @@ def task_view(task: TaskRow, counts: TaskCounts | None, processes: int) -> TaskV
     counts = counts or TaskCounts()
     spu = (task.resources or {}).get("seconds_per_unit")
     remaining = counts.unfinished if task.units is not None else 0
-    if task.state in ("done", "failed", "cancelled"):
+    if task.state in FINISHED_TASK_STATES:
         eta: float | None = 0.0
     elif task.units is None:
         eta = None
@@ -126,7 +126,7 @@ def run_view(
     views = tuple(
         task_view(t, counts.get(t.name), processes_by_queue.get(t.queue or "cpu", 0)) for t in tasks
     )
-    etas = [v.eta_s for v in views if v.state not in ("done", "failed", "cancelled")]
+    etas = [v.eta_s for v in views if v.state not in FINISHED_TASK_STATES]
     total: float | None = None
     if run.state == "running":
         total = None if any(e is None for e in etas) else sum(e for e in etas if e is not None)

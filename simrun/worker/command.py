@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from simrun.core.jobs import JobSpec
+from simrun.core.layout import task_logs
 from simrun.core.reports import WorkerReport
 from simrun.core.wire import Outcome
 from simrun.worker.execute import CommandResult, CommandSpec, run_command_job
@@ -64,7 +65,7 @@ async def run_command(
     )
     result = await run_command_job(
         command_spec,
-        Path(paths.task_dir) / "logs",
+        task_logs(Path(paths.task_dir)),
         env=_child_environment(gpu_ids, hide_gpus),
     )
     outcome = command_outcome(result)

@@ -282,7 +282,7 @@ def run_container(options: WorkerOptions, handle_signals: bool = True) -> None:
 
 def queues_for(queues: Sequence[str], images: Sequence[str]) -> tuple[str, ...]:
     """The logical queues of ``--queue`` and ``--image`` options (cpu when none is given)."""
-    from simrun.core.wire import image_queue
+    from simrun.core.sizing import image_queue
 
     names = [*queues, *(image_queue(i) for i in images)]
     return tuple(dict.fromkeys(names)) or ("cpu",)

@@ -30,6 +30,7 @@ from redis.exceptions import RedisError
 
 from simrun.core.jobs import JobSpec
 from simrun.core.reports import ReportEntry, WorkerReport, now_s
+from simrun.core.sizing import request_gb, request_gpus, request_slots
 from simrun.core.wire import PayloadError, UnitKey
 from simrun.queues import Keys, current_attempts
 from simrun.worker.admission import AdmissionClosed, AdmissionGate, Grant, Refused, Request
@@ -61,14 +62,11 @@ def request_for(spec: JobSpec, capacity: Capacity) -> tuple[Request, float]:
     """
     res = spec.resources
     what = f"a {spec.kind} job of task {spec.task!r} ({spec.task_type})"
-    if spec.kind == "chunk":
-        memory = res.memory_per_worker_gb
-        return Request(memory, 1, res.gpus, what), memory
-    if spec.kind == "merge":
-        return Request(res.memory_base_gb, 1, 0, what), res.memory_base_gb
-    slots = capacity.processes if spec.uses_cores else 1
-    memory = res.memory_base_gb + res.memory_per_worker_gb * slots
-    return Request(memory, slots, res.gpus, what), memory
+    memory = request_gb(
+        spec.kind, res.memory_base_gb, res.memory_per_worker_gb, capacity.processes, spec.uses_cores
+    )
+    slots = request_slots(spec.kind, capacity.processes, spec.uses_cores)
+    return Request(memory, slots, request_gpus(spec.kind, res.gpus), what), memory
 
 
 def _counts(entry: ReportEntry) -> dict[str, int]:

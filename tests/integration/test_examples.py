@@ -18,6 +18,7 @@ import pytest
 from pydantic import ValidationError
 
 from simrun.examples import heat, report
+from simrun.examples.files import JsonFileError, read_json
 from simrun.examples.plate import PlateError, load_plate
 from simrun.plugins import TaskPaths, TaskType, load_task_types, resolve, task_type_problems
 from simrun.workflow import (
@@ -368,3 +369,19 @@ def test_report_refuses_bad_input_in_one_line(
     assert message in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "out" / report.REPORT_NAME).exists()
+
+
+def test_read_json_names_each_failure(tmp_path: Path) -> None:
+    """The examples' JSON reader returns the document, and tells a file that cannot be read
+    from one that is not valid JSON."""
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text('{"a": 1}', encoding="utf-8")
+    bad.write_text("{nope", encoding="utf-8")
+    assert read_json(good) == {"a": 1}
+    with pytest.raises(JsonFileError) as missing:
+        read_json(tmp_path / "missing.json")
+    assert missing.value.unreadable
+    with pytest.raises(JsonFileError) as broken:
+        read_json(bad)
+    assert not broken.value.unreadable
+    assert "Expecting property name" in broken.value.detail

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from simrun.core.layout import StoreLayout
 from simrun.core.states import UnitRow
 from simrun.core.wire import RUN_ID
 from simrun.plugins import load_task_types
@@ -27,7 +28,8 @@ def planned(tmp_path: Path):
     settings = check_workflow(doc, TYPES)
     sources = source_paths(doc, HEAT.parent)
     run_dir = tmp_path / "runs" / "r1"
-    return doc, sources, run_dir, plan_run("r1", doc, settings, TYPES, run_dir, sources, "t", 5.0)
+    layout = StoreLayout(tmp_path)
+    return doc, sources, run_dir, plan_run("r1", doc, settings, TYPES, layout, sources, "t", 5.0)
 
 
 def test_plan_wires_inputs_to_copies_and_outputs(tmp_path: Path):
@@ -46,8 +48,8 @@ def test_plan_wires_inputs_to_copies_and_outputs(tmp_path: Path):
 
 def test_sources_are_copied(tmp_path: Path):
     """Copying puts every source where the tasks' inputs point, with the same bytes."""
-    _, sources, run_dir, run = planned(tmp_path)
-    copy_sources(run_dir, sources)
+    _, sources, _, run = planned(tmp_path)
+    copy_sources(StoreLayout(tmp_path), "r1", sources)
     copied = Path(run.tasks[0].inputs["plate"])
     assert copied.read_bytes() == (REPO / "examples" / "plate.json").read_bytes()
 
@@ -65,7 +67,7 @@ def test_type_not_installed_is_named(tmp_path: Path):
     settings = check_workflow(doc, TYPES)
     only_heat = {"heat": TYPES["heat"]}
     with pytest.raises(WorkflowError, match="task 'summary', type: task type 'report' is not"):
-        plan_run("r1", doc, settings, only_heat, tmp_path, {"plate": HEAT}, "", 1.0)
+        plan_run("r1", doc, settings, only_heat, StoreLayout(tmp_path), {"plate": HEAT}, "", 1.0)
 
 
 def test_run_ids_sort_by_time():

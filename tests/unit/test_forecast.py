@@ -14,8 +14,8 @@ from simrun.cli.forecast import (
     resolved_from_summary,
     slots_for,
 )
+from simrun.core.sizing import WorkerCapacity
 from simrun.plugins import ResourceHint
-from simrun.service.decisions import WorkerCapacity
 from simrun.workflow import ResourceOverride
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from random import Random
 
 import pytest
 from hypothesis import given
@@ -96,3 +97,17 @@ def test_ready_tasks_table(done: set[str], started: set[str], expected: list[str
 def test_self_loop_is_a_cycle() -> None:
     """A task reading from itself is a cycle of one."""
     assert find_cycle({"a": {"a"}}) == ["a", "a"]
+
+
+@given(graphs_with_a_cycle(), st.randoms())
+def test_the_cycle_reported_does_not_depend_on_the_order_of_tasks(
+    deps: dict[str, set[str]], random: Random
+) -> None:
+    """The same graph names the same cycle whatever the order of its tasks, starting at
+    the first of its tasks by name."""
+    names = list(deps)
+    random.shuffle(names)
+    cycle = find_cycle(deps)
+    assert cycle is not None
+    assert find_cycle({n: deps[n] for n in names}) == cycle
+    assert cycle[0] == min(cycle)

@@ -12,7 +12,8 @@ import pytest
 
 from simrun.core.jobs import JobPaths, JobResources, JobSpec, queue_for
 from simrun.core.reports import ReportEntry, WorkerInfo, WorkerReport
-from simrun.core.wire import PayloadError, deserialize, image_queue, job_id, serialize
+from simrun.core.sizing import image_queue
+from simrun.core.wire import PayloadError, deserialize, job_id, serialize
 from simrun.plugins import TaskPaths
 from simrun.queues import Keys
 

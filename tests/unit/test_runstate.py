@@ -5,9 +5,21 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from simrun.core.states import (
+    ACTIVE_TASK_STATES,
+    ACTIVE_UNIT_STATES,
+    ENDED_RUN_STATES,
+    FINISHED_TASK_STATES,
+    FINISHED_UNIT_STATES,
     MERGE_INDEX,
+    NOT_STARTED_TASK_STATES,
+    RUN_STATES,
+    TASK_STATES,
+    UNFINISHED_UNIT_STATES,
+    UNIT_STATES,
     Limits,
     TaskCounts,
     UnitRow,
@@ -179,3 +191,77 @@ def test_start_time_is_filled_once():
     seen = unit_after_outcome(replace(QUEUED, started_s=3.0), "failed", 2, started_s=5.0, **kw)
     assert seen is not None
     assert seen.started_s == 3.0
+
+
+# -- the named sets of states agree with the state machines --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("parts", "whole"),
+    [
+        ((ENDED_RUN_STATES, frozenset({"running"})), RUN_STATES),
+        ((NOT_STARTED_TASK_STATES, ACTIVE_TASK_STATES, FINISHED_TASK_STATES), TASK_STATES),
+        ((UNFINISHED_UNIT_STATES, FINISHED_UNIT_STATES), UNIT_STATES),
+        ((frozenset({"pending"}), ACTIVE_UNIT_STATES), tuple(UNFINISHED_UNIT_STATES)),
+    ],
+)
+def test_state_sets_partition_the_states(parts, whole):
+    """Each family of named sets splits its states without overlap and without a gap:
+    a run is running or ended; a task not started, active or finished; a unit unfinished
+    (pending, or active) or finished."""
+    assert sum(len(p) for p in parts) == len(set(whole))
+    assert frozenset().union(*parts) == frozenset(whole)
+
+
+@pytest.mark.parametrize("state", sorted(TASK_STATES))
+def test_ended_runs_are_those_of_finished_tasks(state):
+    """A run whose every task is in one state has ended exactly when that state is a
+    finished one (a run of waiting tasks still runs: nothing upstream failed)."""
+    got = run_state({"a": state, "b": state}, {"b": {"a"}})
+    assert (got in ENDED_RUN_STATES) == (state in FINISHED_TASK_STATES)
+
+
+@pytest.mark.parametrize("state", sorted(UNIT_STATES))
+def test_unfinished_units_are_counted_unfinished(state):
+    """TaskCounts.unfinished counts exactly the units in UNFINISHED_UNIT_STATES."""
+    assert TaskCounts.of({state: 1}).unfinished == (state in UNFINISHED_UNIT_STATES)
+
+
+@pytest.mark.parametrize("state", sorted(UNIT_STATES))
+def test_only_active_units_take_a_failure(state):
+    """An outcome other than done changes a unit only while it is in ACTIVE_UNIT_STATES
+    (in a job on Redis or on a worker)."""
+    got = after(replace(QUEUED, state=state), "failed")
+    assert (got is not None) == (state in ACTIVE_UNIT_STATES)
+
+
+@pytest.mark.parametrize("state", sorted(NOT_STARTED_TASK_STATES))
+def test_tasks_not_started_keep_their_state(state):
+    """Units never move a task that has not started: the controller starts it."""
+    assert next_task_state(state, TaskCounts(pending=3), True) == (state, False)
+
+
+_unit_count = st.integers(min_value=0, max_value=3)
+
+
+@given(
+    current=st.sampled_from(sorted(ACTIVE_TASK_STATES)),
+    counts=st.builds(
+        TaskCounts,
+        pending=_unit_count,
+        queued=_unit_count,
+        running=_unit_count,
+        done=_unit_count,
+        failed=_unit_count,
+        merge=st.none() | st.sampled_from(sorted(UNIT_STATES)),
+    ),
+    has_merge=st.booleans(),
+)
+def test_active_tasks_finish_when_their_units_do(current, counts, has_merge):
+    """An active task stays active while a unit (or the merge it needs) is unfinished, and
+    becomes a finished state once none is: the sets agree with next_task_state."""
+    assume(has_merge or counts.merge is None)  # only a type with a merge has a merge unit
+    new, _ = next_task_state(current, counts, has_merge)
+    merge_open = has_merge and counts.merge not in FINISHED_UNIT_STATES
+    settled = counts.unfinished == 0 and (counts.failed > 0 or not merge_open)
+    assert new in (FINISHED_TASK_STATES if settled else ACTIVE_TASK_STATES)

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
+from simrun.core.layout import task_logs
 from simrun.core.reports import WorkerReport
 from simrun.plugins import TaskPaths
 from simrun.worker.exec.argv import expand_argv
@@ -101,13 +102,13 @@ def settings_path(paths: TaskPaths) -> Path:
 
 def log_paths(paths: TaskPaths, attempt: int) -> tuple[Path, Path]:
     """Where the stdout and the stderr of an attempt go."""
-    logs = paths.task_dir / "logs"
+    logs = task_logs(paths.task_dir)
     return logs / f"attempt-{attempt}.out", logs / f"attempt-{attempt}.err"
 
 
 def default_report_path(paths: TaskPaths, attempt: int) -> Path:
     """Where the result goes when neither ``--report`` nor the job names a place."""
-    return paths.task_dir / "logs" / f"attempt-{attempt}.report.json"
+    return task_logs(paths.task_dir) / f"attempt-{attempt}.report.json"
 
 
 def absolute_spec(spec: CommandSpec) -> CommandSpec:
@@ -185,7 +186,7 @@ def _prepare(spec: CommandSpec) -> None:
     try:
         if not spec.checkpoints and spec.attempt > 1:
             _clear_out(paths)
-        for directory in (paths.task_dir, paths.out, paths.scratch, paths.task_dir / "logs"):
+        for directory in (paths.task_dir, paths.out, paths.scratch, task_logs(paths.task_dir)):
             directory.mkdir(parents=True, exist_ok=True)
         write_json_atomic(settings_path(paths), spec.settings)
     except OSError as exc:

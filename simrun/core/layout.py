@@ -1,0 +1,93 @@
+"""The layout of a store: the one place that says where the files of a store live.
+
+::
+
+    STORE/
+      simrun.db                 the service's SQLite file (runs, learned resources)
+      .simrun.lock              held by the `simrun run` session using the store
+      logs/                     the logs of the embedded service and workers
+      runs/<run>/               one run
+        sources/<name>/...      the copies of its sources
+        <task>/out/             the output of a task (`simrun.plugins.TaskPaths`)
+        <task>/scratch/
+        <task>/logs/            the logs of a command task's attempts
+
+The directories of a task are `simrun.plugins.TaskPaths.for_task`'s (the spec of task
+types names them, and plugins import nothing of simrun): `StoreLayout` asks it rather
+than spelling them a second time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from simrun.plugins import TaskPaths
+
+__all__ = ["DB_NAME", "StoreLayout", "task_logs"]
+
+#: The name of the service's SQLite file in a store.
+DB_NAME = "simrun.db"
+
+
+def task_logs(task_dir: Path) -> Path:
+    """The directory of the logs of a task's attempts (under its task directory)."""
+    return task_dir / "logs"
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    """Where the files of the store at ``root`` live (see the module's doc)."""
+
+    root: Path
+
+    @property
+    def db(self) -> Path:
+        """The service's SQLite file: run state and learned resources."""
+        return self.root / DB_NAME
+
+    @property
+    def lock(self) -> Path:
+        """The lock file of the `simrun run` session using the store."""
+        return self.root / ".simrun.lock"
+
+    @property
+    def logs(self) -> Path:
+        """The logs of the embedded service and workers."""
+        return self.root / "logs"
+
+    @property
+    def runs(self) -> Path:
+        """The directory of every run's directory."""
+        return self.run_dir("_").parent
+
+    def run_dir(self, run: str) -> Path:
+        """The directory of run ``run``."""
+        # The run directory of any task of the run: TaskPaths.for_task spells it.
+        return self.task_paths(run, "_").run_dir
+
+    def sources(self, run: str) -> Path:
+        """The directory of the copies of run ``run``'s sources."""
+        return self.run_dir(run) / "sources"
+
+    def task_paths(
+        self,
+        run: str,
+        task: str,
+        inputs: dict[str, Path] | None = None,
+        scratch: Path | None = None,
+    ) -> TaskPaths:
+        """The directories of task ``task`` of run ``run`` (`TaskPaths.for_task`)."""
+        return TaskPaths.for_task(self.root, run, task, inputs, scratch)
+
+    def task_dir(self, run: str, task: str) -> Path:
+        """The directory of task ``task`` of run ``run``."""
+        return self.task_paths(run, task).task_dir
+
+    def task_out(self, run: str, task: str) -> Path:
+        """The output directory of task ``task`` of run ``run``."""
+        return self.task_paths(run, task).out
+
+    def is_store(self) -> bool:
+        """Whether ``root`` is a store: a service has made its SQLite file there."""
+        return self.db.is_file()

@@ -1,0 +1,148 @@
+"""The sizing rules the service and the workers share (simrun.core.sizing), on tables of
+cases: queue choice, what a job asks of a worker, chunk sizes, retry memory, "fits no
+worker"."""
+
+from __future__ import annotations
+
+import pytest
+
+from simrun.core.sizing import (
+    WorkerCapacity,
+    chunk_size,
+    fit_problem,
+    queue_name,
+    request_gb,
+    request_gpus,
+    request_slots,
+    retry_memory_gb,
+    split,
+)
+from simrun.resources import RETRY_FACTOR
+
+
+@pytest.mark.parametrize(
+    ("spu", "pending", "processes", "expected"),
+    [
+        (None, 20_000, 2, 1),  # nothing learned: one unit per job
+        (0.5, 20_000, 2, 2),  # about a second of work
+        (0.001, 20_000, 2, 1000),  # capped at max_chunk
+        (0.0, 20_000, 2, 1000),  # free units: as big as allowed
+        (0.001, 24, 4, 6),  # a small task still spreads over the processes
+        (2.0, 100, 2, 1),  # a unit longer than the target: one per job
+        (0.01, 1, 2, 1),
+        (0.01, 0, 2, 1),
+        (0.01, 50, 0, 50),  # no worker known yet: spread over one
+    ],
+)
+def test_chunk_size(spu, pending, processes, expected):
+    """Chunks hold about target_s of work, one unit until something is learned, never
+    more than spreads the pending units over the processes, at most max_chunk."""
+    assert chunk_size(spu, pending, processes, target_s=1.0, max_chunk=1000) == expected
+
+
+def test_split_keeps_order_and_every_item():
+    """Splitting keeps every item once, in order, in chunks of the size asked."""
+    assert split([1, 2, 3, 4, 5], 2) == [(1, 2), (3, 4), (5,)]
+    assert split([], 3) == []
+    with pytest.raises(ValueError, match="chunk size"):
+        split([1], 0)
+
+
+@pytest.mark.parametrize(
+    ("image", "gpus", "queue"),
+    [
+        (None, 0, "cpu"),
+        (None, 1, "gpu"),
+        ("solver", 0, "image:solver"),
+        ("solver", 2, "image:solver"),
+    ],
+)
+def test_queue_name(image, gpus, queue):
+    """A task goes to its image's queue, else gpu with GPUs, else cpu."""
+    assert queue_name(image, gpus) == queue
+
+
+@pytest.mark.parametrize(
+    ("kind", "uses_cores", "expected"),
+    [
+        ("chunk", False, 4.0),
+        ("merge", False, 1.0),
+        ("command", False, 5.0),
+        ("command", True, 17.0),
+    ],
+)
+def test_request_gb(kind, uses_cores, expected):
+    """A job asks what the worker's admission counts: a chunk one process, a merge its base,
+    a command base plus one process or all of them."""
+    assert request_gb(kind, 1.0, 4.0, 4, uses_cores) == expected
+
+
+CPU16 = WorkerCapacity("a", ("cpu",), 16.0, 4, 0)
+CPU8 = WorkerCapacity("b", ("cpu",), 8.0, 2, 0)
+GPU = WorkerCapacity("g", ("gpu",), 32.0, 2, 1)
+
+
+@pytest.mark.parametrize(
+    ("kind", "queue", "per_worker", "gpus", "workers", "expected"),
+    [
+        ("chunk", "cpu", 4.0, 0, [CPU16, CPU8], None),
+        ("chunk", "cpu", 12.0, 0, [CPU16, CPU8], None),  # the big one fits
+        (
+            "chunk",
+            "cpu",
+            40.0,
+            0,
+            [CPU16, CPU8],
+            "needs 40 GiB per process; the largest cpu worker has 16 GiB",
+        ),
+        ("chunk", "cpu", 40.0, 0, [], None),  # no worker yet: wait in the queue
+        ("chunk", "cpu", 40.0, 0, [GPU], None),  # none serves cpu yet
+        ("chunk", "gpu", 4.0, 1, [GPU], None),
+        ("chunk", "gpu", 4.0, 2, [GPU], "needs 2 GPU(s); the gpu worker with the most has 1"),
+        ("merge", "gpu", 4.0, 2, [GPU], None),  # a merge needs no GPU
+        (
+            "command",
+            "cpu",
+            15.5,
+            0,
+            [CPU16],
+            "needs 16.5 GiB for its command; the largest cpu worker has 16 GiB",
+        ),
+    ],
+)
+def test_fit_problem(kind, queue, per_worker, gpus, workers, expected):
+    """A request no live worker of its queue can ever fit is named with the largest worker;
+    without a worker of the queue nothing is decided yet."""
+    assert fit_problem(kind, queue, 1.0, per_worker, gpus, False, workers) == expected
+
+
+@pytest.mark.parametrize(
+    ("base", "kills", "limit", "expected"),
+    [
+        (2.0, 0, 1.0, 2.0),
+        (2.0, 1, 2.0, 2.0 * RETRY_FACTOR),
+        (8.0, 1, 2.0, 8.0),
+        (2.0, 1, None, 2.0),
+    ],
+)
+def test_retry_memory(base, kills, limit, expected):
+    """A unit (or merge) killed for memory gets at least RETRY_FACTOR times the limit of its
+    last attempt, and never less than what is resolved for its key."""
+    assert retry_memory_gb(base, kills, limit, retry_factor=RETRY_FACTOR) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("kind", "uses_cores", "slots", "gpus"),
+    [
+        ("chunk", False, 1, 2),
+        ("chunk", True, 1, 2),  # uses_cores only widens a command
+        ("merge", False, 1, 0),  # a merge needs no GPU
+        ("command", False, 1, 2),
+        ("command", True, 4, 2),  # every slot of the container
+    ],
+)
+def test_request_slots_and_gpus(kind, uses_cores, slots, gpus):
+    """A job takes one process slot, all of them for a command that uses the cores, and the
+    task's GPUs except for a merge."""
+    assert request_slots(kind, 4, uses_cores) == slots
+    assert request_gpus(kind, 2) == gpus
