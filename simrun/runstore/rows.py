@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,20 +18,31 @@ __all__ = [
     "NewJob",
     "NewRun",
     "NewTask",
-    "ReplayError",
     "RunRow",
+    "RunStateError",
     "TaskRow",
+    "UnknownRunError",
     "counts_of",
     "dumps",
+    "insert",
+    "job_values",
     "run_of",
+    "run_values",
     "task_of",
+    "task_values",
     "unit_of",
     "unit_values",
 ]
 
 
-class ReplayError(ValueError):
-    """A replay that cannot be done, and why (unknown run, nothing failed, …)."""
+class UnknownRunError(LookupError):
+    """There is no run of that id (the HTTP API answers 404)."""
+
+
+class RunStateError(ValueError):
+    """What was asked of a run cannot be done in its state, and why: a replay of a
+    cancelled run or of units that did not fail, a cancel of a run that ended, … (the HTTP
+    API answers 409)."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +170,58 @@ def dumps(value: Any) -> str | None:
 
 def loads(text: Any) -> Any:
     return None if text is None else json.loads(text)
+
+
+def insert(table: str, row: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """An INSERT of ``row`` (column → value; the columns left out take their defaults) into
+    ``table``, with named parameters: the SQL and the row."""
+    columns = ", ".join(row)
+    values = ", ".join(f":{c}" for c in row)
+    return f"INSERT INTO {table} ({columns}) VALUES ({values})", row
+
+
+def run_values(run: NewRun) -> dict[str, Any]:
+    """The row of a new run (state running)."""
+    return {
+        "id": run.id,
+        "name": run.name,
+        "model": run.model,
+        "state": "running",
+        "document": run.document,
+        "created_s": run.created_s,
+        "updated_s": run.created_s,
+    }
+
+
+def task_values(run_id: str, task: NewTask) -> dict[str, Any]:
+    """The row of a new task of a run (state waiting; no unit, queue or resources yet)."""
+    return {
+        "run_id": run_id,
+        "name": task.name,
+        "position": task.position,
+        "type": task.type,
+        "settings": json.dumps(task.settings, sort_keys=True),
+        "inputs": json.dumps(task.inputs, sort_keys=True),
+        "depends": json.dumps(list(task.depends)),
+        "override": dumps(task.override),
+        "splittable": int(task.splittable),
+        "has_merge": int(task.has_merge),
+        "state": "waiting",
+    }
+
+
+def job_values(job: NewJob, now_s: float) -> dict[str, Any]:
+    """The row of a job going in flight now (no worker has said it holds it yet)."""
+    return {
+        "id": job.id,
+        "run_id": job.run,
+        "task": job.task,
+        "kind": job.kind,
+        "queue": job.queue,
+        "attempt": job.attempt,
+        "units": len(job.indices),
+        "enqueued_s": now_s,
+    }
 
 
 def run_of(row: Sequence[Any]) -> RunRow:
