@@ -18,7 +18,7 @@ from simrun.client import ClientError, plan_tasks, submission_text
 from simrun.db import SchemaError
 from simrun.local.machine import LocalError
 from simrun.plugins import PluginError, TaskType, load_task_types
-from simrun.runstore import ReplayError
+from simrun.runstore import RunStateError, UnknownRunError
 from simrun.workflow import Workflow, WorkflowError, check_workflow, load_workflow, source_problems
 
 __all__ = [
@@ -51,7 +51,8 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     PluginError,
     ClientError,
     LocalError,
-    ReplayError,
+    RunStateError,
+    UnknownRunError,
     SchemaError,
     OSError,
 )

@@ -28,9 +28,10 @@ from simrun.runstore.rows import (
     NewJob,
     NewRun,
     NewTask,
-    ReplayError,
     RunRow,
+    RunStateError,
     TaskRow,
+    UnknownRunError,
 )
 from simrun.runstore.schema import COMPONENT, MIGRATIONS
 from simrun.runstore.store import RunStore
@@ -43,8 +44,9 @@ __all__ = [
     "NewJob",
     "NewRun",
     "NewTask",
-    "ReplayError",
     "RunRow",
+    "RunStateError",
     "RunStore",
     "TaskRow",
+    "UnknownRunError",
 ]

@@ -61,6 +61,14 @@ class RunReads:
         )
         return [run_of(r) for r in rows]
 
+    async def running_runs(self) -> list[RunRow]:
+        """Every run in state running, the latest first."""
+        rows = await self._fetch(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE state = 'running'"
+            " ORDER BY created_s DESC, id DESC"
+        )
+        return [run_of(r) for r in rows]
+
     async def tasks(self, run_id: str) -> list[TaskRow]:
         """The tasks of a run in topological order."""
         rows = await self._fetch(
@@ -104,18 +112,6 @@ class RunReads:
             params += states
         rows = await self._fetch(sql + " ORDER BY task, idx", params)
         return [unit_of(r) for r in rows]
-
-    async def units_of_jobs(self, job_ids: Sequence[str]) -> list[UnitRow]:
-        """The units whose current job is one of ``job_ids``."""
-        out: list[UnitRow] = []
-        for part in chunks(job_ids):
-            rows = await self._fetch(
-                f"SELECT {UNIT_COLUMNS} FROM units WHERE job_id IN ({marks(len(part))})"
-                " ORDER BY run_id, task, idx",
-                part,
-            )
-            out += [unit_of(r) for r in rows]
-        return out
 
     async def jobs(self, run_id: str | None = None) -> list[JobRow]:
         """The jobs in flight (of one run, or all)."""

@@ -4,34 +4,47 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from simrun.core.reports import ReportEntry
 from simrun.core.states import RunState, TaskCounts, TaskState, UnitKind, UnitRow
+from simrun.runstore.schema import RUN_COLUMNS, TASK_COLUMNS
 
 __all__ = [
     "UPDATE_UNIT",
     "Applied",
+    "Job",
     "JobRow",
     "NewJob",
     "NewRun",
     "NewTask",
-    "ReplayError",
     "RunRow",
+    "RunStateError",
     "TaskRow",
+    "UnknownRunError",
     "counts_of",
     "dumps",
+    "insert",
+    "job_values",
     "run_of",
+    "run_values",
     "task_of",
+    "task_values",
     "unit_of",
     "unit_values",
 ]
 
 
-class ReplayError(ValueError):
-    """A replay that cannot be done, and why (unknown run, nothing failed, …)."""
+class UnknownRunError(LookupError):
+    """There is no run of that id (the HTTP API answers 404)."""
+
+
+class RunStateError(ValueError):
+    """What was asked of a run cannot be done in its state, and why: a replay of a
+    cancelled run or of units that did not fail, a cancel of a run that ended, … (the HTTP
+    API answers 409)."""
 
 
 @dataclass(frozen=True)
@@ -110,8 +123,9 @@ class TaskRow:
 
 
 @dataclass(frozen=True)
-class NewJob:
-    """A job being dispatched: its units (stored indices) go from pending to queued."""
+class Job:
+    """What names a job: its id, its run, task and kind of units, its logical queue and the
+    attempt of its units."""
 
     id: str
     run: str
@@ -119,20 +133,20 @@ class NewJob:
     kind: UnitKind
     queue: str
     attempt: int
+
+
+@dataclass(frozen=True)
+class NewJob(Job):
+    """A job being dispatched: its units (stored indices) go from pending to queued."""
+
     indices: tuple[int, ...]
     memory_gb: float
 
 
 @dataclass(frozen=True)
-class JobRow:
+class JobRow(Job):
     """A job in flight. ``worker`` is the worker container that said it holds the job."""
 
-    id: str
-    run: str
-    task: str
-    kind: UnitKind
-    queue: str
-    attempt: int
     units: int
     worker: str | None
     enqueued_s: float
@@ -161,45 +175,81 @@ def loads(text: Any) -> Any:
     return None if text is None else json.loads(text)
 
 
+def insert(table: str, row: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """An INSERT of ``row`` (column → value; the columns left out take their defaults) into
+    ``table``, with named parameters: the SQL and the row."""
+    columns = ", ".join(row)
+    values = ", ".join(f":{c}" for c in row)
+    return f"INSERT INTO {table} ({columns}) VALUES ({values})", row
+
+
+def run_values(run: NewRun) -> dict[str, Any]:
+    """The row of a new run (state running)."""
+    return {
+        "id": run.id,
+        "name": run.name,
+        "model": run.model,
+        "state": "running",
+        "document": run.document,
+        "created_s": run.created_s,
+        "updated_s": run.created_s,
+    }
+
+
+def task_values(run_id: str, task: NewTask) -> dict[str, Any]:
+    """The row of a new task of a run (state waiting; no unit, queue or resources yet)."""
+    return {
+        "run_id": run_id,
+        "name": task.name,
+        "position": task.position,
+        "type": task.type,
+        "settings": json.dumps(task.settings, sort_keys=True),
+        "inputs": json.dumps(task.inputs, sort_keys=True),
+        "depends": json.dumps(list(task.depends)),
+        "override": dumps(task.override),
+        "splittable": int(task.splittable),
+        "has_merge": int(task.has_merge),
+        "state": "waiting",
+    }
+
+
+def job_values(job: NewJob, now_s: float) -> dict[str, Any]:
+    """The row of a job going in flight now (no worker has said it holds it yet)."""
+    return {
+        "id": job.id,
+        "run_id": job.run,
+        "task": job.task,
+        "kind": job.kind,
+        "queue": job.queue,
+        "attempt": job.attempt,
+        "units": len(job.indices),
+        "enqueued_s": now_s,
+    }
+
+
+def _named(columns: str, row: Sequence[Any]) -> dict[str, Any]:
+    """A row read with ``SELECT {columns}`` by column name (``run_id`` is the field
+    ``run``)."""
+    names = [c.strip() for c in columns.split(",")]
+    return {("run" if n == "run_id" else n): v for n, v in zip(names, row, strict=True)}
+
+
 def run_of(row: Sequence[Any]) -> RunRow:
-    return RunRow(
-        id=row[0],
-        name=row[1],
-        model=row[2],
-        state=row[3],
-        message=row[4],
-        document=row[5],
-        created_s=row[6],
-        updated_s=row[7],
-        finished_s=row[8],
-    )
+    """A run from a row of ``SELECT {RUN_COLUMNS}``."""
+    return RunRow(**_named(RUN_COLUMNS, row))
 
 
 def task_of(row: Sequence[Any]) -> TaskRow:
-    return TaskRow(
-        run=row[0],
-        name=row[1],
-        position=row[2],
-        type=row[3],
-        settings=json.loads(row[4]),
-        inputs=json.loads(row[5]),
-        depends=tuple(json.loads(row[6])),
-        override=loads(row[7]),
-        memory_override_gb=row[8],
-        splittable=bool(row[9]),
-        has_merge=bool(row[10]),
-        state=row[11],
-        status=row[12],
-        queue=row[13],
-        resource_key=row[14],
-        resources=loads(row[15]),
-        units=row[16],
-        started_s=row[17],
-        finished_s=row[18],
-        kills=row[19],
-        requested_gb=row[20],
-        peak_memory_gb=row[21],
+    """A task from a row of ``SELECT {TASK_COLUMNS}`` (JSON and flags decoded)."""
+    values = _named(TASK_COLUMNS, row)
+    for name in ("settings", "inputs", "override", "resources"):
+        values[name] = loads(values[name])
+    values["depends"] = tuple(json.loads(values["depends"]))
+    values["splittable"], values["has_merge"] = (
+        bool(values["splittable"]),
+        bool(values["has_merge"]),
     )
+    return TaskRow(**values)
 
 
 def unit_of(row: Sequence[Any]) -> UnitRow:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,15 +29,17 @@ from simrun.runstore.rows import (
     Applied,
     NewJob,
     NewRun,
-    ReplayError,
+    RunStateError,
+    UnknownRunError,
     dumps,
+    insert,
+    job_values,
+    run_values,
+    task_values,
 )
 from simrun.runstore.schema import (
     COMPONENT,
-    JOB_COLUMNS,
     MIGRATIONS,
-    RUN_COLUMNS,
-    TASK_COLUMNS,
     sql_list,
 )
 
@@ -110,30 +111,10 @@ class RunStore(RunReads):
     async def create_run(self, run: NewRun) -> None:
         """Store a new run (state running) and its tasks (state waiting), all or nothing."""
         async with self.transaction() as conn:
-            await conn.execute(
-                f"INSERT INTO runs ({RUN_COLUMNS}) VALUES (?, ?, ?, 'running', '', ?, ?, ?, NULL)",
-                (run.id, run.name, run.model, run.document, run.created_s, run.created_s),
-            )
-            await conn.executemany(
-                f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES"
-                " (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, 'waiting', '', NULL, NULL, NULL, NULL,"
-                " NULL, NULL, 0, NULL, NULL)",
-                [
-                    (
-                        run.id,
-                        t.name,
-                        t.position,
-                        t.type,
-                        json.dumps(t.settings, sort_keys=True),
-                        json.dumps(t.inputs, sort_keys=True),
-                        json.dumps(list(t.depends)),
-                        dumps(t.override),
-                        int(t.splittable),
-                        int(t.has_merge),
-                    )
-                    for t in run.tasks
-                ],
-            )
+            await conn.execute(*insert("runs", run_values(run)))
+            rows = [task_values(run.id, t) for t in run.tasks]
+            if rows:
+                await conn.executemany(insert("tasks", rows[0])[0], rows)
 
     async def set_run_state(
         self,
@@ -264,13 +245,9 @@ class RunStore(RunReads):
                     f"RunStore.add_jobs: only {c.total_changes - before} of {len(unit_params)} "
                     "units were pending; nothing was dispatched"
                 )
-            await c.executemany(
-                f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)",
-                [
-                    (j.id, j.run, j.task, j.kind, j.queue, j.attempt, len(j.indices), now_s)
-                    for j in jobs
-                ],
-            )
+            rows = [job_values(j, now_s) for j in jobs]
+            if rows:
+                await c.executemany(insert("jobs", rows[0])[0], rows)
             requested: dict[tuple[str, str], float] = {}
             for j in jobs:
                 if j.kind != "merge":
@@ -386,19 +363,20 @@ class RunStore(RunReads):
         """Put failed units back to pending (all of the run, of one ``task``, or only
         ``indices`` of it), with fresh retry counts; their tasks and the run run again.
         ``memory_gb`` fixes the memory per process of the replayed tasks. Done units are
-        never touched. Returns the number of units replayed; `ReplayError` says why none."""
+        never touched. Returns the number of units replayed; `RunStateError` says why none
+        (`UnknownRunError` for an unknown run)."""
         run = await self.run(run_id)
         if run is None:
-            raise ReplayError(f"there is no run {run_id!r}")
+            raise UnknownRunError(f"there is no run {run_id!r}")
         if run.state == "cancelled":
-            raise ReplayError(f"run {run_id!r} was cancelled; submit it again instead")
+            raise RunStateError(f"run {run_id!r} was cancelled; submit it again instead")
         if indices and task is None:
-            raise ReplayError("unit indices need a task (--task) to pick them from")
+            raise RunStateError("unit indices need a task (--task) to pick them from")
         if memory_gb is not None and not memory_gb > 0:
-            raise ReplayError(f"memory_gb must be more than 0, got {memory_gb!r}")
+            raise RunStateError(f"memory_gb must be more than 0, got {memory_gb!r}")
         names = {t.name: t for t in await self.tasks(run_id)}
         if task is not None and task not in names:
-            raise ReplayError(f"run {run_id!r} has no task {task!r} (its tasks: {sorted(names)})")
+            raise RunStateError(f"run {run_id!r} has no task {task!r} (its tasks: {sorted(names)})")
         where = "run_id = ? AND state = 'failed'"
         params: list[Any] = [run_id]
         if task is not None:
@@ -413,11 +391,11 @@ class RunStore(RunReads):
             chosen = [(t, i) for t, i in failed if i in wanted]
             missing = sorted(wanted - {i for _, i in chosen})
             if missing:
-                raise ReplayError(f"task {task!r}: units {missing} are not failed")
+                raise RunStateError(f"task {task!r}: units {missing} are not failed")
             failed = chosen
         if not failed:
             scope = f"task {task!r} of run {run_id!r}" if task else f"run {run_id!r}"
-            raise ReplayError(f"{scope} has no failed units to replay")
+            raise RunStateError(f"{scope} has no failed units to replay")
         tasks = sorted({t for t, _ in failed})
         async with self.transaction() as c:
             await c.executemany(
@@ -440,13 +418,13 @@ class RunStore(RunReads):
     async def cancel(self, run_id: str, now_s: float) -> list[UnitRow]:
         """Cancel a running run: unfinished tasks become cancelled, its jobs leave the set in
         flight and their units go back to pending. Returns those units (as they were), so
-        the caller can tell workers they are stale. `ReplayError` for an unknown run or a run
-        that already ended."""
+        the caller can tell workers they are stale. `UnknownRunError` for an unknown run,
+        `RunStateError` for a run that already ended."""
         run = await self.run(run_id)
         if run is None:
-            raise ReplayError(f"there is no run {run_id!r}")
+            raise UnknownRunError(f"there is no run {run_id!r}")
         if run.state != "running":
-            raise ReplayError(f"run {run_id!r} already ended ({run.state}); nothing to cancel")
+            raise RunStateError(f"run {run_id!r} already ended ({run.state}); nothing to cancel")
         active = await self.units(run_id, states=sorted(ACTIVE_UNIT_STATES))
         async with self.transaction() as c:
             job_ids = [

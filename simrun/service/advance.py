@@ -1,41 +1,111 @@
-"""Moving runs along: tasks start when their inputs are done (``count_units`` in a
-thread), follow their units to merging, done or failed, and runs end when nothing can
-progress. The rules are `simrun.core.states.next_task_state` and `simrun.core.states.run_state`.
+"""Step 4 of the controller: moving runs along. Tasks start when their inputs are done
+(``count_units`` in a thread), follow their units to merging, done or failed, and runs end
+when nothing can progress. The rules are `simrun.core.states.next_task_state` and
+`simrun.core.states.run_state`.
+
+Only the runs that may move are looked at (`RunsToAdvance`: those whose units changed,
+submitted or replayed), and all of them now and then (after a reconciliation).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import traceback
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from simrun.core.clock import Clock
 from simrun.core.states import ACTIVE_TASK_STATES, TaskCounts, next_task_state, run_state
 from simrun.plugins import TaskType, resolve
 from simrun.resources import resource_key
 from simrun.runstore import RunRow, RunStore, TaskRow
 from simrun.service import decisions
 
-__all__ = ["advance_run", "count_units", "failure_message", "start_task"]
+__all__ = [
+    "Advance",
+    "RunsToAdvance",
+    "advance_run",
+    "count_units",
+    "failure_message",
+    "start_task",
+]
 
-log = logging.getLogger("simrun.service.controller")
+log = logging.getLogger(__name__)
 
 
-async def advance_run(store: RunStore, types: Mapping[str, TaskType], run: RunRow) -> bool:
+class RunsToAdvance:
+    """The runs a step of the controller advances: those marked since the last one, or all
+    of them."""
+
+    def __init__(self) -> None:
+        self._runs: set[str] = set()
+        self._all = True
+
+    def mark(self, run_id: str) -> None:
+        """``run_id`` may move (its units changed, it was submitted or replayed)."""
+        self._runs.add(run_id)
+
+    def mark_all(self) -> None:
+        """Every running run may move (look at each in the next step)."""
+        self._all = True
+
+    def take(self) -> tuple[bool, set[str]]:
+        """Whether to look at every run, and the runs marked; both cleared."""
+        taken = self._all, self._runs
+        self._all, self._runs = False, set()
+        return taken
+
+
+class Advance:
+    """The advance step: the runs of ``marks`` that changed move along; ``on_end`` is told
+    of each run that ends (its attempts hashes may go)."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        types: Mapping[str, TaskType],
+        marks: RunsToAdvance,
+        on_end: Callable[[str], None],
+        clock: Clock,
+    ) -> None:
+        self.store, self.types, self.marks = store, types, marks
+        self.on_end, self.clock = on_end, clock
+
+    async def step(self) -> bool:
+        """Advance the runs that changed since the last step (all of them now and then)."""
+        everything, dirty = self.marks.take()
+        changed = False
+        try:
+            for run in await self.store.running_runs():
+                if (everything or run.id in dirty) and await advance_run(
+                    self.store, self.types, run, self.clock.now()
+                ):
+                    changed = True
+                    after = await self.store.run(run.id)
+                    if after is not None and after.state != "running":
+                        self.on_end(run.id)
+        except BaseException:
+            self.marks.mark_all()
+            raise
+        return changed
+
+
+async def advance_run(
+    store: RunStore, types: Mapping[str, TaskType], run: RunRow, now: float
+) -> bool:
     """Start the tasks of ``run`` whose inputs are done, move its started tasks along their
-    units, and end the run when nothing can progress. True when something changed."""
+    units, and end the run when nothing can progress (``now``: seconds since the epoch).
+    True when something changed."""
     tasks = await store.tasks(run.id)
     counts = await store.counts(run.id)
     states: dict[str, str] = {t.name: t.state for t in tasks}
     changed = False
-    now = time.time()
     for task in tasks:  # in topological order: a task done here lets the next start
         state = states[task.name]
         if state == "waiting" and all(states.get(d) == "done" for d in task.depends):
-            states[task.name] = await start_task(store, types, run, task)
+            states[task.name] = await start_task(store, types, run, task, now)
             counts = await store.counts(run.id)
             changed = True
             state = states[task.name]
@@ -64,11 +134,10 @@ async def advance_run(store: RunStore, types: Mapping[str, TaskType], run: RunRo
 
 
 async def start_task(
-    store: RunStore, types: Mapping[str, TaskType], run: RunRow, task: TaskRow
+    store: RunStore, types: Mapping[str, TaskType], run: RunRow, task: TaskRow, now: float
 ) -> str:
     """Start a task whose inputs are done: count its units (in a thread) and make them
     pending. Returns its new state."""
-    now = time.time()
     task_type = types.get(task.type)
     if task_type is None:
         status = f"task type {task.type!r} is not installed in the service"

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from simrun.core import sizing
+from simrun.core.clock import SYSTEM_CLOCK, Clock
 from simrun.core.reports import WorkerInfo
 from simrun.core.states import ACTIVE_TASK_STATES, TaskState, UnitKind, UnitRow
 from simrun.plugins import TaskType
@@ -26,7 +26,7 @@ from simrun.workflow import ResourceOverride
 
 __all__ = ["Dispatcher"]
 
-log = logging.getLogger("simrun.service.controller")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -41,6 +41,7 @@ class Dispatcher:
     #: Resolved resources by (key, type, override), kept by the controller across steps
     #: and dropped for a key when it records new observations.
     cache: dict[tuple[str, str, str], ResolvedResources] = field(default_factory=dict)
+    clock: Clock = SYSTEM_CLOCK
 
     async def dispatch(self, workers: Sequence[WorkerInfo]) -> bool:
         """Send out pending units of every running run, within the window of each queue."""
@@ -51,7 +52,7 @@ class Dispatcher:
             if not w.stopping
         ]
         changed = False
-        for run in await self.store.runs(limit=1_000_000, states=["running"]):
+        for run in await self.store.running_runs():
             tasks = [
                 t
                 for t in await self.store.tasks(run.id)
@@ -106,7 +107,7 @@ class Dispatcher:
         room = s.window_jobs - in_flight.get(queue, 0)
         if room <= 0:
             return False
-        now = time.time()
+        now = self.clock.now()
         merge = pending.get("merge", 0) > 0
         if merge or not task.splittable:
             kind: UnitKind = "merge" if merge else "command"

@@ -12,14 +12,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from simrun.core.clock import SYSTEM_CLOCK, Clock
 from simrun.core.reports import WorkerInfo
 from simrun.queues import JobQueue, attempts_by_run, forget_attempts
 from simrun.runstore import RunStore
 from simrun.service import decisions
+from simrun.service.liveness import listed_jobs
 
 __all__ = ["FORGET_EVERY_S", "EndedRuns"]
 
-log = logging.getLogger("simrun.service.controller")
+log = logging.getLogger(__name__)
 
 #: How often the controller sweeps (the runs that ended are looked at).
 FORGET_EVERY_S = 1.0
@@ -34,10 +36,21 @@ class EndedRuns:
     runs again (a replay) is dropped, and added when it ends again.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         #: Run → tasks of its hashes that a SCAN found (for runs the store does not know).
         self.runs: dict[str, set[str]] = {}
         self._scanned = False
+        self.clock = clock
+        self._last_sweep = -float("inf")
+
+    def due(self) -> bool:
+        """Whether `FORGET_EVERY_S` passed since the last sweep the controller's step made
+        (True at start); when so, the time is taken as that of this one."""
+        now = self.clock.monotonic()
+        if now - self._last_sweep < FORGET_EVERY_S:
+            return False
+        self._last_sweep = now
+        return True
 
     def watch(self, run_id: str) -> None:
         """Look at ``run_id`` in the next sweeps (it ended, or was cancelled)."""
@@ -69,8 +82,7 @@ class EndedRuns:
             names = {"cpu", "gpu", *(j.queue for j in flight)}
             names.update(q for w in workers for q in w.queues)
             names.update(t.queue for rows in task_rows.values() for t in rows if t.queue)
-            for w in workers:
-                in_redis.update(decisions.run_of_job(str(j["job_id"])) for j in w.running)
+            in_redis.update(decisions.run_of_job(j) for j in listed_jobs(workers))
             for name in sorted(names):
                 queued = await queue.queued_job_ids(name)
                 in_redis.update(decisions.run_of_job(j) for j in queued)

@@ -18,7 +18,7 @@ from simrun.service.metrics import DEFAULT_SHAPE
 
 __all__ = ["serve"]
 
-log = logging.getLogger("simrun.service")
+log = logging.getLogger(__name__)
 
 #: The signals that stop the service (``docker compose stop`` sends SIGTERM).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

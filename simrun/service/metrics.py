@@ -1,13 +1,13 @@
 """What the service tells Prometheus (``GET /metrics``) and `simrun scale` (``GET /backlog``).
 
-Two halves: `simrun.service.metrics_gather` reads the facts (the run store's read connection,
-the learned resources and Redis; they write nothing, but for `JobQueue.live_workers`
-forgetting the ids of expired heartbeats, as every step of the controller and /health
-do), and the learned resources are resolved with the dispatcher's own rule
-(`Dispatcher.resolve`), so the backlog is what a dispatch would ask for now. Plain
-functions here turn facts into numbers (`queue_metrics`) and numbers into the text
-exposition format 0.0.4 (`render`, over `simrun.service.exposition`), so the rules are
-tested without a service.
+Two halves: `simrun.service.queries.RunQueries` reads the facts (`RunQueries.metrics`: the
+run store's read connection, the learned resources and Redis), and the learned resources
+are resolved with the dispatcher's own rule (`Dispatcher.resolve`), so the backlog is what
+a dispatch would ask for now. Plain functions here turn facts into numbers
+(`queue_metrics`), and numbers into the text exposition format 0.0.4 (`render`): the
+families are data (`QUEUE_FAMILIES`, `SERVICE_FAMILIES`: name, help and how the value is
+computed), written by `prometheus_client` through a collector of one scrape's snapshot on
+a private registry. So the rules are tested without a service.
 
 The metrics, one series per queue (``queue="cpu"``, ``"gpu"``, ``"image:…"``; ``cpu`` is
 always there, so a query for it never comes back empty):
@@ -45,10 +45,15 @@ always there, so a query for it never comes back empty):
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from simrun.core.reports import WorkerInfo
 from simrun.core.scaling import (
@@ -58,19 +63,20 @@ from simrun.core.scaling import (
     ScalePolicy,
     desired_containers,
 )
-from simrun.service.exposition import CONTENT_TYPE, Family, render_families
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "CONTENT_TYPE",
     "DEFAULT_SHAPE",
     "METRICS_POLICY",
+    "QUEUE_FAMILIES",
+    "SERVICE_FAMILIES",
+    "FamiliesCollector",
     "Family",
     "Metrics",
+    "QueueFamily",
     "QueueMetrics",
     "ReportLag",
+    "ServiceFamily",
     "UnitTotals",
     "WorkerPool",
     "backlog_document",
@@ -83,6 +89,9 @@ __all__ = [
     "shape_of",
 ]
 
+#: The media type of the text exposition format 0.0.4, which `generate_latest` writes (the
+#: client's ``CONTENT_TYPE_LATEST`` names a newer version in recent releases).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: The worker container assumed while no worker of a queue is live: the shape of
 #: deploy/kubernetes/worker-cpu.yaml (``--memory-gb 8 --processes 4``).
 DEFAULT_SHAPE = ContainerShape(memory_gb=8.0, processes=4)
@@ -270,145 +279,209 @@ def backlog_document(
     return {"queues": queues, "default_shape": default}
 
 
-def _per_queue(
-    name: str, help_text: str, metrics: Metrics, value: Callable[[QueueMetrics], float]
-) -> Family:
-    samples = tuple(({"queue": q.queue}, value(q)) for q in metrics.queues)
-    return Family(name, "gauge", help_text, samples)
+@dataclass(frozen=True)
+class Family:
+    """One metric family as it is exposed: its name, type, help text and samples (labels,
+    value)."""
+
+    name: str
+    kind: Literal["gauge", "counter"]
+    help: str
+    samples: tuple[tuple[Mapping[str, str], float], ...] = ()
+
+
+@dataclass(frozen=True)
+class QueueFamily:
+    """A gauge with one sample per queue (label ``queue``): its value from the queue's
+    numbers."""
+
+    name: str
+    help: str
+    value: Callable[[QueueMetrics], float]
+
+
+@dataclass(frozen=True)
+class ServiceFamily:
+    """A gauge with one sample for the service: its value from the metrics, None when it is
+    not known (the family is then left out)."""
+
+    name: str
+    help: str
+    value: Callable[[Metrics], float | None]
+
+
+#: The families of ``/metrics`` with one sample per queue (see the module's docstring).
+QUEUE_FAMILIES: tuple[QueueFamily, ...] = (
+    QueueFamily(
+        "simrun_backlog_units",
+        "Units not done yet (pending, queued, running) of the started tasks of running runs.",
+        lambda q: q.backlog_units,
+    ),
+    QueueFamily(
+        "simrun_backlog_seconds",
+        "Queued work in process-seconds: units times learned seconds per unit "
+        f"({DEFAULT_SECONDS_PER_UNIT:g} s for keys that learned none).",
+        lambda q: q.backlog_seconds,
+    ),
+    QueueFamily(
+        "simrun_desired_workers",
+        "Worker containers that drain the backlog in the target time, packed by learned "
+        "memory, with the live workers' shape (or the default); not clamped.",
+        lambda q: q.desired,
+    ),
+    QueueFamily(
+        "simrun_desired_workers_processes",
+        "Processes per container the desired workers were decided with.",
+        lambda q: q.shape.processes,
+    ),
+    QueueFamily(
+        "simrun_desired_workers_memory_gib",
+        "Memory per container (GiB) the desired workers were decided with.",
+        lambda q: q.shape.memory_gb,
+    ),
+    QueueFamily(
+        "simrun_workers",
+        "Live worker containers serving the queue (heartbeat not expired).",
+        lambda q: q.pool.workers,
+    ),
+    QueueFamily(
+        "simrun_workers_stopping",
+        "Live worker containers that are stopping (handing their units back).",
+        lambda q: q.pool.stopping,
+    ),
+    QueueFamily(
+        "simrun_worker_memory_gib",
+        "Memory (GiB) of the live workers serving the queue.",
+        lambda q: q.pool.memory_gb,
+    ),
+    QueueFamily(
+        "simrun_worker_free_memory_gib",
+        "Memory (GiB) not held by running units on the live workers of the queue.",
+        lambda q: q.pool.free_memory_gb,
+    ),
+    QueueFamily(
+        "simrun_worker_processes",
+        "Process slots of the live workers serving the queue.",
+        lambda q: q.pool.processes,
+    ),
+    QueueFamily(
+        "simrun_worker_free_processes",
+        "Process slots not running a unit on the live workers of the queue.",
+        lambda q: q.pool.free_processes,
+    ),
+    QueueFamily(
+        "simrun_worker_gpus",
+        "GPUs of the live workers serving the queue.",
+        lambda q: q.pool.gpus,
+    ),
+    QueueFamily(
+        "simrun_units_done",
+        "Done units of the running runs (a gauge: the store keeps states, not events).",
+        lambda q: q.units.done,
+    ),
+    QueueFamily(
+        "simrun_units_failed",
+        "Failed units of the running runs (a replay puts them back: a gauge).",
+        lambda q: q.units.failed,
+    ),
+    QueueFamily(
+        "simrun_units_killed_for_memory",
+        "Kills for memory of units of the running runs' tasks, each kill counted, since "
+        "each task started (a replay does not reset them).",
+        lambda q: q.units.killed,
+    ),
+)
+
+#: The families of ``/metrics`` with one sample for the service; the report stream's are
+#: left out when Redis did not answer.
+SERVICE_FAMILIES: tuple[ServiceFamily, ...] = (
+    ServiceFamily("simrun_running_runs", "Runs in state running.", lambda m: m.running_runs),
+    ServiceFamily(
+        "simrun_redis_up",
+        "1 when Redis answered this scrape, else 0 (workers and lag then unknown).",
+        lambda m: 1 if m.redis_up else 0,
+    ),
+    ServiceFamily(
+        "simrun_report_stream_entries",
+        "Worker reports in the stream not ingested by the controller yet.",
+        lambda m: None if m.lag is None else m.lag.entries,
+    ),
+    ServiceFamily(
+        "simrun_report_stream_pending",
+        "Worker reports delivered to the controller but not acknowledged yet.",
+        lambda m: None if m.lag is None else m.lag.pending,
+    ),
+    ServiceFamily(
+        "simrun_report_oldest_age_seconds",
+        "Age of the oldest report not ingested yet (0 when none), Redis clock.",
+        lambda m: None if m.lag is None else m.lag.oldest_age_s,
+    ),
+)
 
 
 def families(metrics: Metrics) -> list[Family]:
     """The metric families of ``metrics`` (see the module's docstring)."""
     out = [
-        _per_queue(
-            "simrun_backlog_units",
-            "Units not done yet (pending, queued, running) of the started tasks of running runs.",
-            metrics,
-            lambda q: q.backlog_units,
-        ),
-        _per_queue(
-            "simrun_backlog_seconds",
-            "Queued work in process-seconds: units times learned seconds per unit "
-            f"({DEFAULT_SECONDS_PER_UNIT:g} s for keys that learned none).",
-            metrics,
-            lambda q: q.backlog_seconds,
-        ),
-        _per_queue(
-            "simrun_desired_workers",
-            "Worker containers that drain the backlog in the target time, packed by learned "
-            "memory, with the live workers' shape (or the default); not clamped.",
-            metrics,
-            lambda q: q.desired,
-        ),
-        _per_queue(
-            "simrun_desired_workers_processes",
-            "Processes per container the desired workers were decided with.",
-            metrics,
-            lambda q: q.shape.processes,
-        ),
-        _per_queue(
-            "simrun_desired_workers_memory_gib",
-            "Memory per container (GiB) the desired workers were decided with.",
-            metrics,
-            lambda q: q.shape.memory_gb,
-        ),
-        _per_queue(
-            "simrun_workers",
-            "Live worker containers serving the queue (heartbeat not expired).",
-            metrics,
-            lambda q: q.pool.workers,
-        ),
-        _per_queue(
-            "simrun_workers_stopping",
-            "Live worker containers that are stopping (handing their units back).",
-            metrics,
-            lambda q: q.pool.stopping,
-        ),
-        _per_queue(
-            "simrun_worker_memory_gib",
-            "Memory (GiB) of the live workers serving the queue.",
-            metrics,
-            lambda q: q.pool.memory_gb,
-        ),
-        _per_queue(
-            "simrun_worker_free_memory_gib",
-            "Memory (GiB) not held by running units on the live workers of the queue.",
-            metrics,
-            lambda q: q.pool.free_memory_gb,
-        ),
-        _per_queue(
-            "simrun_worker_processes",
-            "Process slots of the live workers serving the queue.",
-            metrics,
-            lambda q: q.pool.processes,
-        ),
-        _per_queue(
-            "simrun_worker_free_processes",
-            "Process slots not running a unit on the live workers of the queue.",
-            metrics,
-            lambda q: q.pool.free_processes,
-        ),
-        _per_queue(
-            "simrun_worker_gpus",
-            "GPUs of the live workers serving the queue.",
-            metrics,
-            lambda q: q.pool.gpus,
-        ),
-        _per_queue(
-            "simrun_units_done",
-            "Done units of the running runs (a gauge: the store keeps states, not events).",
-            metrics,
-            lambda q: q.units.done,
-        ),
-        _per_queue(
-            "simrun_units_failed",
-            "Failed units of the running runs (a replay puts them back: a gauge).",
-            metrics,
-            lambda q: q.units.failed,
-        ),
-        _per_queue(
-            "simrun_units_killed_for_memory",
-            "Kills for memory of units of the running runs' tasks, each kill counted, since "
-            "each task started (a replay does not reset them).",
-            metrics,
-            lambda q: q.units.killed,
-        ),
         Family(
-            "simrun_running_runs",
-            "gauge",
-            "Runs in state running.",
-            (({}, metrics.running_runs),),
-        ),
-        Family(
-            "simrun_redis_up",
-            "gauge",
-            "1 when Redis answered this scrape, else 0 (workers and lag then unknown).",
-            (({}, 1 if metrics.redis_up else 0),),
-        ),
+            f.name, "gauge", f.help, tuple(({"queue": q.queue}, f.value(q)) for q in metrics.queues)
+        )
+        for f in QUEUE_FAMILIES
     ]
-    if metrics.lag is not None:
-        lag = metrics.lag
-        out += [
-            Family(
-                "simrun_report_stream_entries",
-                "gauge",
-                "Worker reports in the stream not ingested by the controller yet.",
-                (({}, lag.entries),),
-            ),
-            Family(
-                "simrun_report_stream_pending",
-                "gauge",
-                "Worker reports delivered to the controller but not acknowledged yet.",
-                (({}, lag.pending),),
-            ),
-            Family(
-                "simrun_report_oldest_age_seconds",
-                "gauge",
-                "Age of the oldest report not ingested yet (0 when none), Redis clock.",
-                (({}, lag.oldest_age_s),),
-            ),
-        ]
+    for family in SERVICE_FAMILIES:
+        value = family.value(metrics)
+        if value is not None:
+            out.append(Family(family.name, "gauge", family.help, (({}, value),)))
     return out
+
+
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def _check(metric_families: Sequence[Family]) -> None:
+    """`ValueError` for a name the text format 0.0.4 does not allow, or a family given
+    twice (the client accepts more since it learned UTF-8 names; a scrape in the classic
+    format would not)."""
+    seen: set[str] = set()
+    for family in metric_families:
+        if not _NAME.fullmatch(family.name):
+            raise ValueError(f"bad metric name {family.name!r}")
+        if family.name in seen:
+            raise ValueError(f"metric {family.name!r} is given twice")
+        seen.add(family.name)
+        for labels, _ in family.samples:
+            for label in labels:
+                if not _LABEL.fullmatch(label) or label.startswith("__"):
+                    raise ValueError(f"bad label name {label!r} of {family.name}")
+
+
+class FamiliesCollector(Collector):
+    """A `prometheus_client` collector of fixed families (one scrape's snapshot)."""
+
+    def __init__(self, metric_families: Sequence[Family]) -> None:
+        self.metric_families = metric_families
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.metric_families:
+            labels = sorted({k for sample_labels, _ in family.samples for k in sample_labels})
+            out: GaugeMetricFamily | CounterMetricFamily
+            if family.kind == "counter":
+                out = CounterMetricFamily(family.name, family.help, labels=labels)
+            else:
+                out = GaugeMetricFamily(family.name, family.help, labels=labels)
+            for sample_labels, value in family.samples:
+                out.add_metric([sample_labels.get(k, "") for k in labels], float(value))
+            yield out
+
+
+def render_families(metric_families: Sequence[Family]) -> str:
+    """The text exposition format 0.0.4 of ``metric_families``, written by
+    `prometheus_client` (a private registry holding one `FamiliesCollector`). `ValueError`
+    for a bad name or a name given twice."""
+    _check(metric_families)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FamiliesCollector(metric_families))
+    return generate_latest(registry).decode("utf-8")
 
 
 def render(metrics: Metrics) -> str:

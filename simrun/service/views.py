@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from simrun.core.states import FINISHED_TASK_STATES, TaskCounts, UnitRow
@@ -76,6 +76,13 @@ class FailureView:
     error: str | None
 
 
+def _shared(row: Any, view: type[Any]) -> dict[str, Any]:
+    """The fields of the stored ``row`` that the ``view`` dataclass shows as they are (same
+    name, same meaning)."""
+    shown = {f.name for f in fields(view)}
+    return {f.name: getattr(row, f.name) for f in fields(row) if f.name in shown}
+
+
 def task_view(task: TaskRow, counts: TaskCounts | None, processes: int) -> TaskView:
     """A task's view; ``processes`` are the live worker processes of its queue."""
     counts = counts or TaskCounts()
@@ -88,14 +95,7 @@ def task_view(task: TaskRow, counts: TaskCounts | None, processes: int) -> TaskV
     else:
         eta = eta_s(remaining, spu, processes)
     return TaskView(
-        name=task.name,
-        type=task.type,
-        state=task.state,
-        status=task.status,
-        queue=task.queue,
-        resource_key=task.resource_key,
-        resources=task.resources,
-        units=task.units,
+        **_shared(task, TaskView),
         counts={
             "pending": counts.pending,
             "queued": counts.queued,
@@ -106,13 +106,6 @@ def task_view(task: TaskRow, counts: TaskCounts | None, processes: int) -> TaskV
         merge=counts.merge,
         seconds_per_unit=spu,
         eta_s=eta,
-        depends=task.depends,
-        splittable=task.splittable,
-        started_s=task.started_s,
-        finished_s=task.finished_s,
-        kills=task.kills,
-        requested_gb=task.requested_gb,
-        peak_memory_gb=task.peak_memory_gb,
     )
 
 
@@ -131,26 +124,10 @@ def run_view(
     if run.state == "running":
         total = None if any(e is None for e in etas) else sum(e for e in etas if e is not None)
     return RunView(
-        id=run.id,
-        name=run.name,
-        model=run.model,
-        state=run.state,
-        message=run.message,
-        created_s=run.created_s,
-        updated_s=run.updated_s,
-        finished_s=run.finished_s,
-        tasks=views,
-        eta_s=total if run.state == "running" else 0.0,
+        **_shared(run, RunView), tasks=views, eta_s=total if run.state == "running" else 0.0
     )
 
 
 def failure_view(unit: UnitRow) -> FailureView:
-    return FailureView(
-        task=unit.task,
-        unit=unit.key,
-        attempt=unit.attempt,
-        errors=unit.errors,
-        kills=unit.kills,
-        worker=unit.worker,
-        error=unit.error,
-    )
+    """A failed unit's view (``unit`` is its key: the index, or the command's name)."""
+    return FailureView(**_shared(unit, FailureView), unit=unit.key)

@@ -8,13 +8,13 @@ that died: its key expires a few seconds after its last beat.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
+from simrun.core.clock import SYSTEM_CLOCK, Clock
 from simrun.core.reports import WorkerInfo
 from simrun.core.timing import HEARTBEAT_S, HEARTBEAT_TTL_S
 from simrun.queues import Keys
@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 
 
 class Heartbeat:
-    """Writes ``info()`` every ``interval_s`` under a key that expires after ``ttl_s``."""
+    """Writes ``info()`` every ``interval_s`` under a key that expires after ``ttl_s``
+    (``interval_s`` waited on ``clock``; the key's time to live is Redis's own)."""
 
     def __init__(
         self,
@@ -38,11 +39,12 @@ class Heartbeat:
         *,
         interval_s: float = HEARTBEAT_S,
         ttl_s: float = HEARTBEAT_TTL_S,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if not 0 < interval_s < ttl_s:
             raise ValueError(f"heartbeat: need 0 < interval_s < ttl_s, got {interval_s}, {ttl_s}")
         self.redis, self.keys, self.info = redis, keys, info
-        self.interval_s, self.ttl_s = interval_s, ttl_s
+        self.interval_s, self.ttl_s, self.clock = interval_s, ttl_s, clock
 
     async def beat(self) -> None:
         """Write the heartbeat once."""
@@ -59,7 +61,7 @@ class Heartbeat:
                 await self.beat()
             except (RedisError, OSError) as exc:
                 log.warning("heartbeat failed: %s", exc)
-            await asyncio.sleep(self.interval_s)
+            await self.clock.sleep(self.interval_s)
 
     async def clear(self, worker_id: str) -> None:
         """Remove the heartbeat (a worker that stops cleanly)."""

@@ -1,6 +1,9 @@
 """The controller against a real Redis and a real SQLite file, without worker processes:
 what it dispatches, when it holds back, and how it rebuilds the queues from SQLite.
 
+The controllers here read a `ManualClock`: a test of a rule over time steps it rather than
+sleeping (a heartbeat's expiry in Redis is Redis's own clock: such a test deletes the key).
+
 Worker containers appear here only as what they write to Redis: their heartbeats (with the
 worker's own `Heartbeat`) and report entries (`ReportEntry.to_fields`, as a worker adds
 them), to pin down the rules; real workers run in tests/e2e/test_service_*.py.
@@ -8,14 +11,15 @@ them), to pin down the rules; real workers run in tests/e2e/test_service_*.py.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from arq.constants import in_progress_key_prefix
 
+from simrun.core.clock import ManualClock
 from simrun.core.reports import ReportEntry, WorkerInfo, WorkerReport
 from simrun.core.states import Limits
 from simrun.queues import current_attempts
@@ -40,9 +44,15 @@ async def controller(
     settings = ControllerSettings(
         store=tmp_path / "store", redis_url=redis_url, prefix=redis_prefix, window_jobs=10
     )
-    c = await Controller.open(settings, TYPES)
+    c = await Controller.open(settings, TYPES, clock=ManualClock())
     yield c
     await c.close()
+
+
+def clock(c: Controller) -> ManualClock:
+    """The manual clock of a controller of these fixtures."""
+    assert isinstance(c.clock, ManualClock)
+    return c.clock
 
 
 async def submit_heat(c: Controller, text: str | None = None) -> str:
@@ -120,7 +130,7 @@ async def test_jobs_lost_from_redis_are_dispatched_again(controller: Controller)
     redis, keys = controller.queue.redis, controller.queue.keys
     lost = await controller.queue.queued_job_ids("cpu")
     await redis.delete(keys.queue("cpu"), *[f"arq:job:{keys.arq_job_id(j)}" for j in lost])
-    controller._last_reconcile = -float("inf")  # reconcile now, not in reconcile_s
+    clock(controller).advance(controller.settings.reconcile_s)  # reconciling is due again
     await controller.step()
     again = await controller.queue.queued_job_ids("cpu")
     assert len(again) == 10
@@ -285,7 +295,7 @@ async def work_controller(
         prefix=redis_prefix,
         limits=Limits(max_retries=0, max_kills=1),
     )
-    c = await Controller.open(settings, WORK_TYPES)
+    c = await Controller.open(settings, WORK_TYPES, clock=ManualClock())
     yield c
     await c.close()
 
@@ -412,12 +422,38 @@ async def test_units_of_a_worker_whose_heartbeat_expired_go_again(work_controlle
         host="h", pid=1, started=time.time(), updated=time.time(),
     )  # fmt: skip
     c = work_controller
-    await Heartbeat(c.queue.redis, c.queue.keys, lambda: info, interval_s=0.1, ttl_s=0.3).beat()
+    await Heartbeat(c.queue.redis, c.queue.keys, lambda: info, interval_s=1, ttl_s=30).beat()
     await c.step()
     (unit,) = await c.store.units(run_id, "work")
     assert (unit.state, unit.worker, unit.attempt) == ("running", "w9", 1)
-    await asyncio.sleep(0.4)
+    await c.queue.redis.delete(c.queue.keys.worker("w9"))  # its heartbeat expired
     await c.step()
     (unit,) = await c.store.units(run_id, "work")
     assert (unit.state, unit.attempt, unit.worker) == ("queued", 2, None)
     assert f"{run_id}:work:0:2" in await c.queue.queued_job_ids("cpu")
+
+
+async def test_jobs_a_dead_worker_took_unlisted_go_again_after_a_heartbeat_ttl(
+    work_controller: Controller,
+):
+    """A job arq holds in progress (a worker took it) that no live worker lists is dispatched
+    again (new attempt, dropped from arq) once it stayed unlisted for longer than a heartbeat
+    lives, and not before: its worker died before a heartbeat named it."""
+
+    c = work_controller
+    run_id = await submit_work(c, units=1)
+    await c.step()
+    (job,) = await c.queue.queued_job_ids("cpu")
+    held = in_progress_key_prefix + c.queue.keys.arq_job_id(job)
+    await c.queue.redis.set(held, b"1")  # arq's mark of a job a worker took
+    await c.step()  # seen held and unlisted: the time starts
+    clock(c).advance(c.settings.heartbeat_ttl_s / 2)
+    await c.step()
+    (unit,) = await c.store.units(run_id, "work")
+    assert (unit.state, unit.attempt) == ("queued", 1), "given up before a heartbeat's TTL"
+    clock(c).advance(c.settings.heartbeat_ttl_s / 2 + 0.01)
+    await c.step()
+    (unit,) = await c.store.units(run_id, "work")
+    assert (unit.state, unit.attempt) == ("queued", 2)
+    assert await c.queue.queued_job_ids("cpu") == [f"{run_id}:work:0:2"]
+    assert await c.queue.held_in_progress([job]) == set(), "the abandoned job was left in arq"

@@ -17,8 +17,9 @@ from simrun.runstore import (
     NewJob,
     NewRun,
     NewTask,
-    ReplayError,
+    RunStateError,
     RunStore,
+    UnknownRunError,
 )
 
 LIMITS = Limits(max_retries=1, max_kills=2)
@@ -343,7 +344,7 @@ async def test_replay_some_indices(store: RunStore):
 async def test_replay_refuses_with_a_reason(store: RunStore, kwargs, message):
     """A replay that cannot be done says why, and changes nothing."""
     await failed_run(store)
-    with pytest.raises(ReplayError, match=message):
+    with pytest.raises(RunStateError, match=message):
         await store.replay("r1", now_s=70.0, **kwargs)
     run = await store.run("r1")
     assert run is not None
@@ -351,9 +352,12 @@ async def test_replay_refuses_with_a_reason(store: RunStore, kwargs, message):
 
 
 async def test_replay_unknown_run(store: RunStore):
-    """Replaying a run that does not exist names it."""
-    with pytest.raises(ReplayError, match="no run 'zz'"):
+    """Replaying or cancelling a run that does not exist names it, with the error of an
+    unknown run (not that of a run in the wrong state)."""
+    with pytest.raises(UnknownRunError, match="no run 'zz'"):
         await store.replay("zz", now_s=1.0)
+    with pytest.raises(UnknownRunError, match="no run 'zz'"):
+        await store.cancel("zz", now_s=1.0)
 
 
 async def test_cancel(store: RunStore):
@@ -369,9 +373,9 @@ async def test_cancel(store: RunStore):
     assert {t.state for t in await store.tasks("r1")} == {"cancelled"}
     assert await store.jobs() == []
     assert {u.state for u in await store.units("r1")} == {"pending"}
-    with pytest.raises(ReplayError, match="already ended"):
+    with pytest.raises(RunStateError, match="already ended"):
         await store.cancel("r1", now_s=81.0)
-    with pytest.raises(ReplayError, match="was cancelled"):
+    with pytest.raises(RunStateError, match="was cancelled"):
         await store.replay("r1", now_s=82.0)
 
 

@@ -1,0 +1,74 @@
+"""The clock the controller and the worker's heartbeat read: injected, so that tests of the
+liveness rules step time instead of sleeping (`ManualClock`).
+
+``now()`` is the wall clock (seconds since the epoch: what the store and the reports
+keep), ``monotonic()`` measures spans (how long a job was held by no live worker), and
+``sleep()`` waits. The Redis keys' time to live is Redis's own clock and stays real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Protocol
+
+__all__ = ["SYSTEM_CLOCK", "Clock", "ManualClock", "SystemClock"]
+
+
+class Clock(Protocol):
+    """What reads or waits for the time."""
+
+    def now(self) -> float:
+        """Seconds since the epoch."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds since an arbitrary point, never going back."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds``."""
+        ...
+
+
+class SystemClock:
+    """The real time: `time.time`, `time.monotonic`, `asyncio.sleep`."""
+
+    def now(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+#: The clock of every controller and heartbeat that is given none.
+SYSTEM_CLOCK: Clock = SystemClock()
+
+
+class ManualClock:
+    """A clock that moves only when told (`advance`) or slept on: both its readings move
+    together, and ``sleep`` returns at once (after letting other tasks run)."""
+
+    def __init__(self, now_s: float | None = None) -> None:
+        self._now = time.time() if now_s is None else now_s
+        self._monotonic = 0.0
+
+    def now(self) -> float:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._monotonic
+
+    def advance(self, seconds: float) -> None:
+        """Move the time ``seconds`` (>= 0) on."""
+        if seconds < 0:
+            raise ValueError(f"ManualClock.advance: time does not go back ({seconds} s)")
+        self._now += seconds
+        self._monotonic += seconds
+
+    async def sleep(self, seconds: float) -> None:
+        self.advance(max(0.0, seconds))
+        await asyncio.sleep(0)

@@ -1,0 +1,73 @@
+"""The HTTP API of the service (FastAPI), over one `Controller`.
+
+Routes (JSON in and out; a bearer token is required when the service has one):
+
+    GET  /health                      liveness, Redis reachability, live workers
+    GET  /types                       installed task types (ports, hint, settings schema)
+    POST /runs                        submit {"workflow": text, "sources": {name: upload}}
+    GET  /runs                        the latest runs
+    GET  /runs/{id}                   one run: per task its units by state, ETA, start
+                                      and end, kills for memory, memory per process
+                                      requested and at its peak
+    GET  /runs/{id}/failures          failed units with their tracebacks
+    POST /runs/{id}/replay            {"task"?, "units"?, "memory_gb"?}
+    POST /runs/{id}/cancel
+    GET  /resources                   what is learned per resource key
+    GET  /backlog                     per queue: the units not done by resource key, and
+                                      the live workers' count and shape (`simrun scale`)
+    GET  /metrics                     Prometheus text format 0.0.4 (`simrun.service.metrics`)
+
+A rejected document creates nothing and answers 422 with every problem; an unknown run
+answers 404, a replay or cancel its state does not allow 409.
+
+One router per resource: `runs`, `types`, `resources`, and `monitoring` (health, backlog,
+metrics); `deps` holds the controller and token dependencies they share.
+
+/metrics stays behind the token when the service has one, like every route but /health:
+it tells the queues, image names and load of the installation, and /health is open only
+because probes cannot send a header. Prometheus sends the token itself; in the scrape job::
+
+    - job_name: simrun
+      authorization:
+        type: Bearer
+        credentials_file: /etc/prometheus/simrun-token   # the value of SIMRUN_TOKEN
+      static_configs:
+        - targets: ["simrun-service:8765"]
+
+(``bearer_token_file:`` in Prometheus before 2.26). A Prometheus that finds its targets
+from pod annotations needs such a job too, with its ``kubernetes_sd_configs``; KEDA asks
+Prometheus, not the service, and needs nothing more.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from simrun import __version__
+from simrun.core.scaling import ContainerShape
+from simrun.service import metrics
+from simrun.service.api import monitoring, resources, runs, types
+from simrun.service.controller import Controller
+
+__all__ = ["create_app"]
+
+
+def create_app(
+    controller: Controller,
+    token: str | None = None,
+    *,
+    default_shape: ContainerShape = metrics.DEFAULT_SHAPE,
+) -> FastAPI:
+    """The API over ``controller``; with ``token``, every route but /health needs
+    ``Authorization: Bearer <token>``. ``default_shape`` is the worker container /metrics
+    decides the desired workers of a queue with while none of its workers is live."""
+    app = FastAPI(title="simrun", version=__version__)
+    app.state.controller = controller
+    app.state.token = token
+    app.state.default_shape = default_shape
+    app.include_router(monitoring.health_router)
+    app.include_router(types.router)
+    app.include_router(runs.router)
+    app.include_router(resources.router)
+    app.include_router(monitoring.router)
+    return app

@@ -1,0 +1,54 @@
+"""What the service tells of its health and load: ``GET /health`` (open: probes cannot
+send a header), ``GET /backlog`` (`simrun scale`) and ``GET /metrics`` (Prometheus)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import Response
+from redis.exceptions import RedisError
+
+from simrun import __version__
+from simrun.core.scaling import ContainerShape
+from simrun.service import metrics
+from simrun.service.api.deps import AUTH, ControllerDep
+
+__all__ = ["health_router", "router"]
+
+#: /health: no token.
+health_router = APIRouter()
+#: /backlog and /metrics: behind the token like every route but /health.
+router = APIRouter(dependencies=AUTH)
+
+
+def _default_shape(request: Request) -> ContainerShape:
+    shape: ContainerShape = request.app.state.default_shape
+    return shape
+
+
+@health_router.get("/health")
+async def health(controller: ControllerDep) -> dict[str, Any]:
+    try:
+        workers = await controller.queries.live_workers()
+    except (RedisError, OSError) as exc:
+        return {"ok": False, "redis": f"unreachable: {exc}", "workers": 0}
+    return {"ok": True, "redis": "ok", "workers": len(workers), "version": __version__}
+
+
+@router.get("/backlog")
+async def backlog(request: Request, controller: ControllerDep) -> dict[str, Any]:
+    found = await controller.queries.backlog()
+    try:
+        workers = await controller.queries.live_workers()
+    except (RedisError, OSError) as exc:
+        raise HTTPException(status_code=503, detail=f"Redis unreachable: {exc}") from exc
+    return metrics.backlog_document(
+        found.queues, metrics.pools_of(workers), _default_shape(request)
+    )
+
+
+@router.get("/metrics")
+async def prometheus_metrics(request: Request, controller: ControllerDep) -> Response:
+    snapshot = await controller.queries.metrics(default_shape=_default_shape(request))
+    return Response(content=metrics.render(snapshot), media_type=metrics.CONTENT_TYPE)

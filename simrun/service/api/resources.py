@@ -1,0 +1,24 @@
+"""``GET /resources``: what is learned per resource key."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import APIRouter
+
+from simrun.service.api.deps import AUTH, ControllerDep
+
+__all__ = ["router"]
+
+router = APIRouter(dependencies=AUTH)
+
+
+@router.get("/resources")
+async def resources(controller: ControllerDep) -> list[dict[str, Any]]:
+    out = []
+    for summary in await controller.queries.resources_by_key():
+        row = asdict(summary)
+        row["key"] = summary.key.text()
+        out.append(row)
+    return out

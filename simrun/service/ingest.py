@@ -1,0 +1,129 @@
+"""Step 1 of the controller: reading the workers' reports and applying them.
+
+The report stream is read in batches in a consumer group: the unit outcomes and the
+observations of a batch are written in one transaction, then acknowledged. A batch that
+could not be written is not acknowledged and is read again (``pending``) before new ones.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from simrun.core.clock import Clock
+from simrun.core.reports import ReportEntry, WorkerReport
+from simrun.queues import JobQueue
+from simrun.resources import Record, ResolvedResources, ResourceKey, ResourceStore
+from simrun.runstore import RunStore, TaskRow
+from simrun.service.advance import RunsToAdvance
+from simrun.service.settings import ControllerSettings
+
+__all__ = ["Ingest", "is_oom", "record_of"]
+
+log = logging.getLogger(__name__)
+
+
+def is_oom(entry_or_report: ReportEntry | WorkerReport) -> bool:
+    """Whether a report says a worker process was killed for memory: the worker's own
+    verdict (its sampler killed the process past its limit), or a unit reported killed."""
+    if isinstance(entry_or_report, WorkerReport):
+        return entry_or_report.killed_for_memory
+    return entry_or_report.report.killed_for_memory or any(
+        outcome == "killed" for outcome in entry_or_report.outcomes.values()
+    )
+
+
+def record_of(entry: ReportEntry, tasks: Mapping[tuple[str, str], TaskRow]) -> Record | None:
+    """The observation of a report, or None when it measured nothing worth learning from
+    (a merge, or a job whose units never ran)."""
+    task = tasks.get((entry.run, entry.task))
+    if task is None or task.resource_key is None or entry.kind == "merge":
+        return None
+    oom = is_oom(entry)
+    if oom and not entry.report.limit_gb > 0:
+        return None
+    if not oom and (not entry.report.peak_memory_gb or entry.report.units <= 0):
+        return None
+    base_gb = float((task.resources or {}).get("memory_base_gb") or 0.0)
+    return Record(ResourceKey.from_text(task.resource_key), entry.report, base_gb, oom, entry.run)
+
+
+class Ingest:
+    """Reads the report stream and writes what it says to the stores.
+
+    ``advance`` learns the runs whose units changed; ``resolved`` (the dispatcher's cache
+    of resolved resources) forgets the keys that learned something new.
+    """
+
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        store: RunStore,
+        resources: ResourceStore,
+        queue: JobQueue,
+        advance: RunsToAdvance,
+        resolved: dict[tuple[str, str, str], ResolvedResources],
+        clock: Clock,
+    ) -> None:
+        self.settings, self.store, self.resources, self.queue = settings, store, resources, queue
+        self.advance, self.resolved, self.clock = advance, resolved, clock
+        self._pending_read = True  # first read what was delivered before a restart
+        #: Whether the last `step` read the stream to its end.
+        self.drained = False
+
+    async def step(self) -> bool:
+        """Apply up to ``report_batches`` batches of reports; sets `drained` when the stream
+        had no more. True when a unit changed."""
+        s = self.settings
+        changed = False
+        self.drained = False
+        for _ in range(s.report_batches):
+            batch = await self.queue.read_reports(
+                s.group, s.consumer, count=s.report_batch, block_ms=None, pending=self._pending_read
+            )
+            if not batch:
+                if self._pending_read:
+                    self._pending_read = False
+                    continue
+                self.drained = True
+                break
+            entries = [b.entry for b in batch if b.entry is not None]
+            for bad in batch:
+                if bad.entry is None:
+                    log.error("dropped report %s: %s", bad.id, bad.problem)
+            try:
+                if entries:
+                    changed |= await self.apply(entries)
+                await self.queue.ack(s.group, [b.id for b in batch])
+            except BaseException:
+                # Not acknowledged: read the delivered entries again before new ones.
+                self._pending_read = True
+                raise
+        return changed
+
+    async def drain(self) -> None:
+        """Apply every report in the stream now."""
+        while True:
+            await self.step()
+            if self.drained:
+                return
+
+    async def apply(self, entries: Sequence[ReportEntry]) -> bool:
+        """Write one batch: unit outcomes, observations and refusals in one transaction."""
+        tasks: dict[tuple[str, str], TaskRow] = {}
+        for run_id in {e.run for e in entries}:
+            tasks.update({(t.run, t.name): t for t in await self.store.tasks(run_id)})
+        async with self.store.transaction() as conn:
+            applied = await self.store.apply_reports(
+                entries, conn=conn, limits=self.settings.limits, now_s=self.clock.now()
+            )
+            records = [r for e in applied.recorded if (r := record_of(e, tasks)) is not None]
+            await self.resources.record_many(records, conn)
+            for (run_id, task), message in applied.refused.items():
+                await self.store.set_task(run_id, task, status=message, conn=conn)
+        for run_id, _ in applied.touched:
+            self.advance.mark(run_id)
+        learned = {r.key.text() for r in records}
+        for cached in [k for k in self.resolved if k[0] in learned]:
+            del self.resolved[cached]
+        return applied.changed > 0

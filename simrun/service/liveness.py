@@ -1,0 +1,171 @@
+"""Steps 2 and 3 of the controller: who holds what, and what was lost.
+
+* **watch** the workers' heartbeats: jobs a live worker holds mark their units running on
+  it; the jobs of a worker whose heartbeat expired, and the jobs arq holds in progress that
+  no live worker has listed for longer than a heartbeat lives (their worker died before a
+  heartbeat named them), are dispatched again (new attempt) and dropped from arq, which
+  would keep them blocked for its job timeout;
+* **reconcile** (at start and every ``reconcile_s``): jobs in flight that are neither in a
+  queue nor on a live worker (Redis lost them) are dispatched again.
+
+The rules are `simrun.service.decisions.dead_worker_jobs`, ``abandoned_jobs`` and
+``lost_jobs``; this module gathers their facts and applies the answers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from simrun.core.clock import Clock
+from simrun.core.reports import WorkerInfo
+from simrun.queues import JobQueue
+from simrun.runstore import JobRow, RunStore
+from simrun.service import decisions
+from simrun.service.advance import RunsToAdvance
+from simrun.service.ingest import Ingest
+from simrun.service.settings import ControllerSettings
+
+__all__ = ["Liveness", "flight", "listed_jobs"]
+
+log = logging.getLogger(__name__)
+
+
+def listed_jobs(workers: Sequence[WorkerInfo]) -> dict[str, tuple[str, bool]]:
+    """The jobs the heartbeats of ``workers`` list: job id → (worker id, whether it runs
+    rather than waits for a process)."""
+    return {
+        str(job["job_id"]): (w.id, job.get("state") == "running")
+        for w in workers
+        for job in w.running
+    }
+
+
+def flight(jobs: Sequence[JobRow]) -> list[decisions.FlightJob]:
+    """Jobs in flight as the liveness rules see them."""
+    return [decisions.FlightJob(j.id, j.worker, j.enqueued_s) for j in jobs]
+
+
+class Liveness:
+    """The watch and reconcile steps over the controller's store and queue."""
+
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        store: RunStore,
+        queue: JobQueue,
+        ingest: Ingest,
+        advance: RunsToAdvance,
+        clock: Clock,
+    ) -> None:
+        self.settings, self.store, self.queue = settings, store, queue
+        self.ingest, self.advance, self.clock = ingest, advance, clock
+        self._seen: dict[str, tuple[str, bool]] = {}  # sightings already written
+        #: Jobs arq holds in progress that no live worker lists: since when (monotonic).
+        self._held_since: dict[str, float] = {}
+        self._last_reconcile = -float("inf")
+
+    # -- watch ---------------------------------------------------------------------------
+
+    async def watch(self, workers: Sequence[WorkerInfo]) -> bool:
+        """Write what the heartbeats say, and dispatch again the jobs of dead workers and
+        the abandoned ones. True when something changed."""
+        sightings = listed_jobs(workers)
+        news = {job: seen for job, seen in sightings.items() if self._seen.get(job) != seen}
+        changed = await self.store.see_jobs(news, self.clock.now()) > 0 if news else False
+        self._seen = sightings
+        if not self.ingest.drained:
+            return changed  # a report still unread may be the end of a job of a gone worker
+        live = {w.id for w in workers}
+        rows = await self.store.jobs()
+        dead = set(decisions.dead_worker_jobs(flight(rows), live))
+        if dead:
+            by_worker: dict[str, list[JobRow]] = defaultdict(list)
+            for row in rows:
+                if row.id in dead and row.worker is not None:
+                    by_worker[row.worker].append(row)
+            for worker, jobs in by_worker.items():
+                released = await self.give_up(
+                    jobs, f"worker {worker} stopped answering (its heartbeat expired)"
+                )
+                log.warning(
+                    "worker %s is gone: %d jobs (%d units) dispatched again",
+                    worker,
+                    len(jobs),
+                    released,
+                )
+            changed = True
+        return await self.abandoned([r for r in rows if r.id not in dead], sightings) or changed
+
+    async def abandoned(self, rows: Sequence[JobRow], listed: Mapping[str, object]) -> bool:
+        """Dispatch again the jobs arq holds in progress that no live worker listed for
+        longer than a heartbeat lives: their worker took them and died before it said so."""
+        unlisted = [r.id for r in rows if r.id not in listed]
+        held = await self.queue.held_in_progress(unlisted) if unlisted else set()
+        self._held_since, abandoned = decisions.abandoned_jobs(
+            held, listed, self._held_since, self.clock.monotonic(), self.settings.heartbeat_ttl_s
+        )
+        if not abandoned:
+            return False
+        chosen = set(abandoned)
+        released = await self.give_up(
+            [r for r in rows if r.id in chosen],
+            "its worker took it and stopped answering before it said so",
+        )
+        log.warning(
+            "%d jobs (%d units) held in progress by no live worker: dispatched again",
+            len(abandoned),
+            released,
+        )
+        return True
+
+    async def give_up(self, jobs: Sequence[JobRow], reason: str) -> int:
+        """Drop jobs from arq and put their units back to pending (dispatched again with a
+        newer attempt); returns the units released. Dropped first: should the service stop
+        in between, reconciling finds the jobs gone from Redis and releases them then."""
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for job in jobs:
+            by_queue[job.queue].append(job.id)
+            self.advance.mark(job.run)
+        for queue, job_ids in by_queue.items():
+            await self.queue.drop_jobs(queue, job_ids)
+        return await self.store.release_jobs([j.id for j in jobs], reason)
+
+    # -- reconcile -----------------------------------------------------------------------
+
+    def reconcile_due(self) -> bool:
+        """Whether ``reconcile_s`` passed since the last reconciliation (True at start);
+        when so, the time is taken as that of the next one."""
+        now = self.clock.monotonic()
+        if now - self._last_reconcile < self.settings.reconcile_s:
+            return False
+        self._last_reconcile = now
+        return True
+
+    async def reconcile(self) -> bool:
+        """Dispatch again the jobs in flight that Redis no longer knows of."""
+        jobs = await self.store.jobs()
+        if not jobs:
+            return False
+        snapshot_s = self.clock.now()
+        queued: set[str] = set()
+        for name in sorted({j.queue for j in jobs}):
+            queued.update(await self.queue.queued_job_ids(name))
+        on_workers = set(listed_jobs(await self.queue.live_workers()))
+        await self.ingest.drain()  # every report written before the snapshot applied first
+        self.advance.mark_all()  # a full pass of the advance step now and then
+        orphans = await self.store.release_orphans()
+        if orphans:
+            log.error("%d units were queued without a job in flight: dispatched again", orphans)
+        after = flight(await self.store.jobs())
+        lost = decisions.lost_jobs(after, queued, on_workers, snapshot_s)
+        if not lost:
+            return orphans > 0
+        released = await self.store.release_jobs(
+            lost, "lost from Redis: neither in a queue nor on a live worker"
+        )
+        log.warning(
+            "%d jobs (%d units) were lost from Redis: dispatched again", len(lost), released
+        )
+        return True
