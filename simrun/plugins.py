@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import keyword
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
@@ -28,6 +28,7 @@ __all__ = [
     "TaskType",
     "load_plugin_ref",
     "load_task_types",
+    "load_types",
     "resolve",
     "task_type_problems",
 ]
@@ -319,3 +320,14 @@ def load_task_types(eps: Iterable[EntryPoint] | None = None) -> dict[str, TaskTy
     if errors:
         raise PluginError("cannot load task types:\n  " + "\n  ".join(errors))
     return {name: tt for name, (tt, _) in sorted(found.items())}
+
+
+def load_types(plugins: Sequence[str] = ()) -> dict[str, TaskType]:
+    """The installed task types (`load_task_types`) plus those named by ``plugins``
+    ("module:OBJECT", see `load_plugin_ref`), which replace an installed one of their name:
+    what ``--plugins`` of the service, the workers and the command line load."""
+    types = load_task_types()
+    for ref in plugins:
+        task_type = load_plugin_ref(ref)
+        types[task_type.name] = task_type
+    return types

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "DEFAULT_SECONDS_PER_UNIT",
+    "DEFAULT_SHAPE",
     "DEFAULT_TARGET_DRAIN_S",
     "BacklogEntry",
     "ContainerShape",
@@ -109,6 +110,12 @@ class ContainerShape:
             or self.processes < 1
         ):
             raise ValueError(f"container processes must be an integer >= 1, got {self.processes}")
+
+
+#: The worker container assumed while no worker of a queue is live and nothing else names
+#: one (``simrun service --worker-memory-gb/--worker-processes``, ``simrun scale``): the
+#: shape of deploy/kubernetes/worker-cpu.yaml (``--memory-gb 8 --processes 4``).
+DEFAULT_SHAPE = ContainerShape(memory_gb=8.0, processes=4)
 
 
 @dataclass(frozen=True)

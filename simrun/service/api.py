@@ -52,7 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
 from simrun import __version__
-from simrun.core.scaling import ContainerShape
+from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
 from simrun.plugins import TaskType
 from simrun.runstore import ReplayError
 from simrun.service import metrics, metrics_gather
@@ -143,7 +143,7 @@ def create_app(
     controller: Controller,
     token: str | None = None,
     *,
-    default_shape: ContainerShape = metrics.DEFAULT_SHAPE,
+    default_shape: ContainerShape = DEFAULT_SHAPE,
 ) -> FastAPI:
     """The API over ``controller``; with ``token``, every route but /health needs
     ``Authorization: Bearer <token>``. ``default_shape`` is the worker container /metrics

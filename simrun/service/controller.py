@@ -39,7 +39,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from simrun.core.reports import ReportEntry, WorkerInfo, WorkerReport
-from simrun.plugins import TaskType, load_plugin_ref, load_task_types
+from simrun.plugins import TaskType
 from simrun.queues import JobQueue, set_current_attempts
 from simrun.resources import (
     KeySummary,
@@ -64,7 +64,7 @@ from simrun.service.submit import (
 from simrun.service.views import FailureView, RunView, failure_view, run_view
 from simrun.workflow import Workflow
 
-__all__ = ["Controller", "ControllerSettings", "ReplayError", "is_oom", "load_types"]
+__all__ = ["Controller", "ControllerSettings", "ReplayError", "is_oom"]
 
 log = logging.getLogger(__name__)
 
@@ -77,16 +77,6 @@ def is_oom(entry_or_report: ReportEntry | WorkerReport) -> bool:
     return entry_or_report.report.killed_for_memory or any(
         outcome == "killed" for outcome in entry_or_report.outcomes.values()
     )
-
-
-def load_types(plugins: Sequence[str] = ()) -> dict[str, TaskType]:
-    """The installed task types plus those named by ``plugins`` ("module:OBJECT", see
-    `simrun.plugins.load_plugin_ref`), as the worker's ``--plugins`` option loads them."""
-    types = load_task_types()
-    for ref in plugins:
-        task_type = load_plugin_ref(ref)
-        types[task_type.name] = task_type
-    return types
 
 
 class Controller:

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from simrun.core.reports import WorkerInfo
 from simrun.core.scaling import (
     DEFAULT_SECONDS_PER_UNIT,
+    DEFAULT_SHAPE,
     ContainerShape,
     QueueBacklog,
     ScalePolicy,
@@ -66,7 +67,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ACTIVE_TASK_STATES",
     "CONTENT_TYPE",
-    "DEFAULT_SHAPE",
     "METRICS_POLICY",
     "UNFINISHED_STATES",
     "Family",
@@ -85,9 +85,6 @@ __all__ = [
     "shape_of",
 ]
 
-#: The worker container assumed while no worker of a queue is live: the shape of
-#: deploy/kubernetes/worker-cpu.yaml (``--memory-gb 8 --processes 4``).
-DEFAULT_SHAPE = ContainerShape(memory_gb=8.0, processes=4)
 #: The decision of ``simrun_desired_workers``: default drain time and unit time, no clamp
 #: (the autoscaler's own minimum and maximum apply).
 METRICS_POLICY = ScalePolicy(min_containers=0, max_containers=1_000_000)

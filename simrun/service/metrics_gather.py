@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError, ResponseError
 
 from simrun.core.reports import WorkerInfo
-from simrun.core.scaling import BacklogEntry, ContainerShape, QueueBacklog, ScalePolicy
+from simrun.core.scaling import (
+    DEFAULT_SHAPE,
+    BacklogEntry,
+    ContainerShape,
+    QueueBacklog,
+    ScalePolicy,
+)
 from simrun.core.states import TaskCounts
 from simrun.queues import JobQueue
 from simrun.resources import ResolvedResources, ResourceKey, resource_key
@@ -19,7 +25,6 @@ from simrun.service import decisions
 from simrun.service.dispatch import Dispatcher
 from simrun.service.metrics import (
     ACTIVE_TASK_STATES,
-    DEFAULT_SHAPE,
     METRICS_POLICY,
     UNFINISHED_STATES,
     Metrics,

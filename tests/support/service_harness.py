@@ -17,8 +17,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from simrun.plugins import load_types
 from simrun.runstore import RunRow
-from simrun.service.controller import Controller, ControllerSettings, load_types
+from simrun.service.controller import Controller, ControllerSettings
 from simrun.workflow import check_workflow, parse_workflow
 from tests.support.service_tasks import REFS
 
