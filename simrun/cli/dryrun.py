@@ -20,9 +20,8 @@ from rich.table import Table
 
 from simrun.cli.forecast import Forecast, TaskPlan, forecast
 from simrun.cli.progress import format_duration, format_gb, format_rate
-from simrun.plugins import TaskType
+from simrun.plugins import TaskType, count_units
 from simrun.resources import ResolvedResources, ResourceStore, decide, resource_key
-from simrun.service.advance import count_units
 from simrun.service.decisions import WorkerCapacity, queue_name
 from simrun.workflow import Problem, ResourceOverride, Workflow, WorkflowError
 

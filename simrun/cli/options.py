@@ -51,6 +51,7 @@ __all__ = [
     "GRACE_S",
     "HEARTBEAT_INTERVAL_S",
     "PLUGINS",
+    "POSITIVE",
     "PREFIX",
     "REDIS_URL",
     "SERVICE_HEARTBEAT_TTL_S",

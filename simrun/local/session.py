@@ -46,6 +46,7 @@ from simrun.config import redact_url
 from simrun.core.states import Limits
 from simrun.local.guard import DONE, REMOVE
 from simrun.local.machine import LocalError, free_socket, last_line
+from simrun.local.reads import StoreReader
 from simrun.local.redis import PrivateRedis, find_redis_server
 from simrun.plugins import TaskType
 from simrun.queues import DEFAULT_PREFIX
@@ -139,6 +140,12 @@ class LocalSession:
         if self._controller is None:
             raise RuntimeError("the session is not started")
         return self._controller
+
+    def reader(self, shown_store: Path) -> StoreReader:
+        """A reader of the session's runs through its controller (ETAs count the live
+        worker processes); outputs are shown under ``shown_store``."""
+        controller = self.controller
+        return StoreReader(controller.store, controller.resources, shown_store, controller)
 
     async def __aenter__(self) -> LocalSession:
         try:

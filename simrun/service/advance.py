@@ -11,15 +11,14 @@ import time
 import traceback
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
 
 from simrun.core.states import TaskCounts, next_task_state, run_state
-from simrun.plugins import TaskType, resolve
+from simrun.plugins import TaskType, count_units
 from simrun.resources import resource_key
 from simrun.runstore import RunRow, RunStore, TaskRow
 from simrun.service import decisions
 
-__all__ = ["advance_run", "count_units", "failure_message", "start_task"]
+__all__ = ["advance_run", "failure_message", "start_task"]
 
 log = logging.getLogger("simrun.service.controller")
 
@@ -100,13 +99,3 @@ async def failure_message(store: RunStore, run_id: str) -> str:
     fresh = await store.tasks(run_id)
     extra = [f"{t.name}: {t.status}" for t in fresh if t.state == "failed" and t.status]
     return "; ".join([message, *extra]) if extra else message
-
-
-def count_units(task_type: TaskType, settings: Mapping[str, Any]) -> int:
-    """Run the type's ``count_units`` on its parsed settings (in a thread)."""
-    assert task_type.count_units is not None
-    parsed = task_type.settings.model_validate(dict(settings))
-    count = resolve(task_type.count_units)(parsed)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        raise ValueError(f"count_units of {task_type.name!r} returned {count!r}, not an int >= 0")
-    return count

@@ -39,6 +39,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from simrun.core.reports import ReportEntry, WorkerInfo, WorkerReport
+from simrun.core.views import FailureView, RunView
 from simrun.plugins import TaskType
 from simrun.queues import JobQueue, set_current_attempts
 from simrun.resources import (
@@ -54,15 +55,9 @@ from simrun.service.advance import advance_run
 from simrun.service.dispatch import Dispatcher
 from simrun.service.forget import FORGET_EVERY_S, EndedRuns
 from simrun.service.settings import ControllerSettings
-from simrun.service.submit import (
-    copy_sources,
-    new_run_id,
-    plan_run,
-    remove_run_dir,
-    source_paths,
-)
-from simrun.service.views import FailureView, RunView, failure_view, run_view
-from simrun.workflow import Workflow
+from simrun.service.submit import copy_sources, new_run_id, plan_run, remove_run_dir
+from simrun.service.views import failure_view, run_view
+from simrun.workflow import Workflow, source_paths
 
 __all__ = ["Controller", "ControllerSettings", "ReplayError", "is_oom"]
 
