@@ -345,7 +345,7 @@ class WorkerFlags:
                 continue
             if value is True:
                 argv.append(flag)
-            elif isinstance(value, tuple):
+            elif isinstance(value, tuple | list):
                 argv += [a for item in value for a in (flag, str(item))]
             else:
                 argv += [flag, repr(value) if isinstance(value, float) else str(value)]
