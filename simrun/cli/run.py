@@ -22,6 +22,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from simrun.cli import options as opt
 from simrun.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -35,19 +36,6 @@ from simrun.cli.common import (
 from simrun.cli.dryrun import DryRow, print_forecast, store_resolver, task_plans
 from simrun.cli.follow import STUCK_AFTER_S, follow, report_end
 from simrun.cli.forecast import pool_of, pool_text
-from simrun.cli.options import (
-    DEFAULT_EVERY_S,
-    DEFAULT_GRACE_S,
-    EMBEDDED_REDIS_URL,
-    EVERY_S,
-    GRACE_S,
-    PLUGINS,
-    STORE,
-    TOKEN,
-    container_memory_option,
-    container_processes_option,
-    limits_options,
-)
 from simrun.cli.progress import make_view, summary_table
 from simrun.core.states import Limits
 from simrun.core.views import RunView
@@ -164,7 +152,7 @@ async def embedded(
     prepared: Prepared | None = None,
     run_id: str | None = None,
     replay: ReplayRequest | None = None,
-    every_s: float = DEFAULT_EVERY_S,
+    every_s: float = opt.DEFAULT_EVERY_S,
 ) -> int:
     """Run (or go on with) one run in an embedded session; the exit status."""
     if run_id is not None:
@@ -252,7 +240,7 @@ def local_options(
     redis_url: str | None = None,
     token: str | None = None,
     limits: Limits | None = None,
-    grace_s: float = DEFAULT_GRACE_S,
+    grace_s: float = opt.DEFAULT_GRACE_S,
 ) -> LocalOptions:
     """The options of an embedded session over ``store`` (a private Redis without
     ``redis_url``)."""
@@ -276,23 +264,23 @@ RESUME_HELP = "Go on with an interrupted run of the store instead of submitting 
 
 @click.command("run")
 @click.argument("workflow", required=False, type=click.Path(path_type=Path, dir_okay=False))
-@STORE
-@EMBEDDED_REDIS_URL
-@TOKEN
+@opt.STORE
+@opt.EMBEDDED_REDIS_URL
+@opt.TOKEN
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
               help="Worker containers to start.")  # fmt: skip
-@container_processes_option(
+@opt.container_processes_option(
     "Worker processes per container [default: this machine's CPUs / workers]."
 )
-@container_memory_option(
+@opt.container_memory_option(
     "--memory-gb", "Memory of each container in GiB [default: 80% of the free memory / workers]."
 )
-@PLUGINS
+@opt.PLUGINS
 @click.option("--dry-run", is_flag=True, help="Check, count and forecast; start nothing.")
 @click.option("--resume", metavar="RUN", default=None, help=RESUME_HELP)
-@limits_options
-@GRACE_S
-@EVERY_S
+@opt.limits_options
+@opt.GRACE_S
+@opt.EVERY_S
 def run(
     workflow: Path | None,
     store: Path,

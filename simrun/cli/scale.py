@@ -50,6 +50,7 @@ from simrun.core.scaling import (
     QueueBacklog,
     ScalePolicy,
     desired_containers,
+    work_duration,
 )
 
 __all__ = [
@@ -241,14 +242,6 @@ def apply_commands(
     return [kubectl_command(deployment or f"simrun-worker-{q}", n) for q, n in desired.items()]
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def _table(planned: Sequence[Planned]) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold")
     for name in ("queue", "units", "work", "workers", "container", "desired"):
@@ -257,7 +250,7 @@ def _table(planned: Sequence[Planned]) -> Table:
         table.add_row(
             p.queue,
             str(p.decision.units),
-            _duration(p.work_s),
+            work_duration(p.work_s),
             str(p.workers),
             f"{p.shape.processes} x {p.shape.memory_gb:g} GiB ({p.shape_source})",
             str(p.decision.desired),

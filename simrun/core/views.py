@@ -62,26 +62,6 @@ class TaskView:
 
 
 @dataclass(frozen=True)
-class RunView:
-    """One run with its tasks. ``eta_s`` is the sum over its unfinished tasks (they run
-    one after the other along the graph), None while a task's is unknown."""
-
-    id: str
-    name: str | None
-    state: str
-    message: str
-    created_s: float
-    updated_s: float
-    finished_s: float | None
-    tasks: tuple[TaskView, ...]
-    eta_s: float | None
-    model: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
 class RunSummary:
     """One run in a list of the latest runs: no tasks."""
 
@@ -96,6 +76,15 @@ class RunSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class RunView(RunSummary):
+    """One run with its tasks. ``eta_s`` is the sum over its unfinished tasks (they run
+    one after the other along the graph), None while a task's is unknown."""
+
+    tasks: tuple[TaskView, ...] = ()
+    eta_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 
 from simrun.core.states import TaskCounts, UnitRow
 from simrun.core.views import FailureView, RunSummary, RunView, TaskView
@@ -94,13 +95,4 @@ def failure_view(unit: UnitRow) -> FailureView:
 
 def run_summary(run: RunRow) -> RunSummary:
     """A run in a list of the latest runs."""
-    return RunSummary(
-        id=run.id,
-        name=run.name,
-        model=run.model,
-        state=run.state,
-        message=run.message,
-        created_s=run.created_s,
-        updated_s=run.updated_s,
-        finished_s=run.finished_s,
-    )
+    return RunSummary(**{f.name: getattr(run, f.name) for f in fields(RunSummary)})
