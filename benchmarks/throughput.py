@@ -61,13 +61,10 @@ from arq_peer import RawArq, raw_arq
 from simrun.core.jobs import JobSpec
 from simrun.core.reports import ReportEntry
 from simrun.local.redis import PrivateRedis
+from simrun.plugins import load_types
 from simrun.queues import JobQueue
 from simrun.runstore import RunRow
-from simrun.service.controller import (
-    Controller,
-    ControllerSettings,
-    load_types,
-)
+from simrun.service.controller import Controller, ControllerSettings
 from tests.support.service_harness import Service, stop_worker
 
 PROCESSES = 2

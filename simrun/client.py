@@ -9,17 +9,27 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import yaml
 
+from simrun.core.views import (
+    FailureView,
+    RunSummary,
+    RunView,
+    parse_failures,
+    parse_run,
+    parse_runs,
+)
 from simrun.plugins import PluginError, TaskType, resolve
 from simrun.workflow import Problem, TaskSpec, Workflow, WorkflowError
 
 __all__ = ["Client", "ClientError", "Rejected", "plan_tasks", "submission_text"]
+
+T = TypeVar("T")
 
 
 class ClientError(RuntimeError):
@@ -148,17 +158,25 @@ class Client:
         result = self._call("POST", "/runs", {"workflow": text, "sources": uploads})
         return str(result["run"])
 
-    def runs(self, limit: int = 50) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._call("GET", f"/runs?limit={limit}")
-        return result
+    def _parsed(self, parse: Callable[[Any], T], method: str, path: str) -> T:
+        """The answer of ``method path`` parsed by ``parse``; `ClientError` when it is not
+        what the route answers."""
+        try:
+            return parse(self._call(method, path))
+        except ValueError as exc:
+            raise ClientError(f"{method} {path}: the answer is not understood: {exc}") from exc
 
-    def run(self, run_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", f"/runs/{run_id}")
-        return result
+    def runs(self, limit: int = 50) -> list[RunSummary]:
+        """The latest runs, the newest first."""
+        return self._parsed(parse_runs, "GET", f"/runs?limit={limit}")
 
-    def failures(self, run_id: str) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._call("GET", f"/runs/{run_id}/failures")
-        return result
+    def run(self, run_id: str) -> RunView:
+        """One run with its tasks."""
+        return self._parsed(parse_run, "GET", f"/runs/{run_id}")
+
+    def failures(self, run_id: str) -> list[FailureView]:
+        """The failed units of a run with their last tracebacks."""
+        return self._parsed(parse_failures, "GET", f"/runs/{run_id}/failures")
 
     def replay(
         self,

@@ -1,46 +1,45 @@
-"""The one place that reads ``SIMRUN_*`` and ``REDIS_URL`` from the environment.
+"""The configuration every process shares: the environment variables it may come from,
+their defaults, and how a Redis URL is shown in messages.
 
-Everything else receives a `Config` (or plain arguments) from its caller.
+The variables are read by the process entry points alone — the options of ``simrun``
+(`simrun.cli.options`, click's ``envvar=``) and of ``python -m simrun.worker.health`` — and
+passed down as arguments; nothing else reads the environment for configuration.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
-__all__ = ["DEFAULT_REDIS_URL", "DEFAULT_URL", "Config", "load_config"]
+__all__ = [
+    "DEFAULT_REDIS_URL",
+    "DEFAULT_STORE",
+    "DEFAULT_URL",
+    "ENV_REDIS_URL",
+    "ENV_STORE",
+    "ENV_TOKEN",
+    "ENV_URL",
+    "redact_url",
+]
 
+#: Redis of the service and the workers when ``--redis-url`` / ``REDIS_URL`` gives none.
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+#: The service the client commands talk to when ``--url`` / ``SIMRUN_URL`` gives none.
 DEFAULT_URL = "http://127.0.0.1:8765"
+#: The run store when ``--store`` / ``SIMRUN_STORE`` gives none.
+DEFAULT_STORE = Path("simrun-store")
+
+ENV_REDIS_URL = "REDIS_URL"
+ENV_URL = "SIMRUN_URL"
+ENV_TOKEN = "SIMRUN_TOKEN"
+ENV_STORE = "SIMRUN_STORE"
 
 
-@dataclass(frozen=True)
-class Config:
-    """Settings shared by the service, the worker and the command line.
-
-    ``redis_url`` is None when ``REDIS_URL`` is unset: embedded mode then starts its own
-    Redis, and the service and workers fall back to `DEFAULT_REDIS_URL`.
-    """
-
-    redis_url: str | None = None
-    store: Path = Path("simrun-store")
-    url: str = DEFAULT_URL
-    token: str | None = None
-
-    @property
-    def redis_url_or_default(self) -> str:
-        """``redis_url``, or the local default."""
-        return self.redis_url or DEFAULT_REDIS_URL
-
-
-def load_config(environ: Mapping[str, str] | None = None) -> Config:
-    """The configuration given by ``environ`` (the process environment by default)."""
-    env = os.environ if environ is None else environ
-    return Config(
-        redis_url=env.get("REDIS_URL") or None,
-        store=Path(env.get("SIMRUN_STORE") or "simrun-store"),
-        url=(env.get("SIMRUN_URL") or DEFAULT_URL).rstrip("/"),
-        token=env.get("SIMRUN_TOKEN") or None,
-    )
+def redact_url(url: str) -> str:
+    """``url`` without its password, for messages (``redis://user:***@host:6379/0``)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return parts._replace(netloc=user + netloc).geturl()

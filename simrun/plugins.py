@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import keyword
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
@@ -26,8 +26,10 @@ __all__ = [
     "ResourceHint",
     "TaskPaths",
     "TaskType",
+    "count_units",
     "load_plugin_ref",
     "load_task_types",
+    "load_types",
     "resolve",
     "task_type_problems",
 ]
@@ -319,3 +321,24 @@ def load_task_types(eps: Iterable[EntryPoint] | None = None) -> dict[str, TaskTy
     if errors:
         raise PluginError("cannot load task types:\n  " + "\n  ".join(errors))
     return {name: tt for name, (tt, _) in sorted(found.items())}
+
+
+def load_types(plugins: Sequence[str] = ()) -> dict[str, TaskType]:
+    """The installed task types (`load_task_types`) plus those named by ``plugins``
+    ("module:OBJECT", see `load_plugin_ref`), which replace an installed one of their name:
+    what ``--plugins`` of the service, the workers and the command line load."""
+    types = load_task_types()
+    for ref in plugins:
+        task_type = load_plugin_ref(ref)
+        types[task_type.name] = task_type
+    return types
+
+
+def count_units(task_type: TaskType, settings: Mapping[str, Any]) -> int:
+    """Run the type's ``count_units`` on its parsed settings (in a thread)."""
+    assert task_type.count_units is not None
+    parsed = task_type.settings.model_validate(dict(settings))
+    count = resolve(task_type.count_units)(parsed)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"count_units of {task_type.name!r} returned {count!r}, not an int >= 0")
+    return count

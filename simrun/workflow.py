@@ -50,6 +50,7 @@ __all__ = [
     "name_problem",
     "parse_workflow",
     "ready_tasks",
+    "source_paths",
     "source_problems",
     "topological_order",
     "validate_workflow",
@@ -488,3 +489,24 @@ def source_problems(doc: Workflow, base: Path) -> list[Problem]:
         if not path.exists():
             problems.append(Problem(("sources", name), f"file not found: {path}"))
     return problems
+
+
+def source_paths(
+    doc: Workflow, base: Path | None, uploaded: Mapping[str, Path] | None = None
+) -> dict[str, Path]:
+    """Each source's file: the ``uploaded`` one when given, else its path in the document
+    (relative to ``base``). `WorkflowError` names every source that does not exist."""
+    found: dict[str, Path] = {}
+    problems: list[Problem] = []
+    for name, raw in doc.sources.items():
+        path = (uploaded or {}).get(name)
+        if path is None:
+            path = Path(raw)
+            if not path.is_absolute() and base is not None:
+                path = base / path
+        if not path.exists():
+            problems.append(Problem(("sources", name), f"file not found: {path}"))
+        found[name] = path
+    if problems:
+        raise WorkflowError(problems, "workflow")
+    return found

@@ -6,18 +6,17 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import click
 from rich.console import Console
 
 from simrun.client import ClientError, plan_tasks, submission_text
 from simrun.db import SchemaError
 from simrun.local.machine import LocalError
-from simrun.plugins import PluginError, TaskType, load_task_types
+from simrun.plugins import PluginError, TaskType, load_types
 from simrun.runstore import RunStateError, UnknownRunError
 from simrun.workflow import Workflow, WorkflowError, check_workflow, load_workflow, source_problems
 
@@ -30,11 +29,9 @@ __all__ = [
     "console",
     "err_console",
     "exit_code_of",
-    "load_types",
-    "plugins_option",
+    "load_types_from_here",
     "prepare",
     "shell_join",
-    "store_option",
 ]
 
 #: The run failed (or was cancelled, or cannot go on); a service or worker problem.
@@ -56,9 +53,6 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     SchemaError,
     OSError,
 )
-
-F = TypeVar("F", bound=Callable[..., Any])
-
 
 #: Width of the output at least when it is not a terminal (logs, pipes).
 PLAIN_WIDTH = 120
@@ -83,40 +77,18 @@ def exit_code_of(exc: BaseException) -> int:
     return EXIT_USAGE if isinstance(exc, WorkflowError | PluginError) else EXIT_FAILED
 
 
-def plugins_option(f: F) -> F:
-    """``--plugins MODULE:ATTR`` (repeatable)."""
-    return click.option(
-        "--plugins",
-        multiple=True,
-        metavar="MODULE:ATTR",
-        help="Also load this task type (repeatable), besides the installed ones; the "
-        "current directory is on the import path.",
-    )(f)
-
-
-def store_option(help_text: str) -> Callable[[F], F]:
-    """``--store DIR``."""
-    return click.option(
-        "--store",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=None,
-        help=help_text,
-    )
-
-
-def load_types(plugins: Sequence[str] = ()) -> dict[str, TaskType]:
-    """The installed task types and those ``plugins`` name (imported with the current
-    directory on the path, as ``python -m`` would)."""
+def load_types_from_here(plugins: Sequence[str] = ()) -> dict[str, TaskType]:
+    """The installed task types and those ``plugins`` name (`simrun.plugins.load_types`),
+    imported with the current directory on the path, as ``python -m`` would."""
     try:
-        if not plugins:
-            return load_task_types()
-        cwd = os.getcwd()
-        if cwd not in sys.path:
-            sys.path.insert(0, cwd)
-        from simrun.service.controller import load_types as load_with_plugins
-
-        return load_with_plugins(plugins)
+        if plugins:
+            cwd = os.getcwd()
+            if cwd not in sys.path:
+                sys.path.insert(0, cwd)
+        return load_types(plugins)
     except ValueError as exc:  # two entry points of one name
+        if isinstance(exc, PluginError):
+            raise
         raise PluginError(str(exc)) from exc
 
 

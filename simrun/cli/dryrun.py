@@ -20,11 +20,9 @@ from rich.table import Table
 
 from simrun.cli.forecast import Forecast, TaskPlan, forecast
 from simrun.cli.progress import format_duration, format_gb, format_rate
-from simrun.core.layout import StoreLayout
 from simrun.core.sizing import WorkerCapacity, queue_name
-from simrun.plugins import TaskType
-from simrun.resources import ResolvedResources, ResourceStore, decide, resource_key
-from simrun.service.advance import count_units
+from simrun.plugins import ResourceHint, TaskType, count_units
+from simrun.resources import ResolvedResources, ResourceKey, ResourceStore, decide, resource_key
 from simrun.workflow import Problem, ResourceOverride, Workflow, WorkflowError
 
 __all__ = [
@@ -52,11 +50,14 @@ class DryRow:
     note: str = ""
 
 
-def store_resolver(store: Path) -> Resolver:
-    """Resolve as the embedded service would, from ``store/simrun.db``; the hint (or the
-    override) alone when the file does not exist, which is then not created."""
-    db = StoreLayout(store).db
-    resources = ResourceStore(db, keep_open=False) if db.is_file() else None
+#: Resources of a task from its key: (the key, its type's hint, its override).
+KeyResolver = Callable[
+    [ResourceKey, ResourceHint, ResourceOverride | None], Awaitable[ResolvedResources]
+]
+
+
+def _by_key(resolve_key: KeyResolver) -> Resolver:
+    """A `Resolver` that resolves the resource key of a task with ``resolve_key``."""
 
     async def resolve(
         task_type: TaskType,
@@ -64,12 +65,24 @@ def store_resolver(store: Path) -> Resolver:
         model: str,
         override: ResourceOverride | None,
     ) -> ResolvedResources:
-        if resources is None:
-            return decide([], task_type.hint, override)
-        key = resource_key(task_type, settings, model)
-        return await resources.resolve(key, task_type.hint, override)
+        return await resolve_key(resource_key(task_type, settings, model), task_type.hint, override)
 
     return resolve
+
+
+def store_resolver(store: Path) -> Resolver:
+    """Resolve as the embedded service would, from ``store/simrun.db``; the hint (or the
+    override) alone when the file does not exist, which is then not created."""
+    db = StoreLayout(store).db
+    if db.is_file():
+        return _by_key(ResourceStore(db, keep_open=False).resolve)
+
+    async def hint_only(
+        _key: ResourceKey, hint: ResourceHint, override: ResourceOverride | None
+    ) -> ResolvedResources:
+        return decide([], hint, override)
+
+    return _by_key(hint_only)
 
 
 def summaries_resolver(summaries: Sequence[Mapping[str, Any]]) -> Resolver:
@@ -78,16 +91,12 @@ def summaries_resolver(summaries: Sequence[Mapping[str, Any]]) -> Resolver:
 
     by_key = {str(row["key"]): row for row in summaries}
 
-    async def resolve(
-        task_type: TaskType,
-        settings: Mapping[str, Any],
-        model: str,
-        override: ResourceOverride | None,
+    async def from_summary(
+        key: ResourceKey, hint: ResourceHint, override: ResourceOverride | None
     ) -> ResolvedResources:
-        key = resource_key(task_type, settings, model).text()
-        return resolved_from_summary(by_key.get(key), task_type.hint, override)
+        return resolved_from_summary(by_key.get(key.text()), hint, override)
 
-    return resolve
+    return _by_key(from_summary)
 
 
 async def task_plans(

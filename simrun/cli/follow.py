@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 from rich.console import Console
 from rich.markup import escape
@@ -27,17 +26,12 @@ from simrun.cli.progress import (
     summary_table,
 )
 from simrun.client import Client
-from simrun.core.layout import StoreLayout
-from simrun.resources import ResourceStore
-from simrun.runstore import RunStore
-from simrun.service.controller import Controller
-from simrun.service.views import RunView, failure_view, run_view
+from simrun.core.views import FailureView, RunSummary, RunView
 
 __all__ = [
     "Outcome",
     "Reader",
     "RemoteReader",
-    "StoreReader",
     "follow",
     "report_end",
 ]
@@ -47,13 +41,14 @@ STUCK_AFTER_S = 3.0
 
 
 class Reader(Protocol):
-    """Where a run's view comes from."""
+    """Where a run's view comes from: a service (`RemoteReader`) or a store on this
+    machine (`simrun.local.reads.StoreReader`)."""
 
-    async def run(self, run_id: str) -> dict[str, Any] | None: ...
+    async def run(self, run_id: str) -> RunView | None: ...
 
-    async def failures(self, run_id: str) -> list[dict[str, Any]]: ...
+    async def failures(self, run_id: str) -> list[FailureView]: ...
 
-    async def runs(self, limit: int = 50) -> list[dict[str, Any]]: ...
+    async def runs(self, limit: int = 50) -> list[RunSummary]: ...
 
 
 @dataclass(frozen=True)
@@ -61,13 +56,13 @@ class Outcome:
     """How following a run stopped: it ``ended``, was ``interrupted`` (Ctrl-C), is
     ``stuck`` (``detail`` says why) or the embedded session had a ``problem``."""
 
-    run: dict[str, Any]
+    run: RunView
     reason: Literal["ended", "interrupted", "stuck", "problem"]
     detail: str = ""
 
 
 async def follow(
-    fetch: Callable[[], Awaitable[dict[str, Any]]],
+    fetch: Callable[[], Awaitable[RunView]],
     view: ProgressView,
     *,
     poll_s: float = 0.25,
@@ -83,7 +78,7 @@ async def follow(
         while True:
             run = await fetch()
             view.update(run)
-            if run["state"] != "running":
+            if run.state != "running":
                 return Outcome(run, "ended")
             if interrupted.is_set():
                 return Outcome(run, "interrupted")
@@ -105,77 +100,30 @@ async def follow(
         view.close()
 
 
-class StoreReader:
-    """Runs as a store holds them. The view tells what a service's tells (times, kills,
-    requested and peak memory per process, which the store keeps on each task); this adds
-    where each task's outputs are, under ``shown_store`` (the store as the user named it).
-
-    With the embedded ``controller``, ETAs count the live worker processes; without (a
-    store read from outside its session), there are none to count.
-    """
-
-    def __init__(
-        self,
-        store: RunStore,
-        resources: ResourceStore,
-        shown_store: Path,
-        controller: Controller | None = None,
-    ) -> None:
-        self.store = store
-        self.resources = resources
-        self.shown_store = shown_store
-        self.controller = controller
-
-    async def _view(self, run_id: str) -> RunView | None:
-        if self.controller is not None:
-            return await self.controller.run(run_id)
-        row = await self.store.run(run_id)
-        if row is None:
-            return None
-        return run_view(row, await self.store.tasks(run_id), await self.store.counts(run_id), {})
-
-    async def run(self, run_id: str) -> dict[str, Any] | None:
-        view = await self._view(run_id)
-        if view is None:
-            return None
-        data = view.to_dict()
-        for task in data["tasks"]:
-            task["out"] = str(StoreLayout(self.shown_store).task_out(run_id, task["name"]))
-        return data
-
-    async def runs(self, limit: int = 50) -> list[dict[str, Any]]:
-        rows = await self.store.runs(limit=limit)
-        return [{k: v for k, v in asdict(r).items() if k != "document"} for r in rows]
-
-    async def failures(self, run_id: str) -> list[dict[str, Any]]:
-        return [asdict(failure_view(u)) for u in await self.store.failures(run_id)]
-
-
 class RemoteReader:
     """Runs as a service answers over HTTP (the blocking client, in a thread)."""
 
     def __init__(self, client: Client) -> None:
         self.client = client
 
-    async def run(self, run_id: str) -> dict[str, Any] | None:
+    async def run(self, run_id: str) -> RunView | None:
         return await asyncio.to_thread(self.client.run, run_id)
 
-    async def failures(self, run_id: str) -> list[dict[str, Any]]:
+    async def failures(self, run_id: str) -> list[FailureView]:
         return await asyncio.to_thread(self.client.failures, run_id)
 
-    async def runs(self, limit: int = 50) -> list[dict[str, Any]]:
+    async def runs(self, limit: int = 50) -> list[RunSummary]:
         return await asyncio.to_thread(self.client.runs, limit)
 
 
-def _elapsed(run: dict[str, Any]) -> float | None:
-    end = run.get("finished_s") or run.get("updated_s")
-    return None if end is None else max(0.0, float(end) - float(run["created_s"]))
+def _elapsed(run: RunView) -> float:
+    return max(0.0, (run.finished_s or run.updated_s) - run.created_s)
 
 
 def report_end(
     out: Console,
-    run: dict[str, Any],
-    failures: Sequence[dict[str, Any]],
+    run: RunView,
+    failures: Sequence[FailureView],
     replay: str,
     outputs: str | None = None,
 ) -> int:
@@ -183,14 +131,14 @@ def report_end(
     its failed units and ``replay``, the command that retries them. Returns the exit
     status (0 when it succeeded)."""
     out.print(summary_table(run))
-    state = run["state"]
+    state = run.state
     took = format_duration(_elapsed(run))
     if state == "succeeded":
         where = f" · outputs in {escape(outputs)}" if outputs else ""
-        out.print(f"[bold green]run {run['id']} succeeded[/] in {took}{where}")
+        out.print(f"[bold green]run {run.id} succeeded[/] in {took}{where}")
         return 0
-    message = f": {escape(run['message'])}" if run.get("message") else ""
-    out.print(f"[bold red]run {run['id']} {state}[/]{message}")
+    message = f": {escape(run.message)}" if run.message else ""
+    out.print(f"[bold red]run {run.id} {state}[/]{message}")
     for line in failure_lines(failures):
         out.print(f"  {line}", markup=False, soft_wrap=True)
     if failures:

@@ -1,7 +1,8 @@
 """The ``simrun`` command: the click group and its small commands.
 
 ``run`` (embedded mode) is `simrun.cli.run`; the commands that work with a service are
-`simrun.cli.remote`; ``worker`` is `simrun.cli.worker`. A user's mistake (a bad workflow, a
+`simrun.cli.remote`; ``worker`` is `simrun.cli.worker` and ``service``
+`simrun.cli.service`. A user's mistake (a bad workflow, a
 plugin that does not load, a service that cannot be reached) is printed as its message
 alone; ``--debug`` adds the traceback.
 """
@@ -18,11 +19,7 @@ from typing import Any
 import click
 
 from simrun import __version__
-from simrun.cli.common import EXIT_INTERRUPTED, USER_ERRORS, exit_code_of, load_types
-from simrun.config import load_config
-from simrun.core.scaling import ContainerShape
-from simrun.core.timing import HEARTBEAT_TTL_S
-from simrun.service.metrics import DEFAULT_SHAPE
+from simrun.cli.common import EXIT_INTERRUPTED, USER_ERRORS, exit_code_of, load_types_from_here
 from simrun.workflow import WorkflowError, check_workflow, load_workflow, source_problems
 
 __all__ = ["cli", "main"]
@@ -39,6 +36,7 @@ LAZY_COMMANDS = {
     "resources": "simrun.cli.remote:resources",
     "scale": "simrun.cli.scale:scale",
     "worker": "simrun.cli.worker:worker",
+    "service": "simrun.cli.service:service",
 }
 
 
@@ -98,7 +96,7 @@ def cli(debug: bool) -> None:
 @click.argument("workflow", type=click.Path(path_type=Path, dir_okay=False))
 def validate(workflow: Path) -> None:
     """Check WORKFLOW against the installed task types and print its tasks in order."""
-    types = load_types()
+    types = load_types_from_here()
     doc = load_workflow(workflow)
     text = workflow.read_text(encoding="utf-8")
     settings = check_workflow(doc, types, str(workflow), text)
@@ -116,7 +114,7 @@ def validate(workflow: Path) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def types(as_json: bool) -> None:
     """List the installed task types."""
-    found = load_types()
+    found = load_types_from_here()
     if as_json:
         click.echo(
             json.dumps(
@@ -149,97 +147,6 @@ def types(as_json: bool) -> None:
         for field, info in t.settings.model_fields.items():
             default = "required" if info.is_required() else f"= {info.get_default()!r}"
             click.echo(f"{'':<14}{field} {default}")
-
-
-@cli.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8765, show_default=True, type=click.IntRange(1, 65535))
-@click.option(
-    "--store",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Run store directory [default: SIMRUN_STORE or ./simrun-store].",
-)
-@click.option("--redis-url", default=None, help="Redis [default: REDIS_URL or local].")
-@click.option("--prefix", default="simrun", show_default=True, help="Redis key prefix.")
-@click.option(
-    "--plugins",
-    multiple=True,
-    help="Extra task types as module:OBJECT, besides the installed entry points.",
-)
-@click.option(
-    "--max-retries",
-    default=2,
-    show_default=True,
-    type=click.IntRange(0, 100),
-    help="Retries of a unit that raised or timed out before it is failed.",
-)
-@click.option(
-    "--max-kills",
-    default=4,
-    show_default=True,
-    type=click.IntRange(0, 100),
-    help="Retries, each with more memory, of a unit killed for memory.",
-)
-@click.option(
-    "--worker-memory-gb",
-    default=DEFAULT_SHAPE.memory_gb,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="Memory (GiB) of one worker container, as its --memory-gb: what /metrics decides "
-    "the desired workers of a queue with while none of its workers is live.",
-)
-@click.option(
-    "--worker-processes",
-    default=DEFAULT_SHAPE.processes,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Processes of one worker container, as its --processes (see --worker-memory-gb).",
-)
-@click.option(
-    "--heartbeat-ttl-s",
-    default=HEARTBEAT_TTL_S,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="Seconds a worker's heartbeat lives; at least the workers' --heartbeat-ttl-s. A job "
-    "that no live worker lists for longer is dispatched again.",
-)
-def service(
-    host: str,
-    port: int,
-    store: Path | None,
-    redis_url: str | None,
-    prefix: str,
-    plugins: tuple[str, ...],
-    max_retries: int,
-    max_kills: int,
-    worker_memory_gb: float,
-    worker_processes: int,
-    heartbeat_ttl_s: float,
-) -> None:
-    """Run the service: the controller loop and the HTTP API."""
-    # Imported here so that commands which need no service start without loading it.
-    import asyncio
-    import logging
-
-    from simrun.core.states import Limits
-    from simrun.service.controller import ControllerSettings
-    from simrun.service.main import serve
-
-    config = load_config()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    types = load_types(plugins)
-    settings = ControllerSettings(
-        store=(store or config.store).resolve(),
-        redis_url=redis_url or config.redis_url_or_default,
-        prefix=prefix,
-        limits=Limits(max_retries=max_retries, max_kills=max_kills),
-        heartbeat_ttl_s=heartbeat_ttl_s,
-    )
-    shape = ContainerShape(memory_gb=worker_memory_gb, processes=worker_processes)
-    asyncio.run(
-        serve(settings, types, host=host, port=port, token=config.token, default_shape=shape)
-    )
 
 
 def main() -> None:

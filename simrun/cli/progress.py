@@ -1,11 +1,11 @@
 """Showing a run as it goes and when it ended: a live display on a terminal, periodic plain
 lines elsewhere (CI logs, pipes), and the summary and failures at the end.
 
-A run is shown from the JSON-ready view the service gives (`simrun.service.views.RunView`
-as a dictionary), the same for ``simrun run`` and for a service: per task its units,
-``started_s`` / ``finished_s``, ``kills`` (for memory), ``requested_gb`` and
-``peak_memory_gb`` (memory per process). Embedded mode adds ``out`` (where its outputs
-are). What a view does not tell (an older service) shows as a dash.
+A run is shown from its view (`simrun.core.views.RunView`), the same for ``simrun run``
+and for a service: per task its units, ``started_s`` / ``finished_s``, ``kills`` (for
+memory), ``requested_gb`` and ``peak_memory_gb`` (memory per process). A store read on this
+machine adds ``out`` (where its outputs are). What a view does not tell (an older service)
+shows as a dash.
 
 The formatting and the rows are plain functions (tested on tables); `LiveView` and
 `PlainView` are thin shells over rich and ``print``.
@@ -14,9 +14,9 @@ The formatting and the rows are plain functions (tested on tables); `LiveView` a
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from simrun.core.states import ACTIVE_TASK_STATES, ACTIVE_UNIT_STATES, FINISHED_TASK_STATES
+from simrun.core.views import FailureView, RunView, TaskView
 
 __all__ = [
     "LiveView",
@@ -122,38 +123,29 @@ def guess_eta(
     return max(0, total - done - failed) * spent / done
 
 
-def task_line(task: Mapping[str, Any], now_s: float | None = None) -> TaskLine:
+def task_line(task: TaskView, now_s: float | None = None) -> TaskLine:
     """The line of one task of a run view; with ``now_s``, a task that learned nothing yet
     gets an ETA guessed from its pace so far (when the view tells when it started)."""
-    counts = task.get("counts") or {}
-    units = task.get("units")
-    kills = task.get("kills")
-    eta = task.get("eta_s")
+    eta = task.eta_s
     guessed = False
-    learned = task.get("seconds_per_unit") is not None
-    if eta is None and not learned and str(task["state"]) in ACTIVE_TASK_STATES:
-        eta = guess_eta(
-            None if units is None else int(units),
-            int(counts.get("done", 0)),
-            int(counts.get("failed", 0)),
-            task.get("started_s"),
-            now_s,
-        )
+    learned = task.seconds_per_unit is not None
+    if eta is None and not learned and task.state in ACTIVE_TASK_STATES:
+        eta = guess_eta(task.units, task.count("done"), task.count("failed"), task.started_s, now_s)
         guessed = eta is not None
     return TaskLine(
-        name=str(task["name"]),
-        state=str(task["state"]),
-        command=task.get("splittable") is False,
-        total=None if units is None else int(units),
-        done=int(counts.get("done", 0)),
-        queued=int(counts.get("queued", 0)),
-        running=int(counts.get("running", 0)),
-        failed=int(counts.get("failed", 0)),
-        kills=None if kills is None else int(kills),
-        seconds_per_unit=task.get("seconds_per_unit"),
+        name=task.name,
+        state=task.state,
+        command=not task.splittable,
+        total=task.units,
+        done=task.count("done"),
+        queued=task.count("queued"),
+        running=task.count("running"),
+        failed=task.count("failed"),
+        kills=task.kills,
+        seconds_per_unit=task.seconds_per_unit,
         eta_s=eta,
-        merge=task.get("merge"),
-        status=str(task.get("status") or ""),
+        merge=task.merge,
+        status=task.status,
         eta_guessed=guessed,
     )
 
@@ -179,27 +171,25 @@ def _units_text(line: TaskLine) -> str:
     return f"{line.done}/{line.total}"
 
 
-def run_header(run: Mapping[str, Any], elapsed_s: float | None = None) -> str:
+def run_header(run: RunView, elapsed_s: float | None = None) -> str:
     """The first line of a run's display: id, name, state, time so far, ETA."""
-    name = f" ({run['name']})" if run.get("name") else ""
-    parts = [f"run {run['id']}{name}: {run['state']}"]
+    name = f" ({run.name})" if run.name else ""
+    parts = [f"run {run.id}{name}: {run.state}"]
     if elapsed_s is not None:
         parts.append(f"elapsed {format_duration(elapsed_s)}")
-    if run.get("state") == "running" and run.get("eta_s") is not None:
-        parts.append(f"ETA {format_duration(run.get('eta_s'))}")
-    elif run.get("message"):
-        parts.append(str(run["message"]))
+    if run.state == "running" and run.eta_s is not None:
+        parts.append(f"ETA {format_duration(run.eta_s)}")
+    elif run.message:
+        parts.append(run.message)
     return " · ".join(parts)
 
 
-def plain_lines(
-    run: Mapping[str, Any], only_active: bool = True, now_s: float | None = None
-) -> list[str]:
+def plain_lines(run: RunView, only_active: bool = True, now_s: float | None = None) -> list[str]:
     """One line per task for logs: ``sweep  10/24 done, 2 running, 0 failed, 0 killed ·
     0.31 s/unit · ETA 4 s``; with ``only_active``, only the tasks that have units on the
     way. ETAs shown with ``~`` are guessed from the pace so far (see `task_line`)."""
     out = []
-    for task in run.get("tasks", ()):
+    for task in run.tasks:
         line = task_line(task, now_s)
         if only_active and line.state not in ACTIVE_TASK_STATES:
             continue
@@ -223,9 +213,7 @@ def plain_lines(
     return out
 
 
-def render_live(
-    run: Mapping[str, Any], elapsed_s: float | None = None, now_s: float | None = None
-) -> Group:
+def render_live(run: RunView, elapsed_s: float | None = None, now_s: float | None = None) -> Group:
     """The live display: a header and one bar per task."""
     table = Table(box=None, pad_edge=False, show_edge=False, expand=False)
     for column, justify in (
@@ -239,7 +227,7 @@ def render_live(
         ("state", "left"),
     ):
         table.add_column(column, justify=justify, no_wrap=column != "state")  # type: ignore[arg-type]  # literals above
-    for task in run.get("tasks", ()):
+    for task in run.tasks:
         line = task_line(task, now_s)
         total = line.total or 1
         done = line.done if line.total else (1 if line.state == "done" else 0)
@@ -270,39 +258,38 @@ def _speed_text(line: TaskLine) -> str:
 _STATE_STYLES = {"done": "green", "failed": "red", "blocked": "yellow", "cancelled": "red"}
 
 
-def task_seconds(task: Mapping[str, Any], now_s: float | None = None) -> float | None:
+def task_seconds(task: TaskView, now_s: float | None = None) -> float | None:
     """How long a task took: start to end, or to ``now_s`` while it has units on the way;
     None when the view does not tell."""
-    started, finished = task.get("started_s"), task.get("finished_s")
+    started, finished = task.started_s, task.finished_s
     if started is None:
         return None
     if finished is None:
-        if now_s is None or str(task.get("state")) not in ACTIVE_TASK_STATES:
+        if now_s is None or task.state not in ACTIVE_TASK_STATES:
             return None
         finished = now_s
-    return max(0.0, float(finished) - float(started))
+    return max(0.0, finished - started)
 
 
-def summary_rows(run: Mapping[str, Any], now_s: float | None = None) -> list[tuple[str, ...]]:
+def summary_rows(run: RunView, now_s: float | None = None) -> list[tuple[str, ...]]:
     """Per task: name, units (done/total), time (so far, with ``now_s``), requested memory
     per process (the largest its units ran under, when the view tells, else its last
     request), peak memory per process, kills for memory, where its outputs are."""
     rows: list[tuple[str, ...]] = []
-    for task in run.get("tasks", ()):
+    for task in run.tasks:
         line = task_line(task)
-        resources = task.get("resources") or {}
-        requested = task.get("requested_gb")
+        requested = task.requested_gb
         if requested is None:
-            requested = resources.get("memory_per_worker_gb")
+            requested = (task.resources or {}).get("memory_per_worker_gb")
         rows.append(
             (
                 line.name,
                 "command" if line.command else _units_text(line),
                 format_duration(task_seconds(task, now_s)),
                 format_gb(requested),
-                format_gb(task.get("peak_memory_gb")),
+                format_gb(task.peak_memory_gb),
                 "—" if line.kills is None else str(line.kills),
-                str(task.get("out") or "—"),
+                task.out or "—",
             )
         )
     return rows
@@ -311,7 +298,7 @@ def summary_rows(run: Mapping[str, Any], now_s: float | None = None) -> list[tup
 SUMMARY_COLUMNS = ("task", "units", "time", "memory/process", "peak/process", "kills", "outputs")
 
 
-def summary_table(run: Mapping[str, Any], now_s: float | None = None) -> Table:
+def summary_table(run: RunView, now_s: float | None = None) -> Table:
     """The table of a run's tasks (printed when it ended, and by ``simrun status``),
     without the columns the view says nothing of."""
     rows = summary_rows(run, now_s)
@@ -332,27 +319,24 @@ def error_line(error: str | None) -> str:
     return "failed without a message"
 
 
-def failure_lines(
-    failures: Sequence[Mapping[str, Any]], limit: int = MAX_FAILURES_SHOWN
-) -> list[str]:
+def failure_lines(failures: Sequence[FailureView], limit: int = MAX_FAILURES_SHOWN) -> list[str]:
     """``task 'sweep', unit 3: RuntimeError: boom`` per failed unit, at most ``limit`` and a
     count of the others."""
     lines = []
     for f in failures[:limit]:
-        unit = f["unit"]
-        what = f"unit {unit}" if isinstance(unit, int) else str(unit)
-        lines.append(f"task {f['task']!r}, {what}: {error_line(f.get('error'))}")
+        what = f"unit {f.unit}" if isinstance(f.unit, int) else f.unit
+        lines.append(f"task {f.task!r}, {what}: {error_line(f.error)}")
     if len(failures) > limit:
         lines.append(f"… and {len(failures) - limit} more")
     return lines
 
 
-def stuck_reason(run: Mapping[str, Any]) -> str | None:
+def stuck_reason(run: RunView) -> str | None:
     """Why a running run cannot go on by itself, or None: every task with units on the
     way is blocked (no worker can fit them) and none of its units is queued or running."""
-    if run.get("state") != "running":
+    if run.state != "running":
         return None
-    active = [task_line(t) for t in run.get("tasks", ()) if t["state"] in ACTIVE_TASK_STATES]
+    active = [task_line(t) for t in run.tasks if t.state in ACTIVE_TASK_STATES]
     if not active or any(t.state != "blocked" or t.running or t.queued for t in active):
         return None
     return "; ".join(f"task {t.name!r} is blocked: {t.status or 'no worker fits'}" for t in active)
@@ -361,7 +345,7 @@ def stuck_reason(run: Mapping[str, Any]) -> str | None:
 class ProgressView(Protocol):
     """What follows a run: `update` with each new view, `close` at the end."""
 
-    def update(self, run: Mapping[str, Any]) -> None: ...
+    def update(self, run: RunView) -> None: ...
 
     def close(self) -> None: ...
 
@@ -375,7 +359,7 @@ class LiveView:
         self._live = Live(console=console, refresh_per_second=4, transient=False)
         self._live.start()
 
-    def update(self, run: Mapping[str, Any]) -> None:
+    def update(self, run: RunView) -> None:
         elapsed = time.monotonic() - self.started
         self._live.update(render_live(run, elapsed, time.time()), refresh=True)
 
@@ -398,8 +382,8 @@ class PlainView:
         elapsed = time.monotonic() - self.started
         self.console.print(f"[{format_duration(elapsed):>9}] {text}", markup=False, highlight=False)
 
-    def update(self, run: Mapping[str, Any]) -> None:
-        for task in run.get("tasks", ()):
+    def update(self, run: RunView) -> None:
+        for task in run.tasks:
             line = task_line(task)
             if self._states.get(line.name) != line.state:
                 if line.name in self._states or line.state != "waiting":

@@ -1,10 +1,11 @@
 """The commands that work with a service: ``submit``, ``status``, ``replay``, ``cancel`` and
 ``resources``.
 
-They talk to the service at ``--url`` (default ``SIMRUN_URL``, with ``SIMRUN_TOKEN`` as the
-bearer token). ``status``, ``resources`` and ``replay`` also take ``--store DIR`` instead:
-the first two then read the store of ``simrun run`` directly, and ``replay`` starts the
-embedded session again on it to finish the run.
+They talk to the service at ``--url`` (default ``SIMRUN_URL``) with ``--token`` (default
+``SIMRUN_TOKEN``) as the bearer token. ``status``, ``resources`` and ``replay`` also take
+``--store DIR`` instead: the first two then read the store of ``simrun run`` directly
+(`simrun.local.reads`), and ``replay`` starts the embedded session again on it to finish
+the run.
 """
 
 from __future__ import annotations
@@ -14,28 +15,33 @@ import json
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 import httpx
 from rich.markup import escape
 from rich.table import Table
 
-from simrun.cli.common import (
-    console,
-    load_types,
-    plugins_option,
-    prepare,
-    shell_join,
-    store_option,
-)
+from simrun.cli.common import console, load_types_from_here, prepare, shell_join
 from simrun.cli.dryrun import print_forecast, summaries_resolver, task_plans
-from simrun.cli.follow import Reader, RemoteReader, StoreReader, follow, report_end
+from simrun.cli.follow import Reader, RemoteReader, follow, report_end
 from simrun.cli.forecast import live_pool, pool_of, pool_text
+from simrun.cli.options import (
+    EMBEDDED_REDIS_URL,
+    EVERY_S,
+    PLUGINS,
+    STORE_HINT,
+    TOKEN,
+    URL,
+    container_memory_option,
+    container_processes_option,
+    read_store_option,
+    url_args,
+)
 from simrun.cli.progress import (
     failure_lines,
     make_view,
@@ -46,53 +52,31 @@ from simrun.cli.progress import (
 )
 from simrun.cli.tables import RESOURCE_COLUMNS, RUN_COLUMNS, resource_rows, run_rows
 from simrun.client import Client, ClientError
-from simrun.config import DEFAULT_URL, load_config
 from simrun.core.layout import StoreLayout
 from simrun.core.sizing import WorkerCapacity
+from simrun.core.views import RunView
 from simrun.local.machine import LocalError
-from simrun.resources import ResourceStore
-from simrun.runstore import RunStore
+from simrun.local.reads import open_store_reader
 
 __all__ = ["cancel", "replay", "resources", "status", "submit"]
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def url_option(f: F) -> F:
-    return click.option(
-        "--url",
-        default=None,
-        help=f"The simrun service [default: SIMRUN_URL or {DEFAULT_URL}].",
-    )(f)
-
-
-def _client(url: str | None) -> Client:
-    config = load_config()
-    return Client(url or config.url, config.token)
-
 
 @contextmanager
-def _service(url: str | None) -> Iterator[Client]:
-    """A client of the service; when it cannot be reached and a store of `simrun run` is
-    here, the error says how to read that instead."""
-    client = _client(url)
+def _service(url: str, token: str | None, store_hint: Path | None = None) -> Iterator[Client]:
+    """A client of the service; when it cannot be reached and ``store_hint`` is a store of
+    `simrun run`, the error says how to read that instead."""
+    client = Client(url, token)
     try:
         yield client
     except ClientError as exc:
-        store = load_config().store
         unreachable = isinstance(exc.__cause__, httpx.TransportError)
-        if unreachable and StoreLayout(store).is_store():
+        if unreachable and store_hint is not None and StoreLayout(store_hint).is_store():
             raise ClientError(
-                f"{exc}\nfor the runs of `simrun run` in {store}, add --store {store}"
+                f"{exc}\nfor the runs of `simrun run` in {store_hint}, add --store {store_hint}"
             ) from exc
         raise
     finally:
         client.close()
-
-
-def _url_args(url: str | None) -> list[str]:
-    """``--url U`` when the command was given one (so a printed command reaches it too)."""
-    return ["--url", url] if url else []
 
 
 def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
@@ -104,24 +88,8 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
     return table
 
 
-@asynccontextmanager
-async def open_store(store: Path) -> AsyncIterator[StoreReader]:
-    """A reader of the store of ``simrun run`` at ``store`` (which must exist)."""
-    db = StoreLayout(store).db
-    if not db.is_file():
-        raise LocalError(
-            f"{store} is not a simrun store (there is no {db}); give the --store that "
-            "`simrun run` used"
-        )
-    runs = await RunStore.open(db)
-    try:
-        yield StoreReader(runs, ResourceStore(db, keep_open=False), store)
-    finally:
-        await runs.close()
-
-
-def _follow_hint(run_id: str, url: str | None) -> None:
-    command = shell_join(["simrun", "status", run_id, "--watch", *_url_args(url)])
+def _follow_hint(run_id: str, url: str) -> None:
+    command = shell_join(["simrun", "status", run_id, "--watch", *url_args(url)])
     console().print(f"follow it: {command}", markup=False, soft_wrap=True)
 
 
@@ -134,7 +102,7 @@ async def _watch(reader: Reader, run_id: str, replay_cmd: str, every_s: float) -
     out = console()
     view = make_view(out, every_s)
 
-    async def fetch() -> dict[str, Any]:
+    async def fetch() -> RunView:
         data = await reader.run(run_id)
         if data is None:
             raise LocalError(f"there is no run {run_id!r}")
@@ -166,19 +134,19 @@ def _live_text(pool: tuple[WorkerCapacity, ...] | None) -> str:
 
 @click.command()
 @click.argument("workflow", type=click.Path(path_type=Path, dir_okay=False))
-@url_option
+@URL
+@TOKEN
 @click.option("--wait", is_flag=True, help="Follow the run until it ends; exit as it ended.")
 @click.option("--dry-run", is_flag=True, help="Check, count and forecast; submit nothing.")
-@plugins_option
+@PLUGINS
 @click.option("--workers", type=click.IntRange(1), default=None, help="Pool to forecast on.")
-@click.option("--processes", type=click.IntRange(1), default=None, help="… its processes each.")
-@click.option("--memory-gb", type=click.FloatRange(0, min_open=True), default=None,
-              help="… its memory each (GiB).")  # fmt: skip
-@click.option("--every-s", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
-              help="Seconds between progress lines when the output is not a terminal.")  # fmt: skip
+@container_processes_option("… its processes each.")
+@container_memory_option("--memory-gb", "… its memory each (GiB).")
+@EVERY_S
 def submit(
     workflow: Path,
-    url: str | None,
+    url: str,
+    token: str | None,
     wait: bool,
     dry_run: bool,
     plugins: tuple[str, ...],
@@ -192,11 +160,11 @@ def submit(
     The task types installed here (and --plugins) plan their tasks first and count their
     units for --dry-run; the service checks the rest.
     """
-    types = load_types(plugins)
+    types = load_types_from_here(plugins)
     known = all(spec_type in types for spec_type in _task_types(workflow))
     prepared = prepare(workflow, types, check=known)
     out = console()
-    with _client(url) as client:
+    with Client(url, token) as client:
         if dry_run:
             resolver = summaries_resolver(client.resources())
             rows = asyncio.run(task_plans(prepared.doc, types, resolver))
@@ -214,7 +182,7 @@ def submit(
             print_forecast(out, rows, pool, text)
             out.print("dry run: nothing was submitted")
             return
-        from simrun.service.submit import source_paths
+        from simrun.workflow import source_paths
 
         sources = source_paths(prepared.doc, prepared.base)
         run_id = client.submit(prepared.text, sources)
@@ -222,7 +190,7 @@ def submit(
         if not wait:
             _follow_hint(run_id, url)
             return
-        replay_cmd = shell_join(["simrun", "replay", run_id, *_url_args(url)])
+        replay_cmd = shell_join(["simrun", "replay", run_id, *url_args(url)])
         _exit(asyncio.run(_watch(RemoteReader(client), run_id, replay_cmd, every_s)))
 
 
@@ -234,16 +202,19 @@ def _task_types(workflow: Path) -> list[str]:
 
 @click.command()
 @click.argument("run_id", metavar="[RUN]", required=False)
-@url_option
-@store_option("Read the store of `simrun run` here instead of asking a service.")
+@URL
+@TOKEN
+@read_store_option("Read the store of `simrun run` here instead of asking a service.")
+@STORE_HINT
 @click.option("--watch", is_flag=True, help="Follow the run until it ends; exit as it ended.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-@click.option("--every-s", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
-              help="Seconds between progress lines when the output is not a terminal.")  # fmt: skip
+@EVERY_S
 def status(
     run_id: str | None,
-    url: str | None,
+    url: str,
+    token: str | None,
     store: Path | None,
+    store_hint: Path,
     watch: bool,
     as_json: bool,
     every_s: float,
@@ -261,25 +232,26 @@ def status(
         if run_id is None:
             runs = await reader.runs()
             if as_json:
-                click.echo(json.dumps(runs, indent=2))
+                click.echo(json.dumps([r.to_dict() for r in runs], indent=2))
             elif not runs:
                 out.print("no runs yet")
             else:
                 out.print(_table(RUN_COLUMNS, run_rows(runs, time.time())))
             return 0
         if watch:
-            where = ["--store", str(store)] if store is not None else _url_args(url)
+            where = ["--store", str(store)] if store is not None else url_args(url)
             replay_cmd = shell_join(["simrun", "replay", run_id, *where])
             return await _watch(reader, run_id, replay_cmd, every_s)
         data = await reader.run(run_id)
         if data is None:
             raise LocalError(f"there is no run {run_id!r}")
-        failures = await reader.failures(run_id) if data["state"] != "running" else []
+        failures = await reader.failures(run_id) if data.state != "running" else []
         if as_json:
-            click.echo(json.dumps({**data, "failures": failures}, indent=2))
+            failed = [f.to_dict() for f in failures]
+            click.echo(json.dumps({**data.to_dict(), "failures": failed}, indent=2))
             return 0
         now = time.time()
-        if data["state"] != "running":
+        if data.state != "running":
             out.print(run_header(data), markup=False, highlight=False, soft_wrap=True)
         elif out.is_terminal:
             out.print(render_live(data, now_s=now))
@@ -294,9 +266,9 @@ def status(
 
     async def main() -> int:
         if store is not None:
-            async with open_store(store) as reader:
+            async with open_store_reader(store) as reader:
                 return await show(reader)
-        with _service(url) as client:
+        with _service(url, token, store_hint) as client:
             return await show(RemoteReader(client))
 
     _exit(asyncio.run(main()))
@@ -309,25 +281,28 @@ def status(
               help="Only this failed unit of --task (repeatable).")  # fmt: skip
 @click.option("--memory-gb", type=click.FloatRange(0, min_open=True), default=None,
               help="Memory per process of the replayed tasks, GiB.")  # fmt: skip
-@url_option
-@store_option("Finish a run of `simrun run` here: start the embedded service on this store.")
+@URL
+@TOKEN
+@read_store_option("Finish a run of `simrun run` here: start the embedded service on this store.")
+@EMBEDDED_REDIS_URL
 @click.option("--wait", is_flag=True, help="Follow the run until it ends (always with --store).")
-@plugins_option
+@PLUGINS
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
               help="With --store: worker containers to start.")  # fmt: skip
-@click.option("--processes", type=click.IntRange(1), default=None,
-              help="With --store: processes per container [default: CPUs / workers].")  # fmt: skip
-@click.option("--worker-memory-gb", type=click.FloatRange(0, min_open=True), default=None,
-              help="With --store: memory per container [default: 80% of free memory].")  # fmt: skip
-@click.option("--every-s", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
-              help="Seconds between progress lines when the output is not a terminal.")  # fmt: skip
+@container_processes_option("With --store: processes per container [default: CPUs / workers].")
+@container_memory_option(
+    "--worker-memory-gb", "With --store: memory per container [default: 80% of free memory]."
+)
+@EVERY_S
 def replay(
     run_id: str,
     task: str | None,
     units: tuple[int, ...],
     memory_gb: float | None,
-    url: str | None,
+    url: str,
+    token: str | None,
     store: Path | None,
+    redis_url: str | None,
     wait: bool,
     plugins: tuple[str, ...],
     workers: int,
@@ -347,9 +322,9 @@ def replay(
     if store is not None:
         from simrun.cli.run import ReplayRequest, embedded, local_options, worker_pool
 
-        types = load_types(plugins)
+        types = load_types_from_here(plugins)
         pool = worker_pool(workers, processes, worker_memory_gb)
-        options = local_options(store, pool, plugins, types)
+        options = local_options(store, pool, plugins, types, redis_url=redis_url, token=token)
         request = ReplayRequest(task, units, memory_gb)
         _exit(asyncio.run(embedded(options, types, store, pool, run_id=run_id, replay=request,
                                    every_s=every_s)))  # fmt: skip
@@ -357,11 +332,11 @@ def replay(
     if plugins:
         raise click.UsageError("--plugins is for --store (a service loads its own task types)")
     out = console()
-    with _service(url) as client:
+    with _service(url, token) as client:
         count = client.replay(run_id, task, list(units), memory_gb)
         out.print(f"run {run_id}: {count} failed units put back; the done ones are kept")
         if wait:
-            replay_cmd = shell_join(["simrun", "replay", run_id, *_url_args(url)])
+            replay_cmd = shell_join(["simrun", "replay", run_id, *url_args(url)])
             _exit(asyncio.run(_watch(RemoteReader(client), run_id, replay_cmd, every_s)))
         else:
             _follow_hint(run_id, url)
@@ -369,24 +344,29 @@ def replay(
 
 @click.command()
 @click.argument("run_id", metavar="RUN")
-@url_option
-def cancel(run_id: str, url: str | None) -> None:
+@URL
+@TOKEN
+def cancel(run_id: str, url: str, token: str | None) -> None:
     """Cancel RUN: nothing more of it is dispatched; queued units are skipped."""
-    with _client(url) as client:
+    with Client(url, token) as client:
         in_flight = client.cancel(run_id)
     console().print(f"run {run_id} cancelled ({in_flight} units were in flight)")
 
 
 @click.command()
-@url_option
-@store_option("Read what the store of `simrun run` learned instead of asking a service.")
+@URL
+@TOKEN
+@read_store_option("Read what the store of `simrun run` learned instead of asking a service.")
+@STORE_HINT
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def resources(url: str | None, store: Path | None, as_json: bool) -> None:
+def resources(
+    url: str, token: str | None, store: Path | None, store_hint: Path, as_json: bool
+) -> None:
     """What is learned per resource key: samples, percentile, request, speed, last kill."""
 
     async def from_store(directory: Path) -> list[dict[str, Any]]:
-        hints = {name: t.hint for name, t in load_types().items()}
-        async with open_store(directory) as reader:
+        hints = {name: t.hint for name, t in load_types_from_here().items()}
+        async with open_store_reader(directory) as reader:
             out = []
             for summary in await reader.resources.summaries(hints):
                 row = asdict(summary)
@@ -397,7 +377,7 @@ def resources(url: str | None, store: Path | None, as_json: bool) -> None:
     if store is not None:
         rows = asyncio.run(from_store(store))
     else:
-        with _service(url) as client:
+        with _service(url, token, store_hint) as client:
             rows = client.resources()
     if as_json:
         click.echo(json.dumps(rows, indent=2))

@@ -22,33 +22,26 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from simrun.cli import options as opt
 from simrun.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     Prepared,
     console,
     err_console,
-    load_types,
-    plugins_option,
+    load_types_from_here,
     prepare,
     shell_join,
-    store_option,
 )
 from simrun.cli.dryrun import DryRow, print_forecast, store_resolver, task_plans
-from simrun.cli.follow import STUCK_AFTER_S, StoreReader, follow, report_end
+from simrun.cli.follow import STUCK_AFTER_S, follow, report_end
 from simrun.cli.forecast import pool_of, pool_text
 from simrun.cli.progress import make_view, summary_table
-from simrun.config import load_config
 from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits
-from simrun.local.session import (
-    LocalError,
-    LocalOptions,
-    LocalSession,
-    default_capacity,
-    images_of,
-    machine,
-)
+from simrun.core.views import RunView
+from simrun.local.machine import LocalError, default_capacity, machine
+from simrun.local.session import LocalOptions, LocalSession, images_of
 from simrun.plugins import TaskType
 from simrun.runstore import RunStore
 
@@ -160,7 +153,7 @@ async def embedded(
     prepared: Prepared | None = None,
     run_id: str | None = None,
     replay: ReplayRequest | None = None,
-    every_s: float = 10.0,
+    every_s: float = opt.DEFAULT_EVERY_S,
 ) -> int:
     """Run (or go on with) one run in an embedded session; the exit status."""
     if run_id is not None:
@@ -191,10 +184,9 @@ async def embedded(
             replay_cmd, resume_cmd = _commands(current, shown_store, options.plugins)
             watch = f"simrun status {current} --url {session.url}"
             out.print(f"watch it from another shell: {watch}", soft_wrap=True)
-            controller = session.controller
-            reader = StoreReader(controller.store, controller.resources, shown_store, controller)
+            reader = session.reader(shown_store)
 
-            async def fetch() -> dict[str, object]:
+            async def fetch() -> RunView:
                 view = await reader.run(current)
                 assert view is not None  # the run was found above and runs are never deleted
                 return view
@@ -248,11 +240,13 @@ def local_options(
     plugins: tuple[str, ...],
     types: dict[str, TaskType],
     *,
+    redis_url: str | None = None,
+    token: str | None = None,
     limits: Limits | None = None,
-    grace_s: float = 10.0,
+    grace_s: float = opt.DEFAULT_GRACE_S,
 ) -> LocalOptions:
-    """The options of an embedded session over ``store``."""
-    config = load_config()
+    """The options of an embedded session over ``store`` (a private Redis without
+    ``redis_url``)."""
     return LocalOptions(
         store=store,
         workers=pool.workers,
@@ -261,53 +255,40 @@ def local_options(
         plugins=plugins,
         python_path=(os.getcwd(),) if plugins else (),
         images=images_of(list(types.values())),
-        redis_url=config.redis_url,
-        token=config.token,
+        redis_url=redis_url,
+        token=token,
         limits=limits or Limits(),
         grace_s=grace_s,
     )
 
 
+RESUME_HELP = "Go on with an interrupted run of the store instead of submitting a workflow."
+
+
 @click.command("run")
 @click.argument("workflow", required=False, type=click.Path(path_type=Path, dir_okay=False))
-@store_option("Run store [default: SIMRUN_STORE or ./simrun-store]; what is learned lives there.")
-@click.option(
-    "--workers", default=1, show_default=True, type=click.IntRange(1, 256),
-    help="Worker containers to start.",
-)  # fmt: skip
-@click.option(
-    "--processes", type=click.IntRange(min=1), default=None,
-    help="Worker processes per container [default: this machine's CPUs / workers].",
-)  # fmt: skip
-@click.option(
-    "--memory-gb", type=click.FloatRange(min=0, min_open=True), default=None,
-    help="Memory of each container in GiB [default: 80% of the free memory / workers].",
-)  # fmt: skip
-@plugins_option
+@opt.STORE
+@opt.EMBEDDED_REDIS_URL
+@opt.TOKEN
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
+              help="Worker containers to start.")  # fmt: skip
+@opt.container_processes_option(
+    "Worker processes per container [default: this machine's CPUs / workers]."
+)
+@opt.container_memory_option(
+    "--memory-gb", "Memory of each container in GiB [default: 80% of the free memory / workers]."
+)
+@opt.PLUGINS
 @click.option("--dry-run", is_flag=True, help="Check, count and forecast; start nothing.")
-@click.option(
-    "--resume", metavar="RUN", default=None,
-    help="Go on with an interrupted run of the store instead of submitting a workflow.",
-)  # fmt: skip
-@click.option(
-    "--max-retries", default=2, show_default=True, type=click.IntRange(0, 100),
-    help="Retries of a unit that raised or timed out before it is failed.",
-)  # fmt: skip
-@click.option(
-    "--max-kills", default=4, show_default=True, type=click.IntRange(0, 100),
-    help="Retries, each with more memory, of a unit killed for memory.",
-)  # fmt: skip
-@click.option(
-    "--grace-s", default=10.0, show_default=True, type=click.FloatRange(min=0),
-    help="On Ctrl-C, seconds running units get to finish before they are handed back.",
-)  # fmt: skip
-@click.option(
-    "--every-s", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
-    help="Seconds between progress lines when the output is not a terminal.",
-)  # fmt: skip
+@click.option("--resume", metavar="RUN", default=None, help=RESUME_HELP)
+@opt.limits_options
+@opt.GRACE_S
+@opt.EVERY_S
 def run(
     workflow: Path | None,
-    store: Path | None,
+    store: Path,
+    redis_url: str | None,
+    token: str | None,
     workers: int,
     processes: int | None,
     memory_gb: float | None,
@@ -329,8 +310,8 @@ def run(
         raise click.UsageError("give a WORKFLOW to run, or --resume RUN to go on with one")
     if dry_run and resume is not None:
         raise click.UsageError("--dry-run needs a WORKFLOW (it forecasts a new run)")
-    shown_store = store or load_config().store
-    types = load_types(plugins)
+    shown_store = store
+    types = load_types_from_here(plugins)
     pool = worker_pool(workers, processes, memory_gb)
     out = console()
     prepared: Prepared | None = None
@@ -360,6 +341,8 @@ def run(
         pool,
         plugins,
         types,
+        redis_url=redis_url,
+        token=token,
         limits=Limits(max_retries=max_retries, max_kills=max_kills),
         grace_s=grace_s,
     )

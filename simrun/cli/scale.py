@@ -33,16 +33,24 @@ from rich.console import Console
 from rich.table import Table
 
 from simrun.cli.common import console
+from simrun.cli.options import (
+    POSITIVE,
+    TOKEN,
+    URL,
+    container_memory_option,
+    container_processes_option,
+)
 from simrun.client import Client, ClientError
-from simrun.config import DEFAULT_URL, load_config
 from simrun.core.scaling import (
     DEFAULT_SECONDS_PER_UNIT,
+    DEFAULT_SHAPE,
     BacklogEntry,
     ContainerShape,
     Decision,
     QueueBacklog,
     ScalePolicy,
     desired_containers,
+    work_duration,
 )
 
 __all__ = [
@@ -120,10 +128,6 @@ def parse_backlog(document: Any) -> list[LiveQueue]:
         raise ScaleError(f"the service's backlog answer is not understood: {exc!r}") from exc
 
 
-#: The container shape assumed when neither the flags nor the service name one.
-FALLBACK_SHAPE = ContainerShape(memory_gb=8.0, processes=4)
-
-
 def service_default_shape(document: Any) -> ContainerShape | None:
     """The service's default worker shape in a ``GET /backlog`` answer (None from a service
     that does not say it)."""
@@ -140,12 +144,12 @@ def assumed_shape(
     memory_gb: float | None, processes: int | None, service: ContainerShape | None
 ) -> tuple[ContainerShape, str]:
     """The shape of a container of a queue without live workers, and where it came from:
-    each flag given wins, then the service's default shape, then `FALLBACK_SHAPE`."""
+    each flag given wins, then the service's default shape, then `DEFAULT_SHAPE`."""
     base, source = (
         (service, "service default")
         if service is not None
         else (
-            FALLBACK_SHAPE,
+            DEFAULT_SHAPE,
             "default",
         )
     )
@@ -238,14 +242,6 @@ def apply_commands(
     return [kubectl_command(deployment or f"simrun-worker-{q}", n) for q, n in desired.items()]
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def _table(planned: Sequence[Planned]) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold")
     for name in ("queue", "units", "work", "workers", "container", "desired"):
@@ -254,7 +250,7 @@ def _table(planned: Sequence[Planned]) -> Table:
         table.add_row(
             p.queue,
             str(p.decision.units),
-            _duration(p.work_s),
+            work_duration(p.work_s),
             str(p.workers),
             f"{p.shape.processes} x {p.shape.memory_gb:g} GiB ({p.shape_source})",
             str(p.decision.desired),
@@ -272,18 +268,21 @@ def _run(argv: Sequence[str]) -> None:
 
 
 @dataclass(frozen=True)
-class _Options:
+class ScaleRequest:
+    """What ``simrun scale`` was asked for: the policy, the shape flags of queues without
+    live workers, and how to apply the decision (``apply`` None: only print)."""
+
     policy: ScalePolicy
-    memory_gb: float | None
-    processes: int | None
-    apply: str | None
-    queues: tuple[str, ...]
-    compose_file: Path | None
-    deployment: str | None
-    dry_run: bool
+    memory_gb: float | None = None
+    processes: int | None = None
+    apply: str | None = None
+    queues: tuple[str, ...] = ("cpu",)
+    compose_file: Path | None = None
+    deployment: str | None = None
+    dry_run: bool = False
 
 
-def _round(client: Client, options: _Options, out: Console) -> None:
+def _round(client: Client, options: ScaleRequest, out: Console) -> None:
     document = client.backlog()
     live = parse_backlog(document)
     # A queue to apply that the service does not list has no backlog and no workers.
@@ -313,87 +312,44 @@ def _round(client: Client, options: _Options, out: Console) -> None:
             _run(argv)
 
 
-@click.command()
-@click.option(
-    "--url", default=None, help=f"The simrun service [default: SIMRUN_URL or {DEFAULT_URL}]."
-)
-@click.option(
-    "--target-minutes",
-    default=10.0,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="Drain the queued work within this time.",
-)
-@click.option(
-    "--min",
-    "min_containers",
-    default=0,
-    show_default=True,
-    type=click.IntRange(0),
-    help="Fewest containers per queue.",
-)
-@click.option(
-    "--max",
-    "max_containers",
-    default=10,
-    show_default=True,
-    type=click.IntRange(0),
-    help="Most containers per queue.",
-)
-@click.option(
-    "--processes",
-    default=None,
-    type=click.IntRange(1),
-    help="Processes per container, while no worker of the queue is live "
+HELP = {
+    "target_minutes": "Drain the queued work within this time.",
+    "processes": "Processes per container, while no worker of the queue is live "
     "[default: the service's --worker-processes, else 4].",
-)
-@click.option(
-    "--memory-gb",
-    default=None,
-    type=click.FloatRange(min=0, min_open=True),
-    help="Memory per container (GiB), while no worker of the queue is live "
+    "memory_gb": "Memory per container (GiB), while no worker of the queue is live "
     "[default: the service's --worker-memory-gb, else 8].",
-)
-@click.option(
-    "--default-seconds",
-    default=DEFAULT_SECONDS_PER_UNIT,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="Seconds per unit assumed for keys that learned none yet.",
-)
-@click.option(
-    "--apply",
-    type=click.Choice(["compose", "kubernetes"]),
-    default=None,
-    help="Set the replica count with docker compose or kubectl [default: only print].",
-)
-@click.option(
-    "--queue",
-    "queues",
-    multiple=True,
-    help="Queue to apply the decision to (repeatable) [default: cpu].",
-)
-@click.option(
-    "--compose-file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="The compose file [default: docker compose's own lookup].",
-)
-@click.option(
-    "--deployment",
-    default=None,
-    help="The Kubernetes Deployment [default: simrun-worker-cpu, simrun-worker-<queue>].",
-)
-@click.option(
-    "--watch",
-    type=click.FloatRange(min=1),
-    default=None,
-    metavar="SECONDS",
-    help="Repeat every SECONDS until interrupted.",
-)
+    "default_seconds": "Seconds per unit assumed for keys that learned none yet.",
+    "apply": "Set the replica count with docker compose or kubectl [default: only print].",
+    "queue": "Queue to apply the decision to (repeatable) [default: cpu].",
+    "compose_file": "The compose file [default: docker compose's own lookup].",
+    "deployment": "The Kubernetes Deployment [default: simrun-worker-cpu, simrun-worker-<queue>].",
+    "watch": "Repeat every SECONDS until interrupted.",
+}
+
+
+@click.command()
+@URL
+@TOKEN
+@click.option("--target-minutes", type=POSITIVE, default=10.0, show_default=True,
+              help=HELP["target_minutes"])  # fmt: skip
+@click.option("--min", "min_containers", type=click.IntRange(0), default=0, show_default=True,
+              help="Fewest containers per queue.")  # fmt: skip
+@click.option("--max", "max_containers", type=click.IntRange(0), default=10, show_default=True,
+              help="Most containers per queue.")  # fmt: skip
+@container_processes_option(HELP["processes"])
+@container_memory_option("--memory-gb", HELP["memory_gb"])
+@click.option("--default-seconds", type=POSITIVE, default=DEFAULT_SECONDS_PER_UNIT,
+              show_default=True, help=HELP["default_seconds"])  # fmt: skip
+@click.option("--apply", type=click.Choice(["compose", "kubernetes"]), help=HELP["apply"])
+@click.option("--queue", "queues", multiple=True, help=HELP["queue"])
+@click.option("--compose-file", type=click.Path(dir_okay=False, path_type=Path),
+              help=HELP["compose_file"])  # fmt: skip
+@click.option("--deployment", help=HELP["deployment"])
+@click.option("--watch", type=click.FloatRange(min=1), metavar="SECONDS", help=HELP["watch"])
 @click.option("--dry-run", is_flag=True, help="Print the commands of --apply, run nothing.")
 def scale(
-    url: str | None,
+    url: str,
+    token: str | None,
     target_minutes: float,
     min_containers: int,
     max_containers: int,
@@ -421,34 +377,22 @@ def scale(
         raise click.BadParameter("only with --apply kubernetes", param_hint="--deployment")
     if compose_file is not None and apply != "compose":
         raise click.BadParameter("only with --apply compose", param_hint="--compose-file")
-    options = _Options(
-        policy=ScalePolicy(
-            target_drain_s=target_minutes * 60,
-            default_seconds_per_unit=default_seconds,
-            min_containers=min_containers,
-            max_containers=max_containers,
-        ),
-        memory_gb=memory_gb,
-        processes=processes,
-        apply=apply,
-        queues=queues or ("cpu",),
-        compose_file=compose_file,
-        deployment=deployment,
-        dry_run=dry_run,
+    policy = ScalePolicy(target_minutes * 60, default_seconds, min_containers, max_containers)
+    request = ScaleRequest(
+        policy, memory_gb, processes, apply, queues or ("cpu",), compose_file, deployment, dry_run
     )
-    config = load_config()
     out = console()
-    with Client(url or config.url, config.token) as client:
+    with Client(url, token) as client:
         if watch is None:
             try:
-                _round(client, options, out)
+                _round(client, request, out)
             except ClientError as exc:
                 raise click.ClickException(str(exc)) from exc
             return
         try:
             while True:
                 try:
-                    _round(client, options, out)
+                    _round(client, request, out)
                 except ClientError as exc:
                     click.secho(f"error: {exc}", fg="red", err=True)
                 time.sleep(watch)

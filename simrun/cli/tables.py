@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from simrun.cli.progress import format_duration, format_gb, format_rate
+from simrun.core.views import RunSummary
 
 __all__ = ["RESOURCE_COLUMNS", "RUN_COLUMNS", "resource_rows", "run_rows"]
 
@@ -21,21 +22,20 @@ def _local_time(unix_s: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(unix_s))
 
 
-def run_rows(runs: Sequence[Mapping[str, Any]], now_s: float) -> list[tuple[str, ...]]:
+def run_rows(runs: Sequence[RunSummary], now_s: float) -> list[tuple[str, ...]]:
     """Per run: id, name, state, when it was submitted, how long it took (so far), and its
     message."""
     rows: list[tuple[str, ...]] = []
     for r in runs:
-        end = r.get("finished_s") or (now_s if r.get("state") == "running" else r.get("updated_s"))
-        took = None if end is None else float(end) - float(r["created_s"])
+        end = r.finished_s or (now_s if r.state == "running" else r.updated_s)
         rows.append(
             (
-                str(r["id"]),
-                str(r.get("name") or ""),
-                str(r["state"]),
-                _local_time(float(r["created_s"])),
-                format_duration(took),
-                str(r.get("message") or ""),
+                r.id,
+                r.name or "",
+                r.state,
+                _local_time(r.created_s),
+                format_duration(end - r.created_s),
+                r.message,
             )
         )
     return rows

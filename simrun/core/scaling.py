@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "DEFAULT_SECONDS_PER_UNIT",
+    "DEFAULT_SHAPE",
     "DEFAULT_TARGET_DRAIN_S",
     "BacklogEntry",
     "ContainerShape",
@@ -42,6 +43,7 @@ __all__ = [
     "ScalePolicy",
     "desired_containers",
     "slots_per_container",
+    "work_duration",
 ]
 
 #: Seconds assumed for one unit of a key that has no learned ``seconds_per_unit`` yet.
@@ -111,6 +113,12 @@ class ContainerShape:
             raise ValueError(f"container processes must be an integer >= 1, got {self.processes}")
 
 
+#: The worker container assumed while no worker of a queue is live and nothing else names
+#: one (``simrun service --worker-memory-gb/--worker-processes``, ``simrun scale``): the
+#: shape of deploy/kubernetes/worker-cpu.yaml (``--memory-gb 8 --processes 4``).
+DEFAULT_SHAPE = ContainerShape(memory_gb=8.0, processes=4)
+
+
 @dataclass(frozen=True)
 class ScalePolicy:
     """The knobs of the decision: drain target, default unit time, and the clamp."""
@@ -170,7 +178,8 @@ def _ceil(value: float) -> int:
     return max(0, math.ceil(value - _EPS))
 
 
-def _duration(seconds: float) -> str:
+def work_duration(seconds: float) -> str:
+    """Seconds of work for a decision's reason and table: ``90 s``, ``12.5 min``, ``3.1 h``."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:
@@ -231,12 +240,12 @@ def desired_containers(
     if units == 0 and not unfit:
         parts.append("empty backlog")
     elif units:
-        default_s = _duration(policy.default_seconds_per_unit)
+        default_s = work_duration(policy.default_seconds_per_unit)
         known = f" ({defaulted} at the default {default_s} per unit)" if defaulted else ""
         parts.append(
-            f"{units} units, {_duration(work_s)} of work{known}: "
+            f"{units} units, {work_duration(work_s)} of work{known}: "
             f"{by_time} container(s) of {shape.processes} "
-            f"processes drain it in {_duration(policy.target_drain_s)}"
+            f"processes drain it in {work_duration(policy.target_drain_s)}"
         )
         if by_memory > by_time:
             parts.append(

@@ -42,38 +42,28 @@ from typing import IO
 import uvicorn
 from redis.exceptions import RedisError
 
+from simrun.config import redact_url
 from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits
 from simrun.local.guard import DONE, REMOVE
-from simrun.local.machine import (
-    LocalError,
-    default_capacity,
-    free_socket,
-    last_line,
-    machine,
-    parse_meminfo_available,
-)
-from simrun.local.redis import REDIS_MISSING, PrivateRedis, find_redis_server
+from simrun.local.machine import LocalError, free_socket, last_line
+from simrun.local.reads import StoreReader
+from simrun.local.redis import PrivateRedis, find_redis_server
 from simrun.plugins import TaskType
 from simrun.queues import DEFAULT_PREFIX
 from simrun.service.api import create_app
-from simrun.service.controller import Controller, ControllerSettings
+from simrun.service.controller import Controller
+from simrun.service.settings import ControllerSettings
+from simrun.worker.container import DEFAULT_GRACE_S, WorkerFlags, worker_argv
 
-__all__ = [
-    "REDIS_MISSING",
-    "LocalError",
-    "LocalOptions",
-    "LocalSession",
-    "PrivateRedis",
-    "default_capacity",
-    "images_of",
-    "machine",
-    "parse_meminfo_available",
-    "redis_prefix",
-    "store_in_use",
-]
+__all__ = ["LocalOptions", "LocalSession", "images_of", "redis_prefix"]
 
 log = logging.getLogger(__name__)
+
+#: How long `LocalSession.drain` waits for the controller to ingest the stopped workers'
+#: last reports, and how often it looks.
+DRAIN_TIMEOUT_S = 10.0
+DRAIN_POLL_S = 0.05
 
 
 def redis_prefix(store: Path, private: bool) -> str:
@@ -109,7 +99,7 @@ class LocalOptions:
     redis_url: str | None = None
     token: str | None = None
     limits: Limits = field(default_factory=Limits)
-    grace_s: float = 10.0
+    grace_s: float = DEFAULT_GRACE_S
     env: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -149,6 +139,12 @@ class LocalSession:
             raise RuntimeError("the session is not started")
         return self._controller
 
+    def reader(self, shown_store: Path) -> StoreReader:
+        """A reader of the session's runs through its controller (ETAs count the live
+        worker processes); outputs are shown under ``shown_store``."""
+        controller = self.controller
+        return StoreReader(controller.store, controller.resources, shown_store, controller)
+
     async def __aenter__(self) -> LocalSession:
         try:
             await self.start()
@@ -173,7 +169,7 @@ class LocalSession:
         opts = self.options
         if opts.redis_url:
             redis_url, private = opts.redis_url, False
-            self.redis_note = f"REDIS_URL {_safe_url(redis_url)}"
+            self.redis_note = f"REDIS_URL {redact_url(redis_url)}"
         else:
             self._redis = PrivateRedis()
             redis_url, private = await asyncio.to_thread(self._redis.start), True
@@ -191,7 +187,9 @@ class LocalSession:
             self._controller = await Controller.open(settings, self.types)
         except (OSError, RedisError) as exc:
             where = "REDIS_URL " if opts.redis_url else ""
-            raise LocalError(f"cannot reach Redis at {where}{_safe_url(redis_url)}: {exc}") from exc
+            raise LocalError(
+                f"cannot reach Redis at {where}{redact_url(redis_url)}: {exc}"
+            ) from exc
         self._loop_task = asyncio.create_task(
             self._controller.run_forever(self._stop_loop), name="simrun-controller"
         )
@@ -283,20 +281,21 @@ class LocalSession:
             await asyncio.sleep(0.02)
         self.url = f"http://127.0.0.1:{port}"
 
-    def _worker_argv(self, number: int, redis_url: str, prefix: str) -> list[str]:
+    def _worker_flags(self, number: int, redis_url: str, prefix: str) -> WorkerFlags:
         opts = self.options
-        argv = [sys.executable, "-m", "simrun.worker", "--redis-url", redis_url,
-                "--prefix", prefix, "--queue", "cpu", "--queue", "gpu",
-                "--processes", str(opts.processes), "--memory-gb", f"{opts.memory_gb:g}",
-                "--id", f"local-{os.getpid()}-{number}", "--store", str(self.store),
-                "--grace-s", f"{opts.grace_s:g}"]  # fmt: skip
-        for image in opts.images:
-            argv += ["--image", image]
-        for ref in opts.plugins:
-            argv += ["--plugins", ref]
-        for path in opts.python_path:
-            argv += ["--python-path", path]
-        return argv
+        return WorkerFlags(
+            queues=("cpu", "gpu"),
+            images=opts.images,
+            redis_url=redis_url,
+            prefix=prefix,
+            memory_gb=opts.memory_gb,
+            processes=opts.processes,
+            worker_id=f"local-{os.getpid()}-{number}",
+            grace_s=opts.grace_s,
+            plugins=opts.plugins,
+            python_path=opts.python_path,
+            store=self.store,
+        )
 
     def _start_workers(self, redis_url: str, prefix: str) -> None:
         env = {**os.environ, **self.options.env, "PYTHONUNBUFFERED": "1"}
@@ -304,7 +303,7 @@ class LocalSession:
             path = self.logs / f"worker-{number}.log"
             with path.open("wb") as out:
                 proc = subprocess.Popen(
-                    self._worker_argv(number, redis_url, prefix),
+                    worker_argv(self._worker_flags(number, redis_url, prefix)),
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
@@ -345,14 +344,37 @@ class LocalSession:
 
     # -- stopping ------------------------------------------------------------------------------
 
-    async def drain(self) -> None:
-        """Stop the workers and let the controller apply their last reports; the service
-        stays up (to be read) until `stop`."""
+    async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+        """Stop the workers and let the controller apply their last reports (until the
+        report stream is empty, at most ``timeout_s``); the service stays up (to be read)
+        until `stop`."""
         self._stopping = True
         had_workers = bool(self._workers)
         await self._stop_workers()
-        if had_workers and self._loop_task is not None and not self._loop_task.done():
-            await asyncio.sleep(0.5)  # a few loop steps: the workers' last reports
+        if had_workers:
+            await self._wait_reports_ingested(timeout_s)
+
+    async def _wait_reports_ingested(self, timeout_s: float) -> None:
+        """Wait until the controller loop has ingested every report in the stream (the
+        report lag is 0), the loop ended, or ``timeout_s`` passed."""
+        controller = self._controller
+        deadline = time.monotonic() + timeout_s
+        while controller is not None and self._loop_task is not None:
+            if self._loop_task.done():
+                return
+            try:
+                lag = await controller.queries.report_lag()
+            except (RedisError, OSError) as exc:
+                log.warning("cannot read the report lag while draining: %s", exc)
+                return
+            if lag.entries == 0:
+                return
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "%d reports not ingested within %g s of draining", lag.entries, timeout_s
+                )
+                return
+            await asyncio.sleep(DRAIN_POLL_S)
 
     async def stop(self) -> None:
         """`drain`, then stop the service and Redis and release the store. Safe to call
@@ -406,28 +428,6 @@ class LocalSession:
                     os.killpg(w.proc.pid, signal.SIGKILL)
                 await asyncio.to_thread(w.proc.wait)
         self._workers = []
-
-
-def _safe_url(url: str) -> str:
-    """A Redis URL without its password, for messages."""
-    scheme, sep, rest = url.partition("://")
-    if sep and "@" in rest:
-        rest = "***@" + rest.split("@", 1)[1]
-    return f"{scheme}{sep}{rest}"
-
-
-def store_in_use(store: Path) -> bool:
-    """Whether an embedded session holds ``store`` now."""
-    path = StoreLayout(store).lock
-    if not path.exists():
-        return False
-    with path.open("a+") as lock:
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-    return False
 
 
 def images_of(types: Sequence[TaskType]) -> tuple[str, ...]:

@@ -14,23 +14,15 @@ import logging
 import traceback
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from simrun.core.clock import Clock
 from simrun.core.states import ACTIVE_TASK_STATES, TaskCounts, next_task_state, run_state
-from simrun.plugins import TaskType, resolve
+from simrun.plugins import TaskType, count_units
 from simrun.resources import resource_key
 from simrun.runstore import RunRow, RunStore, TaskRow
 from simrun.service import decisions
 
-__all__ = [
-    "Advance",
-    "RunsToAdvance",
-    "advance_run",
-    "count_units",
-    "failure_message",
-    "start_task",
-]
+__all__ = ["Advance", "RunsToAdvance", "advance_run", "failure_message", "start_task"]
 
 log = logging.getLogger(__name__)
 
@@ -169,13 +161,3 @@ async def failure_message(store: RunStore, run_id: str) -> str:
     fresh = await store.tasks(run_id)
     extra = [f"{t.name}: {t.status}" for t in fresh if t.state == "failed" and t.status]
     return "; ".join([message, *extra]) if extra else message
-
-
-def count_units(task_type: TaskType, settings: Mapping[str, Any]) -> int:
-    """Run the type's ``count_units`` on its parsed settings (in a thread)."""
-    assert task_type.count_units is not None
-    parsed = task_type.settings.model_validate(dict(settings))
-    count = resolve(task_type.count_units)(parsed)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        raise ValueError(f"count_units of {task_type.name!r} returned {count!r}, not an int >= 0")
-    return count

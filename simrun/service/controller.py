@@ -35,7 +35,8 @@ from redis.exceptions import RedisError
 
 from simrun.core.clock import SYSTEM_CLOCK, Clock
 from simrun.core.layout import StoreLayout
-from simrun.plugins import TaskType, load_plugin_ref, load_task_types
+from simrun.core.views import FailureView, RunView
+from simrun.plugins import TaskType
 from simrun.queues import JobQueue, set_current_attempts
 from simrun.resources import KeySummary, ResolvedResources, ResourceStore
 from simrun.runstore import RunRow, RunStore, UnknownRunError
@@ -46,29 +47,12 @@ from simrun.service.ingest import Ingest, is_oom
 from simrun.service.liveness import Liveness
 from simrun.service.queries import RunQueries
 from simrun.service.settings import ControllerSettings
-from simrun.service.submit import (
-    copy_sources,
-    new_run_id,
-    plan_run,
-    remove_run_dir,
-    source_paths,
-)
-from simrun.service.views import FailureView, RunView
-from simrun.workflow import Workflow
+from simrun.service.submit import copy_sources, new_run_id, plan_run, remove_run_dir
+from simrun.workflow import Workflow, source_paths
 
-__all__ = ["FORGET_EVERY_S", "Controller", "ControllerSettings", "is_oom", "load_types"]
+__all__ = ["FORGET_EVERY_S", "Controller", "ControllerSettings", "is_oom"]
 
 log = logging.getLogger(__name__)
-
-
-def load_types(plugins: Sequence[str] = ()) -> dict[str, TaskType]:
-    """The installed task types plus those named by ``plugins`` ("module:OBJECT", see
-    `simrun.plugins.load_plugin_ref`), as the worker's ``--plugins`` option loads them."""
-    types = load_task_types()
-    for ref in plugins:
-        task_type = load_plugin_ref(ref)
-        types[task_type.name] = task_type
-    return types
 
 
 class Controller:

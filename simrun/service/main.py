@@ -10,11 +10,10 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from simrun.core.scaling import ContainerShape
+from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
 from simrun.plugins import TaskType
 from simrun.service.api import create_app
 from simrun.service.controller import Controller, ControllerSettings
-from simrun.service.metrics import DEFAULT_SHAPE
 
 __all__ = ["serve"]
 

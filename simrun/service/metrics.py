@@ -58,6 +58,7 @@ from prometheus_client.registry import Collector
 from simrun.core.reports import WorkerInfo
 from simrun.core.scaling import (
     DEFAULT_SECONDS_PER_UNIT,
+    DEFAULT_SHAPE,
     ContainerShape,
     QueueBacklog,
     ScalePolicy,
@@ -66,7 +67,6 @@ from simrun.core.scaling import (
 
 __all__ = [
     "CONTENT_TYPE",
-    "DEFAULT_SHAPE",
     "METRICS_POLICY",
     "QUEUE_FAMILIES",
     "SERVICE_FAMILIES",
@@ -92,9 +92,6 @@ __all__ = [
 #: The media type of the text exposition format 0.0.4, which `generate_latest` writes (the
 #: client's ``CONTENT_TYPE_LATEST`` names a newer version in recent releases).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-#: The worker container assumed while no worker of a queue is live: the shape of
-#: deploy/kubernetes/worker-cpu.yaml (``--memory-gb 8 --processes 4``).
-DEFAULT_SHAPE = ContainerShape(memory_gb=8.0, processes=4)
 #: The decision of ``simrun_desired_workers``: default drain time and unit time, no clamp
 #: (the autoscaler's own minimum and maximum apply).
 METRICS_POLICY = ScalePolicy(min_containers=0, max_containers=1_000_000)

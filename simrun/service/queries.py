@@ -16,15 +16,21 @@ from redis.exceptions import RedisError, ResponseError
 
 from simrun.core import sizing
 from simrun.core.reports import WorkerInfo
-from simrun.core.scaling import BacklogEntry, ContainerShape, QueueBacklog, ScalePolicy
+from simrun.core.scaling import (
+    DEFAULT_SHAPE,
+    BacklogEntry,
+    ContainerShape,
+    QueueBacklog,
+    ScalePolicy,
+)
 from simrun.core.states import ACTIVE_TASK_STATES, UNFINISHED_UNIT_STATES, TaskCounts
+from simrun.core.views import FailureView, RunView
 from simrun.plugins import TaskType
 from simrun.queues import JobQueue
 from simrun.resources import KeySummary, ResourceKey, ResourceStore, resource_key
 from simrun.runstore import RunRow, RunStore
 from simrun.service.dispatch import Dispatcher
 from simrun.service.metrics import (
-    DEFAULT_SHAPE,
     METRICS_POLICY,
     Metrics,
     ReportLag,
@@ -33,7 +39,7 @@ from simrun.service.metrics import (
     queue_metrics,
 )
 from simrun.service.settings import ControllerSettings
-from simrun.service.views import FailureView, RunView, failure_view, run_view
+from simrun.service.views import failure_view, run_view
 
 __all__ = ["Backlog", "RunQueries"]
 

@@ -29,7 +29,6 @@ __all__ = [
     "plan_run",
     "remove_run_dir",
     "source_copy",
-    "source_paths",
 ]
 
 
@@ -55,27 +54,6 @@ def input_path(layout: StoreLayout, run: str, ref: str, sources: Mapping[str, Pa
         return source_copy(layout, run, parsed.name, sources[parsed.name])
     out = layout.task_out(run, parsed.name)
     return out if parsed.port == "out" else out / parsed.port
-
-
-def source_paths(
-    doc: Workflow, base: Path | None, uploaded: Mapping[str, Path] | None = None
-) -> dict[str, Path]:
-    """Each source's file: the ``uploaded`` one when given, else its path in the document
-    (relative to ``base``). `WorkflowError` names every source that does not exist."""
-    found: dict[str, Path] = {}
-    problems: list[Problem] = []
-    for name, raw in doc.sources.items():
-        path = (uploaded or {}).get(name)
-        if path is None:
-            path = Path(raw)
-            if not path.is_absolute() and base is not None:
-                path = base / path
-        if not path.exists():
-            problems.append(Problem(("sources", name), f"file not found: {path}"))
-        found[name] = path
-    if problems:
-        raise WorkflowError(problems, "workflow")
-    return found
 
 
 def plan_run(

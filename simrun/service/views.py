@@ -1,79 +1,17 @@
-"""What the HTTP API shows of runs: plain, JSON-ready views built from stored rows (pure)."""
+"""The views of runs (`simrun.core.views`) built from stored rows (pure)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import fields
 from typing import Any
 
 from simrun.core.states import FINISHED_TASK_STATES, TaskCounts, UnitRow
+from simrun.core.views import FailureView, RunSummary, RunView, TaskView
 from simrun.runstore import RunRow, TaskRow
 from simrun.service.decisions import eta_s
 
-__all__ = ["FailureView", "RunView", "TaskView", "failure_view", "run_view", "task_view"]
-
-
-@dataclass(frozen=True)
-class TaskView:
-    """One task: its state, status message, units by state, and its ETA in seconds (None
-    while unknown). ``splittable`` is False for a command; ``started_s``/``finished_s``
-    are when it started and ended; ``kills`` counts the kills for memory of its units;
-    ``requested_gb`` is the largest memory per process its units were dispatched with and
-    ``peak_memory_gb`` the largest peak of a worker process its reports measured (None
-    while unknown)."""
-
-    name: str
-    type: str
-    state: str
-    status: str
-    queue: str | None
-    resource_key: str | None
-    resources: dict[str, Any] | None
-    units: int | None
-    counts: dict[str, int]
-    merge: str | None
-    seconds_per_unit: float | None
-    eta_s: float | None
-    depends: tuple[str, ...]
-    splittable: bool
-    started_s: float | None
-    finished_s: float | None
-    kills: int
-    requested_gb: float | None
-    peak_memory_gb: float | None
-
-
-@dataclass(frozen=True)
-class RunView:
-    """One run with its tasks. ``eta_s`` is the sum over its unfinished tasks (they run
-    one after the other along the graph), None while a task's is unknown."""
-
-    id: str
-    name: str | None
-    model: str
-    state: str
-    message: str
-    created_s: float
-    updated_s: float
-    finished_s: float | None
-    tasks: tuple[TaskView, ...]
-    eta_s: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class FailureView:
-    """A failed unit and its last traceback (or message)."""
-
-    task: str
-    unit: int | str
-    attempt: int
-    errors: int
-    kills: int
-    worker: str | None
-    error: str | None
+__all__ = ["failure_view", "run_summary", "run_view", "task_view"]
 
 
 def _shared(row: Any, view: type[Any]) -> dict[str, Any]:
@@ -131,3 +69,8 @@ def run_view(
 def failure_view(unit: UnitRow) -> FailureView:
     """A failed unit's view (``unit`` is its key: the index, or the command's name)."""
     return FailureView(**_shared(unit, FailureView), unit=unit.key)
+
+
+def run_summary(run: RunRow) -> RunSummary:
+    """A run in a list of the latest runs."""
+    return RunSummary(**_shared(run, RunSummary))

@@ -19,29 +19,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import socket
+import sys
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from arq.connections import ArqRedis, RedisSettings, create_pool
 from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
+from simrun.config import DEFAULT_REDIS_URL, DEFAULT_STORE
 from simrun.core.reports import WorkerInfo, now_s
-from simrun.core.timing import HEARTBEAT_S, HEARTBEAT_TTL_S
+from simrun.core.sizing import image_queue
+from simrun.core.timing import HEARTBEAT_S, HEARTBEAT_TTL_S, TTL_PER_INTERVAL
 from simrun.core.wire import deserialize, serialize
 from simrun.queues import DEFAULT_PREFIX, JOB_FUNCTION, Keys
 from simrun.worker.admission import AdmissionGate
-from simrun.worker.capacity import Capacity
+from simrun.worker.capacity import Capacity, detect_capacity
 from simrun.worker.heartbeat import Heartbeat
 from simrun.worker.jobs import JobHandler
 from simrun.worker.pool.processes import ProcessPool
 
-__all__ = ["WorkerContainer", "WorkerOptions", "default_worker_id"]
+__all__ = [
+    "DEFAULT_GRACE_S",
+    "DEFAULT_POLL_DELAY_S",
+    "WorkerContainer",
+    "WorkerFlags",
+    "WorkerOptions",
+    "default_worker_id",
+    "worker_argv",
+]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +64,11 @@ JOB_TIMEOUT_S = 7 * 24 * 3600
 KEEP_RESULT_S = 300
 MAX_TRIES = 3
 HEALTH_CHECK_S = 10
+#: After a stop, seconds running jobs get to finish before they are handed back (``simrun
+#: worker --grace-s``; ``simrun run --grace-s`` passes its own to its workers).
+DEFAULT_GRACE_S = 10.0
+#: Seconds between two looks at an empty queue.
+DEFAULT_POLL_DELAY_S = 0.02
 
 
 def default_worker_id() -> str:
@@ -74,8 +91,8 @@ class WorkerOptions:
     plugins: tuple[str, ...] = ()
     python_path: tuple[str, ...] = ()
     burst: bool = False
-    grace_s: float = 30.0
-    poll_delay_s: float = 0.02
+    grace_s: float = DEFAULT_GRACE_S
+    poll_delay_s: float = DEFAULT_POLL_DELAY_S
     prefetch: int | None = None
     heartbeat_s: float = HEARTBEAT_S
     heartbeat_ttl_s: float = HEARTBEAT_TTL_S
@@ -282,7 +299,105 @@ def run_container(options: WorkerOptions, handle_signals: bool = True) -> None:
 
 def queues_for(queues: Sequence[str], images: Sequence[str]) -> tuple[str, ...]:
     """The logical queues of ``--queue`` and ``--image`` options (cpu when none is given)."""
-    from simrun.core.sizing import image_queue
-
     names = [*queues, *(image_queue(i) for i in images)]
     return tuple(dict.fromkeys(names)) or ("cpu",)
+
+
+@dataclass(frozen=True)
+class WorkerFlags:
+    """The parameters of ``simrun worker`` as its command line gives them, before anything
+    is detected: `to_argv` writes them as that command line (the one place that does), and
+    `options` turns them into the `WorkerOptions` of a container on this machine.
+
+    The field names and defaults are the click command's (`simrun.cli.worker.worker`), so
+    ``WorkerFlags(**ctx.params)`` is what a parsed command line says; None leaves a figure
+    to the worker (``memory_gb``, ``processes`` and ``gpus`` are detected, ``prefetch`` is
+    the process slots, ``heartbeat_ttl_s`` is `TTL_PER_INTERVAL` heartbeats).
+    """
+
+    queues: tuple[str, ...] = ()
+    images: tuple[str, ...] = ()
+    redis_url: str = DEFAULT_REDIS_URL
+    prefix: str = DEFAULT_PREFIX
+    memory_gb: float | None = None
+    processes: int | None = None
+    gpus: int | None = None
+    worker_id: str | None = None
+    burst: bool = False
+    grace_s: float = DEFAULT_GRACE_S
+    plugins: tuple[str, ...] = ()
+    python_path: tuple[str, ...] = ()
+    poll_delay_s: float = DEFAULT_POLL_DELAY_S
+    prefetch: int | None = None
+    heartbeat_s: float = HEARTBEAT_S
+    heartbeat_ttl_s: float | None = None
+    store: Path = DEFAULT_STORE
+    log_level: str = "INFO"
+
+    def to_argv(self) -> list[str]:
+        """The arguments of ``simrun worker`` that give these flags. Every value is written
+        out, defaults too (a flag left out would be read from the child's environment:
+        ``REDIS_URL``, ``SIMRUN_STORE``); a None or False one is left out."""
+        argv: list[str] = []
+        for field in fields(self):
+            value = getattr(self, field.name)
+            flag = "--" + _FLAG_NAMES.get(field.name, field.name).replace("_", "-")
+            if value is None or value is False:
+                continue
+            if value is True:
+                argv.append(flag)
+            elif isinstance(value, tuple | list):
+                argv += [a for item in value for a in (flag, str(item))]
+            else:
+                argv += [flag, repr(value) if isinstance(value, float) else str(value)]
+        return argv
+
+    @property
+    def ttl_s(self) -> float:
+        """How long the heartbeat lives: ``heartbeat_ttl_s``, else `TTL_PER_INTERVAL`
+        heartbeats."""
+        if self.heartbeat_ttl_s is not None:
+            return self.heartbeat_ttl_s
+        return TTL_PER_INTERVAL * self.heartbeat_s
+
+    def options(self, environ: Mapping[str, str]) -> WorkerOptions:
+        """The options of a container on this machine: its capacity detected where no flag
+        gives it (GPUs from ``environ``'s ``CUDA_VISIBLE_DEVICES``). `ValueError` names the
+        flag that cannot be used."""
+        if not self.ttl_s > self.heartbeat_s or not math.isfinite(self.ttl_s):
+            raise ValueError(
+                f"--heartbeat-ttl-s: {self.ttl_s:g} s is not longer than --heartbeat-s "
+                f"({self.heartbeat_s:g} s): the heartbeat would expire between two beats"
+            )
+        try:
+            capacity = detect_capacity(
+                environ, memory_gb=self.memory_gb, processes=self.processes, gpus=self.gpus
+            )
+        except ValueError as exc:
+            raise ValueError(f"capacity: {exc}") from None
+        return WorkerOptions(
+            redis_url=self.redis_url,
+            capacity=capacity,
+            queues=queues_for(self.queues, self.images),
+            prefix=self.prefix,
+            worker_id=self.worker_id,
+            plugins=self.plugins,
+            python_path=tuple(str(Path(p).resolve()) for p in self.python_path),
+            burst=self.burst,
+            grace_s=self.grace_s,
+            poll_delay_s=self.poll_delay_s,
+            prefetch=self.prefetch,
+            heartbeat_s=self.heartbeat_s,
+            heartbeat_ttl_s=self.ttl_s,
+            store=self.store,
+        )
+
+
+#: The flags of `WorkerFlags` fields whose names are not the flag's.
+_FLAG_NAMES = {"queues": "queue", "images": "image", "worker_id": "id"}
+
+
+def worker_argv(flags: WorkerFlags, python: str = sys.executable) -> list[str]:
+    """The command line of a worker container as a child process of ``python``:
+    ``python -m simrun.worker`` and the arguments of ``flags``."""
+    return [python, "-m", "simrun.worker", *flags.to_argv()]

@@ -26,13 +26,12 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
-from urllib.parse import urlsplit
 
 import click
 from redis import Redis
 from redis.exceptions import RedisError
 
-from simrun.config import load_config
+from simrun.config import DEFAULT_REDIS_URL, ENV_REDIS_URL, redact_url
 from simrun.core.reports import WorkerInfo
 from simrun.core.wire import PayloadError
 from simrun.queues import DEFAULT_PREFIX, Keys
@@ -156,42 +155,30 @@ def check(
     return verdict
 
 
-def redact(url: str) -> str:
-    """A Redis URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return parts._replace(netloc=user + netloc).geturl()
-
-
 @click.command("worker-health")
-@click.option("--redis-url", default=None, help="Redis to use [default: REDIS_URL or local].")
+@click.option(
+    "--redis-url", envvar=ENV_REDIS_URL, show_envvar=True, default=DEFAULT_REDIS_URL,
+    show_default=True, help="Redis to use, as the worker's --redis-url.",
+)  # fmt: skip
 @click.option("--prefix", default=DEFAULT_PREFIX, show_default=True, help="Redis key prefix.")
 @click.option("--id", "worker_id", default=None, help="Worker id [default: this host's worker].")
 @click.option(
-    "--max-age-s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=MAX_AGE_S,
-    show_default=True,
-    help="Seconds after which a heartbeat is stale.",
-)
+    "--max-age-s", type=click.FloatRange(min=0, min_open=True), default=MAX_AGE_S,
+    show_default=True, help="Seconds after which a heartbeat is stale.",
+)  # fmt: skip
 @click.option(
-    "--timeout-s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=5.0,
-    show_default=True,
+    "--timeout-s", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
     help="Seconds to wait for Redis.",
-)
+)  # fmt: skip
 def main(
-    redis_url: str | None, prefix: str, worker_id: str | None, max_age_s: float, timeout_s: float
+    redis_url: str, prefix: str, worker_id: str | None, max_age_s: float, timeout_s: float
 ) -> None:
     """Exit 0 when this container's worker heartbeat is fresh, 1 otherwise."""
-    url = redis_url or load_config().redis_url_or_default
     host = socket.gethostname()
     try:
-        client = Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        client = Redis.from_url(
+            redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        )
         try:
             verdict = check(
                 client,
@@ -204,7 +191,7 @@ def main(
         finally:
             client.close()
     except (RedisError, OSError, ValueError) as exc:
-        verdict = Verdict(False, f"cannot read heartbeats from {redact(url)}: {exc}")
+        verdict = Verdict(False, f"cannot read heartbeats from {redact_url(redis_url)}: {exc}")
     click.echo(verdict.message)
     sys.exit(0 if verdict.healthy else 1)
 

@@ -22,9 +22,10 @@ from arq.constants import in_progress_key_prefix
 from simrun.core.clock import ManualClock
 from simrun.core.reports import ReportEntry, WorkerInfo, WorkerReport
 from simrun.core.states import Limits
+from simrun.plugins import load_types
 from simrun.queues import current_attempts
 from simrun.resources import ResourceKey
-from simrun.service.controller import Controller, ControllerSettings, load_types
+from simrun.service.controller import Controller, ControllerSettings
 from simrun.worker.heartbeat import Heartbeat
 from simrun.workflow import WorkflowError, check_workflow, load_workflow, parse_workflow
 from tests.support.service_tasks import REFS

@@ -5,17 +5,19 @@ parsed by the real click commands."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import click
 import pytest
 import yaml
 
-from simrun.cli import cli
+from simrun.cli.service import service as service_command
 from simrun.cli.worker import worker
 from simrun.core.timing import TTL_PER_INTERVAL
 from simrun.worker.health import main as health_main
@@ -45,9 +47,11 @@ HAND_BACK_S = 10
 SERVICE_PORT = 8765
 
 
-def worker_params(args: list[str]) -> dict[str, Any]:
-    """The parameters `simrun worker` parses from ``args``, without running it."""
-    ctx = worker.make_context("worker", list(args))
+def worker_params(args: list[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The parameters `simrun worker` parses from ``args`` in the environment ``env`` (none
+    by default), without running it."""
+    with mock.patch.dict(os.environ, env or {}, clear=True):
+        ctx = worker.make_context("worker", list(args))
     return dict(ctx.params)
 
 
@@ -229,8 +233,9 @@ def test_worker_command_parses_with_simrun_worker(name: str) -> None:
     """The worker's command line is accepted by the real ``simrun worker``, and Redis
     comes from REDIS_URL in the environment rather than a flag."""
     spec = services(compose())[name]
-    params = worker_params(spec["command"])
-    assert params["redis_url"] is None
+    assert "--redis-url" not in spec["command"]
+    params = worker_params(spec["command"], spec["environment"])
+    assert params["redis_url"] == spec["environment"]["REDIS_URL"]
     assert params["queues"] == (name.removeprefix("worker-"),)
     assert params["memory_gb"] is not None
     assert params["processes"] is not None
@@ -242,9 +247,11 @@ def test_a_bad_worker_command_is_caught() -> None:
         worker_params(["--queue", "cpu", "--memory", "8"])
 
 
-def service_params(args: list[str]) -> dict[str, Any]:
-    """The parameters the real ``simrun service`` parses from ``args``, without running it."""
-    ctx = cli.commands["service"].make_context("service", list(args))
+def service_params(args: list[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The parameters the real ``simrun service`` parses from ``args`` in the environment
+    ``env`` (none by default), without running it."""
+    with mock.patch.dict(os.environ, env or {}, clear=True):
+        ctx = service_command.make_context("service", list(args))
     return dict(ctx.params)
 
 
@@ -256,11 +263,14 @@ def test_service_runs_from_the_worker_image() -> None:
     assert svc["image"] == services(compose())["worker-cpu"]["image"]
     assert svc["build"] == services(compose())["worker-cpu"]["build"]
     assert svc["entrypoint"][-2:] == ["simrun", "service"]
-    params = service_params(svc["command"])
+    params = service_params(svc["command"], svc["environment"])
     assert params["host"] == "0.0.0.0"
     assert svc["ports"] == [f"127.0.0.1:{SERVICE_PORT}:{params['port']}"]
-    assert params["redis_url"] is None
-    assert params["store"] is None
+    assert "--redis-url" not in svc["command"]
+    assert "--store" not in svc["command"]
+    assert params["redis_url"] == svc["environment"]["REDIS_URL"]
+    assert params["store"] == Path(svc["environment"]["SIMRUN_STORE"])
+    assert params["token"] is None  # SIMRUN_TOKEN empty: no token
     assert f"http://127.0.0.1:{params['port']}/health" in " ".join(svc["healthcheck"]["test"])
 
 

@@ -1,13 +1,13 @@
-"""What `simrun status --store` and embedded mode read from a store (simrun.cli.follow.StoreReader),
-on a real SQLite file."""
+"""What `simrun status --store` and embedded mode read from a store
+(simrun.local.reads.StoreReader), on a real SQLite file."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from simrun.cli.follow import StoreReader
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.states import Limits
+from simrun.local.reads import StoreReader
 from simrun.resources import ResourceStore
 from simrun.runstore import NewJob, NewRun, NewTask, RunStore
 
@@ -48,14 +48,14 @@ async def test_the_store_view_tells_what_the_service_view_does_and_the_outputs(
         reader = StoreReader(store, ResourceStore(store.path, keep_open=False), Path("st"))
         view = await reader.run("r1")
         assert view is not None
-        sweep, summary = view["tasks"]
-        assert (sweep["kills"], sweep["requested_gb"], sweep["peak_memory_gb"]) == (1, 2.0, 0.7)
-        assert (sweep["splittable"], sweep["started_s"], sweep["finished_s"]) == (
+        sweep, summary = view.tasks
+        assert (sweep.kills, sweep.requested_gb, sweep.peak_memory_gb) == (1, 2.0, 0.7)
+        assert (sweep.splittable, sweep.started_s, sweep.finished_s) == (
             True, 101.0, None
         )  # fmt: skip
-        assert sweep["counts"]["done"] == 1
-        assert sweep["out"] == str(Path("st") / "runs" / "r1" / "sweep" / "out")
-        assert (summary["kills"], summary["peak_memory_gb"], summary["splittable"]) == (
+        assert sweep.counts["done"] == 1
+        assert sweep.out == str(Path("st") / "runs" / "r1" / "sweep" / "out")
+        assert (summary.kills, summary.peak_memory_gb, summary.splittable) == (
             0, None, False
         )  # fmt: skip
         assert await reader.run("nope") is None

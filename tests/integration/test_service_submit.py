@@ -14,8 +14,8 @@ from simrun.plugins import load_task_types
 from simrun.resources import RETRY_FACTOR, ResolvedResources
 from simrun.runstore import TaskRow
 from simrun.service.packing import build_jobs, memory_groups
-from simrun.service.submit import copy_sources, new_run_id, plan_run, source_paths
-from simrun.workflow import WorkflowError, check_workflow, load_workflow
+from simrun.service.submit import copy_sources, new_run_id, plan_run
+from simrun.workflow import WorkflowError, check_workflow, load_workflow, source_paths
 
 REPO = Path(__file__).resolve().parents[2]
 HEAT = REPO / "examples" / "heat.yaml"

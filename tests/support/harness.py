@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from simrun.core.reports import ReportEntry
 from simrun.plugins import TaskPaths
 from simrun.queues import JobQueue
 from simrun.worker.capacity import Capacity
-from simrun.worker.container import WorkerContainer, WorkerOptions
+from simrun.worker.container import WorkerContainer, WorkerFlags, WorkerOptions, worker_argv
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = "tests.support.tasks"
@@ -134,10 +133,11 @@ def start_worker_process(
     redis_url: str, prefix: str, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
     """``python -m simrun.worker`` as a child process serving the test task types."""
-    argv = [sys.executable, "-m", "simrun.worker", "--redis-url", redis_url, "--prefix", prefix]
-    for ref in PLUGINS:
-        argv += ["--plugins", ref]
-    argv += ["--python-path", str(REPO), "--poll-delay-s", "0.01", *args]
+    flags = WorkerFlags(
+        redis_url=redis_url, prefix=prefix, plugins=PLUGINS, python_path=(str(REPO),),
+        poll_delay_s=0.01,
+    )  # fmt: skip
+    argv = [*worker_argv(flags), *args]
     return subprocess.Popen(
         argv,
         cwd=REPO,

@@ -17,8 +17,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from simrun.plugins import load_types
 from simrun.runstore import RunRow
-from simrun.service.controller import Controller, ControllerSettings, load_types
+from simrun.service.controller import Controller, ControllerSettings
+from simrun.worker.container import WorkerFlags, worker_argv
 from simrun.workflow import check_workflow, parse_workflow
 from tests.support.service_tasks import REFS
 
@@ -123,17 +125,13 @@ def start_worker(
     serving the test types, with short heartbeats so that a killed worker is noticed
     within a second or two, and ``grace_s`` for its running units on SIGTERM. GPUs are the
     first ``gpus`` ids of ``CUDA_VISIBLE_DEVICES``."""
-    argv = [
-        sys.executable, "-m", "simrun.worker", "--redis-url", redis_url, "--prefix", prefix,
-        "--queue", queue, "--memory-gb", str(memory_gb), "--processes", str(processes),
-        "--gpus", str(gpus), "--python-path", str(REPO), "--poll-delay-s", "0.01",
-        "--grace-s", str(grace_s), "--heartbeat-s", str(heartbeat_s),
-        "--heartbeat-ttl-s", str(heartbeat_ttl_s),
-    ]  # fmt: skip
-    for ref in REFS:
-        argv += ["--plugins", ref]
-    if worker_id:
-        argv += ["--id", worker_id]
+    flags = WorkerFlags(
+        queues=(queue,), redis_url=redis_url, prefix=prefix, memory_gb=memory_gb,
+        processes=processes, gpus=gpus, worker_id=worker_id, grace_s=grace_s, plugins=tuple(REFS),
+        python_path=(str(REPO),), poll_delay_s=0.01, heartbeat_s=heartbeat_s,
+        heartbeat_ttl_s=heartbeat_ttl_s,
+    )  # fmt: skip
+    argv = worker_argv(flags)
     return subprocess.Popen(
         argv,
         cwd=REPO,

@@ -18,7 +18,7 @@ importing anything, so it sees lazy imports too.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from pathlib import Path
 
 import pytest
@@ -158,3 +158,68 @@ def test_a_module_outside_every_layer_is_refused() -> None:
     """A new top-level module must be given a layer before it can be imported anywhere."""
     with pytest.raises(ValueError, match="belongs to no layer"):
         violations({"simrun.newthing": {"simrun.core"}})
+
+
+#: What the command line may import of the service and the worker, each with its reason:
+#: the entry points it starts (``simrun service``, ``simrun worker``) and no internals. Any
+#: other import of simrun.service or simrun.worker by a module of simrun.cli fails.
+CLI_REACH: Mapping[tuple[str, str], str] = {
+    ("simrun.cli.service", "simrun.service.main"): "simrun service runs serve()",
+    ("simrun.cli.service", "simrun.service.settings"): "simrun service builds its settings",
+    ("simrun.cli.worker", "simrun.worker.container"): "simrun worker runs a container",
+    ("simrun.cli.worker", "simrun.worker.pool.processes"): "PoolError: the pool did not start",
+    ("simrun.cli.options", "simrun.worker.container"): "the workers' --grace-s default",
+}
+
+#: Imports another helper's branch moves to `simrun.core.sizing`; they go at the merge.
+CLI_REACH_PENDING: Mapping[tuple[str, str], str] = {
+    ("simrun.cli.dryrun", "simrun.service.decisions"): "WorkerCapacity, queue_name → core.sizing",
+    ("simrun.cli.forecast", "simrun.service.decisions"): "WorkerCapacity, fits → core.sizing",
+    ("simrun.cli.remote", "simrun.service.decisions"): "WorkerCapacity → core.sizing",
+}
+
+
+def cli_reach(graph: Mapping[str, Iterable[str]], allowed: Set[tuple[str, str]]) -> list[str]:
+    """The imports of simrun.service or simrun.worker modules by simrun.cli modules that
+    ``allowed`` does not list."""
+    found = []
+    for module, imported in sorted(graph.items()):
+        if unit_of(module) != "simrun.cli":
+            continue
+        for target in sorted(set(imported)):
+            inside = unit_of(target) in ("simrun.service", "simrun.worker")
+            if inside and (module, target) not in allowed:
+                found.append(f"{module} imports {target}")
+    return found
+
+
+def test_the_command_line_imports_only_the_entry_points_of_service_and_worker() -> None:
+    """The command line reaches the service and the worker only through the entry points
+    `CLI_REACH` lists; everything else comes from the lower layers."""
+    problems = cli_reach(source_graph(SIMRUN), {*CLI_REACH, *CLI_REACH_PENDING})
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("module", "target"),
+    [
+        ("simrun.cli.follow", "simrun.service.controller"),
+        ("simrun.cli.remote", "simrun.service.submit"),
+        ("simrun.cli.worker", "simrun.worker.jobs"),
+        ("simrun.cli.service", "simrun.service.controller"),
+    ],
+)
+def test_a_command_line_import_of_service_internals_is_reported(module: str, target: str) -> None:
+    """The check fails when the command line imports a service or worker module beyond its
+    entry points."""
+    assert cli_reach({module: {target}}, set(CLI_REACH)) == [f"{module} imports {target}"]
+
+
+def test_the_allowed_command_line_imports_pass() -> None:
+    """Every import `CLI_REACH` names passes, and imports of the lower layers are not its
+    business."""
+    graph: dict[str, set[str]] = {}
+    for module, target in CLI_REACH:
+        graph.setdefault(module, set()).add(target)
+    graph["simrun.cli.run"] = {"simrun.local.session", "simrun.core.views"}
+    assert cli_reach(graph, set(CLI_REACH)) == []

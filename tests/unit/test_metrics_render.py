@@ -12,9 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from simrun.core.reports import WorkerInfo
-from simrun.core.scaling import BacklogEntry, ContainerShape, QueueBacklog
+from simrun.core.scaling import DEFAULT_SHAPE, BacklogEntry, ContainerShape, QueueBacklog
 from simrun.service.metrics import (
-    DEFAULT_SHAPE,
     Family,
     Metrics,
     ReportLag,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import pytest
@@ -25,11 +26,14 @@ from simrun.cli.progress import (
     task_seconds,
 )
 from simrun.core.states import TaskCounts
+from simrun.core.views import FailureView, RunView, TaskView, parse_run, parse_task
 from simrun.runstore import RunRow, TaskRow
 from simrun.service.views import run_view
 
 
-def task(name: str = "sweep", state: str = "running", **more: Any) -> dict[str, Any]:
+def task(name: str = "sweep", state: str = "running", **more: Any) -> TaskView:
+    """A task's view as a service sends it (JSON), parsed; what ``more`` leaves out is
+    what an older service does not tell."""
     counts = {"pending": 0, "queued": 0, "running": 0, "done": 0, "failed": 0}
     counts.update(more.pop("counts", {}))
     view: dict[str, Any] = {
@@ -46,10 +50,11 @@ def task(name: str = "sweep", state: str = "running", **more: Any) -> dict[str, 
         "eta_s": None,
     }
     view.update(more)
-    return view
+    return parse_task(view)
 
 
-def run(*tasks: dict[str, Any], state: str = "running", **more: Any) -> dict[str, Any]:
+def run(*tasks: TaskView, state: str = "running", **more: Any) -> RunView:
+    """A run's view as a service sends it (JSON), parsed."""
     view: dict[str, Any] = {
         "id": "20250101-120000-abcdef",
         "name": "demo",
@@ -59,10 +64,10 @@ def run(*tasks: dict[str, Any], state: str = "running", **more: Any) -> dict[str
         "updated_s": 1010.0,
         "finished_s": None,
         "eta_s": None,
-        "tasks": list(tasks),
+        "tasks": [asdict(t) for t in tasks],
     }
     view.update(more)
-    return view
+    return parse_run(view)
 
 
 @pytest.mark.parametrize(
@@ -256,7 +261,7 @@ def test_a_service_view_fills_every_summary_column_but_outputs():
         kills=3, requested_gb=0.75, peak_memory_gb=0.3,
     )  # fmt: skip
     runrow = RunRow("r1", None, "plate", "running", "", "doc", 99.0, 99.0, None)
-    view = run_view(runrow, [row], {"sweep": TaskCounts(pending=4, done=20)}, {}).to_dict()
+    view = run_view(runrow, [row], {"sweep": TaskCounts(pending=4, done=20)}, {})
     assert summary_rows(view, now_s=160.0) == [
         ("sweep", "20/24", "1 min 00 s", "768 MiB", "307 MiB", "3", "—")
     ]
@@ -301,9 +306,9 @@ def test_failure_lines_name_task_unit_and_error_and_count_the_rest():
     """Each failed unit by task and index (a merge or command by its name), at most
     ``limit`` of them and a count of the others."""
     failures = [
-        {"task": "sweep", "unit": i, "error": f"Traceback\nValueError: bad point {i}"}
+        FailureView(task="sweep", unit=i, error=f"Traceback\nValueError: bad point {i}")
         for i in range(4)
-    ] + [{"task": "sweep", "unit": "merge", "error": "OSError: disk full"}]
+    ] + [FailureView(task="sweep", unit="merge", error="OSError: disk full")]
     assert failure_lines(failures, limit=3) == [
         "task 'sweep', unit 0: ValueError: bad point 0",
         "task 'sweep', unit 1: ValueError: bad point 1",

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from simrun.cli.tables import resource_rows, run_rows
+from simrun.core.views import parse_runs
 
 NOW = 1_000_000.0
 
@@ -38,7 +39,7 @@ def local(unix_s: float) -> str:
 )  # fmt: skip
 def test_run_rows(row, expected):
     """Per run: id, name, state, submission time, how long it took (so far), message."""
-    assert run_rows([row], NOW) == [expected]
+    assert run_rows(parse_runs([row]), NOW) == [expected]
 
 
 @pytest.mark.parametrize(

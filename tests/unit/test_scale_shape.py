@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from simrun.cli.scale import FALLBACK_SHAPE, ScaleError, assumed_shape, service_default_shape
-from simrun.core.scaling import ContainerShape
+from simrun.cli.scale import ScaleError, assumed_shape, service_default_shape
+from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
 
 SERVICE = ContainerShape(memory_gb=6.0, processes=3)
 
@@ -13,12 +13,12 @@ SERVICE = ContainerShape(memory_gb=6.0, processes=3)
 @pytest.mark.parametrize(
     ("memory_gb", "processes", "service", "expected"),
     [
-        (None, None, None, (FALLBACK_SHAPE, "default")),
+        (None, None, None, (DEFAULT_SHAPE, "default")),
         (None, None, SERVICE, (SERVICE, "service default")),
         (16.0, None, SERVICE, (ContainerShape(16.0, 3), "given")),
         (None, 8, SERVICE, (ContainerShape(6.0, 8), "given")),
         (2.0, 1, SERVICE, (ContainerShape(2.0, 1), "given")),
-        (None, 2, None, (ContainerShape(FALLBACK_SHAPE.memory_gb, 2), "given")),
+        (None, 2, None, (ContainerShape(DEFAULT_SHAPE.memory_gb, 2), "given")),
     ],
 )
 def test_flags_win_then_the_service_default_then_the_fallback(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from simrun.core.reports import WorkerInfo
-from simrun.worker.health import candidate_ids, judge, redact, same_host
+from simrun.worker.health import candidate_ids, judge, same_host
 
 NOW = 1_000_000.0
 
@@ -114,17 +114,3 @@ ORDERS = [
 def test_candidate_ids(ids: list[str], host: str, order: list[str]) -> None:
     """Ids of this host's default form ``<host>-…`` are read first, every id exactly once."""
     assert candidate_ids(ids, host) == order
-
-
-URLS = [
-    ("redis://:s3cret@redis:6379/0", "redis://:***@redis:6379/0"),
-    ("redis://me:s3cret@redis:6379/0", "redis://me:***@redis:6379/0"),
-    ("redis://redis:6379/0", "redis://redis:6379/0"),
-    ("rediss://:p%40ss@h:1/2", "rediss://:***@h:1/2"),
-]
-
-
-@pytest.mark.parametrize(("url", "shown"), URLS)
-def test_redact(url: str, shown: str) -> None:
-    """A Redis URL in a message never shows its password."""
-    assert redact(url) == shown

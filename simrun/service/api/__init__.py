@@ -44,8 +44,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from simrun import __version__
-from simrun.core.scaling import ContainerShape
-from simrun.service import metrics
+from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
 from simrun.service.api import monitoring, resources, runs, types
 from simrun.service.controller import Controller
 
@@ -56,7 +55,7 @@ def create_app(
     controller: Controller,
     token: str | None = None,
     *,
-    default_shape: ContainerShape = metrics.DEFAULT_SHAPE,
+    default_shape: ContainerShape = DEFAULT_SHAPE,
 ) -> FastAPI:
     """The API over ``controller``; with ``token``, every route but /health needs
     ``Authorization: Bearer <token>``. ``default_shape`` is the worker container /metrics

@@ -1,0 +1,186 @@
+"""The options several commands share, each declared once with one default.
+
+Every option that has an environment variable names it here with click's ``envvar=``:
+``SIMRUN_URL``, ``SIMRUN_TOKEN``, ``SIMRUN_STORE`` and ``REDIS_URL`` are read by click when
+the command line is parsed — once per process, at the edge — and passed down as
+arguments. Nothing below the command line reads them.
+
+The defaults, one per meaning:
+
+* ``--grace-s`` `DEFAULT_GRACE_S` (10 s): after a stop (SIGTERM to a worker, Ctrl-C in
+  ``simrun run``), the seconds running units get to finish before they are handed back;
+  the deployments give their own (60 s) with a stop period that covers it;
+* ``--every-s`` 10 s between progress lines in a log;
+* ``--store`` ``SIMRUN_STORE``, else ``./simrun-store``: the store a run is kept in; the
+  commands that otherwise ask a service take ``--store`` (`read_store_option`) without a
+  default: given, it is read instead of the service;
+* ``--redis-url`` ``REDIS_URL``, else the local default (service, worker); ``simrun run``
+  starts a private Redis when neither is given (`EMBEDDED_REDIS_URL`);
+* ``--heartbeat-ttl-s``: two meanings, two declarations: how long a worker's own heartbeat
+  lives (`WORKER_HEARTBEAT_TTL_S`, 4 x ``--heartbeat-s``) and how long the service waits
+  for a worker's heartbeat (`SERVICE_HEARTBEAT_TTL_S`, at least the workers').
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from simrun.config import (
+    DEFAULT_REDIS_URL,
+    DEFAULT_STORE,
+    DEFAULT_URL,
+    ENV_REDIS_URL,
+    ENV_STORE,
+    ENV_TOKEN,
+    ENV_URL,
+)
+from simrun.core.states import Limits
+from simrun.core.timing import HEARTBEAT_S, HEARTBEAT_TTL_S
+from simrun.queues import DEFAULT_PREFIX
+from simrun.worker.container import DEFAULT_GRACE_S
+
+__all__ = [
+    "DEFAULT_EVERY_S",
+    "DEFAULT_GRACE_S",
+    "EMBEDDED_REDIS_URL",
+    "EVERY_S",
+    "GRACE_S",
+    "HEARTBEAT_INTERVAL_S",
+    "PLUGINS",
+    "POSITIVE",
+    "PREFIX",
+    "REDIS_URL",
+    "SERVICE_HEARTBEAT_TTL_S",
+    "STORE",
+    "STORE_HINT",
+    "TOKEN",
+    "URL",
+    "WORKER_HEARTBEAT_TTL_S",
+    "container_memory_option",
+    "container_processes_option",
+    "limits_options",
+    "read_store_option",
+    "url_args",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Seconds between two progress lines when the output is not a terminal.
+DEFAULT_EVERY_S = 10.0
+
+POSITIVE = click.FloatRange(min=0, min_open=True)
+STORE_PATH = click.Path(file_okay=False, path_type=Path)
+
+HELP = {
+    "every_s": "Seconds between progress lines when the output is not a terminal.",
+    "grace_s": "After a stop (SIGTERM, Ctrl-C), seconds running units get to finish before "
+    "they are handed back.",
+    "plugins": "Also load this task type (repeatable), besides the installed ones.",
+    "store": "The run store: runs, their outputs and logs, and what is learned.",
+    "url": "The simrun service.",
+    "token": "The bearer token of the service's HTTP API.",
+    "redis_url": "Redis to use.",
+    "embedded_redis_url": "Redis to use, with a key prefix of the store [default: a private "
+    "redis-server for the session].",
+    "prefix": "Redis key prefix.",
+    "max_retries": "Retries of a unit that raised or timed out before it is failed.",
+    "max_kills": "Retries, each with more memory, of a unit killed for memory.",
+    "heartbeat_s": "Seconds between a worker's heartbeats.",
+    "worker_ttl": "Seconds a heartbeat lives; longer than --heartbeat-s. The service gives the "
+    "jobs of a worker whose heartbeat expired to others. [default: 4 x --heartbeat-s]",
+    "service_ttl": "Seconds a worker's heartbeat lives; at least the workers' "
+    "--heartbeat-ttl-s. A job that no live worker lists for longer is dispatched again.",
+}
+
+EVERY_S = click.option(
+    "--every-s", type=click.FloatRange(min=0.1), default=DEFAULT_EVERY_S, show_default=True,
+    help=HELP["every_s"],
+)  # fmt: skip
+GRACE_S = click.option(
+    "--grace-s", type=click.FloatRange(min=0), default=DEFAULT_GRACE_S, show_default=True,
+    help=HELP["grace_s"],
+)  # fmt: skip
+PLUGINS = click.option("--plugins", multiple=True, metavar="MODULE:ATTR", help=HELP["plugins"])
+STORE = click.option(
+    "--store", type=STORE_PATH, envvar=ENV_STORE, show_envvar=True, default=DEFAULT_STORE,
+    show_default=True, help=HELP["store"],
+)  # fmt: skip
+#: The store ``SIMRUN_STORE`` names, for the commands whose ``--store`` means "read this
+#: store instead of the service" (`read_store_option`): they only point at it in hints.
+STORE_HINT = click.option(
+    "--store-hint", "store_hint", type=STORE_PATH, envvar=ENV_STORE, default=DEFAULT_STORE,
+    hidden=True,
+)  # fmt: skip
+URL = click.option(
+    "--url", envvar=ENV_URL, show_envvar=True, default=DEFAULT_URL, show_default=True,
+    help=HELP["url"],
+)  # fmt: skip
+TOKEN = click.option("--token", envvar=ENV_TOKEN, show_envvar=True, help=HELP["token"])
+REDIS_URL = click.option(
+    "--redis-url", envvar=ENV_REDIS_URL, show_envvar=True, default=DEFAULT_REDIS_URL,
+    show_default=True, help=HELP["redis_url"],
+)  # fmt: skip
+EMBEDDED_REDIS_URL = click.option(
+    "--redis-url", envvar=ENV_REDIS_URL, show_envvar=True, help=HELP["embedded_redis_url"]
+)
+PREFIX = click.option("--prefix", default=DEFAULT_PREFIX, show_default=True, help=HELP["prefix"])
+HEARTBEAT_INTERVAL_S = click.option(
+    "--heartbeat-s", type=click.FloatRange(min=0.05), default=HEARTBEAT_S, show_default=True,
+    help=HELP["heartbeat_s"],
+)  # fmt: skip
+WORKER_HEARTBEAT_TTL_S = click.option(
+    "--heartbeat-ttl-s", type=POSITIVE, default=None, help=HELP["worker_ttl"]
+)
+SERVICE_HEARTBEAT_TTL_S = click.option(
+    "--heartbeat-ttl-s", type=POSITIVE, default=HEARTBEAT_TTL_S, show_default=True,
+    help=HELP["service_ttl"],
+)  # fmt: skip
+
+_LIMITS = Limits()
+_MAX_RETRIES = click.option(
+    "--max-retries", type=click.IntRange(0, 100), default=_LIMITS.max_retries, show_default=True,
+    help=HELP["max_retries"],
+)  # fmt: skip
+_MAX_KILLS = click.option(
+    "--max-kills", type=click.IntRange(0, 100), default=_LIMITS.max_kills, show_default=True,
+    help=HELP["max_kills"],
+)  # fmt: skip
+
+
+def limits_options(f: F) -> F:
+    """``--max-retries`` and ``--max-kills``: the `Limits` of a unit."""
+    return _MAX_RETRIES(_MAX_KILLS(f))
+
+
+def read_store_option(help_text: str) -> Callable[[F], F]:
+    """``--store DIR`` of a command that otherwise asks a service: no default and no
+    environment variable (``SIMRUN_STORE`` does not turn a service's command into a store
+    reader); ``help_text`` says what the command does with it."""
+    return click.option("--store", type=STORE_PATH, default=None, help=help_text)
+
+
+def container_memory_option(name: str, help_text: str) -> Callable[[F], F]:
+    """``--memory-gb`` (or ``name``): the memory of a worker container in GiB; ``help_text``
+    says it for the command and what it defaults to."""
+    return click.option(name, type=POSITIVE, default=None, help=help_text)
+
+
+def container_processes_option(help_text: str) -> Callable[[F], F]:
+    """``--processes``: the worker processes of a container; ``help_text`` says it for the
+    command and what it defaults to."""
+    return click.option("--processes", type=click.IntRange(min=1), default=None, help=help_text)
+
+
+def url_args(url: str) -> list[str]:
+    """``--url URL`` when the command line gave it (so a printed command reaches the same
+    service), nothing when it came from ``SIMRUN_URL`` or the default."""
+    ctx = click.get_current_context(silent=True)
+    given = (
+        ctx is not None
+        and ctx.get_parameter_source("url") == click.core.ParameterSource.COMMANDLINE
+    )
+    return ["--url", url] if given else []

@@ -1,0 +1,131 @@
+"""What is shown of runs: the views the HTTP API sends and the command line shows.
+
+Neutral data: the service builds them from its stored rows (`simrun.service.views`), the
+HTTP API sends them as JSON (`to_dict`), and `simrun.client.Client` parses that JSON back
+(`parse_run`, `parse_runs`, `parse_failures`) for the terminal views. A field an older
+service does not send has its default (None: the view does not tell, shown as a dash).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pydantic import TypeAdapter
+
+__all__ = [
+    "FailureView",
+    "RunSummary",
+    "RunView",
+    "TaskView",
+    "parse_failures",
+    "parse_run",
+    "parse_runs",
+    "parse_task",
+]
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """One task: its state, status message, units by state, and its ETA in seconds (None
+    while unknown). ``splittable`` is False for a command; ``started_s``/``finished_s``
+    are when it started and ended; ``kills`` counts the kills for memory of its units;
+    ``requested_gb`` is the largest memory per process its units were dispatched with and
+    ``peak_memory_gb`` the largest peak of a worker process its reports measured (None
+    while unknown). ``out`` is where its outputs are, when the reader knows (a store read
+    on this machine)."""
+
+    name: str
+    type: str
+    state: str
+    status: str
+    queue: str | None
+    resources: dict[str, Any] | None
+    units: int | None
+    counts: dict[str, int]
+    merge: str | None
+    seconds_per_unit: float | None
+    eta_s: float | None
+    resource_key: str | None = None
+    depends: tuple[str, ...] = ()
+    splittable: bool = True
+    started_s: float | None = None
+    finished_s: float | None = None
+    kills: int | None = None
+    requested_gb: float | None = None
+    peak_memory_gb: float | None = None
+    out: str | None = None
+
+    def count(self, state: str) -> int:
+        """Its units in ``state`` (0 when the view does not count them)."""
+        return self.counts.get(state, 0)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run in a list of the latest runs: no tasks."""
+
+    id: str
+    name: str | None
+    state: str
+    message: str
+    created_s: float
+    updated_s: float
+    finished_s: float | None
+    model: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RunView(RunSummary):
+    """One run with its tasks. ``eta_s`` is the sum over its unfinished tasks (they run
+    one after the other along the graph), None while a task's is unknown."""
+
+    tasks: tuple[TaskView, ...] = ()
+    eta_s: float | None = None
+
+
+@dataclass(frozen=True)
+class FailureView:
+    """A failed unit (an index, or ``merge``/``command``) and its last traceback (or
+    message)."""
+
+    task: str
+    unit: int | str
+    attempt: int = 0
+    errors: int = 0
+    kills: int = 0
+    worker: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_TASK = TypeAdapter(TaskView)
+_RUN = TypeAdapter(RunView)
+_RUNS = TypeAdapter(list[RunSummary])
+_FAILURES = TypeAdapter(list[FailureView])
+
+
+def parse_task(data: Any) -> TaskView:
+    """A task's view from its JSON; `ValueError` names what does not fit."""
+    return _TASK.validate_python(data)
+
+
+def parse_run(data: Any) -> RunView:
+    """A run's view from its JSON (``GET /runs/{id}``); `ValueError` names what does not
+    fit."""
+    return _RUN.validate_python(data)
+
+
+def parse_runs(data: Any) -> list[RunSummary]:
+    """The latest runs from their JSON (``GET /runs``)."""
+    return _RUNS.validate_python(data)
+
+
+def parse_failures(data: Any) -> list[FailureView]:
+    """The failed units of a run from their JSON (``GET /runs/{id}/failures``)."""
+    return _FAILURES.validate_python(data)

@@ -1,0 +1,87 @@
+"""Reading the runs of a store on this machine, as views (`simrun.core.views`).
+
+`StoreReader` answers what ``simrun status`` shows — a run, the latest runs, the failed
+units — from the store's SQLite file, with the service's view builders
+(`simrun.service.views`); in an embedded session it asks the session's controller, whose
+ETAs count the live worker processes. Each task's view tells where its outputs are, under
+the store as the user named it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from simrun.core.layout import StoreLayout
+from simrun.core.views import FailureView, RunSummary, RunView
+from simrun.local.machine import LocalError
+from simrun.resources import ResourceStore
+from simrun.runstore import RunStore
+from simrun.service.controller import Controller
+from simrun.service.views import failure_view, run_summary, run_view
+
+__all__ = ["StoreReader", "open_store_reader"]
+
+
+class StoreReader:
+    """Runs as a store holds them. The view tells what a service's tells (times, kills,
+    requested and peak memory per process, which the store keeps on each task); this adds
+    where each task's outputs are, under ``shown_store`` (the store as the user named it).
+
+    With the embedded ``controller``, ETAs count the live worker processes; without (a
+    store read from outside its session), there are none to count.
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        resources: ResourceStore,
+        shown_store: Path,
+        controller: Controller | None = None,
+    ) -> None:
+        self.store = store
+        self.resources = resources
+        self.shown_store = shown_store
+        self.controller = controller
+
+    async def _view(self, run_id: str) -> RunView | None:
+        if self.controller is not None:
+            return await self.controller.run(run_id)
+        row = await self.store.run(run_id)
+        if row is None:
+            return None
+        return run_view(row, await self.store.tasks(run_id), await self.store.counts(run_id), {})
+
+    async def run(self, run_id: str) -> RunView | None:
+        view = await self._view(run_id)
+        if view is None:
+            return None
+        layout = StoreLayout(self.shown_store)
+        tasks = tuple(
+            dataclasses.replace(t, out=str(layout.task_out(run_id, t.name))) for t in view.tasks
+        )
+        return dataclasses.replace(view, tasks=tasks)
+
+    async def runs(self, limit: int = 50) -> list[RunSummary]:
+        return [run_summary(r) for r in await self.store.runs(limit=limit)]
+
+    async def failures(self, run_id: str) -> list[FailureView]:
+        return [failure_view(u) for u in await self.store.failures(run_id)]
+
+
+@asynccontextmanager
+async def open_store_reader(store: Path) -> AsyncIterator[StoreReader]:
+    """A reader of the store of ``simrun run`` at ``store`` (which must exist)."""
+    db = StoreLayout(store).db
+    if not db.is_file():
+        raise LocalError(
+            f"{store} is not a simrun store (there is no {db}); give the --store that "
+            "`simrun run` used"
+        )
+    runs = await RunStore.open(db)
+    try:
+        yield StoreReader(runs, ResourceStore(db, keep_open=False), store)
+    finally:
+        await runs.close()
