@@ -246,9 +246,7 @@ class Controller:
 
     async def _watch(self, workers: Sequence[WorkerInfo]) -> bool:
         sightings = {
-            str(job["job_id"]): (w.id, job.get("state") == "running")
-            for w in workers
-            for job in w.running
+            job.job_id: (w.id, job.state == "running") for w in workers for job in w.running
         }
         news = {job: seen for job, seen in sightings.items() if self._seen.get(job) != seen}
         changed = await self.store.see_jobs(news, time.time()) > 0 if news else False
@@ -321,7 +319,7 @@ class Controller:
         queued: set[str] = set()
         for name in sorted({j.queue for j in flight}):
             queued.update(await self.queue.queued_job_ids(name))
-        on_workers = {str(j["job_id"]) for w in await self.queue.live_workers() for j in w.running}
+        on_workers = {j.job_id for w in await self.queue.live_workers() for j in w.running}
         while True:  # every report written before the snapshot must be applied first
             await self._ingest()
             if self._drained:

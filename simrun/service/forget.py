@@ -70,7 +70,7 @@ class EndedRuns:
             names.update(q for w in workers for q in w.queues)
             names.update(t.queue for rows in task_rows.values() for t in rows if t.queue)
             for w in workers:
-                in_redis.update(decisions.run_of_job(str(j["job_id"])) for j in w.running)
+                in_redis.update(decisions.run_of_job(j.job_id) for j in w.running)
             for name in sorted(names):
                 queued = await queue.queued_job_ids(name)
                 in_redis.update(decisions.run_of_job(j) for j in queued)
