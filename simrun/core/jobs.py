@@ -33,13 +33,13 @@ def path_text(value: object) -> str:
     `ValueError` otherwise."""
     text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
     if not isinstance(text, str) or not text or "\0" in text:
-        raise ValueError(f"not a path: {value!r}")
+        raise ValueError("must be a non-empty path without NUL")
     return text
 
 
 def _identifier(port: str) -> str:
     if not port.isidentifier():
-        raise ValueError(f"input port {port!r} is not an identifier")
+        raise ValueError("must be an identifier (an input port name)")
     return port
 
 

@@ -109,9 +109,10 @@ def explain(
 
     ``<where>: the field 'x' is missing``, ``<where>: unknown field 'x' (known: ...)``,
     ``<where>: field 'x' must be <its description>, got <value>``, or the message a
-    validator of the model raised. A field of a nested model is named ``'paths.out'`` with
-    ``dotted``, else the nested model goes into the place: ``<where>: paths: the field
-    'out' is missing``.
+    validator of the model raised. A field validator's `ValueError` says what the field
+    "must be ..." (its message follows the field's name). A field of a nested model is
+    named ``'paths.out'`` with ``dotted``, else the nested model goes into the place:
+    ``<where>: paths: the field 'out' is missing``.
     """
     error = exc.errors(include_url=False)[0]
     loc = [str(part) for part in error["loc"]]
@@ -147,14 +148,17 @@ def explain(
     if not name:  # the whole input: a validator of the model, or input that is no map
         ctx = error.get("ctx", {})
         return f"{prefix}{ctx['error'] if 'error' in ctx else error['msg']}"
-    must = _must(info) if info is not None else None
+    at = f" at {name}[{']['.join(loc)}]" if loc and not dotted else ""
+    got = f", got {error['input']!r}{at}"
+    if kind == "value_error":  # a field validator's ValueError says "must be ..."
+        return f"{prefix}field {name!r} {error['ctx']['error']}{got}"
+    must = _must(info) if info is not None and not (dotted and loc) else None
     if kind == "literal_error":
         must = f"one of {error['ctx']['expected']}"
     if must is None:
         must = error["msg"][0].lower() + error["msg"][1:]
-        must = must.removeprefix("value error, ").removeprefix("input should be ")
-    at = f" at {name}[{']['.join(loc)}]" if loc and not dotted else ""
-    return f"{prefix}field {name!r} must be {must}, got {error['input']!r}{at}"
+        must = must.removeprefix("input should be ")
+    return f"{prefix}field {name!r} must be {must}{got}"
 
 
 def image_queue(image: str) -> str:

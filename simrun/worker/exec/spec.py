@@ -13,7 +13,7 @@ import os
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -90,7 +90,7 @@ def _json_data(settings: dict[str, Any]) -> dict[str, Any]:
     try:
         json.dumps(settings, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"not JSON data: {exc}") from None
+        raise ValueError(f"must be JSON data ({exc})") from None
     return settings
 
 
@@ -106,17 +106,42 @@ _Text = Annotated[str, Field(strict=True)]
 _FILE = ConfigDict(frozen=True, extra="forbid")
 
 
-def _read(cls: type[BaseModel], data: dict[str, Any], where: str) -> Any:
-    try:
-        return cls.model_validate(data)
-    except ValidationError as exc:
-        raise JobFileError(explain(exc, cls, where, dotted=True)) from None
+class _VersionedFile(BaseModel):
+    """A JSON file ``simrun-exec`` speaks, with its ``version``: `to_dict` writes it and
+    `from_dict` reads it back, raising `JobFileError` naming a missing, unknown or bad field."""
+
+    #: The version this simrun-exec writes and reads.
+    VERSION: ClassVar[int]
+    #: What the file holds ("job", "result"), and the place named in messages.
+    WHAT: ClassVar[str]
+    WHERE: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON data; `from_dict` reads it back."""
+        return {"version": self.VERSION, **self.model_dump(mode="json")}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Self:
+        """The file ``data`` describes; `JobFileError` names a missing, unknown or bad field."""
+        if not isinstance(data, dict):
+            raise JobFileError(f"a {cls.WHAT} must be a JSON object, got {type(data).__name__}")
+        prefix = f"{cls.WHERE}: " if cls.WHERE else ""
+        version = data.get("version")
+        if version != cls.VERSION:
+            raise JobFileError(
+                f"{prefix}field 'version' is {version!r}; this simrun-exec reads version "
+                f"{cls.VERSION}"
+            )
+        try:
+            return cls.model_validate({k: v for k, v in data.items() if k != "version"})
+        except ValidationError as exc:
+            raise JobFileError(explain(exc, cls, cls.WHERE, dotted=True)) from None
 
 
 # --- the job ------------------------------------------------------------------------------
 
 
-class CommandSpec(BaseModel):
+class CommandSpec(_VersionedFile):
     """Everything ``simrun-exec`` needs to run the command of one unsplit task once.
 
     ``command`` is the type's argv template, ``settings`` the task's settings (JSON data),
@@ -132,6 +157,9 @@ class CommandSpec(BaseModel):
     """
 
     model_config = _FILE
+    VERSION = JOB_VERSION
+    WHAT = "job"
+    WHERE = ""
 
     command: Annotated[str, Field(strict=True, pattern=r"\S", description="a non-empty string")]
     settings: Annotated[
@@ -144,28 +172,11 @@ class CommandSpec(BaseModel):
     attempt: Attempt = 1
     report: FilePath | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON data; `from_dict` reads it back."""
-        return {"version": JOB_VERSION, **self.model_dump(mode="json")}
-
-    @classmethod
-    def from_dict(cls, data: object) -> CommandSpec:
-        """The spec ``data`` describes; `JobFileError` names a missing, unknown or bad field."""
-        if not isinstance(data, dict):
-            raise JobFileError(f"a job must be a JSON object, got {type(data).__name__}")
-        version = data.get("version")
-        if version != JOB_VERSION:
-            raise JobFileError(
-                f"field 'version' is {version!r}; this simrun-exec reads version {JOB_VERSION}"
-            )
-        spec: CommandSpec = _read(cls, {k: v for k, v in data.items() if k != "version"}, "")
-        return spec
-
 
 # --- the result ---------------------------------------------------------------------------
 
 
-class CommandResult(BaseModel):
+class CommandResult(_VersionedFile):
     """What one run of a command came to, as ``simrun-exec`` writes it.
 
     ``outcome`` is ``done`` (exit code 0), ``failed`` (a non-zero exit, death by a signal
@@ -179,6 +190,9 @@ class CommandResult(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="ignore")
+    VERSION = RESULT_VERSION
+    WHAT = "result"
+    WHERE = "result"
 
     outcome: Outcome
     exit_code: Annotated[int, Field(strict=True)] | None
@@ -196,22 +210,6 @@ class CommandResult(BaseModel):
     def ok(self) -> bool:
         """Whether the command succeeded."""
         return self.outcome == "done"
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON data; `from_dict` reads it back."""
-        return {"version": RESULT_VERSION, **self.model_dump(mode="json")}
-
-    @classmethod
-    def from_dict(cls, data: object) -> CommandResult:
-        """The result ``data`` describes; `JobFileError` names a missing or bad field."""
-        if not isinstance(data, dict):
-            raise JobFileError(f"a result must be a JSON object, got {type(data).__name__}")
-        if data.get("version") != RESULT_VERSION:
-            raise JobFileError(
-                f"result field 'version' is {data.get('version')!r}, expected {RESULT_VERSION}"
-            )
-        result: CommandResult = _read(cls, data, "result")
-        return result
 
 
 # --- files --------------------------------------------------------------------------------
