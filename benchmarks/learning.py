@@ -227,11 +227,22 @@ class SimrunStore(Static):
         return resolved.memory_per_worker_gb
 
     async def success(self, unit: Unit, request_gb: float, now_s: float) -> None:
-        report = WorkerReport((unit.peak_gb,), unit.seconds, 1, request_gb)
+        report = WorkerReport(
+            peak_memory_gb=(unit.peak_gb,),
+            seconds_per_unit=unit.seconds,
+            units=1,
+            limit_gb=request_gb,
+        )
         await self.store.record(ResourceKey.from_text(unit.key), report, 0.0, run="trace")
 
     async def kill(self, unit: Unit, request_gb: float, now_s: float) -> None:
-        report = WorkerReport((), None, 1, request_gb, killed_for_memory=True)
+        report = WorkerReport(
+            peak_memory_gb=(),
+            seconds_per_unit=None,
+            units=1,
+            limit_gb=request_gb,
+            killed_for_memory=True,
+        )
         await self.store.record(ResourceKey.from_text(unit.key), report, 0.0, oom=True, run="trace")
 
 

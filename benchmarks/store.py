@@ -33,7 +33,12 @@ HINT = ResourceHint()
 
 
 def report(i: int) -> WorkerReport:
-    return WorkerReport((1.0 + (i % 97) / 50,), 0.5 + (i % 13) / 10, 4, 8.0)
+    return WorkerReport(
+        peak_memory_gb=(1.0 + (i % 97) / 50,),
+        seconds_per_unit=0.5 + (i % 13) / 10,
+        units=4,
+        limit_gb=8.0,
+    )
 
 
 async def fill(store: ResourceStore, keys: int, per_key: int) -> ResourceKey:
@@ -44,7 +49,13 @@ async def fill(store: ResourceStore, keys: int, per_key: int) -> ResourceKey:
             [Record(key, report(i), 1.0, run=f"r{i % 5}") for i in range(per_key)]
         )
     await store.record_many([Record(target, report(i), 1.0, run="r") for i in range(WINDOW)])
-    await store.record(target, WorkerReport((), None, 1, 9.0), 1.0, oom=True, run="r")
+    await store.record(
+        target,
+        WorkerReport(peak_memory_gb=(), seconds_per_unit=None, units=1, limit_gb=9.0),
+        1.0,
+        oom=True,
+        run="r",
+    )
     return target
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from simrun.core.wire import is_finite_nonneg
 from simrun.graph import CycleError, find_cycle, ready_tasks, topological_order
 from simrun.plugins import TaskType
 
@@ -115,7 +115,7 @@ class WorkflowError(ValueError):
 def _finite_nonneg(value: float | None, field: str, upper: float) -> float | None:
     if value is None:
         return None
-    if not math.isfinite(value) or value < 0:
+    if not is_finite_nonneg(value):
         raise ValueError(f"{field} must be a finite number >= 0")
     if value > upper:
         raise ValueError(f"{field} = {value:g} is absurd (the most accepted is {upper:g})")

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from simrun.cli.forecast import Forecast, TaskPlan, forecast
 from simrun.cli.progress import format_duration, format_gb, format_rate
+from simrun.core.layout import StoreLayout
 from simrun.core.sizing import WorkerCapacity, queue_name
 from simrun.plugins import ResourceHint, TaskType, count_units
 from simrun.resources import ResolvedResources, ResourceKey, ResourceStore, decide, resource_key

@@ -2,112 +2,87 @@
 
 from __future__ import annotations
 
-import math
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import ValidationError as _ValidationError
 
 from simrun.core.sizing import queue_name
-from simrun.core.wire import JOB_KINDS, JobKind, PayloadError, UnitKey, job_id
+from simrun.core.wire import (
+    Attempt,
+    Count,
+    FiniteNonNeg,
+    Flag,
+    JobKind,
+    NonEmptyStr,
+    PayloadError,
+    UnitKey,
+    explain,
+    job_id,
+)
 from simrun.plugins import TaskPaths
 
-__all__ = ["JobPaths", "JobResources", "JobSpec", "queue_for"]
+__all__ = ["JobPaths", "JobResources", "JobSpec", "PathText", "PortName", "path_text", "queue_for"]
 
 
-def _field(data: Mapping[str, Any], name: str, where: str) -> Any:
-    try:
-        return data[name]
-    except KeyError:
-        raise PayloadError(f"{where}: the field {name!r} is missing") from None
+def path_text(value: object) -> str:
+    """The text of a path (a string or a `os.PathLike`): non-empty and without NUL;
+    `ValueError` otherwise."""
+    text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+    if not isinstance(text, str) or not text or "\0" in text:
+        raise ValueError("must be a non-empty path without NUL")
+    return text
 
 
-def _str(data: Mapping[str, Any], name: str, where: str, *, optional: bool = False) -> Any:
-    value = data.get(name) if optional else _field(data, name, where)
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value:
-        raise PayloadError(f"{where}: field {name!r} must be a non-empty string, got {value!r}")
-    return value
+def _identifier(port: str) -> str:
+    if not port.isidentifier():
+        raise ValueError("must be an identifier (an input port name)")
+    return port
 
 
-def _number(data: Mapping[str, Any], name: str, where: str, *, default: Any = ...) -> Any:
-    value = _field(data, name, where) if default is ... else data.get(name, default)
-    if value is None and default is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise PayloadError(f"{where}: field {name!r} must be a finite number >= 0, got {value!r}")
-    return float(value)
+#: A path as text (a `Path` is taken as its text).
+PathText = Annotated[
+    str, BeforeValidator(path_text), Field(description="a non-empty path without NUL")
+]
+#: The name of an input port: an identifier.
+PortName = Annotated[str, Field(strict=True), AfterValidator(_identifier)]
+
+#: Wire models: frozen, and unknown fields are ignored (a newer sender may add some).
+_WIRE = ConfigDict(frozen=True, extra="ignore")
 
 
-def _int(
-    data: Mapping[str, Any], name: str, where: str, *, minimum: int, default: Any = ...
-) -> int:
-    value = _field(data, name, where) if default is ... else data.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise PayloadError(
-            f"{where}: field {name!r} must be an integer >= {minimum}, got {value!r}"
-        )
-    return value
-
-
-def _bool(data: Mapping[str, Any], name: str, where: str) -> bool:
-    value = data.get(name, False)
-    if not isinstance(value, bool):
-        raise PayloadError(f"{where}: field {name!r} must be true or false, got {value!r}")
-    return value
-
-
-@dataclass(frozen=True)
-class JobResources:
+class JobResources(BaseModel):
     """The resolved resources a job runs under (see simrun.resources.ResolvedResources)."""
 
-    memory_base_gb: float
-    memory_per_worker_gb: float
-    scratch_gb: float = 0.0
-    gpus: int = 0
-    seconds_per_unit: float | None = None
+    model_config = _WIRE
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "memory_base_gb": self.memory_base_gb,
-            "memory_per_worker_gb": self.memory_per_worker_gb,
-            "scratch_gb": self.scratch_gb,
-            "gpus": self.gpus,
-            "seconds_per_unit": self.seconds_per_unit,
-        }
-
-    @classmethod
-    def from_dict(cls, data: object, where: str = "job payload: resources") -> JobResources:
-        if not isinstance(data, Mapping):
-            raise PayloadError(f"{where}: must be a map, got {type(data).__name__}")
-        return cls(
-            memory_base_gb=_number(data, "memory_base_gb", where),
-            memory_per_worker_gb=_number(data, "memory_per_worker_gb", where),
-            scratch_gb=_number(data, "scratch_gb", where, default=0.0),
-            gpus=_int(data, "gpus", where, minimum=0, default=0),
-            seconds_per_unit=_number(data, "seconds_per_unit", where, default=None),
-        )
+    memory_base_gb: FiniteNonNeg
+    memory_per_worker_gb: FiniteNonNeg
+    scratch_gb: FiniteNonNeg = 0.0
+    gpus: Count = 0
+    seconds_per_unit: FiniteNonNeg | None = None
 
 
-@dataclass(frozen=True)
-class JobPaths:
-    """`TaskPaths` as strings, for the wire."""
+class JobPaths(BaseModel):
+    """`TaskPaths` as strings, for the wire (the job payload and simrun-exec's job file)."""
 
-    store: str
-    run_dir: str
-    task_dir: str
-    out: str
-    inputs: dict[str, str]
-    scratch: str
+    model_config = _WIRE
+
+    # inputs first, so that a map lacking several fields names inputs, as the reader of
+    # the hand-written checks did (errors come in the order of the fields)
+    inputs: Annotated[dict[PortName, PathText], Field(description="a map of port names to paths")]
+    store: PathText
+    run_dir: PathText
+    task_dir: PathText
+    out: PathText
+    scratch: PathText
 
     @classmethod
     def of(cls, paths: TaskPaths) -> JobPaths:
+        """The wire form of ``paths`` (ports sorted by name)."""
         return cls(
             store=str(paths.store),
             run_dir=str(paths.run_dir),
@@ -128,63 +103,44 @@ class JobPaths:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "store": self.store,
-            "run_dir": self.run_dir,
-            "task_dir": self.task_dir,
-            "out": self.out,
-            "inputs": dict(self.inputs),
-            "scratch": self.scratch,
-        }
-
-    @classmethod
-    def from_dict(cls, data: object, where: str = "job payload: paths") -> JobPaths:
-        if not isinstance(data, Mapping):
-            raise PayloadError(f"{where}: must be a map, got {type(data).__name__}")
-        inputs = _field(data, "inputs", where)
-        if not isinstance(inputs, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) and v for k, v in inputs.items()
-        ):
-            raise PayloadError(f"{where}: field 'inputs' must map port names to paths")
-        return cls(
-            store=_str(data, "store", where),
-            run_dir=_str(data, "run_dir", where),
-            task_dir=_str(data, "task_dir", where),
-            out=_str(data, "out", where),
-            inputs=dict(inputs),
-            scratch=_str(data, "scratch", where),
-        )
+        return self.model_dump()
 
 
-@dataclass(frozen=True)
-class JobSpec:
+class JobSpec(BaseModel):
     """One job: a chunk of units, the merge, or the command of an unsplit task.
 
     ``indices`` are the units of a chunk (empty for merge and command). ``attempt`` counts
     from 1; the service raises it when it dispatches a unit again. ``timeout_s`` bounds
     one unit (and the setup of a process), None for no bound. ``command`` is the argv
     template of a command job. ``image`` routes the job to its image's queue.
+
+    Construction validates every field (a `pydantic.ValidationError`, a ValueError);
+    `from_dict` reads a payload and raises `PayloadError` naming the first bad field.
     """
 
-    kind: JobKind
-    run: str
-    task: str
-    task_type: str
-    settings: dict[str, Any]
-    paths: JobPaths
-    resources: JobResources
-    attempt: int = 1
-    indices: tuple[int, ...] = ()
-    uses_cores: bool = False
-    checkpoints: bool = False
-    timeout_s: float | None = None
-    command: str | None = None
-    image: str | None = None
+    model_config = _WIRE
 
-    def __post_init__(self) -> None:
+    kind: JobKind
+    run: NonEmptyStr
+    task: NonEmptyStr
+    task_type: NonEmptyStr
+    settings: Annotated[dict[str, Any], Field(description="a map")]
+    paths: Annotated[JobPaths, Field(description="a map of paths")]
+    resources: Annotated[JobResources, Field(description="a map of resources")]
+    attempt: Attempt = 1
+    indices: Annotated[
+        tuple[Annotated[int, Field(strict=True, ge=0)], ...],
+        Field(description="a list of integers >= 0"),
+    ] = ()
+    uses_cores: Flag = False
+    checkpoints: Flag = False
+    timeout_s: FiniteNonNeg | None = None
+    command: NonEmptyStr | None = None
+    image: NonEmptyStr | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobSpec:
         where = f"job {self.run}:{self.task}"
-        if self.kind not in JOB_KINDS:
-            raise PayloadError(f"{where}: kind {self.kind!r} is not one of {JOB_KINDS}")
         if self.kind == "chunk" and not self.indices:
             raise PayloadError(f"{where}: a chunk job needs at least one unit index")
         if self.kind != "chunk" and self.indices:
@@ -193,15 +149,25 @@ class JobSpec:
             raise PayloadError(f"{where}: field 'indices' names a unit twice")
         if self.kind == "command" and not self.command:
             raise PayloadError(f"{where}: a command job needs its command template")
-        if self.attempt < 1:
-            raise PayloadError(f"{where}: field 'attempt' must be >= 1, got {self.attempt}")
         if self.timeout_s is not None and not self.timeout_s > 0:
             raise PayloadError(f"{where}: field 'timeout_s' must be > 0 or null")
+        return self
 
     @property
     def job_id(self) -> str:
         """The deterministic id (see `job_id`)."""
         return job_id(self.run, self.task, self.kind, self.indices, self.attempt)
+
+    def identity(self) -> dict[str, Any]:
+        """What names the job in a report or a heartbeat: ``job_id``, ``run``, ``task``,
+        ``kind`` and ``attempt``."""
+        return {
+            "job_id": self.job_id,
+            "run": self.run,
+            "task": self.task,
+            "kind": self.kind,
+            "attempt": self.attempt,
+        }
 
     @property
     def units(self) -> tuple[UnitKey, ...]:
@@ -218,58 +184,20 @@ class JobSpec:
         ``attempt`` int >= 1, ``indices`` [int], ``uses_cores``, ``checkpoints`` bool,
         ``timeout_s`` float|null, ``command`` str|null, ``image`` str|null.
         """
-        return {
-            "job_id": self.job_id,
-            "kind": self.kind,
-            "run": self.run,
-            "task": self.task,
-            "task_type": self.task_type,
-            "settings": self.settings,
-            "paths": self.paths.to_dict(),
-            "resources": self.resources.to_dict(),
-            "attempt": self.attempt,
-            "indices": list(self.indices),
-            "uses_cores": self.uses_cores,
-            "checkpoints": self.checkpoints,
-            "timeout_s": self.timeout_s,
-            "command": self.command,
-            "image": self.image,
-        }
+        data = self.model_dump()
+        data["indices"] = list(self.indices)
+        return {"job_id": self.job_id, **data}
 
     @classmethod
     def from_dict(cls, data: object) -> JobSpec:
-        """The job of a payload; `PayloadError` names the first bad field."""
+        """The job of a payload; `PayloadError` names the first bad field and its value."""
         where = "job payload"
         if not isinstance(data, Mapping):
             raise PayloadError(f"{where}: must be a map, got {type(data).__name__}")
-        kind = _str(data, "kind", where)
-        if kind not in JOB_KINDS:
-            raise PayloadError(f"{where}: field 'kind' must be one of {JOB_KINDS}, got {kind!r}")
-        settings = _field(data, "settings", where)
-        if not isinstance(settings, Mapping):
-            raise PayloadError(f"{where}: field 'settings' must be a map")
-        indices = data.get("indices", [])
-        if not isinstance(indices, list | tuple) or not all(
-            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices
-        ):
-            raise PayloadError(f"{where}: field 'indices' must be a list of integers >= 0")
-        timeout_s = _number(data, "timeout_s", where, default=None)
-        spec = cls(
-            kind=cast(JobKind, kind),
-            run=_str(data, "run", where),
-            task=_str(data, "task", where),
-            task_type=_str(data, "task_type", where),
-            settings=dict(settings),
-            paths=JobPaths.from_dict(_field(data, "paths", where)),
-            resources=JobResources.from_dict(_field(data, "resources", where)),
-            attempt=_int(data, "attempt", where, minimum=1),
-            indices=tuple(indices),
-            uses_cores=_bool(data, "uses_cores", where),
-            checkpoints=_bool(data, "checkpoints", where),
-            timeout_s=timeout_s,
-            command=_str(data, "command", where, optional=True),
-            image=_str(data, "image", where, optional=True),
-        )
+        try:
+            spec = cls.model_validate(data)
+        except _ValidationError as exc:
+            raise PayloadError(explain(exc, cls, where)) from None
         given = data.get("job_id")
         if given is not None and given != spec.job_id:
             raise PayloadError(

@@ -6,24 +6,31 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from simrun.core.jobs import JobSpec
 from simrun.core.wire import (
-    JOB_KINDS,
-    OUTCOMES,
+    Attempt,
+    Count,
+    FiniteNonNeg,
+    Flag,
     JobKind,
     Outcome,
     PayloadError,
     UnitKey,
+    explain,
     unit_field,
 )
 
-__all__ = ["ReportEntry", "StreamReport", "WorkerInfo", "WorkerReport", "now_s"]
+__all__ = ["ReportEntry", "RunningJob", "StreamReport", "WorkerInfo", "WorkerReport", "now_s"]
+
+_WIRE = ConfigDict(frozen=True, extra="ignore")
 
 
-@dataclass(frozen=True)
-class WorkerReport:
+class WorkerReport(BaseModel):
     """The measurements of one job (a chunk of units, a merge or a command) on a worker.
 
     ``peak_memory_gb`` holds the peak anonymous memory of each worker process that ran the
@@ -31,13 +38,23 @@ class WorkerReport:
     container), in GiB. ``seconds_per_unit`` is the wall time of one unit in one process
     (None when no unit completed). ``limit_gb`` is the memory per process the job ran
     under, and ``killed_for_memory`` says whether a process was killed for exceeding it.
+    Every number is finite and >= 0 (`FiniteNonNeg`), checked on construction.
     """
 
-    peak_memory_gb: tuple[float, ...]
-    seconds_per_unit: float | None
-    units: int
-    limit_gb: float
-    killed_for_memory: bool = False
+    model_config = _WIRE
+
+    peak_memory_gb: Annotated[
+        tuple[FiniteNonNeg, ...], Field(description="a list of finite numbers >= 0")
+    ]
+    seconds_per_unit: FiniteNonNeg | None
+    units: Count
+    limit_gb: FiniteNonNeg
+    killed_for_memory: Flag = False
+
+    @classmethod
+    def empty(cls, limit_gb: float) -> WorkerReport:
+        """The report of a job that measured nothing: no process, no unit done."""
+        return cls(peak_memory_gb=(), seconds_per_unit=None, units=0, limit_gb=limit_gb)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for msgpack or JSON (never pickle)."""
@@ -53,27 +70,37 @@ class WorkerReport:
     def from_dict(cls, data: Mapping[str, Any]) -> WorkerReport:
         """The report that `to_dict` wrote; `ValueError` names a missing or bad field."""
         try:
-            peaks = tuple(float(x) for x in data["peak_memory_gb"])
-            spu = data["seconds_per_unit"]
-            return cls(
-                peak_memory_gb=peaks,
-                seconds_per_unit=None if spu is None else float(spu),
-                units=int(data["units"]),
-                limit_gb=float(data["limit_gb"]),
-                killed_for_memory=bool(data.get("killed_for_memory", False)),
-            )
-        except KeyError as exc:
-            raise ValueError(f"worker report lacks the field {exc.args[0]!r}") from exc
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"worker report has a bad field: {exc}") from exc
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ValueError(explain(exc, cls, "worker report")) from None
 
 
 def _unit_key(text: str) -> UnitKey:
     return int(text) if text.isdigit() else text
 
 
-@dataclass(frozen=True)
-class ReportEntry:
+def _unit_map(text: str) -> dict[UnitKey, Any]:
+    """A JSON map of unit fields ("4", "merge") to values, with integer unit keys."""
+    return {_unit_key(k): v for k, v in json.loads(text).items()}
+
+
+#: How each stream field (a string) becomes the value of the `ReportEntry` field.
+_STREAM_FIELDS: dict[str, Any] = {
+    "job_id": str,
+    "run": str,
+    "task": str,
+    "kind": str,
+    "attempt": int,
+    "worker_id": str,
+    "started": float,
+    "finished": float,
+    "outcomes": _unit_map,
+    "errors": _unit_map,
+    "report": lambda text: WorkerReport.from_dict(json.loads(text)),
+}
+
+
+class ReportEntry(BaseModel):
     """What a worker reports for one job, one entry of the report stream.
 
     ``outcomes`` has one entry per unit of the job (per index; "merge"/"command" for those
@@ -84,17 +111,19 @@ class ReportEntry:
     ``started``/``finished`` are unix seconds.
     """
 
+    model_config = _WIRE
+
     job_id: str
     run: str
     task: str
     kind: JobKind
-    attempt: int
+    attempt: Attempt
     worker_id: str
-    outcomes: dict[UnitKey, Outcome]
+    outcomes: Annotated[dict[UnitKey, Outcome], Field(description="a map of unit to outcome")]
     report: WorkerReport
     started: float
     finished: float
-    errors: dict[UnitKey, str] = field(default_factory=dict)
+    errors: dict[UnitKey, str] = Field(default_factory=dict)
     error: str | None = None
 
     def to_fields(self) -> dict[str, str]:
@@ -127,37 +156,18 @@ class ReportEntry:
             for k, v in raw.items()
         }
         where = f"report entry {data.get('job_id', '?')!r}"
+        values: dict[str, Any] = {"error": data.get("error") or None}
+        for name, parse in _STREAM_FIELDS.items():
+            if name not in data:
+                raise PayloadError(f"{where}: the field {name!r} is missing")
+            try:
+                values[name] = parse(data[name])
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise PayloadError(f"{where}: bad field {name!r}: {exc}") from None
         try:
-            kind = data["kind"]
-            if kind not in JOB_KINDS:
-                raise PayloadError(f"{where}: field 'kind' is {kind!r}")
-            outcomes_raw = json.loads(data["outcomes"])
-            outcomes: dict[UnitKey, Outcome] = {}
-            for key, value in outcomes_raw.items():
-                if value not in OUTCOMES:
-                    raise PayloadError(f"{where}: unit {key} has the unknown outcome {value!r}")
-                outcomes[_unit_key(key)] = value
-            errors = {_unit_key(k): str(v) for k, v in json.loads(data["errors"]).items()}
-            return cls(
-                job_id=data["job_id"],
-                run=data["run"],
-                task=data["task"],
-                kind=cast(JobKind, kind),
-                attempt=int(data["attempt"]),
-                worker_id=data["worker_id"],
-                outcomes=outcomes,
-                errors=errors,
-                report=WorkerReport.from_dict(json.loads(data["report"])),
-                started=float(data["started"]),
-                finished=float(data["finished"]),
-                error=data.get("error") or None,
-            )
-        except KeyError as exc:
-            raise PayloadError(f"{where}: the field {exc.args[0]!r} is missing") from None
-        except (ValueError, TypeError, AttributeError) as exc:
-            if isinstance(exc, PayloadError):
-                raise
-            raise PayloadError(f"{where}: bad field: {exc}") from exc
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise PayloadError(explain(exc, cls, where)) from None
 
 
 @dataclass(frozen=True)
@@ -170,13 +180,37 @@ class StreamReport:
     problem: str | None = None
 
 
-@dataclass(frozen=True)
-class WorkerInfo:
-    """What a worker container says about itself in its heartbeat.
+class RunningJob(BaseModel):
+    """A job a worker holds, in its heartbeat: "waiting" (held, not admitted yet) or
+    "running"."""
 
-    ``running`` lists its jobs as maps {job_id, run, task, kind, indices, attempt, state}
-    where state is "waiting" (held, not admitted yet) or "running".
+    model_config = _WIRE
+
+    job_id: str
+    run: str
+    task: str
+    kind: JobKind
+    indices: tuple[int, ...]
+    attempt: int
+    state: Literal["waiting", "running"]
+
+    @classmethod
+    def of(cls, spec: JobSpec, state: Literal["waiting", "running"] = "waiting") -> RunningJob:
+        """The record of the job ``spec`` (built from a checked spec: not validated again)."""
+        return cls.model_construct(**spec.identity(), indices=spec.indices, state=state)
+
+    def admitted(self) -> RunningJob:
+        """The same job, now running."""
+        return self.model_copy(update={"state": "running"})
+
+
+class WorkerInfo(BaseModel):
+    """What a worker container says about itself in its heartbeat (JSON).
+
+    ``running`` lists the jobs it holds (`RunningJob`).
     """
+
+    model_config = _WIRE
 
     id: str
     queues: tuple[str, ...]
@@ -185,7 +219,7 @@ class WorkerInfo:
     gpus: int
     free_memory_gb: float
     free_processes: int
-    running: tuple[dict[str, Any], ...]
+    running: tuple[RunningJob, ...]
     host: str
     pid: int
     started: float
@@ -193,18 +227,14 @@ class WorkerInfo:
     stopping: bool = False
 
     def to_json(self) -> str:
-        data = {**self.__dict__, "queues": list(self.queues), "running": list(self.running)}
-        return json.dumps(data)
+        return self.model_dump_json()
 
     @classmethod
     def from_json(cls, text: str | bytes) -> WorkerInfo:
         try:
-            data = json.loads(text)
-            return cls(
-                **{**data, "queues": tuple(data["queues"]), "running": tuple(data["running"])}
-            )
-        except (ValueError, TypeError, KeyError) as exc:
-            raise PayloadError(f"worker heartbeat cannot be read: {exc}") from exc
+            return cls.model_validate_json(text)
+        except ValidationError as exc:
+            raise PayloadError(explain(exc, cls, "worker heartbeat cannot be read")) from None
 
 
 def now_s() -> float:

@@ -1,23 +1,35 @@
-"""The words of the wire: job kinds, unit outcomes, unit keys, job ids, and the msgpack
-codec of jobs and results (never pickle)."""
+"""The words of the wire: job kinds, unit outcomes, unit keys, job ids, the field types the
+wire models are built of (`FiniteNonNeg` and friends), how a refused model is explained
+(`explain`), and the msgpack codec of jobs and results (never pickle)."""
 
 from __future__ import annotations
 
 import re
+import types
 from collections.abc import Sequence
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import msgpack
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
 
 __all__ = [
     "JOB_KINDS",
     "OUTCOMES",
     "RUN_ID",
+    "Attempt",
+    "Count",
+    "FiniteNonNeg",
+    "FinitePositive",
+    "Flag",
     "JobKind",
+    "NonEmptyStr",
     "Outcome",
     "PayloadError",
     "UnitKey",
     "deserialize",
+    "explain",
+    "is_finite_nonneg",
     "job_id",
     "serialize",
     "unit_field",
@@ -36,6 +48,114 @@ RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]+")
 
 class PayloadError(ValueError):
     """A job payload, report entry or heartbeat that cannot be used, and why."""
+
+
+# --- the field types of the wire models ---------------------------------------------------
+# Strict: a bool is not a number, a string is not a number and a number is not a bool. Each
+# type's description completes "field 'x' must be ..." in the messages of `explain`.
+
+#: A finite number >= 0 (an int is taken as a float): not a bool, NaN, an infinity, a
+#: negative number or a string. The one rule for memory, seconds and sizes on the wire.
+FiniteNonNeg = Annotated[
+    float, Field(strict=True, ge=0, allow_inf_nan=False, description="a finite number >= 0")
+]
+#: A finite number > 0: a limit or a timeout, where 0 means nothing sensible.
+FinitePositive = Annotated[
+    float, Field(strict=True, gt=0, allow_inf_nan=False, description="a finite number > 0")
+]
+#: An integer >= 0 (not a bool): a count of units.
+Count = Annotated[int, Field(strict=True, ge=0, description="an integer >= 0")]
+#: An integer >= 1 (not a bool): the attempt of a job, counted from 1.
+Attempt = Annotated[int, Field(strict=True, ge=1, description="an integer >= 1")]
+#: True or false, nothing else.
+Flag = Annotated[bool, Field(strict=True, description="true or false")]
+#: A string with at least one character.
+NonEmptyStr = Annotated[str, Field(strict=True, min_length=1, description="a non-empty string")]
+
+_FINITE_NONNEG: TypeAdapter[float] = TypeAdapter(FiniteNonNeg)
+
+
+def is_finite_nonneg(value: object) -> bool:
+    """Whether ``value`` passes `FiniteNonNeg` (for checks outside a model)."""
+    try:
+        _FINITE_NONNEG.validate_python(value)
+    except ValidationError:
+        return False
+    return True
+
+
+def _must(info: FieldInfo) -> str | None:
+    """What a field must be: its description, else that of its annotated type; "or null"
+    when it is optional."""
+    if info.description:
+        return info.description
+    annotation = info.annotation
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = get_args(annotation)
+        for arg in args:
+            for meta in getattr(arg, "__metadata__", ()):
+                if isinstance(meta, FieldInfo) and meta.description:
+                    return meta.description + (" or null" if type(None) in args else "")
+    return None
+
+
+def explain(
+    exc: ValidationError, model: type[BaseModel], where: str = "", *, dotted: bool = False
+) -> str:
+    """One sentence about the first error of ``exc`` (raised validating ``model``):
+
+    ``<where>: the field 'x' is missing``, ``<where>: unknown field 'x' (known: ...)``,
+    ``<where>: field 'x' must be <its description>, got <value>``, or the message a
+    validator of the model raised. A field validator's `ValueError` says what the field
+    "must be ..." (its message follows the field's name). A field of a nested model is
+    named ``'paths.out'`` with ``dotted``, else the nested model goes into the place:
+    ``<where>: paths: the field 'out' is missing``.
+    """
+    error = exc.errors(include_url=False)[0]
+    loc = [str(part) for part in error["loc"]]
+    places = [where] if where else []
+    current: type[BaseModel] | None = model
+    parents: list[str] = []
+    name = ""
+    info: FieldInfo | None = None
+    while loc:
+        part = loc.pop(0)
+        fields = current.model_fields if current is not None else {}
+        known = sorted(fields)
+        info = fields.get(part)
+        name = part
+        nested = info.annotation if info is not None else None
+        if loc and isinstance(nested, type) and issubclass(nested, BaseModel):
+            parents.append(part)
+            current = nested
+            continue
+        break
+    if dotted:
+        name = ".".join([*parents, name, *loc])
+    else:
+        places += parents
+    place = ": ".join(places)
+    prefix = f"{place}: " if place else ""
+    kind = error["type"]
+    if kind == "missing":
+        return f"{prefix}the field {name!r} is missing"
+    if kind == "extra_forbidden":
+        listed = "" if loc else f" (known: {', '.join(known)})"
+        return f"{prefix}unknown field {name!r}{listed}"
+    if not name:  # the whole input: a validator of the model, or input that is no map
+        ctx = error.get("ctx", {})
+        return f"{prefix}{ctx['error'] if 'error' in ctx else error['msg']}"
+    at = f" at {name}[{']['.join(loc)}]" if loc and not dotted else ""
+    got = f", got {error['input']!r}{at}"
+    if kind == "value_error":  # a field validator's ValueError says "must be ..."
+        return f"{prefix}field {name!r} {error['ctx']['error']}{got}"
+    must = _must(info) if info is not None and not (dotted and loc) else None
+    if kind == "literal_error":
+        must = f"one of {error['ctx']['expected']}"
+    if must is None:
+        must = error["msg"][0].lower() + error["msg"][1:]
+        must = must.removeprefix("input should be ")
+    return f"{prefix}field {name!r} must be {must}{got}"
 
 
 def job_id(run: str, task: str, kind: JobKind, indices: Sequence[int], attempt: int) -> str:

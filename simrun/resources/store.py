@@ -10,7 +10,6 @@ inside the caller's transaction (the service stores unit states and observations
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -20,6 +19,7 @@ from pathlib import Path
 import aiosqlite
 
 from simrun.core.reports import WorkerReport
+from simrun.core.wire import is_finite_nonneg
 from simrun.db import (
     FileKeeper,
     Migration,
@@ -118,49 +118,30 @@ class KeySummary:
     last_kill_gb: float | None
 
 
-def _bad(record: Record, what: str) -> ValueError:
-    return ValueError(
-        f"cannot record the report of {record.key.text()} (run {record.run!r}): {what}"
-    )
-
-
-def _finite_nonneg(value: object) -> bool:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0
-    )
-
-
 def rows_of(record: Record, recorded_s: float) -> list[Row]:
     """The rows a record becomes, checked: one per worker process of a successful report;
-    one at the report's limit for a kill. `ValueError` names the key and the bad field."""
+    one at the report's limit for a kill. `ValueError` names the key, the run and the bad
+    field. (A `WorkerReport`'s numbers are finite and >= 0 by construction.)"""
     report = record.report
     if not isinstance(record.key, ResourceKey):
         raise TypeError(f"Record.key must be a ResourceKey, got {type(record.key).__name__}")
-    if not _finite_nonneg(record.base_gb):
-        raise _bad(record, f"base_gb must be a finite number >= 0, got {record.base_gb!r}")
-    if not _finite_nonneg(report.limit_gb):
-        raise _bad(record, f"limit_gb must be a finite number >= 0, got {report.limit_gb!r}")
-    if not isinstance(report.units, int) or report.units < 0:
-        raise _bad(record, f"units must be an integer >= 0, got {report.units!r}")
+    problem = None
+    if not is_finite_nonneg(record.base_gb):
+        problem = f"base_gb must be a finite number >= 0, got {record.base_gb!r}"
+    elif record.oom and not report.limit_gb > 0:
+        problem = "a kill for memory needs the limit the process had (limit_gb > 0)"
+    elif not record.oom and not report.peak_memory_gb:
+        problem = "peak_memory_gb is empty: a successful report measures its processes"
+    if problem is not None:
+        raise ValueError(
+            f"cannot record the report of {record.key.text()} (run {record.run!r}): {problem}"
+        )
     base = (record.key.text(), record.run)
-    tail = (report.units, float(record.base_gb), float(report.limit_gb), recorded_s)
+    tail = (report.units, float(record.base_gb), report.limit_gb, recorded_s)
     if record.oom:
-        if not report.limit_gb > 0:
-            raise _bad(record, "a kill for memory needs the limit the process had (limit_gb > 0)")
-        return [(*base, float(report.limit_gb), 1, None, *tail)]
-    if not report.peak_memory_gb:
-        raise _bad(record, "peak_memory_gb is empty: a successful report measures its processes")
-    for i, peak in enumerate(report.peak_memory_gb):
-        if not _finite_nonneg(peak):
-            raise _bad(record, f"peak_memory_gb[{i}] must be a finite number >= 0, got {peak!r}")
-    spu = report.seconds_per_unit
-    if spu is not None and not _finite_nonneg(spu):
-        raise _bad(record, f"seconds_per_unit must be a finite number >= 0, got {spu!r}")
-    seconds = None if spu is None else float(spu)
-    return [(*base, float(peak), 0, seconds, *tail) for peak in report.peak_memory_gb]
+        return [(*base, report.limit_gb, 1, None, *tail)]
+    seconds = report.seconds_per_unit
+    return [(*base, peak, 0, seconds, *tail) for peak in report.peak_memory_gb]
 
 
 class ResourceStore:

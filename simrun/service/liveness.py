@@ -35,11 +35,7 @@ log = logging.getLogger(__name__)
 def listed_jobs(workers: Sequence[WorkerInfo]) -> dict[str, tuple[str, bool]]:
     """The jobs the heartbeats of ``workers`` list: job id → (worker id, whether it runs
     rather than waits for a process)."""
-    return {
-        str(job["job_id"]): (w.id, job.get("state") == "running")
-        for w in workers
-        for job in w.running
-    }
+    return {job.job_id: (w.id, job.state == "running") for w in workers for job in w.running}
 
 
 def flight(jobs: Sequence[JobRow]) -> list[decisions.FlightJob]:

@@ -130,7 +130,7 @@ class WorkerContainer:
 
     def info(self) -> WorkerInfo:
         handler = self._handler
-        running = tuple(dict(v) for v in handler.running.values()) if handler else ()
+        running = tuple(handler.running.values()) if handler else ()
         return WorkerInfo(
             id=self.worker_id,
             queues=self.options.queues,

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from simrun.core.jobs import JobSpec
-from simrun.core.reports import ReportEntry, WorkerReport, now_s
+from simrun.core.reports import ReportEntry, RunningJob, WorkerReport, now_s
 from simrun.core.sizing import request_gb, request_gpus, request_slots
 from simrun.core.wire import PayloadError, UnitKey
 from simrun.queues import Keys, current_attempts
@@ -124,7 +124,7 @@ class JobHandler:
     capacity: Capacity
     gate: AdmissionGate
     pool: ProcessPool
-    running: dict[str, dict[str, Any]] = field(default_factory=dict)
+    running: dict[str, RunningJob] = field(default_factory=dict)
     #: Set when the grace period of a stop is over: what is left is handed back.
     stop_now: bool = False
     _commands: set[asyncio.Task[WorkerReport]] = field(default_factory=set)
@@ -144,17 +144,9 @@ class JobHandler:
         started = now_s()
         ledger = Ledger(spec.units)
         request, limit_gb = request_for(spec, self.capacity)
-        report = WorkerReport((), None, 0, limit_gb)
+        report = WorkerReport.empty(limit_gb)
         error: str | None = None
-        self.running[spec.job_id] = {
-            "job_id": spec.job_id,
-            "run": spec.run,
-            "task": spec.task,
-            "kind": spec.kind,
-            "indices": list(spec.indices),
-            "attempt": spec.attempt,
-            "state": "waiting",
-        }
+        self.running[spec.job_id] = RunningJob.of(spec)
         try:
             view = StaleView(self.redis, self.keys, spec)
             for unit in spec.units:
@@ -182,7 +174,7 @@ class JobHandler:
         self, spec: JobSpec, ledger: Ledger, request: Request, limit_gb: float, view: StaleView
     ) -> tuple[WorkerReport, str | None]:
         """Wait for admission and run; the report and a job-level error, if any."""
-        empty = WorkerReport((), None, 0, limit_gb)
+        empty = WorkerReport.empty(limit_gb)
         try:
             grant = await self.gate.acquire(request)
         except Refused as exc:
@@ -191,7 +183,7 @@ class JobHandler:
         except AdmissionClosed:
             ledger.close_rest("not_run")
             return empty, "the worker stopped before the job was admitted; handed back"
-        self.running[spec.job_id]["state"] = "running"
+        self.running[spec.job_id] = self.running[spec.job_id].admitted()
         try:
             if self.stop_now:
                 return empty, "the worker stopped before the job started; handed back"
@@ -221,7 +213,7 @@ class JobHandler:
                 if not self.stop_now:
                     raise
                 ledger.close_rest("not_run", "the worker stopped while the command ran")
-                return WorkerReport((), None, 0, limit_gb)
+                return WorkerReport.empty(limit_gb)
             finally:
                 self._commands.discard(task)
         worker = await self.pool.checkout((spec.run, spec.task), grant.gpu_ids, limit_gb)
@@ -258,11 +250,7 @@ class JobHandler:
         error: str | None,
     ) -> ReportEntry:
         return ReportEntry(
-            job_id=spec.job_id,
-            run=spec.run,
-            task=spec.task,
-            kind=spec.kind,
-            attempt=spec.attempt,
+            **spec.identity(),
             worker_id=self.worker_id,
             outcomes=dict(ledger.outcomes),
             errors=dict(ledger.errors),

@@ -81,7 +81,7 @@ async def test_sigterm_finishes_within_grace_then_hands_back(
         async def waiting_is_held() -> bool:
             workers = await queue.live_workers()
             return any(
-                job["job_id"] == waiting.job_id and job["state"] == "waiting"
+                job.job_id == waiting.job_id and job.state == "waiting"
                 for w in workers
                 for job in w.running
             )
@@ -96,7 +96,7 @@ async def test_sigterm_finishes_within_grace_then_hands_back(
             ("cpu",),
         )
         assert info.free_memory_gb == pytest.approx(1.0)
-        assert {j["job_id"] for j in info.running} == {long.job_id, short.job_id, waiting.job_id}
+        assert {j.job_id for j in info.running} == {long.job_id, short.job_id, waiting.job_id}
 
         proc.send_signal(signal.SIGTERM)
         stopped_at = time.monotonic()

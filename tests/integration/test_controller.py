@@ -20,7 +20,7 @@ import pytest
 from arq.constants import in_progress_key_prefix
 
 from simrun.core.clock import ManualClock
-from simrun.core.reports import ReportEntry, WorkerInfo, WorkerReport
+from simrun.core.reports import ReportEntry, RunningJob, WorkerInfo, WorkerReport
 from simrun.core.states import Limits
 from simrun.plugins import load_types
 from simrun.queues import current_attempts
@@ -154,7 +154,9 @@ async def test_stale_and_repeated_reports_change_nothing(controller: Controller)
         return ReportEntry(
             job_id=f"{run_id}:sweep:0:{attempt}", run=run_id, task="sweep", kind="chunk",
             attempt=attempt, worker_id="w", outcomes={0: outcome},  # type: ignore[dict-item]
-            report=WorkerReport((0.2,), 0.05, 1, 1.0), started=1.0, finished=2.0,
+            report=WorkerReport(
+                peak_memory_gb=(0.2,), seconds_per_unit=0.05, units=1, limit_gb=1.0
+            ), started=1.0, finished=2.0,
         ).to_fields()  # fmt: skip
 
     await redis.xadd(keys.reports, report(7, "failed"))  # type: ignore[arg-type]
@@ -188,6 +190,15 @@ async def test_cancel_marks_units_stale(controller: Controller):
     assert await controller.store.jobs() == []
 
 
+def _running(job_id: str) -> RunningJob:
+    """The heartbeat record of the running chunk job ``job_id`` (run:task:index:attempt)."""
+    run, task, index, attempt = job_id.split(":")
+    return RunningJob(
+        job_id=job_id, run=run, task=task, kind="chunk", indices=(int(index),),
+        attempt=int(attempt), state="running",
+    )  # fmt: skip
+
+
 async def attempts_keys(c: Controller, run_id: str) -> list[str]:
     """The attempts hashes of a run in Redis, found by a SCAN of the test's prefix."""
     keys = c.queue.keys
@@ -212,7 +223,7 @@ async def test_attempts_of_a_cancelled_run_stay_until_its_jobs_are_gone(controll
     await c.queue.drop_jobs("cpu", queued)
     info = WorkerInfo(
         id="w1", queues=("cpu",), memory_gb=4.0, processes=2, gpus=0, free_memory_gb=4.0,
-        free_processes=1, running=({"job_id": queued[-1], "state": "running"},), host="h",
+        free_processes=1, running=(_running(queued[-1]),), host="h",
         pid=1, started=time.time(), updated=time.time(),
     )  # fmt: skip
     await Heartbeat(c.queue.redis, c.queue.keys, lambda: info, interval_s=1, ttl_s=30).beat()
@@ -313,7 +324,9 @@ async def report(c: Controller, run_id: str, index: int, attempt: int, outcome: 
         job_id=f"{run_id}:work:{index}:{attempt}", run=run_id, task="work", kind="chunk",
         attempt=attempt, worker_id="w", outcomes={index: outcome},  # type: ignore[dict-item]
         errors={index: "Traceback: boom"} if outcome == "failed" else {},
-        report=WorkerReport((0.1,), 0.01, 1, 0.25), started=1.0, finished=2.0,
+        report=WorkerReport(
+            peak_memory_gb=(0.1,), seconds_per_unit=0.01, units=1, limit_gb=0.25
+        ), started=1.0, finished=2.0,
     ).to_fields()  # fmt: skip
     await c.queue.redis.xadd(c.queue.keys.reports, fields)  # type: ignore[arg-type]
 
@@ -402,7 +415,9 @@ async def test_all_units_done_merge_then_done(work_controller: Controller):
     assert task.state == "merging"
     fields = ReportEntry(
         job_id=f"{run_id}:work:merge:1", run=run_id, task="work", kind="merge", attempt=1,
-        worker_id="w", outcomes={"merge": "done"}, report=WorkerReport((0.1,), None, 0, 0.25),
+        worker_id="w", outcomes={"merge": "done"}, report=WorkerReport(
+            peak_memory_gb=(0.1,), seconds_per_unit=None, units=0, limit_gb=0.25
+        ),
         started=1.0, finished=2.0,
     ).to_fields()  # fmt: skip
     await work_controller.queue.redis.xadd(work_controller.queue.keys.reports, fields)  # type: ignore[arg-type]
@@ -419,7 +434,7 @@ async def test_units_of_a_worker_whose_heartbeat_expired_go_again(work_controlle
     await work_controller.step()
     info = WorkerInfo(
         id="w9", queues=("cpu",), memory_gb=4.0, processes=2, gpus=0, free_memory_gb=4.0,
-        free_processes=1, running=({"job_id": f"{run_id}:work:0:1", "state": "running"},),
+        free_processes=1, running=(_running(f"{run_id}:work:0:1"),),
         host="h", pid=1, started=time.time(), updated=time.time(),
     )  # fmt: skip
     c = work_controller

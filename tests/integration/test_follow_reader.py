@@ -15,7 +15,9 @@ from simrun.runstore import NewJob, NewRun, NewTask, RunStore
 def report(job: str, outcomes: dict[int | str, str], peak: float) -> ReportEntry:
     return ReportEntry(
         job_id=job, run="r1", task="sweep", kind="chunk", attempt=1, worker_id="w1",
-        outcomes=outcomes, report=WorkerReport((peak,), 0.1, 1, 2.0), started=50.0,
+        outcomes=outcomes, report=WorkerReport(
+            peak_memory_gb=(peak,), seconds_per_unit=0.1, units=1, limit_gb=2.0
+        ), started=50.0,
         finished=51.0,
     )  # fmt: skip
 

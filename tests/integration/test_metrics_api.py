@@ -183,9 +183,17 @@ async def report_unit(controller: Controller, run_id: str, index: int, outcome: 
     # A kill measured the peak past the limit; an error measured nothing (so nothing is
     # learned and the chunks stay one unit each).
     measured = (
-        WorkerReport((unit.memory_gb * 1.01,), None, 1, unit.memory_gb, killed_for_memory=True)
+        WorkerReport(
+            peak_memory_gb=(unit.memory_gb * 1.01,),
+            seconds_per_unit=None,
+            units=1,
+            limit_gb=unit.memory_gb,
+            killed_for_memory=True,
+        )
         if outcome == "killed"
-        else WorkerReport((), None, 0, unit.memory_gb)
+        else WorkerReport(
+            peak_memory_gb=(), seconds_per_unit=None, units=0, limit_gb=unit.memory_gb
+        )
     )
     entry = ReportEntry(
         job_id=unit.job_id, run=run_id, task="sweep", kind="chunk", attempt=unit.attempt,

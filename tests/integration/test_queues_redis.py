@@ -11,7 +11,7 @@ import pytest
 from arq.worker import Worker, func
 
 from simrun.core.jobs import JobPaths, JobResources, JobSpec
-from simrun.core.reports import ReportEntry, WorkerInfo, WorkerReport
+from simrun.core.reports import ReportEntry, RunningJob, WorkerInfo, WorkerReport
 from simrun.core.wire import deserialize, serialize
 from simrun.plugins import TaskPaths
 from simrun.queues import JOB_FUNCTION, JobQueue, Keys, current_attempts, set_current_attempts
@@ -38,7 +38,7 @@ def _spec(first: int, attempt: int = 1, gpus: int = 0) -> JobSpec:
         task_type="heat",
         settings={"grid": 8},
         paths=JobPaths.of(TaskPaths.for_task(Path("/store"), "r1", "sweep")),
-        resources=JobResources(0.5, 1.0, gpus=gpus),
+        resources=JobResources(memory_base_gb=0.5, memory_per_worker_gb=1.0, gpus=gpus),
         attempt=attempt,
         indices=(first, first + 1),
     )
@@ -153,7 +153,7 @@ def _entry(job: str, **changes: Any) -> ReportEntry:
         "attempt": 1,
         "worker_id": "w",
         "outcomes": {0: "done"},
-        "report": WorkerReport((0.1,), 0.2, 1, 1.0),
+        "report": WorkerReport(peak_memory_gb=(0.1,), seconds_per_unit=0.2, units=1, limit_gb=1.0),
         "started": 1.0,
         "finished": 2.0,
     }
@@ -239,7 +239,7 @@ async def test_live_workers_come_and_go_with_their_heartbeat(
             gpus=0,
             free_memory_gb=3.0,
             free_processes=1,
-            running=({"job_id": "r1:sweep:0:1", "state": "running"},),
+            running=(RunningJob.of(_spec(0), "running"),),
             host="h",
             pid=1,
             started=0.0,

@@ -40,11 +40,22 @@ HINT = ResourceHint(memory_base_gb=1.0, memory_per_worker_gb=4.0, scratch_gb=5.0
 
 
 def success(*peaks_gb: float, seconds: float = 2.0, limit_gb: float = 8.0) -> WorkerReport:
-    return WorkerReport(tuple(peaks_gb), seconds, len(peaks_gb), limit_gb)
+    return WorkerReport(
+        peak_memory_gb=tuple(peaks_gb),
+        seconds_per_unit=seconds,
+        units=len(peaks_gb),
+        limit_gb=limit_gb,
+    )
 
 
 def killed(limit_gb: float) -> WorkerReport:
-    return WorkerReport((limit_gb * 1.01,), None, 1, limit_gb, killed_for_memory=True)
+    return WorkerReport(
+        peak_memory_gb=(limit_gb * 1.01,),
+        seconds_per_unit=None,
+        units=1,
+        limit_gb=limit_gb,
+        killed_for_memory=True,
+    )
 
 
 @pytest.fixture
@@ -116,7 +127,13 @@ async def test_override_present_and_absent(store: ResourceStore) -> None:
 
 async def test_a_kill_records_the_limit_not_the_peaks(store: ResourceStore) -> None:
     """A kill is one observation at the report's limit, whatever peaks it carries."""
-    await store.record(KEY, WorkerReport((1.0, 50.0), 4.0, 3, 6.0), 1.0, oom=True, run="r")
+    await store.record(
+        KEY,
+        WorkerReport(peak_memory_gb=(1.0, 50.0), seconds_per_unit=4.0, units=3, limit_gb=6.0),
+        1.0,
+        oom=True,
+        run="r",
+    )
     assert await store.history(KEY) == [Observation(6.0, True, None, "r")]
 
 
@@ -146,20 +163,17 @@ async def test_window_holds_the_last_successes_and_pending_kills(store: Resource
 @pytest.mark.parametrize(
     ("report", "oom", "base_gb", "message"),
     [
-        (WorkerReport((), 1.0, 1, 4.0), False, 1.0, "peak_memory_gb is empty"),
-        (WorkerReport((1.0, float("nan")), 1.0, 1, 4.0), False, 1.0, r"peak_memory_gb\[1\]"),
-        (WorkerReport((-1.0,), 1.0, 1, 4.0), False, 1.0, r"peak_memory_gb\[0\]"),
-        (WorkerReport((1.0,), -2.0, 1, 4.0), False, 1.0, "seconds_per_unit"),
-        (WorkerReport((1.0,), 1.0, 1, 0.0), True, 1.0, "needs the limit"),
-        (WorkerReport((1.0,), 1.0, 1, float("inf")), False, 1.0, "limit_gb"),
-        (WorkerReport((1.0,), 1.0, -1, 4.0), False, 1.0, "units"),
-        (WorkerReport((1.0,), 1.0, 1, 4.0), False, -1.0, "base_gb"),
+        (success(limit_gb=4.0), False, 1.0, "peak_memory_gb is empty"),
+        (success(1.0, limit_gb=0.0), True, 1.0, "needs the limit"),
+        (success(1.0), False, -1.0, "base_gb"),
+        (success(1.0), False, float("nan"), "base_gb"),
+        (success(1.0), False, True, "base_gb"),
     ],
 )
 async def test_bad_reports_are_refused_and_nothing_is_written(
     store: ResourceStore, report: WorkerReport, oom: bool, base_gb: float, message: str
 ) -> None:
-    """A bad report is refused with an error naming the key, the run and the field; the
+    """A bad record is refused with an error naming the key, the run and the field; the
     good records of the same batch are not written either."""
     good = Record(KEY, success(1.0), 1.0, run="ok")
     with pytest.raises(ValueError, match=message) as info:
@@ -167,6 +181,32 @@ async def test_bad_reports_are_refused_and_nothing_is_written(
     assert "heat/plate/64" in str(info.value)
     assert "bad-run" in str(info.value)
     assert await store.history(KEY) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"peak_memory_gb": (1.0, float("nan"))}, r"got nan at peak_memory_gb\[1\]"),
+        ({"peak_memory_gb": (-1.0,)}, r"peak_memory_gb.*at peak_memory_gb\[0\]"),
+        ({"seconds_per_unit": -2.0}, "seconds_per_unit"),
+        ({"limit_gb": float("inf")}, "limit_gb"),
+        ({"units": -1}, "units"),
+    ],
+)
+def test_a_report_with_a_bad_number_cannot_exist(change: dict[str, object], message: str) -> None:
+    """A report's numbers are finite and >= 0 (its units an integer >= 0): a report that
+    breaks this cannot be built, so none reaches the store (nor the report stream)."""
+    fields: dict[str, object] = {
+        "peak_memory_gb": (1.0,),
+        "seconds_per_unit": 1.0,
+        "units": 1,
+        "limit_gb": 4.0,
+        **change,
+    }
+    with pytest.raises(ValueError, match=message):
+        WorkerReport.from_dict(fields)
+    with pytest.raises(ValueError, match=next(iter(change))):
+        WorkerReport(**fields)  # type: ignore[arg-type]
 
 
 async def test_batch_on_the_callers_transaction(store: ResourceStore) -> None:

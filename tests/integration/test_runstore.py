@@ -50,7 +50,13 @@ def entry(job: str, outcomes: dict, attempt: int = 1, task: str = "sweep", error
         attempt=attempt,
         worker_id="w1",
         outcomes=outcomes,
-        report=WorkerReport((0.5,), 0.1, len(outcomes), 1.0, kw.pop("killed", False)),
+        report=WorkerReport(
+            peak_memory_gb=(0.5,),
+            seconds_per_unit=0.1,
+            units=len(outcomes),
+            limit_gb=1.0,
+            killed_for_memory=kw.pop("killed", False),
+        ),
         started=50.0,
         finished=51.0,
         errors=errors or {},
@@ -234,7 +240,13 @@ async def test_reports_and_observations_share_a_transaction(store: RunStore, tmp
     await resources.ensure_schema(store.connection)
     key = ResourceKey("heat", "plate", "8")
     report = [entry(jobs[0].id, {0: "done", 1: "done", 2: "done"})]
-    record = [Record(key, WorkerReport((0.5,), 0.1, 3, 1.0), 0.5)]
+    record = [
+        Record(
+            key,
+            WorkerReport(peak_memory_gb=(0.5,), seconds_per_unit=0.1, units=3, limit_gb=1.0),
+            0.5,
+        )
+    ]
 
     async def write_both(crash: bool) -> None:
         async with store.transaction() as conn:

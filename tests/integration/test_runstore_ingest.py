@@ -46,7 +46,13 @@ def entry(
         attempt=attempt,
         worker_id=worker,
         outcomes=outcomes,
-        report=WorkerReport(peaks, 0.1, done if units is None else units, 1.0, killed),
+        report=WorkerReport(
+            peak_memory_gb=peaks,
+            seconds_per_unit=0.1,
+            units=done if units is None else units,
+            limit_gb=1.0,
+            killed_for_memory=killed,
+        ),
         started=started,
         finished=started + 1.0,
     )

@@ -3,6 +3,7 @@ serializer, without Redis."""
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import msgpack
 import pytest
 
 from simrun.core.jobs import JobPaths, JobResources, JobSpec, queue_for
-from simrun.core.reports import ReportEntry, WorkerInfo, WorkerReport
+from simrun.core.reports import ReportEntry, RunningJob, WorkerInfo, WorkerReport
 from simrun.core.sizing import image_queue
 from simrun.core.wire import PayloadError, deserialize, job_id, serialize
 from simrun.plugins import TaskPaths
@@ -27,7 +28,9 @@ def _spec(**changes: Any) -> JobSpec:
         "task_type": "heat",
         "settings": {"grid": 16},
         "paths": JobPaths.of(paths),
-        "resources": JobResources(0.5, 1.0, 0.0, 0, 0.25),
+        "resources": JobResources(
+            memory_base_gb=0.5, memory_per_worker_gb=1.0, seconds_per_unit=0.25
+        ),
         "attempt": 2,
         "indices": (4, 5, 6),
         "timeout_s": 30.0,
@@ -125,10 +128,18 @@ def test_job_ids_are_deterministic(kind: Any, indices: list[int], expected: str)
 def test_queue_of_a_job() -> None:
     """A job with an image goes to its image queue, else gpu when it needs GPUs, else cpu."""
     assert queue_for(_spec()) == "cpu"
-    assert queue_for(_spec(resources=JobResources(0.5, 1.0, gpus=1))) == "gpu"
-    assert queue_for(_spec(image="solver", resources=JobResources(0.5, 1.0, gpus=1))) == (
-        "image:solver"
+    assert (
+        queue_for(
+            _spec(resources=JobResources(memory_base_gb=0.5, memory_per_worker_gb=1.0, gpus=1))
+        )
+        == "gpu"
     )
+    assert queue_for(
+        _spec(
+            image="solver",
+            resources=JobResources(memory_base_gb=0.5, memory_per_worker_gb=1.0, gpus=1),
+        )
+    ) == ("image:solver")
 
 
 def test_job_spec_round_trips_through_msgpack() -> None:
@@ -212,7 +223,13 @@ def _entry(**changes: Any) -> ReportEntry:
         "worker_id": "w1",
         "outcomes": {4: "done", 5: "failed", 6: "not_run"},
         "errors": {5: "Traceback ...\nValueError: x"},
-        "report": WorkerReport((0.25,), 0.5, 1, 1.0, False),
+        "report": WorkerReport(
+            peak_memory_gb=(0.25,),
+            seconds_per_unit=0.5,
+            units=1,
+            limit_gb=1.0,
+            killed_for_memory=False,
+        ),
         "started": 1700000000.125,
         "finished": 1700000001.5,
     }
@@ -236,8 +253,11 @@ def test_report_entry_round_trips_through_stream_fields() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"outcomes": '{"4": "exploded"}'}, "unit 4 has the unknown outcome 'exploded'"),
-        ({"kind": "batch"}, "field 'kind' is 'batch'"),
+        (
+            {"outcomes": '{"4": "exploded"}'},
+            r"'outcomes' must be one of .*, got 'exploded' at outcomes\[4\]",
+        ),
+        ({"kind": "batch"}, "field 'kind' must be one of .*, got 'batch'"),
         ({"report": "{}"}, "bad field"),
         ({"attempt": "two"}, "bad field"),
     ],
@@ -253,9 +273,8 @@ def test_bad_report_fields_are_named(change: dict[str, str], message: str) -> No
         ReportEntry.from_fields(fields)
 
 
-def test_worker_info_round_trips_and_bad_text_is_refused() -> None:
-    """A heartbeat is JSON that reads back to the same info; garbage is a PayloadError."""
-    info = WorkerInfo(
+def _heartbeat(*running: RunningJob) -> WorkerInfo:
+    return WorkerInfo(
         id="w1",
         queues=("cpu", "image:x"),
         memory_gb=8.0,
@@ -263,12 +282,53 @@ def test_worker_info_round_trips_and_bad_text_is_refused() -> None:
         gpus=0,
         free_memory_gb=6.5,
         free_processes=3,
-        running=({"job_id": "r:t:0:1", "state": "running"},),
+        running=running,
         host="h",
         pid=12,
         started=1.0,
         updated=2.0,
     )
+
+
+def test_worker_info_round_trips_and_bad_text_is_refused() -> None:
+    """A heartbeat is JSON that reads back to the same info; garbage is a PayloadError."""
+    info = _heartbeat(RunningJob.of(_spec(), "running"))
     assert WorkerInfo.from_json(info.to_json()) == info
     with pytest.raises(PayloadError, match="heartbeat"):
         WorkerInfo.from_json("{")
+
+
+def test_running_jobs_round_trip_through_the_heartbeat() -> None:
+    """A worker's running-job record names the job as its spec does (id, run, task, kind,
+    indices, attempt) and its state; it reads back from the heartbeat JSON unchanged, a
+    waiting job becomes running when admitted, and an unknown state is refused."""
+    spec = _spec()
+    waiting = RunningJob.of(spec)
+    assert (waiting.job_id, waiting.run, waiting.task, waiting.kind) == (
+        spec.job_id,
+        "run1",
+        "sweep",
+        "chunk",
+    )
+    assert (waiting.indices, waiting.attempt, waiting.state) == ((4, 5, 6), 2, "waiting")
+    running = waiting.admitted()
+    assert running.state == "running"
+    assert waiting.state == "waiting"
+    merge = RunningJob.of(_spec(kind="merge", indices=()), "running")
+    info = _heartbeat(waiting, running, merge)
+    back = WorkerInfo.from_json(info.to_json())
+    assert back == info
+    assert all(isinstance(job, RunningJob) for job in back.running)
+    assert json.loads(info.to_json())["running"][0] == {
+        "job_id": "run1:sweep:4:2",
+        "run": "run1",
+        "task": "sweep",
+        "kind": "chunk",
+        "indices": [4, 5, 6],
+        "attempt": 2,
+        "state": "waiting",
+    }
+    bad = json.loads(info.to_json())
+    bad["running"][0]["state"] = "sleeping"
+    with pytest.raises(PayloadError, match=r"heartbeat.*'running'.*got 'sleeping'"):
+        WorkerInfo.from_json(json.dumps(bad))

@@ -66,7 +66,10 @@ def test_failure_view_keeps_the_traceback():
 def entry(outcomes: dict, killed: bool) -> ReportEntry:
     return ReportEntry(
         job_id="r:t:0:1", run="r", task="t", kind="chunk", attempt=1, worker_id="w",
-        outcomes=outcomes, report=WorkerReport((0.3,), None, 0, 0.25, killed),
+        outcomes=outcomes, report=WorkerReport(
+            peak_memory_gb=(0.3,), seconds_per_unit=None, units=0, limit_gb=0.25,
+            killed_for_memory=killed,
+        ),
         started=0.0, finished=1.0,
     )  # fmt: skip
 
@@ -78,8 +81,26 @@ def entry(outcomes: dict, killed: bool) -> ReportEntry:
         (entry({0: "killed"}, False), True),  # a unit said killed
         (entry({0: "done", 1: "failed"}, False), False),
         (entry({0: "timeout"}, False), False),  # a timeout is not a lack of memory
-        (WorkerReport((0.3,), None, 0, 0.25, True), True),
-        (WorkerReport((0.3,), 0.1, 1, 0.25, False), False),
+        (
+            WorkerReport(
+                peak_memory_gb=(0.3,),
+                seconds_per_unit=None,
+                units=0,
+                limit_gb=0.25,
+                killed_for_memory=True,
+            ),
+            True,
+        ),
+        (
+            WorkerReport(
+                peak_memory_gb=(0.3,),
+                seconds_per_unit=0.1,
+                units=1,
+                limit_gb=0.25,
+                killed_for_memory=False,
+            ),
+            False,
+        ),
     ],
 )
 def test_is_oom(report, expected):

@@ -99,7 +99,7 @@ def _bad_job_result(message: str, limit_gb: float = 0.0) -> CommandResult:
         outcome="failed",
         exit_code=None,
         error=message,
-        report=WorkerReport(peak_memory_gb=(), seconds_per_unit=None, units=0, limit_gb=limit_gb),
+        report=WorkerReport.empty(limit_gb),
         started=now,
         finished=now,
     )

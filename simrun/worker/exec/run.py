@@ -22,7 +22,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
@@ -124,7 +123,7 @@ def absolute_spec(spec: CommandSpec) -> CommandSpec:
         scratch=p.scratch.absolute(),
     )
     report = None if spec.report is None else spec.report.absolute()
-    return replace(spec, paths=paths, report=report)
+    return spec.model_copy(update={"paths": paths, "report": report})
 
 
 def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
@@ -148,9 +147,7 @@ def not_started(
         outcome=outcome,
         exit_code=None,
         error=reason,
-        report=WorkerReport(
-            peak_memory_gb=(), seconds_per_unit=None, units=0, limit_gb=spec.limit_gb
-        ),
+        report=WorkerReport.empty(spec.limit_gb),
         started=started,
         finished=_now(),
         attempt=spec.attempt,
@@ -308,7 +305,7 @@ class CommandRun:
         try:
             _prepare(spec)
         except _PrepareError as exc:
-            return replace(not_started(spec, str(exc), started), argv=tuple(argv))
+            return not_started(spec, str(exc), started).model_copy(update={"argv": tuple(argv)})
         out_log, err_log = log_paths(paths, spec.attempt)
         logs = {"stdout": str(out_log), "stderr": str(err_log)}
         try:
@@ -316,13 +313,13 @@ class CommandRun:
                 result = self._run_tree(argv, out_fh, err_fh, started)
         except OSError as exc:  # the logs cannot be opened (a full or read-only volume)
             problem = f"cannot open the log files of the command in {str(out_log.parent)!r}: {exc}"
-            return replace(not_started(spec, problem, started), argv=tuple(argv))
-        result = replace(result, argv=tuple(argv), logs=logs)
+            return not_started(spec, problem, started).model_copy(update={"argv": tuple(argv)})
+        result = result.model_copy(update={"argv": tuple(argv), "logs": logs})
         if result.outcome != "done":
             tail = stderr_tail(err_log)
             if tail:
                 error = f"{result.error}\n--- last lines of stderr ({err_log}) ---\n{tail}"
-                result = replace(result, error=error)
+                result = result.model_copy(update={"error": error})
         return result
 
     def _run_tree(

@@ -9,15 +9,27 @@ path. Both are plain JSON (never pickle) and carry a ``version``, so that a work
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Annotated, Any, ClassVar, Literal, Self
 
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetPydanticSchema,
+    ValidationError,
+)
+from pydantic_core import CoreSchema, core_schema
+
+from simrun.core.jobs import JobPaths, path_text
 from simrun.core.reports import WorkerReport
+from simrun.core.wire import Attempt, FiniteNonNeg, FinitePositive, Flag, explain
 from simrun.plugins import TaskPaths
 
 __all__ = [
@@ -38,59 +50,98 @@ RESULT_VERSION = 1
 Outcome = Literal["done", "failed", "killed", "timeout"]
 OUTCOMES: tuple[Outcome, ...] = ("done", "failed", "killed", "timeout")
 
-_PATH_FIELDS = ("store", "run_dir", "task_dir", "out", "scratch")
-_JOB_FIELDS = frozenset(
-    {
-        "version",
-        "command",
-        "settings",
-        "paths",
-        "limit_gb",
-        "timeout_s",
-        "checkpoints",
-        "attempt",
-        "report",
-    }
-)
-
 
 class JobFileError(ValueError):
     """A job or result file that cannot be used; the message names the field at fault."""
 
 
-# --- small checks -------------------------------------------------------------------------
+# --- the field types of the files ---------------------------------------------------------
 
 
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+class _FilePaths(JobPaths):
+    """The paths of a job file: the job payload's paths, with no unknown field."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-def _positive(name: str, value: object) -> float:
-    if not _number(value) or not cast(float, value) > 0:
-        raise JobFileError(f"field {name!r} must be a finite number > 0, got {value!r}")
-    return float(cast(float, value))
+def _paths_map(value: object) -> object:
+    """A `TaskPaths` as the map the file holds (ports sorted); anything else as given."""
+    if isinstance(value, TaskPaths):
+        return {**asdict(value), "inputs": dict(sorted(value.inputs.items()))}
+    return value
 
 
-def _path(name: str, value: object) -> Path:
-    if not isinstance(value, str | os.PathLike):
-        raise JobFileError(f"field {name!r} must be a path string, got {value!r}")
-    text = os.fspath(value)
-    if not isinstance(text, str) or not text or "\0" in text:
-        raise JobFileError(f"field {name!r} must be a non-empty path without NUL, got {value!r}")
-    return Path(text)
+def _task_paths_schema(source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    """A `TaskPaths` checked as `_FilePaths` (from a map or a `TaskPaths`), written as one."""
+    return core_schema.chain_schema(
+        [
+            core_schema.no_info_before_validator_function(
+                _paths_map, handler.generate_schema(_FilePaths)
+            ),
+            core_schema.no_info_plain_validator_function(_FilePaths.task_paths),
+        ],
+        serialization=core_schema.plain_serializer_function_ser_schema(
+            lambda paths: JobPaths.of(paths).to_dict()
+        ),
+    )
 
 
-def _port_name_problem(port: object) -> str | None:
-    if not isinstance(port, str) or not port.isidentifier():
-        return f"input port {port!r} is not an identifier"
-    return None
+def _json_data(settings: dict[str, Any]) -> dict[str, Any]:
+    try:
+        json.dumps(settings, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"must be JSON data ({exc})") from None
+    return settings
+
+
+#: The paths of a task: checked as the file's paths map, held as `TaskPaths`.
+FileTaskPaths = Annotated[
+    TaskPaths, GetPydanticSchema(_task_paths_schema), Field(description="an object of paths")
+]
+#: A path (a string or a `Path` on construction).
+FilePath = Annotated[
+    Path, BeforeValidator(path_text), Field(description="a non-empty path without NUL")
+]
+_Text = Annotated[str, Field(strict=True)]
+_FILE = ConfigDict(frozen=True, extra="forbid")
+
+
+class _VersionedFile(BaseModel):
+    """A JSON file ``simrun-exec`` speaks, with its ``version``: `to_dict` writes it and
+    `from_dict` reads it back, raising `JobFileError` naming a missing, unknown or bad field."""
+
+    #: The version this simrun-exec writes and reads.
+    VERSION: ClassVar[int]
+    #: What the file holds ("job", "result"), and the place named in messages.
+    WHAT: ClassVar[str]
+    WHERE: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON data; `from_dict` reads it back."""
+        return {"version": self.VERSION, **self.model_dump(mode="json")}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Self:
+        """The file ``data`` describes; `JobFileError` names a missing, unknown or bad field."""
+        if not isinstance(data, dict):
+            raise JobFileError(f"a {cls.WHAT} must be a JSON object, got {type(data).__name__}")
+        prefix = f"{cls.WHERE}: " if cls.WHERE else ""
+        version = data.get("version")
+        if version != cls.VERSION:
+            raise JobFileError(
+                f"{prefix}field 'version' is {version!r}; this simrun-exec reads version "
+                f"{cls.VERSION}"
+            )
+        try:
+            return cls.model_validate({k: v for k, v in data.items() if k != "version"})
+        except ValidationError as exc:
+            raise JobFileError(explain(exc, cls, cls.WHERE, dotted=True)) from None
 
 
 # --- the job ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CommandSpec:
+class CommandSpec(_VersionedFile):
     """Everything ``simrun-exec`` needs to run the command of one unsplit task once.
 
     ``command`` is the type's argv template, ``settings`` the task's settings (JSON data),
@@ -101,133 +152,31 @@ class CommandSpec:
     caller passes ``--report``, else ``task_dir/logs/attempt-<N>.report.json``).
 
     Relative paths are taken relative to the working directory of ``simrun-exec``.
-    Construction checks every value and raises `JobFileError` naming the field.
+    Construction checks every value (a `pydantic.ValidationError`); `from_dict` raises
+    `JobFileError` naming the field.
     """
 
-    command: str
-    settings: dict[str, Any]
-    paths: TaskPaths
-    limit_gb: float
-    timeout_s: float | None = None
-    checkpoints: bool = False
-    attempt: int = 1
-    report: Path | None = None
+    model_config = _FILE
+    VERSION = JOB_VERSION
+    WHAT = "job"
+    WHERE = ""
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.command, str) or not self.command.strip():
-            raise JobFileError(f"field 'command' must be a non-empty string, got {self.command!r}")
-        if not isinstance(self.settings, dict):
-            raise JobFileError(
-                f"field 'settings' must be a JSON object, got {type(self.settings).__name__}"
-            )
-        try:
-            json.dumps(self.settings, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise JobFileError(f"field 'settings' is not JSON data: {exc}") from None
-        if not isinstance(self.paths, TaskPaths):
-            raise JobFileError("field 'paths' must be a simrun.plugins.TaskPaths")
-        for name in _PATH_FIELDS:
-            _path(f"paths.{name}", getattr(self.paths, name))
-        if not isinstance(self.paths.inputs, dict):
-            raise JobFileError("field 'paths.inputs' must be an object of port to path")
-        for port, where in self.paths.inputs.items():
-            problem = _port_name_problem(port)
-            if problem is not None:
-                raise JobFileError(f"field 'paths.inputs': {problem}")
-            _path(f"paths.inputs.{port}", where)
-        _positive("limit_gb", self.limit_gb)
-        if self.timeout_s is not None:
-            _positive("timeout_s", self.timeout_s)
-        if not isinstance(self.checkpoints, bool):
-            raise JobFileError(
-                f"field 'checkpoints' must be true or false, got {self.checkpoints!r}"
-            )
-        if not isinstance(self.attempt, int) or isinstance(self.attempt, bool) or self.attempt < 1:
-            raise JobFileError(f"field 'attempt' must be an integer >= 1, got {self.attempt!r}")
-        if self.report is not None:
-            _path("report", self.report)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON data; `from_dict` reads it back."""
-        p = self.paths
-        return {
-            "version": JOB_VERSION,
-            "command": self.command,
-            "settings": self.settings,
-            "paths": {
-                "store": str(p.store),
-                "run_dir": str(p.run_dir),
-                "task_dir": str(p.task_dir),
-                "out": str(p.out),
-                "inputs": {port: str(where) for port, where in sorted(p.inputs.items())},
-                "scratch": str(p.scratch),
-            },
-            "limit_gb": self.limit_gb,
-            "timeout_s": self.timeout_s,
-            "checkpoints": self.checkpoints,
-            "attempt": self.attempt,
-            "report": None if self.report is None else str(self.report),
-        }
-
-    @classmethod
-    def from_dict(cls, data: object) -> CommandSpec:
-        """The spec ``data`` describes; `JobFileError` names a missing, unknown or bad field."""
-        if not isinstance(data, dict):
-            raise JobFileError(f"a job must be a JSON object, got {type(data).__name__}")
-        unknown = sorted(set(data) - _JOB_FIELDS)
-        if unknown:
-            raise JobFileError(
-                f"unknown field {unknown[0]!r} (known: {', '.join(sorted(_JOB_FIELDS))})"
-            )
-        version = data.get("version")
-        if version != JOB_VERSION:
-            raise JobFileError(
-                f"field 'version' is {version!r}; this simrun-exec reads version {JOB_VERSION}"
-            )
-        for name in ("command", "settings", "paths", "limit_gb"):
-            if name not in data:
-                raise JobFileError(f"field {name!r} is missing")
-        raw_paths = data["paths"]
-        if not isinstance(raw_paths, dict):
-            raise JobFileError(f"field 'paths' must be an object, got {raw_paths!r}")
-        known_paths = {*_PATH_FIELDS, "inputs"}
-        extra = sorted(set(raw_paths) - known_paths)
-        if extra:
-            raise JobFileError(f"unknown field 'paths.{extra[0]}'")
-        missing = [n for n in (*_PATH_FIELDS, "inputs") if n not in raw_paths]
-        if missing:
-            raise JobFileError(f"field 'paths.{missing[0]}' is missing")
-        raw_inputs = raw_paths["inputs"]
-        if not isinstance(raw_inputs, dict):
-            raise JobFileError(f"field 'paths.inputs' must be an object, got {raw_inputs!r}")
-        inputs: dict[str, Path] = {}
-        for port, where in raw_inputs.items():
-            problem = _port_name_problem(port)
-            if problem is not None:
-                raise JobFileError(f"field 'paths.inputs': {problem}")
-            inputs[port] = _path(f"paths.inputs.{port}", where)
-        paths = TaskPaths(
-            **{name: _path(f"paths.{name}", raw_paths[name]) for name in _PATH_FIELDS},
-            inputs=inputs,
-        )
-        report = data.get("report")
-        return cls(
-            command=data["command"],
-            settings=data["settings"],
-            paths=paths,
-            limit_gb=data["limit_gb"],
-            timeout_s=data.get("timeout_s"),
-            checkpoints=data.get("checkpoints", False),
-            attempt=data.get("attempt", 1),
-            report=None if report is None else _path("report", report),
-        )
+    command: Annotated[str, Field(strict=True, pattern=r"\S", description="a non-empty string")]
+    settings: Annotated[
+        dict[str, Any], AfterValidator(_json_data), Field(description="a JSON object")
+    ]
+    paths: FileTaskPaths
+    limit_gb: FinitePositive
+    timeout_s: FinitePositive | None = None
+    checkpoints: Flag = False
+    attempt: Attempt = 1
+    report: FilePath | None = None
 
 
 # --- the result ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CommandResult:
+class CommandResult(_VersionedFile):
     """What one run of a command came to, as ``simrun-exec`` writes it.
 
     ``outcome`` is ``done`` (exit code 0), ``failed`` (a non-zero exit, death by a signal
@@ -240,104 +189,27 @@ class CommandResult:
     ``finished`` are ISO 8601 UTC times; ``wall_s`` the seconds the command ran.
     """
 
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    VERSION = RESULT_VERSION
+    WHAT = "result"
+    WHERE = "result"
+
     outcome: Outcome
-    exit_code: int | None
-    error: str
+    exit_code: Annotated[int, Field(strict=True)] | None
+    error: _Text
     report: WorkerReport
-    started: str
-    finished: str
-    wall_s: float = 0.0
-    signal: str | None = None
-    argv: tuple[str, ...] | None = None
-    attempt: int = 1
-    logs: dict[str, str] = field(default_factory=dict)
+    started: _Text
+    finished: _Text
+    wall_s: FiniteNonNeg = 0.0
+    signal: _Text | None = None
+    argv: tuple[_Text, ...] | None = None
+    attempt: Attempt = 1
+    logs: dict[_Text, _Text] = Field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         """Whether the command succeeded."""
         return self.outcome == "done"
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON data; `from_dict` reads it back."""
-        return {
-            "version": RESULT_VERSION,
-            "outcome": self.outcome,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "error": self.error,
-            "report": self.report.to_dict(),
-            "started": self.started,
-            "finished": self.finished,
-            "wall_s": self.wall_s,
-            "argv": None if self.argv is None else list(self.argv),
-            "attempt": self.attempt,
-            "logs": dict(self.logs),
-        }
-
-    @classmethod
-    def from_dict(cls, data: object) -> CommandResult:
-        """The result ``data`` describes; `JobFileError` names a missing or bad field."""
-        if not isinstance(data, dict):
-            raise JobFileError(f"a result must be a JSON object, got {type(data).__name__}")
-        if data.get("version") != RESULT_VERSION:
-            raise JobFileError(
-                f"result field 'version' is {data.get('version')!r}, expected {RESULT_VERSION}"
-            )
-        outcome = data.get("outcome")
-        if outcome not in OUTCOMES:
-            raise JobFileError(f"result field 'outcome' is {outcome!r}, not one of {OUTCOMES}")
-        exit_code = data.get("exit_code")
-        if exit_code is not None and (
-            not isinstance(exit_code, int) or isinstance(exit_code, bool)
-        ):
-            raise JobFileError(
-                f"result field 'exit_code' must be an integer or null, got {exit_code!r}"
-            )
-        raw_report = data.get("report")
-        if not isinstance(raw_report, Mapping):
-            raise JobFileError("result field 'report' is missing or not an object")
-        try:
-            report = WorkerReport.from_dict(raw_report)
-        except ValueError as exc:
-            raise JobFileError(f"result field 'report': {exc}") from None
-        texts = {}
-        for name in ("error", "started", "finished"):
-            value = data.get(name)
-            if not isinstance(value, str):
-                raise JobFileError(f"result field {name!r} must be a string, got {value!r}")
-            texts[name] = value
-        signal = data.get("signal")
-        if signal is not None and not isinstance(signal, str):
-            raise JobFileError(f"result field 'signal' must be a string or null, got {signal!r}")
-        argv = data.get("argv")
-        if argv is not None and (
-            not isinstance(argv, list) or not all(isinstance(a, str) for a in argv)
-        ):
-            raise JobFileError("result field 'argv' must be a list of strings or null")
-        wall_s = data.get("wall_s", 0.0)
-        if not _number(wall_s):
-            raise JobFileError(f"result field 'wall_s' must be a number, got {wall_s!r}")
-        attempt = data.get("attempt", 1)
-        if not isinstance(attempt, int) or isinstance(attempt, bool):
-            raise JobFileError(f"result field 'attempt' must be an integer, got {attempt!r}")
-        logs = data.get("logs", {})
-        if not isinstance(logs, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in logs.items()
-        ):
-            raise JobFileError("result field 'logs' must be an object of strings")
-        return cls(
-            outcome=cast(Outcome, outcome),
-            exit_code=exit_code,
-            error=texts["error"],
-            report=report,
-            started=texts["started"],
-            finished=texts["finished"],
-            wall_s=float(wall_s),
-            signal=signal,
-            argv=None if argv is None else tuple(argv),
-            attempt=attempt,
-            logs=dict(logs),
-        )
 
 
 # --- files --------------------------------------------------------------------------------
