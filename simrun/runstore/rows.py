@@ -89,26 +89,18 @@ class RunRow:
     finished_s: float | None
 
 
-@dataclass(frozen=True)
-class TaskRow:
-    """A task as stored. ``units`` counts its chunk units (1 for a command), None until it
-    started; ``resources`` is the resolved request of its last dispatch. ``kills`` counts
-    every kill for memory of its units (a replay does not undo them), ``requested_gb`` is
-    the largest memory per process its chunk or command units were dispatched with, and
-    ``peak_memory_gb`` the largest peak of a worker process its reports measured (merges
-    and reports killed for memory left out); the store keeps them as it goes."""
+@dataclass(frozen=True, kw_only=True)
+class TaskRow(NewTask):
+    """A task as stored: the task as it was created, and what became of it. ``units``
+    counts its chunk units (1 for a command), None until it started; ``resources`` is the
+    resolved request of its last dispatch. ``kills`` counts every kill for memory of its
+    units (a replay does not undo them), ``requested_gb`` is the largest memory per process
+    its chunk or command units were dispatched with, and ``peak_memory_gb`` the largest
+    peak of a worker process its reports measured (merges and reports killed for memory
+    left out); the store keeps them as it goes."""
 
     run: str
-    name: str
-    position: int
-    type: str
-    settings: dict[str, Any]
-    inputs: dict[str, str]
-    depends: tuple[str, ...]
-    override: dict[str, Any] | None
     memory_override_gb: float | None
-    splittable: bool
-    has_merge: bool
     state: TaskState
     status: str
     queue: str | None

@@ -1,11 +1,14 @@
 """Command jobs: the ``command`` of an unsplit task, run through ``simrun-exec``.
 
-The worker container never runs the command itself: `simrun.worker.execute.run_command_job`
-starts ``simrun-exec`` as a child process, which expands the argv template, runs it without
-a shell, samples the memory of the whole process tree, enforces the limit and writes a
-report that is read back here.
+The worker container never runs the command itself: `run_command_job` writes the job file,
+starts ``python -m simrun.worker.exec`` (``simrun-exec``, `simrun.worker.exec`) as a child
+and awaits its report, so the event loop never blocks on the command. Cancelling it stops
+the command (SIGTERM to ``simrun-exec``, which forwards it to the command's process group)
+before re-raising. simrun-exec expands the argv template, runs it without a shell, samples
+the memory of the whole process tree, enforces the limit and writes the report read back
+here.
 
-The limit of the tree is the job's memory request (see `simrun.worker.jobs.request_for`):
+The limit of the tree is the job's memory request (`simrun.core.sizing.request_gb`):
 ``memory_base_gb + memory_per_worker_gb * n``, n being every process slot of the container
 for a type that ``uses_cores`` and 1 otherwise. ``simrun-exec`` keeps the output directory
 of earlier attempts when the type ``checkpoints``; otherwise an attempt above 1 starts from
@@ -14,17 +17,110 @@ an empty output directory.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from simrun.core.jobs import JobSpec
 from simrun.core.layout import task_logs
 from simrun.core.reports import WorkerReport
 from simrun.core.wire import Outcome
-from simrun.worker.execute import CommandResult, CommandSpec, run_command_job
+from simrun.worker.exec.run import TERM_GRACE_S
+from simrun.worker.exec.spec import (
+    CommandResult,
+    CommandSpec,
+    JobFileError,
+    read_json,
+    write_json_atomic,
+)
 from simrun.worker.ledger import Ledger
 
-__all__ = ["command_outcome", "run_command"]
+__all__ = ["command_outcome", "run_command", "run_command_job"]
+
+#: Seconds `run_command_job` waits for simrun-exec after it forwarded a stop, beyond the
+#: grace simrun-exec itself gives the command.
+_STOP_WAIT_S = TERM_GRACE_S + 5.0
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    """Ask simrun-exec to stop its command and wait for it; kill it if it does not end."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        await asyncio.wait_for(proc.wait(), _STOP_WAIT_S)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+
+
+def _result_or_failure(
+    spec: CommandSpec, report_path: Path, returncode: int, stderr: bytes
+) -> CommandResult:
+    """The report simrun-exec wrote, or a failed result that says why there is none."""
+    try:
+        return CommandResult.from_dict(read_json(report_path, "report"))
+    except JobFileError as exc:
+        problem = str(exc)
+    said = stderr.decode("utf-8", errors="replace").strip()
+    error = f"simrun-exec exited with code {returncode} without a usable report: {problem}"
+    if said:
+        error += f"\n--- stderr of simrun-exec ---\n{said[-8000:]}"
+    return CommandResult(
+        outcome="failed",
+        exit_code=None,
+        error=error,
+        report=WorkerReport.empty(spec.limit_gb),
+        started="",
+        finished="",
+        attempt=spec.attempt,
+    )
+
+
+async def run_command_job(
+    spec: CommandSpec,
+    job_file_dir: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    python: str = sys.executable,
+) -> CommandResult:
+    """Run ``spec`` in a ``simrun-exec`` child process and return its result.
+
+    The job and report files are written to ``job_file_dir`` under a fresh name
+    (``attempt-<N>-<random>.job.json`` / ``.report.json``) and left there. ``env`` is the
+    whole environment of simrun-exec and of the command (None: this process's own).
+    A simrun-exec that dies without a report yields a ``failed`` result saying so.
+    """
+    stem = f"attempt-{spec.attempt}-{uuid.uuid4().hex[:12]}"
+    job_path = job_file_dir / f"{stem}.job.json"
+    report_path = job_file_dir / f"{stem}.report.json"
+    await asyncio.to_thread(write_json_atomic, job_path, spec.to_dict())
+    proc = await asyncio.create_subprocess_exec(
+        python,
+        "-m",
+        "simrun.worker.exec",
+        "--job",
+        str(job_path),
+        "--report",
+        str(report_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=None if env is None else dict(env),
+    )
+    try:
+        _, stderr = await proc.communicate()
+    except asyncio.CancelledError:
+        await _stop(proc)
+        raise
+    returncode = proc.returncode if proc.returncode is not None else -1
+    return await asyncio.to_thread(_result_or_failure, spec, report_path, returncode, stderr)
 
 
 def command_outcome(result: CommandResult) -> Outcome:

@@ -23,8 +23,8 @@ import pytest
 
 from simrun.plugins import TaskPaths
 from simrun.worker import exec_main
+from simrun.worker.command import run_command_job
 from simrun.worker.exec.spec import CommandResult, CommandSpec
-from simrun.worker.execute import run_command_job
 
 pytestmark = pytest.mark.e2e
 
@@ -308,7 +308,7 @@ def test_a_retry_starts_clean_unless_the_type_checkpoints(
 
 
 def exec_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "simrun.worker.execute", *args]
+    return [sys.executable, "-m", "simrun.worker.exec", *args]
 
 
 @pytest.mark.parametrize(

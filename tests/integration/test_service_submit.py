@@ -79,8 +79,11 @@ def test_run_ids_sort_by_time():
 
 def task_row(name: str, splittable: bool, inputs: dict[str, str]) -> TaskRow:
     return TaskRow(
-        "r1", name, 0, "heat" if splittable else "report", {"grid": 8}, inputs, (), None,
-        None, splittable, splittable, "running", "", None, "heat/plate/8", None, 4, 1.0, None,
+        run="r1", name=name, position=0, type="heat" if splittable else "report",
+        settings={"grid": 8}, inputs=inputs, depends=(), override=None,
+        memory_override_gb=None, splittable=splittable, has_merge=splittable,
+        state="running", status="", queue=None, resource_key="heat/plate/8", resources=None,
+        units=4, started_s=1.0, finished_s=None,
     )  # fmt: skip
 
 

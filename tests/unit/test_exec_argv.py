@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from simrun.core.reports import WorkerReport
 from simrun.plugins import TaskPaths
+from simrun.worker import exec_main
 from simrun.worker.exec.argv import expand_argv
 from simrun.worker.exec.spec import CommandResult, CommandSpec, JobFileError
-from simrun.worker.execute import exec_main
 
 SETTINGS = Path("/store/runs/r1/report/settings.json")
 OUT = Path("/store/runs/r1/report/out")

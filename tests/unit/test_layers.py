@@ -171,13 +171,6 @@ CLI_REACH: Mapping[tuple[str, str], str] = {
     ("simrun.cli.options", "simrun.worker.container"): "the workers' --grace-s default",
 }
 
-#: Imports another helper's branch moves to `simrun.core.sizing`; they go at the merge.
-CLI_REACH_PENDING: Mapping[tuple[str, str], str] = {
-    ("simrun.cli.dryrun", "simrun.service.decisions"): "WorkerCapacity, queue_name → core.sizing",
-    ("simrun.cli.forecast", "simrun.service.decisions"): "WorkerCapacity, fits → core.sizing",
-    ("simrun.cli.remote", "simrun.service.decisions"): "WorkerCapacity → core.sizing",
-}
-
 
 def cli_reach(graph: Mapping[str, Iterable[str]], allowed: Set[tuple[str, str]]) -> list[str]:
     """The imports of simrun.service or simrun.worker modules by simrun.cli modules that
@@ -196,7 +189,7 @@ def cli_reach(graph: Mapping[str, Iterable[str]], allowed: Set[tuple[str, str]])
 def test_the_command_line_imports_only_the_entry_points_of_service_and_worker() -> None:
     """The command line reaches the service and the worker only through the entry points
     `CLI_REACH` lists; everything else comes from the lower layers."""
-    problems = cli_reach(source_graph(SIMRUN), {*CLI_REACH, *CLI_REACH_PENDING})
+    problems = cli_reach(source_graph(SIMRUN), set(CLI_REACH))
     assert not problems, "\n".join(problems)
 
 

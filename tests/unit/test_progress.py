@@ -256,8 +256,10 @@ def test_a_service_view_fills_every_summary_column_but_outputs():
     its peak, and the kills of each task, so its summary shows the columns of `simrun run`;
     only the outputs (a path on the service's side) stay out."""
     row = TaskRow(
-        "r1", "sweep", 0, "heat", {}, {}, (), None, None, True, False, "running", "", "cpu",
-        "heat/plate", {"memory_per_worker_gb": 0.5}, 24, 100.0, None,
+        run="r1", name="sweep", position=0, type="heat", settings={}, inputs={}, depends=(),
+        override=None, memory_override_gb=None, splittable=True, has_merge=False,
+        state="running", status="", queue="cpu", resource_key="heat/plate",
+        resources={"memory_per_worker_gb": 0.5}, units=24, started_s=100.0, finished_s=None,
         kills=3, requested_gb=0.75, peak_memory_gb=0.3,
     )  # fmt: skip
     runrow = RunRow("r1", None, "plate", "running", "", "doc", 99.0, 99.0, None)

@@ -19,8 +19,10 @@ RUN = RunRow("r1", "demo", "plate", "running", "", "doc", 1.0, 2.0, None)
 def task(name: str, state: str, units: int | None, spu: float | None, queue: str = "cpu"):
     resources = None if spu is None and units is None else {"seconds_per_unit": spu}
     return TaskRow(
-        "r1", name, 0, "heat", {}, {}, (), None, None, True, True, state, "", queue,  # type: ignore[arg-type]
-        "heat/plate", resources, units, None, None,
+        run="r1", name=name, position=0, type="heat", settings={}, inputs={}, depends=(),
+        override=None, memory_override_gb=None, splittable=True, has_merge=True,
+        state=state, status="", queue=queue, resource_key="heat/plate",  # type: ignore[arg-type]
+        resources=resources, units=units, started_s=None, finished_s=None,
     )  # fmt: skip
 
 
