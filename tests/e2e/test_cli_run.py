@@ -14,20 +14,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from tests.support.cli_harness import (
     WORK,
-    calls,
     clean_env,
     command_after,
-    done_units,
     processes_mentioning,
     run_id_in,
     simrun,
     start_simrun,
     write_work,
 )
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.units import calls, done_units
 
 pytestmark = pytest.mark.e2e
 

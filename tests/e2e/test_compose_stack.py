@@ -26,11 +26,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from simrun.local.machine import free_port
 from tests.composefile import compose, seconds, services
-from tests.conftest import free_port
+from tests.support import REPO
 from tests.support.cli_harness import clean_env, run_id_in, simrun_exe
-
-REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

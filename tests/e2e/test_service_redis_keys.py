@@ -20,15 +20,8 @@ from simrun.local.session import redis_prefix as local_prefix
 from simrun.queues import Keys
 from simrun.worker.container import KEEP_RESULT_S
 from tests.support.cli_harness import WORK, clean_env, simrun, write_work
-from tests.support.service_harness import (
-    Service,
-    calls,
-    service,
-    work_doc,
-    workers,
-)
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.service_harness import Service, service, work_doc, workers
+from tests.support.units import calls
 
 pytestmark = pytest.mark.e2e
 

@@ -22,15 +22,8 @@ from pathlib import Path
 import pytest
 
 from simrun.core.states import UnitRow
-from tests.support.service_harness import (
-    Service,
-    service,
-    start_worker,
-    stop_worker,
-)
+from tests.support.service_harness import Service, service, start_worker, stop_worker
 from tests.support.service_tasks import COUNT_LOG
-
-REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

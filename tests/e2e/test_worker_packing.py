@@ -13,14 +13,8 @@ from arq.connections import RedisSettings, create_pool
 
 from simrun.queues import JOB_FUNCTION, JobQueue, Keys
 from simrun.worker.capacity import detect_capacity
-from tests.support.harness import (
-    make_spec,
-    overlap,
-    run_burst,
-    unit_records,
-)
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.harness import make_spec, overlap, run_burst
+from tests.support.units import unit_records
 
 pytestmark = pytest.mark.e2e
 

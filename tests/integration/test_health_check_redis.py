@@ -18,6 +18,7 @@ from simrun.core.reports import WorkerInfo
 from simrun.queues import Keys
 from simrun.worker.health import BATCH, check
 from simrun.worker.heartbeat import Heartbeat
+from tests.support.heartbeats import worker_info
 
 pytestmark = pytest.mark.redis
 
@@ -26,20 +27,7 @@ HOST = socket.gethostname()
 
 def info(worker_id: str, host: str = HOST, age_s: float = 0.0) -> WorkerInfo:
     now = time.time()
-    return WorkerInfo(
-        id=worker_id,
-        queues=("cpu",),
-        memory_gb=8.0,
-        processes=2,
-        gpus=0,
-        free_memory_gb=8.0,
-        free_processes=2,
-        running=(),
-        host=host,
-        pid=os.getpid(),
-        started=now - 60,
-        updated=now - age_s,
-    )
+    return worker_info(worker_id, host=host, pid=os.getpid(), started=now - 60, updated=now - age_s)
 
 
 def health(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -18,6 +18,7 @@ from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.states import Limits, UnitRow, unit_after_outcome, unit_index
 from simrun.runstore import COMPONENT, MIGRATIONS, Applied, NewJob, NewRun, NewTask, RunStore
 from simrun.runstore.ingest import all_done, index_ranges, observed_peak_gb, split_reports
+from tests.support.examples import examples
 
 LIMITS = Limits(max_retries=1, max_kills=1)
 UNITS = 6
@@ -412,7 +413,7 @@ async def check_scenario(
         await store.close()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_a_batch_is_written_as_the_state_rules_say(
     scenario: tuple[list[tuple[str, int]], list[ReportEntry]],

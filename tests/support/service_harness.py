@@ -20,9 +20,9 @@ from typing import Any
 from simrun.runstore import RunRow
 from simrun.service.controller import Controller, ControllerSettings, load_types
 from simrun.workflow import check_workflow, parse_workflow
+from tests.support import REPO
 from tests.support.service_tasks import REFS
 
-REPO = Path(__file__).resolve().parents[2]
 TYPES = load_types(REFS)
 #: The heartbeat of the test workers: short, so that a killed worker is noticed quickly.
 HEARTBEAT_S = 0.2
@@ -174,19 +174,6 @@ def workers(redis_url: str, prefix: str, count: int = 1, **opts: Any):  # type: 
     finally:
         for proc in procs:
             stop_worker(proc)
-
-
-def calls(out: Path) -> dict[int, int]:
-    """How often each unit of a svc-work task was computed (from its call logs)."""
-    return {
-        int(p.stem.split("-")[1]): len(p.read_text().splitlines())
-        for p in sorted(out.glob("calls-*.log"))
-    }
-
-
-def unit_files(out: Path) -> dict[int, dict[str, Any]]:
-    """The result records of a svc-work task by index."""
-    return {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in out.glob("unit-*.json")}
 
 
 def work_doc(name: str = "work", **settings: Any) -> str:

@@ -15,6 +15,7 @@ from simrun.core.reports import ReportEntry, WorkerInfo, WorkerReport
 from simrun.core.wire import PayloadError, deserialize, image_queue, job_id, serialize
 from simrun.plugins import TaskPaths
 from simrun.queues import Keys
+from tests.support.heartbeats import worker_info
 
 
 def _spec(**changes: Any) -> JobSpec:
@@ -254,20 +255,10 @@ def test_bad_report_fields_are_named(change: dict[str, str], message: str) -> No
 
 def test_worker_info_round_trips_and_bad_text_is_refused() -> None:
     """A heartbeat is JSON that reads back to the same info; garbage is a PayloadError."""
-    info = WorkerInfo(
-        id="w1",
-        queues=("cpu", "image:x"),
-        memory_gb=8.0,
-        processes=4,
-        gpus=0,
-        free_memory_gb=6.5,
-        free_processes=3,
-        running=({"job_id": "r:t:0:1", "state": "running"},),
-        host="h",
-        pid=12,
-        started=1.0,
-        updated=2.0,
-    )
+    info = worker_info(
+        "w1", queues=("cpu", "image:x"), processes=4, free_memory_gb=6.5, free_processes=3,
+        running=({"job_id": "r:t:0:1", "state": "running"},), pid=12, started=1.0, updated=2.0,
+    )  # fmt: skip
     assert WorkerInfo.from_json(info.to_json()) == info
     with pytest.raises(PayloadError, match="heartbeat"):
         WorkerInfo.from_json("{")

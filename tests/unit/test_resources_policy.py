@@ -23,6 +23,7 @@ from simrun.resources import (
     percentile,
 )
 from simrun.workflow import ResourceOverride
+from tests.support.examples import examples
 
 HINT = ResourceHint(memory_base_gb=1.5, memory_per_worker_gb=3.0, scratch_gb=10.0, gpus=1)
 # Small, exact constants for the tables: window 4, margin 1.25, retry factor 2.
@@ -343,7 +344,7 @@ def as_history(items: list[tuple[bool, float]]) -> list[Observation]:
 
 
 @given(events, st.lists(memory, min_size=1, max_size=5), st.sampled_from([None, 0.5, 40.0]))
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_never_below_retry_factor_times_the_last_kill_until_a_success(
     before: list[tuple[bool, float]], kills: list[float], hint_gb: float | None
 ) -> None:
@@ -361,7 +362,7 @@ def test_never_below_retry_factor_times_the_last_kill_until_a_success(
     st.integers(1, 30),
     st.sampled_from(["nearest-rank", "linear"]),
 )
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_monotone_in_the_observations(
     items: list[tuple[bool, float, float]], window: int, method: str
 ) -> None:
