@@ -136,6 +136,15 @@ def test_a_failed_unit_is_named_and_replay_finishes_without_recomputing(tmp_path
     assert calls(out) == {0: 1, 1: 1, 2: 2, 3: 1, 4: 2, 5: 1}
 
 
+def wait_for_a_done_unit(proc: subprocess.Popen[str], store: Path, timeout_s: float = 60) -> None:
+    """Return once a unit of a run in ``store`` is done; ``proc`` must run meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while not list(store.glob("runs/*/work/out/unit-*.json")):
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, f"no unit was done within {timeout_s:g} s"
+        time.sleep(0.05)
+
+
 def test_ctrl_c_stops_cleanly_and_the_run_goes_on_with_resume(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT) stops the workers and the service, exits 130 with the command that
     goes on, leaves no process behind; `--resume` finishes the run without computing again
@@ -143,11 +152,7 @@ def test_ctrl_c_stops_cleanly_and_the_run_goes_on_with_resume(tmp_path: Path) ->
     write_work(tmp_path / "slow.yaml", units=8, seconds=0.3)
     proc = start_simrun("run", "slow.yaml", "--plugins", WORK, "--processes", "2", cwd=tmp_path)
     store = tmp_path / "simrun-store"
-    deadline = time.monotonic() + 60
-    while not list(store.glob("runs/*/work/out/unit-*.json")):
-        assert proc.poll() is None, proc.communicate()[0]
-        assert time.monotonic() < deadline, "no unit was done within 60 s"
-        time.sleep(0.05)
+    wait_for_a_done_unit(proc, store)
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, output
@@ -182,11 +187,7 @@ def test_a_killed_simrun_leaves_no_process_and_the_run_goes_on(tmp_path: Path) -
         cwd=tmp_path, env=clean_env(TMPDIR=str(temp)),
     )  # fmt: skip
     store = tmp_path / "simrun-store"
-    deadline = time.monotonic() + 60
-    while not list(store.glob("runs/*/work/out/unit-*.json")):
-        assert proc.poll() is None, proc.communicate()[0]
-        assert time.monotonic() < deadline, "no unit was done within 60 s"
-        time.sleep(0.05)
+    wait_for_a_done_unit(proc, store)
     assert [p.name.startswith("simrun-redis-") for p in temp.iterdir()] == [True]
     proc.kill()
     output, _ = proc.communicate(timeout=10)

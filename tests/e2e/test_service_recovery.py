@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from simrun.core.states import Limits, TaskCounts
+from simrun.core.states import TaskCounts
 from simrun.local.redis import PrivateRedis
 from simrun.service.controller import Controller
 from tests.support.service_harness import (
+    RETRY_ONCE,
     TYPES,
+    failing_work,
     service,
     settings,
     start_controller,
@@ -188,13 +190,9 @@ async def test_failed_units_replayed_without_recomputing_done_ones(
     the cause is gone a replay finishes the run, and units done before are not computed
     again."""
     store = tmp_path / "store"
-    flag = tmp_path / "broken"
-    flag.write_text("the cause of the failures")
-    doc = work_doc(units=6, fail_flag=str(flag), fail_indices=[2, 4])
+    flag, doc = failing_work(tmp_path, [2, 4])
     with workers(redis_url, redis_prefix):
-        async with service(
-            store, redis_url, redis_prefix, limits=Limits(max_retries=1, max_kills=2)
-        ) as svc:
+        async with service(store, redis_url, redis_prefix, limits=RETRY_ONCE) as svc:
             run_id = await svc.submit(doc)
             failed = await svc.wait(run_id, timeout_s=60)
             failures = await svc.controller.failures(run_id)

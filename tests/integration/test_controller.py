@@ -20,6 +20,7 @@ from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.states import Limits
 from simrun.queues import current_attempts
 from simrun.resources import ResourceKey
+from simrun.runstore import RunRow
 from simrun.service.controller import Controller, ControllerSettings, load_types
 from simrun.worker.heartbeat import Heartbeat
 from simrun.workflow import WorkflowError, check_workflow, load_workflow, parse_workflow
@@ -314,6 +315,19 @@ async def report(c: Controller, run_id: str, index: int, attempt: int, outcome: 
     await c.queue.redis.xadd(c.queue.keys.reports, fields)  # type: ignore[arg-type]
 
 
+async def fail_two_units(c: Controller) -> tuple[str, RunRow]:
+    """A run of two units whose first attempts both failed, once the controller took in
+    their reports: its id and its row."""
+    run_id = await submit_work(c, units=2)
+    await c.step()
+    for index in (0, 1):
+        await report(c, run_id, index, 1, "failed")
+    await c.step()
+    run = await c.store.run(run_id)
+    assert run is not None
+    return run_id, run
+
+
 async def test_count_units_failure_fails_task_and_run(work_controller: Controller):
     """A count_units that raises fails its task with the error as status, and the run with
     a message naming the task."""
@@ -332,13 +346,7 @@ async def test_count_units_failure_fails_task_and_run(work_controller: Controlle
 async def test_failed_units_fail_the_run_and_replay_with_memory(work_controller: Controller):
     """Units failing past the retry limit fail their task and the run, which lists them; a
     replay with a memory override dispatches them again with that memory and a new attempt."""
-    run_id = await submit_work(work_controller, units=2)
-    await work_controller.step()
-    for index in (0, 1):
-        await report(work_controller, run_id, index, 1, "failed")
-    await work_controller.step()
-    run = await work_controller.store.run(run_id)
-    assert run is not None
+    run_id, run = await fail_two_units(work_controller)
     assert (run.state, run.message) == ("failed", "2 units failed: work [0-1]")
     failures = await work_controller.failures(run_id)
     assert [(f.unit, f.error) for f in failures] == [(0, "Traceback: boom"), (1, "Traceback: boom")]
@@ -358,13 +366,7 @@ async def test_attempts_of_a_failed_run_go_and_a_replay_writes_them_again(
     it once they are gone, and a replay dispatches the failed units with a newer attempt,
     written again before their jobs are enqueued."""
     c = work_controller
-    run_id = await submit_work(c, units=2)
-    await c.step()
-    for index in (0, 1):
-        await report(c, run_id, index, 1, "failed")
-    await c.step()
-    run = await c.store.run(run_id)
-    assert run is not None
+    run_id, run = await fail_two_units(c)
     assert run.state == "failed"
     assert await c.forget_ended() == 0  # no worker ran them: the jobs are still queued
     await c.queue.drop_jobs("cpu", await c.queue.queued_job_ids("cpu"))

@@ -60,6 +60,21 @@ def simrun(
     )
 
 
+def run_module(
+    module: str, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m MODULE ARGS`` (this Python) to its end; output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def start_simrun(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """Start ``simrun ARGS`` in ``cwd``; stdout and stderr in one pipe."""
     return subprocess.Popen(

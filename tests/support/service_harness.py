@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from simrun.core.states import Limits
 from simrun.runstore import RunRow
 from simrun.service.controller import Controller, ControllerSettings, load_types
 from simrun.workflow import check_workflow, parse_workflow
@@ -27,6 +28,8 @@ TYPES = load_types(REFS)
 #: The heartbeat of the test workers: short, so that a killed worker is noticed quickly.
 HEARTBEAT_S = 0.2
 HEARTBEAT_TTL_S = 1.0
+#: Limits under which a failing unit is tried twice, then fails its run.
+RETRY_ONCE = Limits(max_retries=1, max_kills=2)
 
 
 def settings(store: Path, redis_url: str, prefix: str, **more: Any) -> ControllerSettings:
@@ -181,3 +184,11 @@ def work_doc(name: str = "work", **settings: Any) -> str:
     return json.dumps(
         {"name": name, "tasks": [{"name": "work", "type": "svc-work", "settings": settings}]}
     )
+
+
+def failing_work(directory: Path, fail_indices: list[int], units: int = 6) -> tuple[Path, str]:
+    """A flag file in ``directory`` and a one-task workflow of ``units`` svc-work units of
+    which those in ``fail_indices`` fail while the flag exists (delete it to fix them)."""
+    flag = directory / "broken"
+    flag.write_text("the cause of the failures")
+    return flag, work_doc(units=units, fail_flag=str(flag), fail_indices=fail_indices)
