@@ -28,6 +28,9 @@ from tests.support.cli_harness import (
 from tests.support.units import calls, done_units
 
 pytestmark = pytest.mark.e2e
+#: The tests of the module fixture `heat` (two runs of the demo), in one pytest-xdist worker
+#: (--dist loadgroup) so that it runs once.
+HEAT_GROUP = pytest.mark.xdist_group("cli-run-heat")
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ def heat(tmp_path_factory: pytest.TempPathFactory) -> HeatRuns:
     return HeatRuns(home, dry, store_after_dry, first)
 
 
+@HEAT_GROUP
 def test_dry_run_creates_nothing_and_prints_the_forecast(heat: HeatRuns) -> None:
     """--dry-run checks the workflow, counts the units, resolves the resources and prints
     the forecast on this machine's pool, and writes nothing: no store, no database."""
@@ -67,6 +71,7 @@ def test_dry_run_creates_nothing_and_prints_the_forecast(heat: HeatRuns) -> None
     assert "nothing was started, enqueued or written" in out
 
 
+@HEAT_GROUP
 def test_run_of_the_demo_succeeds_and_writes_its_outputs(heat: HeatRuns) -> None:
     """`simrun run examples/heat.yaml` in a fresh directory exits 0, writes every point of
     the sweep and the report into ./simrun-store, and ends with a summary of each task's
@@ -91,6 +96,7 @@ def test_run_of_the_demo_succeeds_and_writes_its_outputs(heat: HeatRuns) -> None
     assert processes_mentioning(str(heat.home / "simrun-store")) == []
 
 
+@HEAT_GROUP
 def test_second_run_shows_an_eta_learned_from_the_first(heat: HeatRuns) -> None:
     """After one run, the forecast of the same workflow uses what was learned: the seconds
     per unit and memory come from the store, and the ETA is a number."""

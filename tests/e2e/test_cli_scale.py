@@ -22,7 +22,9 @@ from simrun.local.machine import free_port
 from tests.support.cli_harness import WORK, Output, clean_env, start_simrun, stop_process
 from tests.support.redis_server import key_prefix
 
-pytestmark = pytest.mark.e2e
+#: The tests share one service (a module fixture): in one pytest-xdist worker (--dist
+#: loadgroup) it starts once.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("cli-scale")]
 
 TOKEN = "scale-token"
 UNITS = 40

@@ -27,7 +27,9 @@ from tests.support.cli_harness import (
 from tests.support.redis_server import key_prefix
 from tests.support.units import calls
 
-pytestmark = pytest.mark.e2e
+#: The tests share one service (a module fixture): in one pytest-xdist worker (--dist
+#: loadgroup) it starts once.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("cli-service")]
 
 
 @dataclass(frozen=True)
