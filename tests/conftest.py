@@ -1,99 +1,62 @@
-"""Shared fixtures. Tests are split by what they need: ``pure/`` (nothing), ``redis/`` (a
-real Redis server), ``e2e/`` (real service and worker processes).
+"""Shared fixtures and settings. Tests are split by what they need: ``unit/`` (nothing, no
+I/O), ``integration/`` (SQLite, a real Redis server, subprocesses), ``e2e/`` (real service
+and worker processes).
 
-The Redis server is one the tests start themselves (``redis-server`` from PATH, on a free
-port, in a temporary directory), so it may be flushed; ``SIMRUN_TEST_REDIS_URL`` points the
-tests at another server instead, which they then never flush: every test uses its own key
-prefix (`redis_prefix`).
+Redis: each test process (each pytest-xdist worker) starts one private ``redis-server``
+(`simrun.local.redis.PrivateRedis`) for its whole session; ``SIMRUN_TEST_REDIS_URL`` points
+the tests at another server instead, which they never flush. Either way every test uses its
+own key prefix (`redis_prefix`), so tests never see each other's keys. A test that flushes,
+stops or measures a server takes one of its own (`private_redis`).
+
+Hypothesis: the profile ``quick`` (the default) tries fewer examples than ``thorough``
+(CI, ``.ci/run``); ``SIMRUN_HYPOTHESIS_PROFILE`` chooses. The same tests run under both.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
-import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
+from simrun.local.redis import PrivateRedis
+from tests.support.redis_server import given_url, key_prefix, start_private_redis
 
-@dataclass(frozen=True)
-class RedisServer:
-    url: str
-    owned: bool  # True when the tests started it (and so may flush or restart it)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def start_redis_server(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """A private redis-server on a free loopback port; returns the process and its URL."""
-    exe = shutil.which("redis-server")
-    if exe is None:
-        pytest.fail(
-            "redis-server is not on PATH: install it (Debian: apt-get install redis-server)"
-        )
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            exe,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(directory),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as conn:
-                conn.sendall(b"PING\r\n")
-                if conn.recv(16).startswith(b"+PONG"):
-                    return proc, f"redis://127.0.0.1:{port}/0"
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    pytest.fail(f"redis-server did not answer on port {port} within 10 s")
+#: The environment variable that chooses the Hypothesis profile.
+PROFILE_ENV = "SIMRUN_HYPOTHESIS_PROFILE"
+#: Examples of a property under ``thorough``: Hypothesis's own default, what the tests always
+#: ran; a test that sets its own count scales it with `tests.support.examples.examples`.
+settings.register_profile("thorough", max_examples=100)
+#: A quarter of that for the edit-test loop.
+settings.register_profile("quick", max_examples=25)
+settings.load_profile(os.environ.get(PROFILE_ENV, "quick"))
 
 
 @pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A real Redis server for the whole test session."""
-    url = os.environ.get("SIMRUN_TEST_REDIS_URL")
+def redis_url() -> Iterator[str]:
+    """The URL of this test process's Redis server: the one ``SIMRUN_TEST_REDIS_URL`` gives
+    (never flushed), else a private one for the session."""
+    url = given_url()
     if url:
-        yield RedisServer(url=url, owned=False)
+        yield url
         return
-    proc, url = start_redis_server(tmp_path_factory.mktemp("redis"))
+    server = start_private_redis()
     try:
-        yield RedisServer(url=url, owned=True)
+        yield server.url
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        server.stop()
 
 
 @pytest.fixture
-def redis_url(redis_server: RedisServer) -> str:
-    return redis_server.url
+def private_redis() -> Iterator[PrivateRedis]:
+    """A ``redis-server`` of this test alone, which it may flush, stop or measure."""
+    server = start_private_redis()
+    yield server
+    server.stop()
 
 
 @pytest.fixture
 def redis_prefix() -> str:
     """A key prefix of this test alone, so tests never see each other's keys."""
-    return f"simrun-test-{uuid.uuid4().hex[:10]}"
+    return key_prefix()

@@ -14,22 +14,23 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from tests.support.cli_harness import (
     WORK,
-    calls,
     clean_env,
     command_after,
-    done_units,
     processes_mentioning,
     run_id_in,
     simrun,
     start_simrun,
     write_work,
 )
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.units import calls, done_units
 
 pytestmark = pytest.mark.e2e
+#: The tests of the module fixture `heat` (two runs of the demo), in one pytest-xdist worker
+#: (--dist loadgroup) so that it runs once.
+HEAT_GROUP = pytest.mark.xdist_group("cli-run-heat")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ def heat(tmp_path_factory: pytest.TempPathFactory) -> HeatRuns:
     return HeatRuns(home, dry, store_after_dry, first)
 
 
+@HEAT_GROUP
 def test_dry_run_creates_nothing_and_prints_the_forecast(heat: HeatRuns) -> None:
     """--dry-run checks the workflow, counts the units, resolves the resources and prints
     the forecast on this machine's pool, and writes nothing: no store, no database."""
@@ -69,6 +71,7 @@ def test_dry_run_creates_nothing_and_prints_the_forecast(heat: HeatRuns) -> None
     assert "nothing was started, enqueued or written" in out
 
 
+@HEAT_GROUP
 def test_run_of_the_demo_succeeds_and_writes_its_outputs(heat: HeatRuns) -> None:
     """`simrun run examples/heat.yaml` in a fresh directory exits 0, writes every point of
     the sweep and the report into ./simrun-store, and ends with a summary of each task's
@@ -93,6 +96,7 @@ def test_run_of_the_demo_succeeds_and_writes_its_outputs(heat: HeatRuns) -> None
     assert processes_mentioning(str(heat.home / "simrun-store")) == []
 
 
+@HEAT_GROUP
 def test_second_run_shows_an_eta_learned_from_the_first(heat: HeatRuns) -> None:
     """After one run, the forecast of the same workflow uses what was learned: the seconds
     per unit and memory come from the store, and the ETA is a number."""
@@ -138,6 +142,15 @@ def test_a_failed_unit_is_named_and_replay_finishes_without_recomputing(tmp_path
     assert calls(out) == {0: 1, 1: 1, 2: 2, 3: 1, 4: 2, 5: 1}
 
 
+def wait_for_a_done_unit(proc: subprocess.Popen[str], store: Path, timeout_s: float = 60) -> None:
+    """Return once a unit of a run in ``store`` is done; ``proc`` must run meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while not list(store.glob("runs/*/work/out/unit-*.json")):
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, f"no unit was done within {timeout_s:g} s"
+        time.sleep(0.05)
+
+
 def test_ctrl_c_stops_cleanly_and_the_run_goes_on_with_resume(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT) stops the workers and the service, exits 130 with the command that
     goes on, leaves no process behind; `--resume` finishes the run without computing again
@@ -145,11 +158,7 @@ def test_ctrl_c_stops_cleanly_and_the_run_goes_on_with_resume(tmp_path: Path) ->
     write_work(tmp_path / "slow.yaml", units=8, seconds=0.3)
     proc = start_simrun("run", "slow.yaml", "--plugins", WORK, "--processes", "2", cwd=tmp_path)
     store = tmp_path / "simrun-store"
-    deadline = time.monotonic() + 60
-    while not list(store.glob("runs/*/work/out/unit-*.json")):
-        assert proc.poll() is None, proc.communicate()[0]
-        assert time.monotonic() < deadline, "no unit was done within 60 s"
-        time.sleep(0.05)
+    wait_for_a_done_unit(proc, store)
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, output
@@ -184,11 +193,7 @@ def test_a_killed_simrun_leaves_no_process_and_the_run_goes_on(tmp_path: Path) -
         cwd=tmp_path, env=clean_env(TMPDIR=str(temp)),
     )  # fmt: skip
     store = tmp_path / "simrun-store"
-    deadline = time.monotonic() + 60
-    while not list(store.glob("runs/*/work/out/unit-*.json")):
-        assert proc.poll() is None, proc.communicate()[0]
-        assert time.monotonic() < deadline, "no unit was done within 60 s"
-        time.sleep(0.05)
+    wait_for_a_done_unit(proc, store)
     assert [p.name.startswith("simrun-redis-") for p in temp.iterdir()] == [True]
     proc.kill()
     output, _ = proc.communicate(timeout=10)

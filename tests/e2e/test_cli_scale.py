@@ -14,20 +14,17 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.cli_harness import (
-    WORK,
-    clean_env,
-    free_port,
-    start_simrun,
-    stop_process,
-)
+from simrun.local.machine import free_port
+from tests.support.cli_harness import WORK, Output, clean_env, start_simrun, stop_process
+from tests.support.redis_server import key_prefix
 
-pytestmark = pytest.mark.e2e
+#: The tests share one service (a module fixture): in one pytest-xdist worker (--dist
+#: loadgroup) it starts once.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("cli-scale")]
 
 TOKEN = "scale-token"
 UNITS = 40
@@ -64,15 +61,15 @@ class Service:
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory, redis_server: Any) -> Iterator[Service]:
+def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Service]:
     """`simrun service` with a token and a run of 40 units submitted, once its backlog
     shows them."""
     home = tmp_path_factory.mktemp("scale")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     svc = start_simrun(
-        "service", "--port", str(port), "--redis-url", redis_server.url,
-        "--prefix", f"simrun-scale-{time.time_ns()}", "--store", str(home / "store"),
+        "service", "--port", str(port), "--redis-url", redis_url,
+        "--prefix", key_prefix("scale"), "--store", str(home / "store"),
         "--plugins", WORK,
         cwd=home, env=clean_env(SIMRUN_TOKEN=TOKEN),
     )  # fmt: skip
@@ -196,10 +193,13 @@ def test_watch_repeats_until_interrupted(service: Service) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
+    output = Output(proc)
     try:
-        time.sleep(2.5)
+        output.wait_for(lambda text: text.count("desired") >= 2)
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        stdout = output.text()
+        stderr = proc.stderr.read() if proc.stderr else ""
     finally:
         stop_process(proc)
     assert proc.returncode == 0, stdout + stderr

@@ -10,24 +10,26 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
+from simrun.local.machine import free_port
 from tests.support.cli_harness import (
     WORK,
-    calls,
     command_after,
-    free_port,
     run_id_in,
     simrun,
     start_simrun,
     stop_process,
     write_work,
 )
+from tests.support.redis_server import key_prefix
+from tests.support.units import calls
 
-pytestmark = pytest.mark.e2e
+#: The tests share one service (a module fixture): in one pytest-xdist worker (--dist
+#: loadgroup) it starts once.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("cli-service")]
 
 
 @dataclass(frozen=True)
@@ -45,13 +47,13 @@ class Service:
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory, redis_server: Any) -> Iterator[Service]:
+def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Service]:
     """`simrun service` and one `simrun worker` (2 processes) on a prefix of their own, and
     a first run of 4 units submitted with --wait (what the service learns from)."""
-    url_redis = redis_server.url
+    url_redis = redis_url
     home = tmp_path_factory.mktemp("client")
     store = home / "store"
-    prefix = f"simrun-cli-{time.time_ns()}"
+    prefix = key_prefix("cli")
     port = free_port()
     common = ["--redis-url", url_redis, "--prefix", prefix, "--store", str(store)]
     svc = start_simrun(

@@ -26,11 +26,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from simrun.local.machine import free_port
 from tests.composefile import compose, seconds, services
-from tests.conftest import free_port
-from tests.support.cli_harness import clean_env, run_id_in, simrun_exe
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+from tests.support.cli_harness import clean_env, run_id_in, start_simrun
 
 pytestmark = pytest.mark.e2e
 
@@ -133,13 +132,8 @@ def test_compose_service_and_worker_run_the_readme_submit(
         _replace(service_spec["command"], "--host", "127.0.0.1"), "--port", str(port)
     )
     # The image's entry point without tini (PID 1's signal forwarding, not simrun's).
-    service = subprocess.Popen(
-        [simrun_exe(), "service", *command, "--prefix", redis_prefix],
-        cwd=tmp_path,
-        env=service_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    service = start_simrun(
+        "service", *command, "--prefix", redis_prefix, cwd=tmp_path, env=service_env
     )
     stack_processes.append(service)
 
@@ -168,13 +162,8 @@ def test_compose_service_and_worker_run_the_readme_submit(
     worker_spec = doc["worker-cpu"]
     assert set(worker_spec["environment"]) == {"REDIS_URL", "SIMRUN_STORE"}
     worker_env = _environment(worker_spec, redis_url, store)
-    worker = subprocess.Popen(
-        [simrun_exe(), "worker", *worker_spec["command"], "--prefix", redis_prefix],
-        cwd=tmp_path,
-        env=worker_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    worker = start_simrun(
+        "worker", *worker_spec["command"], "--prefix", redis_prefix, cwd=tmp_path, env=worker_env
     )
     stack_processes.append(worker)
     deadline = time.monotonic() + 30
@@ -184,13 +173,8 @@ def test_compose_service_and_worker_run_the_readme_submit(
         time.sleep(0.1)
 
     client_env = clean_env(SIMRUN_TOKEN=service_env["SIMRUN_TOKEN"])
-    submit = subprocess.Popen(
-        [simrun_exe(), "submit", "examples/heat.yaml", "--url", url, "--wait"],
-        cwd=REPO,
-        env=client_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    submit = start_simrun(
+        "submit", "examples/heat.yaml", "--url", url, "--wait", cwd=REPO, env=client_env
     )
     stack_processes.append(submit)
     check = _health(worker_spec, worker_env, redis_prefix)

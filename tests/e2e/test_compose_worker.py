@@ -16,9 +16,8 @@ import pytest
 
 from simrun.queues import JobQueue
 from tests.composefile import compose, seconds, services
+from tests.support import REPO
 from tests.support.harness import all_reports, make_spec
-
-REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

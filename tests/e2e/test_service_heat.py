@@ -11,9 +11,8 @@ import pytest
 
 from simrun.examples import heat
 from simrun.examples.plate import build_grid, load_plate
+from tests.support import REPO
 from tests.support.service_harness import service, workers
-
-REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

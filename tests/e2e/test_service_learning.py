@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from simrun.resources import RETRY_FACTOR, ResourceKey
-from tests.support.service_harness import calls, service, work_doc, workers
+from tests.support.service_harness import service, work_doc, workers
 from tests.support.service_tasks import WORK
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.units import calls
 
 pytestmark = pytest.mark.e2e
 

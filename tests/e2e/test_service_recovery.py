@@ -16,24 +16,23 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from simrun.core.states import Limits, TaskCounts
+from simrun.core.states import TaskCounts
+from simrun.local.redis import PrivateRedis
 from simrun.service.controller import Controller
-from tests.conftest import start_redis_server
 from tests.support.service_harness import (
+    RETRY_ONCE,
     TYPES,
-    calls,
+    failing_work,
     service,
     settings,
     start_controller,
     start_worker,
     stop_worker,
     submit,
-    unit_files,
     work_doc,
     workers,
 )
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.units import calls, unit_records
 
 pytestmark = pytest.mark.e2e
 
@@ -71,7 +70,7 @@ async def test_killed_worker_units_finish_elsewhere(
     assert moved, "no unit of the killed worker was dispatched again"
     assert all(u.worker == "survivor" for u in moved)
     out = store / "runs" / run_id / "work" / "out"
-    assert sorted(unit_files(out)) == list(range(24))
+    assert sorted(unit_records(out)) == list(range(24))
     assert left == [], "the killed worker's jobs were left in arq's queue"
 
 
@@ -158,29 +157,27 @@ async def test_killed_controller_restarts_and_finishes(
     assert [u.index for u in units if u.state == "done" and u.kind == "chunk"] == list(range(30))
 
 
-async def test_redis_data_loss_is_rebuilt_from_sqlite(tmp_path: Path, redis_prefix: str) -> None:
+async def test_redis_data_loss_is_rebuilt_from_sqlite(
+    tmp_path: Path, private_redis: PrivateRedis, redis_prefix: str
+) -> None:
     """Redis flushed mid-run (a private server): the controller finds the lost jobs, puts
     them back in the queue, and the run succeeds with every unit done."""
-    proc, url = start_redis_server(tmp_path)
+    url = private_redis.url
     store = tmp_path / "store"
-    try:
-        with workers(url, redis_prefix, count=1, processes=2):
-            async with service(store, url, redis_prefix) as svc:
-                run_id = await svc.submit(work_doc(units=40, seconds=0.1))
+    with workers(url, redis_prefix, count=1, processes=2):
+        async with service(store, url, redis_prefix) as svc:
+            run_id = await svc.submit(work_doc(units=40, seconds=0.1))
 
-                async def some_done() -> bool:
-                    counts = await svc.controller.store.counts(run_id)
-                    return "work" in counts and counts["work"].done >= 6
+            async def some_done() -> bool:
+                counts = await svc.controller.store.counts(run_id)
+                return "work" in counts and counts["work"].done >= 6
 
-                await svc.until(some_done)
-                client = aioredis.Redis.from_url(url)
-                await client.flushall()
-                await client.aclose()
-                run = await svc.wait(run_id, timeout_s=90)
-                units = await svc.controller.store.units(run_id, "work")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+            await svc.until(some_done)
+            client = aioredis.Redis.from_url(url)
+            await client.flushall()
+            await client.aclose()
+            run = await svc.wait(run_id, timeout_s=90)
+            units = await svc.controller.store.units(run_id, "work")
     assert run.state == "succeeded", run.message
     assert [u.index for u in units if u.state == "done" and u.kind == "chunk"] == list(range(40))
     assert any(u.attempt > 1 for u in units), "no job was dispatched again after the flush"
@@ -193,13 +190,9 @@ async def test_failed_units_replayed_without_recomputing_done_ones(
     the cause is gone a replay finishes the run, and units done before are not computed
     again."""
     store = tmp_path / "store"
-    flag = tmp_path / "broken"
-    flag.write_text("the cause of the failures")
-    doc = work_doc(units=6, fail_flag=str(flag), fail_indices=[2, 4])
+    flag, doc = failing_work(tmp_path, [2, 4])
     with workers(redis_url, redis_prefix):
-        async with service(
-            store, redis_url, redis_prefix, limits=Limits(max_retries=1, max_kills=2)
-        ) as svc:
+        async with service(store, redis_url, redis_prefix, limits=RETRY_ONCE) as svc:
             run_id = await svc.submit(doc)
             failed = await svc.wait(run_id, timeout_s=60)
             failures = await svc.controller.failures(run_id)
@@ -232,5 +225,5 @@ async def test_gpu_task_runs_on_the_gpu_worker(
     assert run.state == "succeeded", run.message
     assert view is not None
     assert view.tasks[0].queue == "gpu"
-    records = unit_files(store / "runs" / run_id / "work" / "out")
+    records = unit_records(store / "runs" / run_id / "work" / "out")
     assert {r["cuda_visible_devices"] for r in records.values()} == {"GPU-fake-3"}

@@ -15,20 +15,19 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from simrun.core.states import Limits
 from simrun.local.session import redis_prefix as local_prefix
 from simrun.queues import Keys
 from simrun.worker.container import KEEP_RESULT_S
 from tests.support.cli_harness import WORK, clean_env, simrun, write_work
 from tests.support.service_harness import (
+    RETRY_ONCE,
     Service,
-    calls,
+    failing_work,
     service,
     work_doc,
     workers,
 )
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.units import calls
 
 pytestmark = pytest.mark.e2e
 
@@ -79,13 +78,9 @@ async def test_a_failed_run_leaves_no_attempts_and_its_replay_still_works(
     its failed units with new attempts and finishes the run without computing done units
     again, after which the same holds."""
     store = tmp_path / "store"
-    flag = tmp_path / "broken"
-    flag.write_text("the cause of the failures")
-    doc = work_doc(units=6, fail_flag=str(flag), fail_indices=[2])
+    flag, doc = failing_work(tmp_path, [2])
     with workers(redis_url, redis_prefix):
-        async with service(
-            store, redis_url, redis_prefix, limits=Limits(max_retries=1, max_kills=2)
-        ) as svc:
+        async with service(store, redis_url, redis_prefix, limits=RETRY_ONCE) as svc:
             run_id = await svc.submit(doc)
             failed = await svc.wait(run_id, timeout_s=60)
             await no_attempts_left(svc, run_id)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -13,8 +12,6 @@ from click.testing import CliRunner
 from simrun.cli.worker import worker
 from simrun.queues import JobQueue
 from tests.support.harness import start_worker_process
-
-REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

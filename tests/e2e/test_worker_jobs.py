@@ -13,15 +13,9 @@ from simrun.examples import heat
 from simrun.examples.plate import build_grid, load_plate
 from simrun.queues import JobQueue, Keys, set_current_attempts
 from simrun.worker.container import WorkerContainer
-from tests.support.harness import (
-    all_reports,
-    make_spec,
-    options,
-    run_burst,
-    unit_records,
-)
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+from tests.support.harness import all_reports, make_spec, options, run_burst
+from tests.support.units import unit_records
 
 pytestmark = pytest.mark.e2e
 

@@ -7,22 +7,32 @@ import logging
 import os
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 from arq.connections import RedisSettings, create_pool
 
 from simrun.queues import JOB_FUNCTION, JobQueue, Keys
 from simrun.worker.capacity import detect_capacity
-from tests.support.harness import (
-    make_spec,
-    overlap,
-    run_burst,
-    unit_records,
-)
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.harness import make_spec, overlap, run_burst
+from tests.support.units import unit_records
 
 pytestmark = pytest.mark.e2e
+
+
+async def two_jobs(
+    redis_url: str, prefix: str, store: Path, name: str, memory_gb: float
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two jobs of one 0.6 s unit and ``memory_gb`` each, run by a 1 GiB container of two
+    processes: the records of their units (both must be done)."""
+    specs = [
+        make_spec(store, f"{name}{i}", "test-sleep", [0], {"seconds": 0.6}, memory_gb=memory_gb)
+        for i in range(2)
+    ]
+    _, reports = await run_burst(redis_url, prefix, specs, memory_gb=1.0, processes=2)
+    assert all(reports[s.job_id].outcomes == {0: "done"} for s in specs)
+    first, second = (unit_records(s.paths.task_paths().out)[0] for s in specs)
+    return first, second
 
 
 async def test_jobs_that_do_not_fit_together_run_one_after_the_other(
@@ -30,22 +40,10 @@ async def test_jobs_that_do_not_fit_together_run_one_after_the_other(
 ) -> None:
     """In a 1 GiB container with two processes, two jobs of 0.7 GiB each never run at the
     same time, while two jobs of 0.4 GiB each do."""
-    big = [
-        make_spec(tmp_path, f"big{i}", "test-sleep", [0], {"seconds": 0.6}, memory_gb=0.7)
-        for i in range(2)
-    ]
-    _, reports = await run_burst(redis_url, redis_prefix, big, memory_gb=1.0, processes=2)
-    assert all(reports[s.job_id].outcomes == {0: "done"} for s in big)
-    first, second = (unit_records(s.paths.task_paths().out)[0] for s in big)
+    first, second = await two_jobs(redis_url, redis_prefix, tmp_path, "big", memory_gb=0.7)
     assert not overlap(first, second)
 
-    small = [
-        make_spec(tmp_path, f"small{i}", "test-sleep", [0], {"seconds": 0.6}, memory_gb=0.4)
-        for i in range(2)
-    ]
-    _, reports = await run_burst(redis_url, redis_prefix, small, memory_gb=1.0, processes=2)
-    assert all(reports[s.job_id].outcomes == {0: "done"} for s in small)
-    first, second = (unit_records(s.paths.task_paths().out)[0] for s in small)
+    first, second = await two_jobs(redis_url, redis_prefix, tmp_path, "small", memory_gb=0.4)
     assert overlap(first, second)
     assert first["pid"] != second["pid"]
 

@@ -19,9 +19,8 @@ from simrun.worker.pool.processes import (
     WorkerProcess,
 )
 from simrun.worker.pool.runner import RunResult, run_chunk
+from tests.support import REPO
 from tests.support.harness import PLUGINS, make_spec, run_burst
-
-REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

@@ -13,14 +13,8 @@ import pytest
 
 from simrun.core.reports import WorkerInfo
 from simrun.queues import JobQueue
-from tests.support.harness import (
-    all_reports,
-    make_spec,
-    start_worker_process,
-    unit_records,
-)
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.harness import all_reports, make_spec, start_worker_process
+from tests.support.units import unit_records
 
 pytestmark = pytest.mark.e2e
 

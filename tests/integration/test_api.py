@@ -7,15 +7,13 @@ these tests check what the API says, not that units compute (tests/e2e does that
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 
 import httpx
 import pytest
 
 from simrun.service.api import create_app
 from simrun.service.controller import Controller
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
 
 pytestmark = pytest.mark.redis
 

@@ -20,28 +20,32 @@ import pytest
 from arq.constants import in_progress_key_prefix
 
 from simrun.core.clock import ManualClock
-from simrun.core.reports import ReportEntry, RunningJob, WorkerInfo, WorkerReport
+from simrun.core.reports import ReportEntry, RunningJob, WorkerReport
 from simrun.core.states import Limits
 from simrun.plugins import load_types
 from simrun.queues import current_attempts
 from simrun.resources import ResourceKey
+from simrun.runstore import RunRow
 from simrun.service.controller import Controller, ControllerSettings
 from simrun.worker.heartbeat import Heartbeat
 from simrun.workflow import WorkflowError, check_workflow, load_workflow, parse_workflow
+from tests.support import REPO
+from tests.support.heartbeats import worker_info
 from tests.support.service_tasks import REFS
 
 pytestmark = pytest.mark.redis
-
-REPO = Path(__file__).resolve().parents[2]
 
 HEAT = REPO / "examples" / "heat.yaml"
 TYPES = load_types()
 
 
 @pytest.fixture
-async def controller(
+async def heat_controller(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> AsyncIterator[Controller]:
+    """A controller of the installed (example) types with a window of 10 jobs, on a fresh
+    store; its loop is not running (tests step it). Not the `controller` of conftest.py,
+    which has the service's test types and settings."""
     settings = ControllerSettings(
         store=tmp_path / "store", redis_url=redis_url, prefix=redis_prefix, window_jobs=10
     )
@@ -63,23 +67,23 @@ async def submit_heat(c: Controller, text: str | None = None) -> str:
 
 
 async def beat(c: Controller, worker_id: str, memory_gb: float, queues=("cpu",), processes=2):
-    info = WorkerInfo(
-        id=worker_id, queues=tuple(queues), memory_gb=memory_gb, processes=processes, gpus=0,
-        free_memory_gb=memory_gb, free_processes=processes, running=(), host="h", pid=1,
-        started=time.time(), updated=time.time(),
+    now = time.time()
+    info = worker_info(
+        worker_id, queues=tuple(queues), memory_gb=memory_gb, processes=processes,
+        started=now, updated=now,
     )  # fmt: skip
     await Heartbeat(c.queue.redis, c.queue.keys, lambda: info, interval_s=1, ttl_s=30).beat()
 
 
-async def test_dispatch_one_unit_per_job_within_the_window(controller: Controller):
+async def test_dispatch_one_unit_per_job_within_the_window(heat_controller: Controller):
     """With nothing learned, each job carries one unit; at most window_jobs are in Redis,
     the rest stay pending; each unit's current attempt is written before its job."""
-    run_id = await submit_heat(controller)
-    assert await controller.step()
-    queued = await controller.queue.queued_job_ids("cpu")
+    run_id = await submit_heat(heat_controller)
+    assert await heat_controller.step()
+    queued = await heat_controller.queue.queued_job_ids("cpu")
     assert len(queued) == 10
     assert all(q.startswith(f"{run_id}:sweep:") and q.endswith(":1") for q in queued)
-    view = await controller.run(run_id)
+    view = await heat_controller.run(run_id)
     assert view is not None
     sweep = view.tasks[0]
     assert (sweep.state, sweep.units, sweep.counts["queued"], sweep.counts["pending"]) == (
@@ -88,67 +92,67 @@ async def test_dispatch_one_unit_per_job_within_the_window(controller: Controlle
     assert sweep.resources is not None
     assert sweep.resources["memory_per_worker_gb"] == 1.0  # the heat type's hint
     attempts = await current_attempts(
-        controller.queue.redis, controller.queue.keys, run_id, "sweep", list(range(24))
+        heat_controller.queue.redis, heat_controller.queue.keys, run_id, "sweep", list(range(24))
     )
     assert attempts == dict.fromkeys(range(10), 1)
-    await controller.step()  # the window is full: nothing more goes out
-    assert len(await controller.queue.queued_job_ids("cpu")) == 10
+    await heat_controller.step()  # the window is full: nothing more goes out
+    assert len(await heat_controller.queue.queued_job_ids("cpu")) == 10
     # the copy of the source is in the run's directory
-    copy = controller.settings.store / "runs" / run_id / "sources" / "plate" / "plate.json"
+    copy = heat_controller.settings.store / "runs" / run_id / "sources" / "plate" / "plate.json"
     assert copy.read_bytes() == (REPO / "examples" / "plate.json").read_bytes()
 
 
-async def test_request_no_worker_fits_blocks_the_task(controller: Controller):
+async def test_request_no_worker_fits_blocks_the_task(heat_controller: Controller):
     """A request larger than every live worker of its queue blocks the task with a status
     naming both; a big enough worker appearing lifts it and the units go out."""
     text = HEAT.read_text().replace(
         "    inputs:\n      plate:",
         "    resources: {memory_per_worker_gb: 40}\n    inputs:\n      plate:",
     )
-    await beat(controller, "small", 16.0)
-    run_id = await submit_heat(controller, text)
-    await controller.step()
-    view = await controller.run(run_id)
+    await beat(heat_controller, "small", 16.0)
+    run_id = await submit_heat(heat_controller, text)
+    await heat_controller.step()
+    view = await heat_controller.run(run_id)
     assert view is not None
     assert (view.tasks[0].state, view.tasks[0].status) == (
         "blocked",
         "needs 40 GiB per process; the largest cpu worker has 16 GiB",
     )
-    assert await controller.queue.queued_job_ids("cpu") == []
-    await beat(controller, "big", 64.0)
-    await controller.step()
-    view = await controller.run(run_id)
+    assert await heat_controller.queue.queued_job_ids("cpu") == []
+    await beat(heat_controller, "big", 64.0)
+    await heat_controller.step()
+    view = await heat_controller.run(run_id)
     assert view is not None
     assert (view.tasks[0].state, view.tasks[0].status) == ("running", "")
-    assert len(await controller.queue.queued_job_ids("cpu")) == 10
+    assert len(await heat_controller.queue.queued_job_ids("cpu")) == 10
 
 
-async def test_jobs_lost_from_redis_are_dispatched_again(controller: Controller):
+async def test_jobs_lost_from_redis_are_dispatched_again(heat_controller: Controller):
     """Jobs in flight that Redis no longer holds (its data lost) are found on reconcile and
     go out again with a newer attempt; nothing is dispatched twice."""
-    run_id = await submit_heat(controller)
-    await controller.step()
-    redis, keys = controller.queue.redis, controller.queue.keys
-    lost = await controller.queue.queued_job_ids("cpu")
+    run_id = await submit_heat(heat_controller)
+    await heat_controller.step()
+    redis, keys = heat_controller.queue.redis, heat_controller.queue.keys
+    lost = await heat_controller.queue.queued_job_ids("cpu")
     await redis.delete(keys.queue("cpu"), *[f"arq:job:{keys.arq_job_id(j)}" for j in lost])
-    clock(controller).advance(controller.settings.reconcile_s)  # reconciling is due again
-    await controller.step()
-    again = await controller.queue.queued_job_ids("cpu")
+    clock(heat_controller).advance(heat_controller.settings.reconcile_s)  # reconciling is due again
+    await heat_controller.step()
+    again = await heat_controller.queue.queued_job_ids("cpu")
     assert len(again) == 10
     assert sorted(j.rsplit(":", 1)[0] for j in again) == sorted(j.rsplit(":", 1)[0] for j in lost)
     assert {j.rsplit(":", 1)[1] for j in again} == {"2"}
-    units = await controller.store.units(run_id, "sweep", states=["queued"])
+    units = await heat_controller.store.units(run_id, "sweep", states=["queued"])
     assert len(units) == 10
     assert {u.attempt for u in units} == {2}
 
 
-async def test_stale_and_repeated_reports_change_nothing(controller: Controller):
+async def test_stale_and_repeated_reports_change_nothing(heat_controller: Controller):
     """A report of an older attempt (other than done) and a report read again leave the
     units as they are; a done report counts once and lets the rest of the units out."""
-    run_id = await submit_heat(controller)
-    await controller.step()
-    redis, keys = controller.queue.redis, controller.queue.keys
-    (first,) = [j for j in await controller.queue.queued_job_ids("cpu") if ":sweep:0:" in j]
+    run_id = await submit_heat(heat_controller)
+    await heat_controller.step()
+    redis, keys = heat_controller.queue.redis, heat_controller.queue.keys
+    (first,) = [j for j in await heat_controller.queue.queued_job_ids("cpu") if ":sweep:0:" in j]
 
     def report(attempt: int, outcome: str) -> dict[str, str]:
         return ReportEntry(
@@ -160,34 +164,34 @@ async def test_stale_and_repeated_reports_change_nothing(controller: Controller)
         ).to_fields()  # fmt: skip
 
     await redis.xadd(keys.reports, report(7, "failed"))  # type: ignore[arg-type]
-    await controller.step()
-    (unit0,) = [u for u in await controller.store.units(run_id, "sweep") if u.index == 0]
+    await heat_controller.step()
+    (unit0,) = [u for u in await heat_controller.store.units(run_id, "sweep") if u.index == 0]
     assert (unit0.state, unit0.errors) == ("queued", 0)
     await redis.xadd(keys.reports, report(1, "done"))  # type: ignore[arg-type]
     await redis.xadd(keys.reports, report(1, "failed"))  # type: ignore[arg-type]
-    await controller.step()
-    (unit0,) = [u for u in await controller.store.units(run_id, "sweep") if u.index == 0]
+    await heat_controller.step()
+    (unit0,) = [u for u in await heat_controller.store.units(run_id, "sweep") if u.index == 0]
     assert (unit0.state, unit0.errors) == ("done", 0)
-    history = await controller.resources.history(ResourceKey("heat", "plate", "64"))
+    history = await heat_controller.resources.history(ResourceKey("heat", "plate", "64"))
     assert len(history) == 1  # the job was measured once
     assert first.endswith(":1")
 
 
-async def test_cancel_marks_units_stale(controller: Controller):
+async def test_cancel_marks_units_stale(heat_controller: Controller):
     """Cancelling a run ends it, dispatches nothing more, and raises the current attempt of
     its queued units so that workers skip them."""
-    run_id = await submit_heat(controller)
-    await controller.step()
-    assert await controller.cancel(run_id) == 10
-    run = await controller.store.run(run_id)
+    run_id = await submit_heat(heat_controller)
+    await heat_controller.step()
+    assert await heat_controller.cancel(run_id) == 10
+    run = await heat_controller.store.run(run_id)
     assert run is not None
     assert run.state == "cancelled"
     attempts = await current_attempts(
-        controller.queue.redis, controller.queue.keys, run_id, "sweep", list(range(24))
+        heat_controller.queue.redis, heat_controller.queue.keys, run_id, "sweep", list(range(24))
     )
     assert attempts == dict.fromkeys(range(10), 2)
-    await controller.step()
-    assert await controller.store.jobs() == []
+    await heat_controller.step()
+    assert await heat_controller.store.jobs() == []
 
 
 def _running(job_id: str) -> RunningJob:
@@ -206,11 +210,13 @@ async def attempts_keys(c: Controller, run_id: str) -> list[str]:
     return sorted(k for k in found if keys.split_attempts(k)[0] == run_id)
 
 
-async def test_attempts_of_a_cancelled_run_stay_until_its_jobs_are_gone(controller: Controller):
+async def test_attempts_of_a_cancelled_run_stay_until_its_jobs_are_gone(
+    heat_controller: Controller,
+):
     """A cancelled run's attempts hash stays while a job of it waits in a queue or a live
     worker lists one (workers need the raised attempts to skip them), and is deleted once
     no job of it is left in Redis."""
-    c = controller
+    c = heat_controller
     run_id = await submit_heat(c)
     await c.step()
     await c.cancel(run_id)
@@ -221,11 +227,11 @@ async def test_attempts_of_a_cancelled_run_stay_until_its_jobs_are_gone(controll
     assert len(queued) == 10
     # A worker took the last job: out of the queue for this test, listed by its heartbeat.
     await c.queue.drop_jobs("cpu", queued)
-    info = WorkerInfo(
-        id="w1", queues=("cpu",), memory_gb=4.0, processes=2, gpus=0, free_memory_gb=4.0,
-        free_processes=1, running=(_running(queued[-1]),), host="h",
-        pid=1, started=time.time(), updated=time.time(),
-    )  # fmt: skip
+    running = (_running(queued[-1]),)
+    now = time.time()
+    info = worker_info(
+        "w1", memory_gb=4.0, free_processes=1, running=running, started=now, updated=now
+    )
     await Heartbeat(c.queue.redis, c.queue.keys, lambda: info, interval_s=1, ttl_s=30).beat()
     assert await c.forget_ended() == 0
     assert await attempts_keys(c, run_id) == [c.queue.keys.attempts(run_id, "sweep")]
@@ -270,28 +276,30 @@ async def test_attempts_left_by_an_earlier_service_are_found_at_start(
         await second.close()
 
 
-async def test_gpu_task_goes_to_the_gpu_queue(controller: Controller):
+async def test_gpu_task_goes_to_the_gpu_queue(heat_controller: Controller):
     """A task that needs a GPU is dispatched to the gpu queue, not the cpu one."""
     text = HEAT.read_text().replace(
         "    inputs:\n      plate:", "    resources: {gpus: 1}\n    inputs:\n      plate:"
     )
-    run_id = await submit_heat(controller, text)
-    await controller.step()
-    assert len(await controller.queue.queued_job_ids("gpu")) == 10
-    assert await controller.queue.queued_job_ids("cpu") == []
-    view = await controller.run(run_id)
+    run_id = await submit_heat(heat_controller, text)
+    await heat_controller.step()
+    assert len(await heat_controller.queue.queued_job_ids("gpu")) == 10
+    assert await heat_controller.queue.queued_job_ids("cpu") == []
+    view = await heat_controller.run(run_id)
     assert view is not None
     assert view.tasks[0].queue == "gpu"
 
 
-async def test_submit_with_a_missing_source_creates_nothing(controller: Controller, tmp_path: Path):
+async def test_submit_with_a_missing_source_creates_nothing(
+    heat_controller: Controller, tmp_path: Path
+):
     """A document whose source is missing is refused naming it, and no run or directory is
     left behind."""
     doc = load_workflow(HEAT)
     with pytest.raises(WorkflowError, match=r"sources\.plate: file not found"):
-        await controller.submit(doc, check_workflow(doc, TYPES), "", base=tmp_path)
-    assert await controller.runs() == []
-    assert not (controller.settings.store / "runs").exists()
+        await heat_controller.submit(doc, check_workflow(doc, TYPES), "", base=tmp_path)
+    assert await heat_controller.runs() == []
+    assert not (heat_controller.settings.store / "runs").exists()
 
 
 WORK_TYPES = load_types(REFS)
@@ -331,6 +339,19 @@ async def report(c: Controller, run_id: str, index: int, attempt: int, outcome: 
     await c.queue.redis.xadd(c.queue.keys.reports, fields)  # type: ignore[arg-type]
 
 
+async def fail_two_units(c: Controller) -> tuple[str, RunRow]:
+    """A run of two units whose first attempts both failed, once the controller took in
+    their reports: its id and its row."""
+    run_id = await submit_work(c, units=2)
+    await c.step()
+    for index in (0, 1):
+        await report(c, run_id, index, 1, "failed")
+    await c.step()
+    run = await c.store.run(run_id)
+    assert run is not None
+    return run_id, run
+
+
 async def test_count_units_failure_fails_task_and_run(work_controller: Controller):
     """A count_units that raises fails its task with the error as status, and the run with
     a message naming the task."""
@@ -349,13 +370,7 @@ async def test_count_units_failure_fails_task_and_run(work_controller: Controlle
 async def test_failed_units_fail_the_run_and_replay_with_memory(work_controller: Controller):
     """Units failing past the retry limit fail their task and the run, which lists them; a
     replay with a memory override dispatches them again with that memory and a new attempt."""
-    run_id = await submit_work(work_controller, units=2)
-    await work_controller.step()
-    for index in (0, 1):
-        await report(work_controller, run_id, index, 1, "failed")
-    await work_controller.step()
-    run = await work_controller.store.run(run_id)
-    assert run is not None
+    run_id, run = await fail_two_units(work_controller)
     assert (run.state, run.message) == ("failed", "2 units failed: work [0-1]")
     failures = await work_controller.failures(run_id)
     assert [(f.unit, f.error) for f in failures] == [(0, "Traceback: boom"), (1, "Traceback: boom")]
@@ -375,13 +390,7 @@ async def test_attempts_of_a_failed_run_go_and_a_replay_writes_them_again(
     it once they are gone, and a replay dispatches the failed units with a newer attempt,
     written again before their jobs are enqueued."""
     c = work_controller
-    run_id = await submit_work(c, units=2)
-    await c.step()
-    for index in (0, 1):
-        await report(c, run_id, index, 1, "failed")
-    await c.step()
-    run = await c.store.run(run_id)
-    assert run is not None
+    run_id, run = await fail_two_units(c)
     assert run.state == "failed"
     assert await c.forget_ended() == 0  # no worker ran them: the jobs are still queued
     await c.queue.drop_jobs("cpu", await c.queue.queued_job_ids("cpu"))
@@ -432,11 +441,11 @@ async def test_units_of_a_worker_whose_heartbeat_expired_go_again(work_controlle
     heartbeat expires, without waiting for arq."""
     run_id = await submit_work(work_controller, units=1)
     await work_controller.step()
-    info = WorkerInfo(
-        id="w9", queues=("cpu",), memory_gb=4.0, processes=2, gpus=0, free_memory_gb=4.0,
-        free_processes=1, running=(_running(f"{run_id}:work:0:1"),),
-        host="h", pid=1, started=time.time(), updated=time.time(),
-    )  # fmt: skip
+    running = (_running(f"{run_id}:work:0:1"),)
+    now = time.time()
+    info = worker_info(
+        "w9", memory_gb=4.0, free_processes=1, running=running, started=now, updated=now
+    )
     c = work_controller
     await Heartbeat(c.queue.redis, c.queue.keys, lambda: info, interval_s=1, ttl_s=30).beat()
     await c.step()

@@ -8,7 +8,6 @@ import itertools
 import json
 import shlex
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from simrun.workflow import (
     parse_workflow,
     source_problems,
 )
+from tests.support.cli_harness import run_module
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -100,14 +100,7 @@ def expand_command(command: str, settings: Path, out: Path, inputs: dict[str, Pa
 
 
 def run_report(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "simrun.examples.report", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_module("simrun.examples.report", *args, cwd=cwd)
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 
@@ -15,9 +14,12 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from simrun.core.reports import WorkerInfo
+from simrun.local.machine import free_port
 from simrun.queues import Keys
 from simrun.worker.health import BATCH, check
 from simrun.worker.heartbeat import Heartbeat
+from tests.support.cli_harness import run_module
+from tests.support.heartbeats import worker_info
 
 pytestmark = pytest.mark.redis
 
@@ -26,34 +28,14 @@ HOST = socket.gethostname()
 
 def info(worker_id: str, host: str = HOST, age_s: float = 0.0) -> WorkerInfo:
     now = time.time()
-    return WorkerInfo(
-        id=worker_id,
-        queues=("cpu",),
-        memory_gb=8.0,
-        processes=2,
-        gpus=0,
-        free_memory_gb=8.0,
-        free_processes=2,
-        running=(),
-        host=host,
-        pid=os.getpid(),
-        started=now - 60,
-        updated=now - age_s,
-    )
+    return worker_info(worker_id, host=host, pid=os.getpid(), started=now - 60, updated=now - age_s)
 
 
 def health(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the health check the way a container's HEALTHCHECK does: REDIS_URL in the
     environment, nothing else."""
     env = {**os.environ, "REDIS_URL": redis_url}
-    return subprocess.run(
-        [sys.executable, "-m", "simrun.worker.health", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_module("simrun.worker.health", *args, env=env)
 
 
 @pytest.fixture
@@ -112,9 +94,7 @@ async def test_explicit_id_and_other_prefixes(
 def test_unreachable_redis_is_unhealthy_and_hides_the_password() -> None:
     """No Redis answering: exit 1 with a message that names the server but not the
     password."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     done = health(f"redis://:hunter2@127.0.0.1:{port}/0", "--timeout-s", "2")
     assert done.returncode == 1
     assert done.stdout.startswith(f"cannot read heartbeats from redis://:***@127.0.0.1:{port}/0")

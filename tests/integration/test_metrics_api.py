@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import base64
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from simrun.core.reports import ReportEntry, WorkerInfo, WorkerReport
+from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.service.api import create_app
 from simrun.service.controller import Controller
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+from tests.support.heartbeats import worker_info
 
 pytestmark = pytest.mark.redis
 
@@ -66,21 +65,10 @@ async def submit_heat(api: httpx.AsyncClient, controller: Controller) -> str:
 async def beat(controller: Controller, memory_gb: float, processes: int, **more: Any) -> None:
     """A live worker of the cpu queue, as its heartbeat says it (the keys a worker writes)."""
     now = time.time()
-    info = WorkerInfo(
-        id=f"w-{memory_gb:g}-{processes}",
-        queues=("cpu",),
-        memory_gb=memory_gb,
-        processes=processes,
-        gpus=0,
-        free_memory_gb=memory_gb,
-        free_processes=processes,
-        running=(),
-        host="test",
-        pid=1,
-        started=now,
-        updated=now,
-        **more,
-    )
+    info = worker_info(
+        f"w-{memory_gb:g}-{processes}", memory_gb=memory_gb, processes=processes, host="test",
+        started=now, updated=now, **more,
+    )  # fmt: skip
     redis, keys = controller.queue.redis, controller.queue.keys
     await redis.set(keys.worker(info.id), info.to_json(), ex=60)
     await redis.zadd(keys.workers, {info.id: now})

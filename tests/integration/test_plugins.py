@@ -182,47 +182,39 @@ def test_a_type_that_cannot_run_is_refused_naming_its_entry_point(plugin_dir: Pa
     assert "neither a command nor a compute_unit" in message
 
 
+def refused(plugin_dir: Path, name: str, body: str, entry_points: dict[str, str]) -> str:
+    """The message of the `PluginError` that loading the distribution ``name`` (module
+    ``<name>_mod`` with ``body``, ``-`` as ``_``) raises."""
+    module = name.replace("-", "_") + "_mod"
+    eps = make_distribution(plugin_dir, name, module, body, entry_points)
+    with pytest.raises(PluginError) as info:
+        load_task_types(eps)
+    return str(info.value)
+
+
 def test_a_bad_cost_setting_is_refused(plugin_dir: Path) -> None:
     """A cost_setting that is not a field of the settings model is refused at load."""
-    eps = make_distribution(
-        plugin_dir,
-        "cost-plugin",
-        "cost_plugin_mod",
-        'FIT = TaskType("fit", Settings, command="fit", cost_setting="subset")\n',
-        {"fit": "FIT"},
-    )
-    with pytest.raises(PluginError, match="cost_setting 'subset' is not a field"):
-        load_task_types(eps)
+    body = 'FIT = TaskType("fit", Settings, command="fit", cost_setting="subset")\n'
+    message = refused(plugin_dir, "cost-plugin", body, {"fit": "FIT"})
+    assert "cost_setting 'subset' is not a field" in message
 
 
 def test_a_malformed_reference_is_refused(plugin_dir: Path) -> None:
     """A callable reference without the 'module:function' form is refused at load."""
-    eps = make_distribution(
-        plugin_dir,
-        "ref-plugin",
-        "ref_plugin_mod",
+    body = (
         'BAD = TaskType("bad", Settings, count_units="ref_plugin_mod.count", '
-        'compute_unit="ref_plugin_mod:unit")\n',
-        {"bad": "BAD"},
+        'compute_unit="ref_plugin_mod:unit")\n'
     )
-    with pytest.raises(PluginError) as info:
-        load_task_types(eps)
-    assert "count_units: 'ref_plugin_mod.count' is not of the form" in str(info.value)
+    message = refused(plugin_dir, "ref-plugin", body, {"bad": "BAD"})
+    assert "count_units: 'ref_plugin_mod.count' is not of the form" in message
 
 
 def test_an_entry_point_that_fails_to_import_is_reported(plugin_dir: Path) -> None:
     """An import error inside a plugin is reported with the entry point, not swallowed."""
-    eps = make_distribution(
-        plugin_dir,
-        "broken-plugin",
-        "broken_plugin_mod",
-        'import no_such_dependency_xyz\nX = TaskType("x", Settings, command="x")\n',
-        {"x": "X"},
-    )
-    with pytest.raises(PluginError) as info:
-        load_task_types(eps)
-    assert "entry point 'x' = 'broken_plugin_mod:X'" in str(info.value)
-    assert "no_such_dependency_xyz" in str(info.value)
+    body = 'import no_such_dependency_xyz\nX = TaskType("x", Settings, command="x")\n'
+    message = refused(plugin_dir, "broken-plugin", body, {"x": "X"})
+    assert "entry point 'x' = 'broken_plugin_mod:X'" in message
+    assert "no_such_dependency_xyz" in message
 
 
 def test_a_name_registered_twice_names_both_entry_points(plugin_dir: Path) -> None:
@@ -238,15 +230,9 @@ def test_a_name_registered_twice_names_both_entry_points(plugin_dir: Path) -> No
 
 def test_entry_point_name_must_match_the_type(plugin_dir: Path) -> None:
     """An entry point whose name differs from its type's name is refused (names must agree)."""
-    eps = make_distribution(
-        plugin_dir,
-        "alias-plugin",
-        "alias_plugin_mod",
-        'T = TaskType("real", Settings, command="x")\n',
-        {"alias": "T"},
-    )
-    with pytest.raises(PluginError, match="differs from the task type's name 'real'"):
-        load_task_types(eps)
+    body = 'T = TaskType("real", Settings, command="x")\n'
+    message = refused(plugin_dir, "alias-plugin", body, {"alias": "T"})
+    assert "differs from the task type's name 'real'" in message
 
 
 def test_installed_entry_points_are_found_in_a_fresh_interpreter(tmp_path: Path) -> None:

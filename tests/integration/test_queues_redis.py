@@ -13,10 +13,11 @@ from arq.worker import Worker, func
 from simrun.core.jobs import JobPaths, JobResources, JobSpec
 from simrun.core.reports import ReportEntry, RunningJob, WorkerInfo, WorkerReport
 from simrun.core.wire import deserialize, serialize
+from simrun.local.redis import PrivateRedis
 from simrun.plugins import TaskPaths
 from simrun.queues import JOB_FUNCTION, JobQueue, Keys, current_attempts, set_current_attempts
 from simrun.worker.heartbeat import Heartbeat
-from tests.conftest import start_redis_server
+from tests.support.heartbeats import worker_info
 
 pytestmark = pytest.mark.redis
 
@@ -194,13 +195,12 @@ async def _group_creations(queue: JobQueue) -> int:
 
 
 async def test_report_group_is_created_once_and_again_after_redis_lost_it(
-    tmp_path: Path, redis_prefix: str
+    private_redis: PrivateRedis, redis_prefix: str
 ) -> None:
     """Reading reports creates the consumer group on the first read of a JobQueue only (not
     on every read), and once more after Redis lost it (a flush): the reads go on and
     deliver what was written since. A private server, so that its command counts are ours."""
-    proc, url = start_redis_server(tmp_path)
-    queue = await JobQueue.connect(url, redis_prefix)
+    queue = await JobQueue.connect(private_redis.url, redis_prefix)
     try:
         stream = queue.keys.reports
         await queue.redis.xadd(stream, _entry("a").to_fields())  # type: ignore[arg-type]
@@ -220,8 +220,6 @@ async def test_report_group_is_created_once_and_again_after_redis_lost_it(
         assert await _group_creations(queue) == 2
     finally:
         await queue.close()
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 async def test_live_workers_come_and_go_with_their_heartbeat(
@@ -231,20 +229,11 @@ async def test_live_workers_come_and_go_with_their_heartbeat(
     heartbeat stops disappears once its key expires, and a cleared one at once."""
 
     def info(worker_id: str) -> WorkerInfo:
-        return WorkerInfo(
-            id=worker_id,
-            queues=("cpu",),
-            memory_gb=4.0,
-            processes=2,
-            gpus=0,
-            free_memory_gb=3.0,
-            free_processes=1,
-            running=(RunningJob.of(_spec(0), "running"),),
-            host="h",
-            pid=1,
-            started=0.0,
+        running = (RunningJob.of(_spec(0), "running"),)
+        return worker_info(
+            worker_id, memory_gb=4.0, free_memory_gb=3.0, free_processes=1, running=running,
             updated=1.0,
-        )
+        )  # fmt: skip
 
     fast = Heartbeat(queue.redis, queue.keys, lambda: info("w1"), interval_s=0.05, ttl_s=0.3)
     task = asyncio.create_task(fast.run())

@@ -33,6 +33,7 @@ from simrun.resources import (
 from simrun.resources.store import COMPONENT, MIGRATIONS
 from simrun.worker import WorkerReport
 from simrun.workflow import ResourceOverride
+from tests.support.examples import examples
 
 KEY = ResourceKey("heat", "plate", "64")
 OTHER = ResourceKey("heat", "plate", "128")
@@ -397,7 +398,9 @@ ops = st.lists(
 
 @given(ops)
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 def test_store_agrees_with_the_pure_decision(
     tmp_path: Path, items: list[tuple[bool, float, str]]

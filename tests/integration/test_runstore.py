@@ -21,6 +21,7 @@ from simrun.runstore import (
     RunStore,
     UnknownRunError,
 )
+from tests.support.old_stores import old_store_file
 
 LIMITS = Limits(max_retries=1, max_kills=2)
 
@@ -427,15 +428,8 @@ async def test_a_file_of_the_first_schema_is_upgraded(tmp_path: Path):
     """A file written with the first version of the schema is upgraded on open, its runs
     kept, and the pending units are read through the new partial index."""
     path = tmp_path / "simrun.db"
-    conn = await db.connect(path)
-    try:
-        await db.migrate(conn, COMPONENT, MIGRATIONS[:1])
-        await conn.execute(
-            "INSERT INTO runs (id, model, state, document, created_s, updated_s)"
-            " VALUES ('old', '', 'running', '', 1, 1)"
-        )
-    finally:
-        await conn.close()
+    async with old_store_file(path, steps=1):
+        pass
     store = await RunStore.open(path)
     try:
         assert await db.component_version(store.connection, COMPONENT) == len(MIGRATIONS) == 3

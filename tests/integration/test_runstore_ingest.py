@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 from simrun import db
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.states import Limits, UnitRow, unit_after_outcome, unit_index
-from simrun.runstore import COMPONENT, MIGRATIONS, Applied, NewJob, NewRun, NewTask, RunStore
+from simrun.runstore import COMPONENT, Applied, NewJob, NewRun, NewTask, RunStore
 from simrun.runstore.ingest import all_done, index_ranges, observed_peak_gb, split_reports
+from tests.support.examples import examples
+from tests.support.old_stores import old_store_file
 
 LIMITS = Limits(max_retries=1, max_kills=1)
 UNITS = 6
@@ -271,13 +273,7 @@ async def test_a_file_of_the_second_schema_gets_the_task_facts_of_its_units(
     kills of their units and the largest memory their chunks ran under (not a merge's); the
     peaks are unknown there."""
     path = tmp_path / "simrun.db"
-    conn = await db.connect(path)
-    try:
-        await db.migrate(conn, COMPONENT, MIGRATIONS[:2])
-        await conn.execute(
-            "INSERT INTO runs (id, model, state, document, created_s, updated_s)"
-            " VALUES ('old', '', 'running', '', 1, 1)"
-        )
+    async with old_store_file(path, steps=2) as conn:
         for name in ("sweep", "idle"):
             await conn.execute(
                 "INSERT INTO tasks (run_id, name, position, type, settings, inputs, depends,"
@@ -295,8 +291,6 @@ async def test_a_file_of_the_second_schema_gets_the_task_facts_of_its_units(
                 (-1, "merge", "queued", 9.0, 1),
             ],
         )
-    finally:
-        await conn.close()
     store = await RunStore.open(path)
     try:
         assert await db.component_version(store.connection, COMPONENT) == 3
@@ -418,7 +412,7 @@ async def check_scenario(
         await store.close()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_a_batch_is_written_as_the_state_rules_say(
     scenario: tuple[list[tuple[str, int]], list[ReportEntry]],

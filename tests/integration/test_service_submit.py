@@ -16,8 +16,8 @@ from simrun.runstore import TaskRow
 from simrun.service.packing import build_jobs, memory_groups
 from simrun.service.submit import copy_sources, new_run_id, plan_run
 from simrun.workflow import WorkflowError, check_workflow, load_workflow, source_paths
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 HEAT = REPO / "examples" / "heat.yaml"
 TYPES = load_task_types()
 RESOLVED = ResolvedResources(0.5, 1.0, 0.0, 0, 0.05, 3, "learned from 1 runs")

@@ -7,15 +7,18 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+
 #: The service's test task type (tests.support.service_tasks), loaded with --plugins.
 WORK = "tests.support.service_tasks:WORK"
 
@@ -57,6 +60,21 @@ def simrun(
     )
 
 
+def run_module(
+    module: str, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m MODULE ARGS`` (this Python) to its end; output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def start_simrun(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """Start ``simrun ARGS`` in ``cwd``; stdout and stderr in one pipe."""
     return subprocess.Popen(
@@ -67,14 +85,6 @@ def start_simrun(*args: str, cwd: Path, env: dict[str, str] | None = None) -> su
         stderr=subprocess.STDOUT,
         text=True,
     )
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def stop_process(proc: subprocess.Popen[str], timeout_s: float = 30) -> None:
@@ -93,19 +103,6 @@ def write_work(path: Path, name: str = "work", **settings: Any) -> Path:
     doc = {"name": name, "tasks": [{"name": "work", "type": "svc-work", "settings": settings}]}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
-
-
-def calls(out: Path) -> dict[int, int]:
-    """How often each unit of an ``svc-work`` task was computed, by index."""
-    return {
-        int(p.stem.split("-")[1]): len(p.read_text().splitlines())
-        for p in sorted(out.glob("calls-*.log"))
-    }
-
-
-def done_units(out: Path) -> set[int]:
-    """The units of an ``svc-work`` task that wrote their result."""
-    return {int(p.stem.split("-")[1]) for p in out.glob("unit-*.json")}
 
 
 def run_id_in(text: str) -> str:
@@ -137,3 +134,32 @@ def processes_mentioning(text: str) -> list[int]:
         if text in cmdline:
             found.append(int(entry.name))
     return found
+
+
+class Output:
+    """The stdout of a running process, read by a thread as it comes (to its end)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None, "start the process with stdout=PIPE"
+        self._stream = proc.stdout
+        self._lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        for line in self._stream:
+            self._lines.append(line)
+
+    def wait_for(self, done: Callable[[str], bool], timeout_s: float = 60) -> None:
+        """Return once ``done(what it wrote so far)`` is true, the output ended, or
+        ``timeout_s`` passed (the test's assertions then say what was missing)."""
+        deadline = time.monotonic() + timeout_s
+        while not done("".join(self._lines)) and self._thread.is_alive():
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+
+    def text(self, timeout_s: float = 30) -> str:
+        """All it wrote, once its stdout ended (at most ``timeout_s`` from now)."""
+        self._thread.join(timeout_s)
+        return "".join(self._lines)

@@ -5,7 +5,6 @@ reading what it reported."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 from collections.abc import Sequence
@@ -18,8 +17,8 @@ from simrun.plugins import TaskPaths
 from simrun.queues import JobQueue
 from simrun.worker.capacity import Capacity
 from simrun.worker.container import WorkerContainer, WorkerFlags, WorkerOptions, worker_argv
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 TASKS = "tests.support.tasks"
 PLUGINS = tuple(
     f"{TASKS}:{name}" for name in ("SLEEP", "SPIN", "NOOP", "HOG", "FLAKY", "CRASH", "COPY")
@@ -114,14 +113,6 @@ async def run_burst(
         return container, await all_reports(queue)
     finally:
         await queue.close()
-
-
-def unit_records(out: Path) -> dict[int, dict[str, Any]]:
-    """The ``unit-<i>.json`` records the test task types wrote, by index."""
-    return {
-        int(p.stem.split("-")[1]): json.loads(p.read_text())
-        for p in sorted(out.glob("unit-*.json"))
-    }
 
 
 def overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -1,5 +1,6 @@
 """The controller alone in a process, for tests that kill it: ``python -m
-tests.support.service_controller --store DIR --redis-url U --prefix P``.
+tests.support.service_controller --store DIR --redis-url U --prefix P``, run in the
+repository's root (``-m`` puts the working directory on ``sys.path``).
 
 It runs `simrun.service.controller.Controller.run_forever` with the test settings of
 `tests.support.service_harness` until it is signalled or killed.
@@ -11,15 +12,10 @@ import argparse
 import asyncio
 import logging
 import signal
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from simrun.service.controller import Controller  # noqa: E402  # after the repo root is on sys.path
-from tests.support.service_harness import TYPES, settings  # noqa: E402  # same reason
+from simrun.service.controller import Controller
+from tests.support.service_harness import TYPES, settings
 
 
 async def serve(store: Path, redis_url: str, prefix: str) -> None:

@@ -17,18 +17,21 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from simrun.core.states import Limits
 from simrun.plugins import load_types
 from simrun.runstore import RunRow
 from simrun.service.controller import Controller, ControllerSettings
 from simrun.worker.container import WorkerFlags, worker_argv
 from simrun.workflow import check_workflow, parse_workflow
+from tests.support import REPO
 from tests.support.service_tasks import REFS
 
-REPO = Path(__file__).resolve().parents[2]
 TYPES = load_types(REFS)
 #: The heartbeat of the test workers: short, so that a killed worker is noticed quickly.
 HEARTBEAT_S = 0.2
 HEARTBEAT_TTL_S = 1.0
+#: Limits under which a failing unit is tried twice, then fails its run.
+RETRY_ONCE = Limits(max_retries=1, max_kills=2)
 
 
 def settings(store: Path, redis_url: str, prefix: str, **more: Any) -> ControllerSettings:
@@ -174,21 +177,16 @@ def workers(redis_url: str, prefix: str, count: int = 1, **opts: Any):  # type: 
             stop_worker(proc)
 
 
-def calls(out: Path) -> dict[int, int]:
-    """How often each unit of a svc-work task was computed (from its call logs)."""
-    return {
-        int(p.stem.split("-")[1]): len(p.read_text().splitlines())
-        for p in sorted(out.glob("calls-*.log"))
-    }
-
-
-def unit_files(out: Path) -> dict[int, dict[str, Any]]:
-    """The result records of a svc-work task by index."""
-    return {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in out.glob("unit-*.json")}
-
-
 def work_doc(name: str = "work", **settings: Any) -> str:
     """A one-task workflow of svc-work with these settings (JSON is YAML)."""
     return json.dumps(
         {"name": name, "tasks": [{"name": "work", "type": "svc-work", "settings": settings}]}
     )
+
+
+def failing_work(directory: Path, fail_indices: list[int], units: int = 6) -> tuple[Path, str]:
+    """A flag file in ``directory`` and a one-task workflow of ``units`` svc-work units of
+    which those in ``fail_indices`` fail while the flag exists (delete it to fix them)."""
+    flag = directory / "broken"
+    flag.write_text("the cause of the failures")
+    return flag, work_doc(units=units, fail_flag=str(flag), fail_indices=fail_indices)

@@ -17,6 +17,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -72,12 +73,18 @@ def merge(settings: WorkSettings, paths: TaskPaths) -> None:
     (paths.out / "merged.json").write_text(json.dumps(found))
 
 
-WORK = TaskType(
-    name="svc-work",
-    settings=WorkSettings,
-    hint=ResourceHint(memory_base_gb=0.25, memory_per_worker_gb=0.25),
-    count_units=f"{__name__}:count_units",
-    compute_unit=f"{__name__}:compute_unit",
+def _type(name: str, settings: type[BaseModel], functions: str, **more: Any) -> TaskType:
+    """A splittable type of this module whose ``count_units`` and ``compute_unit`` are the
+    functions of those names with the prefix ``functions``."""
+    refs = {role: f"{__name__}:{functions}{role}" for role in ("count_units", "compute_unit")}
+    hint = ResourceHint(memory_base_gb=0.25, memory_per_worker_gb=0.25)
+    return TaskType(name=name, settings=settings, hint=hint, **refs, **more)
+
+
+WORK = _type(
+    "svc-work",
+    WorkSettings,
+    "",
     merge=f"{__name__}:merge",
     cost_setting="tag",
     description="units that sleep, hog memory or fail, for the service's tests",
@@ -116,12 +123,10 @@ def count_compute_unit(settings: CountSettings, index: int, paths: TaskPaths) ->
     _log_line(paths, f"end {index} {os.getpid()}")
 
 
-COUNT = TaskType(
-    name="svc-count",
-    settings=CountSettings,
-    hint=ResourceHint(memory_base_gb=0.25, memory_per_worker_gb=0.25),
-    count_units=f"{__name__}:count_count_units",
-    compute_unit=f"{__name__}:count_compute_unit",
+COUNT = _type(
+    "svc-count",
+    CountSettings,
+    "count_",
     description="units that log when each computation of them begins and ends",
 )
 

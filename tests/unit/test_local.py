@@ -53,14 +53,15 @@ def test_default_capacity_refuses_no_workers():
         default_capacity(8, 20.0, 0)
 
 
-def test_redis_prefix_is_the_default_on_a_private_server_else_one_per_store(tmp_path: Path):
+def test_redis_prefix_is_the_default_on_a_private_server_else_one_per_store():
     """A private Redis is ours alone; a shared one gets a prefix of the store, the same for
     the same store (a later session finds its queues), another for another store."""
-    assert redis_prefix(tmp_path / "a", private=True) == "simrun"
-    shared = redis_prefix(tmp_path / "a", private=False)
+    stores = Path("/no/such/stores")  # paths only: nothing is created or read
+    assert redis_prefix(stores / "a", private=True) == "simrun"
+    shared = redis_prefix(stores / "a", private=False)
     assert shared.startswith("simrun-local-")
-    assert redis_prefix(tmp_path / "a", private=False) == shared
-    assert redis_prefix(tmp_path / "b", private=False) != shared
+    assert redis_prefix(stores / "a", private=False) == shared
+    assert redis_prefix(stores / "b", private=False) != shared
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ from simrun.service.metrics import (
     render_families,
     shape_of,
 )
+from tests.support.heartbeats import worker_info
 
 Key = tuple[str, tuple[tuple[str, str], ...]]
 
@@ -54,21 +55,10 @@ def worker(
     gpus: int = 0,
     stopping: bool = False,
 ) -> WorkerInfo:
-    return WorkerInfo(
-        id=wid,
-        queues=queues,
-        memory_gb=memory_gb,
-        processes=processes,
-        gpus=gpus,
-        free_memory_gb=memory_gb / 2,
-        free_processes=processes - 1,
-        running=(),
-        host="h",
-        pid=1,
-        started=0.0,
-        updated=0.0,
-        stopping=stopping,
-    )
+    return worker_info(
+        wid, memory_gb=memory_gb, processes=processes, free_memory_gb=memory_gb / 2,
+        free_processes=processes - 1, queues=queues, gpus=gpus, stopping=stopping,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from simrun.core.sizing import image_queue
 from simrun.core.wire import PayloadError, deserialize, job_id, serialize
 from simrun.plugins import TaskPaths
 from simrun.queues import Keys
+from tests.support.heartbeats import worker_info
 
 
 def _spec(**changes: Any) -> JobSpec:
@@ -274,20 +275,10 @@ def test_bad_report_fields_are_named(change: dict[str, str], message: str) -> No
 
 
 def _heartbeat(*running: RunningJob) -> WorkerInfo:
-    return WorkerInfo(
-        id="w1",
-        queues=("cpu", "image:x"),
-        memory_gb=8.0,
-        processes=4,
-        gpus=0,
-        free_memory_gb=6.5,
-        free_processes=3,
-        running=running,
-        host="h",
-        pid=12,
-        started=1.0,
-        updated=2.0,
-    )
+    return worker_info(
+        "w1", queues=("cpu", "image:x"), processes=4, free_memory_gb=6.5, free_processes=3,
+        running=running, pid=12, started=1.0, updated=2.0,
+    )  # fmt: skip
 
 
 def test_worker_info_round_trips_and_bad_text_is_refused() -> None:

@@ -23,6 +23,7 @@ from simrun.resources import (
     percentile,
 )
 from simrun.workflow import ResourceOverride
+from tests.support.examples import examples
 
 HINT = ResourceHint(memory_base_gb=1.5, memory_per_worker_gb=3.0, scratch_gb=10.0, gpus=1)
 # Small, exact constants for the tables: window 4, margin 1.25, retry factor 2.
@@ -90,51 +91,43 @@ def test_percentile_refuses_bad_input(
 
 # -- decide: the rules as sequences of reports -----------------------------------------------
 
+ONE_RUN = "learned from 1 run"
+
 
 @pytest.mark.parametrize(
     ("history", "memory_gb", "samples", "source"),
     [
         pytest.param([], 3.0, 0, "plugin hint", id="nothing learned: the hint"),
-        pytest.param([ok(2.0)], 2.5, 1, "learned from 1 run", id="one success x margin"),
-        pytest.param([kill(3.0)], 6.0, 1, "learned from 1 run", id="kill: retry factor x limit"),
-        pytest.param([kill(1.0)], 3.0, 1, "learned from 1 run", id="kill below hint: the hint"),
-        pytest.param([kill(3.0), kill(6.0)], 12.0, 2, "learned from 1 run", id="kill, kill"),
-        pytest.param(
-            [kill(3.0), kill(6.0), ok(9.0)], 11.25, 1, "learned from 1 run", id="kill kill success"
-        ),
+        pytest.param([ok(2.0)], 2.5, 1, ONE_RUN, id="one success x margin"),
+        pytest.param([kill(3.0)], 6.0, 1, ONE_RUN, id="kill: retry factor x limit"),
+        pytest.param([kill(1.0)], 3.0, 1, ONE_RUN, id="kill below hint: the hint"),
+        pytest.param([kill(3.0), kill(6.0)], 12.0, 2, ONE_RUN, id="kill, kill"),
+        pytest.param([kill(3.0), kill(6.0), ok(9.0)], 11.25, 1, ONE_RUN, id="kill kill success"),
         pytest.param(
             [kill(3.0), kill(6.0), ok(9.0), ok(4.0), ok(5.0)],
             11.25,
             3,
-            "learned from 1 run",
+            ONE_RUN,
             id="then more successes",
         ),
         pytest.param(
             [ok(1.0), ok(2.0), ok(3.0), ok(4.0), ok(5.0)],
             6.25,
             4,
-            "learned from 1 run",
+            ONE_RUN,
             id="only the last WINDOW successes",
         ),
         pytest.param(
             [ok(9.0), ok(1.0), ok(1.0), ok(1.0), ok(1.0)],
             1.25,
             4,
-            "learned from 1 run",
+            ONE_RUN,
             id="an old peak leaves the window",
         ),
-        pytest.param(
-            [ok(2.0), kill(4.0)], 8.0, 2, "learned from 1 run", id="kill after success: floor"
-        ),
-        pytest.param(
-            [ok(10.0), kill(4.0)], 12.5, 2, "learned from 1 run", id="floor below the percentile"
-        ),
-        pytest.param(
-            [ok(2.0), kill(4.0), ok(3.0)], 3.75, 2, "learned from 1 run", id="success ends floor"
-        ),
-        pytest.param(
-            [ok(2.0), kill(4.0), kill(2.0)], 8.0, 3, "learned from 1 run", id="largest kill counts"
-        ),
+        pytest.param([ok(2.0), kill(4.0)], 8.0, 2, ONE_RUN, id="kill after success: floor"),
+        pytest.param([ok(10.0), kill(4.0)], 12.5, 2, ONE_RUN, id="floor below the percentile"),
+        pytest.param([ok(2.0), kill(4.0), ok(3.0)], 3.75, 2, ONE_RUN, id="success ends floor"),
+        pytest.param([ok(2.0), kill(4.0), kill(2.0)], 8.0, 3, ONE_RUN, id="largest kill counts"),
         pytest.param(
             [ok(1.0, run="a"), ok(1.0, run="b"), kill(2.0, run="c")],
             4.0,
@@ -343,7 +336,7 @@ def as_history(items: list[tuple[bool, float]]) -> list[Observation]:
 
 
 @given(events, st.lists(memory, min_size=1, max_size=5), st.sampled_from([None, 0.5, 40.0]))
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_never_below_retry_factor_times_the_last_kill_until_a_success(
     before: list[tuple[bool, float]], kills: list[float], hint_gb: float | None
 ) -> None:
@@ -361,7 +354,7 @@ def test_never_below_retry_factor_times_the_last_kill_until_a_success(
     st.integers(1, 30),
     st.sampled_from(["nearest-rank", "linear"]),
 )
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_monotone_in_the_observations(
     items: list[tuple[bool, float, float]], window: int, method: str
 ) -> None:

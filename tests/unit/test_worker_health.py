@@ -9,6 +9,7 @@ import pytest
 
 from simrun.core.reports import WorkerInfo
 from simrun.worker.health import candidate_ids, judge, same_host
+from tests.support.heartbeats import worker_info
 
 NOW = 1_000_000.0
 
@@ -16,21 +17,10 @@ NOW = 1_000_000.0
 def beat(
     worker_id: str = "box-7-abc123", host: str = "box", age_s: float = 1.0, stopping: bool = False
 ) -> WorkerInfo:
-    return WorkerInfo(
-        id=worker_id,
-        queues=("cpu",),
-        memory_gb=16.0,
-        processes=4,
-        gpus=0,
-        free_memory_gb=8.0,
-        free_processes=3,
-        running=(),
-        host=host,
-        pid=7,
-        started=NOW - 100,
-        updated=NOW - age_s,
-        stopping=stopping,
-    )
+    return worker_info(
+        worker_id, memory_gb=16.0, processes=4, free_memory_gb=8.0, free_processes=3,
+        host=host, pid=7, started=NOW - 100, updated=NOW - age_s, stopping=stopping,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -270,15 +270,6 @@ def test_empty_task_list() -> None:
     assert "at least one task" in only_problem("tasks: []\n").message
 
 
-def test_missing_source_files_are_reported(tmp_path: Path) -> None:
-    """A source whose file does not exist, relative to the document, is named."""
-    (tmp_path / "plate.json").write_text("{}")
-    doc = parse_workflow("sources: {plate: plate.json, mesh: mesh.vtk}\ntasks: []\n")
-    problems = source_problems(doc, tmp_path)
-    assert [p.where() for p in problems] == ["sources.mesh"]
-    assert "file not found" in problems[0].message
-
-
 def test_unreadable_file() -> None:
     """A workflow path that cannot be read is reported with its path."""
     with pytest.raises(WorkflowError, match=r"no-such\.yaml"):
