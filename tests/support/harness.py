@@ -128,11 +128,13 @@ def start_worker_process(
         redis_url=redis_url, prefix=prefix, plugins=PLUGINS, python_path=(str(REPO),),
         poll_delay_s=0.01,
     )  # fmt: skip
-    argv = [*worker_argv(flags), *args]
-    return subprocess.Popen(
-        argv,
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+    return spawn(
+        [*worker_argv(flags), *args], env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
+
+
+def spawn(
+    argv: list[str], env: dict[str, str] | None = None, **popen: Any
+) -> subprocess.Popen[bytes]:
+    """``argv`` as a child process in the repository root, with this environment plus ``env``."""
+    return subprocess.Popen(argv, cwd=REPO, env={**os.environ, **(env or {})}, **popen)

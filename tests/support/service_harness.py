@@ -24,6 +24,7 @@ from simrun.service.controller import Controller, ControllerSettings
 from simrun.worker.container import WorkerFlags, worker_argv
 from simrun.workflow import check_workflow, parse_workflow
 from tests.support import REPO
+from tests.support.harness import spawn
 from tests.support.service_tasks import REFS
 
 TYPES = load_types(REFS)
@@ -134,11 +135,9 @@ def start_worker(
         python_path=(str(REPO),), poll_delay_s=0.01, heartbeat_s=heartbeat_s,
         heartbeat_ttl_s=heartbeat_ttl_s,
     )  # fmt: skip
-    argv = worker_argv(flags)
-    return subprocess.Popen(
-        argv,
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
+    return spawn(
+        worker_argv(flags),
+        env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
