@@ -320,10 +320,10 @@ def replay(
     if units and task is None:
         raise click.UsageError("--unit needs --task: the task whose units to replay")
     if store is not None:
-        from simrun.cli.run import ReplayRequest, embedded, local_options, worker_pool
+        from simrun.cli.run import ReplayRequest, embedded, local_options, local_pool
 
         types = load_types_from_here(plugins)
-        pool = worker_pool(workers, processes, worker_memory_gb)
+        pool = local_pool(workers, processes, worker_memory_gb)
         options = local_options(store, pool, plugins, types, redis_url=redis_url, token=token)
         request = ReplayRequest(task, units, memory_gb)
         _exit(asyncio.run(embedded(options, types, store, pool, run_id=run_id, replay=request,

@@ -45,11 +45,11 @@ from simrun.local.session import LocalOptions, LocalSession, images_of
 from simrun.plugins import TaskType
 from simrun.runstore import RunStore
 
-__all__ = ["ReplayRequest", "WorkerPool", "embedded", "run", "worker_pool"]
+__all__ = ["LocalPool", "ReplayRequest", "embedded", "local_pool", "run"]
 
 
 @dataclass(frozen=True)
-class WorkerPool:
+class LocalPool:
     """The worker containers of an embedded session."""
 
     workers: int
@@ -60,11 +60,11 @@ class WorkerPool:
         return pool_text(self.workers, self.processes, self.memory_gb)
 
 
-def worker_pool(workers: int, processes: int | None, memory_gb: float | None) -> WorkerPool:
+def local_pool(workers: int, processes: int | None, memory_gb: float | None) -> LocalPool:
     """The pool given, completed from this machine (its cores, 80% of its free memory)."""
     cores, available_gb = machine()
     procs, memory = default_capacity(cores, available_gb, workers, processes, memory_gb)
-    return WorkerPool(workers, procs, memory)
+    return LocalPool(workers, procs, memory)
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ async def embedded(
     options: LocalOptions,
     types: dict[str, TaskType],
     shown_store: Path,
-    pool: WorkerPool,
+    pool: LocalPool,
     *,
     prepared: Prepared | None = None,
     run_id: str | None = None,
@@ -236,7 +236,7 @@ async def embedded(
 
 def local_options(
     store: Path,
-    pool: WorkerPool,
+    pool: LocalPool,
     plugins: tuple[str, ...],
     types: dict[str, TaskType],
     *,
@@ -312,7 +312,7 @@ def run(
         raise click.UsageError("--dry-run needs a WORKFLOW (it forecasts a new run)")
     shown_store = store
     types = load_types_from_here(plugins)
-    pool = worker_pool(workers, processes, memory_gb)
+    pool = local_pool(workers, processes, memory_gb)
     out = console()
     prepared: Prepared | None = None
     if workflow is not None:

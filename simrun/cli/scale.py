@@ -21,8 +21,9 @@ whole (an error of one round is printed and the next round tries again).
 from __future__ import annotations
 
 import shlex
+import signal
 import subprocess
-import time
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -389,15 +390,20 @@ def scale(
             except ClientError as exc:
                 raise click.ClickException(str(exc)) from exc
             return
+        stop = threading.Event()
+        # Ctrl-C ends the watch between rounds: a KeyboardInterrupt raised in the middle of
+        # an HTTP request could leave the client's connection pool half-closed.
+        previous = signal.signal(signal.SIGINT, lambda _signum, _frame: stop.set())
         try:
-            while True:
+            while not stop.is_set():
                 try:
                     _round(client, request, out)
                 except ClientError as exc:
                     click.secho(f"error: {exc}", fg="red", err=True)
-                time.sleep(watch)
-        except KeyboardInterrupt:
-            click.echo("stopped", err=True)
+                stop.wait(watch)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        click.echo("stopped", err=True)
 
 
 if __name__ == "__main__":

@@ -72,13 +72,13 @@ __all__ = [
     "SERVICE_FAMILIES",
     "FamiliesCollector",
     "Family",
+    "LiveWorkers",
     "Metrics",
     "QueueFamily",
     "QueueMetrics",
     "ReportLag",
     "ServiceFamily",
     "UnitTotals",
-    "WorkerPool",
     "backlog_document",
     "backlog_seconds",
     "families",
@@ -101,7 +101,7 @@ METRICS_POLICY = ScalePolicy(min_containers=0, max_containers=1_000_000)
 
 
 @dataclass(frozen=True)
-class WorkerPool:
+class LiveWorkers:
     """The live worker containers of one queue, added up; ``shape`` is the most common
     shape among those not stopping (None when every one is stopping)."""
 
@@ -147,7 +147,7 @@ class QueueMetrics:
     desired: int
     shape: ContainerShape
     shape_live: bool
-    pool: WorkerPool = field(default_factory=WorkerPool)
+    pool: LiveWorkers = field(default_factory=LiveWorkers)
     units: UnitTotals = field(default_factory=UnitTotals)
 
 
@@ -178,14 +178,14 @@ def shape_of(workers: Sequence[WorkerInfo]) -> ContainerShape | None:
     return ContainerShape(memory_gb=float(memory_gb), processes=int(processes))
 
 
-def pools_of(workers: Sequence[WorkerInfo]) -> dict[str, WorkerPool]:
+def pools_of(workers: Sequence[WorkerInfo]) -> dict[str, LiveWorkers]:
     """The live workers per queue they serve."""
     by_queue: dict[str, list[WorkerInfo]] = defaultdict(list)
     for worker in workers:
         for queue in worker.queues:
             by_queue[queue].append(worker)
     return {
-        queue: WorkerPool(
+        queue: LiveWorkers(
             workers=len(group),
             stopping=sum(1 for w in group if w.stopping),
             memory_gb=sum(w.memory_gb for w in group),
@@ -210,7 +210,7 @@ def backlog_seconds(backlog: QueueBacklog, default_seconds_per_unit: float) -> f
 
 def queue_metrics(
     backlogs: Mapping[str, QueueBacklog],
-    pools: Mapping[str, WorkerPool],
+    pools: Mapping[str, LiveWorkers],
     units: Mapping[str, UnitTotals],
     *,
     default_shape: ContainerShape = DEFAULT_SHAPE,
@@ -221,7 +221,7 @@ def queue_metrics(
     out = []
     for queue in sorted({"cpu", *backlogs, *pools, *units}):
         backlog = backlogs.get(queue, QueueBacklog(queue))
-        pool = pools.get(queue, WorkerPool())
+        pool = pools.get(queue, LiveWorkers())
         shape = pool.shape or default_shape
         decision = desired_containers(backlog, shape, policy)
         out.append(
@@ -241,7 +241,7 @@ def queue_metrics(
 
 def backlog_document(
     backlogs: Mapping[str, QueueBacklog],
-    pools: Mapping[str, WorkerPool],
+    pools: Mapping[str, LiveWorkers],
     default_shape: ContainerShape = DEFAULT_SHAPE,
 ) -> dict[str, Any]:
     """The JSON of ``GET /backlog``: per queue (``cpu`` always) its entries by resource key
@@ -251,7 +251,7 @@ def backlog_document(
     queues = []
     for queue in sorted({"cpu", *backlogs, *pools}):
         backlog = backlogs.get(queue, QueueBacklog(queue))
-        pool = pools.get(queue, WorkerPool())
+        pool = pools.get(queue, LiveWorkers())
         shape = pool.shape
         queues.append(
             {

@@ -15,10 +15,10 @@ from simrun.core.reports import WorkerInfo
 from simrun.core.scaling import DEFAULT_SHAPE, BacklogEntry, ContainerShape, QueueBacklog
 from simrun.service.metrics import (
     Family,
+    LiveWorkers,
     Metrics,
     ReportLag,
     UnitTotals,
-    WorkerPool,
     backlog_document,
     pools_of,
     queue_metrics,
@@ -271,7 +271,7 @@ def test_backlog_document_lists_every_queue_with_its_shape() -> None:
     and shape (None while none is live), and the service's default worker shape."""
     doc = backlog_document(
         {"gpu": QueueBacklog("gpu", (BacklogEntry("g", 2, 5.0, 3.0),))},
-        {"gpu": WorkerPool(workers=1, shape=ContainerShape(24.0, 2))},
+        {"gpu": LiveWorkers(workers=1, shape=ContainerShape(24.0, 2))},
         ContainerShape(6.0, 3),
     )
     assert doc == {
