@@ -75,7 +75,7 @@ NOOP_REF = "tests.support.tasks:NOOP"
 TASK_TYPE = "test-noop"
 #: The controller's settings besides the store and Redis: a short pause of its loop.
 TUNED: dict[str, Any] = {"poll_s": 0.01}
-PHASES = ("step", "live_workers", "_ingest", "_watch", "_reconcile", "_advance", "_dispatch")
+PHASES = ("step", "live_workers", "ingest", "watch", "reconcile", "advance", "dispatch")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -95,7 +95,7 @@ class Probe:
     phase_calls: Counter[str] = field(default_factory=Counter)
     #: Per `enqueue_many` call: unix start, seconds, the chunk sizes it sent.
     enqueues: list[tuple[float, float, list[int]]] = field(default_factory=list)
-    #: Per `_apply` call (one transaction of reports): seconds, entries.
+    #: Per `Ingest.apply` call (one transaction of reports): seconds, entries.
     applies: list[tuple[float, list[ReportEntry]]] = field(default_factory=list)
 
     def timed(self, name: str, fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
@@ -110,25 +110,35 @@ class Probe:
         return wrapper
 
 
+def _phases(controller: Controller) -> dict[str, tuple[Any, str]]:
+    """Where each measured part of a controller step lives: (object, method name)."""
+    return {
+        "step": (controller, "step"),
+        "live_workers": (controller.queue, "live_workers"),
+        "ingest": (controller._ingest, "step"),
+        "watch": (controller._liveness, "watch"),
+        "reconcile": (controller._liveness, "reconcile"),
+        "advance": (controller._advance, "step"),
+        "dispatch": (controller._dispatcher, "dispatch"),
+    }
+
+
 def instrument(controller: Controller, probe: Probe) -> None:
     """Wrap the controller's step, its parts, report application and enqueueing."""
-    for name in PHASES:
-        owner: Any = controller.queue if name == "live_workers" else controller
-        fn = getattr(owner, name, None)
-        if fn is not None:
-            setattr(owner, name, probe.timed(name, fn))
+    for name, (owner, attribute) in _phases(controller).items():
+        setattr(owner, attribute, probe.timed(name, getattr(owner, attribute)))
 
-    apply = getattr(controller, "_apply", None)
-    if apply is not None:
+    ingest = controller._ingest
+    apply = ingest.apply
 
-        async def applying(entries: Sequence[ReportEntry]) -> bool:
-            start = time.perf_counter()
-            try:
-                return bool(await apply(entries))
-            finally:
-                probe.applies.append((time.perf_counter() - start, list(entries)))
+    async def applying(entries: Sequence[ReportEntry]) -> bool:
+        start = time.perf_counter()
+        try:
+            return bool(await apply(entries))
+        finally:
+            probe.applies.append((time.perf_counter() - start, list(entries)))
 
-        controller._apply = applying  # type: ignore[method-assign]  # a measuring wrapper
+    ingest.apply = applying  # type: ignore[method-assign]  # a measuring wrapper
 
     enqueue_many = controller.queue.enqueue_many
 
@@ -294,9 +304,9 @@ def print_case(case: Case, raw: RawArq) -> None:
     parts = []
     for name in PHASES:
         if p.phase_calls[name]:
-            parts.append(f"{name.lstrip('_')} {p.phase_s[name]:.3f}")
+            parts.append(f"{name} {p.phase_s[name]:.3f}")
         else:
-            parts.append(f"{name.lstrip('_')} n/a")
+            parts.append(f"{name} n/a")
     print(f"   controller seconds by part   {', '.join(parts)}")
     print(
         f"     ({p.phase_calls['step']} steps; reconcile includes its own ingest; "
