@@ -57,7 +57,7 @@ TASK_STATES: tuple[str, ...] = get_args(TaskState)
 UNIT_STATES: tuple[str, ...] = get_args(UnitState)
 UNIT_KINDS: tuple[str, ...] = get_args(UnitKind)
 
-# The named sets of states; tests/unit/test_runstate.py checks that they agree with the
+# The named sets of states; tests/unit/test_core_states.py checks that they agree with the
 # state machines below. In SQL they are spelled by `simrun.runstore.schema.sql_list`.
 
 #: Runs that have ended: they dispatch nothing more (a replay makes a failed run run again).

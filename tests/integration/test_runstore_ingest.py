@@ -302,7 +302,7 @@ async def test_a_file_of_the_second_schema_gets_the_task_facts_of_its_units(
         await store.close()
 
 
-# -- the set-based path against the rule of runstate ---------------------------------------
+# -- the set-based path against the rule of core.states--------------------------------------
 
 OUTCOMES = ("done", "failed", "killed", "timeout", "not_run", "stale", "refused")
 

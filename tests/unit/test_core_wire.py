@@ -1,5 +1,5 @@
-"""The wire formats of simrun.queues: keys, job ids, the job payload, report entries, the
-serializer, without Redis."""
+"""The wire formats of simrun.core (job ids, the job payload, report entries, heartbeats,
+the serializer) and the Redis names of simrun.queues.keys, without Redis."""
 
 from __future__ import annotations
 
