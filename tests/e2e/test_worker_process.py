@@ -18,6 +18,7 @@ from simrun.worker.pool.processes import (
     ProcessPool,
     WorkerProcess,
 )
+from simrun.worker.pool.protocol import task_message
 from simrun.worker.pool.runner import RunResult, run_chunk
 from tests.support import REPO
 from tests.support.harness import PLUGINS, make_spec, run_burst
@@ -117,16 +118,7 @@ async def test_a_units_request_is_answered_unit_by_unit(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, "f", "test-flaky", [0, 1, 2], {"fail_indices": [1]})
     async with one_process_pool() as pool:
         worker = await pool.checkout((spec.run, spec.task), (), None)
-        task = {
-            "op": "task",
-            "run": spec.run,
-            "task": spec.task,
-            "task_type": spec.task_type,
-            "settings": spec.settings,
-            "paths": spec.paths.to_dict(),
-            "setup": True,
-        }
-        assert (await worker.call(task))["ok"] is True
+        assert (await worker.call(task_message(spec, setup=True)))["ok"] is True
         await worker.send({"op": "units", "indices": [0, 1, 2]})
         replies = [await worker.receive(10.0) for _ in range(3)]
         assert [r["index"] for r in replies] == [0, 1, 2]

@@ -30,7 +30,16 @@ from typing import Any
 
 import msgpack
 
-__all__ = ["MAX_MESSAGE_BYTES", "ProtocolError", "encode", "read_async", "read_blocking"]
+from simrun.core.jobs import JobSpec
+
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "ProtocolError",
+    "encode",
+    "read_async",
+    "read_blocking",
+    "task_message",
+]
 
 _HEADER = struct.Struct(">I")
 MAX_MESSAGE_BYTES = 64 * 2**20
@@ -95,3 +104,17 @@ def write_blocking(fd: int, message: dict[str, Any]) -> None:
     while data:
         written = os.write(fd, data)
         data = data[written:]
+
+
+def task_message(spec: JobSpec, setup: bool) -> dict[str, object]:
+    """The request that opens the task of ``spec`` on a worker process (running the type's
+    ``setup`` there when ``setup``); its units or merge follow."""
+    return {
+        "op": "task",
+        "run": spec.run,
+        "task": spec.task,
+        "task_type": spec.task_type,
+        "settings": spec.settings,
+        "paths": spec.paths.to_dict(),
+        "setup": setup,
+    }

@@ -33,7 +33,7 @@ from simrun.core.jobs import JobSpec
 from simrun.core.wire import UnitKey
 from simrun.worker.ledger import Ledger, death_outcome
 from simrun.worker.pool.processes import KILL_HEADROOM_GB, ProcessGone, WorkerProcess, kill_limit_gb
-from simrun.worker.pool.protocol import ProtocolError
+from simrun.worker.pool.protocol import ProtocolError, task_message
 from simrun.worker.sampler import MemorySampler
 
 __all__ = ["BATCH_TARGET_S", "MAX_BATCH", "RunResult", "next_batch_size", "run_chunk", "run_merge"]
@@ -66,18 +66,6 @@ class RunResult:
     peak_gb: float
     killed_for_memory: bool
     limit_gb: float
-
-
-def _task_message(spec: JobSpec, setup: bool) -> dict[str, object]:
-    return {
-        "op": "task",
-        "run": spec.run,
-        "task": spec.task,
-        "task_type": spec.task_type,
-        "settings": spec.settings,
-        "paths": spec.paths.to_dict(),
-        "setup": setup,
-    }
 
 
 def _death_message(
@@ -141,7 +129,7 @@ async def run_chunk(
     current: UnitKey | None = None
     what = f"setting up task {spec.task!r}"
     try:
-        reply = await worker.call(_task_message(spec, setup=True), spec.timeout_s)
+        reply = await worker.call(task_message(spec, setup=True), spec.timeout_s)
         if not reply["ok"]:
             message = f"the setup of task {spec.task!r} failed:\n{reply['error']}"
             ledger.close_rest("failed", message)
@@ -194,7 +182,7 @@ async def run_merge(
     sampler = await _sampler(worker, kill_at)
     what = f"merging task {spec.task!r}"
     try:
-        reply = await worker.call(_task_message(spec, setup=False))
+        reply = await worker.call(task_message(spec, setup=False))
         if reply["ok"]:
             reply = await worker.call({"op": "merge"})
         ledger.record(
