@@ -175,7 +175,7 @@ class Case:
 
 async def learned_spu(controller: Controller) -> float | None:
     """The seconds per unit the store has learned for the no-op key (None: nothing)."""
-    for summary in await controller.resources_by_key():
+    for summary in await controller.queries.resources_by_key():
         if summary.key.task_type == TASK_TYPE:
             return summary.seconds_per_unit
     return None
@@ -318,10 +318,11 @@ def print_case(case: Case, raw: RawArq) -> None:
 
 
 def spawn_worker(url: str, prefix: str, log: Path) -> subprocess.Popen[bytes]:
-    """``python -m simrun.worker`` serving the no-op type, its output in ``log``."""
+    """``python -m simrun.cli worker`` serving the no-op type, its output in ``log``."""
     argv = [
-        sys.executable, "-m", "simrun.worker", "--queue", "cpu", "--processes", str(PROCESSES),
-        "--memory-gb", str(MEMORY_GB), "--plugins", NOOP_REF, "--python-path", str(REPO),
+        sys.executable, "-m", "simrun.cli", "worker", "--queue", "cpu",
+        "--processes", str(PROCESSES), "--memory-gb", str(MEMORY_GB),
+        "--plugins", NOOP_REF, "--python-path", str(REPO),
         "--prefix", prefix, "--redis-url", url, "--poll-delay-s", "0.01", "--log-level", "WARNING",
     ]  # fmt: skip
     with log.open("wb") as out:

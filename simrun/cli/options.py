@@ -39,13 +39,11 @@ from simrun.config import (
     ENV_URL,
 )
 from simrun.core.states import Limits
-from simrun.core.timing import HEARTBEAT_S, HEARTBEAT_TTL_S
+from simrun.core.timing import DEFAULT_GRACE_S, HEARTBEAT_S, HEARTBEAT_TTL_S
 from simrun.queues import DEFAULT_PREFIX
-from simrun.worker.container import DEFAULT_GRACE_S
 
 __all__ = [
     "DEFAULT_EVERY_S",
-    "DEFAULT_GRACE_S",
     "EMBEDDED_REDIS_URL",
     "EVERY_S",
     "GRACE_S",

@@ -39,6 +39,7 @@ from simrun.cli.forecast import pool_of, pool_text
 from simrun.cli.progress import make_view, summary_table
 from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits
+from simrun.core.timing import DEFAULT_GRACE_S
 from simrun.core.views import RunView
 from simrun.local.machine import LocalError, default_capacity, machine
 from simrun.local.session import LocalOptions, LocalSession, images_of
@@ -132,12 +133,12 @@ async def _start_run(
         out.print(f"run {new_id}{name} submitted: {_tasks(len(prepared.doc.tasks))}")
         return new_id
     assert run_id is not None  # checked by check_run before the session started
-    if replay is not None and await controller.failures(run_id):
+    if replay is not None and await controller.queries.failures(run_id):
         count = await controller.replay(run_id, replay.task, replay.units, replay.memory_gb)
         out.print(f"run {run_id}: {count} failed units put back; the done ones are kept")
         return run_id
     out.print(f"run {run_id}: going on where it stopped")
-    latest = await controller.runs(limit=50)
+    latest = await controller.queries.runs(limit=50)
     others = [r.id for r in latest if r.state == "running" and r.id != run_id]
     if others:
         out.print(f"note: unfinished runs of this store go on too: {', '.join(others)}")
@@ -243,7 +244,7 @@ def local_options(
     redis_url: str | None = None,
     token: str | None = None,
     limits: Limits | None = None,
-    grace_s: float = opt.DEFAULT_GRACE_S,
+    grace_s: float = DEFAULT_GRACE_S,
 ) -> LocalOptions:
     """The options of an embedded session over ``store`` (a private Redis without
     ``redis_url``)."""

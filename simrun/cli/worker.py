@@ -1,5 +1,5 @@
 """``simrun worker``: run one worker container (wired into the ``simrun`` command as
-``worker``; also ``python -m simrun.worker``).
+``worker``; also ``python -m simrun.cli worker``).
 
 Its parameters are `simrun.worker.container.WorkerFlags` (which also writes them back as a
 command line for the processes that start workers); the options shared with other commands

@@ -9,9 +9,13 @@ than one TTL. Both sides read these defaults from here; ``simrun worker --heartb
 
 from __future__ import annotations
 
-__all__ = ["HEARTBEAT_S", "HEARTBEAT_TTL_S", "TTL_PER_INTERVAL"]
+__all__ = ["DEFAULT_GRACE_S", "HEARTBEAT_S", "HEARTBEAT_TTL_S", "TTL_PER_INTERVAL"]
 
 HEARTBEAT_S = 2.0
 HEARTBEAT_TTL_S = 8.0
 #: The heartbeat TTL as a multiple of the interval, kept when only the interval is given.
 TTL_PER_INTERVAL = HEARTBEAT_TTL_S / HEARTBEAT_S
+#: After a stop (SIGTERM to a worker, Ctrl-C in ``simrun run``), the seconds running units
+#: get to finish before they are handed back: ``--grace-s`` of ``simrun worker`` and
+#: ``simrun run`` (which passes its own to its workers).
+DEFAULT_GRACE_S = 10.0

@@ -112,7 +112,8 @@ def explain(
     ``<where>: paths: the field 'out' is missing``.
     """
     error = exc.errors(include_url=False)[0]
-    loc = [str(part) for part in error["loc"]]
+    # pydantic marks an error in a key of a map with an extra "[key]" step: the key is named.
+    loc = [str(part) for part in error["loc"] if part != "[key]"]
     places = [where] if where else []
     current: type[BaseModel] | None = model
     parents: list[str] = []

@@ -48,7 +48,7 @@ class StoreReader:
 
     async def _view(self, run_id: str) -> RunView | None:
         if self.controller is not None:
-            return await self.controller.run(run_id)
+            return await self.controller.queries.run(run_id)
         row = await self.store.run(run_id)
         if row is None:
             return None

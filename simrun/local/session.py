@@ -9,7 +9,7 @@ A `LocalSession` holds, for as long as the command runs:
   port with a temporary directory, thrown away at the end;
 * the **service** in this process: the controller loop and the HTTP API on a free
   127.0.0.1 port (so ``simrun status --url`` works while the run goes on);
-* **worker containers**: ``python -m simrun.worker`` child processes serving the cpu and gpu
+* **worker containers**: ``python -m simrun.cli worker`` child processes serving the cpu and gpu
   queues (and the queues of the task images), each in a session of its own so that a
   Ctrl-C at the terminal reaches this process only, which then stops them in order.
 
@@ -45,6 +45,7 @@ from redis.exceptions import RedisError
 from simrun.config import redact_url
 from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits
+from simrun.core.timing import DEFAULT_GRACE_S
 from simrun.local.guard import DONE, REMOVE
 from simrun.local.machine import LocalError, free_socket, last_line
 from simrun.local.reads import StoreReader
@@ -54,7 +55,7 @@ from simrun.queues import DEFAULT_PREFIX
 from simrun.service.api import create_app
 from simrun.service.controller import Controller
 from simrun.service.settings import ControllerSettings
-from simrun.worker.container import DEFAULT_GRACE_S, WorkerFlags, worker_argv
+from simrun.worker.container import WorkerFlags, worker_argv
 
 __all__ = ["LocalOptions", "LocalSession", "images_of", "redis_prefix"]
 

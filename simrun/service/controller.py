@@ -35,10 +35,9 @@ from redis.exceptions import RedisError
 
 from simrun.core.clock import SYSTEM_CLOCK, Clock
 from simrun.core.layout import StoreLayout
-from simrun.core.views import FailureView, RunView
 from simrun.plugins import TaskType
 from simrun.queues import JobQueue, set_current_attempts
-from simrun.resources import KeySummary, ResolvedResources, ResourceStore
+from simrun.resources import ResolvedResources, ResourceStore
 from simrun.runstore import RunRow, RunStore, UnknownRunError
 from simrun.service.advance import Advance, RunsToAdvance
 from simrun.service.dispatch import Dispatcher
@@ -59,7 +58,7 @@ class Controller:
     """The service's controller over a run store, a resource store and a job queue.
 
     Make one with `open`; drive it with `run_forever` (or `step`). `submit`, `replay` and
-    `cancel` may be called concurrently with the loop; the read methods never wait for it.
+    `cancel` may be called concurrently with the loop; the reads (`queries`) never wait for it.
     """
 
     def __init__(
@@ -242,24 +241,6 @@ class Controller:
             self._ended.watch(run_id)
         log.info("run %s cancelled (%d units were in flight)", run_id, len(active))
         return len(active)
-
-    # -- reading (see `queries` for the rest) ---------------------------------------------
-
-    async def runs(self, limit: int = 100) -> list[RunRow]:
-        """The latest runs first."""
-        return await self.queries.runs(limit)
-
-    async def run(self, run_id: str) -> RunView | None:
-        """One run with per-task unit counts by state and ETAs; None when unknown."""
-        return await self.queries.run(run_id)
-
-    async def failures(self, run_id: str) -> list[FailureView]:
-        """The failed units of a run with their tracebacks."""
-        return await self.queries.failures(run_id)
-
-    async def resources_by_key(self) -> list[KeySummary]:
-        """What is learned per resource key."""
-        return await self.queries.resources_by_key()
 
     async def wait(self, run_id: str, timeout_s: float, poll_s: float = 0.05) -> RunRow:
         """The run once it ended; `TimeoutError` after ``timeout_s`` (for embedded mode and

@@ -36,7 +36,7 @@ from redis.exceptions import RedisError
 from simrun.config import DEFAULT_REDIS_URL, DEFAULT_STORE
 from simrun.core.reports import WorkerInfo, now_s
 from simrun.core.sizing import image_queue
-from simrun.core.timing import HEARTBEAT_S, HEARTBEAT_TTL_S, TTL_PER_INTERVAL
+from simrun.core.timing import DEFAULT_GRACE_S, HEARTBEAT_S, HEARTBEAT_TTL_S, TTL_PER_INTERVAL
 from simrun.core.wire import deserialize, serialize
 from simrun.queues import DEFAULT_PREFIX, JOB_FUNCTION, Keys
 from simrun.worker.admission import AdmissionGate
@@ -46,7 +46,6 @@ from simrun.worker.jobs import JobHandler
 from simrun.worker.pool.processes import ProcessPool
 
 __all__ = [
-    "DEFAULT_GRACE_S",
     "DEFAULT_POLL_DELAY_S",
     "WorkerContainer",
     "WorkerFlags",
@@ -64,9 +63,6 @@ JOB_TIMEOUT_S = 7 * 24 * 3600
 KEEP_RESULT_S = 300
 MAX_TRIES = 3
 HEALTH_CHECK_S = 10
-#: After a stop, seconds running jobs get to finish before they are handed back (``simrun
-#: worker --grace-s``; ``simrun run --grace-s`` passes its own to its workers).
-DEFAULT_GRACE_S = 10.0
 #: Seconds between two looks at an empty queue.
 DEFAULT_POLL_DELAY_S = 0.02
 
@@ -399,5 +395,5 @@ _FLAG_NAMES = {"queues": "queue", "images": "image", "worker_id": "id"}
 
 def worker_argv(flags: WorkerFlags, python: str = sys.executable) -> list[str]:
     """The command line of a worker container as a child process of ``python``:
-    ``python -m simrun.worker`` and the arguments of ``flags``."""
-    return [python, "-m", "simrun.worker", *flags.to_argv()]
+    ``python -m simrun.cli worker`` (``simrun worker``) and the arguments of ``flags``."""
+    return [python, "-m", "simrun.cli", "worker", *flags.to_argv()]

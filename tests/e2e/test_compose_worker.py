@@ -52,7 +52,9 @@ async def test_compose_worker_runs_units_is_healthy_and_stops(
     env["REDIS_URL"] = redis_url
     env["SIMRUN_STORE"] = str(tmp_path)
     prefix = ["--prefix", redis_prefix]
-    proc = _start([sys.executable, "-m", "simrun.worker", *spec["command"], *prefix], env, tmp_path)
+    proc = _start(
+        [sys.executable, "-m", "simrun.cli", "worker", *spec["command"], *prefix], env, tmp_path
+    )
     queue = await JobQueue.connect(redis_url, redis_prefix)
     try:
         job = make_spec(

@@ -31,8 +31,8 @@ async def test_heat_demo_succeeds_with_right_outputs(
             run_id = await svc.submit(HEAT.read_text(), base=HEAT.parent)
             run = await svc.wait(run_id, timeout_s=120)
             assert (run.state, run.message) == ("succeeded", "")
-            view = await svc.controller.run(run_id)
-            learned = await svc.controller.resources_by_key()
+            view = await svc.controller.queries.run(run_id)
+            learned = await svc.controller.queries.resources_by_key()
     assert view is not None
     assert [(t.name, t.state, t.counts["done"]) for t in view.tasks] == [
         ("sweep", "done", 24),

@@ -35,7 +35,7 @@ async def test_killed_units_retry_with_more_and_the_next_run_learns(
             second = await svc.submit(doc)
             run2 = await svc.wait(second, timeout_s=90)
             units2 = await svc.controller.store.units(second, "work")
-            view2 = await svc.controller.run(second)
+            view2 = await svc.controller.queries.run(second)
     assert run1.state == "succeeded", run1.message
     chunks1 = [u for u in units1 if u.kind == "chunk"]
     assert all(u.kills >= 1 for u in chunks1), [(u.index, u.kills) for u in chunks1]

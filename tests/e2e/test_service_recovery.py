@@ -195,7 +195,7 @@ async def test_failed_units_replayed_without_recomputing_done_ones(
         async with service(store, redis_url, redis_prefix, limits=RETRY_ONCE) as svc:
             run_id = await svc.submit(doc)
             failed = await svc.wait(run_id, timeout_s=60)
-            failures = await svc.controller.failures(run_id)
+            failures = await svc.controller.queries.failures(run_id)
             out = store / "runs" / run_id / "work" / "out"
             assert not (out / "merged.json").exists()
             flag.unlink()
@@ -221,7 +221,7 @@ async def test_gpu_task_runs_on_the_gpu_worker(
         async with service(store, redis_url, redis_prefix) as svc:
             run_id = await svc.submit(doc)
             run = await svc.wait(run_id, timeout_s=60)
-            view = await svc.controller.run(run_id)
+            view = await svc.controller.queries.run(run_id)
     assert run.state == "succeeded", run.message
     assert view is not None
     assert view.tasks[0].queue == "gpu"

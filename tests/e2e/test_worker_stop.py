@@ -1,4 +1,4 @@
-"""Stopping a real ``python -m simrun.worker`` process with SIGTERM, and what its heartbeat
+"""Stopping a real ``python -m simrun.cli worker`` process with SIGTERM, and what its heartbeat
 says while it runs."""
 
 from __future__ import annotations

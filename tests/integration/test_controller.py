@@ -83,7 +83,7 @@ async def test_dispatch_one_unit_per_job_within_the_window(heat_controller: Cont
     queued = await heat_controller.queue.queued_job_ids("cpu")
     assert len(queued) == 10
     assert all(q.startswith(f"{run_id}:sweep:") and q.endswith(":1") for q in queued)
-    view = await heat_controller.run(run_id)
+    view = await heat_controller.queries.run(run_id)
     assert view is not None
     sweep = view.tasks[0]
     assert (sweep.state, sweep.units, sweep.counts["queued"], sweep.counts["pending"]) == (
@@ -112,7 +112,7 @@ async def test_request_no_worker_fits_blocks_the_task(heat_controller: Controlle
     await beat(heat_controller, "small", 16.0)
     run_id = await submit_heat(heat_controller, text)
     await heat_controller.step()
-    view = await heat_controller.run(run_id)
+    view = await heat_controller.queries.run(run_id)
     assert view is not None
     assert (view.tasks[0].state, view.tasks[0].status) == (
         "blocked",
@@ -121,7 +121,7 @@ async def test_request_no_worker_fits_blocks_the_task(heat_controller: Controlle
     assert await heat_controller.queue.queued_job_ids("cpu") == []
     await beat(heat_controller, "big", 64.0)
     await heat_controller.step()
-    view = await heat_controller.run(run_id)
+    view = await heat_controller.queries.run(run_id)
     assert view is not None
     assert (view.tasks[0].state, view.tasks[0].status) == ("running", "")
     assert len(await heat_controller.queue.queued_job_ids("cpu")) == 10
@@ -285,7 +285,7 @@ async def test_gpu_task_goes_to_the_gpu_queue(heat_controller: Controller):
     await heat_controller.step()
     assert len(await heat_controller.queue.queued_job_ids("gpu")) == 10
     assert await heat_controller.queue.queued_job_ids("cpu") == []
-    view = await heat_controller.run(run_id)
+    view = await heat_controller.queries.run(run_id)
     assert view is not None
     assert view.tasks[0].queue == "gpu"
 
@@ -298,7 +298,7 @@ async def test_submit_with_a_missing_source_creates_nothing(
     doc = load_workflow(HEAT)
     with pytest.raises(WorkflowError, match=r"sources\.plate: file not found"):
         await heat_controller.submit(doc, check_workflow(doc, TYPES), "", base=tmp_path)
-    assert await heat_controller.runs() == []
+    assert await heat_controller.queries.runs() == []
     assert not (heat_controller.settings.store / "runs").exists()
 
 
@@ -372,7 +372,7 @@ async def test_failed_units_fail_the_run_and_replay_with_memory(work_controller:
     replay with a memory override dispatches them again with that memory and a new attempt."""
     run_id, run = await fail_two_units(work_controller)
     assert (run.state, run.message) == ("failed", "2 units failed: work [0-1]")
-    failures = await work_controller.failures(run_id)
+    failures = await work_controller.queries.failures(run_id)
     assert [(f.unit, f.error) for f in failures] == [(0, "Traceback: boom"), (1, "Traceback: boom")]
     assert await work_controller.replay(run_id, memory_gb=3.0) == 2
     await work_controller.step()

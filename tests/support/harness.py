@@ -123,7 +123,7 @@ def overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
 def start_worker_process(
     redis_url: str, prefix: str, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
-    """``python -m simrun.worker`` as a child process serving the test task types."""
+    """``python -m simrun.cli worker`` as a child process serving the test task types."""
     flags = WorkerFlags(
         redis_url=redis_url, prefix=prefix, plugins=PLUGINS, python_path=(str(REPO),),
         poll_delay_s=0.01,

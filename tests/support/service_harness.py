@@ -125,7 +125,7 @@ def start_worker(
     grace_s: float = 2.0,
     env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """A worker container as a child process: ``simrun worker`` (``python -m simrun.worker``)
+    """A worker container as a child process: ``simrun worker`` (``python -m simrun.cli worker``)
     serving the test types, with short heartbeats so that a killed worker is noticed
     within a second or two, and ``grace_s`` for its running units on SIGTERM. GPUs are the
     first ``gpus`` ids of ``CUDA_VISIBLE_DEVICES``."""

@@ -184,6 +184,28 @@ def test_bad_payload_fields_are_named(change: dict[str, Any], message: str) -> N
         JobSpec.from_dict(data)
 
 
+@pytest.mark.parametrize(
+    ("paths", "message"),
+    [
+        ({"out": ""}, r"paths: field 'out' must be a non-empty path without NUL, got ''"),
+        ({"scratch": "a\0b"}, r"paths: field 'scratch' must be a non-empty path without NUL"),
+        (
+            {"inputs": {"bad-port": "/x"}},
+            r"paths: field 'inputs' must be an identifier \(an input port name\), "
+            r"got 'bad-port' at inputs\[bad-port\]$",
+        ),
+        ({"inputs": {"plate": ""}}, r"field 'inputs' must be a non-empty path without NUL"),
+    ],
+)
+def test_bad_paths_of_a_payload_are_named(paths: dict[str, Any], message: str) -> None:
+    """A path of a job must be non-empty without NUL and an input port an identifier (the
+    rules simrun-exec applies); the refusal names the field and the value."""
+    data = _spec().to_dict()
+    data["paths"] = {**data["paths"], **paths}
+    with pytest.raises(PayloadError, match=message):
+        JobSpec.from_dict(data)
+
+
 def test_missing_field_is_named() -> None:
     """A payload without a required field says which one is missing."""
     data = _spec().to_dict()
@@ -285,8 +307,10 @@ def test_worker_info_round_trips_and_bad_text_is_refused() -> None:
     """A heartbeat is JSON that reads back to the same info; garbage is a PayloadError."""
     info = _heartbeat(RunningJob.of(_spec(), "running"))
     assert WorkerInfo.from_json(info.to_json()) == info
-    with pytest.raises(PayloadError, match="heartbeat"):
+    with pytest.raises(PayloadError, match=r"^worker heartbeat cannot be read: "):
         WorkerInfo.from_json("{")
+    with pytest.raises(PayloadError, match="heartbeat cannot be read: field 'id' must be"):
+        WorkerInfo.from_json(json.dumps({**json.loads(info.to_json()), "id": 1}))
 
 
 def test_running_jobs_round_trip_through_the_heartbeat() -> None:

@@ -37,13 +37,6 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"simrun.cli"}),
 )
 
-#: Imports that go against the layers on purpose, each with its reason.
-EXEMPT: Mapping[tuple[str, str], str] = {
-    # ``python -m simrun.worker`` is a process entry point: it runs the ``simrun worker``
-    # command, which is declared with the other commands in the command line.
-    ("simrun.worker.__main__", "simrun.cli"): "entry point of a process",
-}
-
 
 def unit_of(module: str) -> str:
     """The unit a module belongs to: the longest name of `LAYERS` that it is or is under."""
@@ -73,8 +66,6 @@ def violations(graph: Mapping[str, Iterable[str]]) -> list[str]:
             if theirs == mine:
                 continue
             if layer_of(theirs) < layer_of(mine):
-                continue
-            if any(module.startswith(m) and theirs == t for (m, t) in EXEMPT):
                 continue
             where = "the same layer" if layer_of(theirs) == layer_of(mine) else "a higher layer"
             found.append(f"{module} imports {target} ({theirs} is in {where} than {mine})")
@@ -127,6 +118,7 @@ def test_the_core_imports_nothing_of_simrun_but_plugins() -> None:
         ("simrun.runstore.rows", "simrun.resources", "the same layer"),
         ("simrun.service.controller", "simrun.cli.common", "a higher layer"),
         ("simrun.local.session", "simrun.cli.progress", "a higher layer"),
+        ("simrun.worker.__main__", "simrun.cli.worker", "a higher layer"),
     ],
 )
 def test_an_import_against_the_layers_is_reported(module: str, target: str, expected: str) -> None:
@@ -146,11 +138,10 @@ def test_an_import_against_the_layers_is_reported(module: str, target: str, expe
         ("simrun.cli.run", "simrun.service.api"),
         ("simrun.core.jobs", "simrun.plugins"),
         ("simrun.service.controller", "simrun.service.dispatch"),
-        ("simrun.worker.__main__", "simrun.cli.worker"),
     ],
 )
 def test_an_import_downwards_or_within_a_unit_is_allowed(module: str, target: str) -> None:
-    """Imports to a lower layer, within a package, or named in EXEMPT pass."""
+    """Imports to a lower layer or within a package pass."""
     assert violations({module: {target}}) == []
 
 
@@ -168,7 +159,6 @@ CLI_REACH: Mapping[tuple[str, str], str] = {
     ("simrun.cli.service", "simrun.service.settings"): "simrun service builds its settings",
     ("simrun.cli.worker", "simrun.worker.container"): "simrun worker runs a container",
     ("simrun.cli.worker", "simrun.worker.pool.processes"): "PoolError: the pool did not start",
-    ("simrun.cli.options", "simrun.worker.container"): "the workers' --grace-s default",
 }
 
 

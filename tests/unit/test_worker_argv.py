@@ -78,6 +78,6 @@ def test_the_defaults_are_the_commands(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_worker_argv_runs_the_worker_module() -> None:
-    """A child worker is ``PYTHON -m simrun.worker`` with the flags' arguments."""
+    """A child worker is ``PYTHON -m simrun.cli worker`` with the flags' arguments."""
     flags = WorkerFlags(queues=("cpu",))
-    assert worker_argv(flags, "/py") == ["/py", "-m", "simrun.worker", *flags.to_argv()]
+    assert worker_argv(flags, "/py") == ["/py", "-m", "simrun.cli", "worker", *flags.to_argv()]
