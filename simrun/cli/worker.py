@@ -27,7 +27,13 @@ from simrun.cli.options import (
     container_processes_option,
 )
 from simrun.config import redact_url
-from simrun.worker.container import DEFAULT_POLL_DELAY_S, WorkerFlags, run_container
+from simrun.worker.container import (
+    CGROUP_MODES,
+    DEFAULT_POLL_DELAY_S,
+    DEFAULT_UNIT_LOG_CAP,
+    WorkerFlags,
+    run_container,
+)
 from simrun.worker.pool.processes import PoolError
 
 __all__ = ["worker"]
@@ -65,6 +71,16 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 @WORKER_HEARTBEAT_TTL_S
 @STORE
 @click.option("--log-level", default="INFO", show_default=True, type=click.Choice(LOG_LEVELS))
+@click.option(
+    "--cgroups", type=click.Choice(CGROUP_MODES), default="auto", show_default=True,
+    help="auto: a memory cgroup per worker process where the kernel allows it (cgroup v2 "
+    "delegated or v1's memory controller), else the process tree; off: the process tree.",
+)  # fmt: skip
+@click.option(
+    "--unit-log-cap", type=click.IntRange(min=0), default=DEFAULT_UNIT_LOG_CAP,
+    show_default=True, help="Bytes of output one unit may put into the worker's log "
+    "(its head and tail are kept, the rest counted as dropped; 0: no bound).",
+)  # fmt: skip
 def worker(**params: Any) -> None:
     """Run a worker container: take jobs from the queues, run them in a pool of worker
     processes within the container's memory, and report every unit."""

@@ -41,12 +41,16 @@ from simrun.core.wire import deserialize, serialize
 from simrun.queues import DEFAULT_PREFIX, JOB_FUNCTION, Keys
 from simrun.worker.admission import AdmissionGate
 from simrun.worker.capacity import Capacity, detect_capacity
+from simrun.worker.cgroups import CgroupSupport, WorkerCgroups, detect
 from simrun.worker.heartbeat import Heartbeat
 from simrun.worker.jobs import JobHandler
+from simrun.worker.pool.output import DEFAULT_UNIT_LOG_CAP
 from simrun.worker.pool.processes import ProcessPool
 
 __all__ = [
+    "CGROUP_MODES",
     "DEFAULT_POLL_DELAY_S",
+    "DEFAULT_UNIT_LOG_CAP",
     "WorkerContainer",
     "WorkerFlags",
     "WorkerOptions",
@@ -65,6 +69,8 @@ MAX_TRIES = 3
 HEALTH_CHECK_S = 10
 #: Seconds between two looks at an empty queue.
 DEFAULT_POLL_DELAY_S = 0.02
+#: The values of ``--cgroups``.
+CGROUP_MODES = ("auto", "off")
 
 
 def default_worker_id() -> str:
@@ -94,6 +100,11 @@ class WorkerOptions:
     heartbeat_ttl_s: float = HEARTBEAT_TTL_S
     admission_patience_s: float = 5.0
     store: Path | None = None
+    #: "auto": a memory cgroup per worker process where the kernel allows it, else the
+    #: process tree; "off": the process tree always (`simrun.worker.cgroups`).
+    cgroups: str = "auto"
+    #: Bytes one unit may put into the worker's log (head and tail; 0: no bound).
+    unit_log_cap: int = DEFAULT_UNIT_LOG_CAP
 
 
 class WorkerContainer:
@@ -104,6 +115,12 @@ class WorkerContainer:
             raise ValueError("a worker needs at least one queue")
         if options.grace_s < 0:
             raise ValueError(f"grace_s must be >= 0, got {options.grace_s}")
+        if options.cgroups not in CGROUP_MODES:
+            raise ValueError(
+                f"cgroups must be one of {', '.join(CGROUP_MODES)}, got {options.cgroups!r}"
+            )
+        if options.unit_log_cap < 0:
+            raise ValueError(f"unit_log_cap must be >= 0 bytes, got {options.unit_log_cap}")
         self.options = options
         self.keys = Keys(options.prefix)
         self.worker_id = options.worker_id or default_worker_id()
@@ -113,7 +130,11 @@ class WorkerContainer:
             plugins=options.plugins,
             python_path=options.python_path,
             hide_gpus=options.capacity.gpus > 0,
+            unit_log_cap=options.unit_log_cap,
         )
+        #: How the memory of the worker processes is bounded (set when it runs).
+        self.isolation = "the process tree"
+        self._cgroups: WorkerCgroups | None = None
         self.gate = AdmissionGate(options.capacity, options.admission_patience_s)
         self.started = now_s()
         self.stopping = False
@@ -184,6 +205,7 @@ class WorkerContainer:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.request_stop)
         try:
+            await asyncio.to_thread(self._open_cgroups)
             await self.pool.start()
             redis = await self._connect()
             try:
@@ -192,9 +214,27 @@ class WorkerContainer:
                 await redis.aclose()
         finally:
             await self.pool.close()
+            if self._cgroups is not None:
+                await asyncio.to_thread(self._cgroups.close)
             if handle_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
+
+    def _open_cgroups(self) -> None:
+        """Give the pool a memory cgroup per worker process where the kernel allows it
+        (blocking: reads and writes cgroup files)."""
+        if self.options.cgroups == "off":
+            support = CgroupSupport(None, False, "turned off (--cgroups off)")
+        else:
+            support = detect()
+        self.pool.outer = support.own
+        if support.usable and support.own is not None:
+            try:
+                self._cgroups = WorkerCgroups.open(support.own)
+            except OSError as exc:
+                support = CgroupSupport(support.own, False, f"cannot make the worker's: {exc}")
+        self.pool.cgroups = self._cgroups
+        self.isolation = support.describe()
 
     async def _serve(self, redis: ArqRedis) -> None:
         heartbeat = Heartbeat(
@@ -219,12 +259,13 @@ class WorkerContainer:
             await heartbeat.beat()
             heartbeat_task = asyncio.get_running_loop().create_task(heartbeat.run())
             log.info(
-                "worker %s serving %s with %g GiB, %d processes, %d GPUs",
+                "worker %s serving %s with %g GiB, %d processes, %d GPUs; memory bounded by %s",
                 self.worker_id,
                 ", ".join(self.options.queues),
                 self.capacity.memory_gb,
                 self.capacity.processes,
                 self.capacity.gpus,
+                self.isolation,
             )
             if not self.stopping:  # a stop asked for while starting up ends it here
                 results = await asyncio.gather(
@@ -329,6 +370,8 @@ class WorkerFlags:
     heartbeat_ttl_s: float | None = None
     store: Path = DEFAULT_STORE
     log_level: str = "INFO"
+    cgroups: str = "auto"
+    unit_log_cap: int = DEFAULT_UNIT_LOG_CAP
 
     def to_argv(self) -> list[str]:
         """The arguments of ``simrun worker`` that give these flags. Every value is written
@@ -386,6 +429,8 @@ class WorkerFlags:
             heartbeat_s=self.heartbeat_s,
             heartbeat_ttl_s=self.ttl_s,
             store=self.store,
+            cgroups=self.cgroups,
+            unit_log_cap=self.unit_log_cap,
         )
 
 

@@ -5,138 +5,33 @@ back without swapping: heap, stacks, private mappings it wrote. File-backed page
 program, shared libraries, the page cache of files it mapped) are left out on purpose: the
 kernel reclaims them under pressure, so they say little about what a unit needs.
 
-`MemorySampler` polls one process (and, for a command, its whole tree of descendants) from
-a daemon thread, keeps the peak, and calls a callback once when a limit is passed. Every
-read tolerates the process, or one of its children, exiting at any moment.
+`MemorySampler` polls one process (with its whole tree of descendants, or with the other
+members of its cgroup, see ``members``) from a daemon thread, keeps the peak, and calls a
+callback once when a limit is passed. The tree is read by `simrun.worker.proctree`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 
+from simrun.worker.proctree import (
+    CHILDREN_FILES,
+    GIB,
+    anon_bytes_of,
+    anon_memory_bytes,
+    descendants,
+    own_anon_bytes,
+)
+
 __all__ = ["CHILDREN_FILES", "GIB", "MemorySampler", "anon_memory_bytes", "descendants"]
+# The tree is read by simrun.worker.proctree; its names are re-exported here, where they
+# always were.
 
 log = logging.getLogger(__name__)
-
-#: Bytes in one GiB: every ``*_gb`` figure of simrun is in GiB.
-GIB = 2**30
-
-_RSS_ANON = b"RssAnon:"
-
-#: Whether this kernel lists a thread's children in ``/proc/<pid>/task/<tid>/children``
-#: (CONFIG_PROC_CHILDREN); without it, children are found from the parent ids of all processes.
-CHILDREN_FILES = os.path.exists("/proc/thread-self/children")
-
-
-def _read(path: str) -> bytes | None:
-    """The content of a /proc file, or None when its process is gone.
-
-    ``os.open``/``os.read`` rather than ``open()``: a sampler reads these files thousands of
-    times, and the buffered text layer costs more than the read itself.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
-        return None
-    try:
-        return os.read(fd, 8192)
-    except ProcessLookupError:  # the process exited between open and read (ESRCH)
-        return None
-    finally:
-        os.close(fd)
-
-
-def _own_anon_bytes(pid: int) -> int | None:
-    """``RssAnon`` of one process in bytes; None when it is gone or already a zombie."""
-    data = _read(f"/proc/{pid}/status")
-    if data is None:
-        return None
-    start = data.find(_RSS_ANON)
-    if start < 0:  # a zombie (or a kernel thread) has no memory of its own any more
-        return None
-    end = data.find(b"\n", start)
-    fields = data[start + len(_RSS_ANON) : end if end >= 0 else len(data)].split()
-    # The kernel writes "RssAnon:\t  1234 kB"; the unit is always kB.
-    return int(fields[0]) * 1024
-
-
-def _children_from_task_files(pid: int) -> list[int]:
-    """Direct children of ``pid`` from its threads' ``children`` files; [] once it is gone."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
-        return []
-    found: list[int] = []
-    for tid in tids:
-        data = _read(f"/proc/{pid}/task/{tid}/children")
-        if data is not None:
-            found.extend(int(x) for x in data.split())
-    return found
-
-
-def _parent_map() -> dict[int, list[int]]:
-    """Every process's children, from the ppid field of ``/proc/*/stat``."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        data = _read(f"/proc/{name}/stat")
-        if data is None:
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split
-        # after the last ')'.
-        rest = data[data.rfind(b")") + 2 :].split(maxsplit=2)
-        if len(rest) >= 2:
-            children.setdefault(int(rest[1]), []).append(int(name))
-    return children
-
-
-def descendants(pid: int, children_files: bool = CHILDREN_FILES) -> list[int]:
-    """All living descendants of ``pid`` (children, grandchildren, ...), not ``pid`` itself.
-
-    With ``children_files`` (the default where the kernel has them) the walk reads the
-    per-thread ``children`` files of the tree only; without, it scans the parent ids of all
-    processes once. A process whose parent exited was adopted by init (or a subreaper) and
-    is no longer found under ``pid``.
-    """
-    out: list[int] = []
-    if not children_files:
-        tree = _parent_map()
-        stack = list(tree.get(pid, ()))
-        while stack:
-            child = stack.pop()
-            out.append(child)
-            stack.extend(tree.get(child, ()))
-        return out
-    stack = _children_from_task_files(pid)
-    seen = {pid}
-    while stack:
-        child = stack.pop()
-        if child in seen:  # a pid reused while we walk cannot make us loop
-            continue
-        seen.add(child)
-        out.append(child)
-        stack.extend(_children_from_task_files(child))
-    return out
-
-
-def anon_memory_bytes(pid: int, include_children: bool = False) -> int | None:
-    """Anonymous resident memory of ``pid`` in bytes, with all its descendants' when
-    ``include_children``; None when ``pid`` itself is gone.
-
-    A child that exits while it is read simply counts as zero.
-    """
-    own = _own_anon_bytes(pid)
-    if own is None:
-        return None
-    if not include_children:
-        return own
-    return own + sum(_own_anon_bytes(child) or 0 for child in descendants(pid))
 
 
 class MemorySampler:
@@ -147,6 +42,10 @@ class MemorySampler:
     ``on_limit(current_gb)`` once, in the sampling thread (kill the process there, say). The
     last sample of `stop` only counts toward the peak: `exceeded` is True exactly when
     ``on_limit`` was called. The thread ends by itself when the process is gone.
+
+    With ``include_children`` the descendants of the process count too; ``members`` (a
+    function listing pids, such as the processes of a cgroup) counts those instead. The
+    process itself is always counted, and its end ends the sampling.
 
     Use it as a context manager, or call `start` and `stop`; `reset_peak` starts a new peak
     for a process that runs one chunk of work after another.
@@ -160,6 +59,7 @@ class MemorySampler:
         include_children: bool = False,
         limit_gb: float | None = None,
         on_limit: Callable[[float], None] | None = None,
+        members: Callable[[], Iterable[int]] | None = None,
     ) -> None:
         if not interval_s > 0:
             raise ValueError(f"MemorySampler: interval_s must be > 0, got {interval_s!r}")
@@ -168,6 +68,7 @@ class MemorySampler:
         self.pid = pid
         self.interval_s = interval_s
         self.include_children = include_children
+        self._members = members
         self.limit_gb = limit_gb
         self._limit_bytes = None if limit_gb is None else limit_gb * GIB
         self._on_limit = on_limit
@@ -182,9 +83,18 @@ class MemorySampler:
 
     # -- reading ---------------------------------------------------------------------------
 
+    def _measure(self) -> int | None:
+        """Anonymous bytes of the process and what counts with it; None once it is gone."""
+        if self._members is None:
+            return anon_memory_bytes(self.pid, self.include_children)
+        own = own_anon_bytes(self.pid)
+        if own is None:
+            return None
+        return own + anon_bytes_of(p for p in self._members() if p != self.pid)
+
     def _sample(self) -> int | None:
         """One reading, folded into the peak; None once the process is gone."""
-        current = anon_memory_bytes(self.pid, self.include_children)
+        current = self._measure()
         with self._lock:
             if current is None:
                 self._gone = True

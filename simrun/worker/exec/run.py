@@ -9,7 +9,8 @@ When the command's first process ends, whatever is left of its process group is 
 the command is over when its main process is.
 
 A process that leaves both the tree and the group (a daemon that forks twice and calls
-``setsid``) escapes both the memory count and the kill; only a cgroup could follow it.
+``setsid``) escapes both the memory count and the kill; only a cgroup could follow it. The
+tree is read and signalled by `simrun.worker.proctree`, as for the worker processes.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from simrun.core.reports import WorkerReport
 from simrun.plugins import TaskPaths
 from simrun.worker.exec.argv import expand_argv
 from simrun.worker.exec.spec import CommandResult, CommandSpec, Outcome, write_json_atomic
-from simrun.worker.sampler import MemorySampler, descendants
+from simrun.worker.proctree import group_members, signal_tree
+from simrun.worker.sampler import MemorySampler
 
 __all__ = [
     "STDERR_TAIL_LINES",
@@ -56,30 +58,6 @@ log = logging.getLogger(__name__)
 _SAMPLE_INTERVAL_S = 0.02
 #: Seconds simrun-exec waits for the killed members of a command's group to be gone.
 _GROUP_GONE_WAIT_S = 10.0
-
-
-def group_members(pgid: int) -> list[int]:
-    """The processes of process group ``pgid`` that are not zombies (a killed process may
-    take a moment to release its memory; a zombie has released it)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:  # the group is empty: the common case needs no scan
-        return []
-    except PermissionError:  # someone else's group: nothing of ours is in it
-        return []
-    members: list[int] = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                data = fh.read()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        fields = data[data.rfind(b")") + 2 :].split()  # state ppid pgrp ...
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
-            members.append(int(name))
-    return members
 
 
 def _wait_group_gone(pgid: int, timeout_s: float = _GROUP_GONE_WAIT_S) -> list[int]:
@@ -236,12 +214,7 @@ class CommandRun:
         proc = self._proc
         if proc is None or self._reaped:
             return
-        tree = descendants(proc.pid)
-        for pid, send in [(proc.pid, os.killpg), *((p, os.kill) for p in tree)]:
-            try:
-                send(pid, sig)
-            except (ProcessLookupError, PermissionError):  # gone already, or not ours to signal
-                continue
+        signal_tree(proc.pid, sig, group=True)
 
     def _ended(self) -> bool:
         """Whether the first process has exited already (it is not reaped yet)."""

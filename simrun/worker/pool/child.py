@@ -7,6 +7,13 @@ answered by one reply per unit, each sent as its unit ends. An exception in plug
 caught and sent back with its traceback; the process goes on. The container kills
 the process when it passes its memory limit or a unit's time runs out, and starts another.
 
+Whatever a request starts lives no longer than the request: after each one (a task's
+setup, a unit, a merge) every process left in the worker process's cgroup (``--cgroup``),
+or in its tree, is killed and reaped before the reply goes back. The process is a child
+subreaper, so a descendant that leaves the tree by a double fork is adopted by it and
+still found. A reply says when the kernel's OOM killer ended a process of the cgroup
+meanwhile (``"oom_kill": true``). Output of plugin code is flushed before each reply.
+
 Task types are found by name among the ``--plugin`` references (``module:OBJECT`` naming a
 `TaskType`, loaded by `simrun.plugins.load_plugin_ref`) and the installed entry points.
 """
@@ -39,8 +46,9 @@ from simrun.plugins import (
     load_task_types,
     resolve,
 )
+from simrun.worker.cgroups import Cgroup
 from simrun.worker.pool.protocol import read_blocking, write_blocking
-from simrun.worker.sampler import anon_memory_bytes
+from simrun.worker.proctree import anon_memory_bytes, become_subreaper, kill_tree
 
 __all__ = ["main"]
 
@@ -59,14 +67,66 @@ def _unknown(op: object) -> None:
     raise ValueError(f"unknown request {op!r}")
 
 
-def _timed(call: Callable[[], None]) -> dict[str, Any]:
-    """Run ``call``: the reply with its wall time, and its traceback when it raised."""
+#: Seconds the processes a request left behind have to be gone after SIGKILL.
+_GONE_WAIT_S = 10.0
+
+
+class Leftovers:
+    """Ends what a request left behind: the other processes of the worker process's
+    cgroup (``box``), else its descendants; and tells when the kernel's OOM killer ended
+    one of them (the cgroup's counter went up)."""
+
+    def __init__(self, box: Cgroup | None) -> None:
+        self.box = box
+        self.pid = os.getpid()
+        self._oom = box.oom_kills() if box is not None else None
+
+    def end(self) -> bool:
+        """Kill and reap every process left; whether the kernel OOM-killed one of the
+        cgroup since the last call."""
+        if self.box is not None:
+            self.box.kill_all(spare=self.pid, timeout_s=_GONE_WAIT_S)
+        else:
+            kill_tree(self.pid, include_root=False)
+        self._reap()
+        if self.box is None:
+            return False
+        before, self._oom = self._oom, self.box.oom_kills()
+        return before is not None and self._oom is not None and self._oom > before
+
+    def _reap(self) -> None:
+        """Reap the children this process adopted or started (all killed by now)."""
+        deadline = time.monotonic() + _GONE_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:  # no child left
+                return
+            if pid == 0:  # children left, not ended yet
+                time.sleep(0.001)
+
+
+def _flush() -> None:
+    """Push what plugin code printed out of Python's buffers, before the reply."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+
+
+def _timed(call: Callable[[], None], leftovers: Leftovers | None = None) -> dict[str, Any]:
+    """Run ``call``: the reply with its wall time, and its traceback when it raised; then
+    end what it left behind (the reply says ``oom_kill`` when the kernel killed one)."""
     start = time.perf_counter()
     try:
         call()
     except Exception:  # noqa: BLE001  # plugin errors go back to the container as text
-        return {"ok": False, "seconds": time.perf_counter() - start, "error": _error_text()}
-    return {"ok": True, "seconds": time.perf_counter() - start, "error": None}
+        reply = {"ok": False, "seconds": time.perf_counter() - start, "error": _error_text()}
+    else:
+        reply = {"ok": True, "seconds": time.perf_counter() - start, "error": None}
+    _flush()
+    if leftovers is not None and leftovers.end():
+        reply["oom_kill"] = True
+    return reply
 
 
 @dataclass
@@ -85,8 +145,9 @@ class Child:
     runs once per task per process; the last `MAX_TASKS` tasks are remembered) and the
     current one."""
 
-    def __init__(self, registry: dict[str, TaskType]) -> None:
+    def __init__(self, registry: dict[str, TaskType], leftovers: Leftovers | None = None) -> None:
         self.registry = registry
+        self.leftovers = leftovers
         self.context: _Context | None = None
         self._tasks: dict[tuple[str, str], _Context] = {}
         self._functions: dict[str, Callable[..., Any]] = {}
@@ -118,9 +179,9 @@ class Child:
         """The one reply to a "task" or "merge" request."""
         op = message.get("op")
         if op == "task":
-            return _timed(functools.partial(self._task, message))
+            return _timed(functools.partial(self._task, message), self.leftovers)
         if op == "merge":
-            return _timed(self._merge)
+            return _timed(self._merge, self.leftovers)
         return _timed(functools.partial(_unknown, op))
 
     def units(self, message: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -132,7 +193,7 @@ class Child:
             yield {**reply, "index": None}
             return
         for index in indices:
-            reply = _timed(functools.partial(self._unit, index))
+            reply = _timed(functools.partial(self._unit, index), self.leftovers)
             reply["index"] = index
             yield reply
 
@@ -194,7 +255,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--plugin", action="append", default=[])
     parser.add_argument("--path", action="append", default=[])
     parser.add_argument("--cuda-visible-devices", default=None)
+    parser.add_argument("--cgroup", default=None, help="the cgroup directory to join first")
+    parser.add_argument("--cgroup-version", type=int, default=1, choices=(1, 2))
     args = parser.parse_args(argv)
+    box = None
+    if args.cgroup is not None:  # before anything else runs, so that nothing escapes it
+        box = Cgroup(Path(args.cgroup), args.cgroup_version)
+        try:
+            box.join(os.getpid())
+        except OSError as exc:
+            hello = {"ok": False, "pid": os.getpid(), "error": f"cannot join {box}: {exc}"}
+            write_blocking(1, hello)
+            return 2
+    become_subreaper()
     # What this process holds before any plugin code runs: the pool counts the memory a
     # process keeps from its tasks beyond this (simrun.worker.pool.processes).
     baseline_bytes = anon_memory_bytes(os.getpid()) or 0
@@ -223,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     hello = {"ok": True, "pid": os.getpid(), "error": None, "baseline_bytes": baseline_bytes}
     write_blocking(out_fd, hello)
 
-    child = Child(registry)
+    child = Child(registry, Leftovers(box))
     while True:
         message = read_blocking(in_fd)
         if message is None:

@@ -19,6 +19,15 @@ for CPython with simrun's imports). A fresh process holds that much too, so rest
 cannot win it back; counting it made every light task (a learned request of a few tens of
 MiB) restart every process at every new task.
 
+Each process runs in a memory cgroup of its own where the worker has them
+(`simrun.worker.cgroups`; ``cgroups`` of `ProcessPool`), else as the root of its process
+tree (it is a child subreaper, so double-forked descendants stay in it): what it starts is
+measured with it, killed with it (`WorkerProcess.kill`), and ended after every request by
+the process itself (`simrun.worker.pool.child`). The cgroup's kernel limit is the job's
+(`WorkerProcess.begin_job`); when the kernel's OOM killer ends the process, or one it
+started, the job is reported killed for memory (`WorkerProcess.note_death`). Its stdout
+and stderr reach the worker's log through `simrun.worker.pool.output`, capped per unit.
+
 The memory limit a process is killed at (`kill_limit_gb`) is the job's limit, but never
 less than its baseline plus `KILL_HEADROOM_GB`: a limit below what the bare interpreter
 holds can never be met, and killing the process for it would only loop through kills. Such
@@ -39,8 +48,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from simrun.worker.cgroups import Cgroup, WorkerCgroups, oom_killed
+from simrun.worker.pool.output import DEFAULT_UNIT_LOG_CAP, CappedLog
 from simrun.worker.pool.protocol import encode, read_async
-from simrun.worker.sampler import GIB, anon_memory_bytes
+from simrun.worker.proctree import GIB, anon_memory_bytes, kill_tree
 
 __all__ = [
     "KILL_HEADROOM_GB",
@@ -90,14 +101,39 @@ def describe_exit(returncode: int | None) -> str:
     return f"exit code {returncode}"
 
 
-class WorkerProcess:
-    """One worker process and the pipe to it. ``kill_reason`` says who killed it, if we did:
-    "memory", "timeout" or "stop"."""
+#: Seconds the log of a process that ended may take to reach its end of file (a
+#: descendant that escaped the process may hold the pipe open).
+_LOG_END_WAIT_S = 2.0
 
-    def __init__(self, proc: asyncio.subprocess.Process, gpu_ids: tuple[str, ...]) -> None:
+
+class WorkerProcess:
+    """One worker process and the pipe to it. ``kill_reason`` says who killed it, if we did
+    ("memory", "timeout" or "stop"), or "memory" when the kernel's OOM killer did
+    (``killed_by_kernel``). ``box`` is its cgroup (None: its process tree stands for it);
+    ``outer`` the cgroup of the whole worker, whose OOM kills also count for a process
+    that was SIGKILLed (the container's limit); ``log`` copies its output to the worker's
+    log."""
+
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        gpu_ids: tuple[str, ...],
+        *,
+        box: Cgroup | None = None,
+        outer: Cgroup | None = None,
+        log: CappedLog | None = None,
+    ) -> None:
         self.proc = proc
         self.gpu_ids = gpu_ids
         self.pid = proc.pid
+        self.box = box
+        self.outer = outer
+        self.log = log
+        self._log_task: asyncio.Task[None] | None = None
+        if log is not None and proc.stderr is not None:
+            self._log_task = asyncio.get_running_loop().create_task(log.copy(proc.stderr))
+        self.killed_by_kernel = False
+        self._oom_before: tuple[int | None, int | None] = (None, None)
         #: Anonymous memory (GiB) the process held before any plugin code ran (its hello).
         self.baseline_gb = 0.0
         #: The tasks this process has worked on (its setup is done for them).
@@ -109,11 +145,77 @@ class WorkerProcess:
         return self.proc.returncode is None and self.kill_reason is None
 
     def kill(self, reason: str) -> None:
-        """SIGKILL the process (safe from any thread); the first reason given sticks."""
+        """SIGKILL the process and everything it started (safe from any thread, does not
+        wait); the first reason given sticks."""
         if self.kill_reason is None:
             self.kill_reason = reason
+        if self.proc.returncode is not None:
+            return  # reaped: its pid may be another process's by now
+        if self.box is not None:
+            self.box.kill_all(timeout_s=0)
+        else:
+            kill_tree(self.pid)
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
+
+    def members(self) -> list[int]:
+        """The processes that count with this one: its cgroup's, else its tree's (the
+        sampler walks the tree itself)."""
+        return self.box.procs() if self.box is not None else [self.pid]
+
+    def _oom_counts(self) -> tuple[int | None, int | None]:
+        return (
+            self.box.oom_kills() if self.box is not None else None,
+            self.outer.oom_kills() if self.outer is not None else None,
+        )
+
+    def begin_job(self, limit_gb: float | None) -> None:
+        """Give the process's cgroup the kernel limit of a job (blocking: call it in a
+        thread) and remember the OOM kill counters it starts from."""
+        if self.box is not None:
+            try:
+                self.box.set_limit(None if limit_gb is None else int(limit_gb * GIB))
+            except OSError as exc:  # v1: EBUSY when it holds more already
+                log.warning(
+                    "worker process %d: cannot set its cgroup's memory limit to %s GiB, "
+                    "the sampler alone bounds it: %s",
+                    self.pid,
+                    limit_gb,
+                    exc,
+                )
+        self._oom_before = self._oom_counts()
+
+    def note_death(self) -> None:
+        """For a process that ended without us killing it: when its cgroup's OOM kill
+        counter went up, or it was SIGKILLed while the worker's cgroup's did, the kernel
+        killed it for memory (``kill_reason`` "memory", ``killed_by_kernel``)."""
+        if self.kill_reason is not None:
+            return
+        box_now, outer_now = self._oom_counts()
+        box_before, outer_before = self._oom_before
+        sigkilled = self.proc.returncode == -signal.SIGKILL
+        if oom_killed(box_before, box_now) or (sigkilled and oom_killed(outer_before, outer_now)):
+            self.kill_reason = "memory"
+            self.killed_by_kernel = True
+
+    def kernel_killed_child(self) -> None:
+        """The kernel's OOM killer ended a process this one started (its reply said so):
+        the job is killed for memory, and so is this process."""
+        self.killed_by_kernel = True
+        self.kill("memory")
+
+    async def release(self) -> None:
+        """After the process ended: end what is left of its cgroup and remove it, and let
+        its log reach its end."""
+        if self.box is not None:
+            await asyncio.to_thread(self.box.remove)
+        if self._log_task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._log_task), _LOG_END_WAIT_S)
+            except TimeoutError:
+                self._log_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._log_task
 
     async def call(self, message: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
         """Send a request and wait for its (first) reply; see `send` and `receive`."""
@@ -156,6 +258,7 @@ class WorkerProcess:
         except (TimeoutError, asyncio.IncompleteReadError) as exc:
             self.kill("stop")
             await self.proc.wait()
+            await self.release()
             raise PoolError(
                 f"worker process {self.pid} did not start ({describe_exit(self.proc.returncode)})"
             ) from exc
@@ -172,6 +275,18 @@ class WorkerProcess:
         except TimeoutError:
             self.kill("stop")
             await self.proc.wait()
+        await self.release()
+
+
+#: The shell that moves itself into a cgroup and then becomes the worker process.
+_JOIN_SHELL = 'echo $$ > "$0" && exec "$@"'
+
+
+def join_then_exec(box: Cgroup, argv: list[str]) -> list[str]:
+    """``argv`` started inside the cgroup ``box``: a shell joins it and then execs the
+    program, so all the program's memory is charged to the cgroup (memory a process holds
+    when it is moved stays charged to its old cgroup)."""
+    return ["/bin/sh", "-c", _JOIN_SHELL, str(box.path / "cgroup.procs"), *argv]
 
 
 def kill_limit_gb(limit_gb: float | None, baseline_gb: float) -> float | None:
@@ -238,6 +353,9 @@ class ProcessPool:
 
     ``hide_gpus`` gives processes without a GPU an empty ``CUDA_VISIBLE_DEVICES`` (in a
     container that has GPUs, a CPU job must not use one granted to another job).
+    ``cgroups`` gives each process a memory cgroup (None: the process tree stands for it);
+    ``outer`` is the worker's own cgroup (read for OOM kills); ``unit_log_cap`` bounds
+    the bytes one unit puts into the worker's log (0: no bound).
     """
 
     def __init__(
@@ -247,6 +365,9 @@ class ProcessPool:
         plugins: Sequence[str] = (),
         python_path: Sequence[str] = (),
         hide_gpus: bool = False,
+        cgroups: WorkerCgroups | None = None,
+        outer: Cgroup | None = None,
+        unit_log_cap: int = DEFAULT_UNIT_LOG_CAP,
     ) -> None:
         if size < 1:
             raise ValueError(f"a pool needs at least one process, got {size}")
@@ -254,6 +375,9 @@ class ProcessPool:
         self.plugins = tuple(plugins)
         self.python_path = tuple(python_path)
         self.hide_gpus = hide_gpus
+        self.cgroups = cgroups
+        self.outer = outer
+        self.unit_log_cap = unit_log_cap
         self._idle: list[WorkerProcess] = []
         self._busy: set[WorkerProcess] = set()
         self._spawning: set[asyncio.Task[None]] = set()
@@ -271,10 +395,25 @@ class ProcessPool:
             args += ["--cuda-visible-devices", ",".join(gpu_ids)]
         elif self.hide_gpus:
             args += ["--cuda-visible-devices", ""]
-        proc = await asyncio.create_subprocess_exec(
-            *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        box = None
+        if self.cgroups is not None:
+            box = await asyncio.to_thread(self.cgroups.new_box)
+            args += ["--cgroup", str(box.path), "--cgroup-version", str(box.version)]
+            args = join_then_exec(box, args)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *args,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except BaseException:
+            if box is not None:
+                await asyncio.to_thread(box.remove)
+            raise
+        worker = WorkerProcess(
+            proc, gpu_ids, box=box, outer=self.outer, log=CappedLog(self.unit_log_cap)
         )
-        worker = WorkerProcess(proc, gpu_ids)
         hello = await worker.hello()
         if not hello.get("ok"):
             await worker.stop()
@@ -341,6 +480,7 @@ class ProcessPool:
                         describe_exit(worker.proc.returncode),
                     )
                     self._idle.remove(worker)
+                    await worker.release()
                     self._replace(())
             candidates = [
                 Candidate(w.gpu_ids, frozenset(w.task_keys), w.anon_gb(), w.baseline_gb)
@@ -371,6 +511,7 @@ class ProcessPool:
             if worker.proc.returncode is None:
                 worker.kill(worker.kill_reason or "stop")
             await worker.proc.wait()
+            await worker.release()
             if not self._closed:
                 self._replace(())
             return

@@ -16,10 +16,16 @@ asked; a batch is sized (`next_batch_size`) to take about `BATCH_TARGET_S`, so t
 still happen every fraction of a second: the first batch is one unit, and each next one at
 most doubles, from the wall time per unit the previous batch took.
 
+The sampler counts what the process started too: the processes of its cgroup, else of its
+tree. The cgroup's kernel limit is the job's too: when the kernel's OOM killer ends the
+process, or one it started (its reply says so), the unit is "killed" for memory just as
+when the sampler kills it, and the report carries the same limit.
+
 What happens to the units when the process ends under one (`death_outcome`): killed for
-memory → that unit "killed"; past its time → "timeout"; killed because the worker stops →
-"not_run"; died on its own (a segfault, ``os._exit``) → "failed" with the exit status. The
-rest of the chunk is "not_run" in every case: it is handed back, not run in a new process.
+memory (by the sampler or the kernel) → that unit "killed"; past its time → "timeout";
+killed because the worker stops → "not_run"; died on its own (a segfault, ``os._exit``) →
+"failed" with the exit status. The rest of the chunk is "not_run" in every case: it is
+handed back, not run in a new process.
 """
 
 from __future__ import annotations
@@ -28,11 +34,18 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from simrun.core.jobs import JobSpec
 from simrun.core.wire import UnitKey
 from simrun.worker.ledger import Ledger, death_outcome
-from simrun.worker.pool.processes import KILL_HEADROOM_GB, ProcessGone, WorkerProcess, kill_limit_gb
+from simrun.worker.pool.processes import (
+    KILL_HEADROOM_GB,
+    ProcessGone,
+    WorkerProcess,
+    describe_exit,
+    kill_limit_gb,
+)
 from simrun.worker.pool.protocol import ProtocolError, task_message
 from simrun.worker.sampler import MemorySampler
 
@@ -76,6 +89,13 @@ def _death_message(
     kill_at: float | None,
     peak_gb: float,
 ) -> str:
+    if worker.kill_reason == "memory" and worker.killed_by_kernel:
+        where = "its cgroup's" if worker.box is not None else "the worker's"
+        return (
+            f"the kernel's OOM killer ended the worker process, or a process it started, "
+            f"while {what}: {where} memory reached its limit (the job's limit is "
+            f"{kill_at or 0:g} GiB; peak of anonymous memory seen {peak_gb:.3f} GiB)"
+        )
     if worker.kill_reason == "memory":
         raised = (
             f"; the job's {limit_gb:g} GiB is below what the process holds by itself, "
@@ -95,15 +115,31 @@ def _death_message(
 
 
 async def _sampler(worker: WorkerProcess, kill_at: float | None) -> MemorySampler:
-    """A sampler following ``worker`` that kills it past ``kill_at`` GiB, started off the
-    event loop (starting a thread waits until it runs, and so does stopping it)."""
+    """A sampler following ``worker`` and what it started (its cgroup, else its tree) that
+    kills it past ``kill_at`` GiB, started off the event loop (starting a thread waits
+    until it runs, and so does stopping it), after the cgroup got the job's limit."""
+    await asyncio.to_thread(worker.begin_job, kill_at)
     sampler = MemorySampler(
         worker.pid,
         interval_s=SAMPLE_INTERVAL_S,
         limit_gb=kill_at,
         on_limit=lambda _current_gb: worker.kill("memory"),
+        include_children=worker.box is None,
+        members=worker.members if worker.box is not None else None,
     )
     return await asyncio.to_thread(sampler.start)
+
+
+async def _after_reply(worker: WorkerProcess, reply: dict[str, Any], label: str) -> None:
+    """What follows a reply: the output of what it answers is over; a process that the
+    kernel's OOM killer ended meanwhile kills the worker process for memory, and
+    `ProcessGone` tells the caller."""
+    if worker.log is not None:
+        await worker.log.end_unit(label)
+    if reply.get("oom_kill"):
+        worker.kernel_killed_child()
+        await worker.proc.wait()
+        raise ProcessGone(describe_exit(worker.proc.returncode))
 
 
 def _result(worker: WorkerProcess, peak_gb: float, kill_at: float | None) -> RunResult:
@@ -130,6 +166,7 @@ async def run_chunk(
     what = f"setting up task {spec.task!r}"
     try:
         reply = await worker.call(task_message(spec, setup=True), spec.timeout_s)
+        await _after_reply(worker, reply, f"the setup of job {spec.job_id}")
         if not reply["ok"]:
             message = f"the setup of task {spec.task!r} failed:\n{reply['error']}"
             ledger.close_rest("failed", message)
@@ -152,6 +189,7 @@ async def run_chunk(
                 reply = await worker.receive(spec.timeout_s)
                 if reply.get("index") != index:
                     raise ProtocolError(f"a reply for unit {reply.get('index')!r}, not {index}")
+                await _after_reply(worker, reply, f"unit {index} of job {spec.job_id}")
                 ledger.record(
                     index,
                     "done" if reply["ok"] else "failed",
@@ -161,6 +199,7 @@ async def run_chunk(
             current = None
             size = next_batch_size(size, len(batch), time.perf_counter() - started)
     except ProcessGone as gone:
+        worker.note_death()
         outcome = death_outcome(worker.kill_reason)
         message = _death_message(worker, gone, what, limit_gb, kill_at, sampler.peak_gb)
         if current is None:  # during setup: every unit of the chunk shares the fate
@@ -183,8 +222,10 @@ async def run_merge(
     what = f"merging task {spec.task!r}"
     try:
         reply = await worker.call(task_message(spec, setup=False))
+        await _after_reply(worker, reply, f"the task request of job {spec.job_id}")
         if reply["ok"]:
             reply = await worker.call({"op": "merge"})
+            await _after_reply(worker, reply, f"the merge of job {spec.job_id}")
         ledger.record(
             "merge",
             "done" if reply["ok"] else "failed",
@@ -192,6 +233,7 @@ async def run_merge(
             error=reply["error"],
         )
     except ProcessGone as gone:
+        worker.note_death()
         message = _death_message(worker, gone, what, limit_gb, kill_at, sampler.peak_gb)
         ledger.record("merge", death_outcome(worker.kill_reason), error=message)
     finally:

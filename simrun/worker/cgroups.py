@@ -1,0 +1,451 @@
+"""Memory cgroups for the worker processes: one per process, where the kernel allows it.
+
+A cgroup holds every process started in it, whatever it does afterwards (a new session, a
+double fork): the kernel counts their memory together, enforces a limit on them together,
+and lists them all (``cgroup.procs``), so they can be measured and ended together. A
+worker container puts each of its worker processes in a cgroup of its own
+(`WorkerCgroups.new_box`), sets the limit of the job it runs (`Cgroup.set_limit`), and
+reads whether the kernel's OOM killer ended one of its processes (`Cgroup.oom_kills`).
+
+Two kinds of hierarchy are supported:
+
+* cgroup v2 (the unified hierarchy, containers' usual one): ``memory.max``,
+  ``memory.events`` (``oom_kill``); usable when the cgroup this process is in has the memory
+  controller and may enable it for child cgroups (``cgroup.subtree_control``: a delegated
+  cgroup that holds no process of its own);
+* cgroup v1's memory controller: ``memory.limit_in_bytes``, ``memory.oom_control``
+  (``oom_kill``).
+
+The worker's cgroups live under the cgroup it runs in (``/proc/self/cgroup``), in a
+directory of its own named after its pid and start time (``simrun-w<pid>-<start>``), one
+``p<N>`` per worker process. They are removed when the processes end and the worker stops;
+those of a worker that was SIGKILLed are swept at the next start of any worker there
+(`sweep`). Where neither kind is usable (`detect` says why), the worker falls back to the
+process tree (`simrun.worker.proctree`) and its start-up line says so.
+
+The parsing of the kernel's files is pure (``parse_*``), everything else reads or writes
+them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import signal
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from simrun.worker.proctree import kill_pids, living
+
+__all__ = [
+    "Cgroup",
+    "CgroupSupport",
+    "Mount",
+    "WorkerCgroups",
+    "cgroup_dir",
+    "detect",
+    "limit_text",
+    "oom_killed",
+    "owner_of",
+    "parse_limit",
+    "parse_memory_events",
+    "parse_mountinfo",
+    "parse_oom_control",
+    "parse_proc_cgroup",
+    "sweep",
+]
+
+log = logging.getLogger(__name__)
+
+#: Prefix of the directory of one worker's cgroups.
+AREA_PREFIX = "simrun-w"
+#: A v1 limit this high means "no limit" (the kernel writes PAGE_COUNTER_MAX in bytes).
+_NO_LIMIT_FLOOR = 2**62
+
+
+# -- pure parsing ----------------------------------------------------------------------------
+
+
+def parse_proc_cgroup(text: str) -> dict[str, str]:
+    """The cgroup path of each controller in a ``/proc/<pid>/cgroup`` file; the v2 path
+    under the key "" (its line is ``0::/path``). Named hierarchies (``name=systemd``) keep
+    their name."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if not controllers:
+            found[""] = path
+            continue
+        for controller in controllers.split(","):
+            found[controller] = path
+    return found
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A cgroup file system of ``/proc/self/mountinfo``: where it is mounted, the path of
+    the hierarchy it shows there (its root), its type and its super options (the v1
+    controllers)."""
+
+    point: str
+    root: str
+    fstype: str
+    options: tuple[str, ...]
+
+
+def parse_mountinfo(text: str) -> list[Mount]:
+    """The cgroup and cgroup2 mounts of a ``/proc/<pid>/mountinfo`` file.
+
+    A line is ``id parent major:minor root point options [optional...] - type source
+    super-options``."""
+    mounts: list[Mount] = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        if not sep:
+            continue
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 3 or tail[0] not in ("cgroup", "cgroup2"):
+            continue
+        root, point = _unescape(fields[3]), _unescape(fields[4])
+        mounts.append(Mount(point, root, tail[0], tuple(tail[2].split(","))))
+    return mounts
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path with its octal escapes (``\\040`` for a space) decoded."""
+    if "\\" not in field:
+        return field
+    return field.encode().decode("unicode_escape")
+
+
+def cgroup_dir(mount: Mount, path: str) -> Path | None:
+    """The directory of cgroup ``path`` on ``mount``; None when the mount does not show it
+    (its root is elsewhere in the hierarchy)."""
+    root = mount.root.rstrip("/")
+    if root and path != root and not path.startswith(root + "/"):
+        return None
+    relative = path[len(root) :].lstrip("/")
+    return Path(mount.point, relative) if relative else Path(mount.point)
+
+
+def _counter(text: str, name: str) -> int | None:
+    """The value of the line ``name N`` of a flat keyed file, None without one."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == name:
+            try:
+                return int(parts[1])
+            except ValueError:
+                return None
+    return None
+
+
+def parse_oom_control(text: str) -> int | None:
+    """The ``oom_kill`` counter of a v1 ``memory.oom_control`` file (None: a kernel older
+    than 4.13 does not count)."""
+    return _counter(text, "oom_kill")
+
+
+def parse_memory_events(text: str) -> int | None:
+    """The ``oom_kill`` counter of a v2 ``memory.events`` file."""
+    return _counter(text, "oom_kill")
+
+
+def parse_limit(text: str) -> int | None:
+    """A memory limit in bytes from ``memory.max`` (v2: ``max`` is none) or
+    ``memory.limit_in_bytes`` (v1: a huge value is none); None for no limit."""
+    value = text.strip()
+    if value == "max":
+        return None
+    number = int(value)
+    return None if number >= _NO_LIMIT_FLOOR else number
+
+
+def limit_text(version: int, limit_bytes: int | None) -> str:
+    """What to write to the limit file of a cgroup of ``version`` for ``limit_bytes``."""
+    if limit_bytes is None:
+        return "max" if version == 2 else "-1"
+    return str(limit_bytes)
+
+
+def oom_killed(before: int | None, after: int | None) -> bool:
+    """Whether an OOM kill counter read before and after something went up."""
+    return before is not None and after is not None and after > before
+
+
+def owner_of(name: str) -> tuple[int, int] | None:
+    """The pid and start time (clock ticks since boot) a worker's area is named after
+    (``simrun-w<pid>-<start>``); None for another name."""
+    if not name.startswith(AREA_PREFIX):
+        return None
+    parts = name[len(AREA_PREFIX) :].split("-")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+# -- the files -----------------------------------------------------------------------------
+
+
+def _start_time(pid: int) -> int | None:
+    """The start time of process ``pid`` (field 22 of its stat), None once it is gone."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    return int(fields[19])
+
+
+class Cgroup:
+    """One memory cgroup directory of cgroup ``version`` (1 or 2)."""
+
+    def __init__(self, path: Path, version: int) -> None:
+        self.path = path
+        self.version = version
+
+    def __repr__(self) -> str:
+        return f"Cgroup({str(self.path)!r}, v{self.version})"
+
+    @property
+    def _limit_file(self) -> Path:
+        return self.path / ("memory.max" if self.version == 2 else "memory.limit_in_bytes")
+
+    @property
+    def _events_file(self) -> Path:
+        return self.path / ("memory.events" if self.version == 2 else "memory.oom_control")
+
+    def procs(self) -> list[int]:
+        """The processes in the cgroup ([] once it is gone)."""
+        try:
+            text = (self.path / "cgroup.procs").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            return []
+        return [int(x) for x in text.split()]
+
+    def join(self, pid: int) -> None:
+        """Move process ``pid`` into the cgroup."""
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def set_limit(self, limit_bytes: int | None) -> None:
+        """Set the memory limit (None: none); `OSError` when the kernel refuses it (v1:
+        EBUSY when the cgroup holds more and cannot reclaim it)."""
+        self._limit_file.write_text(limit_text(self.version, limit_bytes))
+
+    def limit(self) -> int | None:
+        """The memory limit in bytes, None without one."""
+        return parse_limit(self._limit_file.read_text())
+
+    def oom_kills(self) -> int | None:
+        """How many processes of the cgroup the kernel's OOM killer has ended so far; None
+        when the kernel does not say (or the cgroup is gone)."""
+        try:
+            text = self._events_file.read_text()
+        except OSError:
+            return None
+        if self.version == 2:
+            return parse_memory_events(text)
+        return parse_oom_control(text)
+
+    def kill_all(self, *, spare: int | None = None, timeout_s: float = 10.0) -> list[int]:
+        """SIGKILL every process of the cgroup but ``spare``, again until none is left
+        (one may fork meanwhile) or ``timeout_s`` has passed (0: signal once, do not
+        wait); those still alive."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            victims = [p for p in living(self.procs()) if p != spare]
+            if not victims:
+                return []
+            if spare is None and self.version == 2 and (self.path / "cgroup.kill").exists():
+                with contextlib.suppress(OSError):
+                    (self.path / "cgroup.kill").write_text("1")
+            kill_pids(victims, signal.SIGKILL)
+            if time.monotonic() >= deadline:
+                return living(victims)
+            time.sleep(0.002)
+
+    def remove(self, timeout_s: float = 10.0) -> bool:
+        """End the processes left in the cgroup and remove it; False (logged) when it
+        cannot be removed in ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.kill_all(timeout_s=max(0.0, deadline - time.monotonic()))
+            try:
+                self.path.rmdir()
+                return True
+            except FileNotFoundError:
+                return True
+            except OSError as exc:
+                if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                    log.warning("cannot remove the cgroup %s: %s", self.path, exc)
+                    return False
+            time.sleep(0.01)
+
+
+@dataclass(frozen=True)
+class CgroupSupport:
+    """What `detect` found: the cgroup this process is in (``own``, whose OOM kill counter
+    can be read even when no child cgroup can be made), and whether worker processes can
+    get a cgroup of their own under it (``usable``; ``reason`` says why not)."""
+
+    own: Cgroup | None
+    usable: bool
+    reason: str
+
+    def describe(self) -> str:
+        """One phrase for the worker's start-up line."""
+        if self.usable and self.own is not None:
+            return f"a memory cgroup v{self.own.version} per worker process under {self.own.path}"
+        return f"the process tree (no memory cgroups: {self.reason})"
+
+
+def _read(path: str) -> str:
+    return Path(path).read_text()
+
+
+def _own_cgroup(proc_cgroup: str, mountinfo: str) -> tuple[Cgroup | None, str]:
+    """The memory cgroup this process is in, v2 first, with why there is none."""
+    paths = parse_proc_cgroup(proc_cgroup)
+    mounts = parse_mountinfo(mountinfo)
+    reasons: list[str] = []
+    if "" in paths:
+        for mount in (m for m in mounts if m.fstype == "cgroup2"):
+            where = cgroup_dir(mount, paths[""])
+            if where is None:
+                continue
+            controllers = (where / "cgroup.controllers").read_text().split()
+            if "memory" in controllers:
+                return Cgroup(where, 2), ""
+            reasons.append(f"the cgroup2 hierarchy at {mount.point} has no memory controller")
+    if "memory" in paths:
+        for mount in (m for m in mounts if m.fstype == "cgroup" and "memory" in m.options):
+            where = cgroup_dir(mount, paths["memory"])
+            if where is not None and where.is_dir():
+                return Cgroup(where, 1), ""
+    if not reasons:
+        reasons.append("no cgroup memory controller is mounted")
+    return None, "; ".join(reasons)
+
+
+def _enable_memory(group: Cgroup) -> None:
+    """Let the children of a v2 cgroup have the memory controller."""
+    control = group.path / "cgroup.subtree_control"
+    if "memory" not in control.read_text().split():
+        control.write_text("+memory")
+
+
+def _probe(own: Cgroup) -> str | None:
+    """Make a child cgroup with a limit under ``own`` and remove it; why not, or None."""
+    probe = Cgroup(
+        own.path / f"{AREA_PREFIX}probe-{os.getpid()}-{uuid.uuid4().hex[:6]}", own.version
+    )
+    try:
+        if own.version == 2:
+            _enable_memory(own)
+        probe.path.mkdir()
+    except OSError as exc:
+        return f"cannot make a cgroup under {own.path}: {exc.strerror or exc}"
+    try:
+        probe.set_limit(64 * 2**20)
+        probe.set_limit(None)
+    except OSError as exc:
+        return f"cannot set a memory limit under {own.path}: {exc.strerror or exc}"
+    finally:
+        with contextlib.suppress(OSError):
+            probe.path.rmdir()
+    return None
+
+
+def detect(
+    proc_cgroup: str | None = None, mountinfo: str | None = None, *, probe: bool = True
+) -> CgroupSupport:
+    """Whether worker processes can have memory cgroups of their own here, from this
+    process's ``/proc/self/cgroup`` and ``mountinfo`` (given or read) and, with ``probe``,
+    by making (and removing) one."""
+    try:
+        own, reason = _own_cgroup(
+            proc_cgroup if proc_cgroup is not None else _read("/proc/self/cgroup"),
+            mountinfo if mountinfo is not None else _read("/proc/self/mountinfo"),
+        )
+    except OSError as exc:
+        return CgroupSupport(None, False, f"cannot read the cgroups of this process: {exc}")
+    if own is None:
+        return CgroupSupport(None, False, reason)
+    problem = _probe(own) if probe else None
+    if problem is not None:
+        return CgroupSupport(own, False, problem)
+    return CgroupSupport(own, True, "")
+
+
+def sweep(own: Cgroup) -> int:
+    """Remove the empty cgroups left under ``own`` by workers that are gone (SIGKILLed: a
+    worker removes its own when it stops); how many areas were removed. An area whose
+    owner (pid and start time) still runs is left alone."""
+    removed = 0
+    try:
+        names = [p.name for p in own.path.iterdir() if p.is_dir()]
+    except OSError as exc:
+        log.warning("cannot look for cgroups left behind in %s: %s", own.path, exc)
+        return 0
+    for name in names:
+        owner = owner_of(name)
+        if owner is None or _start_time(owner[0]) == owner[1]:
+            continue
+        area = own.path / name
+        children = [p for p in area.iterdir() if p.is_dir()] if area.is_dir() else []
+        if all(Cgroup(child, own.version).remove(timeout_s=2.0) for child in children):
+            with contextlib.suppress(OSError):
+                area.rmdir()
+                removed += 1
+    return removed
+
+
+class WorkerCgroups:
+    """The cgroups of one worker container: an area under its own cgroup, one box per
+    worker process. `open` it (sweeping what dead workers left), `new_box` per process,
+    `close` when the worker stops."""
+
+    def __init__(self, own: Cgroup, area: Cgroup) -> None:
+        self.own = own
+        self.area = area
+        self._next = 0
+
+    @property
+    def version(self) -> int:
+        return self.own.version
+
+    @classmethod
+    def open(cls, own: Cgroup) -> WorkerCgroups:
+        """Sweep what dead workers left under ``own`` and make this worker's area; `OSError`
+        when the area cannot be made."""
+        swept = sweep(own)
+        if swept:
+            log.info("removed %d cgroup areas left by workers that are gone", swept)
+        pid = os.getpid()
+        area = Cgroup(own.path / f"{AREA_PREFIX}{pid}-{_start_time(pid)}", own.version)
+        area.path.mkdir(exist_ok=True)
+        if own.version == 2:
+            _enable_memory(area)
+        return cls(own, area)
+
+    def new_box(self) -> Cgroup:
+        """A new, empty cgroup for one worker process (no limit yet)."""
+        self._next += 1
+        box = Cgroup(self.area.path / f"p{self._next}", self.version)
+        box.path.mkdir()
+        return box
+
+    def close(self) -> None:
+        """Remove every box left (ending its processes) and the area."""
+        if not self.area.path.exists():
+            return
+        for child in [p for p in self.area.path.iterdir() if p.is_dir()]:
+            Cgroup(child, self.version).remove()
+        self.area.remove()

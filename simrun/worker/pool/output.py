@@ -1,0 +1,114 @@
+"""What worker processes print, on its way to the worker's log, capped per unit.
+
+A worker process's stdout and stderr (plugin code's, and its children's) go through a pipe
+to the worker container, which copies them to its own stderr (the worker log). One unit may
+put at most ``cap`` bytes there (`DEFAULT_UNIT_LOG_CAP`): the first half of the cap as it
+comes, then only the last half is kept, and when the unit ends (its reply arrives, or the
+process ends) a line says how many bytes were dropped, followed by the tail kept. The
+bookkeeping (`CappedSegment`) is pure; `CappedLog` reads on the event loop (it only moves
+bytes; the writes go to a thread).
+
+A unit's end is seen on another pipe than its output, so a few bytes printed just before
+its end may count toward the next unit: the bound holds all the same, one cap per unit
+(and one more for what a process prints outside units).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import deque
+
+__all__ = ["DEFAULT_UNIT_LOG_CAP", "CappedLog", "CappedSegment", "write_all"]
+
+#: Bytes of output one unit may put into the worker log (head and tail together).
+DEFAULT_UNIT_LOG_CAP = 2**20
+_READ_BYTES = 64 * 1024
+
+
+class CappedSegment:
+    """The output of one unit: `feed` gives what to write now (the head), `end` what to
+    write when the unit is over (a note on what was dropped, then the tail), and starts
+    the next unit's segment. ``cap`` 0 keeps everything."""
+
+    def __init__(self, cap: int) -> None:
+        if cap < 0:
+            raise ValueError(f"a log cap must be >= 0 bytes, got {cap}")
+        self.cap = cap
+        self.head_cap = cap - cap // 2
+        self.tail_cap = cap // 2
+        self._head = 0
+        self._tail: deque[bytes] = deque()
+        self._tail_bytes = 0
+        self.dropped = 0
+
+    def feed(self, data: bytes) -> bytes:
+        """Take ``data``; returns the part to write at once."""
+        if not self.cap:
+            return data
+        room = max(0, self.head_cap - self._head)
+        now, later = data[:room], data[room:]
+        self._head += len(now)
+        if later:
+            self._tail.append(later)
+            self._tail_bytes += len(later)
+            while self._tail_bytes > self.tail_cap:
+                extra = self._tail_bytes - self.tail_cap
+                first = self._tail[0]
+                if len(first) <= extra:
+                    self._tail.popleft()
+                    self._tail_bytes -= len(first)
+                    self.dropped += len(first)
+                else:
+                    self._tail[0] = first[extra:]
+                    self._tail_bytes -= extra
+                    self.dropped += extra
+        return now
+
+    def end(self, label: str) -> bytes:
+        """What to write as the segment of ``label`` ends (nothing when nothing was held
+        back); the next segment starts empty."""
+        tail = b"".join(self._tail)
+        note = b""
+        if self.dropped:
+            note = (
+                f"\n[simrun: {label}: dropped {self.dropped} bytes of output beyond the "
+                f"{self.cap}-byte cap of a unit; its last {len(tail)} bytes follow]\n"
+            ).encode()
+        self._head, self._tail, self._tail_bytes, self.dropped = 0, deque(), 0, 0
+        return note + tail
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd``."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class CappedLog:
+    """The log of one worker process: its output copied to ``fd`` through a
+    `CappedSegment`; writes happen in a thread, in the order they were made."""
+
+    def __init__(self, cap: int, fd: int = 2) -> None:
+        self.segment = CappedSegment(cap)
+        self.fd = fd
+        self._lock = asyncio.Lock()
+
+    async def _write(self, data: bytes) -> None:
+        if data:
+            async with self._lock:
+                await asyncio.to_thread(write_all, self.fd, data)
+
+    async def copy(self, reader: asyncio.StreamReader) -> None:
+        """Copy ``reader`` until end of file, then write what the last segment held."""
+        while True:
+            data = await reader.read(_READ_BYTES)
+            if not data:
+                break
+            await self._write(self.segment.feed(data))
+        await self._write(self.segment.end("the worker process's last output"))
+
+    async def end_unit(self, label: str) -> None:
+        """The unit ``label`` ended: write what its segment held back."""
+        await self._write(self.segment.end(label))

@@ -1,0 +1,258 @@
+"""A process and its descendants, read from /proc: who they are, their anonymous memory,
+and ending them all. The one place simrun walks a process tree: the memory sampler of the
+worker processes, the worker processes themselves (between units), the pool that kills
+them, and ``simrun-exec`` for a command all use it.
+
+Every read tolerates a process, or one of its children, exiting at any moment.
+
+A process that leaves the tree (a double fork orphans it, so init adopts it) is no longer
+found under its ancestor, unless the ancestor is a *child subreaper* (`become_subreaper`):
+orphans below a subreaper are adopted by it, so its tree still holds them. A cgroup
+(`simrun.worker.cgroups`) holds them whatever they do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import time
+from collections.abc import Iterable
+
+__all__ = [
+    "CHILDREN_FILES",
+    "GIB",
+    "anon_bytes_of",
+    "anon_memory_bytes",
+    "become_subreaper",
+    "descendants",
+    "group_members",
+    "kill_pids",
+    "kill_tree",
+    "living",
+    "own_anon_bytes",
+    "signal_tree",
+    "wait_gone",
+]
+
+#: Bytes in one GiB: every ``*_gb`` figure of simrun is in GiB.
+GIB = 2**30
+
+_RSS_ANON = b"RssAnon:"
+
+#: Whether this kernel lists a thread's children in ``/proc/<pid>/task/<tid>/children``
+#: (CONFIG_PROC_CHILDREN); without it, children are found from the parent ids of all processes.
+CHILDREN_FILES = os.path.exists("/proc/thread-self/children")
+
+
+def _read(path: str) -> bytes | None:
+    """The content of a /proc file, or None when its process is gone.
+
+    ``os.open``/``os.read`` rather than ``open()``: a sampler reads these files thousands of
+    times, and the buffered text layer costs more than the read itself.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return None
+    try:
+        return os.read(fd, 8192)
+    except ProcessLookupError:  # the process exited between open and read (ESRCH)
+        return None
+    finally:
+        os.close(fd)
+
+
+def own_anon_bytes(pid: int) -> int | None:
+    """``RssAnon`` of one process in bytes; None when it is gone or already a zombie."""
+    data = _read(f"/proc/{pid}/status")
+    if data is None:
+        return None
+    start = data.find(_RSS_ANON)
+    if start < 0:  # a zombie (or a kernel thread) has no memory of its own any more
+        return None
+    end = data.find(b"\n", start)
+    fields = data[start + len(_RSS_ANON) : end if end >= 0 else len(data)].split()
+    # The kernel writes "RssAnon:\t  1234 kB"; the unit is always kB.
+    return int(fields[0]) * 1024
+
+
+def _children_from_task_files(pid: int) -> list[int]:
+    """Direct children of ``pid`` from its threads' ``children`` files; [] once it is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return []
+    found: list[int] = []
+    for tid in tids:
+        data = _read(f"/proc/{pid}/task/{tid}/children")
+        if data is not None:
+            found.extend(int(x) for x in data.split())
+    return found
+
+
+def _parent_map() -> dict[int, list[int]]:
+    """Every process's children, from the ppid field of ``/proc/*/stat``."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        data = _read(f"/proc/{name}/stat")
+        if data is None:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split
+        # after the last ')'.
+        rest = data[data.rfind(b")") + 2 :].split(maxsplit=2)
+        if len(rest) >= 2:
+            children.setdefault(int(rest[1]), []).append(int(name))
+    return children
+
+
+def descendants(pid: int, children_files: bool = CHILDREN_FILES) -> list[int]:
+    """All living descendants of ``pid`` (children, grandchildren, ...), not ``pid`` itself.
+
+    With ``children_files`` (the default where the kernel has them) the walk reads the
+    per-thread ``children`` files of the tree only; without, it scans the parent ids of all
+    processes once. A process whose parent exited was adopted by init (or a subreaper) and
+    is no longer found under ``pid``.
+    """
+    out: list[int] = []
+    if not children_files:
+        tree = _parent_map()
+        stack = list(tree.get(pid, ()))
+        while stack:
+            child = stack.pop()
+            out.append(child)
+            stack.extend(tree.get(child, ()))
+        return out
+    stack = _children_from_task_files(pid)
+    seen = {pid}
+    while stack:
+        child = stack.pop()
+        if child in seen:  # a pid reused while we walk cannot make us loop
+            continue
+        seen.add(child)
+        out.append(child)
+        stack.extend(_children_from_task_files(child))
+    return out
+
+
+def anon_memory_bytes(pid: int, include_children: bool = False) -> int | None:
+    """Anonymous resident memory of ``pid`` in bytes, with all its descendants' when
+    ``include_children``; None when ``pid`` itself is gone.
+
+    A child that exits while it is read simply counts as zero.
+    """
+    own = own_anon_bytes(pid)
+    if own is None:
+        return None
+    if not include_children:
+        return own
+    return own + sum(own_anon_bytes(child) or 0 for child in descendants(pid))
+
+
+def anon_bytes_of(pids: Iterable[int]) -> int:
+    """The anonymous resident memory of these processes together, in bytes (a process that
+    is gone or a zombie counts as zero)."""
+    return sum(own_anon_bytes(pid) or 0 for pid in pids)
+
+
+def _state(pid: int) -> bytes | None:
+    """The state letter of ``/proc/<pid>/stat`` (b"R", b"S", b"Z"...), None once gone."""
+    data = _read(f"/proc/{pid}/stat")
+    if data is None:
+        return None
+    rest = data[data.rfind(b")") + 2 :].split(maxsplit=1)
+    return rest[0] if rest else None
+
+
+def living(pids: Iterable[int]) -> list[int]:
+    """Those of ``pids`` that exist and are not zombies."""
+    return [pid for pid in pids if _state(pid) not in (None, b"Z")]
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` that are not zombies (a killed process may
+    take a moment to release its memory; a zombie has released it)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:  # the group is empty: the common case needs no scan
+        return []
+    except PermissionError:  # someone else's group: nothing of ours is in it
+        return []
+    members: list[int] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        data = _read(f"/proc/{name}/stat")
+        if data is None:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()  # state ppid pgrp ...
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
+            members.append(int(name))
+    return members
+
+
+def kill_pids(pids: Iterable[int], sig: int = signal.SIGKILL) -> None:
+    """Send ``sig`` to each of ``pids``; one gone already (or not ours) is skipped."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def signal_tree(pid: int, sig: int, *, group: bool = False) -> None:
+    """Send ``sig`` to ``pid`` (to its whole process group with ``group``) and to every
+    descendant found under it."""
+    tree = descendants(pid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    kill_pids(tree, sig)
+
+
+#: Rounds of `kill_tree` looking for descendants forked while it stops the others.
+_FREEZE_ROUNDS = 20
+
+
+def kill_tree(pid: int, *, include_root: bool = True) -> list[int]:
+    """SIGKILL the descendants of ``pid`` (and ``pid`` itself with ``include_root``); the
+    pids signalled. The tree is stopped first (SIGSTOP), looked at again until no new
+    descendant shows up (a stopped process cannot fork), then killed: a process forking
+    while it is being killed cannot leave an orphan behind."""
+    stopped: set[int] = set()
+    for _ in range(_FREEZE_ROUNDS):
+        new = [p for p in descendants(pid) if p not in stopped]
+        if not new:
+            break
+        kill_pids(new, signal.SIGSTOP)
+        stopped.update(new)
+    victims = [pid, *stopped] if include_root else list(stopped)
+    kill_pids(victims, signal.SIGKILL)
+    return victims
+
+
+def wait_gone(pids: Iterable[int], timeout_s: float) -> list[int]:
+    """Wait until none of ``pids`` is alive (zombies count as gone); those still alive."""
+    left = living(pids)
+    deadline = time.monotonic() + timeout_s
+    while left and time.monotonic() < deadline:
+        time.sleep(0.005)
+        left = living(left)
+    return left
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``): orphans
+    among its descendants are adopted by it rather than by init, so they stay in its tree.
+    False where the kernel does not allow it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
