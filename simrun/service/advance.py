@@ -13,7 +13,7 @@ import asyncio
 import logging
 import traceback
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from simrun.core.clock import Clock
 from simrun.core.states import ACTIVE_TASK_STATES, TaskCounts, next_task_state, run_state
@@ -25,6 +25,9 @@ from simrun.service import decisions
 __all__ = ["Advance", "RunsToAdvance", "advance_run", "failure_message", "start_task"]
 
 log = logging.getLogger(__name__)
+
+#: Told of a task that is done: (run, task).
+TaskDone = Callable[[str, str], Awaitable[None]]
 
 
 class RunsToAdvance:
@@ -52,7 +55,8 @@ class RunsToAdvance:
 
 class Advance:
     """The advance step: the runs of ``marks`` that changed move along; ``on_end`` is told
-    of each run that ends (its attempts hashes may go)."""
+    of each run that ends (its attempts hashes may go), ``on_task_done`` of each task that
+    is done (run and task: its scratch directory may go)."""
 
     def __init__(
         self,
@@ -61,9 +65,11 @@ class Advance:
         marks: RunsToAdvance,
         on_end: Callable[[str], None],
         clock: Clock,
+        on_task_done: TaskDone | None = None,
     ) -> None:
         self.store, self.types, self.marks = store, types, marks
         self.on_end, self.clock = on_end, clock
+        self.on_task_done = on_task_done
 
     async def step(self) -> bool:
         """Advance the runs that changed since the last step (all of them now and then)."""
@@ -72,7 +78,7 @@ class Advance:
         try:
             for run in await self.store.running_runs():
                 if (everything or run.id in dirty) and await advance_run(
-                    self.store, self.types, run, self.clock.now()
+                    self.store, self.types, run, self.clock.now(), self.on_task_done
                 ):
                     changed = True
                     after = await self.store.run(run.id)
@@ -85,11 +91,15 @@ class Advance:
 
 
 async def advance_run(
-    store: RunStore, types: Mapping[str, TaskType], run: RunRow, now: float
+    store: RunStore,
+    types: Mapping[str, TaskType],
+    run: RunRow,
+    now: float,
+    on_task_done: TaskDone | None = None,
 ) -> bool:
     """Start the tasks of ``run`` whose inputs are done, move its started tasks along their
     units, and end the run when nothing can progress (``now``: seconds since the epoch).
-    True when something changed."""
+    ``on_task_done`` is awaited for each task that is done. True when something changed."""
     tasks = await store.tasks(run.id)
     counts = await store.counts(run.id)
     states: dict[str, str] = {t.name: t.state for t in tasks}
@@ -115,6 +125,8 @@ async def advance_run(
             await store.set_task(run.id, task.name, state=new, now_s=now)
             states[task.name] = new
             changed = True
+            if new == "done" and on_task_done is not None:
+                await on_task_done(run.id, task.name)
     deps = {t.name: t.depends for t in tasks}
     outcome = run_state(states, deps)
     if outcome != "running":

@@ -45,6 +45,7 @@ from simrun.service.forget import FORGET_EVERY_S, EndedRuns
 from simrun.service.ingest import Ingest, is_oom
 from simrun.service.liveness import Liveness
 from simrun.service.queries import RunQueries
+from simrun.service.scratch import remove_scratch
 from simrun.service.settings import ControllerSettings
 from simrun.service.submit import copy_sources, new_run_id, plan_run, remove_run_dir
 from simrun.workflow import Workflow, source_paths
@@ -85,7 +86,9 @@ class Controller:
         self._ended = EndedRuns(clock)  # runs whose attempts hashes may go
         self._ingest = Ingest(settings, store, resources, queue, self._marks, resolved, clock)
         self._liveness = Liveness(settings, store, queue, self._ingest, self._marks, clock)
-        self._advance = Advance(store, self.types, self._marks, self._ended.watch, clock)
+        self._advance = Advance(
+            store, self.types, self._marks, self._ended.watch, clock, self._task_done
+        )
         self._dispatcher = Dispatcher(
             store, resources, queue, self.types, settings, resolved, clock
         )
@@ -116,6 +119,10 @@ class Controller:
         await self.queue.close()
         await self.store.close()
         self.resources.close()
+
+    async def _task_done(self, run: str, task: str) -> None:
+        """A task is done: its scratch directory goes (`simrun.service.scratch`)."""
+        await asyncio.to_thread(remove_scratch, self.settings.store, run, task)
 
     # -- the loop ---------------------------------------------------------------------------
 
