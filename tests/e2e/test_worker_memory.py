@@ -141,10 +141,10 @@ async def test_the_process_tree_alone_also_catches_escaping_children(
 async def test_a_kernel_oom_kill_is_a_kill_for_memory_with_the_limit(
     redis_url: str, redis_prefix: str, tmp_path: Path
 ) -> None:
-    """A spike the 20 ms sampler cannot see through to the end (600 MiB written in one go
-    under a 0.25 GiB limit) is stopped by the kernel at the cgroup's limit; the worker reads
-    the cgroup's OOM kill counter and reports the unit killed for memory with the limit it
-    ran under, so the service retries it with RETRY_FACTOR times that limit."""
+    """Memory the sampler does not see (600 MiB of shared anonymous memory under a 0.25 GiB
+    limit; the sampler counts RssAnon) is stopped by the kernel at the cgroup's limit; the
+    worker reads the cgroup's OOM kill counter and reports the unit killed for memory with
+    the limit it ran under, so the service retries it with RETRY_FACTOR times that limit."""
     why = cgroups_here()
     if why is not None:
         pytest.skip(f"no memory cgroup for the worker processes here: {why}")

@@ -7,7 +7,9 @@ thing that used to escape a worker's bounds.
   grandchild left by a double fork (its parent exits, so it is an orphan); the unit waits
   until the child holds its memory, sleeps ``seconds`` and returns, leaving the child
   running.
-* ``mem-spike``: a unit allocates ``spike_mb`` MiB in one go and frees it at once.
+* ``mem-spike``: a unit writes ``spike_mb`` MiB of *shared* anonymous memory (``mmap``
+  ``MAP_SHARED``), which the kernel charges to its cgroup but which is not ``RssAnon``, so
+  the sampler does not see it: only the kernel's limit can stop it.
 * ``mem-chatty``: a unit writes ``mb`` MiB to stdout and as much to stderr, each starting
   with a line ``HEAD <stream> <index>`` and ending with ``TAIL <stream> <index>``.
 * ``mem-scratch``: a unit writes a file into the task's scratch directory; the units in
@@ -16,6 +18,7 @@ thing that used to escape a worker's bounds.
 
 from __future__ import annotations
 
+import mmap
 import os
 import subprocess
 import sys
@@ -89,8 +92,11 @@ def spawn_unit(settings: MemSettings, index: int, paths: TaskPaths) -> None:
 
 
 def spike_unit(settings: MemSettings, index: int, paths: TaskPaths) -> None:
-    held = b"\x01" * (settings.spike_mb * MIB)
-    del held
+    shared = mmap.mmap(-1, settings.spike_mb * MIB, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+    chunk = b"\x01" * MIB
+    for _ in range(settings.spike_mb):
+        shared.write(chunk)
+    shared.close()
 
 
 def chatty_unit(settings: MemSettings, index: int, paths: TaskPaths) -> None:

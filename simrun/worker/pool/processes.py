@@ -23,10 +23,11 @@ Each process runs in a memory cgroup of its own where the worker has them
 (`simrun.worker.cgroups`; ``cgroups`` of `ProcessPool`), else as the root of its process
 tree (it is a child subreaper, so double-forked descendants stay in it): what it starts is
 measured with it, killed with it (`WorkerProcess.kill`), and ended after every request by
-the process itself (`simrun.worker.pool.child`). The cgroup's kernel limit is the job's
-(`WorkerProcess.begin_job`); when the kernel's OOM killer ends the process, or one it
-started, the job is reported killed for memory (`WorkerProcess.note_death`). Its stdout
-and stderr reach the worker's log through `simrun.worker.pool.output`, capped per unit.
+the process itself (`simrun.worker.pool.child`). The cgroup's kernel limit follows the
+job's, a little above the sampler's (`kernel_limit_bytes`); when the kernel's OOM killer
+ends the process, or one it started, the job is reported killed for memory
+(`WorkerProcess.note_death`). Its stdout and stderr reach the worker's log through
+`simrun.worker.pool.output`, capped per unit.
 
 The memory limit a process is killed at (`kill_limit_gb`) is the job's limit, but never
 less than its baseline plus `KILL_HEADROOM_GB`: a limit below what the bare interpreter
@@ -54,6 +55,7 @@ from simrun.worker.pool.protocol import encode, read_async
 from simrun.worker.proctree import GIB, anon_memory_bytes, kill_tree
 
 __all__ = [
+    "KERNEL_LIMIT_FACTOR",
     "KILL_HEADROOM_GB",
     "RECYCLE_FRACTION",
     "PoolError",
@@ -62,6 +64,8 @@ __all__ = [
     "WorkerProcess",
     "choose",
     "describe_exit",
+    "join_then_exec",
+    "kernel_limit_bytes",
     "kill_limit_gb",
     "needs_fresh_start",
 ]
@@ -170,11 +174,12 @@ class WorkerProcess:
         )
 
     def begin_job(self, limit_gb: float | None) -> None:
-        """Give the process's cgroup the kernel limit of a job (blocking: call it in a
-        thread) and remember the OOM kill counters it starts from."""
+        """Give the process's cgroup the kernel limit of a job the sampler kills it at
+        ``limit_gb`` GiB (`kernel_limit_bytes`; blocking: call it in a thread) and remember
+        the OOM kill counters it starts from."""
         if self.box is not None:
             try:
-                self.box.set_limit(None if limit_gb is None else int(limit_gb * GIB))
+                self.box.set_limit(kernel_limit_bytes(limit_gb))
             except OSError as exc:  # v1: EBUSY when it holds more already
                 log.warning(
                     "worker process %d: cannot set its cgroup's memory limit to %s GiB, "
@@ -276,6 +281,21 @@ class WorkerProcess:
             self.kill("stop")
             await self.proc.wait()
         await self.release()
+
+
+#: The kernel's limit of a worker process's cgroup, as a multiple of the limit the sampler
+#: kills it at: the sampler, which reads anonymous memory and says so, stops a unit that
+#: grows; the kernel, which counts everything charged to the cgroup, stops what the sampler
+#: cannot see (a spike between two samples, shared memory) a little above.
+KERNEL_LIMIT_FACTOR = 1.25
+
+
+def kernel_limit_bytes(kill_at_gb: float | None) -> int | None:
+    """The kernel memory limit (bytes) of a process the sampler kills at ``kill_at_gb``
+    GiB (`KERNEL_LIMIT_FACTOR` above it); None without a limit."""
+    if kill_at_gb is None:
+        return None
+    return int(kill_at_gb * KERNEL_LIMIT_FACTOR * GIB)
 
 
 #: The shell that moves itself into a cgroup and then becomes the worker process.

@@ -89,13 +89,6 @@ def _death_message(
     kill_at: float | None,
     peak_gb: float,
 ) -> str:
-    if worker.kill_reason == "memory" and worker.killed_by_kernel:
-        where = "its cgroup's" if worker.box is not None else "the worker's"
-        return (
-            f"the kernel's OOM killer ended the worker process, or a process it started, "
-            f"while {what}: {where} memory reached its limit (the job's limit is "
-            f"{kill_at or 0:g} GiB; peak of anonymous memory seen {peak_gb:.3f} GiB)"
-        )
     if worker.kill_reason == "memory":
         raised = (
             f"; the job's {limit_gb:g} GiB is below what the process holds by itself, "
@@ -103,6 +96,13 @@ def _death_message(
             if limit_gb and kill_at is not None and kill_at > limit_gb
             else ""
         )
+        if worker.killed_by_kernel:
+            where = "its cgroup's" if worker.box is not None else "the worker's"
+            return (
+                f"the kernel's OOM killer ended the worker process, or a process it started, "
+                f"while {what}: {where} memory reached its limit (the job ran under "
+                f"{kill_at or 0:g} GiB{raised}; peak of anonymous memory seen {peak_gb:.3f} GiB)"
+            )
         return (
             f"the worker process was killed for memory while {what}: its anonymous memory "
             f"passed the limit of {kill_at or 0:g} GiB{raised} (peak seen {peak_gb:.3f} GiB)"
