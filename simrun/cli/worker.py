@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 import click
@@ -26,9 +27,16 @@ from simrun.cli.options import (
     container_memory_option,
     container_processes_option,
 )
-from simrun.config import redact_url
-from simrun.worker.container import DEFAULT_POLL_DELAY_S, WorkerFlags, run_container
+from simrun.config import ENV_WORKER_DIR, redact_url
+from simrun.core.outage import RECONNECT_MAX_S
+from simrun.worker.container import (
+    DEFAULT_LOCAL_DIR,
+    DEFAULT_POLL_DELAY_S,
+    WorkerFlags,
+    run_container,
+)
 from simrun.worker.pool.processes import PoolError
+from simrun.worker.spool import DEFAULT_DISK_MB
 
 __all__ = ["worker"]
 
@@ -37,6 +45,11 @@ GPUS_HELP = "GPUs [default: CUDA_VISIBLE_DEVICES, else nvidia-smi -L]."
 PREFETCH_HELP = "Jobs held per queue beyond the process slots [default: the slots]."
 PYTHON_PATH_HELP = "Put this directory in front of the worker processes' sys.path (repeatable)."
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOCAL_DIR_HELP = (
+    "Local directory of the worker: its status file (read by the health check) and the "
+    f"reports it keeps while Redis is away [default: {DEFAULT_LOCAL_DIR}]."
+)
+SPOOL_HELP = "MiB of reports kept on disk while Redis is away (after 16 MiB in memory)."
 
 
 @click.command("worker")
@@ -65,6 +78,18 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 @WORKER_HEARTBEAT_TTL_S
 @STORE
 @click.option("--log-level", default="INFO", show_default=True, type=click.Choice(LOG_LEVELS))
+@click.option(
+    "--local-dir", type=click.Path(file_okay=False, path_type=Path), envvar=ENV_WORKER_DIR,
+    show_envvar=True, default=None, help=LOCAL_DIR_HELP,
+)  # fmt: skip
+@click.option(
+    "--redis-retry-max-s", type=click.FloatRange(min=0.1), default=RECONNECT_MAX_S,
+    show_default=True, help="Longest pause between two tries to reach Redis while it is away.",
+)  # fmt: skip
+@click.option(
+    "--spool-mb", type=click.FloatRange(min=0), default=DEFAULT_DISK_MB, show_default=True,
+    help=SPOOL_HELP,
+)  # fmt: skip
 def worker(**params: Any) -> None:
     """Run a worker container: take jobs from the queues, run them in a pool of worker
     processes within the container's memory, and report every unit."""
