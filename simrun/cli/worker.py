@@ -32,11 +32,11 @@ from simrun.core.outage import RECONNECT_MAX_S
 from simrun.worker.container import (
     DEFAULT_LOCAL_DIR,
     DEFAULT_POLL_DELAY_S,
+    DEFAULT_SPOOL_MB,
     WorkerFlags,
     run_container,
 )
 from simrun.worker.pool.processes import PoolError
-from simrun.worker.spool import DEFAULT_DISK_MB
 
 __all__ = ["worker"]
 
@@ -87,7 +87,7 @@ SPOOL_HELP = "MiB of reports kept on disk while Redis is away (after 16 MiB in m
     show_default=True, help="Longest pause between two tries to reach Redis while it is away.",
 )  # fmt: skip
 @click.option(
-    "--spool-mb", type=click.FloatRange(min=0), default=DEFAULT_DISK_MB, show_default=True,
+    "--spool-mb", type=click.FloatRange(min=0), default=DEFAULT_SPOOL_MB, show_default=True,
     help=SPOOL_HELP,
 )  # fmt: skip
 def worker(**params: Any) -> None:

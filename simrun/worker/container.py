@@ -32,7 +32,6 @@ import os
 import signal
 import socket
 import sys
-import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -54,13 +53,14 @@ from simrun.worker.arq_worker import OutageWorker
 from simrun.worker.capacity import Capacity, detect_capacity
 from simrun.worker.heartbeat import Heartbeat
 from simrun.worker.jobs import JobHandler
-from simrun.worker.link import LINK_ERRORS, RedisLink, status_path
+from simrun.worker.link import DEFAULT_LOCAL_DIR, LINK_ERRORS, RedisLink, status_path
 from simrun.worker.pool.processes import ProcessPool
 from simrun.worker.spool import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, MIB, ReportSpool, SpoolBounds
 
 __all__ = [
     "DEFAULT_LOCAL_DIR",
     "DEFAULT_POLL_DELAY_S",
+    "DEFAULT_SPOOL_MB",
     "WorkerContainer",
     "WorkerFlags",
     "WorkerOptions",
@@ -79,9 +79,8 @@ MAX_TRIES = 3
 HEALTH_CHECK_S = 10
 #: Seconds between two looks at an empty queue.
 DEFAULT_POLL_DELAY_S = 0.02
-#: The worker's local directory (its status file, the reports it keeps while Redis is
-#: away) when ``--local-dir`` gives none: on the container's own disk, not the store.
-DEFAULT_LOCAL_DIR = Path(tempfile.gettempdir()) / "simrun-worker"
+#: MiB of reports kept on disk while Redis is away (``--spool-mb``).
+DEFAULT_SPOOL_MB = DEFAULT_DISK_MB
 
 
 def default_worker_id() -> str:

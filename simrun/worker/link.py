@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import random
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -38,10 +39,13 @@ from simrun.worker.spool import ReportSpool
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["RedisLink", "read_status", "status_path"]
+__all__ = ["DEFAULT_LOCAL_DIR", "RedisLink", "read_status", "status_path"]
 
 log = logging.getLogger(__name__)
 
+#: The worker's local directory (its status file, the reports it keeps while Redis is
+#: away) when ``--local-dir`` gives none: on the container's own disk, not the store.
+DEFAULT_LOCAL_DIR = Path(tempfile.gettempdir()) / "simrun-worker"
 #: What the worker's I/O with Redis may raise when Redis is away.
 LINK_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError)
 
