@@ -34,7 +34,7 @@ class Sink:
 
     def __init__(self, fail: int = 0) -> None:
         self.fail = fail
-        self.written: list[Any] = []
+        self.written: list[ReportEntry] = []
 
     async def __call__(self, e: ReportEntry) -> None:
         if self.fail:
