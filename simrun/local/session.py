@@ -303,6 +303,9 @@ class LocalSession:
             plugins=opts.plugins,
             python_path=opts.python_path,
             store=self.store,
+            # beside its log: nothing of the session is left in the machine's temporary
+            # directory, even when simrun is killed during an outage of its Redis
+            local_dir=self.logs / "worker-local",
         )
 
     def _start_workers(self, redis_url: str, prefix: str) -> None:

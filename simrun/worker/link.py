@@ -12,8 +12,9 @@ delivered K reports"); the tries in between are silent. While the link is down, 
 of Redis (the job handler, the heartbeat, the arq workers) do not try it: they keep what
 they would have written.
 
-Its state is also written, every `status_every_s`, to a small status file in the worker's
-local directory, which `simrun.worker.health` reads ("waiting for Redis").
+While Redis is away its state is also written, at every heartbeat interval, to a small
+status file in the worker's local directory, which `simrun.worker.health` reads ("waiting
+for Redis"); the file is removed when Redis is back.
 """
 
 from __future__ import annotations
@@ -146,8 +147,14 @@ class RedisLink:
             return
 
     def write_status(self) -> None:
-        """Write the status file (atomically); a failure is logged, not raised."""
+        """While Redis is away, write the status file (atomically; a failure is logged, not
+        raised); while it answers, there is none (nothing is left in the local directory
+        of a worker that never lost Redis, or that was killed after it came back)."""
         if self.status is None:
+            return
+        if self.is_up:
+            with contextlib.suppress(OSError):
+                self.status.unlink(missing_ok=True)
             return
         now = time.time()
         data = {

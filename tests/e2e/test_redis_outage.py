@@ -115,6 +115,12 @@ async def _ride_out(tmp_path: Path, server: PrivateRedis, prefix: str) -> Seen:
     procs = [_start_worker(url, prefix, f"w{i}", log) for i, log in enumerate(logs)]
     try:
         async with service(store, url, prefix) as svc:
+
+            async def both_up() -> bool:
+                live = {w.id for w in await svc.controller.queue.live_workers()}
+                return live == {"w0", "w1"}
+
+            await svc.until(both_up, timeout_s=60)  # both hold work when Redis goes
             run_id = await svc.submit(work_doc(units=UNITS, seconds=0.25))
             rs = svc.controller.store
 
