@@ -257,8 +257,10 @@ class WorkerContainer:
         try:
             for queue in self.options.queues:
                 pool = await self._connect()
+                link.pools.append(pool)
                 self._arq.append(self._arq_worker(queue, pool, handler, link))
             await heartbeat.beat()
+            await link.learn_server()
             link.write_status()
             heartbeat_task = asyncio.get_running_loop().create_task(heartbeat.run())
             log.info(

@@ -295,7 +295,7 @@ class JobHandler:
             return
         if link.is_up and not len(spool):
             try:
-                await self.xadd(entry)
+                await link.send(entry)
                 return
             except LINK_ERRORS as exc:
                 link.lost(exc)

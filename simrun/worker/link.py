@@ -7,6 +7,13 @@ back:
    `OutageWorker.finish_job`), after their reports, as when Redis never went away;
 3. a heartbeat (the callback ``on_back``).
 
+Before them, when the Redis server is not the one it was (its ``run_id`` changed: it
+restarted, and may have lost its data), the reports written within the last `RECENT_S`
+are written again: Redis took them, but the service may not have read them before they
+were lost. Writing a report twice is harmless (the service applies a unit's ``done`` once,
+other outcomes only for the current attempt of a unit in flight); losing one would have its
+units computed again.
+
 One line is logged when Redis goes away and one when it is back ("Redis is back after N s,
 delivered K reports"); the tries in between are silent. While the link is down, the users
 of Redis (the job handler, the heartbeat, the arq workers) do not try it: they keep what
@@ -27,6 +34,7 @@ import os
 import random
 import tempfile
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +55,10 @@ log = logging.getLogger(__name__)
 #: The worker's local directory (its status file, the reports it keeps while Redis is
 #: away) when ``--local-dir`` gives none: on the container's own disk, not the store.
 DEFAULT_LOCAL_DIR = Path(tempfile.gettempdir()) / "simrun-worker"
+#: How long a written report is kept, to be written again should Redis lose its data.
+RECENT_S = 60.0
+#: And how many at most.
+RECENT_MAX = 2000
 #: What the worker's I/O with Redis may raise when Redis is away.
 LINK_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError)
 
@@ -89,6 +101,24 @@ class RedisLink:
         self._task: asyncio.Task[None] | None = None
         self.on_back: Callable[[], Awaitable[None]] | None = None
         self._delivered = 0
+        self._recent: deque[tuple[float, ReportEntry]] = deque(maxlen=RECENT_MAX)
+        self.server_id: str | None = None
+        #: The other clients of the worker (the arq workers' pools): their connections to
+        #: a server that went away are dropped when it is back, before they fail once more.
+        self.pools: list[Redis] = []
+
+    async def learn_server(self) -> None:
+        """Note which Redis server answers (its ``run_id``)."""
+        info = await self.redis.info("server")
+        self.server_id = str(info.get("run_id", ""))
+
+    async def send(self, entry: ReportEntry) -> None:
+        """Write a report (raises when Redis does not take it), and remember it a while."""
+        await self.write(entry)
+        now = time.monotonic()
+        self._recent.append((now, entry))
+        while self._recent and now - self._recent[0][0] > RECENT_S:
+            self._recent.popleft()
 
     @property
     def is_up(self) -> bool:
@@ -123,8 +153,25 @@ class RedisLink:
         self._finishes.append(finish)
 
     async def _catch_up(self) -> None:
-        await self.redis.ping()
-        self._delivered += await self.spool.deliver(self.write)
+        for client in (self.redis, *self.pools):
+            await client.connection_pool.disconnect()
+        before = self.server_id
+        info = await self.redis.info("server")
+        server = str(info.get("run_id", ""))
+        if before is not None and server != before and self._recent:
+            now = time.monotonic()
+            recent = [e for t, e in self._recent if now - t <= RECENT_S]
+            for entry in recent:
+                await self.write(entry)
+            log.warning(
+                "Redis restarted (it may have lost its data): wrote again the %d reports of "
+                "the last %g s",
+                len(recent),
+                RECENT_S,
+            )
+            self._recent.clear()
+        self.server_id = server  # once the reports it may have lost are written again
+        self._delivered += await self.spool.deliver(self.send)
         while self._finishes:
             await self._finishes[0]()
             self._finishes.pop(0)
