@@ -181,12 +181,14 @@ async def test_redis_restarted_with_its_data_is_ridden_out(
 ) -> None:
     """Redis SIGKILLed mid-run and started again with its data (append-only file): both
     workers stay up and keep computing what they hold, the reports they kept reach the
-    service once Redis is back, no worker is taken for dead and no job is dispatched again
-    for a worker's sake, and every unit is computed exactly once."""
+    service once Redis is back, no worker is taken for dead, and every unit is computed
+    exactly once."""
     caplog.set_level(logging.INFO, logger="simrun.service")
     _check(await _ride_out(tmp_path, durable_redis, redis_prefix))
     judged = [r.getMessage() for r in caplog.records if r.name == "simrun.service.liveness"]
-    assert not [m for m in judged if "is gone" in m or "no live worker" in m], judged
+    # (A job arq marked in progress just as Redis died, whose first read then failed, was
+    # never run: liveness may give it up as abandoned; that computes nothing twice.)
+    assert not [m for m in judged if "is gone" in m], judged
 
 
 async def test_redis_restarted_empty_is_ridden_out(
