@@ -19,6 +19,7 @@ __all__ = [
     "ENV_STORE",
     "ENV_TOKEN",
     "ENV_URL",
+    "ENV_WORKER_DIR",
     "redact_url",
 ]
 
@@ -33,6 +34,8 @@ ENV_REDIS_URL = "REDIS_URL"
 ENV_URL = "SIMRUN_URL"
 ENV_TOKEN = "SIMRUN_TOKEN"
 ENV_STORE = "SIMRUN_STORE"
+#: The worker's local directory (status file, reports kept while Redis is away).
+ENV_WORKER_DIR = "SIMRUN_WORKER_DIR"
 
 
 def redact_url(url: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 import click
@@ -26,10 +27,13 @@ from simrun.cli.options import (
     container_memory_option,
     container_processes_option,
 )
-from simrun.config import redact_url
+from simrun.config import ENV_WORKER_DIR, redact_url
+from simrun.core.outage import RECONNECT_MAX_S
 from simrun.worker.container import (
     CGROUP_MODES,
+    DEFAULT_LOCAL_DIR,
     DEFAULT_POLL_DELAY_S,
+    DEFAULT_SPOOL_MB,
     DEFAULT_UNIT_LOG_CAP,
     WorkerFlags,
     run_container,
@@ -43,6 +47,11 @@ GPUS_HELP = "GPUs [default: CUDA_VISIBLE_DEVICES, else nvidia-smi -L]."
 PREFETCH_HELP = "Jobs held per queue beyond the process slots [default: the slots]."
 PYTHON_PATH_HELP = "Put this directory in front of the worker processes' sys.path (repeatable)."
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOCAL_DIR_HELP = (
+    "Local directory of the worker: its status file (read by the health check) and the "
+    f"reports it keeps while Redis is away [default: {DEFAULT_LOCAL_DIR}]."
+)
+SPOOL_HELP = "MiB of reports kept on disk while Redis is away (after 16 MiB in memory)."
 
 
 @click.command("worker")
@@ -80,6 +89,18 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
     "--unit-log-cap", type=click.IntRange(min=0), default=DEFAULT_UNIT_LOG_CAP,
     show_default=True, help="Bytes of output one unit may put into the worker's log "
     "(its head and tail are kept, the rest counted as dropped; 0: no bound).",
+)  # fmt: skip
+@click.option(
+    "--local-dir", type=click.Path(file_okay=False, path_type=Path), envvar=ENV_WORKER_DIR,
+    show_envvar=True, default=None, help=LOCAL_DIR_HELP,
+)  # fmt: skip
+@click.option(
+    "--redis-retry-max-s", type=click.FloatRange(min=0.1), default=RECONNECT_MAX_S,
+    show_default=True, help="Longest pause between two tries to reach Redis while it is away.",
+)  # fmt: skip
+@click.option(
+    "--spool-mb", type=click.FloatRange(min=0), default=DEFAULT_SPOOL_MB, show_default=True,
+    help=SPOOL_HELP,
 )  # fmt: skip
 def worker(**params: Any) -> None:
     """Run a worker container: take jobs from the queues, run them in a pool of worker

@@ -38,25 +38,39 @@ def find_redis_server() -> str:
 
 
 class PrivateRedis:
-    """A ``redis-server`` of this session alone: a free loopback port, no persistence, its
-    files in a temporary directory removed by `stop`."""
+    """A ``redis-server`` of this session alone: a free loopback port, its files in a
+    temporary directory removed by `stop`. No persistence unless ``persist`` (an
+    append-only file synced at every write, so a server killed and started again comes
+    back with its data). Once started it keeps its port and directory: `kill` and `start`
+    again restart it where it was (how the tests take Redis away and bring it back)."""
 
-    def __init__(self) -> None:
+    def __init__(self, persist: bool = False) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
+        self.persist = persist
+        self.port: int | None = None
         self._dir: tempfile.TemporaryDirectory[str] | None = None
 
+    def argv(self, exe: str, port: int, directory: Path) -> list[str]:
+        """The command line of the server."""
+        keep = ["--appendonly", "yes", "--appendfsync", "always"] if self.persist else []
+        return [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", *keep, "--dir", str(directory)]  # fmt: skip
+
     def start(self, timeout_s: float = 10.0) -> str:
-        """Start it and wait until it answers; its URL. `LocalError` when it cannot."""
+        """Start it (again: on the port and in the directory it had) and wait until it
+        answers; its URL. `LocalError` when it cannot."""
         exe = find_redis_server()
-        self._dir = tempfile.TemporaryDirectory(prefix="simrun-redis-")
+        if self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="simrun-redis-")
         directory = Path(self._dir.name)
-        port = free_port()
-        argv = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", str(directory)]  # fmt: skip
-        with (directory / "redis.log").open("wb") as out:
+        port = self.port = self.port or free_port()
+        with (directory / "redis.log").open("ab") as out:
             self.proc = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                self.argv(exe, port, directory),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -71,6 +85,16 @@ class PrivateRedis:
             time.sleep(0.05)
         self.stop()
         raise LocalError(f"redis-server ({exe}) did not answer on port {port} within {timeout_s} s")
+
+    def alive(self) -> bool:
+        """Whether the server process is running."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the server (its files stay: `start` brings it back on the same port)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     @property
     def directory(self) -> Path | None:
@@ -88,3 +112,4 @@ class PrivateRedis:
         if self._dir is not None:
             self._dir.cleanup()
             self._dir = None
+        self.port = None

@@ -61,6 +61,9 @@ __all__ = ["LocalOptions", "LocalSession", "images_of", "redis_prefix"]
 
 log = logging.getLogger(__name__)
 
+#: Seconds between two looks at the private redis-server (started again if it exited).
+REDIS_WATCH_S = 0.5
+
 #: How long `LocalSession.drain` waits for the controller to ingest the stopped workers'
 #: last reports, and how often it looks.
 DRAIN_TIMEOUT_S = 10.0
@@ -133,6 +136,8 @@ class LocalSession:
         self._workers: list[_Worker] = []
         self._guard: subprocess.Popen[bytes] | None = None
         self._stopping = False
+        self._redis_watch: asyncio.Task[None] | None = None
+        self._redis_problem: str | None = None
 
     @property
     def controller(self) -> Controller:
@@ -194,6 +199,8 @@ class LocalSession:
         self._loop_task = asyncio.create_task(
             self._controller.run_forever(self._stop_loop), name="simrun-controller"
         )
+        if self._redis is not None:
+            self._redis_watch = asyncio.create_task(self._watch_redis(), name="simrun-redis")
         await self._start_http()
         self._start_workers(redis_url, prefix)
 
@@ -296,6 +303,9 @@ class LocalSession:
             plugins=opts.plugins,
             python_path=opts.python_path,
             store=self.store,
+            # beside its log: nothing of the session is left in the machine's temporary
+            # directory, even when simrun is killed during an outage of its Redis
+            local_dir=self.logs / "worker-local",
         )
 
     def _start_workers(self, redis_url: str, prefix: str) -> None:
@@ -316,11 +326,45 @@ class LocalSession:
 
     # -- while running -------------------------------------------------------------------
 
+    async def _watch_redis(self, every_s: float = REDIS_WATCH_S) -> None:
+        """Start the private redis-server again (same port, empty) when it exits: the
+        service and the workers ride out the outage and the run goes on from SQLite. When
+        it cannot start, `problem` says so."""
+        server = self._redis
+        while server is not None and not self._stopping:
+            await asyncio.sleep(every_s)
+            if self._stopping or server.alive() or server.proc is None:
+                continue
+            code = server.proc.returncode
+            logged = server.directory / "redis.log" if server.directory else None
+            last = last_line(logged) if logged is not None else ""
+            log.warning(
+                "the private redis-server exited (code %s: %s); starting it again on port %s "
+                "(empty: the run goes on from the store)",
+                code,
+                last,
+                server.port,
+            )
+            try:
+                await asyncio.to_thread(server.start)
+            except LocalError as exc:
+                self._redis_problem = (
+                    f"the private redis-server exited (code {code}) and could not be "
+                    f"started again: {exc}"
+                )
+                log.error("%s", self._redis_problem)
+                continue
+            self._redis_problem = None
+            if server.proc is not None:
+                self._guard_pid(server.proc.pid)
+
     def problem(self) -> str | None:
         """What went wrong with the session's own processes, or None: a worker container
         that ended by itself, the controller loop that died, the HTTP API that stopped."""
         if self._stopping:
             return None
+        if self._redis_problem is not None:
+            return self._redis_problem
         for w in self._workers:
             code = w.proc.poll()
             if code is not None:
@@ -399,6 +443,11 @@ class LocalSession:
                 await self._controller.forget_ended()
             await self._controller.close()
             self._controller = None
+        if self._redis_watch is not None:
+            self._redis_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._redis_watch
+            self._redis_watch = None
         if self._redis is not None:
             await asyncio.to_thread(self._redis.stop)
             self._redis = None

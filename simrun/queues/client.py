@@ -110,6 +110,11 @@ class JobQueue:
     async def close(self) -> None:
         await self.pool.aclose()
 
+    async def server_id(self) -> str:
+        """The ``run_id`` of the Redis server: it changes when the server restarts."""
+        info = await self.pool.info("server")
+        return str(info.get("run_id", ""))
+
     async def enqueue(self, spec: JobSpec) -> bool:
         """Put a job on its queue; False when a job of that id is queued, running, or
         finished within the last minutes (arq keeps its result)."""

@@ -16,6 +16,15 @@ One `Controller.step` calls, in order, the steps of their own modules:
 6. **forget** (`simrun.service.forget`, at most every `FORGET_EVERY_S`): the attempts
    hashes of runs that ended leave Redis once no job of them is left there.
 
+Redis going away does not end the loop: the state of the link (`simrun.core.outage`) is
+logged when it changes ("lost Redis", "Redis is back after N s"), steps are tried again
+with capped exponential backoff and jitter, the API goes on answering from SQLite, and
+``/health`` says the service is degraded. Once Redis is back (or found restarted: its
+``run_id`` changed), the heartbeats are not trusted to say which workers died for
+`decisions.reconnect_grace_s` (`decisions.judging_workers`): the workers need that long to
+come back and beat, and deliver the reports they kept; then jobs that Redis lost are
+dispatched again by the reconcile step.
+
 This module owns the connections and the loop; the commands (`submit`, `replay`,
 `cancel`) take the same lock as a step. What the API, the metrics and the store reader read
 is `Controller.queries` (`simrun.service.queries.RunQueries`). Time is read from the
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -33,12 +43,15 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from simrun.config import redact_url
 from simrun.core.clock import SYSTEM_CLOCK, Clock
 from simrun.core.layout import StoreLayout
+from simrun.core.outage import RECONNECT_MAX_S, LinkState, backoff_s
 from simrun.plugins import TaskType
 from simrun.queues import JobQueue, set_current_attempts
 from simrun.resources import ResolvedResources, ResourceStore
 from simrun.runstore import RunRow, RunStore, UnknownRunError
+from simrun.service import decisions
 from simrun.service.advance import Advance, RunsToAdvance
 from simrun.service.dispatch import Dispatcher
 from simrun.service.forget import FORGET_EVERY_S, EndedRuns
@@ -53,6 +66,10 @@ from simrun.workflow import Workflow, source_paths
 __all__ = ["FORGET_EVERY_S", "Controller", "ControllerSettings", "is_oom"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two looks at the Redis server's ``run_id`` (a restart between two
+#: steps loses the data without any step failing).
+SERVER_CHECK_S = 1.0
 
 
 class Controller:
@@ -80,6 +97,11 @@ class Controller:
         self._lock = asyncio.Lock()
         #: The error of the last step, None after a step that went well.
         self.last_error: str | None = None
+        #: The link to Redis as the loop found it (times on the clock's monotonic scale).
+        self.link = LinkState()
+        self._server_id: str | None = None
+        self._server_checked = -float("inf")
+        self._grace_s = decisions.reconnect_grace_s(settings.heartbeat_ttl_s, RECONNECT_MAX_S)
         self._marks = RunsToAdvance()  # runs whose tasks may move
         #: Resolved resources by (key, type, override), dropped for a key that learned.
         resolved: dict[tuple[str, str, str], ResolvedResources] = {}
@@ -129,10 +151,11 @@ class Controller:
     async def run_forever(self, stop: asyncio.Event | None = None) -> None:
         """Step until ``stop`` is set (or the task is cancelled).
 
-        Redis being away is logged and waited out (SQLite keeps the state). Any other error
-        of a step is logged with its traceback and kept in ``last_error`` (the health of
-        the service shows it), and the loop goes on after a pause rather than leaving the
-        runs without a controller.
+        Redis being away is waited out (SQLite keeps the state): one line when it goes, one
+        when it is back, tries in between after a capped exponential backoff with jitter.
+        Any other error of a step is logged with its traceback and kept in ``last_error``
+        (the health of the service shows it), and the loop goes on after a pause rather
+        than leaving the runs without a controller.
         """
         stop = stop or asyncio.Event()
         while not stop.is_set():
@@ -140,10 +163,20 @@ class Controller:
             try:
                 busy = await self.step()
                 self.last_error = None
+                away = self.link.back(self.clock.monotonic())
+                if away is not None:
+                    self._redis_back(f"Redis is back after {away:.1f} s")
             except (RedisError, OSError) as exc:
-                log.warning("controller step failed, Redis unreachable? %s", exc)
+                if self.link.lost(self.clock.monotonic(), str(exc)):
+                    log.warning(
+                        "lost Redis at %s (%s): the API answers from SQLite; trying again "
+                        "with backoff",
+                        redact_url(self.settings.redis_url),
+                        exc,
+                    )
                 self.last_error = f"Redis unreachable: {exc}"
-                busy, pause = False, max(pause, 0.5)
+                wait = backoff_s(self.link.failures, random.random())
+                busy, pause = False, max(pause, wait)
             except Exception as exc:  # kept, logged, and the loop goes on
                 log.exception("controller step failed")
                 self.last_error = f"{type(exc).__name__}: {exc}"
@@ -154,13 +187,43 @@ class Controller:
                 except TimeoutError:
                     continue
 
+    def _redis_back(self, what: str) -> None:
+        """Redis answers again (or restarted): judge no worker by its heartbeat for the
+        grace period, read the reports delivered before first, reconcile after it."""
+        self.link.back_at = self.clock.monotonic()
+        self._liveness.redis_back()
+        self._ingest.redis_back()
+        log.warning("%s: workers are judged by their heartbeats again in %g s", what, self._grace_s)
+
+    async def _check_server(self) -> None:
+        """Notice a restart of the Redis server between two steps (its ``run_id``)."""
+        now = self.clock.monotonic()
+        if now - self._server_checked < SERVER_CHECK_S:
+            return
+        self._server_checked = now
+        server = await self.queue.server_id()
+        if self._server_id is not None and server != self._server_id and self.link.up:
+            # (after a failed step, the loop says Redis is back once this step went well)
+            self._redis_back("Redis restarted (it may have lost its data)")
+        self._server_id = server
+
+    def redis_down_s(self) -> float | None:
+        """Seconds since the loop lost Redis, or None while it reaches it."""
+        return self.link.down_for(self.clock.monotonic())
+
     async def step(self) -> bool:
         """One round of the loop; True when it changed something."""
         async with self._lock:
+            await self._check_server()
+            # Not in the first step that went well after an outage either (the link is
+            # still down until it ends).
+            judge = self.link.up and decisions.judging_workers(
+                self.clock.monotonic(), self.link.back_at, self._grace_s
+            )
             workers = await self.queue.live_workers()
             busy = await self._ingest.step()
-            busy |= await self._liveness.watch(workers)
-            if self._liveness.reconcile_due():
+            busy |= await self._liveness.watch(workers, judge=judge)
+            if judge and self._liveness.reconcile_due():
                 busy |= await self._liveness.reconcile()
             busy |= await self._advance.step()
             busy |= await self._dispatcher.dispatch(workers)

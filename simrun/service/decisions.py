@@ -24,7 +24,9 @@ __all__ = [
     "eta_s",
     "failure_message",
     "job_attempt",
+    "judging_workers",
     "lost_jobs",
+    "reconnect_grace_s",
     "run_of_job",
 ]
 
@@ -71,6 +73,22 @@ def abandoned_jobs(
     for job in abandoned:
         del watched[job]
     return watched, abandoned
+
+
+def reconnect_grace_s(heartbeat_ttl_s: float, worker_retry_max_s: float) -> float:
+    """How long after Redis came back the heartbeats are not trusted to tell who died: the
+    longest pause of a worker between two tries to reach Redis (it may come back that much
+    later than the service), plus a heartbeat's time to live."""
+    return heartbeat_ttl_s + worker_retry_max_s
+
+
+def judging_workers(now_s: float, back_at: float | None, grace_s: float) -> bool:
+    """Whether the heartbeats may be trusted now to say which workers died and which jobs
+    were lost or abandoned. Not within ``grace_s`` of Redis coming back (``back_at``; None:
+    it never went away): every heartbeat expired during the outage (or was lost with the
+    data) and the workers have not all beaten again yet, so every worker would look dead
+    and every job lost; their units would be computed twice."""
+    return back_at is None or now_s - back_at >= grace_s
 
 
 def lost_jobs(

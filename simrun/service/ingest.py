@@ -71,6 +71,11 @@ class Ingest:
         #: Whether the last `step` read the stream to its end.
         self.drained = False
 
+    def redis_back(self) -> None:
+        """Redis came back: read again first what was delivered and not acknowledged (the
+        consumer group is made again if Redis lost it: `JobQueue.read_reports`)."""
+        self._pending_read = True
+
     async def step(self) -> bool:
         """Apply up to ``report_batches`` batches of reports; sets `drained` when the stream
         had no more. True when a unit changed."""

@@ -64,14 +64,21 @@ class Liveness:
 
     # -- watch ---------------------------------------------------------------------------
 
-    async def watch(self, workers: Sequence[WorkerInfo]) -> bool:
-        """Write what the heartbeats say, and dispatch again the jobs of dead workers and
-        the abandoned ones. True when something changed."""
+    def redis_back(self) -> None:
+        """Redis came back (or restarted): forget what was watched before, and reconcile
+        as soon as the heartbeats are judged again."""
+        self._held_since.clear()
+        self._seen.clear()
+        self._last_reconcile = -float("inf")
+
+    async def watch(self, workers: Sequence[WorkerInfo], judge: bool = True) -> bool:
+        """Write what the heartbeats say, and (when ``judge``) dispatch again the jobs of
+        dead workers and the abandoned ones. True when something changed."""
         sightings = listed_jobs(workers)
         news = {job: seen for job, seen in sightings.items() if self._seen.get(job) != seen}
         changed = await self.store.see_jobs(news, self.clock.now()) > 0 if news else False
         self._seen = sightings
-        if not self.ingest.drained:
+        if not judge or not self.ingest.drained:
             return changed  # a report still unread may be the end of a job of a gone worker
         live = {w.id for w in workers}
         rows = await self.store.jobs()

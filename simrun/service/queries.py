@@ -85,12 +85,16 @@ class RunQueries:
 
     async def run(self, run_id: str) -> RunView | None:
         """One run with per-task unit counts by state and ETAs (over the live workers'
-        processes); None when unknown."""
+        processes; no ETA while Redis does not answer); None when unknown."""
         row = await self.store.run(run_id)
         if row is None:
             return None
         processes: dict[str, int] = defaultdict(int)
-        for w in await self.queue.live_workers():
+        try:
+            workers = await self.queue.live_workers()
+        except (RedisError, OSError):
+            workers = []  # Redis away: the run is read from SQLite all the same
+        for w in workers:
             for name in w.queues:
                 processes[name] += w.processes
         return run_view(

@@ -12,6 +12,14 @@ Stopping (SIGTERM or SIGINT, or `WorkerContainer.request_stop`): no job is taken
 jobs still waiting for admission are handed back at once; running ones get ``grace_s`` to
 finish; then their processes (and commands) are killed and what they had not finished is
 reported "not_run". A second signal ends the grace period at once.
+
+Redis going away (a restart, a failover, a partition) does not end the container: its link
+(`simrun.worker.link.RedisLink`) notices, the units it holds go on, the reports of the jobs
+that end are kept (`simrun.worker.spool.ReportSpool`, in memory and then in a file of the
+local directory ``local_dir``), and once Redis answers again they are delivered in order,
+arq's bookkeeping of those jobs is done and the heartbeat resumes. The arq workers
+(`simrun.worker.arq_worker.OutageWorker`) skip their polls meanwhile; should one end on a
+Redis error anyway, it is started again once Redis is back.
 """
 
 from __future__ import annotations
@@ -30,26 +38,32 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from arq.connections import ArqRedis, RedisSettings, create_pool
-from arq.worker import Worker, func
+from arq.worker import func
 from redis.exceptions import RedisError
 
-from simrun.config import DEFAULT_REDIS_URL, DEFAULT_STORE
+from simrun.config import DEFAULT_REDIS_URL, DEFAULT_STORE, redact_url
+from simrun.core.outage import RECONNECT_MAX_S
 from simrun.core.reports import WorkerInfo, now_s
 from simrun.core.sizing import image_queue
 from simrun.core.timing import DEFAULT_GRACE_S, HEARTBEAT_S, HEARTBEAT_TTL_S, TTL_PER_INTERVAL
 from simrun.core.wire import deserialize, serialize
 from simrun.queues import DEFAULT_PREFIX, JOB_FUNCTION, Keys
 from simrun.worker.admission import AdmissionGate
+from simrun.worker.arq_worker import OutageWorker
 from simrun.worker.capacity import Capacity, detect_capacity
 from simrun.worker.cgroups import CgroupSupport, WorkerCgroups, detect
 from simrun.worker.heartbeat import Heartbeat
 from simrun.worker.jobs import JobHandler
+from simrun.worker.link import DEFAULT_LOCAL_DIR, LINK_ERRORS, RedisLink, status_path
 from simrun.worker.pool.output import DEFAULT_UNIT_LOG_CAP
 from simrun.worker.pool.processes import ProcessPool
+from simrun.worker.spool import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, MIB, ReportSpool, SpoolBounds
 
 __all__ = [
     "CGROUP_MODES",
+    "DEFAULT_LOCAL_DIR",
     "DEFAULT_POLL_DELAY_S",
+    "DEFAULT_SPOOL_MB",
     "DEFAULT_UNIT_LOG_CAP",
     "WorkerContainer",
     "WorkerFlags",
@@ -71,6 +85,8 @@ HEALTH_CHECK_S = 10
 DEFAULT_POLL_DELAY_S = 0.02
 #: The values of ``--cgroups``.
 CGROUP_MODES = ("auto", "off")
+#: MiB of reports kept on disk while Redis is away (``--spool-mb``).
+DEFAULT_SPOOL_MB = DEFAULT_DISK_MB
 
 
 def default_worker_id() -> str:
@@ -105,6 +121,10 @@ class WorkerOptions:
     cgroups: str = "auto"
     #: Bytes one unit may put into the worker's log (head and tail; 0: no bound).
     unit_log_cap: int = DEFAULT_UNIT_LOG_CAP
+    local_dir: Path = DEFAULT_LOCAL_DIR
+    redis_retry_max_s: float = RECONNECT_MAX_S
+    spool_memory_mb: float = DEFAULT_MEMORY_MB
+    spool_disk_mb: float = DEFAULT_DISK_MB
 
 
 class WorkerContainer:
@@ -138,8 +158,13 @@ class WorkerContainer:
         self.gate = AdmissionGate(options.capacity, options.admission_patience_s)
         self.started = now_s()
         self.stopping = False
-        self._arq: list[Worker] = []
+        self._arq: list[OutageWorker] = []
         self._handler: JobHandler | None = None
+        self.spool = ReportSpool(
+            options.local_dir / f"{self.worker_id}.spool.jsonl",
+            SpoolBounds(int(options.spool_memory_mb * MIB), int(options.spool_disk_mb * MIB)),
+        )
+        self._link: RedisLink | None = None
         self._stop_task: asyncio.Task[None] | None = None
         self._grace_over = asyncio.Event()
 
@@ -147,7 +172,9 @@ class WorkerContainer:
 
     def info(self) -> WorkerInfo:
         handler = self._handler
-        running = tuple(handler.running.values()) if handler else ()
+        # A job whose report waits in the spool is still this worker's: the service must
+        # not take it for lost before the report arrives.
+        running = (*handler.running.values(), *self.spool.jobs()) if handler else ()
         return WorkerInfo(
             id=self.worker_id,
             queues=self.options.queues,
@@ -166,10 +193,13 @@ class WorkerContainer:
 
     # -- running -----------------------------------------------------------------------------
 
-    def _arq_worker(self, queue: str, pool: ArqRedis, handler: JobHandler) -> Worker:
+    def _arq_worker(
+        self, queue: str, pool: ArqRedis, handler: JobHandler, link: RedisLink
+    ) -> OutageWorker:
         opts = self.options
         prefetch = self.capacity.processes if opts.prefetch is None else opts.prefetch
-        return Worker(
+        return OutageWorker(
+            link=link,
             functions=[func(handler.handle, name=JOB_FUNCTION, max_tries=MAX_TRIES)],
             queue_name=self.keys.queue(queue),
             redis_pool=pool,
@@ -237,26 +267,41 @@ class WorkerContainer:
         self.isolation = support.describe()
 
     async def _serve(self, redis: ArqRedis) -> None:
-        heartbeat = Heartbeat(
-            redis,
-            self.keys,
-            self.info,
-            interval_s=self.options.heartbeat_s,
-            ttl_s=self.options.heartbeat_ttl_s,
-        )
-        self._handler = JobHandler(
+        handler = self._handler = JobHandler(
             redis=redis,
             keys=self.keys,
             worker_id=self.worker_id,
             capacity=self.capacity,
             gate=self.gate,
             pool=self.pool,
+            spool=self.spool,
         )
+        link = self._link = handler.link = RedisLink(
+            redis,
+            redact_url(self.options.redis_url),
+            self.spool,
+            handler.xadd,
+            max_backoff_s=self.options.redis_retry_max_s,
+            status=status_path(self.options.local_dir, self.worker_id),
+        )
+        heartbeat = Heartbeat(
+            redis,
+            self.keys,
+            self.info,
+            interval_s=self.options.heartbeat_s,
+            ttl_s=self.options.heartbeat_ttl_s,
+            link=link,
+        )
+        link.on_back = heartbeat.beat
         heartbeat_task: asyncio.Task[None] | None = None
         try:
             for queue in self.options.queues:
-                self._arq.append(self._arq_worker(queue, await self._connect(), self._handler))
+                pool = await self._connect()
+                link.pools.append(pool)
+                self._arq.append(self._arq_worker(queue, pool, handler, link))
             await heartbeat.beat()
+            await link.learn_server()
+            link.write_status()
             heartbeat_task = asyncio.get_running_loop().create_task(heartbeat.run())
             log.info(
                 "worker %s serving %s with %g GiB, %d processes, %d GPUs; memory bounded by %s",
@@ -269,7 +314,7 @@ class WorkerContainer:
             )
             if not self.stopping:  # a stop asked for while starting up ends it here
                 results = await asyncio.gather(
-                    *(w.async_run() for w in self._arq), return_exceptions=True
+                    *(self._run_arq(w, link) for w in self._arq), return_exceptions=True
                 )
                 for result in results:
                     if isinstance(result, BaseException) and not isinstance(
@@ -284,9 +329,49 @@ class WorkerContainer:
                 with contextlib.suppress(asyncio.CancelledError):
                     await heartbeat_task
             for worker in self._arq:
-                await worker.close()
+                with contextlib.suppress(*LINK_ERRORS):
+                    await worker.close()
+            await self._deliver_kept(link)
+            await link.close()
             with contextlib.suppress(RedisError, OSError):
                 await heartbeat.clear(self.worker_id)
+            self.spool.discard()
+
+    async def _run_arq(self, worker: OutageWorker, link: RedisLink) -> None:
+        """Run an arq worker; one that ends on a Redis error is started again once Redis
+        answers (unless the container stops meanwhile)."""
+        while True:
+            try:
+                await worker.async_run()
+                return
+            except LINK_ERRORS as exc:
+                if self.stopping:
+                    raise
+                link.lost(exc)
+                await link.wait_up()
+                log.info("arq worker of %s started again", worker.queue_name)
+
+    async def _deliver_kept(self, link: RedisLink) -> None:
+        """At the end: give Redis up to the grace period to come back for the reports still
+        kept, then say how many are lost."""
+        if not len(self.spool):
+            return
+        if not link.is_up:
+            log.warning(
+                "stopping with %d reports kept: waiting up to %g s for Redis",
+                len(self.spool),
+                self.options.grace_s,
+            )
+            await link.wait_up(self.options.grace_s)
+        if len(self.spool):
+            with contextlib.suppress(*LINK_ERRORS):
+                await self.spool.deliver(link.write)
+        if len(self.spool):
+            log.error(
+                "%d reports could not be delivered (Redis away): the service will dispatch "
+                "their units again",
+                len(self.spool),
+            )
 
     def request_stop(self) -> None:
         """Begin a graceful stop; called again, end the grace period now."""
@@ -372,6 +457,9 @@ class WorkerFlags:
     log_level: str = "INFO"
     cgroups: str = "auto"
     unit_log_cap: int = DEFAULT_UNIT_LOG_CAP
+    local_dir: Path | None = None
+    redis_retry_max_s: float = RECONNECT_MAX_S
+    spool_mb: float = DEFAULT_DISK_MB
 
     def to_argv(self) -> list[str]:
         """The arguments of ``simrun worker`` that give these flags. Every value is written
@@ -431,6 +519,9 @@ class WorkerFlags:
             store=self.store,
             cgroups=self.cgroups,
             unit_log_cap=self.unit_log_cap,
+            local_dir=self.local_dir or DEFAULT_LOCAL_DIR,
+            redis_retry_max_s=self.redis_retry_max_s,
+            spool_disk_mb=self.spool_mb,
         )
 
 

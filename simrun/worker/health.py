@@ -12,10 +12,17 @@ newest one written from this host name. In a container the host name is the cont
 the ids that start with ``<host>-`` are read first and the rest only when none of those
 matches (a worker started with an explicit ``--id``).
 
+While Redis is away the worker cannot beat, and the check cannot read Redis either; the
+worker then says so in its status file in its local directory (``--local-dir``, as the
+worker's; `simrun.worker.link`), rewritten at every heartbeat interval: a fresh status that
+says Redis is down makes the check healthy, "waiting for Redis ...", so that the container
+is not restarted (and the units it runs and the reports it keeps lost) for an outage of
+Redis. A status file that is not fresh is not believed (the worker's loop is stuck).
+
 Redis comes from ``--redis-url``, else ``REDIS_URL``, else the local default, as for
 ``simrun worker``; ``--prefix`` must be the worker's.
 
-`judge` and `candidate_ids` are pure; `check` is the thin Redis shell around them.
+`judge`, `judge_local` and `candidate_ids` are pure; `check` is the thin Redis shell around them.
 """
 
 from __future__ import annotations
@@ -23,20 +30,32 @@ from __future__ import annotations
 import socket
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
+from pathlib import Path
+from typing import Any, cast
 
 import click
 from redis import Redis
 from redis.exceptions import RedisError
 
-from simrun.config import DEFAULT_REDIS_URL, ENV_REDIS_URL, redact_url
+from simrun.config import DEFAULT_REDIS_URL, ENV_REDIS_URL, ENV_WORKER_DIR, redact_url
 from simrun.core.reports import WorkerInfo
 from simrun.core.wire import PayloadError
 from simrun.queues import DEFAULT_PREFIX, Keys
+from simrun.worker.link import DEFAULT_LOCAL_DIR, read_status, status_path
 
-__all__ = ["MAX_AGE_S", "Verdict", "candidate_ids", "check", "judge", "main", "same_host"]
+__all__ = [
+    "MAX_AGE_S",
+    "Verdict",
+    "candidate_ids",
+    "check",
+    "judge",
+    "judge_local",
+    "local_statuses",
+    "main",
+    "same_host",
+]
 
 #: A heartbeat older than this is stale (the worker beats every 2 s; its key lives 8 s).
 MAX_AGE_S = 30.0
@@ -108,6 +127,40 @@ def judge(
     return Verdict(True, f"ok: {_describe(newest, age_s)}")
 
 
+def judge_local(
+    statuses: Iterable[Mapping[str, Any]], *, now: float, max_age_s: float = MAX_AGE_S
+) -> Verdict | None:
+    """What the worker's own status files say: healthy, "waiting for Redis", when the
+    newest fresh one (``updated`` at most ``max_age_s`` before ``now``) says Redis is down;
+    None (ask Redis) otherwise."""
+    fresh = [
+        s for s in statuses
+        if isinstance(s.get("updated"), int | float) and now - float(s["updated"]) <= max_age_s
+    ]  # fmt: skip
+    if not fresh:
+        return None
+    newest = max(fresh, key=lambda s: float(s["updated"]))
+    if newest.get("redis") != "down":
+        return None
+    down_s = newest.get("down_s")
+    away = f" for {float(down_s):.0f} s" if isinstance(down_s, int | float) else ""
+    return Verdict(
+        True,
+        f"waiting for Redis at {newest.get('where', '?')}{away} "
+        f"({newest.get('kept_reports', 0)} reports kept): {newest.get('reason', '')}",
+    )
+
+
+def local_statuses(local_dir: Path, worker_id: str | None) -> list[dict[str, Any]]:
+    """The status files of the worker ``worker_id`` (else of every worker) in
+    ``local_dir``."""
+    if worker_id is not None:
+        paths = [status_path(local_dir, worker_id)]
+    else:
+        paths = sorted(local_dir.glob("*.status.json")) if local_dir.is_dir() else []
+    return [s for s in (read_status(p) for p in paths) if s is not None]
+
+
 def _parse(values: Sequence[bytes | None]) -> list[WorkerInfo]:
     out = []
     for value in values:
@@ -170,11 +223,28 @@ def check(
     "--timeout-s", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
     help="Seconds to wait for Redis.",
 )  # fmt: skip
+@click.option(
+    "--local-dir", type=click.Path(file_okay=False, path_type=Path), envvar=ENV_WORKER_DIR,
+    show_envvar=True, default=DEFAULT_LOCAL_DIR, show_default=True,
+    help="The worker's local directory, as its --local-dir.",
+)  # fmt: skip
 def main(
-    redis_url: str, prefix: str, worker_id: str | None, max_age_s: float, timeout_s: float
+    redis_url: str,
+    prefix: str,
+    worker_id: str | None,
+    max_age_s: float,
+    timeout_s: float,
+    local_dir: Path,
 ) -> None:
-    """Exit 0 when this container's worker heartbeat is fresh, 1 otherwise."""
+    """Exit 0 when this container's worker heartbeat is fresh (or the worker says it waits
+    for Redis), 1 otherwise."""
     host = socket.gethostname()
+    waiting = judge_local(
+        local_statuses(local_dir, worker_id), now=time.time(), max_age_s=max_age_s
+    )
+    if waiting is not None:
+        click.echo(waiting.message)
+        sys.exit(0)
     try:
         client = Redis.from_url(
             redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s

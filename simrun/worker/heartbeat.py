@@ -4,6 +4,10 @@ Every ``interval_s`` the container writes a `WorkerInfo` under its key with a TT
 ``ttl_s`` and its id into the index of workers (scored by the time), so the service can
 list live workers cheaply (`simrun.queues.JobQueue.live_workers`) and notice a container
 that died: its key expires a few seconds after its last beat.
+
+With a `simrun.worker.link.RedisLink`, a beat is not tried while Redis is away (the link
+beats once Redis is back), and a beat that fails tells the link; without one, a failed beat
+is logged.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from simrun.queues import Keys
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
+
+    from simrun.worker.link import RedisLink
 
 __all__ = ["Heartbeat"]
 
@@ -40,11 +46,13 @@ class Heartbeat:
         interval_s: float = HEARTBEAT_S,
         ttl_s: float = HEARTBEAT_TTL_S,
         clock: Clock = SYSTEM_CLOCK,
+        link: RedisLink | None = None,
     ) -> None:
         if not 0 < interval_s < ttl_s:
             raise ValueError(f"heartbeat: need 0 < interval_s < ttl_s, got {interval_s}, {ttl_s}")
         self.redis, self.keys, self.info = redis, keys, info
         self.interval_s, self.ttl_s, self.clock = interval_s, ttl_s, clock
+        self.link = link
 
     async def beat(self) -> None:
         """Write the heartbeat once."""
@@ -55,12 +63,20 @@ class Heartbeat:
             await pipe.execute()
 
     async def run(self) -> None:
-        """Beat until cancelled; a beat that fails (Redis away) is logged and retried."""
+        """Beat until cancelled; a beat that fails (Redis away) tells the link (or is logged)
+        and is tried again at the next interval."""
         while True:
-            try:
-                await self.beat()
-            except (RedisError, OSError) as exc:
-                log.warning("heartbeat failed: %s", exc)
+            link = self.link
+            if link is not None:
+                link.write_status()
+            if link is None or link.is_up:
+                try:
+                    await self.beat()
+                except (RedisError, OSError) as exc:
+                    if link is None:
+                        log.warning("heartbeat failed: %s", exc)
+                    else:
+                        link.lost(exc)
             await self.clock.sleep(self.interval_s)
 
     async def clear(self, worker_id: str) -> None:

@@ -13,7 +13,11 @@ an outcome for each of its units; it is written here, by the job itself, never b
    simrun-exec; before each batch of units of a chunk (a fraction of a second of work,
    see `simrun.worker.pool.runner`) the attempts are looked at again (through a view at most
    `STALE_REFRESH_S` old);
-5. add the report to the stream.
+5. add the report to the stream; while Redis is away, keep it in the spool
+   (`simrun.worker.spool`) for the link (`simrun.worker.link`) to deliver, in order, once
+   Redis is back. A report written twice (its XADD answered by a connection that broke)
+   is harmless: the service applies a unit's ``done`` once, and other outcomes only for
+   the unit's current attempt while it is in flight.
 """
 
 from __future__ import annotations
@@ -26,8 +30,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
-
 from simrun.core.jobs import JobSpec
 from simrun.core.reports import ReportEntry, RunningJob, WorkerReport, now_s
 from simrun.core.sizing import request_gb, request_gpus, request_slots
@@ -37,8 +39,10 @@ from simrun.worker.admission import AdmissionClosed, AdmissionGate, Grant, Refus
 from simrun.worker.capacity import Capacity
 from simrun.worker.command import run_command
 from simrun.worker.ledger import Ledger
+from simrun.worker.link import LINK_ERRORS, RedisLink
 from simrun.worker.pool.processes import PoolError, ProcessPool
 from simrun.worker.pool.runner import run_chunk, run_merge
+from simrun.worker.spool import ReportSpool
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -49,7 +53,6 @@ log = logging.getLogger(__name__)
 
 #: How old the view of the current attempts may be when a unit is about to start.
 STALE_REFRESH_S = 0.5
-REPORT_TRIES = 5
 
 
 def request_for(spec: JobSpec, capacity: Capacity) -> tuple[Request, float]:
@@ -89,23 +92,36 @@ def _log_entry(entry: ReportEntry) -> None:
 class StaleView:
     """Which units of a job were dispatched again with a newer attempt.
 
-    Refreshed from Redis when older than ``refresh_s``; when Redis cannot be asked, units
-    count as current (running one twice is harmless, outputs are deterministic)."""
+    Refreshed from Redis when older than ``refresh_s``; when Redis cannot be asked (or
+    the ``link`` knows it is away), units count as current (running one twice is
+    harmless, outputs are deterministic)."""
 
     def __init__(
-        self, redis: Redis, keys: Keys, spec: JobSpec, refresh_s: float = STALE_REFRESH_S
+        self,
+        redis: Redis,
+        keys: Keys,
+        spec: JobSpec,
+        refresh_s: float = STALE_REFRESH_S,
+        link: RedisLink | None = None,
     ) -> None:
         self.redis, self.keys, self.spec, self.refresh_s = redis, keys, spec, refresh_s
+        self.link = link
         self._current: dict[UnitKey, int] = {}
         self._at = -float("inf")
 
     async def refresh(self) -> None:
+        self._at = time.monotonic()
+        if self.link is not None and not self.link.is_up:
+            return
         try:
             self._current = await current_attempts(
                 self.redis, self.keys, self.spec.run, self.spec.task, self.spec.units
             )
-        except RedisError as exc:
-            log.warning("cannot read the current attempts of %s: %s", self.spec.job_id, exc)
+        except LINK_ERRORS as exc:
+            if self.link is not None:
+                self.link.lost(exc)
+            else:
+                log.warning("cannot read the current attempts of %s: %s", self.spec.job_id, exc)
         self._at = time.monotonic()
 
     async def is_stale(self, unit: UnitKey) -> bool:
@@ -127,6 +143,10 @@ class JobHandler:
     running: dict[str, RunningJob] = field(default_factory=dict)
     #: Set when the grace period of a stop is over: what is left is handed back.
     stop_now: bool = False
+    #: The link to Redis and the reports kept while it is down (set by the container;
+    #: without them a report that cannot be written raises).
+    link: RedisLink | None = None
+    spool: ReportSpool | None = None
     _commands: set[asyncio.Task[WorkerReport]] = field(default_factory=set)
 
     async def handle(self, ctx: Mapping[str, Any], payload: object) -> dict[str, Any]:
@@ -147,8 +167,9 @@ class JobHandler:
         report = WorkerReport.empty(limit_gb)
         error: str | None = None
         self.running[spec.job_id] = RunningJob.of(spec)
+        holding = RunningJob.of(spec, "running")
         try:
-            view = StaleView(self.redis, self.keys, spec)
+            view = StaleView(self.redis, self.keys, spec, link=self.link)
             for unit in spec.units:
                 if await view.is_stale(unit):
                     ledger.record(unit, "stale")
@@ -157,7 +178,7 @@ class JobHandler:
         except asyncio.CancelledError:
             ledger.close_rest("not_run", "the job was cancelled: the worker shut down")
             entry = self._entry(spec, ledger, report, started, "cancelled: handed back")
-            await asyncio.shield(self._write(entry))
+            await asyncio.shield(self._write(entry, holding))
             raise
         except Exception:  # a bug of the worker must still produce a report
             log.exception("job %s failed inside the worker", spec.job_id)
@@ -166,7 +187,7 @@ class JobHandler:
             self.running.pop(spec.job_id, None)
         ledger.close_rest("not_run")
         entry = self._entry(spec, ledger, report, started, error)
-        await self._write(entry)
+        await self._write(entry, holding)
         _log_entry(entry)
         return entry
 
@@ -260,16 +281,23 @@ class JobHandler:
             error=error,
         )
 
-    async def _write(self, entry: ReportEntry) -> None:
-        delay_s = 0.2
-        for attempt in range(1, REPORT_TRIES + 1):
+    async def xadd(self, entry: ReportEntry) -> None:
+        """Add a report to the stream (raises when Redis does not take it)."""
+        await self.redis.xadd(self.keys.reports, entry.to_fields())  # type: ignore[arg-type]
+
+    async def _write(self, entry: ReportEntry, holding: RunningJob) -> None:
+        """Write a report, or keep it in the spool while Redis is away (and behind older
+        kept reports, so that they arrive in order). ``holding`` is its job as the
+        heartbeat lists it while the report waits."""
+        link, spool = self.link, self.spool
+        if link is None or spool is None:
+            await self.xadd(entry)
+            return
+        if link.is_up and not len(spool):
             try:
-                await self.redis.xadd(self.keys.reports, entry.to_fields())  # type: ignore[arg-type]
+                await link.send(entry)
                 return
-            except RedisError as exc:
-                if attempt == REPORT_TRIES:
-                    log.error("cannot write the report of job %s: %s", entry.job_id, exc)
-                    raise
-                log.warning("writing the report of %s failed (%s); retrying", entry.job_id, exc)
-                await asyncio.sleep(delay_s)
-                delay_s *= 2
+            except LINK_ERRORS as exc:
+                link.lost(exc)
+        if spool.add(entry, holding):
+            log.debug("job %s: report kept until Redis is back", entry.job_id)

@@ -12,7 +12,9 @@ from simrun.service.decisions import (
     eta_s,
     failure_message,
     job_attempt,
+    judging_workers,
     lost_jobs,
+    reconnect_grace_s,
     run_of_job,
 )
 
@@ -126,3 +128,25 @@ def test_failure_message_lists_units():
     message = failure_message({"sweep": [3, 7, 8, 9], "summary": ["command"]})
     assert message == "5 units failed: summary [command], sweep [3, 7-9]"
     assert failure_message({"a": ["merge"]}) == "1 unit failed: a [merge]"
+
+
+@pytest.mark.parametrize(
+    ("now_s", "back_at", "grace_s", "judge"),
+    [
+        (100.0, None, 13.0, True),  # Redis never went away
+        (100.0, 100.0, 13.0, False),  # just back: every heartbeat expired meanwhile
+        (112.9, 100.0, 13.0, False),  # a worker may still be trying to come back
+        (113.0, 100.0, 13.0, True),  # grace over: a worker still silent is dead
+        (500.0, 100.0, 13.0, True),
+        (100.0, 100.0, 0.0, True),  # no grace asked for
+    ],
+)
+def test_judging_workers(now_s, back_at, grace_s, judge):
+    """After Redis comes back, workers are not judged by their heartbeats (dead workers,
+    abandoned and lost jobs) until the grace has passed."""
+    assert judging_workers(now_s, back_at, grace_s) is judge
+
+
+def test_reconnect_grace_covers_a_worker_retry_and_a_heartbeat():
+    """The grace is a worker's longest pause between two tries plus a heartbeat TTL."""
+    assert reconnect_grace_s(8.0, 5.0) == 13.0

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from simrun.core.reports import WorkerInfo
-from simrun.worker.health import candidate_ids, judge, same_host
+from simrun.worker.health import candidate_ids, judge, judge_local, same_host
 from tests.support.heartbeats import worker_info
 
 NOW = 1_000_000.0
@@ -104,3 +104,36 @@ ORDERS = [
 def test_candidate_ids(ids: list[str], host: str, order: list[str]) -> None:
     """Ids of this host's default form ``<host>-…`` are read first, every id exactly once."""
     assert candidate_ids(ids, host) == order
+
+
+def status(redis: str = "down", age_s: float = 1.0, **more: object) -> dict[str, object]:
+    return {
+        "updated": NOW - age_s, "redis": redis, "where": "redis://r:6379/0", "down_s": 42.0,
+        "reason": "Connection refused", "kept_reports": 3, **more,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("statuses", "says"),
+    [
+        ([], None),  # no status file: ask Redis
+        ([status("up")], None),  # Redis up: the heartbeat decides
+        ([status(age_s=31)], None),  # stale: the worker's loop may be stuck
+        ([status()], "waiting for Redis at redis://r:6379/0 for 42 s (3 reports kept)"),
+        ([status(age_s=30)], "waiting for Redis"),  # at the limit is fresh
+        ([status(down_s=None)], "waiting for Redis at redis://r:6379/0 (3 reports kept)"),
+        ([status("up", age_s=1), status(age_s=5)], None),  # the newest decides
+        ([status("up", age_s=5), status(age_s=1)], "waiting for Redis"),
+        ([{"redis": "down"}], None),  # no time: not believed
+    ],
+)
+def test_judge_local(statuses: list[dict[str, object]], says: str | None) -> None:
+    """A fresh status file of the worker that says Redis is down makes the check healthy,
+    "waiting for Redis"; otherwise the heartbeat in Redis decides."""
+    verdict = judge_local(statuses, now=NOW)
+    if says is None:
+        assert verdict is None
+    else:
+        assert verdict is not None
+        assert verdict.healthy
+        assert verdict.message.startswith(says)

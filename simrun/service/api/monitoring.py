@@ -29,6 +29,15 @@ def _default_shape(request: Request) -> ContainerShape:
 
 @health_router.get("/health")
 async def health(controller: ControllerDep) -> dict[str, Any]:
+    down_s = controller.redis_down_s()
+    if down_s is not None:  # degraded: reads answer from SQLite, nothing is dispatched
+        return {
+            "ok": False,
+            "status": "degraded",
+            "redis": f"unreachable for {down_s:.0f} s: {controller.link.reason}",
+            "workers": 0,
+            "version": __version__,
+        }
     try:
         workers = await controller.queries.live_workers()
     except (RedisError, OSError) as exc:

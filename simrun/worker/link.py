@@ -1,0 +1,231 @@
+"""The worker container's link to Redis: `RedisLink` notices Redis going away, tries again
+with backoff, and once it answers delivers what waited, in order, before it says Redis is
+back:
+
+1. the reports kept in the spool (`simrun.worker.spool.ReportSpool`), oldest first;
+2. arq's own bookkeeping of the jobs that ended meanwhile (taking them out of their queue:
+   `OutageWorker.finish_job`), after their reports, as when Redis never went away;
+3. a heartbeat (the callback ``on_back``).
+
+Before them, when the Redis server is not the one it was (its ``run_id`` changed: it
+restarted, and may have lost its data), the reports written within the last `RECENT_S`
+are written again: Redis took them, but the service may not have read them before they
+were lost. Writing a report twice is harmless (the service applies a unit's ``done`` once,
+other outcomes only for the current attempt of a unit in flight); losing one would have its
+units computed again.
+
+One line is logged when Redis goes away and one when it is back ("Redis is back after N s,
+delivered K reports"); the tries in between are silent. While the link is down, the users
+of Redis (the job handler, the heartbeat, the arq workers) do not try it: they keep what
+they would have written.
+
+While Redis is away its state is also written, at every heartbeat interval, to a small
+status file in the worker's local directory, which `simrun.worker.health` reads ("waiting
+for Redis"); the file is removed when Redis is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import tempfile
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from simrun.core.outage import RECONNECT_MAX_S, LinkState, backoff_s
+from simrun.core.reports import ReportEntry
+from simrun.worker.spool import ReportSpool
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+__all__ = ["DEFAULT_LOCAL_DIR", "RedisLink", "read_status", "status_path"]
+
+log = logging.getLogger(__name__)
+
+#: The worker's local directory (its status file, the reports it keeps while Redis is
+#: away) when ``--local-dir`` gives none: on the container's own disk, not the store.
+DEFAULT_LOCAL_DIR = Path(tempfile.gettempdir()) / "simrun-worker"
+#: How long a written report is kept, to be written again should Redis lose its data.
+RECENT_S = 60.0
+#: And how many at most.
+RECENT_MAX = 2000
+#: What the worker's I/O with Redis may raise when Redis is away.
+LINK_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError)
+
+
+def status_path(local_dir: Path, worker_id: str) -> Path:
+    """The status file of a worker in its local directory."""
+    return local_dir / f"{worker_id}.status.json"
+
+
+def read_status(path: Path) -> dict[str, Any] | None:
+    """A status file's content, or None when it is missing or unreadable."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class RedisLink:
+    """Whether Redis answers, as the worker's last try found; `lost` starts the tries
+    again, `wait_up` waits for their success."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        where: str,
+        spool: ReportSpool,
+        write: Callable[[ReportEntry], Awaitable[None]],
+        *,
+        max_backoff_s: float = RECONNECT_MAX_S,
+        status: Path | None = None,
+    ) -> None:
+        self.redis, self.where, self.spool, self.write = redis, where, spool, write
+        self.max_backoff_s = max_backoff_s
+        self.status = status
+        self.state = LinkState()
+        self._up = asyncio.Event()
+        self._up.set()
+        self._finishes: list[Callable[[], Awaitable[None]]] = []
+        self._task: asyncio.Task[None] | None = None
+        self.on_back: Callable[[], Awaitable[None]] | None = None
+        self._delivered = 0
+        self._recent: deque[tuple[float, ReportEntry]] = deque(maxlen=RECENT_MAX)
+        self.server_id: str | None = None
+        #: The other clients of the worker (the arq workers' pools): their connections to
+        #: a server that went away are dropped when it is back, before they fail once more.
+        self.pools: list[Redis] = []
+
+    async def learn_server(self) -> None:
+        """Note which Redis server answers (its ``run_id``)."""
+        info = await self.redis.info("server")
+        self.server_id = str(info.get("run_id", ""))
+
+    async def send(self, entry: ReportEntry) -> None:
+        """Write a report (raises when Redis does not take it), and remember it a while."""
+        await self.write(entry)
+        now = time.monotonic()
+        self._recent.append((now, entry))
+        while self._recent and now - self._recent[0][0] > RECENT_S:
+            self._recent.popleft()
+
+    @property
+    def is_up(self) -> bool:
+        return self._up.is_set()
+
+    async def wait_up(self, timeout_s: float | None = None) -> bool:
+        """Wait until Redis answers again (True), or ``timeout_s`` passed (False)."""
+        try:
+            await asyncio.wait_for(self._up.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    def lost(self, exc: BaseException) -> None:
+        """A use of Redis failed with ``exc``: unless already known, Redis is away."""
+        if not self.state.lost(time.time(), str(exc) or type(exc).__name__):
+            return
+        log.warning(
+            "lost Redis at %s (%s): keeping the reports of jobs that end, trying again "
+            "every %g s at most",
+            self.where,
+            self.state.reason,
+            self.max_backoff_s,
+        )
+        self._up.clear()
+        self._delivered = 0
+        self._task = asyncio.get_running_loop().create_task(self._reconnect())
+        self.write_status()
+
+    def defer(self, finish: Callable[[], Awaitable[None]]) -> None:
+        """Run ``finish`` once Redis is back (after the spooled reports)."""
+        self._finishes.append(finish)
+
+    async def _catch_up(self) -> None:
+        for client in (self.redis, *self.pools):
+            await client.connection_pool.disconnect()
+        before = self.server_id
+        info = await self.redis.info("server")
+        server = str(info.get("run_id", ""))
+        if before is not None and server != before and self._recent:
+            now = time.monotonic()
+            recent = [e for t, e in self._recent if now - t <= RECENT_S]
+            for entry in recent:
+                await self.write(entry)
+            log.warning(
+                "Redis restarted (it may have lost its data): wrote again the %d reports of "
+                "the last %g s",
+                len(recent),
+                RECENT_S,
+            )
+            self._recent.clear()
+        self.server_id = server  # once the reports it may have lost are written again
+        self._delivered += await self.spool.deliver(self.send)
+        while self._finishes:
+            await self._finishes[0]()
+            self._finishes.pop(0)
+        if self.on_back is not None:
+            await self.on_back()
+
+    async def _reconnect(self) -> None:
+        while True:
+            pause = backoff_s(self.state.failures, random.random(), max_s=self.max_backoff_s)
+            await asyncio.sleep(pause)
+            try:
+                await self._catch_up()
+            except LINK_ERRORS as exc:
+                self.state.lost(time.time(), str(exc))
+                continue
+            away = self.state.back(time.time()) or 0.0
+            log.warning("Redis is back after %.1f s, delivered %d reports", away, self._delivered)
+            self._up.set()
+            self.write_status()
+            return
+
+    def write_status(self) -> None:
+        """While Redis is away, write the status file (atomically; a failure is logged, not
+        raised); while it answers, there is none (nothing is left in the local directory
+        of a worker that never lost Redis, or that was killed after it came back)."""
+        if self.status is None:
+            return
+        if self.is_up:
+            with contextlib.suppress(OSError):
+                self.status.unlink(missing_ok=True)
+            return
+        now = time.time()
+        data = {
+            "pid": os.getpid(),
+            "updated": now,
+            "redis": "up" if self.is_up else "down",
+            "where": self.where,
+            "down_s": self.state.down_for(now),
+            "reason": self.state.reason,
+            "kept_reports": len(self.spool),
+        }
+        tmp = self.status.with_name(self.status.name + ".tmp")
+        try:
+            self.status.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(data))
+            tmp.replace(self.status)
+        except OSError as exc:
+            log.debug("cannot write the status file %s: %s", self.status, exc)
+
+    async def close(self) -> None:
+        """Stop trying; remove the status file."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.status is not None:
+            self.status.unlink(missing_ok=True)
