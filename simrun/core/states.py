@@ -164,7 +164,9 @@ def unit_after_outcome(
 
     * A unit already ``done`` ignores everything.
     * ``done`` is accepted from any attempt (outputs depend on settings and index only, so
-      an older attempt's result is as good as the newest).
+      an older attempt's result is as good as the newest), except while another attempt of
+      the unit is queued or running: that one would write the outputs again while the merge
+      or a downstream task reads them, so its own report decides.
     * Any other outcome counts only for the unit's current attempt while it is queued or
       running; ``stale`` is always ignored.
     * ``killed`` (for memory): back to pending, or failed past ``limits.max_kills``.
@@ -177,11 +179,16 @@ def unit_after_outcome(
     if unit.state == "done":
         return None
     start = unit.started_s if unit.started_s is not None else started_s
-    if outcome == "done":
+    in_flight_elsewhere = unit.state in ACTIVE_UNIT_STATES and attempt != unit.attempt
+    if outcome == "done" and not in_flight_elsewhere:
         return replace(
             unit, state="done", worker=worker, error=None, started_s=start, finished_s=now_s
         )
-    if outcome == "stale" or attempt != unit.attempt or unit.state not in ACTIVE_UNIT_STATES:
+    if (
+        outcome in ("done", "stale")
+        or attempt != unit.attempt
+        or unit.state not in ACTIVE_UNIT_STATES
+    ):
         return None
     back = replace(unit, state="pending", worker=worker, started_s=start, finished_s=now_s)
     if outcome == "killed":

@@ -60,11 +60,22 @@ async def _apply_done(
     conn: aiosqlite.Connection, entries: Sequence[ReportEntry], now_s: float, applied: Applied
 ) -> None:
     """All-done reports: per task one batch of range updates, in the reports' order (the
-    first report to finish a unit gives its worker and start time, as unit by unit)."""
+    first report to finish a unit gives its worker and start time, as unit by unit). A
+    unit queued or running under another attempt is left to that attempt, as
+    `unit_after_outcome` does."""
     by_task: dict[tuple[str, str], list[tuple[Any, ...]]] = defaultdict(list)
     for entry in entries:
         by_task[(entry.run, entry.task)] += [
-            (entry.worker_id, entry.started, now_s, entry.run, entry.task, first, last)
+            (
+                entry.worker_id,
+                entry.started,
+                now_s,
+                entry.run,
+                entry.task,
+                first,
+                last,
+                entry.attempt,
+            )
             for first, last in index_ranges(unit_index(k) for k in entry.outcomes)
         ]
     for task, params in by_task.items():
@@ -72,7 +83,8 @@ async def _apply_done(
         await conn.executemany(
             "UPDATE units SET state = 'done', worker = ?, error = NULL,"
             " started_s = coalesce(started_s, ?), finished_s = ?"
-            " WHERE run_id = ? AND task = ? AND idx BETWEEN ? AND ? AND state != 'done'",
+            " WHERE run_id = ? AND task = ? AND idx BETWEEN ? AND ? AND state != 'done'"
+            f" AND NOT (state IN {sql_list(ACTIVE_UNIT_STATES)} AND attempt != ?)",
             params,
         )
         if conn.total_changes > before:

@@ -1,9 +1,10 @@
 """How a batch of reports is written, decided without I/O.
 
 Most reports say that every unit of their job is done. `simrun.core.states.unit_after_outcome`
-treats ``done`` alike whatever the unit's attempt and state (only a unit already done
-ignores it), so such a report is one set-based UPDATE of its units' index ranges that skips
-the units already done: no unit is read, no row object made. Every other report goes unit
+takes ``done`` whatever the unit's state (a unit already done ignores it, and a unit queued
+or running under another attempt leaves it to that attempt), so such a report is one
+set-based UPDATE of its units' index ranges whose WHERE clause says the same: no unit is
+read, no row object made. Every other report goes unit
 by unit through `unit_after_outcome`. Reports of one batch apply in their order; a report
 that is all done but shares a unit with a report that goes unit by unit goes unit by unit
 too, so that the order between the two stays as it was.

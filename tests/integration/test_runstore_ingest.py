@@ -207,8 +207,10 @@ async def test_an_all_done_report_finishes_its_units_once(store: RunStore) -> No
 
 
 async def test_a_done_report_of_an_older_attempt_still_counts(store: RunStore) -> None:
-    """A unit released and dispatched again is done by the older attempt's report (outputs
-    depend on settings and index only); units it does not name keep their state."""
+    """A unit released and not dispatched again since is done by the older attempt's report
+    (outputs depend on settings and index only); a unit queued again under a newer attempt
+    is left to that attempt (it would write the outputs again while the merge reads them);
+    units the report does not name keep their state."""
     await store.create_run(new_run())
     await store.start_task("r1", "sweep", 4, now_s=101.0)
     await dispatch(store, [job(0, 4)])
@@ -217,7 +219,7 @@ async def test_a_done_report_of_an_older_attempt_still_counts(store: RunStore) -
     applied = await apply(store, [entry(job(0, 4).id, {1: "done", 2: "done"})])
     assert applied.recorded == []  # its job had left flight
     states = {u.index: (u.state, u.attempt) for u in await store.units("r1", "sweep")}
-    assert states == {0: ("queued", 2), 1: ("done", 2), 2: ("done", 1), 3: ("pending", 1)}
+    assert states == {0: ("queued", 2), 1: ("queued", 2), 2: ("done", 1), 3: ("pending", 1)}
 
 
 async def test_a_report_leaving_units_out_releases_them(store: RunStore) -> None:

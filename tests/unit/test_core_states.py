@@ -43,9 +43,9 @@ def after(unit: UnitRow, outcome: str, attempt: int = 2, error: str | None = "Tr
 @pytest.mark.parametrize(
     ("unit", "outcome", "attempt", "state", "errors", "kills"),
     [
-        # done is taken from the current attempt and from older ones
+        # done is taken from the current attempt, and from older ones once no other
+        # attempt is in flight
         (QUEUED, "done", 2, "done", 0, 0),
-        (QUEUED, "done", 1, "done", 0, 0),
         (replace(QUEUED, state="pending"), "done", 1, "done", 0, 0),
         (replace(QUEUED, state="failed"), "done", 1, "done", 0, 0),
         # errors retry up to the limit, then fail
@@ -77,14 +77,17 @@ def test_outcome_moves_unit(unit, outcome, attempt, state, errors, kills):
         (replace(QUEUED, state="done"), "failed", 2),
         (QUEUED, "stale", 2),  # the worker skipped it: ignored
         (QUEUED, "failed", 1),  # an older attempt's failure: ignored
+        (QUEUED, "done", 1),  # an older attempt's done while attempt 2 is queued: ignored
+        (replace(QUEUED, state="running"), "done", 3),  # (the running one decides)
         (QUEUED, "killed", 3),  # an attempt the store never dispatched: ignored
         (replace(QUEUED, state="pending"), "failed", 2),  # released already: ignored
         (replace(QUEUED, state="failed"), "killed", 2),
     ],
 )
 def test_outcome_ignored(unit, outcome, attempt):
-    """Reports for done units, stale reports and non-done outcomes of other attempts or of
-    units not in flight change nothing."""
+    """Reports for done units, stale reports, non-done outcomes of other attempts or of
+    units not in flight, and done from an attempt other than the one in flight change
+    nothing."""
     assert after(unit, outcome, attempt) is None
 
 
