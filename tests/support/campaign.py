@@ -34,8 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 
+from simrun.core.reports import WorkerInfo
 from simrun.local.machine import free_port
+from simrun.queues.keys import Keys
 from simrun.worker.container import WorkerFlags, worker_argv
 from tests.support import REPO
 from tests.support.campaign_tasks import COMPLETIONS, MERGED, REFS
@@ -94,7 +97,8 @@ def _answers_ping(port: int) -> bool:
 
 class RedisServer:
     """A ``redis-server`` of one campaign: loopback, no persistence (no RDB, no AOF), on a
-    port it keeps across `restart_empty`. Never the shared system server."""
+    port it keeps when it is killed and started again (empty: a new data directory).
+    Never the shared system server."""
 
     def __init__(self, directory: Path) -> None:
         exe = shutil.which("redis-server")
@@ -136,11 +140,6 @@ class RedisServer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
-
-    def restart_empty(self) -> None:
-        """Kill it and start a fresh, empty server on the same port."""
-        self.kill()
-        self.start()
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -227,6 +226,22 @@ class Campaign:
         except httpx.HTTPError:
             return False
 
+    def health_latency(self, timeout_s: float = 2.0) -> float:
+        """Seconds /health took to answer (``timeout_s`` when it did not answer in time)."""
+        started = time.monotonic()
+        try:
+            self.http.get("/health", timeout=timeout_s)
+        except httpx.TimeoutException:
+            return timeout_s
+        return time.monotonic() - started
+
+    def redis_ok(self) -> bool:
+        """Whether the service's /health says Redis answers."""
+        try:
+            return self.http.get("/health", timeout=2.0).json().get("redis") == "ok"
+        except httpx.HTTPError:
+            return False
+
     def kill_service(self) -> None:
         """SIGKILL the service (the controller and the API) and wait for it to be gone."""
         assert self.service is not None
@@ -286,8 +301,7 @@ class Campaign:
         for worker in self.workers.values():
             if worker.expected_alive and worker.proc.poll() is not None:
                 raise CampaignError(
-                    f"worker {worker.id} exited with {worker.proc.returncode}:\n"
-                    f"{_tail(worker.log)}"
+                    f"worker {worker.id} exited with {worker.proc.returncode}:\n{_tail(worker.log)}"
                 )
         if self.service_expected and self.service is not None and self.service.poll() is not None:
             raise CampaignError(
@@ -304,7 +318,7 @@ class Campaign:
         for worker in self.workers.values():
             _stop_group(worker.proc)
         if self.service is not None:
-            _stop_group(self.service)
+            _stop_group(self.service, timeout_s=5)
         self.redis.stop()
 
     # --- the API ---------------------------------------------------------------------
@@ -346,6 +360,14 @@ class Campaign:
     def done(self, run_id: str, task: str = TASK) -> set[int]:
         return {u.idx for u in self.units(run_id, task) if u.state == "done"}
 
+    def jobs_in_flight(self, run_id: str) -> list[tuple[str, int, str | None]]:
+        """The jobs of a run the store has in flight: (id, attempt, worker)."""
+        with self.db() as conn:
+            rows = conn.execute(
+                "SELECT id, attempt, worker FROM jobs WHERE run_id = ?", (run_id,)
+            ).fetchall()
+        return [(str(i), int(a), w) for i, a, w in rows]
+
     def held_by(self, run_id: str, worker_id: str, task: str = TASK) -> set[int]:
         """The units the store has queued or running on a worker."""
         return {
@@ -364,6 +386,28 @@ class Campaign:
         result: tuple[str, str] = self.wait(f"run {run_id} to end", ended, timeout_s)
         return result
 
+    # --- Redis ------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def redis_client(self) -> Iterator[redis.Redis]:
+        client = redis.Redis.from_url(self.redis.url, socket_timeout=5)
+        try:
+            yield client
+        finally:
+            client.close()
+
+    def heartbeat(self, worker_id: str) -> WorkerInfo | None:
+        """What a worker's live heartbeat says (None once it expired)."""
+        with self.redis_client() as client:
+            value = client.get(Keys(self.prefix).worker(worker_id))
+        return None if value is None else WorkerInfo.from_json(value)
+
+    def reports_ingested(self) -> bool:
+        """Whether the service has read and acknowledged every report in the stream."""
+        with self.redis_client() as client:
+            groups = client.xinfo_groups(Keys(self.prefix).reports)
+        return bool(groups) and all(g["pending"] == 0 and g["lag"] == 0 for g in groups)
+
     # --- the outputs -----------------------------------------------------------------
 
     def out(self, run_id: str, task: str = TASK) -> Path:
@@ -381,6 +425,11 @@ class Campaign:
             found.setdefault(int(index), []).append(int(pgid))
         return found
 
+    def redone(self, run_id: str, task: str = TASK) -> int:
+        """Computations completed beyond one per unit (work a fault wasted)."""
+        done = self.completions(run_id, task)
+        return sum(len(by) for by in done.values()) - len(done)
+
     def assert_every_unit_once(
         self,
         run_id: str,
@@ -393,7 +442,8 @@ class Campaign:
     ) -> None:
         """The checks of every scenario, once the run succeeded:
 
-        - the store has one row per unit, all done, and no (run, task, unit) twice;
+        - the store has one row per unit, all done, and no (run, task, unit) twice; no job
+          of the run stays in flight (in the dispatch window) for long once it ended;
         - every unit's output file is there, with its key, and the merge found each once;
         - each unit's output was produced by the computation the store counts, once: by a
           healthy worker exactly once when the store credits a healthy worker, never when
@@ -409,11 +459,12 @@ class Campaign:
                 "SELECT run_id, task, idx, COUNT(*) FROM units GROUP BY run_id, task, idx"
                 " HAVING COUNT(*) > 1"
             ).fetchall()
-            in_flight = conn.execute(
-                "SELECT COUNT(*) FROM jobs WHERE run_id = ?", (run_id,)
-            ).fetchone()[0]
         assert twice == [], f"duplicate unit rows: {twice}"
-        assert in_flight == 0, f"{in_flight} jobs of the ended run still in flight"
+        self.wait(
+            f"the jobs of the ended run {run_id} to leave the window",
+            lambda: not self.jobs_in_flight(run_id),
+            timeout_s=10,
+        )
 
         out = self.out(run_id, task)
         keys = {i: f"{run_id}/{task}/{i}" for i in range(units)}
@@ -449,14 +500,14 @@ class Campaign:
         assert not problems, "units not computed exactly once:\n" + "\n".join(problems)
 
 
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+def _stop_group(proc: subprocess.Popen[bytes], timeout_s: float = 10) -> None:
     """SIGCONT and SIGTERM the process, SIGKILL its group when it does not end in time."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGCONT)
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)

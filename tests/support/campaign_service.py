@@ -5,7 +5,7 @@ SIGKILL it: ``python -m tests.support.campaign_service --store DIR --redis-url U
 It is `simrun.service.main.serve` (the controller loop and the HTTP API, what ``simrun
 service`` runs) over the campaign's task type (tests/support/campaign_tasks.py), with the
 settings of the service's tests (tests/support/service_harness.py: a short poll, frequent
-reconciliation, the test workers' short heartbeats). ``--address-space-gb`` caps the
+reconciliation) and the campaign workers' heartbeat time to live. ``--address-space-gb`` caps the
 process's address space (RLIMIT_AS), so an input that makes it allocate without bound
 meets ``MemoryError`` instead of the machine's memory.
 """
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from simrun.plugins import load_types
 from simrun.service.main import serve
+from tests.support.campaign import HEARTBEAT_TTL_S
 from tests.support.campaign_tasks import REFS
 from tests.support.service_harness import settings
 
@@ -39,7 +40,9 @@ def main() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     types = load_types(REFS)
-    service_settings = settings(args.store, args.redis_url, args.prefix)
+    service_settings = settings(
+        args.store, args.redis_url, args.prefix, heartbeat_ttl_s=HEARTBEAT_TTL_S
+    )
     asyncio.run(serve(service_settings, types, port=args.port, log_level="warning"))
 
 
