@@ -20,11 +20,20 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support.campaign import Campaign, fault_doc, report
 
 pytestmark = pytest.mark.e2e
+
+
+def busy(campaign: Campaign, worker_id: str, run_id: str) -> set[int]:
+    """The units a worker is in the middle of, once it is in the middle of two or more
+    (so a fault now surely cuts a job short: a job reports when all its units are done);
+    an empty set before."""
+    unfinished = campaign.unfinished_on(worker_id, run_id)
+    return unfinished if len(unfinished) >= 2 else set()
 
 
 @pytest.fixture
@@ -50,10 +59,10 @@ def test_worker_sigkill_mid_run(campaign: Campaign) -> None:
     campaign.wait_workers(2)
     run_id = campaign.submit(fault_doc(units))
     held = campaign.wait(
-        "the doomed worker to run units", lambda: campaign.held_by(run_id, "doomed")
+        "the doomed worker to be in the middle of its units",
+        lambda: busy(campaign, "doomed", run_id),
     )
     killed_at = campaign.signal_worker("doomed", signal.SIGKILL)
-    held = held | campaign.held_by(run_id, "doomed")
     campaign.wait(
         "the killed worker's units to be done again",
         lambda: held <= campaign.done(run_id),
@@ -61,13 +70,15 @@ def test_worker_sigkill_mid_run(campaign: Campaign) -> None:
     )
     recovered_at = time.monotonic()
     state, message = campaign.wait_run(run_id, timeout_s=60)
-    report("worker-sigkill", recovered_at - killed_at, units, finish_s=time.monotonic() - killed_at)
+    report(
+        "worker-sigkill", recovered_at - killed_at, units,
+        finish_s=time.monotonic() - killed_at, redone=campaign.redone(run_id),
+    )  # fmt: skip
     assert (state, message) == ("succeeded", "")
     campaign.assert_every_unit_once(run_id, units, faulted=["doomed"])
     rows = {u.idx: u for u in campaign.units(run_id)}
-    moved = [rows[i] for i in held if rows[i].worker == "survivor"]
-    assert moved, "no unit of the killed worker was done by the survivor"
-    assert all(u.attempt > 1 for u in moved), moved
+    moved = [rows[i] for i in held]
+    assert all(u.worker == "survivor" and u.attempt > 1 for u in moved), moved
 
 
 def test_service_sigkill_mid_run_and_restart(campaign: Campaign) -> None:
@@ -111,13 +122,14 @@ REDIS_FIX = (
     "(most runs, even with an instant restart) exits with 'cannot reach Redis', and the "
     "run waits for someone to restart it"
 )
+REDIS_XFAIL = pytest.mark.xfail(strict=False, reason=REDIS_FIX, raises=AssertionError)
 
 
 @pytest.mark.parametrize(
     "outage_s",
     [
-        pytest.param(0.0, id="instant", marks=pytest.mark.xfail(strict=False, reason=REDIS_FIX)),
-        pytest.param(3.0, id="3s", marks=pytest.mark.xfail(strict=False, reason=REDIS_FIX)),
+        pytest.param(0.0, id="instant", marks=REDIS_XFAIL),
+        pytest.param(3.0, id="3s", marks=REDIS_XFAIL),
     ],
 )
 def test_redis_restart_with_data_lost(campaign: Campaign, outage_s: float) -> None:
@@ -168,7 +180,8 @@ def test_worker_sigterm_drain(campaign: Campaign) -> None:
     campaign.wait_workers(2)
     run_id = campaign.submit(fault_doc(units))
     held = campaign.wait(
-        "the leaving worker to run units", lambda: campaign.held_by(run_id, "leaving")
+        "the leaving worker to be in the middle of its units",
+        lambda: busy(campaign, "leaving", run_id),
     )
     signalled_at = campaign.signal_worker("leaving", signal.SIGTERM)
     status = leaving.proc.wait(timeout=grace_s + 10)
@@ -221,15 +234,18 @@ def test_hung_worker_sigstop(campaign: Campaign) -> None:
     """A worker container frozen (SIGSTOP to its process group) while it runs units: its
     heartbeat expires, its units are dispatched again to the other worker, which does
     them; once it is thawed (SIGCONT) it completes what it was computing and reports it
-    late, and the late reports count for nothing: the store credits the other worker,
-    the run succeeds once, and every unit is counted once."""
+    late, and the late reports count for nothing more: the run succeeds once, each unit
+    is one done row, and a unit is computed twice only when it was dispatched again (by
+    the thawed worker once and the other once)."""
     units = 120
     campaign.start_service()
     campaign.start_worker("hung")
     campaign.start_worker("healthy")
     campaign.wait_workers(2)
     run_id = campaign.submit(fault_doc(units))
-    held = campaign.wait("the worker to run units", lambda: campaign.held_by(run_id, "hung"))
+    held = campaign.wait(
+        "the worker to be in the middle of its units", lambda: busy(campaign, "hung", run_id)
+    )
     stopped_at = campaign.signal_worker("hung", signal.SIGSTOP)
     campaign.wait(
         "the frozen worker's units to be done elsewhere",
@@ -253,9 +269,9 @@ def test_hung_worker_sigstop(campaign: Campaign) -> None:
     assert campaign.run_state(run_id) == ("succeeded", "")
     campaign.assert_every_unit_once(run_id, units, faulted=["hung"])
     rows = {u.idx: u for u in campaign.units(run_id)}
-    moved = [rows[i] for i in held if rows[i].worker == "healthy"]
-    assert moved, "no unit of the frozen worker was done by the other one"
-    assert all(u.attempt > 1 for u in moved), moved
+    moved = [rows[i] for i in held]
+    assert all(u.attempt > 1 for u in moved), moved  # all of them dispatched again
+    assert any(u.worker == "healthy" for u in moved), moved
     hung_pgid = campaign.workers["hung"].pgid
     late = [i for i, by in campaign.completions(run_id).items() if hung_pgid in by and i in held]
     print(f"late completions of the thawed worker: {sorted(late)}")
@@ -352,7 +368,7 @@ STALLING = {
 }
 
 
-@pytest.mark.xfail(strict=False, reason=API_FIX)
+@pytest.mark.xfail(strict=False, reason=API_FIX, raises=AssertionError)
 @pytest.mark.parametrize("name", sorted(STALLING))
 def test_oversized_input_does_not_stall_the_service(campaign: Campaign, name: str) -> None:
     """A huge body, a YAML alias bomb or a document of 8,000 tasks: while the service
@@ -367,12 +383,19 @@ def test_oversized_input_does_not_stall_the_service(campaign: Campaign, name: st
     text = STALLING[name]()
     latencies: list[float] = []
     started = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        posted = pool.submit(campaign.http.post, "/runs", json={"workflow": text}, timeout=60)
+    # The submission in a thread of its own (not waited for when the test fails: closing
+    # the campaign kills the service, which ends the request).
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        posted = pool.submit(
+            httpx.post, f"{campaign.url}/runs", json={"workflow": text}, timeout=60
+        )
         while not posted.done():
             latencies.append(campaign.health_latency())
             assert latencies[-1] < 1.0, f"/health took {latencies[-1]:.1f} s"
         response = posted.result()
+    finally:
+        pool.shutdown(wait=False)
     assert response.status_code in (201, 413, 422), response.text[:500]
     run_id = campaign.submit(fault_doc(units, tag="normal"))
     state, message = campaign.wait_run(run_id, timeout_s=20)
@@ -384,7 +407,14 @@ def test_oversized_input_does_not_stall_the_service(campaign: Campaign, name: st
     campaign.assert_every_unit_once(run_id, units)
 
 
-@pytest.mark.xfail(strict=False, reason=API_FIX.replace("item 4", "item 5"))
+ABSURD_FIX = (
+    "needs issue 11 item 5 (branch h11-api): today RunStore.start_task builds a row per "
+    "unit in one list on the loop; under a memory cap the controller logs MemoryError "
+    "step after step, the run never fails and /health takes seconds"
+)
+
+
+@pytest.mark.xfail(strict=False, reason=ABSURD_FIX, raises=AssertionError)
 def test_absurd_unit_count_fails_its_task_only(campaign: Campaign) -> None:
     """A task whose count_units returns 10**9 fails at once with a message naming the
     type and the count, under a service whose memory is capped (no MemoryError loop);
@@ -397,7 +427,7 @@ def test_absurd_unit_count_fails_its_task_only(campaign: Campaign) -> None:
     started = time.monotonic()
     absurd = campaign.submit(fault_doc(10**9))
     run_id = campaign.submit(fault_doc(units, tag="normal"))
-    state, message = campaign.wait_run(absurd, timeout_s=10)
+    state, message = campaign.wait_run(absurd, timeout_s=5)
     assert state == "failed", message
     assert "fault-unit" in message
     assert "1000000000" in message

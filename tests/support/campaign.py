@@ -402,6 +402,21 @@ class Campaign:
             value = client.get(Keys(self.prefix).worker(worker_id))
         return None if value is None else WorkerInfo.from_json(value)
 
+    def unfinished_on(self, worker_id: str, run_id: str, task: str = TASK) -> set[int]:
+        """The units of the jobs a worker's heartbeat says it runs that no computation has
+        completed yet: what a fault of that worker, now, cuts short."""
+        beat = self.heartbeat(worker_id)
+        if beat is None:
+            return set()
+        running = {
+            i
+            for job in beat.running
+            if job.state == "running" and (job.run, job.task) == (run_id, task)
+            for i in job.indices
+        }
+        log = self.out(run_id, task) / COMPLETIONS
+        return running - set(self.completions(run_id, task)) if log.exists() else running
+
     def reports_ingested(self) -> bool:
         """Whether the service has read and acknowledged every report in the stream."""
         with self.redis_client() as client:
@@ -445,12 +460,15 @@ class Campaign:
         - the store has one row per unit, all done, and no (run, task, unit) twice; no job
           of the run stays in flight (in the dispatch window) for long once it ended;
         - every unit's output file is there, with its key, and the merge found each once;
-        - each unit's output was produced by the computation the store counts, once: by a
-          healthy worker exactly once when the store credits a healthy worker, never when
-          it credits one of ``faulted`` (whose own computations, cut short by the fault,
-          may have completed once without being reported). With ``lost_reports`` (Redis
-          lost its data), a unit not yet done in the store at the fault may have been
-          computed once more by healthy workers; a unit in ``done_before`` never."""
+        - the computation the store credits happened (its worker completed the unit), and
+          a unit was computed more than once only where a fault made the service dispatch
+          it again (attempt > 1), and then at most once by the workers of ``faulted``
+          (whose computation, cut short or frozen by the fault, may have completed without
+          being reported, or been reported late) and once by the healthy ones, never twice
+          by the same worker; a unit done in the store before the fault (``done_before``)
+          exactly once. With ``lost_reports`` (Redis lost its data, and with it reports
+          not yet read) a unit dispatched again may have been computed twice by healthy
+          workers."""
         rows = self.units(run_id, task)
         assert [u.idx for u in rows] == list(range(units)), [u.idx for u in rows]
         assert {u.state for u in rows} == {"done"}, Counter(u.state for u in rows)
@@ -483,20 +501,15 @@ class Campaign:
             by = [pgids.get(g, f"unknown pgid {g}") for g in done[u.idx]]
             healthy = [w for w in by if w not in faulty]
             from_faulted = [w for w in by if w in faulty]
-            credited_healthy = u.worker not in faulty
-            allowed_healthy = {1} if credited_healthy else {0}
-            if lost_reports and credited_healthy and u.idx not in before:
-                allowed_healthy = {1, 2}
-            if u.idx in before:
+            if u.idx in before or u.attempt == 1:
                 ok = len(by) == 1
             else:
-                ok = (
-                    len(healthy) in allowed_healthy
-                    and len(from_faulted) <= 1
-                    and (credited_healthy or len(from_faulted) == 1)
-                )
+                ok = len(healthy) <= (2 if lost_reports else 1) and len(from_faulted) <= 1
+            ok = ok and u.worker in by and len(set(by)) == len(by)
             if not ok:
-                problems.append(f"unit {u.idx} (credited to {u.worker}) completed by {by}")
+                problems.append(
+                    f"unit {u.idx} (attempt {u.attempt}, credited to {u.worker}) completed by {by}"
+                )
         assert not problems, "units not computed exactly once:\n" + "\n".join(problems)
 
 
