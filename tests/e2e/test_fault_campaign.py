@@ -53,9 +53,9 @@ def test_worker_sigkill_mid_run(campaign: Campaign) -> None:
     counted once: the units the dead worker completed without reporting are computed once
     more by the survivor, no other unit twice."""
     units = 120
-    campaign.start_service()
     campaign.start_worker("doomed")
     campaign.start_worker("survivor")
+    campaign.start_service()
     campaign.wait_workers(2)
     run_id = campaign.submit(fault_doc(units))
     held = campaign.wait(
@@ -86,9 +86,9 @@ def test_service_sigkill_mid_run_and_restart(campaign: Campaign) -> None:
     computing and reporting, then started again on the same store: the run succeeds, the
     reports written while it was dead are taken in, and no unit is computed twice."""
     units = 120
-    campaign.start_service()
     campaign.start_worker("a")
     campaign.start_worker("b")
+    campaign.start_service()
     campaign.wait_workers(2)
     run_id = campaign.submit(fault_doc(units))
     campaign.wait("20 units done", lambda: len(campaign.done(run_id)) >= 20)
@@ -139,9 +139,9 @@ def test_redis_restart_with_data_lost(campaign: Campaign, outage_s: float) -> No
     no restart by hand, the lost jobs are dispatched again, the run succeeds, and no unit
     the store had done before the fault is computed again."""
     units = 120
-    campaign.start_service()
     campaign.start_worker("a")
     campaign.start_worker("b")
+    campaign.start_service()
     campaign.wait_workers(2)
     run_id = campaign.submit(fault_doc(units))
     campaign.wait("20 units done", lambda: len(campaign.done(run_id)) >= 20)
@@ -174,9 +174,9 @@ def test_worker_sigterm_drain(campaign: Campaign) -> None:
     back what waits, takes nothing new and exits 0 within the grace period; the other
     worker does the rest and every unit is computed exactly once (a drain loses nothing)."""
     units, grace_s = 120, 5.0
-    campaign.start_service()
     leaving = campaign.start_worker("leaving", grace_s=grace_s)
     campaign.start_worker("staying")
+    campaign.start_service()
     campaign.wait_workers(2)
     run_id = campaign.submit(fault_doc(units))
     held = campaign.wait(
@@ -206,11 +206,11 @@ def test_oom_storm(campaign: Campaign) -> None:
     the limit it was killed under (or more, once the kills are learned) and succeeds;
     the run succeeds, no other unit is killed, and every unit is computed exactly once
     (a killed computation leaves no output)."""
-    units = 40
+    units = 24
     hogs = set(range(0, units, 4))
-    campaign.start_service()
     campaign.start_worker("a")
     campaign.start_worker("b")
+    campaign.start_service()
     campaign.wait_workers(2)
     run_id = campaign.submit(fault_doc(units, hog_mb=300, hog_indices=sorted(hogs)))
     campaign.wait("a unit killed for memory", lambda: any(u.kills for u in campaign.units(run_id)))
@@ -238,9 +238,9 @@ def test_hung_worker_sigstop(campaign: Campaign) -> None:
     is one done row, and a unit is computed twice only when it was dispatched again (by
     the thawed worker once and the other once)."""
     units = 120
-    campaign.start_service()
     campaign.start_worker("hung")
     campaign.start_worker("healthy")
+    campaign.start_service()
     campaign.wait_workers(2)
     run_id = campaign.submit(fault_doc(units))
     held = campaign.wait(
@@ -307,8 +307,8 @@ def test_malformed_inputs_are_refused_and_the_service_keeps_working(
     /health, and a normal run submitted after all of them succeeds with every unit
     computed exactly once."""
     units = 40
-    campaign.start_service()
     campaign.start_worker("a")
+    campaign.start_service()
     campaign.wait_workers(1)
     started = time.monotonic()
     for name, (body, expected) in MALFORMED.items():
@@ -377,8 +377,8 @@ def test_oversized_input_does_not_stall_the_service(campaign: Campaign, name: st
     after it succeeds within seconds, every unit computed exactly once."""
     units = 40
     campaign.address_space_gb = 1.5  # what a runaway allocation meets: MemoryError
-    campaign.start_service()
     campaign.start_worker("a")
+    campaign.start_service()
     campaign.wait_workers(1)
     text = STALLING[name]()
     latencies: list[float] = []
@@ -421,8 +421,8 @@ def test_absurd_unit_count_fails_its_task_only(campaign: Campaign) -> None:
     /health keeps answering and a normal run submitted beside it succeeds."""
     units = 40
     campaign.address_space_gb = 1.5
-    campaign.start_service()
     campaign.start_worker("a")
+    campaign.start_service()
     campaign.wait_workers(1)
     started = time.monotonic()
     absurd = campaign.submit(fault_doc(10**9))

@@ -318,7 +318,7 @@ class Campaign:
         for worker in self.workers.values():
             _stop_group(worker.proc)
         if self.service is not None:
-            _stop_group(self.service, timeout_s=5)
+            _stop_group(self.service, timeout_s=2)
         self.redis.stop()
 
     # --- the API ---------------------------------------------------------------------
