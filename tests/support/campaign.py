@@ -238,9 +238,10 @@ class Campaign:
     def redis_ok(self) -> bool:
         """Whether the service's /health says Redis answers."""
         try:
-            return self.http.get("/health", timeout=2.0).json().get("redis") == "ok"
+            answer: dict[str, Any] = self.http.get("/health", timeout=2.0).json()
         except httpx.HTTPError:
             return False
+        return answer.get("redis") == "ok"
 
     def kill_service(self) -> None:
         """SIGKILL the service (the controller and the API) and wait for it to be gone."""
@@ -399,7 +400,7 @@ class Campaign:
     def heartbeat(self, worker_id: str) -> WorkerInfo | None:
         """What a worker's live heartbeat says (None once it expired)."""
         with self.redis_client() as client:
-            value = client.get(Keys(self.prefix).worker(worker_id))
+            value: bytes | None = client.get(Keys(self.prefix).worker(worker_id))  # type: ignore[assignment]
         return None if value is None else WorkerInfo.from_json(value)
 
     def unfinished_on(self, worker_id: str, run_id: str, task: str = TASK) -> set[int]:
@@ -420,7 +421,7 @@ class Campaign:
     def reports_ingested(self) -> bool:
         """Whether the service has read and acknowledged every report in the stream."""
         with self.redis_client() as client:
-            groups = client.xinfo_groups(Keys(self.prefix).reports)
+            groups: list[dict[str, Any]] = client.xinfo_groups(Keys(self.prefix).reports)  # type: ignore[assignment]
         return bool(groups) and all(g["pending"] == 0 and g["lag"] == 0 for g in groups)
 
     # --- the outputs -----------------------------------------------------------------
