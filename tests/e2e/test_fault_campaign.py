@@ -323,11 +323,10 @@ def test_malformed_inputs_are_refused_and_the_service_keeps_working(
     with campaign.db() as conn:
         assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
     negative = campaign.submit(fault_doc(-1))
-    assert campaign.wait_run(negative) == (
-        "failed",
-        "failed; work: count_units failed: ValueError: count_units of 'fault-unit' "
-        "returned -1, not an int >= 0",
-    )
+    state, message = campaign.wait_run(negative)
+    assert state == "failed", message
+    assert "fault-unit" in message, message
+    assert "returned -1" in message, message
     assert campaign.http.get("/health").json()["ok"] is True
     run_id = campaign.submit(fault_doc(units, tag="normal"))
     state, message = campaign.wait_run(run_id)

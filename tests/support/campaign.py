@@ -546,10 +546,12 @@ def fault_doc(
     return json.dumps({"name": name, "tasks": [task]})
 
 
-def report(fault: str, recovery_s: float, units: int, **more: float) -> str:
+def report(fault: str, recovery_s: float, units: int, **more: float | int) -> str:
     """The campaign's line for a scenario, printed (``pytest -s`` shows it) and returned:
     ``fault=<name> recovery_s=<x> units=<n>`` and any more figures."""
-    extra = "".join(f" {k}={v:.2f}" for k, v in more.items())
+    extra = "".join(
+        f" {k}={v:.2f}" if isinstance(v, float) else f" {k}={v}" for k, v in more.items()
+    )
     line = f"fault={fault} recovery_s={recovery_s:.2f} units={units}{extra}"
     print(line, flush=True)
     return line
