@@ -358,6 +358,9 @@ def _many_tasks(count: int = 8000) -> str:
     return json.dumps({"name": "many", "tasks": tasks})
 
 
+#: The longest /health may take while the service takes a bad input (s): far below the
+#: stalls of issue 11 (8.8 s for 8 MiB), above what a loaded CI machine adds.
+HEALTH_S = 2.0
 #: Inputs that must not stall the service, whatever it answers them.
 STALLING = {
     # A 9 MiB comment: valid YAML; held the service for over a minute (parsed thrice).
@@ -371,7 +374,7 @@ STALLING = {
 @pytest.mark.parametrize("name", sorted(STALLING))
 def test_oversized_input_does_not_stall_the_service(campaign: Campaign, name: str) -> None:
     """A huge body, a YAML alias bomb or a document of 8,000 tasks: while the service
-    takes it, /health keeps answering within a second; the submission gets an answer
+    takes it, /health keeps answering within `HEALTH_S`; the submission gets an answer
     (accepted, or refused with 413/422 naming the limit); and a normal run submitted
     after it succeeds within seconds, every unit computed exactly once."""
     units = 40
@@ -390,8 +393,8 @@ def test_oversized_input_does_not_stall_the_service(campaign: Campaign, name: st
             httpx.post, f"{campaign.url}/runs", json={"workflow": text}, timeout=60
         )
         while not posted.done():
-            latencies.append(campaign.health_latency())
-            assert latencies[-1] < 1.0, f"/health took {latencies[-1]:.1f} s"
+            latencies.append(campaign.health_latency(timeout_s=3 * HEALTH_S))
+            assert latencies[-1] < HEALTH_S, f"/health took {latencies[-1]:.1f} s"
         response = posted.result()
     finally:
         pool.shutdown(wait=False)
@@ -417,7 +420,8 @@ ABSURD_FIX = (
 def test_absurd_unit_count_fails_its_task_only(campaign: Campaign) -> None:
     """A task whose count_units returns 10**9 fails at once with a message naming the
     type and the count, under a service whose memory is capped (no MemoryError loop);
-    /health keeps answering and a normal run submitted beside it succeeds."""
+    /health keeps answering within `HEALTH_S` and a normal run submitted beside it
+    succeeds."""
     units = 40
     campaign.address_space_gb = 1.5
     campaign.start_worker("a")
@@ -430,7 +434,7 @@ def test_absurd_unit_count_fails_its_task_only(campaign: Campaign) -> None:
     assert state == "failed", message
     assert "fault-unit" in message
     assert "1000000000" in message
-    assert campaign.health_latency() < 1.0
+    assert campaign.health_latency(timeout_s=3 * HEALTH_S) < HEALTH_S
     normal = campaign.wait_run(run_id, timeout_s=20)
     report("input-absurd-unit-count", time.monotonic() - started, units)
     assert normal == ("succeeded", "")
