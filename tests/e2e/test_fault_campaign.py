@@ -393,7 +393,7 @@ def test_oversized_input_does_not_stall_the_service(campaign: Campaign, name: st
             httpx.post, f"{campaign.url}/runs", json={"workflow": text}, timeout=60
         )
         while not posted.done():
-            latencies.append(campaign.health_latency(timeout_s=3 * HEALTH_S))
+            latencies.append(campaign.health_latency(timeout_s=HEALTH_S))
             assert latencies[-1] < HEALTH_S, f"/health took {latencies[-1]:.1f} s"
         response = posted.result()
     finally:
@@ -434,7 +434,7 @@ def test_absurd_unit_count_fails_its_task_only(campaign: Campaign) -> None:
     assert state == "failed", message
     assert "fault-unit" in message
     assert "1000000000" in message
-    assert campaign.health_latency(timeout_s=3 * HEALTH_S) < HEALTH_S
+    assert campaign.health_latency(timeout_s=HEALTH_S) < HEALTH_S
     normal = campaign.wait_run(run_id, timeout_s=20)
     report("input-absurd-unit-count", time.monotonic() - started, units)
     assert normal == ("succeeded", "")
