@@ -173,7 +173,7 @@ def test_worker_sigterm_drain(campaign: Campaign) -> None:
     mid-run, with a grace period longer than its chunks: it finishes what it runs, hands
     back what waits, takes nothing new and exits 0 within the grace period; the other
     worker does the rest and every unit is computed exactly once (a drain loses nothing)."""
-    units, grace_s = 120, 5.0
+    units, grace_s = 120, 10.0
     leaving = campaign.start_worker("leaving", grace_s=grace_s)
     campaign.start_worker("staying")
     campaign.start_service()
@@ -272,11 +272,60 @@ def test_hung_worker_sigstop(campaign: Campaign) -> None:
     moved = [rows[i] for i in held]
     assert all(u.attempt > 1 for u in moved), moved  # all of them dispatched again
     assert any(u.worker == "healthy" for u in moved), moved
-    hung_pgid = campaign.workers["hung"].pgid
-    late = [i for i, by in campaign.completions(run_id).items() if hung_pgid in by and i in held]
+    late = [i for i, by in campaign.completions(run_id).items() if "hung" in by and i in held]
     print(f"late completions of the thawed worker: {sorted(late)}")
     view = campaign.http.get(f"/runs/{run_id}").json()
     assert view["state"] == "succeeded"
+
+
+STALE_REPORT_BUG = (
+    "bug found by the campaign: a done report of a superseded attempt (from a worker that "
+    "was frozen, taken for dead, and thawed) is taken while the unit's current attempt "
+    "still runs elsewhere (runstore/apply.py _apply_done: done whatever the attempt), and "
+    "the merge is created once every unit is done (core/states.py next_task_state), "
+    "without waiting for the task's jobs in flight: the merge, and the run's end, race the "
+    "current attempt, which writes the unit's output after the merge read the outputs"
+)
+
+
+@pytest.mark.xfail(strict=False, reason=STALE_REPORT_BUG, raises=AssertionError)
+def test_thawed_worker_does_not_let_the_merge_race_the_current_attempt(
+    campaign: Campaign,
+) -> None:
+    """A worker frozen in the middle of the task's last unit is taken for dead, the unit
+    runs again (attempt 2) on another worker, and the frozen one is thawed meanwhile: it
+    ends its stale computation at once and reports it. Whatever the service makes of that
+    late report, the task's merge must not begin while a computation of one of its units
+    is still running: no unit's output is written after the merge read the outputs."""
+    campaign.start_worker("hung", processes=1)
+    campaign.start_service()
+    campaign.wait_workers(1)
+    run_id = campaign.submit(fault_doc(1, seconds=3.0))
+    campaign.wait(
+        "the worker to be in the middle of the unit",
+        lambda: campaign.unfinished_on("hung", run_id) == {0},
+    )
+    campaign.signal_worker("hung", signal.SIGSTOP)
+    campaign.start_worker("healthy", processes=1)
+    campaign.wait(
+        "the unit to run again on the other worker",
+        lambda: campaign.unfinished_on("healthy", run_id) == {0},
+    )
+    thawed_at = campaign.signal_worker("hung", signal.SIGCONT)
+    state, message = campaign.wait_run(run_id, timeout_s=30)
+    ended_at = time.monotonic()
+
+    def healthy_idle() -> bool:
+        beat = campaign.heartbeat("healthy")
+        return beat is not None and not beat.running
+
+    campaign.wait("the other worker to end its attempt", healthy_idle)
+    events = campaign.events(run_id)
+    report("worker-thaw-before-merge", ended_at - thawed_at, 1)
+    assert (state, message) == ("succeeded", "")
+    merge_at = [e[0] for e in events].index("merge")
+    after = [e for e in events[merge_at:] if e[0] == "done"]
+    assert not after, f"computations ended after the merge began: {events}"
 
 
 #: Bad submissions the service refuses today, each with a 422 whose body names the problem.

@@ -429,16 +429,32 @@ class Campaign:
     def out(self, run_id: str, task: str = TASK) -> Path:
         return self.store / "runs" / run_id / task / "out"
 
-    def completions(self, run_id: str, task: str = TASK) -> dict[int, list[int]]:
-        """The process groups that completed each unit, from ``completions.log``."""
-        found: dict[int, list[int]] = {}
+    def events(self, run_id: str, task: str = TASK) -> list[tuple[str, int | None, str]]:
+        """``completions.log`` in order: ("done", unit, worker id) for each computation
+        completed and ("merge", None, worker id) when a merge began."""
+        workers = {w.pgid: w.id for w in self.workers.values()}
+        found: list[tuple[str, int | None, str]] = []
         log = self.out(run_id, task) / COMPLETIONS
         for line in log.read_text().splitlines():
             what, key, pgid, _pid = line.split()
+            worker = workers.get(int(pgid), f"unknown pgid {pgid}")
+            if what == "merge":
+                assert key == f"{run_id}/{task}", line
+                found.append(("merge", None, worker))
+                continue
             assert what == "done", line
             run, name, index = key.split("/")
             assert (run, name) == (run_id, task), line
-            found.setdefault(int(index), []).append(int(pgid))
+            found.append(("done", int(index), worker))
+        return found
+
+    def completions(self, run_id: str, task: str = TASK) -> dict[int, list[str]]:
+        """The workers that completed each unit (as often as they did), from
+        ``completions.log``."""
+        found: dict[int, list[str]] = {}
+        for what, index, worker in self.events(run_id, task):
+            if what == "done" and index is not None:
+                found.setdefault(index, []).append(worker)
         return found
 
     def redone(self, run_id: str, task: str = TASK) -> int:
@@ -492,14 +508,13 @@ class Campaign:
         merged = json.loads((out / MERGED).read_text())
         assert merged == sorted(keys.values()), "the merge did not find every unit once"
 
-        pgids = {w.pgid: w.id for w in self.workers.values()}
         faulty = set(faulted)
         before = set(done_before)
         done = self.completions(run_id, task)
         assert set(done) == set(range(units)), sorted(set(range(units)) - set(done))
         problems = []
         for u in rows:
-            by = [pgids.get(g, f"unknown pgid {g}") for g in done[u.idx]]
+            by = done[u.idx]
             healthy = [w for w in by if w not in faulty]
             from_faulted = [w for w in by if w in faulty]
             if u.idx in before or u.attempt == 1:

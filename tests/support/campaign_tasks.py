@@ -8,7 +8,9 @@ Every computation of a unit leaves a trace the campaign counts:
 - one line ``done <key> <pgid> <pid>`` appended to ``completions.log`` (one ``write`` with
   ``O_APPEND``: lines of concurrent processes never interleave) once the output is in
   place. ``pgid`` is the process group of the worker container that computed it (each
-  campaign worker leads its own), so the campaign tells which worker did what.
+  campaign worker leads its own), so the campaign tells which worker did what;
+- the merge appends ``merge <run>/<task> <pgid> <pid>`` to the same log when it begins,
+  so the log's order tells whether a computation ended after the merge read the outputs.
 
 A unit sleeps ``seconds`` first and, when it is one of ``hog_indices`` (all units when the
 list is empty and ``hog_mb`` is set), touches ``hog_mb`` MiB and holds it long enough for
@@ -81,6 +83,8 @@ def compute_unit(settings: FaultSettings, index: int, paths: TaskPaths) -> None:
 
 
 def merge(settings: FaultSettings, paths: TaskPaths) -> None:
+    task = f"{paths.run_dir.name}/{paths.task_dir.name}"
+    _append(paths.out / COMPLETIONS, f"merge {task} {os.getpgid(0)} {os.getpid()}")
     keys = sorted(p.read_text() for p in paths.out.glob("unit-*.out"))
     (paths.out / MERGED).write_text(json.dumps(keys))
 
