@@ -300,7 +300,7 @@ def test_thawed_worker_does_not_let_the_merge_race_the_current_attempt(
     campaign.start_worker("hung", processes=1)
     campaign.start_service()
     campaign.wait_workers(1)
-    run_id = campaign.submit(fault_doc(1, seconds=3.0))
+    run_id = campaign.submit(fault_doc(1, seconds=5.0))
     campaign.wait(
         "the worker to be in the middle of the unit",
         lambda: campaign.unfinished_on("hung", run_id) == {0},
