@@ -1,14 +1,21 @@
 """The fault campaign: a real campaign per scenario, a fault put into it mid-run, and the
-same checks after each: the run's outcome, every unit's output present exactly once (each
-unit computed once by the computation the store counts; see
-`tests.support.campaign.Campaign.assert_every_unit_once`), no duplicate unit rows in the
-store's SQLite file, and the recovery time printed (``pytest -s``) as one line
-``fault=<name> recovery_s=<x> units=<n>``.
+same checks after each (`tests.support.campaign.Campaign.assert_every_unit_once`):
+
+- the run's outcome;
+- every unit's output present exactly once, and the computation the store credits is one
+  that happened; a unit computed more than once only where the fault made the service
+  dispatch it again (at most once by the faulted worker and once by the others), a unit
+  the store had done before the fault exactly once;
+- no duplicate unit rows in the store's SQLite file (read-only), no job of the ended run
+  left in the dispatch window;
+- the recovery time printed as one line ``fault=<name> recovery_s=<x> units=<n>`` (shown
+  by ``pytest -s -p no:xdist``, or ``-rA`` under xdist).
 
 Real parts throughout (tests/support/campaign.py): a private ``redis-server`` per test
 (never the shared one), the service as a child process (controller loop and HTTP API),
 worker containers as child processes running ``fault-unit`` units
-(tests/support/campaign_tasks.py), and the store's files read as they are.
+(tests/support/campaign_tasks.py), and the store's files read as they are. Each test has
+its own Redis, service, port and store, so they run side by side under pytest-xdist.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -85,8 +86,6 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 
 def _answers_ping(port: int) -> bool:
-    import socket
-
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.2) as conn:
             conn.sendall(b"PING\r\n")
@@ -368,14 +367,6 @@ class Campaign:
                 "SELECT id, attempt, worker FROM jobs WHERE run_id = ?", (run_id,)
             ).fetchall()
         return [(str(i), int(a), w) for i, a, w in rows]
-
-    def held_by(self, run_id: str, worker_id: str, task: str = TASK) -> set[int]:
-        """The units the store has queued or running on a worker."""
-        return {
-            u.idx
-            for u in self.units(run_id, task)
-            if u.worker == worker_id and u.state in ("queued", "running")
-        }
 
     def wait_run(self, run_id: str, timeout_s: float = 60.0) -> tuple[str, str]:
         """The run's state and message once it ended."""
