@@ -307,13 +307,15 @@ def test_thawed_worker_does_not_let_the_merge_race_the_current_attempt(
     campaign.start_worker("hung", processes=1)
     campaign.start_service()
     campaign.wait_workers(1)
-    run_id = campaign.submit(fault_doc(1, seconds=5.0))
+    run_id = campaign.submit(fault_doc(1, seconds=6.0))
     campaign.wait(
         "the worker to be in the middle of the unit",
         lambda: campaign.unfinished_on("hung", run_id) == {0},
     )
-    campaign.signal_worker("hung", signal.SIGSTOP)
     campaign.start_worker("healthy", processes=1)
+    campaign.wait_workers(2)
+    assert campaign.unfinished_on("hung", run_id) == {0}, "the unit ended before the fault"
+    campaign.signal_worker("hung", signal.SIGSTOP)
     campaign.wait(
         "the unit to run again on the other worker",
         lambda: campaign.unfinished_on("healthy", run_id) == {0},
