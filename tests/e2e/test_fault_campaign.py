@@ -124,19 +124,11 @@ def test_service_sigkill_mid_run_and_restart(campaign: Campaign) -> None:
     assert view["state"] == "succeeded"
 
 
-REDIS_FIX = (
-    "needs issue 11 item 6 (branch h11-redis): today a worker that meets the server gone "
-    "(most runs, even with an instant restart) exits with 'cannot reach Redis', and the "
-    "run waits for someone to restart it"
-)
-REDIS_XFAIL = pytest.mark.xfail(strict=False, reason=REDIS_FIX, raises=AssertionError)
-
-
 @pytest.mark.parametrize(
     "outage_s",
     [
-        pytest.param(0.0, id="instant", marks=REDIS_XFAIL),
-        pytest.param(3.0, id="3s", marks=REDIS_XFAIL),
+        pytest.param(0.0, id="instant"),
+        pytest.param(3.0, id="3s"),
     ],
 )
 def test_redis_restart_with_data_lost(campaign: Campaign, outage_s: float) -> None:
@@ -285,17 +277,6 @@ def test_hung_worker_sigstop(campaign: Campaign) -> None:
     assert view["state"] == "succeeded"
 
 
-STALE_REPORT_BUG = (
-    "bug found by the campaign: a done report of a superseded attempt (from a worker that "
-    "was frozen, taken for dead, and thawed) is taken while the unit's current attempt "
-    "still runs elsewhere (runstore/apply.py _apply_done: done whatever the attempt), and "
-    "the merge is created once every unit is done (core/states.py next_task_state), "
-    "without waiting for the task's jobs in flight: the merge, and the run's end, race the "
-    "current attempt, which writes the unit's output after the merge read the outputs"
-)
-
-
-@pytest.mark.xfail(strict=False, reason=STALE_REPORT_BUG, raises=AssertionError)
 def test_thawed_worker_does_not_let_the_merge_race_the_current_attempt(
     campaign: Campaign,
 ) -> None:
