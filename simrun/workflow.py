@@ -56,6 +56,7 @@ __all__ = [
     "source_paths",
     "source_problems",
     "topological_order",
+    "uploaded_sources",
     "validate_workflow",
 ]
 
@@ -276,9 +277,10 @@ def _check_events(text: str) -> None:
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_YAML_DEPTH:
+                mark = event.start_mark
                 raise _TooBig(
                     f"the document is nested more than {MAX_YAML_DEPTH} levels deep",
-                    event.start_mark.line + 1,
+                    mark.line + 1 if mark is not None else None,
                 )
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
@@ -306,8 +308,7 @@ def _check_values(root: yaml.Node) -> None:
 
     if size(root) > MAX_YAML_VALUES:
         raise _TooBig(
-            f"the document has more than {MAX_YAML_VALUES} values once its aliases are "
-            "expanded",
+            f"the document has more than {MAX_YAML_VALUES} values once its aliases are expanded",
             root.start_mark.line + 1,
         )
 
@@ -605,3 +606,16 @@ def source_paths(
     if problems:
         raise WorkflowError(problems, "workflow")
     return found
+
+
+def uploaded_sources(doc: Workflow, uploaded: Mapping[str, Path]) -> dict[str, Path]:
+    """Each source's uploaded file or directory; `WorkflowError` names every source of
+    ``doc`` that was not uploaded (a path the document names is never read instead)."""
+    problems = [
+        Problem(("sources", name), f"source {name!r} was not uploaded")
+        for name in doc.sources
+        if name not in uploaded
+    ]
+    if problems:
+        raise WorkflowError(problems, "workflow")
+    return {name: uploaded[name] for name in doc.sources}

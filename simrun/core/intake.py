@@ -148,9 +148,7 @@ def unit_count_problem(value: object, type_name: str, limits: InputLimits) -> st
     return None
 
 
-def run_units_problem(
-    started: int, count: int, type_name: str, limits: InputLimits
-) -> str | None:
+def run_units_problem(started: int, count: int, type_name: str, limits: InputLimits) -> str | None:
     """Why a task of ``count`` units may not start in a run whose started tasks have
     ``started`` units already, or None."""
     if started + count > limits.max_units_per_run:
@@ -212,7 +210,7 @@ def file_size_problem(size: int, limits: InputLimits, what: str = "the file") ->
     return None
 
 
-def decoded_size(b64_length: int) -> int:
-    """The most bytes ``b64_length`` characters of base64 decode to (checked before
-    decoding, so an oversized file is refused without its bytes being made)."""
-    return (b64_length * 3) // 4
+def decoded_size(content_b64: str) -> int:
+    """The bytes base64 text decodes to (exact for valid base64), counted before it is
+    decoded, so an oversized file is refused without its bytes being made."""
+    return (len(content_b64) * 3) // 4 - content_b64[-2:].count("=")
