@@ -23,6 +23,7 @@ __all__ = [
     "decoded_size",
     "file_count_problem",
     "file_size_problem",
+    "is_submission",
     "run_units_problem",
     "tasks_problem",
     "unit_count_problem",
@@ -89,22 +90,24 @@ def _size(n: int) -> str:
     return f"{n} bytes"
 
 
+def is_submission(method: str, path: str) -> bool:
+    """Whether a request is a submission (``POST /runs``), whose body may be large."""
+    return method.upper() == "POST" and path.rstrip("/") == "/runs"
+
+
 def body_limit(method: str, path: str, limits: InputLimits) -> int:
     """The largest body a request may send: a submission's limit for ``POST /runs``, a
     small one for every other request."""
-    if method.upper() == "POST" and path.rstrip("/") == "/runs":
+    if is_submission(method, path):
         return limits.max_request_bytes
     return min(SMALL_BODY_BYTES, limits.max_request_bytes)
 
 
-def body_too_large(limit: int, length: int | None = None) -> str:
-    """The message of a 413: what was sent (when it said), and the limit."""
+def body_too_large(limit: int, length: int | None = None, *, submission: bool = True) -> str:
+    """The message of a 413: what was sent (when it said), and the limit (and, for a
+    submission, the option that raises it)."""
     sent = f" ({_size(length)})" if length is not None else ""
-    how = (
-        " (raise it with --max-request-bytes / SIMRUN_MAX_REQUEST_BYTES)"
-        if limit > SMALL_BODY_BYTES
-        else ""
-    )
+    how = " (raise it with --max-request-bytes / SIMRUN_MAX_REQUEST_BYTES)" if submission else ""
     return f"the request body{sent} is larger than the service accepts: {_size(limit)}{how}"
 
 

@@ -68,6 +68,8 @@ def create_app(
     # No /docs or /redoc: FastAPI's pages load their scripts from a CDN, and a service
     # without network is a normal deployment. The schema stays at /openapi.json, behind
     # the token like every route but /health.
+    if token is not None and not token.strip():
+        raise ValueError("the service's token is empty: give a token, or none")
     app = FastAPI(title="simrun", version=__version__, docs_url=None, redoc_url=None)
     guard.install(app, token, controller.settings.intake)
     app.state.controller = controller

@@ -23,7 +23,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from simrun.core.intake import InputLimits, body_limit, body_too_large
+from simrun.core.intake import InputLimits, body_limit, body_too_large, is_submission
 
 __all__ = ["OPEN_PATHS", "BodyTooLarge", "Guard", "token_matches"]
 
@@ -48,8 +48,8 @@ class BodyTooLarge(HTTPException):
     """A body whose bytes passed its limit while it was read (an `HTTPException`, so
     FastAPI's body reading lets it through as the 413 it is)."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(status_code=413, detail=body_too_large(limit))
+    def __init__(self, limit: int, submission: bool) -> None:
+        super().__init__(status_code=413, detail=body_too_large(limit, submission=submission))
 
 
 async def _answer(
@@ -90,6 +90,7 @@ class Guard:
             await _answer(send, 401, UNAUTHORIZED, [(b"www-authenticate", b"Bearer")])
             return
         limit = body_limit(scope["method"], path, self.limits)
+        submission = is_submission(scope["method"], path)
         declared = headers.get("content-length")
         if declared is not None:
             try:
@@ -98,7 +99,7 @@ class Guard:
                 await _answer(send, 400, f"Content-Length {declared[:40]!r} is not a number")
                 return
             if length > limit:
-                await _answer(send, 413, body_too_large(limit, length))
+                await _answer(send, 413, body_too_large(limit, length, submission=submission))
                 return
         received = 0
         started = False
@@ -109,7 +110,7 @@ class Guard:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    raise BodyTooLarge(limit)
+                    raise BodyTooLarge(limit, submission)
             return message
 
         async def watched_send(message: Message) -> None:
