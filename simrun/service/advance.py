@@ -86,10 +86,17 @@ class UnitCounter:
         self._running = 0
         self._lock = threading.Lock()
         self._deadline = 0.0
+        self._fresh: set[int] = set()
 
     def begin_step(self) -> None:
-        """A step begins: it may wait `COUNT_WAIT_S` in all for counts."""
+        """A step begins: it may wait `COUNT_WAIT_S` in all for the counts it starts (not
+        for those of earlier steps: a count that hangs slows no step down)."""
         self._deadline = time.monotonic() + COUNT_WAIT_S
+        self._fresh.clear()
+
+    def is_fresh(self, future: concurrent.futures.Future[object]) -> bool:
+        """Whether ``future`` was started in this step."""
+        return id(future) in self._fresh
 
     def wait_left(self) -> float:
         """What is left of this step's wait for counts (seconds)."""
@@ -136,6 +143,7 @@ class UnitCounter:
             if self.busy():
                 return None
             future = self._start(asyncio.get_running_loop(), run_id, task_type, task.settings)
+            self._fresh.add(id(future))
             found = self._futures[key] = (future, now)
         future, started = found
         if future.done():
@@ -309,7 +317,7 @@ async def start_tasks(
         found = counter.poll(run.id, task, task_type, time.monotonic())
         if isinstance(found, Counted):
             counts[task.name] = found
-        elif found is not None:
+        elif found is not None and counter.is_fresh(found):
             waiting.append(found)
     if waiting and counter is not None and counter.wait_left() > 0:
         # The quick counts are taken in this step; the others when they are known.
