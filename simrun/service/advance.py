@@ -225,7 +225,13 @@ class Advance:
             self.counter.forget({r.id for r in running})
             for run in running:
                 if (everything or run.id in dirty) and await advance_run(
-                    self.store, self.types, run, self.clock.now(), self.counter, self.limits
+                    self.store,
+                    self.types,
+                    run,
+                    self.clock.now(),
+                    self.counter,
+                    self.limits,
+                    self.marks.mark,
                 ):
                     changed = True
                     after = await self.store.run(run.id)
@@ -244,40 +250,56 @@ async def advance_run(
     now: float,
     counter: UnitCounter | None = None,
     limits: InputLimits | None = None,
+    again: Callable[[str], None] | None = None,
 ) -> bool:
     """Start the tasks of ``run`` whose inputs are done (at most `START_TASKS_PER_STEP`,
     those whose count is known), move its started tasks along their units, and end the run
     when nothing can progress (``now``: seconds since the epoch). True when something
-    changed. Without a ``counter``, counts are waited for (a blocking count in a thread)."""
+    changed. Without a ``counter``, counts are waited for (a blocking count in a thread).
+    ``again(run)`` is called when the run has tasks left to start in the next step."""
     limits = limits or InputLimits()
     tasks = await store.tasks(run.id)
     states: dict[str, str] = {t.name: t.state for t in tasks}
     changed = False
-    startable = [
-        t for t in tasks if t.state == "waiting" and all(states.get(d) == "done" for d in t.depends)
-    ][:START_TASKS_PER_STEP]
-    if startable:
-        started = await start_tasks(store, types, run, startable, now, counter, limits)
-        for name, state in started.items():
-            states[name] = state
-            changed = True
-    counts = await store.counts(run.id)
-    for task in tasks:  # in topological order
-        state = states[task.name]
-        if state not in ACTIVE_TASK_STATES:
-            continue
-        new, make_merge = next_task_state(
-            state,
-            counts.get(task.name, TaskCounts()),
-            task.has_merge,
-        )
-        if make_merge:
-            await store.add_merge_unit(run.id, task.name)
-            changed = True
-        if new != state:
-            await store.set_task(run.id, task.name, state=new, now_s=now)
-            states[task.name] = new
-            changed = True
+    budget = START_TASKS_PER_STEP
+    while True:  # a task done in a pass lets the tasks after it start in the next one
+        startable = [
+            t
+            for t in tasks
+            if states[t.name] == "waiting" and all(states.get(d) == "done" for d in t.depends)
+        ]
+        batch = startable[: max(budget, 0)]
+        if batch:
+            started = await start_tasks(store, types, run, batch, now, counter, limits)
+            budget -= len(batch)
+            for name, state in started.items():
+                states[name] = state
+                changed = True
+        if len(startable) > len(batch) and again is not None:
+            again(run.id)  # more to start in the next step
+        counts = await store.counts(run.id)
+        finished = False
+        for task in tasks:  # in topological order
+            state = states[task.name]
+            if state not in ACTIVE_TASK_STATES:
+                continue
+            new, make_merge = next_task_state(
+                state,
+                counts.get(task.name, TaskCounts()),
+                task.has_merge,
+            )
+            if make_merge:
+                await store.add_merge_unit(run.id, task.name)
+                changed = True
+            if new != state:
+                await store.set_task(run.id, task.name, state=new, now_s=now)
+                states[task.name] = new
+                changed = True
+                finished |= new == "done"
+        if not finished or budget <= 0:
+            if finished and again is not None:
+                again(run.id)
+            break
     deps = {t.name: t.depends for t in tasks}
     outcome = run_state(states, deps)
     if outcome != "running":
