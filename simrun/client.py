@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,7 +29,15 @@ from simrun.core.views import (
 from simrun.plugins import PluginError, TaskType, resolve
 from simrun.workflow import Problem, TaskSpec, Workflow, WorkflowError
 
-__all__ = ["Client", "ClientError", "Rejected", "plan_tasks", "submission_text"]
+__all__ = [
+    "Client",
+    "ClientError",
+    "Rejected",
+    "directory_files",
+    "plan_tasks",
+    "source_upload",
+    "submission_text",
+]
 
 T = TypeVar("T")
 
@@ -100,6 +110,63 @@ def submission_text(original: str, original_doc: Workflow, planned: Workflow) ->
     return yaml.safe_dump(data, sort_keys=False)
 
 
+def _b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def _refuse(name: str, message: str) -> WorkflowError:
+    return WorkflowError([Problem(("sources", name), message)], "sources")
+
+
+def directory_files(name: str, root: Path) -> list[tuple[str, Path]]:
+    """The files of the directory source ``name`` at ``root``, each with its path relative
+    to it ("a/b.txt"), sorted. A symbolic link is followed when it points to a file inside
+    the directory; one that leads out of it or to a directory, and anything that is not a
+    regular file (a device, a FIFO, a socket), is refused with `WorkflowError` naming the
+    source and the path."""
+    base = root.resolve()
+    found: list[tuple[str, Path]] = []
+    for folder, dirs, files in os.walk(base, followlinks=False):
+        here = Path(folder)
+        for entry in sorted([*dirs, *files]):
+            path = here / entry
+            rel = path.relative_to(base).as_posix()
+            if path.is_symlink():
+                target = path.resolve()
+                if not target.is_relative_to(base):
+                    raise _refuse(name, f"{rel!r} is a symbolic link out of the directory")
+                if target.is_dir():
+                    raise _refuse(name, f"{rel!r} is a symbolic link to a directory")
+                if not target.is_file():
+                    raise _refuse(name, f"{rel!r} is a symbolic link to no regular file")
+                found.append((rel, target))
+            elif path.is_dir():
+                continue  # os.walk goes into it
+            elif stat.S_ISREG(path.lstat().st_mode):
+                found.append((rel, path))
+            else:
+                raise _refuse(name, f"{rel!r} is not a regular file (a device, FIFO or socket)")
+    return sorted(found)
+
+
+def source_upload(name: str, path: Path) -> dict[str, Any]:
+    """The upload of source ``name``: a file's content, or a directory's files with their
+    relative paths (`directory_files`). `WorkflowError` names a source that is neither a
+    regular file nor a directory, or cannot be read."""
+    try:
+        if path.is_dir():
+            files = directory_files(name, path)
+            return {
+                "filename": path.resolve().name,
+                "files": [{"path": rel, "content_b64": _b64(f)} for rel, f in files],
+            }
+        if not path.is_file():
+            raise _refuse(name, f"{path} is not a regular file or a directory")
+        return {"filename": path.name, "content_b64": _b64(path)}
+    except OSError as exc:
+        raise _refuse(name, f"cannot read {path}: {exc}") from exc
+
+
 class Client:
     """A blocking client of the simrun HTTP API (the command line's view of the service)."""
 
@@ -147,14 +214,10 @@ class Client:
         return result
 
     def submit(self, text: str, sources: Mapping[str, Path] | None = None) -> str:
-        """Send a workflow and its source files; the id of the new run."""
-        uploads = {
-            name: {
-                "filename": path.name,
-                "content_b64": base64.b64encode(path.read_bytes()).decode("ascii"),
-            }
-            for name, path in (sources or {}).items()
-        }
+        """Send a workflow and its sources (files or directories, read here: the service
+        reads no path of its host); the id of the new run. `WorkflowError` names a source
+        that cannot be sent."""
+        uploads = {name: source_upload(name, path) for name, path in (sources or {}).items()}
         result = self._call("POST", "/runs", {"workflow": text, "sources": uploads})
         return str(result["run"])
 

@@ -20,6 +20,7 @@ __all__ = [
     "ENV_TOKEN",
     "ENV_URL",
     "ENV_WORKER_DIR",
+    "INTAKE_ENV",
     "redact_url",
 ]
 
@@ -36,6 +37,20 @@ ENV_TOKEN = "SIMRUN_TOKEN"
 ENV_STORE = "SIMRUN_STORE"
 #: The worker's local directory (status file, reports kept while Redis is away).
 ENV_WORKER_DIR = "SIMRUN_WORKER_DIR"
+
+#: The limits of what a client may ask of the service (`simrun.core.intake.InputLimits`,
+#: whose defaults they override): field -> environment variable (and option ``--field``).
+INTAKE_ENV = {
+    "max_request_bytes": "SIMRUN_MAX_REQUEST_BYTES",
+    "max_workflow_bytes": "SIMRUN_MAX_WORKFLOW_BYTES",
+    "max_file_bytes": "SIMRUN_MAX_FILE_BYTES",
+    "max_files": "SIMRUN_MAX_FILES",
+    "max_depth": "SIMRUN_MAX_DEPTH",
+    "max_tasks": "SIMRUN_MAX_TASKS",
+    "max_units_per_task": "SIMRUN_MAX_UNITS_PER_TASK",
+    "max_units_per_run": "SIMRUN_MAX_UNITS_PER_RUN",
+    "count_timeout_s": "SIMRUN_COUNT_TIMEOUT_S",
+}
 
 
 def redact_url(url: str) -> str:

@@ -38,6 +38,8 @@ __all__ = [
     "MAX_GPUS",
     "MAX_MEMORY_GB",
     "MAX_SCRATCH_GB",
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_VALUES",
     "CycleError",
     "InputRef",
     "Problem",
@@ -49,10 +51,12 @@ __all__ = [
     "load_workflow",
     "name_problem",
     "parse_workflow",
+    "parse_workflow_lines",
     "ready_tasks",
     "source_paths",
     "source_problems",
     "topological_order",
+    "uploaded_sources",
     "validate_workflow",
 ]
 
@@ -61,6 +65,10 @@ MAX_MEMORY_GB = 4096.0
 MAX_SCRATCH_GB = 100_000.0
 MAX_GPUS = 64
 MAX_NAME_LENGTH = 100
+#: Bounds of a YAML document: nesting, and values once its aliases are expanded (a
+#: "billion laughs" document is refused before it is built).
+MAX_YAML_DEPTH = 64
+MAX_YAML_VALUES = 1_000_000
 
 Loc = tuple[str | int, ...]
 
@@ -253,13 +261,91 @@ def _format_loc(loc: Loc) -> str:
     return out
 
 
-def _line_map(text: str) -> tuple[dict[Loc, int], list[Problem]]:
-    """Line of every path of a YAML document, and its duplicate mapping keys."""
+#: The YAML loader: libyaml's when PyYAML was built with it (ten times faster), else PyYAML's.
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _TooBig(ValueError):
+    """A document past `MAX_YAML_DEPTH` or `MAX_YAML_VALUES` (message for people)."""
+
+
+def _check_events(text: str) -> None:
+    """Refuse a document nested deeper than `MAX_YAML_DEPTH`, reading its events (flat, so
+    a deep document cannot exhaust the stack of the composer after it)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                mark = event.start_mark
+                raise _TooBig(
+                    f"the document is nested more than {MAX_YAML_DEPTH} levels deep",
+                    mark.line + 1 if mark is not None else None,
+                )
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _check_values(root: yaml.Node) -> None:
+    """Refuse a document of more than `MAX_YAML_VALUES` values once its aliases are
+    expanded ("billion laughs"): each node's size is counted once (memoized), so this is
+    linear in the nodes as written."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        total = 1
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                total += size(key_node) + size(value_node)
+        elif isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                total += size(item)
+        sizes[id(node)] = min(total, MAX_YAML_VALUES + 1)
+        return sizes[id(node)]
+
+    if size(root) > MAX_YAML_VALUES:
+        raise _TooBig(
+            f"the document has more than {MAX_YAML_VALUES} values once its aliases are expanded",
+            root.start_mark.line + 1,
+        )
+
+
+def _compose(text: str) -> yaml.Node | None:
+    """The node tree of ``text``, checked against the depth and size bounds."""
+    _check_events(text)
+    root: yaml.Node | None = yaml.compose(text, Loader=_LOADER)
+    if root is not None:
+        _check_values(root)
+    return root
+
+
+def _construct(root: yaml.Node | None) -> Any:
+    """The Python value of a composed (and checked) document."""
+    if root is None:
+        return None
+    loader = _LOADER("")
+    try:
+        return loader.construct_document(root)
+    finally:
+        loader.dispose()
+
+
+def _line_map(root: yaml.Node | None) -> tuple[dict[Loc, int], list[Problem]]:
+    """Line of every path of a composed YAML document, and its duplicate mapping keys
+    (an alias is walked where it was defined only, so a document of aliases is not
+    walked exponentially)."""
     lines: dict[Loc, int] = {}
     dupes: list[Problem] = []
+    seen_nodes: set[int] = set()
 
     def walk(node: yaml.Node, loc: Loc) -> None:
         lines.setdefault(loc, node.start_mark.line + 1)
+        if id(node) in seen_nodes:
+            return
+        seen_nodes.add(id(node))
         if isinstance(node, yaml.MappingNode):
             seen: set[str] = set()
             for key_node, value_node in node.value:
@@ -275,7 +361,6 @@ def _line_map(text: str) -> tuple[dict[Loc, int], list[Problem]]:
             for i, item in enumerate(node.value):
                 walk(item, (*loc, i))
 
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
     if root is not None:
         walk(root, ())
     return lines, dupes
@@ -301,9 +386,18 @@ def _task_name_at(raw: Any, loc: Loc) -> str | None:
 
 def parse_workflow(text: str, source: str = "workflow") -> Workflow:
     """The document in ``text`` (YAML, which includes JSON), or `WorkflowError`."""
+    return parse_workflow_lines(text, source)[0]
+
+
+def parse_workflow_lines(text: str, source: str = "workflow") -> tuple[Workflow, dict[Loc, int]]:
+    """The document in ``text`` and the line of each of its paths (for `check_workflow`,
+    so the text is read once), or `WorkflowError`."""
     try:
-        raw = yaml.safe_load(text)
-        lines, dupes = _line_map(text)
+        root = _compose(text)
+        raw = _construct(root)
+        lines, dupes = _line_map(root)
+    except _TooBig as exc:
+        raise WorkflowError([Problem((), str(exc.args[0]), exc.args[1])], source) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -317,7 +411,7 @@ def parse_workflow(text: str, source: str = "workflow") -> Workflow:
             [Problem((), f"the document is {kind}; expected a mapping with 'tasks'", 1)], source
         )
     try:
-        return Workflow.model_validate(raw)
+        return Workflow.model_validate(raw), lines
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
@@ -459,17 +553,19 @@ def check_workflow(
     types: Mapping[str, TaskType],
     source: str = "workflow",
     text: str | None = None,
+    *,
+    lines: Mapping[Loc, int] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Raise `WorkflowError` with every problem of ``doc``; else each task's settings as its
     type's model validated them (defaults filled in), JSON-ready, by task name.
 
-    ``text``, the document as written, lets problems carry line numbers.
+    ``text``, the document as written, or its ``lines`` (`parse_workflow_lines`) let
+    problems carry line numbers.
     """
-    lines: dict[Loc, int] | None = None
-    if text is not None:
+    if lines is None and text is not None:
         try:
-            lines, _ = _line_map(text)
-        except yaml.YAMLError:
+            lines, _ = _line_map(_compose(text))
+        except (yaml.YAMLError, _TooBig):
             lines = None
     problems = validate_workflow(doc, types, lines)
     if problems:
@@ -510,3 +606,16 @@ def source_paths(
     if problems:
         raise WorkflowError(problems, "workflow")
     return found
+
+
+def uploaded_sources(doc: Workflow, uploaded: Mapping[str, Path]) -> dict[str, Path]:
+    """Each source's uploaded file or directory; `WorkflowError` names every source of
+    ``doc`` that was not uploaded (a path the document names is never read instead)."""
+    problems = [
+        Problem(("sources", name), f"source {name!r} was not uploaded")
+        for name in doc.sources
+        if name not in uploaded
+    ]
+    if problems:
+        raise WorkflowError(problems, "workflow")
+    return {name: uploaded[name] for name in doc.sources}

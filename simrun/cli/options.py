@@ -23,7 +23,9 @@ The defaults, one per meaning:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,7 +39,9 @@ from simrun.config import (
     ENV_STORE,
     ENV_TOKEN,
     ENV_URL,
+    INTAKE_ENV,
 )
+from simrun.core.intake import InputLimits
 from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S, HEARTBEAT_S, HEARTBEAT_TTL_S
 from simrun.queues import DEFAULT_PREFIX
@@ -60,6 +64,7 @@ __all__ = [
     "WORKER_HEARTBEAT_TTL_S",
     "container_memory_option",
     "container_processes_option",
+    "intake_options",
     "limits_options",
     "read_store_option",
     "url_args",
@@ -80,7 +85,8 @@ HELP = {
     "plugins": "Also load this task type (repeatable), besides the installed ones.",
     "store": "The run store: runs, their outputs and logs, and what is learned.",
     "url": "The simrun service.",
-    "token": "The bearer token of the service's HTTP API.",
+    "token": "The bearer token of the service's HTTP API (prefer SIMRUN_TOKEN: an option "
+    "shows in the process list).",
     "redis_url": "Redis to use.",
     "embedded_redis_url": "Redis to use, with a key prefix of the store [default: a private "
     "redis-server for the session].",
@@ -182,3 +188,44 @@ def url_args(url: str) -> list[str]:
         and ctx.get_parameter_source("url") == click.core.ParameterSource.COMMANDLINE
     )
     return ["--url", url] if given else []
+
+
+_INTAKE = InputLimits()
+_INTAKE_HELP = {
+    "max_request_bytes": "Largest body of POST /runs: the workflow and its sources, base64 "
+    "(4/3 of the files).",
+    "max_workflow_bytes": "Largest workflow document (it is kept whole in the store).",
+    "max_file_bytes": "Largest source file of a submission (decoded).",
+    "max_files": "Most source files of a submission (each file of a directory counts).",
+    "max_depth": "Most directories above a file of an uploaded directory source.",
+    "max_tasks": "Most tasks of a run.",
+    "max_units_per_task": "Most units one task may count; past it the task fails at once.",
+    "max_units_per_run": "Most units of all the tasks of a run.",
+    "count_timeout_s": "Seconds count_units may take before its task fails.",
+}
+
+
+def _intake_option(name: str) -> Callable[[F], F]:
+    default = getattr(_INTAKE, name)
+    kind = POSITIVE if isinstance(default, float) else click.IntRange(min=1)
+    return click.option(
+        "--" + name.replace("_", "-"), type=kind, default=default, show_default=True,
+        envvar=INTAKE_ENV[name], show_envvar=True, help=_INTAKE_HELP[name],
+    )  # fmt: skip
+
+
+def intake_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The `InputLimits` options (``--max-tasks``, ``--max-units-per-task``, ...; each with
+    its ``SIMRUN_*`` variable of `simrun.config.INTAKE_ENV`): the command gets them as one
+    parameter, ``intake``."""
+    names = [f.name for f in fields(InputLimits)]
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        values = {name: kwargs.pop(name) for name in names}
+        return f(*args, intake=InputLimits(**values), **kwargs)
+
+    decorated: Callable[..., Any] = wrapper
+    for name in reversed(names):
+        decorated = _intake_option(name)(decorated)
+    return decorated

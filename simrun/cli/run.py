@@ -37,6 +37,7 @@ from simrun.cli.dryrun import DryRow, print_forecast, store_resolver, task_plans
 from simrun.cli.follow import STUCK_AFTER_S, follow, report_end
 from simrun.cli.forecast import pool_of, pool_text
 from simrun.cli.progress import make_view, summary_table
+from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S
@@ -245,6 +246,7 @@ def local_options(
     token: str | None = None,
     limits: Limits | None = None,
     grace_s: float = DEFAULT_GRACE_S,
+    intake: InputLimits | None = None,
 ) -> LocalOptions:
     """The options of an embedded session over ``store`` (a private Redis without
     ``redis_url``)."""
@@ -260,6 +262,7 @@ def local_options(
         token=token,
         limits=limits or Limits(),
         grace_s=grace_s,
+        intake=intake or InputLimits(),
     )
 
 
@@ -285,6 +288,7 @@ RESUME_HELP = "Go on with an interrupted run of the store instead of submitting 
 @opt.limits_options
 @opt.GRACE_S
 @opt.EVERY_S
+@opt.intake_options
 def run(
     workflow: Path | None,
     store: Path,
@@ -300,6 +304,7 @@ def run(
     max_kills: int,
     grace_s: float,
     every_s: float,
+    intake: InputLimits,
 ) -> None:
     """Run WORKFLOW on this machine: Redis, the service and worker containers are started
     for the run and stopped after it, with live progress.
@@ -346,6 +351,7 @@ def run(
         token=token,
         limits=Limits(max_retries=max_retries, max_kills=max_kills),
         grace_s=grace_s,
+        intake=intake,
     )
     code = asyncio.run(
         embedded(

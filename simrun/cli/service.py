@@ -16,8 +16,10 @@ from simrun.cli.options import (
     SERVICE_HEARTBEAT_TTL_S,
     STORE,
     TOKEN,
+    intake_options,
     limits_options,
 )
+from simrun.core.intake import InputLimits
 from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
 from simrun.core.states import Limits
 from simrun.service.main import serve
@@ -52,6 +54,7 @@ SHAPE_PROCESSES_HELP = (
     show_default=True, help=SHAPE_PROCESSES_HELP,
 )  # fmt: skip
 @SERVICE_HEARTBEAT_TTL_S
+@intake_options
 def service(
     host: str,
     port: int,
@@ -65,6 +68,7 @@ def service(
     worker_memory_gb: float,
     worker_processes: int,
     heartbeat_ttl_s: float,
+    intake: InputLimits,
 ) -> None:
     """Run the service: the controller loop and the HTTP API."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -75,6 +79,7 @@ def service(
         prefix=prefix,
         limits=Limits(max_retries=max_retries, max_kills=max_kills),
         heartbeat_ttl_s=heartbeat_ttl_s,
+        intake=intake,
     )
     shape = ContainerShape(memory_gb=worker_memory_gb, processes=worker_processes)
     asyncio.run(serve(settings, types, host=host, port=port, token=token, default_shape=shape))

@@ -43,6 +43,7 @@ import uvicorn
 from redis.exceptions import RedisError
 
 from simrun.config import redact_url
+from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S
@@ -103,6 +104,7 @@ class LocalOptions:
     redis_url: str | None = None
     token: str | None = None
     limits: Limits = field(default_factory=Limits)
+    intake: InputLimits = field(default_factory=InputLimits)
     grace_s: float = DEFAULT_GRACE_S
     env: Mapping[str, str] = field(default_factory=dict)
 
@@ -187,7 +189,11 @@ class LocalSession:
             self.redis_note = f"private redis-server on {address} (thrown away at the end)"
         prefix = redis_prefix(self.store, private)
         settings = ControllerSettings(
-            store=self.store, redis_url=redis_url, prefix=prefix, limits=opts.limits
+            store=self.store,
+            redis_url=redis_url,
+            prefix=prefix,
+            limits=opts.limits,
+            intake=opts.intake,
         )
         try:
             self._controller = await Controller.open(settings, self.types)

@@ -199,9 +199,14 @@ class RunStore(RunReads):
                 raise ValueError(f"task {task!r}: cannot start with {units} units")
             kind = "chunk" if splittable else "command"
             first = 0 if splittable else COMMAND_INDEX
-            await c.executemany(
-                "INSERT INTO units (run_id, task, idx, kind, state) VALUES (?, ?, ?, ?, 'pending')",
-                [(run_id, task, first + i, kind) for i in range(units)],
+            # The rows are made by SQLite (a recursive count), not as a list in Python on
+            # the event loop.
+            await c.execute(
+                "WITH RECURSIVE seq(i) AS (SELECT 0 WHERE :units > 0"
+                " UNION ALL SELECT i + 1 FROM seq WHERE i + 1 < :units)"
+                " INSERT INTO units (run_id, task, idx, kind, state)"
+                " SELECT :run, :task, :first + i, :kind, 'pending' FROM seq",
+                {"units": units, "run": run_id, "task": task, "first": first, "kind": kind},
             )
             await c.execute(
                 "UPDATE tasks SET state = 'running', units = ?, started_s = ?, status = ''"

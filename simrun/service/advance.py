@@ -1,33 +1,180 @@
-"""Step 4 of the controller: moving runs along. Tasks start when their inputs are done
-(``count_units`` in a thread), follow their units to merging, done or failed, and runs end
-when nothing can progress. The rules are `simrun.core.states.next_task_state` and
-`simrun.core.states.run_state`.
+"""Step 4 of the controller: moving runs along. Tasks start when their inputs are done,
+follow their units to merging, done or failed, and runs end when nothing can progress. The
+rules are `simrun.core.states.next_task_state` and `simrun.core.states.run_state`; what a
+task may count is `simrun.core.intake`.
 
 Only the runs that may move are looked at (`RunsToAdvance`: those whose units changed,
 submitted or replayed), and all of them now and then (after a reconciliation).
+
+Starting a task never holds the loop: ``count_units`` (plugin code) runs in a thread of
+`UnitCounter` and the step goes on without waiting for it (the run is looked at again
+when the count is known); a count that is not an integer, is negative, is past
+``max_units_per_task`` or ``max_units_per_run``, raises, or takes longer than
+``count_timeout_s`` fails its task at once, naming the type, the count and the limit. The
+units of a task are made by SQLite, and at most `START_TASKS_PER_STEP` tasks start in one
+step, so a run of thousands of small tasks lets the other commands (cancel) in between.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
+import threading
+import time
 import traceback
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from simrun.core.clock import Clock
+from simrun.core.intake import InputLimits, run_units_problem, unit_count_problem
 from simrun.core.states import ACTIVE_TASK_STATES, TaskCounts, next_task_state, run_state
-from simrun.plugins import TaskType, count_units
+from simrun.plugins import TaskType, resolve
 from simrun.resources import resource_key
 from simrun.runstore import RunRow, RunStore, TaskRow
 from simrun.service import decisions
 
-__all__ = ["Advance", "RunsToAdvance", "advance_run", "failure_message", "start_task"]
+__all__ = [
+    "START_TASKS_PER_STEP",
+    "Advance",
+    "RunsToAdvance",
+    "UnitCounter",
+    "advance_run",
+    "failure_message",
+    "start_task",
+]
 
 log = logging.getLogger(__name__)
 
 #: Told of a task that is done: (run, task).
 TaskDone = Callable[[str, str], Awaitable[None]]
+
+#: Tasks one step starts at most (the rest start in the next steps).
+START_TASKS_PER_STEP = 200
+#: Threads that run ``count_units`` at once at most; a count that hangs keeps its thread.
+COUNT_THREADS = 4
+#: How long one step waits in all for the counts it asked for before it moves on (seconds):
+#: quick counts start their task in the step that asked for them.
+COUNT_WAIT_S = 0.5
+
+
+def _raw_count(task_type: TaskType, settings: Mapping[str, Any]) -> object:
+    """What the type's ``count_units`` returns for ``settings``, unchecked (in a thread)."""
+    assert task_type.count_units is not None
+    parsed = task_type.settings.model_validate(dict(settings))
+    result: object = resolve(task_type.count_units)(parsed)
+    return result
+
+
+@dataclass(frozen=True)
+class Counted:
+    """A count that is known: its value, or why there is none (the task then fails)."""
+
+    value: object = None
+    error: str | None = None
+
+
+class UnitCounter:
+    """Runs ``count_units`` in daemon threads (at most `COUNT_THREADS` at once; a count
+    that hangs never keeps the process from exiting) and answers without waiting:
+    `poll` gives None while a count is running and ``on_done(run)`` is called (on the
+    loop) when it ends. A count that takes longer than ``timeout_s`` is given up."""
+
+    def __init__(self, timeout_s: float, on_done: Callable[[str], None]) -> None:
+        self.timeout_s = timeout_s
+        self.on_done = on_done
+        self._futures: dict[tuple[str, str], tuple[concurrent.futures.Future[object], float]] = {}
+        self._running = 0
+        self._lock = threading.Lock()
+        self._deadline = 0.0
+        self._fresh: set[int] = set()
+
+    def begin_step(self) -> None:
+        """A step begins: it may wait `COUNT_WAIT_S` in all for the counts it starts (not
+        for those of earlier steps: a count that hangs slows no step down)."""
+        self._deadline = time.monotonic() + COUNT_WAIT_S
+        self._fresh.clear()
+
+    def is_fresh(self, future: concurrent.futures.Future[object]) -> bool:
+        """Whether ``future`` was started in this step."""
+        return id(future) in self._fresh
+
+    def wait_left(self) -> float:
+        """What is left of this step's wait for counts (seconds)."""
+        return max(0.0, self._deadline - time.monotonic())
+
+    def _start(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        run_id: str,
+        task_type: TaskType,
+        settings: Mapping[str, Any],
+    ) -> concurrent.futures.Future[object]:
+        future: concurrent.futures.Future[object] = concurrent.futures.Future()
+
+        def count() -> None:
+            try:
+                future.set_result(_raw_count(task_type, settings))
+            except BaseException as exc:  # noqa: BLE001  # plugin code: the task fails with it
+                future.set_exception(exc)
+            finally:
+                with self._lock:
+                    self._running -= 1
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(self.on_done, run_id)
+
+        with self._lock:
+            self._running += 1
+        threading.Thread(target=count, name=f"simrun-count-{task_type.name}", daemon=True).start()
+        return future
+
+    def busy(self) -> bool:
+        """Whether every counting thread is taken."""
+        with self._lock:
+            return self._running >= COUNT_THREADS
+
+    def poll(
+        self, run_id: str, task: TaskRow, task_type: TaskType, now: float
+    ) -> Counted | concurrent.futures.Future[object] | None:
+        """The count of ``task``: `Counted` once it is known, its future while it runs (it
+        is started now when it was not), None when no thread is free to start it."""
+        key = (run_id, task.name)
+        found = self._futures.get(key)
+        if found is None:
+            if self.busy():
+                return None
+            future = self._start(asyncio.get_running_loop(), run_id, task_type, task.settings)
+            self._fresh.add(id(future))
+            found = self._futures[key] = (future, now)
+        future, started = found
+        if future.done():
+            del self._futures[key]
+            exc = future.exception()
+            if exc is not None:
+                log.warning(
+                    "run %s task %s: count_units raised\n%s",
+                    run_id,
+                    task.name,
+                    "".join(traceback.format_exception(exc)),
+                )
+                return Counted(error=f"count_units failed: {type(exc).__name__}: {exc}")
+            return Counted(value=future.result())
+        if now - started > self.timeout_s:
+            del self._futures[key]
+            return Counted(
+                error=f"count_units of type {task_type.name!r} did not answer within "
+                f"{self.timeout_s:g} s (raise it with --count-timeout-s / "
+                "SIMRUN_COUNT_TIMEOUT_S); its thread is left to finish"
+            )
+        return future
+
+    def forget(self, keep_runs: set[str]) -> None:
+        """Drop the counts of runs that are no longer running (their results are not
+        wanted; a running thread ends on its own)."""
+        for key in [k for k in self._futures if k[0] not in keep_runs]:
+            del self._futures[key]
 
 
 class RunsToAdvance:
@@ -65,20 +212,33 @@ class Advance:
         marks: RunsToAdvance,
         on_end: Callable[[str], None],
         clock: Clock,
+        limits: InputLimits | None = None,
         on_task_done: TaskDone | None = None,
     ) -> None:
         self.store, self.types, self.marks = store, types, marks
         self.on_end, self.clock = on_end, clock
         self.on_task_done = on_task_done
+        self.limits = limits or InputLimits()
+        self.counter = UnitCounter(self.limits.count_timeout_s, marks.mark)
 
     async def step(self) -> bool:
         """Advance the runs that changed since the last step (all of them now and then)."""
         everything, dirty = self.marks.take()
         changed = False
         try:
-            for run in await self.store.running_runs():
+            running = await self.store.running_runs()
+            self.counter.begin_step()
+            self.counter.forget({r.id for r in running})
+            for run in running:
                 if (everything or run.id in dirty) and await advance_run(
-                    self.store, self.types, run, self.clock.now(), self.on_task_done
+                    self.store,
+                    self.types,
+                    run,
+                    self.clock.now(),
+                    self.counter,
+                    self.limits,
+                    self.marks.mark,
+                    self.on_task_done,
                 ):
                     changed = True
                     after = await self.store.run(run.id)
@@ -95,38 +255,62 @@ async def advance_run(
     types: Mapping[str, TaskType],
     run: RunRow,
     now: float,
+    counter: UnitCounter | None = None,
+    limits: InputLimits | None = None,
+    again: Callable[[str], None] | None = None,
     on_task_done: TaskDone | None = None,
 ) -> bool:
-    """Start the tasks of ``run`` whose inputs are done, move its started tasks along their
-    units, and end the run when nothing can progress (``now``: seconds since the epoch).
-    ``on_task_done`` is awaited for each task that is done. True when something changed."""
+    """Start the tasks of ``run`` whose inputs are done (at most `START_TASKS_PER_STEP`,
+    those whose count is known), move its started tasks along their units, and end the run
+    when nothing can progress (``now``: seconds since the epoch). True when something
+    changed. Without a ``counter``, counts are waited for (a blocking count in a thread).
+    ``again(run)`` is called when the run has tasks left to start in the next step;
+    ``on_task_done`` is awaited for each task that is done."""
+    limits = limits or InputLimits()
     tasks = await store.tasks(run.id)
-    counts = await store.counts(run.id)
     states: dict[str, str] = {t.name: t.state for t in tasks}
     changed = False
-    for task in tasks:  # in topological order: a task done here lets the next start
-        state = states[task.name]
-        if state == "waiting" and all(states.get(d) == "done" for d in task.depends):
-            states[task.name] = await start_task(store, types, run, task, now)
-            counts = await store.counts(run.id)
-            changed = True
+    budget = START_TASKS_PER_STEP
+    while True:  # a task done in a pass lets the tasks after it start in the next one
+        startable = [
+            t
+            for t in tasks
+            if states[t.name] == "waiting" and all(states.get(d) == "done" for d in t.depends)
+        ]
+        batch = startable[: max(budget, 0)]
+        if batch:
+            started = await start_tasks(store, types, run, batch, now, counter, limits)
+            budget -= len(batch)
+            for name, state in started.items():
+                states[name] = state
+                changed = True
+        if len(startable) > len(batch) and again is not None:
+            again(run.id)  # more to start in the next step
+        counts = await store.counts(run.id)
+        finished = False
+        for task in tasks:  # in topological order
             state = states[task.name]
-        if state not in ACTIVE_TASK_STATES:
-            continue
-        new, make_merge = next_task_state(
-            state,
-            counts.get(task.name, TaskCounts()),
-            task.has_merge,
-        )
-        if make_merge:
-            await store.add_merge_unit(run.id, task.name)
-            changed = True
-        if new != state:
-            await store.set_task(run.id, task.name, state=new, now_s=now)
-            states[task.name] = new
-            changed = True
-            if new == "done" and on_task_done is not None:
-                await on_task_done(run.id, task.name)
+            if state not in ACTIVE_TASK_STATES:
+                continue
+            new, make_merge = next_task_state(
+                state,
+                counts.get(task.name, TaskCounts()),
+                task.has_merge,
+            )
+            if make_merge:
+                await store.add_merge_unit(run.id, task.name)
+                changed = True
+            if new != state:
+                await store.set_task(run.id, task.name, state=new, now_s=now)
+                states[task.name] = new
+                changed = True
+                finished |= new == "done"
+                if new == "done" and on_task_done is not None:
+                    await on_task_done(run.id, task.name)
+        if not finished or budget <= 0:
+            if finished and again is not None:
+                again(run.id)
+            break
     deps = {t.name: t.depends for t in tasks}
     outcome = run_state(states, deps)
     if outcome != "running":
@@ -137,31 +321,101 @@ async def advance_run(
     return changed
 
 
-async def start_task(
-    store: RunStore, types: Mapping[str, TaskType], run: RunRow, task: TaskRow, now: float
-) -> str:
-    """Start a task whose inputs are done: count its units (in a thread) and make them
-    pending. Returns its new state."""
-    task_type = types.get(task.type)
-    if task_type is None:
-        status = f"task type {task.type!r} is not installed in the service"
-        await store.set_task(run.id, task.name, state="failed", status=status, now_s=now)
-        return "failed"
-    try:
-        key = resource_key(task_type, task.settings, run.model)
-        units = 1
-        if task_type.splittable:
-            units = await asyncio.to_thread(count_units, task_type, task.settings)
-    except Exception as exc:  # noqa: BLE001  # plugin code may raise anything: the task fails
-        status = f"count_units failed: {type(exc).__name__}: {exc}"
-        log.warning("run %s task %s: %s\n%s", run.id, task.name, status, traceback.format_exc())
-        await store.set_task(run.id, task.name, state="failed", status=status, now_s=now)
-        return "failed"
+async def start_tasks(
+    store: RunStore,
+    types: Mapping[str, TaskType],
+    run: RunRow,
+    tasks: list[TaskRow],
+    now: float,
+    counter: UnitCounter | None,
+    limits: InputLimits,
+) -> dict[str, str]:
+    """Start the ``tasks`` of ``run`` whose inputs are done and whose count is known (or
+    fail them), all in one transaction. Returns the new state of each task that moved."""
+    counts: dict[str, Counted] = {}
+    waiting: list[concurrent.futures.Future[object]] = []
+    for task in tasks:
+        task_type = types.get(task.type)
+        if task_type is None or not task_type.splittable:
+            continue
+        if counter is None:
+            try:
+                value = await asyncio.to_thread(_raw_count, task_type, task.settings)
+                counts[task.name] = Counted(value=value)
+            except Exception as exc:  # noqa: BLE001  # plugin code may raise anything
+                counts[task.name] = Counted(
+                    error=f"count_units failed: {type(exc).__name__}: {exc}"
+                )
+            continue
+        found = counter.poll(run.id, task, task_type, time.monotonic())
+        if isinstance(found, Counted):
+            counts[task.name] = found
+        elif found is not None and counter.is_fresh(found):
+            waiting.append(found)
+    if waiting and counter is not None and counter.wait_left() > 0:
+        # The quick counts are taken in this step; the others when they are known.
+        futures = [asyncio.wrap_future(f) for f in waiting]
+        await asyncio.wait(futures, timeout=counter.wait_left())
+        for task in tasks:
+            task_type = types.get(task.type)
+            if task.name not in counts and task_type is not None and task_type.splittable:
+                found = counter.poll(run.id, task, task_type, time.monotonic())
+                if isinstance(found, Counted):
+                    counts[task.name] = found
+    in_run = sum(t.units or 0 for t in await store.tasks(run.id))
+    moved: dict[str, str] = {}
     async with store.transaction() as conn:
-        await store.start_task(run.id, task.name, units, now, conn=conn)
-        await store.set_task(run.id, task.name, resource_key=key.text(), conn=conn)
-    log.info("run %s task %s started with %d units", run.id, task.name, units)
-    return "running"
+        for task in tasks:
+            task_type = types.get(task.type)
+            status: str | None = None
+            units = 1
+            if task_type is None:
+                status = f"task type {task.type!r} is not installed in the service"
+            elif task_type.splittable:
+                counted = counts.get(task.name)
+                if counted is None:
+                    continue  # still counting
+                status = counted.error or unit_count_problem(counted.value, task_type.name, limits)
+                if status is None:
+                    assert isinstance(counted.value, int)
+                    units = counted.value
+            if status is None and task_type is not None:
+                status = run_units_problem(in_run, units, task_type.name, limits)
+            if status is not None or task_type is None:
+                log.warning("run %s task %s failed: %s", run.id, task.name, status)
+                await store.set_task(
+                    run.id, task.name, state="failed", status=status, now_s=now, conn=conn
+                )
+                moved[task.name] = "failed"
+                continue
+            try:
+                key = resource_key(task_type, task.settings, run.model).text()
+            except Exception as exc:  # noqa: BLE001  # plugin code (cost setting) may raise
+                status = f"resource key failed: {type(exc).__name__}: {exc}"
+                await store.set_task(
+                    run.id, task.name, state="failed", status=status, now_s=now, conn=conn
+                )
+                moved[task.name] = "failed"
+                continue
+            await store.start_task(run.id, task.name, units, now, conn=conn)
+            await store.set_task(run.id, task.name, resource_key=key, conn=conn)
+            in_run += units
+            moved[task.name] = "running"
+            log.info("run %s task %s started with %d units", run.id, task.name, units)
+    return moved
+
+
+async def start_task(
+    store: RunStore,
+    types: Mapping[str, TaskType],
+    run: RunRow,
+    task: TaskRow,
+    now: float,
+    limits: InputLimits | None = None,
+) -> str:
+    """Start one task whose inputs are done, waiting for its count: its new state."""
+    moved = await start_tasks(store, types, run, [task], now, None, limits or InputLimits())
+    return moved.get(task.name, task.state)
 
 
 async def failure_message(store: RunStore, run_id: str) -> str:

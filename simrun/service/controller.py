@@ -45,6 +45,7 @@ from redis.exceptions import RedisError
 
 from simrun.config import redact_url
 from simrun.core.clock import SYSTEM_CLOCK, Clock
+from simrun.core.intake import tasks_problem
 from simrun.core.layout import StoreLayout
 from simrun.core.outage import RECONNECT_MAX_S, LinkState, backoff_s
 from simrun.plugins import TaskType
@@ -61,7 +62,7 @@ from simrun.service.queries import RunQueries
 from simrun.service.scratch import remove_scratch
 from simrun.service.settings import ControllerSettings
 from simrun.service.submit import copy_sources, new_run_id, plan_run, remove_run_dir
-from simrun.workflow import Workflow, source_paths
+from simrun.workflow import Problem, Workflow, WorkflowError, source_paths, uploaded_sources
 
 __all__ = ["FORGET_EVERY_S", "Controller", "ControllerSettings", "is_oom"]
 
@@ -109,7 +110,13 @@ class Controller:
         self._ingest = Ingest(settings, store, resources, queue, self._marks, resolved, clock)
         self._liveness = Liveness(settings, store, queue, self._ingest, self._marks, clock)
         self._advance = Advance(
-            store, self.types, self._marks, self._ended.watch, clock, self._task_done
+            store,
+            self.types,
+            self._marks,
+            self._ended.watch,
+            clock,
+            settings.intake,
+            self._task_done,
         )
         self._dispatcher = Dispatcher(
             store, resources, queue, self.types, settings, resolved, clock
@@ -253,16 +260,26 @@ class Controller:
         """Create a run of a checked document (``settings_by_task`` is what
         `simrun.workflow.check_workflow` returned) and return its id.
 
-        Sources are read from ``uploaded`` (name → file) or from the document's paths
-        relative to ``base``, and copied into the run's directory first; a document that
-        cannot run raises `simrun.workflow.WorkflowError` and leaves nothing behind.
+        Sources are ``uploaded`` (name → file or directory: the HTTP API's, which never
+        reads a path the document names) or, without ``uploaded`` (``simrun run``, on the
+        user's own machine), the document's paths relative to ``base``; they are copied
+        into the run's directory first. A document that cannot run (or has more tasks than
+        ``settings.intake`` allows) raises `simrun.workflow.WorkflowError` and leaves
+        nothing behind.
         """
         now = self.clock.now()
-        sources = source_paths(doc, base, uploaded)
+        if (why := tasks_problem(len(doc.tasks), self.settings.intake)) is not None:
+            raise WorkflowError([Problem(("tasks",), why)], "workflow")
+        if uploaded is not None:
+            sources = uploaded_sources(doc, uploaded)
+        else:
+            sources = await asyncio.to_thread(source_paths, doc, base)
         run_id = new_run_id(now)
         layout = StoreLayout(self.settings.store)
         run_dir = layout.run_dir(run_id)
-        new = plan_run(run_id, doc, settings_by_task, self.types, layout, sources, text, now)
+        new = await asyncio.to_thread(
+            plan_run, run_id, doc, settings_by_task, self.types, layout, sources, text, now
+        )
         try:
             await asyncio.to_thread(copy_sources, layout, run_id, sources)
             async with self._lock:

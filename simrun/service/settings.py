@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from simrun.core import sizing
+from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits
 from simrun.core.timing import HEARTBEAT_TTL_S
@@ -37,6 +38,8 @@ class ControllerSettings:
     target_job_s: float = sizing.DEFAULT_TARGET_JOB_S
     max_chunk: int = sizing.DEFAULT_MAX_CHUNK
     limits: Limits = field(default_factory=Limits)
+    #: What one submission may ask: body, workflow, files, tasks, units (`InputLimits`).
+    intake: InputLimits = field(default_factory=InputLimits)
     #: How often the jobs in flight are compared with what Redis holds.
     reconcile_s: float = 5.0
     #: How long a worker's heartbeat lives (as ``simrun worker --heartbeat-ttl-s``): a job

@@ -374,12 +374,6 @@ def test_malformed_inputs_are_refused_and_the_service_keeps_working(
     campaign.assert_every_unit_once(run_id, units)
 
 
-API_FIX = (
-    "needs issue 11 item 4 (branch h11-api): today POST /runs parses and checks the "
-    "document on the event loop, which holds /health (and everything else) meanwhile"
-)
-
-
 def _alias_bomb(levels: int = 9) -> str:
     """A YAML document of a few hundred bytes that stands for 10**levels values once its
     aliases are expanded ("billion laughs")."""
@@ -409,7 +403,6 @@ STALLING = {
 }
 
 
-@pytest.mark.xfail(strict=False, reason=API_FIX, raises=AssertionError)
 @pytest.mark.parametrize("name", sorted(STALLING))
 def test_oversized_input_does_not_stall_the_service(campaign: Campaign, name: str) -> None:
     """A huge body, a YAML alias bomb or a document of 8,000 tasks: while the service
@@ -448,14 +441,6 @@ def test_oversized_input_does_not_stall_the_service(campaign: Campaign, name: st
     campaign.assert_every_unit_once(run_id, units)
 
 
-ABSURD_FIX = (
-    "needs issue 11 item 5 (branch h11-api): today RunStore.start_task builds a row per "
-    "unit in one list on the loop; under a memory cap the controller logs MemoryError "
-    "step after step, the run never fails and /health takes seconds"
-)
-
-
-@pytest.mark.xfail(strict=False, reason=ABSURD_FIX, raises=AssertionError)
 def test_absurd_unit_count_fails_its_task_only(campaign: Campaign) -> None:
     """A task whose count_units returns 10**9 fails at once with a message naming the
     type and the count, under a service whose memory is capped (no MemoryError loop);

@@ -65,25 +65,26 @@ async def test_a_rejected_document_creates_nothing(
 
 
 async def test_a_missing_source_is_refused(api: httpx.AsyncClient) -> None:
-    """A source neither uploaded nor present where the service runs is named in a 422."""
+    """A source that was not uploaded is named in a 422 (the service reads no path)."""
     response = await api.post("/runs", json={"workflow": HEAT})
     assert response.status_code == 422
     assert response.json()["errors"][0]["where"] == "sources.plate"
-    assert "file not found" in response.json()["errors"][0]["message"]
+    assert "was not uploaded" in response.json()["errors"][0]["message"]
 
 
 async def test_bad_uploads_are_refused(api: httpx.AsyncClient) -> None:
     """An upload that is not base64, or whose name is unsafe, is refused naming the source."""
     response = await api.post(
-        "/runs",
-        json={
-            "workflow": HEAT,
-            "sources": {"plate": {"content_b64": "***"}, "../x": upload(b"{}")},
-        },
+        "/runs", json={"workflow": HEAT, "sources": {"plate": {"content_b64": "***"}}}
     )
     assert response.status_code == 422
     by_where = {e["where"]: e["message"] for e in response.json()["errors"]}
-    assert by_where["sources.plate"] == "content_b64 is not valid base64"
+    assert by_where["sources.plate"] == "source 'plate': content_b64 is not valid base64"
+    response = await api.post(
+        "/runs", json={"workflow": HEAT, "sources": {"plate": upload(PLATE), "../x": upload(b"")}}
+    )
+    assert response.status_code == 422
+    by_where = {e["where"]: e["message"] for e in response.json()["errors"]}
     assert "contains '..'" in by_where["sources.../x"]
 
 

@@ -360,9 +360,7 @@ async def test_count_units_failure_fails_task_and_run(work_controller: Controlle
     run = await work_controller.store.run(run_id)
     assert run is not None
     assert run.state == "failed"
-    assert "work: count_units failed: ValueError: count_units of 'svc-work' returned -1" in (
-        run.message
-    )
+    assert "work: count_units of type 'svc-work' returned -1, a negative count" in run.message
     (task,) = await work_controller.store.tasks(run_id)
     assert task.state == "failed"
 

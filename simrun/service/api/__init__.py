@@ -16,12 +16,17 @@ Routes (JSON in and out; a bearer token is required when the service has one):
     GET  /backlog                     per queue: the units not done by resource key, and
                                       the live workers' count and shape (`simrun scale`)
     GET  /metrics                     Prometheus text format 0.0.4 (`simrun.service.metrics`)
+    GET  /openapi.json                the schema of these routes
 
 A rejected document creates nothing and answers 422 with every problem; an unknown run
 answers 404, a replay or cancel its state does not allow 409.
 
-One router per resource: `runs`, `types`, `resources`, and `monitoring` (health, backlog,
-metrics); `deps` holds the controller and token dependencies they share.
+One router per resource: `runs` (a submission is read by `submission`), `types`,
+`resources`, and `monitoring` (health, backlog, metrics); `deps` holds the controller
+dependency they share. `guard` stands in front of them all: the bearer token (every path
+but /health, the ones added later and /openapi.json included) and the size of the body
+(`simrun.core.intake.InputLimits`). There are no /docs or /redoc pages (FastAPI's load
+their scripts from a CDN); the schema is /openapi.json, behind the token.
 
 /metrics stays behind the token when the service has one, like every route but /health:
 it tells the queues, image names and load of the installation, and /health is open only
@@ -45,7 +50,7 @@ from fastapi import FastAPI
 
 from simrun import __version__
 from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
-from simrun.service.api import monitoring, resources, runs, types
+from simrun.service.api import guard, monitoring, resources, runs, types
 from simrun.service.controller import Controller
 
 __all__ = ["create_app"]
@@ -60,7 +65,13 @@ def create_app(
     """The API over ``controller``; with ``token``, every route but /health needs
     ``Authorization: Bearer <token>``. ``default_shape`` is the worker container /metrics
     decides the desired workers of a queue with while none of its workers is live."""
-    app = FastAPI(title="simrun", version=__version__)
+    # No /docs or /redoc: FastAPI's pages load their scripts from a CDN, and a service
+    # without network is a normal deployment. The schema stays at /openapi.json, behind
+    # the token like every route but /health.
+    if token is not None and not token.strip():
+        raise ValueError("the service's token is empty: give a token, or none")
+    app = FastAPI(title="simrun", version=__version__, docs_url=None, redoc_url=None)
+    guard.install(app, token, controller.settings.intake)
     app.state.controller = controller
     app.state.token = token
     app.state.default_shape = default_shape

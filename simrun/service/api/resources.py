@@ -7,11 +7,11 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from simrun.service.api.deps import AUTH, ControllerDep
+from simrun.service.api.deps import ControllerDep
 
 __all__ = ["router"]
 
-router = APIRouter(dependencies=AUTH)
+router = APIRouter()
 
 
 @router.get("/resources")

@@ -6,45 +6,27 @@ cancel that the run's state does not allow answers 409, an unknown run 404.
 
 from __future__ import annotations
 
-import base64
-import binascii
+import asyncio
+import shutil
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from simrun.runstore import RunStateError, UnknownRunError
-from simrun.service.api.deps import AUTH, ControllerDep, known_run
-from simrun.workflow import Problem, WorkflowError, check_workflow, name_problem, parse_workflow
+from simrun.service.api.deps import ControllerDep, known_run
+from simrun.service.api.submission import SourceUpload, SubmitBody, receive_submission
+from simrun.workflow import Problem, WorkflowError
 
-__all__ = ["MAX_UPLOAD_BYTES", "ReplayBody", "SourceUpload", "SubmitBody", "router"]
+__all__ = ["ReplayBody", "SourceUpload", "SubmitBody", "router"]
 
-#: The largest source file accepted in one submission (decoded), bytes.
-MAX_UPLOAD_BYTES = 512 * 2**20
-
-router = APIRouter(dependencies=AUTH)
+router = APIRouter()
 #: The dependencies of a route of one run: 404 when there is no such run.
 ONE_RUN = [Depends(known_run)]
-
-
-class SourceUpload(BaseModel):
-    """A source file sent with a submission, base64-encoded."""
-
-    model_config = ConfigDict(extra="forbid")
-    filename: str = ""
-    content_b64: str
-
-
-class SubmitBody(BaseModel):
-    """A submission: the workflow document as written, and its source files."""
-
-    model_config = ConfigDict(extra="forbid")
-    workflow: str
-    sources: dict[str, SourceUpload] = Field(default_factory=dict)
 
 
 class ReplayBody(BaseModel):
@@ -60,50 +42,40 @@ def _problems(problems: list[Problem]) -> JSONResponse:
     return JSONResponse(status_code=422, content={"errors": WorkflowError(problems).as_dicts()})
 
 
-def _write_uploads(sources: dict[str, SourceUpload], directory: Path) -> dict[str, Path]:
-    """Decode the uploaded sources into ``directory``; `WorkflowError` names a bad one."""
-    problems: list[Problem] = []
-    written: dict[str, Path] = {}
-    for name, upload in sources.items():
-        if (why := name_problem(name)) is not None:
-            problems.append(Problem(("sources", name), f"source name {why}"))
-            continue
-        try:
-            data = base64.b64decode(upload.content_b64, validate=True)
-        except (binascii.Error, ValueError):
-            problems.append(Problem(("sources", name), "content_b64 is not valid base64"))
-            continue
-        if len(data) > MAX_UPLOAD_BYTES:
-            problems.append(
-                Problem(("sources", name), f"larger than {MAX_UPLOAD_BYTES // 2**20} MiB")
-            )
-            continue
-        filename = Path(upload.filename).name or name
-        target = directory / name / filename
-        target.parent.mkdir(parents=True)
-        target.write_bytes(data)
-        written[name] = target
-    if problems:
-        raise WorkflowError(problems, "sources")
-    return written
-
-
 def _refused(exc: UnknownRunError | RunStateError) -> HTTPException:
     """404 for an unknown run, 409 for a run whose state does not allow what was asked."""
     status = 404 if isinstance(exc, UnknownRunError) else 409
     return HTTPException(status_code=status, detail=str(exc))
 
 
-@router.post("/runs", status_code=201, response_model=None)
-async def submit(body: SubmitBody, controller: ControllerDep) -> dict[str, Any] | JSONResponse:
-    with tempfile.TemporaryDirectory(prefix="simrun-upload-") as tmp:
-        try:
-            doc = parse_workflow(body.workflow)
-            settings = check_workflow(doc, controller.types, "workflow", body.workflow)
-            uploaded = _write_uploads(body.sources, Path(tmp))
-            run_id = await controller.submit(doc, settings, body.workflow, uploaded=uploaded)
-        except WorkflowError as exc:
-            return _problems(exc.problems)
+@router.post(
+    "/runs",
+    status_code=201,
+    response_model=None,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": SubmitBody.model_json_schema()}},
+        }
+    },
+)
+async def submit(request: Request, controller: ControllerDep) -> dict[str, Any] | JSONResponse:
+    """Submit a workflow and its uploaded sources (`SubmitBody`). The body is read here
+    (bounded by the guard) and parsed, checked and written out in a thread."""
+    raw = await request.body()
+    tmp = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="simrun-upload-"))
+    try:
+        received = await asyncio.to_thread(
+            receive_submission, raw, controller.types, controller.settings.intake, tmp
+        )
+        del raw
+        run_id = await controller.submit(
+            received.doc, received.settings, received.text, uploaded=received.sources
+        )
+    except WorkflowError as exc:
+        return _problems(exc.problems)
+    finally:
+        await asyncio.to_thread(shutil.rmtree, tmp, True)
     return {"run": run_id}
 
 

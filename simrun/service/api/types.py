@@ -8,11 +8,11 @@ from typing import Any
 from fastapi import APIRouter
 
 from simrun.plugins import TaskType
-from simrun.service.api.deps import AUTH, ControllerDep
+from simrun.service.api.deps import ControllerDep
 
 __all__ = ["router", "type_info"]
 
-router = APIRouter(dependencies=AUTH)
+router = APIRouter()
 
 
 def type_info(task_type: TaskType) -> dict[str, Any]:

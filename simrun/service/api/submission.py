@@ -1,0 +1,223 @@
+"""Reading a submission (``POST /runs``): its body, its workflow and its uploaded sources.
+
+Everything here is blocking (JSON and YAML parsing, checking, base64 decoding, writing the
+files): the route calls `receive_submission` in a thread, so a large or slow document
+never holds the event loop (and /health, and the controller) while it is read.
+
+Through the API a source is only what the client uploaded: a file (``content_b64``) or a
+directory (``files``: each with its path relative to the directory). A source the workflow
+names but the client did not upload is refused naming it; the service never reads a path
+of its own host because a workflow names it. Every upload is bounded (`InputLimits`):
+file count, bytes per file, directory depth; each refusal names the source and the limit.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from simrun.core.intake import (
+    InputLimits,
+    decoded_size,
+    file_count_problem,
+    file_size_problem,
+    tasks_problem,
+    upload_path_problem,
+    workflow_size_problem,
+)
+from simrun.plugins import TaskType
+from simrun.workflow import (
+    Problem,
+    Workflow,
+    WorkflowError,
+    check_workflow,
+    name_problem,
+    parse_workflow_lines,
+)
+
+__all__ = [
+    "DirectoryFile",
+    "Received",
+    "SourceUpload",
+    "SubmitBody",
+    "receive_submission",
+    "upload_problems",
+]
+
+
+class DirectoryFile(BaseModel):
+    """One file of an uploaded directory: its path inside the directory ("a/b.txt")."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str
+    content_b64: str
+
+
+class SourceUpload(BaseModel):
+    """A source sent with a submission: a file (``content_b64``) or a directory
+    (``files``), named ``filename`` in the run's copy."""
+
+    model_config = ConfigDict(extra="forbid")
+    filename: str = ""
+    content_b64: str | None = None
+    files: list[DirectoryFile] | None = None
+
+
+class SubmitBody(BaseModel):
+    """A submission: the workflow document as written, and its sources."""
+
+    model_config = ConfigDict(extra="forbid")
+    workflow: str
+    sources: dict[str, SourceUpload] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Received:
+    """A submission read and checked: the document, its settings by task, its text, and
+    where each uploaded source was written."""
+
+    doc: Workflow
+    settings: dict[str, dict[str, Any]]
+    text: str
+    sources: dict[str, Path]
+
+
+def _body(raw: bytes) -> SubmitBody:
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        problem = Problem(("body",), f"the body is not JSON: {exc}")
+        raise WorkflowError([problem], "request") from exc
+    try:
+        return SubmitBody.model_validate(data)
+    except ValidationError as exc:
+        problems = [
+            Problem(("body", *err["loc"]), err["msg"].removeprefix("Value error, "))
+            for err in exc.errors()
+        ]
+        raise WorkflowError(problems, "request") from exc
+
+
+def upload_problems(
+    doc: Workflow, uploads: Mapping[str, SourceUpload], limits: InputLimits
+) -> list[Problem]:
+    """Every problem of the uploads of a submission, before a byte is decoded: a source of
+    the document that was not uploaded, an upload that is no source of it, a bad name,
+    a file or a directory path past the limits. Pure."""
+    problems: list[Problem] = []
+
+    def add(name: str, message: str) -> None:
+        problems.append(Problem(("sources", name), message))
+
+    for name in doc.sources:
+        if name not in uploads:
+            add(
+                name,
+                f"source {name!r} was not uploaded: through the service a source is a file "
+                "or directory sent with the workflow (simrun submit sends them), never a "
+                "path of the service's host",
+            )
+    files = 0
+    for name, upload in uploads.items():
+        if (why := name_problem(name)) is not None:
+            add(name, f"source name {why}")
+            continue
+        if name not in doc.sources:
+            known = ", ".join(repr(s) for s in doc.sources) or "none"
+            add(name, f"{name!r} was uploaded but is not a source of the workflow ({known})")
+            continue
+        if upload.filename and (why := name_problem(upload.filename)) is not None:
+            add(name, f"filename {why}")
+        if (upload.content_b64 is None) == (upload.files is None):
+            add(name, "give either content_b64 (a file) or files (a directory)")
+            continue
+        if upload.content_b64 is not None:
+            files += 1
+            size = decoded_size(upload.content_b64)
+            if (why := file_size_problem(size, limits, f"source {name!r}")) is not None:
+                add(name, why)
+            continue
+        seen: set[str] = set()
+        for entry in upload.files or []:
+            files += 1
+            if (why := upload_path_problem(entry.path, limits)) is not None:
+                add(name, why)
+                continue
+            if entry.path in seen:
+                add(name, f"path {entry.path!r} is given twice")
+            seen.add(entry.path)
+            size = decoded_size(entry.content_b64)
+            if (why := file_size_problem(size, limits, f"file {entry.path!r}")) is not None:
+                add(name, why)
+        parents = {"/".join(p.split("/")[:i]) for p in seen for i in range(1, p.count("/") + 1)}
+        for clash in sorted(parents & seen):
+            add(name, f"path {clash!r} is both a file and a directory")
+    if (why := file_count_problem(files, limits)) is not None:
+        problems.append(Problem(("sources",), why))
+    return problems
+
+
+def _decode(content_b64: str, name: str, what: str, limits: InputLimits) -> bytes:
+    try:
+        data = base64.b64decode(content_b64, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        problem = Problem(("sources", name), f"{what}: content_b64 is not valid base64")
+        raise WorkflowError([problem], "sources") from exc
+    if (why := file_size_problem(len(data), limits, what)) is not None:
+        raise WorkflowError([Problem(("sources", name), why)], "sources")
+    return data
+
+
+def write_uploads(
+    uploads: Mapping[str, SourceUpload], directory: Path, limits: InputLimits
+) -> dict[str, Path]:
+    """Decode checked uploads (`upload_problems` found none) into ``directory``; each
+    source's file or directory. `WorkflowError` names a file that is not base64."""
+    written: dict[str, Path] = {}
+    root = directory.resolve()
+    for name, upload in uploads.items():
+        target = root / name / (upload.filename or name)
+        if upload.content_b64 is not None:
+            data = _decode(upload.content_b64, name, f"source {name!r}", limits)
+            target.parent.mkdir(parents=True)
+            target.write_bytes(data)
+        else:
+            target.mkdir(parents=True)
+            for entry in upload.files or []:
+                data = _decode(entry.content_b64, name, f"file {entry.path!r}", limits)
+                path = target / entry.path
+                if not path.resolve().is_relative_to(target):  # upload_path_problem refused it
+                    raise WorkflowError(
+                        [Problem(("sources", name), f"path {entry.path!r} leaves the source")]
+                    )
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+        written[name] = target
+    return written
+
+
+def receive_submission(
+    raw: bytes, types: Mapping[str, TaskType], limits: InputLimits, directory: Path
+) -> Received:
+    """Read, check and write out a submission's body (blocking: call it in a thread).
+    `WorkflowError` with every problem found; nothing is written unless all is well."""
+    body = _body(raw)
+    size = len(body.workflow.encode("utf-8"))
+    if (why := workflow_size_problem(size, limits)) is not None:
+        raise WorkflowError([Problem(("workflow",), why)], "workflow")
+    doc, lines = parse_workflow_lines(body.workflow)
+    if (why := tasks_problem(len(doc.tasks), limits)) is not None:
+        raise WorkflowError([Problem(("tasks",), why, lines.get(("tasks",)))], "workflow")
+    settings = check_workflow(doc, types, "workflow", lines=lines)
+    problems = upload_problems(doc, body.sources, limits)
+    if problems:
+        raise WorkflowError(problems, "sources")
+    sources = write_uploads(body.sources, directory, limits)
+    return Received(doc, settings, body.workflow, sources)
