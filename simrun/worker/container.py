@@ -283,6 +283,7 @@ class WorkerContainer:
             handler.xadd,
             max_backoff_s=self.options.redis_retry_max_s,
             status=status_path(self.options.local_dir, self.worker_id),
+            prefix=self.options.prefix,
         )
         heartbeat = Heartbeat(
             redis,

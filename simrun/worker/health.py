@@ -128,14 +128,20 @@ def judge(
 
 
 def judge_local(
-    statuses: Iterable[Mapping[str, Any]], *, now: float, max_age_s: float = MAX_AGE_S
+    statuses: Iterable[Mapping[str, Any]],
+    *,
+    now: float,
+    prefix: str,
+    max_age_s: float = MAX_AGE_S,
 ) -> Verdict | None:
     """What the worker's own status files say: healthy, "waiting for Redis", when the
-    newest fresh one (``updated`` at most ``max_age_s`` before ``now``) says Redis is down;
-    None (ask Redis) otherwise."""
+    newest fresh one (``updated`` at most ``max_age_s`` before ``now``) of a worker serving
+    key prefix ``prefix`` says Redis is down; None (ask Redis) otherwise. Statuses of other
+    prefixes are other workers sharing the directory, not this container's."""
     fresh = [
         s for s in statuses
         if isinstance(s.get("updated"), int | float) and now - float(s["updated"]) <= max_age_s
+        and s.get("prefix") == prefix
     ]  # fmt: skip
     if not fresh:
         return None
@@ -240,7 +246,7 @@ def main(
     for Redis), 1 otherwise."""
     host = socket.gethostname()
     waiting = judge_local(
-        local_statuses(local_dir, worker_id), now=time.time(), max_age_s=max_age_s
+        local_statuses(local_dir, worker_id), now=time.time(), prefix=prefix, max_age_s=max_age_s
     )
     if waiting is not None:
         click.echo(waiting.message)

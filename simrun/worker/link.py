@@ -90,8 +90,12 @@ class RedisLink:
         *,
         max_backoff_s: float = RECONNECT_MAX_S,
         status: Path | None = None,
+        prefix: str = "",
     ) -> None:
         self.redis, self.where, self.spool, self.write = redis, where, spool, write
+        #: The key prefix the worker serves: a health check of another prefix (another
+        #: worker sharing the local directory) does not take this worker's status for its.
+        self.prefix = prefix
         self.max_backoff_s = max_backoff_s
         self.status = status
         self.state = LinkState()
@@ -209,6 +213,7 @@ class RedisLink:
             "updated": now,
             "redis": "up" if self.is_up else "down",
             "where": self.where,
+            "prefix": self.prefix,
             "down_s": self.state.down_for(now),
             "reason": self.state.reason,
             "kept_reports": len(self.spool),

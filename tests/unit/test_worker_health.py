@@ -109,7 +109,7 @@ def test_candidate_ids(ids: list[str], host: str, order: list[str]) -> None:
 def status(redis: str = "down", age_s: float = 1.0, **more: object) -> dict[str, object]:
     return {
         "updated": NOW - age_s, "redis": redis, "where": "redis://r:6379/0", "down_s": 42.0,
-        "reason": "Connection refused", "kept_reports": 3, **more,
+        "reason": "Connection refused", "kept_reports": 3, "prefix": "simrun", **more,
     }  # fmt: skip
 
 
@@ -125,12 +125,14 @@ def status(redis: str = "down", age_s: float = 1.0, **more: object) -> dict[str,
         ([status("up", age_s=1), status(age_s=5)], None),  # the newest decides
         ([status("up", age_s=5), status(age_s=1)], "waiting for Redis"),
         ([{"redis": "down"}], None),  # no time: not believed
+        ([status(prefix="other")], None),  # another worker's, sharing the directory
+        ([status(prefix="other", age_s=1), status(age_s=5)], "waiting for Redis"),
     ],
 )
 def test_judge_local(statuses: list[dict[str, object]], says: str | None) -> None:
-    """A fresh status file of the worker that says Redis is down makes the check healthy,
-    "waiting for Redis"; otherwise the heartbeat in Redis decides."""
-    verdict = judge_local(statuses, now=NOW)
+    """A fresh status file of a worker of the checked key prefix that says Redis is down
+    makes the check healthy, "waiting for Redis"; otherwise the heartbeat in Redis decides."""
+    verdict = judge_local(statuses, now=NOW, prefix="simrun")
     if says is None:
         assert verdict is None
     else:
