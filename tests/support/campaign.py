@@ -3,8 +3,8 @@ of its own for each test, faults put into it, and the checks every scenario make
 
 A `Campaign` owns, under one directory:
 
-- a `RedisServer` of its own (a ``redis-server`` without persistence on a port it keeps,
-  so that it can be killed and a fresh, empty one started in its place);
+- a `PrivateRedis` of its own (a ``redis-server`` without persistence on a port it keeps,
+  so that it can be killed and started again, empty, in its place);
 - the service as a child process (tests/support/campaign_service.py: the controller loop
   and the HTTP API), which it can SIGKILL and start again on the same store;
 - worker containers as child processes (``python -m simrun.cli worker``), each leading its
@@ -21,9 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -39,6 +37,7 @@ import redis
 
 from simrun.core.reports import WorkerInfo
 from simrun.local.machine import free_port
+from simrun.local.redis import PrivateRedis
 from simrun.queues.keys import Keys
 from simrun.worker.container import WorkerFlags, worker_argv
 from tests.support import REPO
@@ -85,71 +84,6 @@ def _tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _answers_ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2) as conn:
-            conn.sendall(b"PING\r\n")
-            return conn.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-class RedisServer:
-    """A ``redis-server`` of one campaign: loopback, no persistence (no RDB, no AOF), on a
-    port it keeps when it is killed and started again (empty: a new data directory).
-    Never the shared system server."""
-
-    def __init__(self, directory: Path) -> None:
-        exe = shutil.which("redis-server")
-        if exe is None:
-            raise CampaignError("no redis-server on the PATH")
-        self.exe = exe
-        self.directory = directory
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self, timeout_s: float = 10.0) -> None:
-        self.starts += 1
-        data = self.directory / f"data-{self.starts}"
-        data.mkdir(parents=True)
-        argv = [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", str(data)]  # fmt: skip
-        with (self.directory / "redis.log").open("ab") as out:
-            self.proc = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        wait_until(
-            f"redis-server on port {self.port}",
-            lambda: _answers_ping(self.port),
-            timeout_s,
-            self._check,
-        )
-
-    def _check(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise CampaignError(
-                f"redis-server exited with {self.proc.returncode}: "
-                f"{_tail(self.directory / 'redis.log')}"
-            )
-
-    def kill(self) -> None:
-        """SIGKILL: whatever it held is gone."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
-
 @dataclass
 class Worker:
     """A worker container of the campaign: its process (the leader of its process group,
@@ -194,7 +128,7 @@ class Campaign:
         self.store = self.root / "store"
         self.logs = self.root / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.redis = RedisServer(self.root / "redis")
+        self.redis = PrivateRedis()  # no persistence: killed and started again, it is empty
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.http = httpx.Client(base_url=self.url, timeout=30.0)
