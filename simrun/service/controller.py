@@ -107,6 +107,8 @@ class Controller:
         #: Resolved resources by (key, type, override), dropped for a key that learned.
         resolved: dict[tuple[str, str, str], ResolvedResources] = {}
         self._ended = EndedRuns(clock)  # runs whose attempts hashes may go
+        #: Raised attempts of cancelled runs not written yet (Redis was away at the cancel).
+        self._owed_attempts: dict[str, dict[str, dict[int | str, int]]] = {}
         self._ingest = Ingest(settings, store, resources, queue, self._marks, resolved, clock)
         self._liveness = Liveness(settings, store, queue, self._ingest, self._marks, clock)
         self._advance = Advance(
@@ -222,6 +224,7 @@ class Controller:
         """One round of the loop; True when it changed something."""
         async with self._lock:
             await self._check_server()
+            await self._write_owed_attempts()
             # Not in the first step that went well after an outage either (the link is
             # still down until it ends).
             judge = self.link.up and decisions.judging_workers(
@@ -320,14 +323,32 @@ class Controller:
             by_task: dict[str, dict[int | str, int]] = defaultdict(dict)
             for unit in active:
                 by_task[unit.task][unit.key] = unit.attempt + 1
-            for task, attempts in by_task.items():
-                await set_current_attempts(
-                    self.queue.redis, self.queue.keys, run_id, task, attempts
+            self._owed_attempts[run_id] = dict(by_task)
+            try:
+                await self._write_owed_attempts()
+            except RedisError as exc:
+                log.warning(
+                    "run %s cancelled while Redis is away (%s): workers are told to skip its "
+                    "queued units once it is back",
+                    run_id,
+                    exc,
                 )
             # Its hashes stay until the workers skipped the jobs still queued.
             self._ended.watch(run_id)
         log.info("run %s cancelled (%d units were in flight)", run_id, len(active))
         return len(active)
+
+    async def _write_owed_attempts(self) -> None:
+        """Write the raised attempts of cancelled runs that Redis has not taken yet (it was
+        away at the cancel); `RedisError` leaves the rest owed."""
+        for run_id in list(self._owed_attempts):
+            by_task = self._owed_attempts[run_id]
+            for task in list(by_task):
+                await set_current_attempts(
+                    self.queue.redis, self.queue.keys, run_id, task, by_task[task]
+                )
+                del by_task[task]
+            del self._owed_attempts[run_id]
 
     async def wait(self, run_id: str, timeout_s: float, poll_s: float = 0.05) -> RunRow:
         """The run once it ended; `TimeoutError` after ``timeout_s`` (for embedded mode and

@@ -22,6 +22,7 @@ from arq.constants import in_progress_key_prefix
 from simrun.core.clock import ManualClock
 from simrun.core.reports import ReportEntry, RunningJob, WorkerReport
 from simrun.core.states import Limits
+from simrun.local.redis import PrivateRedis
 from simrun.plugins import load_types
 from simrun.queues import current_attempts
 from simrun.resources import ResourceKey
@@ -480,3 +481,32 @@ async def test_jobs_a_dead_worker_took_unlisted_go_again_after_a_heartbeat_ttl(
     assert (unit.state, unit.attempt) == ("queued", 2)
     assert await c.queue.queued_job_ids("cpu") == [f"{run_id}:work:0:2"]
     assert await c.queue.held_in_progress([job]) == set(), "the abandoned job was left in arq"
+
+
+async def test_a_cancel_while_redis_is_away_is_kept_and_told_to_workers_later(
+    tmp_path: Path, redis_prefix: str
+) -> None:
+    """A cancel while Redis is away still cancels the run (SQLite is the truth) instead of
+    failing; the raised attempts of its queued units, which Redis could not take then, are
+    written at the first step after Redis is back, so workers skip those units."""
+    server = PrivateRedis(persist=True)  # back with its data: the queued jobs are still there
+    server.start()
+    settings = ControllerSettings(
+        store=tmp_path / "store", redis_url=server.url, prefix=redis_prefix, window_jobs=10
+    )
+    c = await Controller.open(settings, TYPES, clock=ManualClock())
+    try:
+        run_id = await submit_heat(c)
+        await c.step()
+        server.kill()
+        assert await c.cancel(run_id) == 10
+        run = await c.store.run(run_id)
+        assert run is not None
+        assert run.state == "cancelled"
+        server.start()
+        await c.step()
+        attempts = await current_attempts(c.queue.redis, c.queue.keys, run_id, "sweep", range(24))
+        assert attempts == dict.fromkeys(range(10), 2)
+    finally:
+        await c.close()
+        server.stop()
