@@ -205,7 +205,9 @@ def test_a_kernel_oom_kill_in_a_command_is_a_kill_for_memory_with_the_limit(
     skip_without_cgroups("auto")
     pid_file = tmp_path / "daemon.pid"
     daemons.append(pid_file)
-    spec = spec_for(tmp_path, f"{CMD} escape {pid_file} 600 60 shared", limit_gb=0.25)
+    spec = spec_for(
+        tmp_path, f"{CMD} escape {pid_file} 600 60 shared", limit_gb=0.25, timeout_s=20.0
+    )
     proc, report = start_exec(tmp_path, spec)
     result, stderr = finish_exec(proc, report)
     daemon = wait_for_pid(pid_file, timeout_s=1)
