@@ -453,7 +453,7 @@ class CommandRun:
         elif self._reason == "memory":
             outcome = "killed"
             error = (
-                f"the command's process tree used {self._limit_seen_gb:.3f} GiB of anonymous "
+                f"the command's processes used {self._limit_seen_gb:.3f} GiB of anonymous "
                 f"memory, more than its limit of {spec.limit_gb:g} GiB, and was killed ({how})"
             )
         elif self._reason == "timeout":
