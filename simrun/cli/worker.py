@@ -31,6 +31,7 @@ from simrun.config import ENV_WORKER_DIR, redact_url
 from simrun.core.outage import RECONNECT_MAX_S
 from simrun.worker.container import (
     CGROUP_MODES,
+    DEFAULT_COMMAND_LOG_CAP,
     DEFAULT_LOCAL_DIR,
     DEFAULT_POLL_DELAY_S,
     DEFAULT_SPOOL_MB,
@@ -101,6 +102,12 @@ SPOOL_HELP = "MiB of reports kept on disk while Redis is away (after 16 MiB in m
 @click.option(
     "--spool-mb", type=click.FloatRange(min=0), default=DEFAULT_SPOOL_MB, show_default=True,
     help=SPOOL_HELP,
+)  # fmt: skip
+@click.option(
+    "--command-log-cap", type=click.IntRange(min=0), default=DEFAULT_COMMAND_LOG_CAP,
+    show_default=True, help="Bytes of each log file of a command (its stdout and its "
+    "stderr, in the task's logs/): the head and tail are kept, a line says how many bytes "
+    "were dropped between them (0: no bound).",
 )  # fmt: skip
 def worker(**params: Any) -> None:
     """Run a worker container: take jobs from the queues, run them in a pool of worker

@@ -39,15 +39,17 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from simrun.worker.proctree import kill_pids, living
+from simrun.worker.proctree import GIB, kill_pids, living
 
 __all__ = [
+    "KERNEL_LIMIT_FACTOR",
     "Cgroup",
     "CgroupSupport",
     "Mount",
     "WorkerCgroups",
     "cgroup_dir",
     "detect",
+    "kernel_limit_bytes",
     "limit_text",
     "oom_killed",
     "owner_of",
@@ -60,6 +62,22 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: The kernel's limit of a cgroup (a worker process's, a command's), as a multiple of the
+#: limit the sampler kills it at: the sampler, which reads anonymous memory and says so,
+#: stops a unit that grows; the kernel, which counts everything charged to the cgroup,
+#: stops what the sampler cannot see (a spike between two samples, shared memory) a little
+#: above.
+KERNEL_LIMIT_FACTOR = 1.25
+
+
+def kernel_limit_bytes(kill_at_gb: float | None) -> int | None:
+    """The kernel memory limit (bytes) of a process the sampler kills at ``kill_at_gb``
+    GiB (`KERNEL_LIMIT_FACTOR` above it); None without a limit."""
+    if kill_at_gb is None:
+        return None
+    return int(kill_at_gb * KERNEL_LIMIT_FACTOR * GIB)
+
 
 #: Prefix of the directory of one worker's cgroups.
 AREA_PREFIX = "simrun-w"
@@ -182,10 +200,13 @@ def oom_killed(before: int | None, after: int | None) -> bool:
 
 def owner_of(name: str) -> tuple[int, int] | None:
     """The pid and start time (clock ticks since boot) a worker's area is named after
-    (``simrun-w<pid>-<start>``); None for another name."""
+    (``simrun-w<pid>-<start>``, or ``simrun-w<pid>-<start>-<tag>`` for another owner in the
+    same process, such as ``simrun-exec``'s ``-exec``); None for another name."""
     if not name.startswith(AREA_PREFIX):
         return None
     parts = name[len(AREA_PREFIX) :].split("-")
+    if len(parts) == 3 and parts[2].isalnum():
+        parts = parts[:2]
     if len(parts) != 2 or not all(p.isdigit() for p in parts):
         return None
     return int(parts[0]), int(parts[1])
@@ -242,6 +263,16 @@ class Cgroup:
     def limit(self) -> int | None:
         """The memory limit in bytes, None without one."""
         return parse_limit(self._limit_file.read_text())
+
+    def peak_bytes(self) -> int | None:
+        """The most memory the kernel has charged to the cgroup so far, page cache
+        included (v1 ``memory.max_usage_in_bytes``, v2 ``memory.peak``); None when the
+        kernel does not say (v2 before Linux 5.19) or the cgroup is gone."""
+        name = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
+        try:
+            return int((self.path / name).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
 
     def oom_kills(self) -> int | None:
         """How many processes of the cgroup the kernel's OOM killer has ended so far; None
@@ -422,14 +453,16 @@ class WorkerCgroups:
         return self.own.version
 
     @classmethod
-    def open(cls, own: Cgroup) -> WorkerCgroups:
-        """Sweep what dead workers left under ``own`` and make this worker's area; `OSError`
-        when the area cannot be made."""
+    def open(cls, own: Cgroup, tag: str = "") -> WorkerCgroups:
+        """Sweep what dead workers left under ``own`` and make this worker's area (named
+        after this process, and ``tag`` when another owner in the same process needs an area
+        of its own); `OSError` when the area cannot be made."""
         swept = sweep(own)
         if swept:
             log.info("removed %d cgroup areas left by workers that are gone", swept)
         pid = os.getpid()
-        area = Cgroup(own.path / f"{AREA_PREFIX}{pid}-{_start_time(pid)}", own.version)
+        name = f"{AREA_PREFIX}{pid}-{_start_time(pid)}" + (f"-{tag}" if tag else "")
+        area = Cgroup(own.path / name, own.version)
         area.path.mkdir(exist_ok=True)
         if own.version == 2:
             _enable_memory(area)

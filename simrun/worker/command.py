@@ -18,6 +18,7 @@ an empty output directory.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -39,8 +40,11 @@ from simrun.worker.exec.spec import (
     write_json_atomic,
 )
 from simrun.worker.ledger import Ledger
+from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP
 
 __all__ = ["command_outcome", "run_command", "run_command_job"]
+
+log = logging.getLogger(__name__)
 
 #: Seconds `run_command_job` waits for simrun-exec after it forwarded a stop, beyond the
 #: grace simrun-exec itself gives the command.
@@ -146,8 +150,12 @@ async def run_command(
     limit_gb: float,
     gpu_ids: tuple[str, ...],
     hide_gpus: bool,
+    cgroups: str = "auto",
+    log_cap: int = DEFAULT_COMMAND_LOG_CAP,
 ) -> WorkerReport:
-    """Run the command job ``spec``; records the unit "command" and returns the measurements."""
+    """Run the command job ``spec``; records the unit "command" and returns the measurements.
+    ``cgroups`` ("auto" or "off") and ``log_cap`` (bytes per log file) go to simrun-exec
+    (`CommandSpec`); what bounded the command is logged."""
     assert spec.command is not None  # JobSpec checks a command job has one
     paths = spec.paths.task_paths()
     command_spec = CommandSpec(
@@ -158,11 +166,21 @@ async def run_command(
         timeout_s=spec.timeout_s,
         checkpoints=spec.checkpoints,
         attempt=spec.attempt,
+        cgroups="off" if cgroups == "off" else "auto",
+        log_cap=log_cap,
     )
     result = await run_command_job(
         command_spec,
         task_logs(Path(paths.task_dir)),
         env=_child_environment(gpu_ids, hide_gpus),
+    )
+    log.info(
+        "command of task %s/%s attempt %d: %s; memory bounded by %s",
+        spec.run,
+        spec.task,
+        spec.attempt,
+        result.outcome,
+        result.isolation or "nothing known (no report)",
     )
     outcome = command_outcome(result)
     ledger.record(

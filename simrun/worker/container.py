@@ -55,12 +55,13 @@ from simrun.worker.cgroups import CgroupSupport, WorkerCgroups, detect
 from simrun.worker.heartbeat import Heartbeat
 from simrun.worker.jobs import JobHandler
 from simrun.worker.link import DEFAULT_LOCAL_DIR, LINK_ERRORS, RedisLink, status_path
-from simrun.worker.pool.output import DEFAULT_UNIT_LOG_CAP
+from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP, DEFAULT_UNIT_LOG_CAP
 from simrun.worker.pool.processes import ProcessPool
 from simrun.worker.spool import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, MIB, ReportSpool, SpoolBounds
 
 __all__ = [
     "CGROUP_MODES",
+    "DEFAULT_COMMAND_LOG_CAP",
     "DEFAULT_LOCAL_DIR",
     "DEFAULT_POLL_DELAY_S",
     "DEFAULT_SPOOL_MB",
@@ -125,6 +126,8 @@ class WorkerOptions:
     redis_retry_max_s: float = RECONNECT_MAX_S
     spool_memory_mb: float = DEFAULT_MEMORY_MB
     spool_disk_mb: float = DEFAULT_DISK_MB
+    #: Bytes of each log file (stdout, stderr) of a command (head and tail; 0: no bound).
+    command_log_cap: int = DEFAULT_COMMAND_LOG_CAP
 
 
 class WorkerContainer:
@@ -141,6 +144,8 @@ class WorkerContainer:
             )
         if options.unit_log_cap < 0:
             raise ValueError(f"unit_log_cap must be >= 0 bytes, got {options.unit_log_cap}")
+        if options.command_log_cap < 0:
+            raise ValueError(f"command_log_cap must be >= 0 bytes, got {options.command_log_cap}")
         self.options = options
         self.keys = Keys(options.prefix)
         self.worker_id = options.worker_id or default_worker_id()
@@ -275,6 +280,8 @@ class WorkerContainer:
             gate=self.gate,
             pool=self.pool,
             spool=self.spool,
+            command_cgroups=self.options.cgroups,
+            command_log_cap=self.options.command_log_cap,
         )
         link = self._link = handler.link = RedisLink(
             redis,
@@ -461,6 +468,7 @@ class WorkerFlags:
     local_dir: Path | None = None
     redis_retry_max_s: float = RECONNECT_MAX_S
     spool_mb: float = DEFAULT_DISK_MB
+    command_log_cap: int = DEFAULT_COMMAND_LOG_CAP
 
     def to_argv(self) -> list[str]:
         """The arguments of ``simrun worker`` that give these flags. Every value is written
@@ -523,6 +531,7 @@ class WorkerFlags:
             local_dir=self.local_dir or DEFAULT_LOCAL_DIR,
             redis_retry_max_s=self.redis_retry_max_s,
             spool_disk_mb=self.spool_mb,
+            command_log_cap=self.command_log_cap,
         )
 
 

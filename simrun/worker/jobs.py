@@ -40,6 +40,7 @@ from simrun.worker.capacity import Capacity
 from simrun.worker.command import run_command
 from simrun.worker.ledger import Ledger
 from simrun.worker.link import LINK_ERRORS, RedisLink
+from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP
 from simrun.worker.pool.processes import PoolError, ProcessPool
 from simrun.worker.pool.runner import run_chunk, run_merge
 from simrun.worker.spool import ReportSpool
@@ -147,6 +148,10 @@ class JobHandler:
     #: without them a report that cannot be written raises).
     link: RedisLink | None = None
     spool: ReportSpool | None = None
+    #: How commands are bounded: "auto" (a memory cgroup each where the kernel allows it)
+    #: or "off" (their process tree), and the cap of each of their log files in bytes.
+    command_cgroups: str = "auto"
+    command_log_cap: int = DEFAULT_COMMAND_LOG_CAP
     _commands: set[asyncio.Task[WorkerReport]] = field(default_factory=set)
 
     async def handle(self, ctx: Mapping[str, Any], payload: object) -> dict[str, Any]:
@@ -225,6 +230,8 @@ class JobHandler:
                     limit_gb=limit_gb if limit_gb > 0 else self.capacity.memory_gb,
                     gpu_ids=grant.gpu_ids,
                     hide_gpus=self.capacity.gpus > 0,
+                    cgroups=self.command_cgroups,
+                    log_cap=self.command_log_cap,
                 )
             )
             self._commands.add(task)

@@ -135,6 +135,8 @@ def test_oom_killed_when_the_counter_went_up(
     ("name", "expected"),
     [
         ("simrun-w123-456", (123, 456)),
+        ("simrun-w123-456-exec", (123, 456)),
+        ("simrun-w123-456-ex-ec", None),
         ("simrun-wprobe-1-abc", None),
         ("simrun-w123", None),
         ("other", None),
@@ -143,5 +145,6 @@ def test_oom_killed_when_the_counter_went_up(
 def test_owner_of_an_area_is_its_pid_and_start_time(
     name: str, expected: tuple[int, int] | None
 ) -> None:
-    """Only ``simrun-w<pid>-<start>`` names an owner (the sweep leaves anything else)."""
+    """Only ``simrun-w<pid>-<start>`` (with an optional ``-<tag>``) names an owner (the
+    sweep leaves anything else)."""
     assert owner_of(name) == expected

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import os
+import threading
+
 import pytest
 
-from simrun.worker.pool.output import CappedSegment
+from simrun.worker.pool.output import CappedSegment, copy_capped
 from simrun.worker.pool.processes import KERNEL_LIMIT_FACTOR, kernel_limit_bytes
 
 
@@ -53,3 +57,43 @@ def test_the_kernel_limit_is_a_little_above_the_samplers(
 ) -> None:
     """The cgroup's limit is KERNEL_LIMIT_FACTOR times the sampler's, none without one."""
     assert kernel_limit_bytes(kill_at) == expected
+
+
+@pytest.mark.parametrize(
+    ("chunks", "cap", "expected"),
+    [
+        ([b"abc"], 8, b"abc"),
+        ([b"0123", b"4567", b"89"], 4, b"01" + b"\n[simrun: stdout: dropped 6 bytes of output "
+         b"beyond the 4-byte cap of a stream; its last 2 bytes follow]\n" + b"89"),
+        ([b"0123456789"], 0, b"0123456789"),
+    ],
+)  # fmt: skip
+def test_copy_capped_writes_the_head_then_the_note_and_the_tail(
+    chunks: list[bytes], cap: int, expected: bytes
+) -> None:
+    """A stream copied through copy_capped keeps its first half-cap at once and, at end of
+    file, a note saying how many bytes were dropped, then its last half-cap."""
+    read_fd, write_fd = os.pipe()
+    for chunk in chunks:
+        os.write(write_fd, chunk)
+    os.close(write_fd)
+    sink = io.BytesIO()
+    copy_capped(read_fd, sink, CappedSegment(cap, "a stream"), "stdout", threading.Event())
+    os.close(read_fd)
+    assert sink.getvalue() == expected
+
+
+def test_copy_capped_ends_when_told_though_a_writer_holds_the_pipe() -> None:
+    """Once told the command is over, copy_capped stops at the first quiet moment even
+    when an escaped writer still holds the pipe open (no end of file would come)."""
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b"hello")
+    done = threading.Event()
+    done.set()
+    sink = io.BytesIO()
+    try:
+        copy_capped(read_fd, sink, CappedSegment(64, "a stream"), "stdout", done)
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+    assert sink.getvalue() == b"hello"

@@ -8,9 +8,18 @@ stop, the tree is signalled: its process group and every descendant still found 
 When the command's first process ends, whatever is left of its process group is killed:
 the command is over when its main process is.
 
-A process that leaves both the tree and the group (a daemon that forks twice and calls
-``setsid``) escapes both the memory count and the kill; only a cgroup could follow it. The
-tree is read and signalled by `simrun.worker.proctree`, as for the worker processes.
+The command's processes are held by `CommandBounds`: a memory cgroup of its own where the
+kernel allows it (a daemon that forks twice and calls ``setsid`` stays in it: it is counted,
+limited by the kernel a little above the sampler's limit, and killed with the rest), else
+its process tree with simrun-exec as a subreaper; the result's ``isolation`` says which.
+Whatever is left of the command's processes is killed when its first process ends, when it
+is killed for memory or time, or when simrun-exec is stopped, and the cgroup is removed. A
+kill by the kernel's OOM killer (read from the cgroup) is a kill for memory, as the
+sampler's is.
+
+Its stdout and stderr go through pipes into the log files, each capped at the spec's
+``log_cap`` bytes: the head as it comes, the tail kept in memory and written at the end
+after a line saying how many bytes were dropped (`simrun.worker.pool.output`).
 """
 
 from __future__ import annotations
@@ -30,8 +39,11 @@ from typing import IO
 from simrun.core.layout import task_logs
 from simrun.core.reports import WorkerReport
 from simrun.plugins import TaskPaths
+from simrun.worker.cgroups import KERNEL_LIMIT_FACTOR
 from simrun.worker.exec.argv import expand_argv
+from simrun.worker.exec.bounds import CommandBounds
 from simrun.worker.exec.spec import CommandResult, CommandSpec, Outcome, write_json_atomic
+from simrun.worker.pool.output import CappedSegment, copy_capped
 from simrun.worker.proctree import group_members, signal_tree
 from simrun.worker.sampler import MemorySampler
 
@@ -58,6 +70,10 @@ log = logging.getLogger(__name__)
 _SAMPLE_INTERVAL_S = 0.02
 #: Seconds simrun-exec waits for the killed members of a command's group to be gone.
 _GROUP_GONE_WAIT_S = 10.0
+#: Seconds between two looks at the OOM kill counter of the command's cgroup.
+_OOM_POLL_S = 0.05
+#: Seconds simrun-exec waits for the copies of the command's output to end.
+_COPY_WAIT_S = 30.0
 
 
 def _wait_group_gone(pgid: int, timeout_s: float = _GROUP_GONE_WAIT_S) -> list[int]:
@@ -205,6 +221,9 @@ class CommandRun:
         self._proc: subprocess.Popen[bytes] | None = None
         self._reaped = False
         self._timers: list[threading.Timer] = []
+        self._bounds: CommandBounds | None = None
+        self._kernel_oom = False
+        self._over = threading.Event()  # the command's first process has ended
 
     # -- stopping, from other threads ------------------------------------------------------
 
@@ -215,6 +234,8 @@ class CommandRun:
         if proc is None or self._reaped:
             return
         signal_tree(proc.pid, sig, group=True)
+        if self._bounds is not None:
+            self._bounds.signal(sig)
 
     def _ended(self) -> bool:
         """Whether the first process has exited already (it is not reaped yet)."""
@@ -239,6 +260,15 @@ class CommandRun:
     def _on_limit(self, current_gb: float) -> None:
         self._limit_seen_gb = current_gb
         self._stop("memory", signal.SIGKILL)
+
+    def _watch_kernel(self, bounds: CommandBounds) -> None:
+        """Until the command is over: when the kernel's OOM killer ends one of its
+        processes, kill the rest as killed for memory."""
+        while not self._over.wait(_OOM_POLL_S):
+            if bounds.oom_killed():
+                self._kernel_oom = True
+                self._stop("memory", signal.SIGKILL)
+                return
 
     def _on_timeout(self) -> None:
         self._stop("timeout", signal.SIGKILL)
@@ -281,13 +311,20 @@ class CommandRun:
             return not_started(spec, str(exc), started).model_copy(update={"argv": tuple(argv)})
         out_log, err_log = log_paths(paths, spec.attempt)
         logs = {"stdout": str(out_log), "stderr": str(err_log)}
+        bounds = self._bounds = CommandBounds.open(spec.cgroups, spec.limit_gb)
         try:
             with out_log.open("wb") as out_fh, err_log.open("wb") as err_fh:
-                result = self._run_tree(argv, out_fh, err_fh, started)
+                result = self._run_tree(argv, out_fh, err_fh, started, bounds)
         except OSError as exc:  # the logs cannot be opened (a full or read-only volume)
             problem = f"cannot open the log files of the command in {str(out_log.parent)!r}: {exc}"
-            return not_started(spec, problem, started).model_copy(update={"argv": tuple(argv)})
-        result = result.model_copy(update={"argv": tuple(argv), "logs": logs})
+            return not_started(spec, problem, started).model_copy(
+                update={"argv": tuple(argv), "isolation": bounds.description}
+            )
+        finally:
+            bounds.close()
+        result = result.model_copy(
+            update={"argv": tuple(argv), "logs": logs, "isolation": bounds.description}
+        )
         if result.outcome != "done":
             tail = stderr_tail(err_log)
             if tail:
@@ -295,10 +332,44 @@ class CommandRun:
                 result = result.model_copy(update={"error": error})
         return result
 
+    def _start_copies(
+        self, proc: subprocess.Popen[bytes], out_fh: IO[bytes], err_fh: IO[bytes]
+    ) -> list[threading.Thread]:
+        """Threads copying the command's stdout and stderr pipes into the log files, each
+        through a `CappedSegment` of the spec's ``log_cap``."""
+        threads = []
+        for pipe, sink, name in ((proc.stdout, out_fh, "stdout"), (proc.stderr, err_fh, "stderr")):
+            assert pipe is not None  # started with PIPE
+            segment = CappedSegment(self.spec.log_cap, "a stream")
+            thread = threading.Thread(
+                target=copy_capped,
+                args=(pipe.fileno(), sink, segment, f"{name} of the command", self._over),
+                name=f"simrun-exec-{name}",
+                daemon=True,
+            )
+            thread.start()
+            threads.append(thread)
+        return threads
+
+    def _end_copies(self, proc: subprocess.Popen[bytes], threads: list[threading.Thread]) -> None:
+        for thread in threads:
+            thread.join(_COPY_WAIT_S)
+            if thread.is_alive():
+                log.warning("the copy of the command's output %s did not end", thread.name)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
     def _run_tree(
-        self, argv: list[str], out_fh: IO[bytes], err_fh: IO[bytes], started: str
+        self,
+        argv: list[str],
+        out_fh: IO[bytes],
+        err_fh: IO[bytes],
+        started: str,
+        bounds: CommandBounds,
     ) -> CommandResult:
         spec = self.spec
+        capped = spec.log_cap > 0
         with self._lock:
             if self._reason is not None:
                 return not_started(
@@ -308,25 +379,34 @@ class CommandRun:
                 self._proc = subprocess.Popen(
                     argv,
                     stdin=subprocess.DEVNULL,
-                    stdout=out_fh,
-                    stderr=err_fh,
+                    stdout=subprocess.PIPE if capped else out_fh,
+                    stderr=subprocess.PIPE if capped else err_fh,
                     cwd=spec.paths.task_dir,
                     start_new_session=True,
                     close_fds=True,
+                    preexec_fn=bounds.preexec,  # only an os.write to the cgroup
                 )
             except (OSError, ValueError) as exc:
                 return not_started(spec, _start_problem(argv[0], exc), started)
+            except subprocess.SubprocessError as exc:  # the cgroup could not be joined
+                problem = f"command {argv[0]!r} cannot join its memory cgroup: {exc}"
+                return not_started(spec, problem, started)
         proc = self._proc
+        copies = self._start_copies(proc, out_fh, err_fh) if capped else []
         t0 = time.monotonic()
         sampler = MemorySampler(
             proc.pid,
             interval_s=_SAMPLE_INTERVAL_S,
-            include_children=True,
+            members=bounds.members,
             limit_gb=spec.limit_gb,
             on_limit=self._on_limit,
         )
+        watcher = threading.Thread(
+            target=self._watch_kernel, args=(bounds,), name="simrun-exec-oom", daemon=True
+        )
         try:
             sampler.start()
+            watcher.start()
             if spec.timeout_s is not None:
                 self._start_timer(spec.timeout_s, self._on_timeout)
             # Wait for the first process to end without reaping it, so that its process
@@ -339,13 +419,22 @@ class CommandRun:
                 for timer in self._timers:
                     timer.cancel()
                 self._signal_tree(signal.SIGKILL)  # what is left of the group
+                bounds.kill_all(proc.pid)  # and of the cgroup, or of the tree
                 proc.wait()
                 self._reaped = True
+            self._over.set()
+            watcher.join()
             # SIGKILL is not instant: a big process takes a while to free its memory. The
             # group id cannot be reused while one of its members exists, so this is safe.
             left = _wait_group_gone(proc.pid)
             if left:
                 log.warning("processes %s of the command survive SIGKILL", left)
+            self._end_copies(proc, copies)
+        if bounds.oom_killed():  # also when it ended the first process, before any look
+            self._kernel_oom = True
+            self._reason = self._reason if self._reason is not None else "memory"
+        if self._kernel_oom:
+            peak_gb = max(peak_gb, bounds.kernel_peak_gb() or 0.0)
         return self._result(proc.returncode, peak_gb, wall_s, started)
 
     def _result(self, code: int, peak_gb: float, wall_s: float, started: str) -> CommandResult:
@@ -354,10 +443,17 @@ class CommandRun:
         sig = _signal_name(-code) if code < 0 else None
         how = f"exit code {code}" if code >= 0 else f"signal {sig}"
         outcome: Outcome
-        if self._reason == "memory":
+        if self._reason == "memory" and self._kernel_oom:
             outcome = "killed"
             error = (
-                f"the command's process tree used {self._limit_seen_gb:.3f} GiB of anonymous "
+                "the kernel's OOM killer ended a process of the command: its memory cgroup "
+                f"reached the kernel limit of {KERNEL_LIMIT_FACTOR:g} x its limit of "
+                f"{spec.limit_gb:g} GiB, so the command was killed ({how})"
+            )
+        elif self._reason == "memory":
+            outcome = "killed"
+            error = (
+                f"the command's processes used {self._limit_seen_gb:.3f} GiB of anonymous "
                 f"memory, more than its limit of {spec.limit_gb:g} GiB, and was killed ({how})"
             )
         elif self._reason == "timeout":

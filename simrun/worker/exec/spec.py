@@ -31,6 +31,7 @@ from simrun.core.jobs import JobPaths, path_text
 from simrun.core.reports import WorkerReport
 from simrun.core.wire import Attempt, FiniteNonNeg, FinitePositive, Flag, explain
 from simrun.plugins import TaskPaths
+from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP
 
 __all__ = [
     "JOB_VERSION",
@@ -150,6 +151,10 @@ class CommandSpec(_VersionedFile):
     ``checkpoints`` keeps the output of earlier attempts; without it, an ``attempt`` above 1
     starts from an empty output directory. ``report`` is where the result goes (None: the
     caller passes ``--report``, else ``task_dir/logs/attempt-<N>.report.json``).
+    ``cgroups`` ``auto`` runs the command in a memory cgroup of its own where the kernel
+    allows it (``off``, or where it does not: its process tree, simrun-exec being a
+    subreaper); ``log_cap`` bounds each of its log files, stdout and stderr, in bytes (its
+    head and tail are kept; 0: no bound).
 
     Relative paths are taken relative to the working directory of ``simrun-exec``.
     Construction checks every value (a `pydantic.ValidationError`); `from_dict` raises
@@ -171,6 +176,8 @@ class CommandSpec(_VersionedFile):
     checkpoints: Flag = False
     attempt: Attempt = 1
     report: FilePath | None = None
+    cgroups: Literal["auto", "off"] = "auto"
+    log_cap: Annotated[int, Field(strict=True, ge=0)] = DEFAULT_COMMAND_LOG_CAP
 
 
 # --- the result ---------------------------------------------------------------------------
@@ -187,6 +194,8 @@ class CommandResult(_VersionedFile):
     when done; otherwise its first line says why, followed by the end of the command's
     stderr. ``argv`` is None when the template could not be expanded. ``started`` and
     ``finished`` are ISO 8601 UTC times; ``wall_s`` the seconds the command ran.
+    ``isolation`` says what bounded the command's processes (a memory cgroup, or its process
+    tree and why no cgroup).
     """
 
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -205,6 +214,7 @@ class CommandResult(_VersionedFile):
     argv: tuple[_Text, ...] | None = None
     attempt: Attempt = 1
     logs: dict[_Text, _Text] = Field(default_factory=dict)
+    isolation: _Text = ""
 
     @property
     def ok(self) -> bool:

@@ -11,30 +11,47 @@ bytes; the writes go to a thread).
 A unit's end is seen on another pipe than its output, so a few bytes printed just before
 its end may count toward the next unit: the bound holds all the same, one cap per unit
 (and one more for what a process prints outside units).
+
+``simrun-exec`` caps the stdout and the stderr of a command the same way, one segment per
+stream (`copy_capped`, in a thread per stream, `DEFAULT_COMMAND_LOG_CAP` each).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import select
+import threading
 from collections import deque
+from typing import BinaryIO
 
-__all__ = ["DEFAULT_UNIT_LOG_CAP", "CappedLog", "CappedSegment", "write_all"]
+__all__ = [
+    "DEFAULT_COMMAND_LOG_CAP",
+    "DEFAULT_UNIT_LOG_CAP",
+    "CappedLog",
+    "CappedSegment",
+    "copy_capped",
+    "write_all",
+]
 
 #: Bytes of output one unit may put into the worker log (head and tail together).
 DEFAULT_UNIT_LOG_CAP = 2**20
+#: Bytes of each of a command's log files, stdout and stderr (head and tail together).
+DEFAULT_COMMAND_LOG_CAP = 64 * 2**20
 _READ_BYTES = 64 * 1024
 
 
 class CappedSegment:
     """The output of one unit: `feed` gives what to write now (the head), `end` what to
     write when the unit is over (a note on what was dropped, then the tail), and starts
-    the next unit's segment. ``cap`` 0 keeps everything."""
+    the next unit's segment. ``cap`` 0 keeps everything; ``scope`` is what the cap is of,
+    as the note says it ("a unit", "a stream")."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, scope: str = "a unit") -> None:
         if cap < 0:
             raise ValueError(f"a log cap must be >= 0 bytes, got {cap}")
         self.cap = cap
+        self.scope = scope
         self.head_cap = cap - cap // 2
         self.tail_cap = cap // 2
         self._head = 0
@@ -73,7 +90,7 @@ class CappedSegment:
         if self.dropped:
             note = (
                 f"\n[simrun: {label}: dropped {self.dropped} bytes of output beyond the "
-                f"{self.cap}-byte cap of a unit; its last {len(tail)} bytes follow]\n"
+                f"{self.cap}-byte cap of {self.scope}; its last {len(tail)} bytes follow]\n"
             ).encode()
         self._head, self._tail, self._tail_bytes, self.dropped = 0, deque(), 0, 0
         return note + tail
@@ -112,3 +129,28 @@ class CappedLog:
     async def end_unit(self, label: str) -> None:
         """The unit ``label`` ended: write what its segment held back."""
         await self._write(self.segment.end(label))
+
+
+#: Seconds `copy_capped` still waits for output once told the writers are gone.
+_LINGER_S = 0.2
+
+
+def copy_capped(
+    source: int, sink: BinaryIO, segment: CappedSegment, label: str, done: threading.Event
+) -> None:
+    """Copy file descriptor ``source`` to ``sink`` through ``segment`` (blocking: run it in
+    a thread) until end of file, or once ``done`` is set and nothing came for a moment (a
+    writer that escaped may hold the pipe open); then write what the segment held back as
+    the end of ``label``."""
+    while True:
+        ready, _, _ = select.select([source], [], [], _LINGER_S)
+        if not ready:
+            if done.is_set():
+                break
+            continue
+        data = os.read(source, _READ_BYTES)
+        if not data:
+            break
+        sink.write(segment.feed(data))
+    sink.write(segment.end(label))
+    sink.flush()

@@ -49,7 +49,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simrun.worker.cgroups import Cgroup, WorkerCgroups, oom_killed
+from simrun.worker.cgroups import (
+    KERNEL_LIMIT_FACTOR,
+    Cgroup,
+    WorkerCgroups,
+    kernel_limit_bytes,
+    oom_killed,
+)
 from simrun.worker.pool.output import DEFAULT_UNIT_LOG_CAP, CappedLog
 from simrun.worker.pool.protocol import encode, read_async
 from simrun.worker.proctree import GIB, anon_memory_bytes, kill_tree
@@ -283,19 +289,8 @@ class WorkerProcess:
         await self.release()
 
 
-#: The kernel's limit of a worker process's cgroup, as a multiple of the limit the sampler
-#: kills it at: the sampler, which reads anonymous memory and says so, stops a unit that
-#: grows; the kernel, which counts everything charged to the cgroup, stops what the sampler
-#: cannot see (a spike between two samples, shared memory) a little above.
-KERNEL_LIMIT_FACTOR = 1.25
-
-
-def kernel_limit_bytes(kill_at_gb: float | None) -> int | None:
-    """The kernel memory limit (bytes) of a process the sampler kills at ``kill_at_gb``
-    GiB (`KERNEL_LIMIT_FACTOR` above it); None without a limit."""
-    if kill_at_gb is None:
-        return None
-    return int(kill_at_gb * KERNEL_LIMIT_FACTOR * GIB)
+# The kernel limit of a cgroup (KERNEL_LIMIT_FACTOR, kernel_limit_bytes) lives in
+# simrun.worker.cgroups, shared with simrun-exec; re-exported here where it was.
 
 
 #: The shell that moves itself into a cgroup and then becomes the worker process.
