@@ -48,7 +48,7 @@ from simrun.worker.spool import ReportSpool
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["DEFAULT_LOCAL_DIR", "RedisLink", "read_status", "status_path"]
+__all__ = ["DEFAULT_LOCAL_DIR", "RedisLink", "read_status", "status_path", "write_status"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,31 @@ def read_status(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def write_status(
+    path: Path, *, where: str, prefix: str, state: LinkState, kept_reports: int
+) -> None:
+    """Write the status file of a worker whose Redis is away (``state``), atomically; a
+    failure is logged, not raised. Also while it waits for Redis at start."""
+    now = time.time()
+    data = {
+        "pid": os.getpid(),
+        "updated": now,
+        "redis": "up" if state.up else "down",
+        "where": where,
+        "prefix": prefix,
+        "down_s": state.down_for(now),
+        "reason": state.reason,
+        "kept_reports": kept_reports,
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+    except OSError as exc:
+        log.debug("cannot write the status file %s: %s", path, exc)
 
 
 class RedisLink:
@@ -207,24 +232,13 @@ class RedisLink:
             with contextlib.suppress(OSError):
                 self.status.unlink(missing_ok=True)
             return
-        now = time.time()
-        data = {
-            "pid": os.getpid(),
-            "updated": now,
-            "redis": "up" if self.is_up else "down",
-            "where": self.where,
-            "prefix": self.prefix,
-            "down_s": self.state.down_for(now),
-            "reason": self.state.reason,
-            "kept_reports": len(self.spool),
-        }
-        tmp = self.status.with_name(self.status.name + ".tmp")
-        try:
-            self.status.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(data))
-            tmp.replace(self.status)
-        except OSError as exc:
-            log.debug("cannot write the status file %s: %s", self.status, exc)
+        write_status(
+            self.status,
+            where=self.where,
+            prefix=self.prefix,
+            state=self.state,
+            kept_reports=len(self.spool),
+        )
 
     async def close(self) -> None:
         """Stop trying; remove the status file."""
