@@ -155,18 +155,18 @@ async def wait_for_redis(
             reason = describe(exc)
             if start_failure(exc) == "fatal":
                 raise RedisUnusable(f"Redis at {where} cannot be used: {reason}") from None
+            left = None if max_wait_s is None else max_wait_s - (time.monotonic() - began)
+            if left is not None and left <= 0:
+                raise RedisUnusable(
+                    f"cannot reach Redis at {where} within {max_wait_s:g} s "
+                    f"(--redis-wait-s): {reason}"
+                ) from None
             if state.lost(time.time(), reason):
                 log.warning("waiting for Redis at %s: %s", where, reason)
             if on_try is not None:
                 on_try(state)
             pause = backoff_s(state.failures, random.random(), max_s=max_backoff_s)
-            if max_wait_s is not None:
-                left = max_wait_s - (time.monotonic() - began)
-                if left <= 0:
-                    raise RedisUnusable(
-                        f"cannot reach Redis at {where} within {max_wait_s:g} s "
-                        f"(--redis-wait-s): {reason}"
-                    ) from None
+            if left is not None:
                 pause = min(pause, left)
             await asyncio.sleep(pause)
             continue
