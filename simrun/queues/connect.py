@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
 
 from redis.exceptions import (
     AuthenticationError,
@@ -117,6 +118,11 @@ def open_redis(url: str, timeouts: RedisTimeouts) -> ArqRedis:
     parse."""
     from arq.connections import ArqRedis  # (not for the commands that never use Redis)
 
+    parts = urlsplit(url)
+    db = parts.path.strip("/")
+    if parts.scheme in ("redis", "rediss") and db and not db.isdigit():
+        # (redis-py would ignore it and use database 0)
+        raise RedisUnusable(f"bad Redis URL {redact_url(url)}: database {db!r} is not a number")
     try:
         client: ArqRedis = ArqRedis.from_url(
             url,

@@ -19,9 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from simrun.local.machine import free_port
+from simrun.local.redis import PrivateRedis
 from simrun.worker.health import judge_local, local_statuses
 from tests.support import REPO
 from tests.support.campaign import Campaign, fault_doc, report
+from tests.support.cli_harness import simrun
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("redis-start")]
 
@@ -163,3 +166,35 @@ def test_a_frozen_redis_is_noticed_and_ridden_out(campaign: Campaign, tmp_path: 
         service_noticed_s=seen["service"],
         worker_noticed_s=max(seen["w0"], seen["w1"]),
     )
+
+
+def _wrong_password(url: str) -> str:
+    return url.replace("redis://", "redis://:not-the-password@", 1)
+
+
+@pytest.mark.parametrize("command", ["worker", "service"])
+def test_a_redis_that_refuses_the_credentials_fails_at_once(
+    command: str, private_redis: PrivateRedis, tmp_path: Path
+) -> None:
+    """A Redis that answers but refuses the credentials of the URL will never take the
+    worker or the service: the command fails at once with one line naming the Redis (its
+    password hidden) and why, rather than waiting (or retrying) for ever."""
+    url = _wrong_password(private_redis.url)
+    args = {
+        "worker": ["worker", "--processes", "1", "--memory-gb", "1", "--cgroups", "off",
+                   "--local-dir", str(tmp_path / "local")],
+        "service": ["service", "--store", str(tmp_path / "store"), "--port", str(free_port())],
+    }[command]  # fmt: skip
+    started = time.monotonic()
+    done = simrun(*args, "--redis-url", url, cwd=tmp_path, timeout=60)
+    took = time.monotonic() - started
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert done.returncode == 1, done.stderr
+    assert len(errors) == 1, done.stderr
+    assert "cannot be used" in errors[0], errors
+    assert "not-the-password" not in done.stderr
+    assert "***@127.0.0.1" in errors[0], errors
+    assert "waiting for Redis" not in done.stderr
+    assert "retries remaining" not in done.stderr
+    assert "bug of simrun" not in done.stderr
+    print(f"{command} refused by Redis failed after {took:.1f} s")
