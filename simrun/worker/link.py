@@ -183,7 +183,11 @@ class RedisLink:
 
     async def _catch_up(self) -> None:
         for client in (self.redis, *self.pools):
-            await client.connection_pool.disconnect()
+            # Only the idle ones: a connection in use belongs to a call still waiting for
+            # its answer (a frozen Redis); closing it under that call makes redis-py fail
+            # with AttributeError (its writer gone), not a Redis error, and ends the worker.
+            # That call ends on its own, within the socket timeout.
+            await client.connection_pool.disconnect(inuse_connections=False)
         before = self.server_id
         info = await self.redis.info("server")
         server = str(info.get("run_id", ""))
