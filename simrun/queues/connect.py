@@ -25,7 +25,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from redis.exceptions import (
@@ -48,6 +48,7 @@ __all__ = [
     "REDIS_TIMEOUT_S",
     "RedisTimeouts",
     "RedisUnusable",
+    "cancel_and_wait",
     "describe",
     "open_redis",
     "start_failure",
@@ -177,3 +178,16 @@ async def wait_for_redis(
             await asyncio.sleep(pause)
             continue
         return state.back(time.time())
+
+
+async def cancel_and_wait(task: asyncio.Future[Any], every_s: float = 0.2) -> None:
+    """Cancel ``task`` and wait until it ended, cancelling it again while it runs. With a
+    socket timeout, redis-py writes through ``asyncio.wait_for``, which under Python 3.11
+    can swallow a cancellation that meets the end of the write: a task cancelled once
+    could then go on for ever (a worker that never stops). Its outcome is retrieved, not
+    raised."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=every_s)
+    if not task.cancelled():
+        task.exception()

@@ -34,7 +34,6 @@ injected clock (`simrun.core.clock`), so tests of the liveness rules step it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections import defaultdict
@@ -51,7 +50,7 @@ from simrun.core.layout import StoreLayout
 from simrun.core.outage import RECONNECT_MAX_S, LinkState, backoff_s
 from simrun.plugins import TaskType
 from simrun.queues import JobQueue, set_current_attempts
-from simrun.queues.connect import wait_for_redis
+from simrun.queues.connect import cancel_and_wait, wait_for_redis
 from simrun.resources import ResolvedResources, ResourceStore
 from simrun.runstore import RunRow, RunStore, UnknownRunError
 from simrun.service import decisions
@@ -225,10 +224,7 @@ class Controller:
             await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in (waiting, stopped):
-                if not task.done():
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                await cancel_and_wait(task)
         if waiting.cancelled():
             return False
         waited = waiting.result()  # raises RedisUnusable

@@ -55,7 +55,7 @@ from simrun.core.sizing import image_queue
 from simrun.core.timing import DEFAULT_GRACE_S, HEARTBEAT_S, HEARTBEAT_TTL_S, TTL_PER_INTERVAL
 from simrun.core.wire import deserialize, serialize
 from simrun.queues import DEFAULT_PREFIX, JOB_FUNCTION, Keys
-from simrun.queues.connect import RedisTimeouts, open_redis, wait_for_redis
+from simrun.queues.connect import RedisTimeouts, cancel_and_wait, open_redis, wait_for_redis
 from simrun.worker.admission import AdmissionGate
 from simrun.worker.arq_worker import OutageWorker
 from simrun.worker.capacity import Capacity, detect_capacity
@@ -265,10 +265,7 @@ class WorkerContainer:
             await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in (waiting, stopped):
-                if not task.done():
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                await cancel_and_wait(task)
             status.unlink(missing_ok=True)
         if waiting.cancelled():
             log.info("stopped while waiting for Redis at %s", where)
@@ -383,9 +380,7 @@ class WorkerContainer:
                 await self._stop_task
         finally:
             if heartbeat_task is not None:
-                heartbeat_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await heartbeat_task
+                await cancel_and_wait(heartbeat_task)
             for worker in self._arq:
                 with contextlib.suppress(*LINK_ERRORS):
                     await worker.close()
@@ -399,6 +394,10 @@ class WorkerContainer:
         """Run an arq worker; one that ends on a Redis error is started again once Redis
         answers (unless the container stops meanwhile)."""
         while True:
+            if self.stopping:
+                # A stop asked for before arq's main task exists would not end it (arq's
+                # handle_sig cancels only a main task it has): do not start it then.
+                return
             try:
                 await worker.async_run()
                 return
@@ -471,6 +470,11 @@ class WorkerContainer:
                 log.error("jobs did not end within 60 s of their processes being killed")
         for worker in self._arq:
             worker.handle_sig(signal.SIGTERM)
+        # arq cancels its main task once; a cancellation lost in a Redis write
+        # (`cancel_and_wait`) would leave it polling for ever.
+        await asyncio.gather(
+            *(cancel_and_wait(w.main_task) for w in self._arq if w.main_task is not None)
+        )
 
 
 def run_container(options: WorkerOptions, handle_signals: bool = True) -> None:

@@ -43,6 +43,7 @@ from redis.exceptions import RedisError
 
 from simrun.core.outage import RECONNECT_MAX_S, LinkState, backoff_s
 from simrun.core.reports import ReportEntry
+from simrun.queues.connect import cancel_and_wait
 from simrun.worker.spool import ReportSpool
 
 if TYPE_CHECKING:
@@ -100,6 +101,19 @@ def write_status(
         tmp.replace(path)
     except OSError as exc:
         log.debug("cannot write the status file %s: %s", path, exc)
+
+
+async def _disconnect_when_idle(client: Redis) -> None:
+    """Drop the connections of ``client`` (to a server that went away), once the calls
+    still holding one ended: each ends within the socket timeout (a frozen Redis), and
+    closing a connection under a call makes redis-py fail with AttributeError (its writer
+    gone), not a Redis error, which would end the worker. After that bound, all go."""
+    pool = client.connection_pool
+    bound = pool.connection_kwargs.get("socket_timeout") or 1.0
+    deadline = time.monotonic() + float(bound) + 0.5
+    while getattr(pool, "_in_use_connections", None) and time.monotonic() < deadline:  # noqa: ASYNC110 (redis-py offers no event for it)
+        await asyncio.sleep(0.02)
+    await pool.disconnect()
 
 
 class RedisLink:
@@ -183,11 +197,7 @@ class RedisLink:
 
     async def _catch_up(self) -> None:
         for client in (self.redis, *self.pools):
-            # Only the idle ones: a connection in use belongs to a call still waiting for
-            # its answer (a frozen Redis); closing it under that call makes redis-py fail
-            # with AttributeError (its writer gone), not a Redis error, and ends the worker.
-            # That call ends on its own, within the socket timeout.
-            await client.connection_pool.disconnect(inuse_connections=False)
+            await _disconnect_when_idle(client)
         before = self.server_id
         info = await self.redis.info("server")
         server = str(info.get("run_id", ""))
@@ -247,8 +257,6 @@ class RedisLink:
     async def close(self) -> None:
         """Stop trying; remove the status file."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
         if self.status is not None:
             self.status.unlink(missing_ok=True)
