@@ -42,6 +42,7 @@ from simrun.config import (
     INTAKE_ENV,
 )
 from simrun.core.intake import InputLimits
+from simrun.core.outage import REDIS_TIMEOUT_S as _REDIS_TIMEOUT_S
 from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S, HEARTBEAT_S, HEARTBEAT_TTL_S
 from simrun.queues import DEFAULT_PREFIX
@@ -229,3 +230,21 @@ def intake_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for name in reversed(names):
         decorated = _intake_option(name)(decorated)
     return decorated
+
+
+REDIS_WAIT_HELP = (
+    "Seconds to wait for Redis at start while it is not reachable (refused, timed out, a "
+    "name that does not resolve yet) [default: for ever; 0: fail at once]. Bad credentials "
+    "or a bad URL fail at once whatever this says."
+)
+REDIS_TIMEOUT_HELP = (
+    "Seconds one Redis call or connection attempt may take before it fails: how soon a "
+    "Redis that stopped answering without closing its connections is noticed."
+)
+REDIS_WAIT_S = click.option(
+    "--redis-wait-s", type=click.FloatRange(min=0), default=None, help=REDIS_WAIT_HELP
+)
+REDIS_TIMEOUT_S = click.option(
+    "--redis-timeout-s", type=click.FloatRange(min=0.1), default=_REDIS_TIMEOUT_S,
+    show_default=True, help=REDIS_TIMEOUT_HELP,
+)  # fmt: skip

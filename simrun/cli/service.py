@@ -12,7 +12,9 @@ from simrun.cli.common import load_types_from_here
 from simrun.cli.options import (
     PLUGINS,
     PREFIX,
+    REDIS_TIMEOUT_S,
     REDIS_URL,
+    REDIS_WAIT_S,
     SERVICE_HEARTBEAT_TTL_S,
     STORE,
     TOKEN,
@@ -22,6 +24,7 @@ from simrun.cli.options import (
 from simrun.core.intake import InputLimits
 from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
 from simrun.core.states import Limits
+from simrun.queues.connect import RedisUnusable
 from simrun.service.main import serve
 from simrun.service.settings import ControllerSettings
 
@@ -55,6 +58,8 @@ SHAPE_PROCESSES_HELP = (
 )  # fmt: skip
 @SERVICE_HEARTBEAT_TTL_S
 @intake_options
+@REDIS_WAIT_S
+@REDIS_TIMEOUT_S
 def service(
     host: str,
     port: int,
@@ -69,6 +74,8 @@ def service(
     worker_processes: int,
     heartbeat_ttl_s: float,
     intake: InputLimits,
+    redis_wait_s: float | None,
+    redis_timeout_s: float,
 ) -> None:
     """Run the service: the controller loop and the HTTP API."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -80,6 +87,11 @@ def service(
         limits=Limits(max_retries=max_retries, max_kills=max_kills),
         heartbeat_ttl_s=heartbeat_ttl_s,
         intake=intake,
+        redis_wait_s=redis_wait_s,
+        redis_timeout_s=redis_timeout_s,
     )
     shape = ContainerShape(memory_gb=worker_memory_gb, processes=worker_processes)
-    asyncio.run(serve(settings, types, host=host, port=port, token=token, default_shape=shape))
+    try:
+        asyncio.run(serve(settings, types, host=host, port=port, token=token, default_shape=shape))
+    except RedisUnusable as exc:
+        raise click.ClickException(str(exc)) from None

@@ -21,7 +21,9 @@ from simrun.cli.options import (
     HEARTBEAT_INTERVAL_S,
     PLUGINS,
     PREFIX,
+    REDIS_TIMEOUT_S,
     REDIS_URL,
+    REDIS_WAIT_S,
     STORE,
     WORKER_HEARTBEAT_TTL_S,
     container_memory_option,
@@ -29,6 +31,7 @@ from simrun.cli.options import (
 )
 from simrun.config import ENV_WORKER_DIR, redact_url
 from simrun.core.outage import RECONNECT_MAX_S
+from simrun.queues.connect import RedisUnusable
 from simrun.worker.container import (
     CGROUP_MODES,
     DEFAULT_COMMAND_LOG_CAP,
@@ -109,6 +112,8 @@ SPOOL_HELP = "MiB of reports kept on disk while Redis is away (after 16 MiB in m
     "stderr, in the task's logs/): the head and tail are kept, a line says how many bytes "
     "were dropped between them (0: no bound).",
 )  # fmt: skip
+@REDIS_WAIT_S
+@REDIS_TIMEOUT_S
 def worker(**params: Any) -> None:
     """Run a worker container: take jobs from the queues, run them in a pool of worker
     processes within the container's memory, and report every unit."""
@@ -126,7 +131,7 @@ def worker(**params: Any) -> None:
         logging.getLogger("arq").setLevel(logging.WARNING)
     try:
         run_container(options)
-    except PoolError as exc:
+    except (PoolError, RedisUnusable) as exc:
         raise click.ClickException(str(exc)) from None
     except (RedisError, OSError) as exc:
         where = redact_url(options.redis_url)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["RECONNECT_FIRST_S", "RECONNECT_MAX_S", "LinkState", "backoff_s"]
+__all__ = ["RECONNECT_FIRST_S", "RECONNECT_MAX_S", "REDIS_TIMEOUT_S", "LinkState", "backoff_s"]
 
 #: The pause after the first failed try.
 RECONNECT_FIRST_S = 0.1
@@ -18,6 +18,10 @@ RECONNECT_FIRST_S = 0.1
 #: service waits this much more than a heartbeat's time to live after Redis is back
 #: before it judges workers by their heartbeats (`simrun.service.decisions.judging`).
 RECONNECT_MAX_S = 5.0
+#: Seconds a call to Redis (or a connection attempt) may take before it fails
+#: (``--redis-timeout-s``): also how long a Redis that stopped answering without closing
+#: its connections (a partition, a frozen server) goes unnoticed after the next call.
+REDIS_TIMEOUT_S = 5.0
 
 
 def backoff_s(

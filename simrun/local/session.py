@@ -53,6 +53,7 @@ from simrun.local.reads import StoreReader
 from simrun.local.redis import PrivateRedis, find_redis_server
 from simrun.plugins import TaskType
 from simrun.queues import DEFAULT_PREFIX
+from simrun.queues.connect import RedisUnusable
 from simrun.service.api import create_app
 from simrun.service.controller import Controller
 from simrun.service.settings import ControllerSettings
@@ -197,7 +198,12 @@ class LocalSession:
         )
         try:
             self._controller = await Controller.open(settings, self.types)
-        except (OSError, RedisError) as exc:
+            # A local run does not wait for a Redis that is not there (a deployment does).
+            await self._controller.queue.pool.ping()
+        except (OSError, RedisError, RedisUnusable) as exc:
+            if self._controller is not None:
+                await self._controller.close()
+                self._controller = None
             where = "REDIS_URL " if opts.redis_url else ""
             raise LocalError(
                 f"cannot reach Redis at {where}{redact_url(redis_url)}: {exc}"

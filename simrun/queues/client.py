@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from redis.exceptions import ResponseError
 
+from simrun.config import redact_url
 from simrun.core.jobs import JobSpec, queue_for
 from simrun.core.reports import ReportEntry, StreamReport, WorkerInfo
-from simrun.core.wire import PayloadError, UnitKey, deserialize, serialize, unit_field
+from simrun.core.wire import PayloadError, UnitKey, unit_field
+from simrun.queues.connect import RedisTimeouts, open_redis, wait_for_redis
 from simrun.queues.keys import DEFAULT_PREFIX, JOB_FUNCTION, Keys
 
 if TYPE_CHECKING:
@@ -85,23 +87,40 @@ class JobQueue:
     Wraps an arq pool made with the msgpack serializer; ``redis`` is that client.
     """
 
-    def __init__(self, pool: ArqRedis, keys: Keys) -> None:
+    def __init__(self, pool: ArqRedis, keys: Keys, timeouts: RedisTimeouts | None = None) -> None:
         self.pool = pool
         self.keys = keys
+        #: The bounds of the pool's calls (a BLOCK must end well within ``socket_s``).
+        self.timeouts = timeouts or RedisTimeouts()
         #: The consumer groups of the report stream this queue created (or found).
         self._groups: set[str] = set()
 
     @classmethod
-    async def connect(cls, redis_url: str, prefix: str = DEFAULT_PREFIX) -> JobQueue:
-        """A queue over a new connection pool to ``redis_url``."""
-        from arq.connections import RedisSettings, create_pool
+    async def connect(
+        cls,
+        redis_url: str,
+        prefix: str = DEFAULT_PREFIX,
+        timeouts: RedisTimeouts | None = None,
+        *,
+        wait: bool = True,
+    ) -> JobQueue:
+        """A queue over a new connection pool to ``redis_url`` (`open_redis`); with
+        ``wait``, once Redis answered a PING (`wait_for_redis`: an unreachable Redis is
+        waited for, one that refuses simrun raises `RedisUnusable`). Without, no I/O."""
+        timeouts = timeouts or RedisTimeouts()
+        pool = open_redis(redis_url, timeouts)
+        if wait:
+            try:
+                await wait_for_redis(pool, redact_url(redis_url))
+            except BaseException:
+                await pool.aclose()
+                raise
+        return cls(pool, Keys(prefix), timeouts)
 
-        pool = await create_pool(
-            RedisSettings.from_dsn(redis_url),
-            job_serializer=serialize,
-            job_deserializer=deserialize,
-        )
-        return cls(pool, Keys(prefix))
+    @property
+    def block_max_s(self) -> float:
+        """The longest BLOCK a read may ask: half the socket timeout."""
+        return self.timeouts.socket_s / 2
 
     @property
     def redis(self) -> Redis:
@@ -209,6 +228,12 @@ class JobQueue:
 
         The group is created on the first read of this queue, and again when Redis says it
         is gone (NOGROUP: Redis lost its data, or the stream was deleted)."""
+        if block_ms is not None and not pending and block_ms / 1000 > self.block_max_s:
+            raise ValueError(
+                f"block_ms={block_ms}: a BLOCK of more than {self.block_max_s:g} s would be "
+                f"taken for a Redis that stopped answering (socket timeout "
+                f"{self.timeouts.socket_s:g} s)"
+            )
         if group not in self._groups:
             await self._ensure_group(group)
         try:

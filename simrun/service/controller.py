@@ -50,6 +50,7 @@ from simrun.core.layout import StoreLayout
 from simrun.core.outage import RECONNECT_MAX_S, LinkState, backoff_s
 from simrun.plugins import TaskType
 from simrun.queues import JobQueue, set_current_attempts
+from simrun.queues.connect import cancel_and_wait, wait_for_redis
 from simrun.resources import ResolvedResources, ResourceStore
 from simrun.runstore import RunRow, RunStore, UnknownRunError
 from simrun.service import decisions
@@ -133,12 +134,15 @@ class Controller:
         types: Mapping[str, TaskType],
         clock: Clock = SYSTEM_CLOCK,
     ) -> Controller:
-        """Open the stores (creating the file) and connect to Redis."""
+        """Open the stores (creating the file) and a client of Redis (not connected yet)."""
         store = await RunStore.open(settings.database)
         try:
             resources = ResourceStore(settings.database)
             await resources.ensure_schema(store.connection)
-            queue = await JobQueue.connect(settings.redis_url, settings.prefix)
+            # No I/O: the loop makes the first contact (`run_forever`), while the API answers.
+            queue = await JobQueue.connect(
+                settings.redis_url, settings.prefix, settings.redis_timeouts, wait=False
+            )
         except BaseException:
             await store.close()
             raise
@@ -160,13 +164,16 @@ class Controller:
     async def run_forever(self, stop: asyncio.Event | None = None) -> None:
         """Step until ``stop`` is set (or the task is cancelled).
 
-        Redis being away is waited out (SQLite keeps the state): one line when it goes, one
-        when it is back, tries in between after a capped exponential backoff with jitter.
+        Redis not reachable yet when the loop begins is waited for (`_first_contact`), and
+        Redis going away later is waited out (SQLite keeps the state): one line when it
+        goes, one when it is back, tries in between after a capped exponential backoff with jitter.
         Any other error of a step is logged with its traceback and kept in ``last_error``
         (the health of the service shows it), and the loop goes on after a pause rather
         than leaving the runs without a controller.
         """
         stop = stop or asyncio.Event()
+        if not await self._first_contact(stop):
+            return
         while not stop.is_set():
             pause = self.settings.poll_s
             try:
@@ -195,6 +202,39 @@ class Controller:
                     await asyncio.wait_for(stop.wait(), pause)
                 except TimeoutError:
                     continue
+
+    async def _first_contact(self, stop: asyncio.Event) -> bool:
+        """Wait for Redis before the first step (False: ``stop`` was set meanwhile). While
+        it is not reachable yet the link is down, so ``/health`` says the service is
+        degraded and the API answers from SQLite. A Redis that will never take the service
+        raises `RedisUnusable` (as does one not reached within ``redis_wait_s``). When it
+        had to be waited for, the workers get the grace of a reconnection before they are
+        judged: they may have been waiting for it too, with reports to deliver."""
+        where = redact_url(self.settings.redis_url)
+
+        def on_try(state: LinkState) -> None:
+            self.link.lost(self.clock.monotonic(), state.reason)
+            self.last_error = f"Redis unreachable: {state.reason}"
+
+        waiting = asyncio.ensure_future(
+            wait_for_redis(
+                self.queue.pool, where, max_wait_s=self.settings.redis_wait_s, on_try=on_try
+            )
+        )
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waiting, stopped):
+                await cancel_and_wait(task)
+        if waiting.cancelled():
+            return False
+        waited = waiting.result()  # raises RedisUnusable
+        self.last_error = None
+        if waited is not None:
+            self.link.back(self.clock.monotonic())
+            self._redis_back(f"connected to Redis at {where} after {waited:.1f} s")
+        return True
 
     def _redis_back(self, what: str) -> None:
         """Redis answers again (or restarted): judge no worker by its heartbeat for the

@@ -44,7 +44,9 @@ async def serve(
     default_shape: ContainerShape = DEFAULT_SHAPE,
 ) -> None:
     """Open the controller, drive its loop and answer HTTP until SIGINT/SIGTERM, then stop
-    the loop and close the controller (the process then ends normally, status 0).
+    the loop and close the controller (the process then ends normally, status 0). The
+    HTTP API answers while the loop waits for Redis at start; `RedisUnusable` (Redis
+    refuses the service, or ``redis_wait_s`` passed) ends both and is raised.
     ``default_shape`` is the worker container /metrics assumes for a queue while none of
     its workers is live."""
     controller = await Controller.open(settings, types)
@@ -59,6 +61,13 @@ async def serve(
             server.force_exit = True
         server.should_exit = True
 
+    def on_loop_end(task: asyncio.Task[None]) -> None:
+        # The loop ends early only when Redis cannot be used (`RedisUnusable`): the HTTP
+        # side stops too, and the error is raised below.
+        if not task.cancelled() and task.exception() is not None:
+            server.should_exit = True
+
+    loop_task.add_done_callback(on_loop_end)
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal)

@@ -8,9 +8,11 @@ from pathlib import Path
 from simrun.core import sizing
 from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
+from simrun.core.outage import REDIS_TIMEOUT_S
 from simrun.core.states import Limits
 from simrun.core.timing import HEARTBEAT_TTL_S
 from simrun.queues import DEFAULT_PREFIX
+from simrun.queues.connect import RedisTimeouts
 
 __all__ = ["ControllerSettings"]
 
@@ -49,6 +51,15 @@ class ControllerSettings:
     unit_timeout_s: float | None = None
     group: str = "simrun-service"
     consumer: str = "controller"
+    #: How long the loop waits for Redis when it first connects (None: for ever, while the
+    #: API answers from SQLite; 0: one try): ``--redis-wait-s``.
+    redis_wait_s: float | None = None
+    #: Bound of one Redis call and connection attempt: ``--redis-timeout-s``.
+    redis_timeout_s: float = REDIS_TIMEOUT_S
+
+    @property
+    def redis_timeouts(self) -> RedisTimeouts:
+        return RedisTimeouts(connect_s=self.redis_timeout_s, socket_s=self.redis_timeout_s)
 
     @property
     def database(self) -> Path:

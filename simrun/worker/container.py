@@ -20,6 +20,13 @@ local directory ``local_dir``), and once Redis answers again they are delivered 
 arq's bookkeeping of those jobs is done and the heartbeat resumes. The arq workers
 (`simrun.worker.arq_worker.OutageWorker`) skip their polls meanwhile; should one end on a
 Redis error anyway, it is started again once Redis is back.
+
+Redis not reachable yet when the container starts (containers often start before Redis,
+or while it restarts) is waited for with the same backoff (`simrun.queues.connect`), one
+line when the wait begins and one when it connected, the status file saying "waiting for
+Redis" meanwhile; bad credentials or a bad URL end the container at once. Every client has
+bounded socket and connect times (``redis_timeout_s``), so a Redis that stops answering
+without closing its connections is noticed like one that went away.
 """
 
 from __future__ import annotations
@@ -37,24 +44,31 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from arq.connections import ArqRedis, RedisSettings, create_pool
+from arq.connections import ArqRedis
 from arq.worker import func
 from redis.exceptions import RedisError
 
 from simrun.config import DEFAULT_REDIS_URL, DEFAULT_STORE, redact_url
-from simrun.core.outage import RECONNECT_MAX_S
+from simrun.core.outage import RECONNECT_MAX_S, REDIS_TIMEOUT_S, LinkState
 from simrun.core.reports import WorkerInfo, now_s
 from simrun.core.sizing import image_queue
 from simrun.core.timing import DEFAULT_GRACE_S, HEARTBEAT_S, HEARTBEAT_TTL_S, TTL_PER_INTERVAL
 from simrun.core.wire import deserialize, serialize
 from simrun.queues import DEFAULT_PREFIX, JOB_FUNCTION, Keys
+from simrun.queues.connect import RedisTimeouts, cancel_and_wait, open_redis, wait_for_redis
 from simrun.worker.admission import AdmissionGate
 from simrun.worker.arq_worker import OutageWorker
 from simrun.worker.capacity import Capacity, detect_capacity
 from simrun.worker.cgroups import CgroupSupport, WorkerCgroups, detect
 from simrun.worker.heartbeat import Heartbeat
 from simrun.worker.jobs import JobHandler
-from simrun.worker.link import DEFAULT_LOCAL_DIR, LINK_ERRORS, RedisLink, status_path
+from simrun.worker.link import (
+    DEFAULT_LOCAL_DIR,
+    LINK_ERRORS,
+    RedisLink,
+    status_path,
+    write_status,
+)
 from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP, DEFAULT_UNIT_LOG_CAP
 from simrun.worker.pool.processes import ProcessPool
 from simrun.worker.spool import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, MIB, ReportSpool, SpoolBounds
@@ -128,6 +142,10 @@ class WorkerOptions:
     spool_disk_mb: float = DEFAULT_DISK_MB
     #: Bytes of each log file (stdout, stderr) of a command (head and tail; 0: no bound).
     command_log_cap: int = DEFAULT_COMMAND_LOG_CAP
+    #: How long to wait for Redis at start while it is not reachable (None: for ever).
+    redis_wait_s: float | None = None
+    #: Bound of one Redis call or connection attempt (a Redis that stopped answering).
+    redis_timeout_s: float = REDIS_TIMEOUT_S
 
 
 class WorkerContainer:
@@ -172,6 +190,7 @@ class WorkerContainer:
         self._link: RedisLink | None = None
         self._stop_task: asyncio.Task[None] | None = None
         self._grace_over = asyncio.Event()
+        self._stop_asked = asyncio.Event()
 
     # -- state for the heartbeat ------------------------------------------------------------
 
@@ -221,19 +240,53 @@ class WorkerContainer:
             log_results=False,
         )
 
-    async def _connect(self) -> ArqRedis:
-        pool: ArqRedis = await create_pool(
-            RedisSettings.from_dsn(self.options.redis_url),
-            job_serializer=serialize,
-            job_deserializer=deserialize,
+    def _client(self) -> ArqRedis:
+        """A client of Redis with the worker's timeouts (no I/O yet)."""
+        t = self.options.redis_timeout_s
+        return open_redis(self.options.redis_url, RedisTimeouts(connect_s=t, socket_s=t))
+
+    async def _wait_for_redis(self, redis: ArqRedis) -> bool:
+        """Wait until Redis answers (True), or a stop is asked meanwhile (False). While it
+        is not reachable yet, the status file says so (the health check: "waiting for
+        Redis"); `RedisUnusable` when it never will be (or not within ``redis_wait_s``)."""
+        where = redact_url(self.options.redis_url)
+        status = status_path(self.options.local_dir, self.worker_id)
+
+        def on_try(state: LinkState) -> None:
+            write_status(status, where=where, prefix=self.options.prefix, state=state,
+                         kept_reports=0)  # fmt: skip
+
+        waiting = asyncio.ensure_future(
+            wait_for_redis(
+                redis,
+                where,
+                max_wait_s=self.options.redis_wait_s,
+                max_backoff_s=self.options.redis_retry_max_s,
+                on_try=on_try,
+            )
         )
-        return pool
+        stopped = asyncio.ensure_future(self._stop_asked.wait())
+        try:
+            await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waiting, stopped):
+                await cancel_and_wait(task)
+            status.unlink(missing_ok=True)
+        if waiting.cancelled():
+            log.info("stopped while waiting for Redis at %s", where)
+            return False
+        waited = waiting.result()  # raises RedisUnusable
+        if waited is not None:
+            log.info("connected to Redis at %s after %.1f s", where, waited)
+        return True
 
     async def run(self, handle_signals: bool = False) -> None:
         """Serve until the queues are empty (burst) or a stop has run its course.
 
         Raises `PoolError` when the worker processes cannot start (a ``--plugins``
-        reference that does not load) and Redis errors when Redis cannot be reached.
+        reference that does not load) and `RedisUnusable` when Redis will never take the
+        worker (bad URL or credentials) or was not reached within ``redis_wait_s``; Redis
+        not reachable yet is waited for (for ever by default).
         """
         loop = asyncio.get_running_loop()
         if handle_signals:
@@ -242,9 +295,10 @@ class WorkerContainer:
         try:
             await asyncio.to_thread(self._open_cgroups)
             await self.pool.start()
-            redis = await self._connect()
+            redis = self._client()
             try:
-                await self._serve(redis)
+                if await self._wait_for_redis(redis):
+                    await self._serve(redis)
             finally:
                 await redis.aclose()
         finally:
@@ -304,7 +358,7 @@ class WorkerContainer:
         heartbeat_task: asyncio.Task[None] | None = None
         try:
             for queue in self.options.queues:
-                pool = await self._connect()
+                pool = self._client()
                 link.pools.append(pool)
                 self._arq.append(self._arq_worker(queue, pool, handler, link))
             await heartbeat.beat()
@@ -333,9 +387,7 @@ class WorkerContainer:
                 await self._stop_task
         finally:
             if heartbeat_task is not None:
-                heartbeat_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await heartbeat_task
+                await cancel_and_wait(heartbeat_task)
             for worker in self._arq:
                 with contextlib.suppress(*LINK_ERRORS):
                     await worker.close()
@@ -349,6 +401,10 @@ class WorkerContainer:
         """Run an arq worker; one that ends on a Redis error is started again once Redis
         answers (unless the container stops meanwhile)."""
         while True:
+            if self.stopping:
+                # A stop asked for before arq's main task exists would not end it (arq's
+                # handle_sig cancels only a main task it has): do not start it then.
+                return
             try:
                 await worker.async_run()
                 return
@@ -388,6 +444,7 @@ class WorkerContainer:
             self._grace_over.set()
             return
         self.stopping = True
+        self._stop_asked.set()
         log.info("stopping: no new jobs, %g s of grace for the running ones", self.options.grace_s)
         self._stop_task = asyncio.get_running_loop().create_task(self._stop())
 
@@ -420,6 +477,11 @@ class WorkerContainer:
                 log.error("jobs did not end within 60 s of their processes being killed")
         for worker in self._arq:
             worker.handle_sig(signal.SIGTERM)
+        # arq cancels its main task once; a cancellation lost in a Redis write
+        # (`cancel_and_wait`) would leave it polling for ever.
+        await asyncio.gather(
+            *(cancel_and_wait(w.main_task) for w in self._arq if w.main_task is not None)
+        )
 
 
 def run_container(options: WorkerOptions, handle_signals: bool = True) -> None:
@@ -469,6 +531,8 @@ class WorkerFlags:
     redis_retry_max_s: float = RECONNECT_MAX_S
     spool_mb: float = DEFAULT_DISK_MB
     command_log_cap: int = DEFAULT_COMMAND_LOG_CAP
+    redis_wait_s: float | None = None
+    redis_timeout_s: float = REDIS_TIMEOUT_S
 
     def to_argv(self) -> list[str]:
         """The arguments of ``simrun worker`` that give these flags. Every value is written
@@ -532,6 +596,8 @@ class WorkerFlags:
             redis_retry_max_s=self.redis_retry_max_s,
             spool_disk_mb=self.spool_mb,
             command_log_cap=self.command_log_cap,
+            redis_wait_s=self.redis_wait_s,
+            redis_timeout_s=self.redis_timeout_s,
         )
 
 

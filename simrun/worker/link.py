@@ -43,12 +43,13 @@ from redis.exceptions import RedisError
 
 from simrun.core.outage import RECONNECT_MAX_S, LinkState, backoff_s
 from simrun.core.reports import ReportEntry
+from simrun.queues.connect import cancel_and_wait
 from simrun.worker.spool import ReportSpool
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["DEFAULT_LOCAL_DIR", "RedisLink", "read_status", "status_path"]
+__all__ = ["DEFAULT_LOCAL_DIR", "RedisLink", "read_status", "status_path", "write_status"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,44 @@ def read_status(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def write_status(
+    path: Path, *, where: str, prefix: str, state: LinkState, kept_reports: int
+) -> None:
+    """Write the status file of a worker whose Redis is away (``state``), atomically; a
+    failure is logged, not raised. Also while it waits for Redis at start."""
+    now = time.time()
+    data = {
+        "pid": os.getpid(),
+        "updated": now,
+        "redis": "up" if state.up else "down",
+        "where": where,
+        "prefix": prefix,
+        "down_s": state.down_for(now),
+        "reason": state.reason,
+        "kept_reports": kept_reports,
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+    except OSError as exc:
+        log.debug("cannot write the status file %s: %s", path, exc)
+
+
+async def _disconnect_when_idle(client: Redis) -> None:
+    """Drop the connections of ``client`` (to a server that went away), once the calls
+    still holding one ended: each ends within the socket timeout (a frozen Redis), and
+    closing a connection under a call makes redis-py fail with AttributeError (its writer
+    gone), not a Redis error, which would end the worker. After that bound, all go."""
+    pool = client.connection_pool
+    bound = pool.connection_kwargs.get("socket_timeout") or 1.0
+    deadline = time.monotonic() + float(bound) + 0.5
+    while getattr(pool, "_in_use_connections", None) and time.monotonic() < deadline:  # noqa: ASYNC110 (redis-py offers no event for it)
+        await asyncio.sleep(0.02)
+    await pool.disconnect()
 
 
 class RedisLink:
@@ -158,7 +197,7 @@ class RedisLink:
 
     async def _catch_up(self) -> None:
         for client in (self.redis, *self.pools):
-            await client.connection_pool.disconnect()
+            await _disconnect_when_idle(client)
         before = self.server_id
         info = await self.redis.info("server")
         server = str(info.get("run_id", ""))
@@ -207,30 +246,17 @@ class RedisLink:
             with contextlib.suppress(OSError):
                 self.status.unlink(missing_ok=True)
             return
-        now = time.time()
-        data = {
-            "pid": os.getpid(),
-            "updated": now,
-            "redis": "up" if self.is_up else "down",
-            "where": self.where,
-            "prefix": self.prefix,
-            "down_s": self.state.down_for(now),
-            "reason": self.state.reason,
-            "kept_reports": len(self.spool),
-        }
-        tmp = self.status.with_name(self.status.name + ".tmp")
-        try:
-            self.status.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(data))
-            tmp.replace(self.status)
-        except OSError as exc:
-            log.debug("cannot write the status file %s: %s", self.status, exc)
+        write_status(
+            self.status,
+            where=self.where,
+            prefix=self.prefix,
+            state=self.state,
+            kept_reports=len(self.spool),
+        )
 
     async def close(self) -> None:
         """Stop trying; remove the status file."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
         if self.status is not None:
             self.status.unlink(missing_ok=True)

@@ -135,13 +135,18 @@ class Campaign:
 
     # --- processes -------------------------------------------------------------------
 
-    def start_service(self, timeout_s: float = 30.0) -> None:
-        """Start the service (again, on the same store) and wait until /health says ok."""
+    def start_service(
+        self, timeout_s: float = 30.0, *, healthy: bool = True, redis_timeout_s: float | None = None
+    ) -> None:
+        """Start the service (again, on the same store) and wait until /health says ok (or,
+        without ``healthy``, until it answers at all: Redis may not be there yet)."""
         self.service_starts += 1
         argv = [
             sys.executable, "-m", "tests.support.campaign_service", "--store", str(self.store),
             "--redis-url", self.redis.url, "--prefix", self.prefix, "--port", str(self.port),
         ]  # fmt: skip
+        if redis_timeout_s is not None:
+            argv += ["--redis-timeout-s", str(redis_timeout_s)]
         if self.address_space_gb is not None:
             argv += ["--address-space-gb", str(self.address_space_gb)]
         with (self.logs / "service.log").open("ab") as out:
@@ -151,7 +156,16 @@ class Campaign:
                 argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
         self.service_expected = True
-        wait_until("the service to answer /health", self._healthy, timeout_s, self.check)
+        answers = self._healthy if healthy else self.health
+        wait_until("the service to answer /health", answers, timeout_s, self.check)
+
+    def health(self) -> dict[str, Any] | None:
+        """What /health says (None when the service does not answer)."""
+        try:
+            answer: dict[str, Any] = self.http.get("/health", timeout=2.0).json()
+        except httpx.HTTPError:
+            return None
+        return answer
 
     def _healthy(self) -> bool:
         try:
@@ -184,14 +198,21 @@ class Campaign:
         self.service.wait(timeout=10)
 
     def start_worker(
-        self, worker_id: str, *, processes: int = 2, memory_gb: float = 2.0, grace_s: float = 5.0
+        self,
+        worker_id: str,
+        *,
+        processes: int = 2,
+        memory_gb: float = 2.0,
+        grace_s: float = 5.0,
+        **more: Any,
     ) -> Worker:
-        """A worker container serving the campaign's type, in a process group of its own."""
+        """A worker container serving the campaign's type, in a process group of its own
+        (``more``: other `WorkerFlags`)."""
         flags = WorkerFlags(
             queues=("cpu",), redis_url=self.redis.url, prefix=self.prefix,
             memory_gb=memory_gb, processes=processes, worker_id=worker_id, grace_s=grace_s,
             plugins=REFS, python_path=(str(REPO),), poll_delay_s=0.01,
-            heartbeat_s=HEARTBEAT_S, heartbeat_ttl_s=HEARTBEAT_TTL_S, store=self.store,
+            heartbeat_s=HEARTBEAT_S, heartbeat_ttl_s=HEARTBEAT_TTL_S, store=self.store, **more,
         )  # fmt: skip
         log = self.logs / f"worker-{worker_id}.log"
         with log.open("ab") as out:

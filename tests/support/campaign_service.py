@@ -1,6 +1,6 @@
 """The service of the fault campaign in a process of its own, so that the campaign can
 SIGKILL it: ``python -m tests.support.campaign_service --store DIR --redis-url U --prefix P
---port N [--address-space-gb G]``, run in the repository's root.
+--port N [--address-space-gb G] [--redis-timeout-s T]``, run in the repository's root.
 
 It is `simrun.service.main.serve` (the controller loop and the HTTP API, what ``simrun
 service`` runs) over the campaign's task type (tests/support/campaign_tasks.py), with the
@@ -34,14 +34,16 @@ def main() -> None:
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--address-space-gb", type=float, default=None)
+    parser.add_argument("--redis-timeout-s", type=float, default=None)
     args = parser.parse_args()
     if args.address_space_gb is not None:
         limit = int(args.address_space_gb * GIB)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     types = load_types(REFS)
+    more = {} if args.redis_timeout_s is None else {"redis_timeout_s": args.redis_timeout_s}
     service_settings = settings(
-        args.store, args.redis_url, args.prefix, heartbeat_ttl_s=HEARTBEAT_TTL_S
+        args.store, args.redis_url, args.prefix, heartbeat_ttl_s=HEARTBEAT_TTL_S, **more
     )
     asyncio.run(serve(service_settings, types, port=args.port, log_level="warning"))
 
