@@ -44,11 +44,12 @@ class PrivateRedis:
     back with its data). Once started it keeps its port and directory: `kill` and `start`
     again restart it where it was (how the tests take Redis away and bring it back)."""
 
-    def __init__(self, persist: bool = False) -> None:
+    def __init__(self, persist: bool = False, port: int | None = None) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
-        self.url = ""
+        #: Known before `start` when ``port`` is given (clients may be told it first).
+        self.url = "" if port is None else f"redis://127.0.0.1:{port}/0"
         self.persist = persist
-        self.port: int | None = None
+        self.port: int | None = port
         self._dir: tempfile.TemporaryDirectory[str] | None = None
 
     def argv(self, exe: str, port: int, directory: Path) -> list[str]:

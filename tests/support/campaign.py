@@ -128,7 +128,9 @@ class Campaign:
         self.store = self.root / "store"
         self.logs = self.root / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.redis = PrivateRedis()  # no persistence: killed and started again, it is empty
+        # No persistence: killed and started again, it is empty. Its port is chosen now, so
+        # processes can be told its URL before it starts.
+        self.redis = PrivateRedis(port=free_port())
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.http = httpx.Client(base_url=self.url, timeout=30.0)
