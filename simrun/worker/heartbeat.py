@@ -72,6 +72,8 @@ class Heartbeat:
             if link is None or link.is_up:
                 try:
                     await self.beat()
+                    if link is not None:
+                        await link.check_server()
                 except (RedisError, OSError) as exc:
                     if link is None:
                         log.warning("heartbeat failed: %s", exc)

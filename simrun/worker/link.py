@@ -155,6 +155,28 @@ class RedisLink:
         info = await self.redis.info("server")
         self.server_id = str(info.get("run_id", ""))
 
+    async def check_server(self) -> None:
+        """Ask which Redis server answers; when it is another than before (Redis restarted,
+        and may have lost its data: even so quickly that no call failed), write again the
+        reports of the last `RECENT_S` before anything else. Raises when Redis does not
+        answer (as at every heartbeat, which calls this)."""
+        before = self.server_id
+        info = await self.redis.info("server")
+        server = str(info.get("run_id", ""))
+        if before is not None and server != before and self._recent:
+            now = time.monotonic()
+            recent = [e for t, e in self._recent if now - t <= RECENT_S]
+            for entry in recent:
+                await self.write(entry)
+            log.warning(
+                "Redis restarted (it may have lost its data): wrote again the %d reports of "
+                "the last %g s",
+                len(recent),
+                RECENT_S,
+            )
+            self._recent.clear()
+        self.server_id = server  # once the reports it may have lost are written again
+
     async def send(self, entry: ReportEntry) -> None:
         """Write a report (raises when Redis does not take it), and remember it a while."""
         await self.write(entry)
@@ -198,22 +220,7 @@ class RedisLink:
     async def _catch_up(self) -> None:
         for client in (self.redis, *self.pools):
             await _disconnect_when_idle(client)
-        before = self.server_id
-        info = await self.redis.info("server")
-        server = str(info.get("run_id", ""))
-        if before is not None and server != before and self._recent:
-            now = time.monotonic()
-            recent = [e for t, e in self._recent if now - t <= RECENT_S]
-            for entry in recent:
-                await self.write(entry)
-            log.warning(
-                "Redis restarted (it may have lost its data): wrote again the %d reports of "
-                "the last %g s",
-                len(recent),
-                RECENT_S,
-            )
-            self._recent.clear()
-        self.server_id = server  # once the reports it may have lost are written again
+        await self.check_server()
         self._delivered += await self.spool.deliver(self.send)
         while self._finishes:
             await self._finishes[0]()
