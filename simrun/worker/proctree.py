@@ -18,7 +18,7 @@ import ctypes
 import os
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 __all__ = [
     "CHILDREN_FILES",
@@ -92,9 +92,9 @@ def _children_from_task_files(pid: int) -> list[int]:
     return found
 
 
-def _parent_map() -> dict[int, list[int]]:
-    """Every process's children, from the ppid field of ``/proc/*/stat``."""
-    children: dict[int, list[int]] = {}
+def _all_stats() -> Iterator[tuple[int, list[bytes]]]:
+    """Every process's pid and the fields of its ``/proc/<pid>/stat`` after the command
+    name (state, ppid, pgrp, ...): one scan of ``/proc``."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -103,9 +103,15 @@ def _parent_map() -> dict[int, list[int]]:
             continue
         # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split
         # after the last ')'.
-        rest = data[data.rfind(b")") + 2 :].split(maxsplit=2)
-        if len(rest) >= 2:
-            children.setdefault(int(rest[1]), []).append(int(name))
+        yield int(name), data[data.rfind(b")") + 2 :].split(maxsplit=3)
+
+
+def _parent_map() -> dict[int, list[int]]:
+    """Every process's children, from the ppid field of ``/proc/*/stat``."""
+    children: dict[int, list[int]] = {}
+    for pid, fields in _all_stats():
+        if len(fields) >= 2:
+            children.setdefault(int(fields[1]), []).append(pid)
     return children
 
 
@@ -181,17 +187,11 @@ def group_members(pgid: int) -> list[int]:
         return []
     except PermissionError:  # someone else's group: nothing of ours is in it
         return []
-    members: list[int] = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        data = _read(f"/proc/{name}/stat")
-        if data is None:
-            continue
-        fields = data[data.rfind(b")") + 2 :].split()  # state ppid pgrp ...
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
-            members.append(int(name))
-    return members
+    return [
+        pid
+        for pid, fields in _all_stats()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z"
+    ]
 
 
 def kill_pids(pids: Iterable[int], sig: int = signal.SIGKILL) -> None:

@@ -28,6 +28,7 @@ from simrun.worker.exec.spec import CommandResult, CommandSpec
 from tests.support import REPO
 from tests.support.harness import make_spec as make_job
 from tests.support.harness import run_burst
+from tests.support.procs import alive, wait_dead
 
 pytestmark = pytest.mark.e2e
 
@@ -52,23 +53,6 @@ def own_memory_cgroup() -> Path | None:
 
     found = detect(probe=False)
     return None if found.own is None else found.own.path
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"
-
-
-def wait_dead(pid: int, timeout_s: float = 10.0) -> bool:
-    """Whether ``pid`` is gone within ``timeout_s`` (a SIGKILLed process takes a moment)."""
-    deadline = time.monotonic() + timeout_s
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return not alive(pid)
 
 
 @pytest.fixture

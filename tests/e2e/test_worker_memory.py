@@ -23,6 +23,7 @@ from simrun.worker.container import WorkerContainer, WorkerFlags, WorkerOptions,
 from tests.support import REPO
 from tests.support.harness import all_reports, make_spec, spawn
 from tests.support.mem_tasks import REFS
+from tests.support.procs import alive
 
 pytestmark = pytest.mark.e2e
 
@@ -35,15 +36,6 @@ def cgroups_here() -> str | None:
 
     found = detect()
     return None if found.usable else found.reason
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"
 
 
 def child_pid(spec: JobSpec, index: int) -> int:

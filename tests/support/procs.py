@@ -1,0 +1,24 @@
+"""Reading processes from /proc, as the tests that check that none is left behind do
+(independent of `simrun.worker.proctree`, which they check)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"
+
+
+def wait_dead(pid: int, timeout_s: float = 10.0) -> bool:
+    """Whether ``pid`` is gone within ``timeout_s`` (a SIGKILLed process takes a moment)."""
+    deadline = time.monotonic() + timeout_s
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not alive(pid)
