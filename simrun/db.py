@@ -32,6 +32,7 @@ import aiosqlite
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT_S",
+    "WAL_LIMIT_BYTES",
     "FileKeeper",
     "Migration",
     "SchemaError",
@@ -93,9 +94,15 @@ def _journal_mode(conn: sqlite3.Connection, deadline_s: float) -> str:
         delay_s = min(delay_s * 2, 0.05)
 
 
+#: The size the WAL file is cut back to once a checkpoint emptied it.
+WAL_LIMIT_BYTES = 4 * 1024 * 1024
+
+
 def _configure(conn: sqlite3.Connection, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
     """WAL, foreign keys and ``synchronous=NORMAL`` (durable across a crash of the process;
-    the last transactions may be lost to a power cut)."""
+    the last transactions may be lost to a power cut); the WAL file is cut back to
+    `WAL_LIMIT_BYTES` after each checkpoint that empties it, so a burst of writes does not
+    leave it large for good."""
     mode = _journal_mode(conn, time.monotonic() + busy_timeout_s)
     if mode != "wal":
         raise SchemaError(
@@ -104,6 +111,8 @@ def _configure(conn: sqlite3.Connection, busy_timeout_s: float = DEFAULT_BUSY_TI
         )
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA foreign_keys = ON")
+    # PRAGMA takes no parameters; the value is a constant of ours.
+    conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
 
 
 class _Configured(sqlite3.Connection):

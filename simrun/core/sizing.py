@@ -31,6 +31,7 @@ __all__ = [
     "request_slots",
     "retry_memory_gb",
     "split",
+    "split_range",
 ]
 
 #: About this much work per job once the seconds of a unit are known.
@@ -103,6 +104,14 @@ def split(items: Sequence[T], size: int) -> list[tuple[T, ...]]:
     if size < 1:
         raise ValueError(f"chunk size must be >= 1, got {size}")
     return [tuple(items[i : i + size]) for i in range(0, len(items), size)]
+
+
+def split_range(indices: range, size: int) -> list[range]:
+    """A range of unit indices cut into consecutive ranges of ``size`` (the last may be
+    shorter), as `split` cuts a list, without a list of the indices."""
+    if size < 1:
+        raise ValueError(f"chunk size must be >= 1, got {size}")
+    return [indices[i : i + size] for i in range(0, len(indices), size)]
 
 
 def request_slots(kind: str, processes: int, uses_cores: bool) -> int:

@@ -38,9 +38,12 @@ async def set_current_attempts(
     attempts: Mapping[UnitKey, int],
 ) -> None:
     """Record the attempt the service dispatched last for each unit (index, "merge" or
-    "command") of a task."""
-    if attempts:
-        mapping = {unit_field(k): str(v) for k, v in attempts.items()}
+    "command") of a task, when it is above 1: a unit with no attempt recorded counts as
+    current for any attempt (`current_attempts`), which is right for a unit dispatched
+    once, so Redis holds a field only for the units dispatched again (or marked stale by
+    a cancel), not one per unit of the run."""
+    mapping = {unit_field(k): str(v) for k, v in attempts.items() if v > 1}
+    if mapping:
         await cast("Awaitable[int]", redis.hset(keys.attempts(run, task), mapping=mapping))
 
 

@@ -15,12 +15,12 @@ import aiosqlite
 
 from simrun.core.reports import ReportEntry
 from simrun.core.states import ACTIVE_UNIT_STATES, Limits, UnitRow, unit_after_outcome, unit_index
-from simrun.runstore.ingest import index_ranges, observed_peak_gb, split_reports
+from simrun.runstore.ingest import all_done, index_ranges, observed_peak_gb, split_reports
 from simrun.runstore.reads import chunks, marks
 from simrun.runstore.rows import UPDATE_UNIT, Applied, unit_of, unit_values
 from simrun.runstore.schema import UNIT_COLUMNS, sql_list
 
-__all__ = ["apply_reports"]
+__all__ = ["apply_reports", "done_whole", "materialize_jobs"]
 
 
 async def apply_reports(
@@ -28,9 +28,11 @@ async def apply_reports(
 ) -> Applied:
     """Apply the unit outcomes of report entries on ``conn`` (in a transaction).
 
-    All-done reports are one set-based update each, the others go unit by unit; then the
-    units of reported jobs that their report left out are released, those jobs leave the
-    set in flight, and each task reported on gets its kills and peak.
+    A range job in flight that a report says is done whole becomes a span (no unit row is
+    written); the range jobs of the other reports get their unit rows first. Then all-done
+    reports are one set-based update each, the others go unit by unit; then the units of
+    reported jobs that their report left out are released, those jobs leave the set in
+    flight, and each task reported on gets its kills and peak.
     """
     applied = Applied()
     in_flight = await _existing_jobs(conn, [e.job_id for e in entries])
@@ -39,11 +41,21 @@ async def apply_reports(
         if entry.job_id in in_flight and entry.job_id not in recorded:
             recorded.add(entry.job_id)
             applied.recorded.append(entry)
-    fast, slow = split_reports(entries)
+    spans: dict[str, ReportEntry] = {}
+    for entry in entries:
+        job = in_flight.get(entry.job_id)
+        if job is not None and entry.job_id not in spans and done_whole(entry, job):
+            spans[entry.job_id] = entry
+    rest = [e for e in entries if e.job_id not in spans]
+    await materialize_jobs(
+        conn, [e.job_id for e in rest if (j := in_flight.get(e.job_id)) and j[0] is not None]
+    )
+    await _apply_spans(conn, spans, in_flight, now_s, applied)
+    fast, slow = split_reports(rest)
     await _apply_done(conn, fast, now_s, applied)
     kills = await _apply_by_unit(conn, slow, limits, now_s, applied)
     await _task_facts(conn, entries, kills)
-    gone = sorted(in_flight)
+    gone = sorted(set(in_flight) - set(spans))
     before = conn.total_changes
     await conn.executemany(
         "UPDATE units SET state = 'pending', worker = NULL,"
@@ -54,6 +66,96 @@ async def apply_reports(
     await conn.executemany("DELETE FROM jobs WHERE id = ?", [(j,) for j in gone])
     applied.changed += conn.total_changes - before - len(gone)
     return applied
+
+
+def done_whole(entry: ReportEntry, job: tuple[int | None, int | None]) -> bool:
+    """Whether a report says every unit of its range job ``(first, last)`` is done, and
+    names no other unit."""
+    first, last = job
+    if first is None or last is None or not all_done(entry):
+        return False
+    indices = [k for k in entry.outcomes if isinstance(k, int)]
+    if len(indices) != len(entry.outcomes) or len(indices) != last - first + 1:
+        return False
+    return min(indices) == first and max(indices) == last
+
+
+async def materialize_jobs(conn: aiosqlite.Connection, job_ids: Iterable[str]) -> int:
+    """Give the units of these range jobs in flight rows of their own, as the job says they
+    are (queued, or running on its worker), and make them jobs of unit rows: what happens
+    to them next (a release, a report that is not all done) is then written unit by unit.
+    Jobs that are not range jobs in flight are left alone. Returns the rows made."""
+    made = 0
+    for job_id in sorted(set(job_ids)):
+        rows = list(
+            await conn.execute_fetchall(
+                "SELECT run_id, task, first_idx, last_idx, attempt, memory_gb, worker, running,"
+                " enqueued_s, started_s FROM jobs WHERE id = ? AND first_idx IS NOT NULL",
+                (job_id,),
+            )
+        )
+        if not rows:
+            continue
+        run, task, first, last, attempt, memory_gb, worker, running, queued_s, started_s = rows[0]
+        before = conn.total_changes
+        await conn.execute(
+            "WITH RECURSIVE seq(i) AS (SELECT :first UNION ALL"
+            " SELECT i + 1 FROM seq WHERE i < :last)"
+            " INSERT INTO units (run_id, task, idx, kind, state, attempt, job_id, memory_gb,"
+            " worker, queued_s, started_s)"
+            " SELECT :run, :task, i, 'chunk', :state, :attempt, :job, :gb, :worker, :queued,"
+            " :started FROM seq",
+            {
+                "first": first,
+                "last": last,
+                "run": run,
+                "task": task,
+                "state": "running" if running else "queued",
+                "attempt": attempt,
+                "job": job_id,
+                "gb": memory_gb,
+                "worker": worker,
+                "queued": queued_s,
+                "started": started_s if running else None,
+            },
+        )
+        made += conn.total_changes - before
+        await conn.execute(
+            "UPDATE jobs SET first_idx = NULL, last_idx = NULL WHERE id = ?", (job_id,)
+        )
+    return made
+
+
+async def _apply_spans(
+    conn: aiosqlite.Connection,
+    spans: Mapping[str, ReportEntry],
+    in_flight: Mapping[str, tuple[int | None, int | None]],
+    now_s: float,
+    applied: Applied,
+) -> None:
+    """Range jobs done whole: each becomes a span, its task counts its units done, and the
+    job leaves the set in flight."""
+    done: dict[tuple[str, str], int] = defaultdict(int)
+    for job_id, entry in spans.items():
+        first, last = in_flight[job_id]
+        assert first is not None
+        assert last is not None
+        await conn.execute(
+            "INSERT INTO spans (run_id, task, first_idx, last_idx, attempt, job_id, memory_gb,"
+            " worker, queued_s, started_s, finished_s)"
+            " SELECT run_id, task, first_idx, last_idx, attempt, id, memory_gb, ?,"
+            " enqueued_s, coalesce(started_s, ?), ? FROM jobs WHERE id = ?",
+            (entry.worker_id, entry.started, now_s, job_id),
+        )
+        await conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+        done[(entry.run, entry.task)] += last - first + 1
+    for (run, task), n in sorted(done.items()):
+        await conn.execute(
+            "UPDATE tasks SET spans_done = spans_done + ? WHERE run_id = ? AND name = ?",
+            (n, run, task),
+        )
+        applied.changed += n
+        applied.touched.add((run, task))
 
 
 async def _apply_done(
@@ -188,11 +290,15 @@ async def _unit_rows(
     return found
 
 
-async def _existing_jobs(conn: aiosqlite.Connection, job_ids: Sequence[str]) -> set[str]:
-    found: set[str] = set()
+async def _existing_jobs(
+    conn: aiosqlite.Connection, job_ids: Sequence[str]
+) -> dict[str, tuple[int | None, int | None]]:
+    """The jobs of ``job_ids`` in flight, with their range (None, None for jobs whose units
+    have rows)."""
+    found: dict[str, tuple[int | None, int | None]] = {}
     for part in chunks(sorted(set(job_ids))):
         rows = await conn.execute_fetchall(
-            f"SELECT id FROM jobs WHERE id IN ({marks(len(part))})", part
+            f"SELECT id, first_idx, last_idx FROM jobs WHERE id IN ({marks(len(part))})", part
         )
-        found.update(str(r[0]) for r in rows)
+        found.update({str(r[0]): (r[1], r[2]) for r in rows})
     return found

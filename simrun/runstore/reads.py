@@ -14,8 +14,26 @@ from typing import Any
 import aiosqlite
 
 from simrun.core.states import TaskCounts, UnitKind, UnitRow, UnitState
-from simrun.runstore.rows import JobRow, RunRow, TaskRow, counts_of, run_of, task_of, unit_of
-from simrun.runstore.schema import JOB_COLUMNS, RUN_COLUMNS, TASK_COLUMNS, UNIT_COLUMNS
+from simrun.runstore.rows import (
+    JobRow,
+    RunRow,
+    TaskRow,
+    counts_of,
+    job_indices,
+    job_of,
+    job_unit,
+    run_of,
+    span_units,
+    task_of,
+    unit_of,
+)
+from simrun.runstore.schema import (
+    JOB_COLUMNS,
+    RUN_COLUMNS,
+    SPAN_COLUMNS,
+    TASK_COLUMNS,
+    UNIT_COLUMNS,
+)
 
 __all__ = ["RunReads", "chunks", "marks"]
 
@@ -77,18 +95,51 @@ class RunReads:
         return [task_of(r) for r in rows]
 
     async def counts(self, run_id: str) -> dict[str, TaskCounts]:
-        """Units by state of every task of a run that has units."""
+        """Units by state of every task of a run that has units: from the rows of the units
+        that have one (few), the range jobs in flight and each task's counters, never a
+        scan of every unit."""
         rows = await self._fetch(
             "SELECT task, kind, state, count(*) FROM units WHERE run_id = ?"
             " GROUP BY task, kind, state",
             (run_id,),
         )
-        return counts_of(rows)
+        ranged = await self._fetch(
+            "SELECT task, CASE running WHEN 1 THEN 'running' ELSE 'queued' END,"
+            " sum(last_idx - first_idx + 1) FROM jobs"
+            " WHERE run_id = ? AND first_idx IS NOT NULL GROUP BY task, running",
+            (run_id,),
+        )
+        tasks = await self._fetch(
+            "SELECT name, units - frontier, spans_done FROM tasks"
+            " WHERE run_id = ? AND splittable = 1 AND units IS NOT NULL"
+            " AND (units > frontier OR spans_done > 0)",
+            (run_id,),
+        )
+        extra: list[tuple[str, str, str, int]] = [
+            (str(t), "chunk", str(state), int(n)) for t, state, n in ranged
+        ]
+        for name, fresh, spans_done in tasks:
+            extra += [(str(name), "chunk", "pending", int(fresh))]
+            extra += [(str(name), "chunk", "done", int(spans_done))]
+        return counts_of([*rows, *extra])
 
     async def pending_units(
         self, run_id: str, task: str, limit: int, kind: UnitKind | None = None
     ) -> list[UnitRow]:
-        """Up to ``limit`` pending units of a task, by index."""
+        """Up to ``limit`` pending units of a task, by index: those sent back (with a row),
+        then fresh ones (never dispatched, made up from the frontier). The dispatcher takes
+        the two apart (`pending_rows`, `fresh_units`) to make no object per fresh unit."""
+        units = await self.pending_rows(run_id, task, limit, kind)
+        if kind in (None, "chunk") and len(units) < limit:
+            fresh = (await self.fresh_units(run_id, task))[: limit - len(units)]
+            units += [UnitRow(run_id, task, i, "chunk", "pending") for i in fresh]
+        return units
+
+    async def pending_rows(
+        self, run_id: str, task: str, limit: int, kind: UnitKind | None = None
+    ) -> list[UnitRow]:
+        """Up to ``limit`` pending units of a task that have a row (sent back, replayed, a
+        merge or a command), by index."""
         kind_clause = "AND kind = ?" if kind is not None else ""
         rows = await self._fetch(
             f"SELECT {UNIT_COLUMNS} FROM units INDEXED BY units_pending"
@@ -98,10 +149,26 @@ class RunReads:
         )
         return [unit_of(r) for r in rows]
 
+    async def fresh_units(self, run_id: str, task: str) -> range:
+        """The chunk units of a task never dispatched (pending, with no row): the indices
+        from its frontier on."""
+        rows = await self._fetch(
+            "SELECT frontier, coalesce(units, 0) FROM tasks"
+            " WHERE run_id = ? AND name = ? AND splittable = 1",
+            (run_id, task),
+        )
+        if not rows:
+            return range(0)
+        return range(int(rows[0][0]), max(int(rows[0][0]), int(rows[0][1])))
+
     async def units(
         self, run_id: str, task: str | None = None, states: Sequence[UnitState] = ()
     ) -> list[UnitRow]:
-        """The units of a run (or one task), optionally only those in ``states``."""
+        """The units of a run (or one task), optionally only those in ``states``, by task
+        and index: those with a row as stored, and the others as their range job, span or
+        frontier says. A listing of every unit of a large run is as large as the run: the
+        service asks only for the few states it needs."""
+        wanted = set(states) if states else None
         sql = f"SELECT {UNIT_COLUMNS} FROM units WHERE run_id = ?"
         params: list[Any] = [run_id]
         if task is not None:
@@ -110,8 +177,42 @@ class RunReads:
         if states:
             sql += f" AND state IN ({marks(len(states))})"
             params += states
-        rows = await self._fetch(sql + " ORDER BY task, idx", params)
-        return [unit_of(r) for r in rows]
+        out = [unit_of(r) for r in await self._fetch(sql, params)]
+        scope, scope_params = ("AND task = ?", (task,)) if task is not None else ("", ())
+        if wanted is None or wanted & {"queued", "running"}:
+            for job in await self._range_jobs(run_id, scope, scope_params):
+                state: UnitState = "running" if job.running else "queued"
+                if wanted is None or state in wanted:
+                    out += [job_unit(job, i) for i in job_indices(job)]
+        if wanted is None or "done" in wanted:
+            rows = await self._fetch(
+                f"SELECT {SPAN_COLUMNS} FROM spans WHERE run_id = ? {scope}",
+                (run_id, *scope_params),
+            )
+            for r in rows:
+                out += span_units(r)
+        if wanted is None or "pending" in wanted:
+            rows = await self._fetch(
+                "SELECT name, frontier, units FROM tasks WHERE run_id = ? AND splittable = 1"
+                f" AND units > frontier {scope.replace('task', 'name')}",
+                (run_id, *scope_params),
+            )
+            for name, frontier, units in rows:
+                out += [
+                    UnitRow(run_id, str(name), i, "chunk", "pending")
+                    for i in range(int(frontier), int(units))
+                ]
+        out.sort(key=lambda u: (u.task, u.index))
+        return out
+
+    async def _range_jobs(
+        self, run_id: str, scope: str = "", params: Sequence[Any] = ()
+    ) -> list[JobRow]:
+        rows = await self._fetch(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE run_id = ? AND first_idx IS NOT NULL {scope}",
+            (run_id, *params),
+        )
+        return [job_of(r) for r in rows]
 
     async def jobs(self, run_id: str | None = None) -> list[JobRow]:
         """The jobs in flight (of one run, or all)."""
@@ -119,7 +220,7 @@ class RunReads:
         rows = await self._fetch(
             f"SELECT {JOB_COLUMNS} FROM jobs {where} ORDER BY enqueued_s, id", params
         )
-        return [JobRow(*r) for r in rows]
+        return [job_of(r) for r in rows]
 
     async def jobs_in_flight(self) -> dict[str, int]:
         """Number of jobs in flight per logical queue."""
@@ -131,8 +232,9 @@ class RunReads:
         return await self.units(run_id, states=("failed",))
 
     async def pending_counts(self, run_id: str) -> dict[str, dict[str, int]]:
-        """Pending units of a run per task and kind (chunk, command, merge); cheap when
-        few are pending (a partial index holds only pending units)."""
+        """Pending units of a run per task and kind (chunk, command, merge): the rows of
+        units sent back (a partial index holds only pending ones) and each task's fresh
+        units (a counter)."""
         rows = await self._fetch(
             "SELECT task, kind, count(*) FROM units INDEXED BY units_pending"
             " WHERE run_id = ? AND state = 'pending' GROUP BY task, kind",
@@ -141,4 +243,12 @@ class RunReads:
         out: dict[str, dict[str, int]] = {}
         for task, kind, n in rows:
             out.setdefault(str(task), {})[str(kind)] = int(n)
+        fresh = await self._fetch(
+            "SELECT name, units - frontier FROM tasks WHERE run_id = ? AND splittable = 1"
+            " AND units > frontier",
+            (run_id,),
+        )
+        for task, n in fresh:
+            by_kind = out.setdefault(str(task), {})
+            by_kind["chunk"] = by_kind.get("chunk", 0) + int(n)
         return out

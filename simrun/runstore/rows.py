@@ -10,7 +10,7 @@ from typing import Any
 
 from simrun.core.reports import ReportEntry
 from simrun.core.states import RunState, TaskCounts, TaskState, UnitKind, UnitRow
-from simrun.runstore.schema import RUN_COLUMNS, TASK_COLUMNS
+from simrun.runstore.schema import JOB_COLUMNS, RUN_COLUMNS, TASK_COLUMNS
 
 __all__ = [
     "UPDATE_UNIT",
@@ -27,9 +27,13 @@ __all__ = [
     "counts_of",
     "dumps",
     "insert",
+    "job_indices",
+    "job_of",
+    "job_unit",
     "job_values",
     "run_of",
     "run_values",
+    "span_units",
     "task_of",
     "task_values",
     "unit_of",
@@ -112,6 +116,8 @@ class TaskRow(NewTask):
     kills: int = 0
     requested_gb: float | None = None
     peak_memory_gb: float | None = None
+    frontier: int = 0
+    spans_done: int = 0
 
 
 @dataclass(frozen=True)
@@ -129,19 +135,35 @@ class Job:
 
 @dataclass(frozen=True)
 class NewJob(Job):
-    """A job being dispatched: its units (stored indices) go from pending to queued."""
+    """A job being dispatched: its units (stored indices) go from pending to queued. A
+    ``fresh`` job takes the next units of its task that were never dispatched, ``indices``
+    a `range` from the task's frontier: those units get no row of their own (the job's row
+    speaks for them); the others move units that have a row."""
 
-    indices: tuple[int, ...]
+    indices: Sequence[int]
     memory_gb: float
+    fresh: bool = False
 
 
 @dataclass(frozen=True)
 class JobRow(Job):
-    """A job in flight. ``worker`` is the worker container that said it holds the job."""
+    """A job in flight. ``worker`` is the worker container that said it holds the job. A
+    range job (``first_idx`` set) holds the units ``first_idx..last_idx`` that have no row:
+    they run under its ``memory_gb``, and are running since ``started_s`` when
+    ``running``."""
 
     units: int
     worker: str | None
     enqueued_s: float
+    first_idx: int | None = None
+    last_idx: int | None = None
+    memory_gb: float | None = None
+    running: bool = False
+    started_s: float | None = None
+
+    @property
+    def is_range(self) -> bool:
+        return self.first_idx is not None
 
 
 @dataclass
@@ -206,7 +228,8 @@ def task_values(run_id: str, task: NewTask) -> dict[str, Any]:
 
 
 def job_values(job: NewJob, now_s: float) -> dict[str, Any]:
-    """The row of a job going in flight now (no worker has said it holds it yet)."""
+    """The row of a job going in flight now (no worker has said it holds it yet); a fresh
+    job keeps the range of its units."""
     return {
         "id": job.id,
         "run_id": job.run,
@@ -216,7 +239,17 @@ def job_values(job: NewJob, now_s: float) -> dict[str, Any]:
         "attempt": job.attempt,
         "units": len(job.indices),
         "enqueued_s": now_s,
+        "first_idx": job.indices[0] if job.fresh else None,
+        "last_idx": job.indices[-1] if job.fresh else None,
+        "memory_gb": job.memory_gb,
     }
+
+
+def job_of(row: Sequence[Any]) -> JobRow:
+    """A job from a row of ``SELECT {JOB_COLUMNS}``."""
+    values = _named(JOB_COLUMNS, row)
+    values["running"] = bool(values["running"])
+    return JobRow(**values)
 
 
 def _named(columns: str, row: Sequence[Any]) -> dict[str, Any]:
@@ -276,15 +309,65 @@ UPDATE_UNIT = (
 
 
 def counts_of(rows: Iterable[Sequence[Any]]) -> dict[str, TaskCounts]:
-    """Task → `TaskCounts` from rows of (task, kind, state, count)."""
-    by_task: dict[str, dict[str, int]] = defaultdict(dict)
+    """Task → `TaskCounts` from rows of (task, kind, state, count); the counts of rows
+    naming the same task and state add up."""
+    by_task: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     merges: dict[str, str] = {}
     for task, kind, state, n in rows:
         if kind == "merge":
             merges[str(task)] = str(state)
         else:
-            by_task[str(task)][str(state)] = int(n)
+            by_task[str(task)][str(state)] += int(n)
     return {
         task: TaskCounts.of(by_task.get(task, {}), merges.get(task))
         for task in sorted(set(by_task) | set(merges))
     }
+
+
+def job_indices(job: JobRow) -> range:
+    """The units of a range job (none for a job whose units have rows)."""
+    if job.first_idx is None or job.last_idx is None:
+        return range(0)
+    return range(job.first_idx, job.last_idx + 1)
+
+
+def job_unit(job: JobRow, index: int) -> UnitRow:
+    """A unit of a range job in flight, as its row would say."""
+    return UnitRow(
+        job.run,
+        job.task,
+        index,
+        "chunk",
+        "running" if job.running else "queued",
+        attempt=job.attempt,
+        job_id=job.id,
+        memory_gb=job.memory_gb,
+        worker=job.worker,
+        queued_s=job.enqueued_s,
+        started_s=job.started_s if job.running else None,
+    )
+
+
+def span_units(row: Sequence[Any]) -> list[UnitRow]:
+    """The units of a span (a row of ``SELECT {SPAN_COLUMNS}``), done, as their rows would
+    say."""
+    run, task, first, last, attempt, job_id, memory_gb, worker, queued_s, started_s, finished_s = (
+        row
+    )
+    return [
+        UnitRow(
+            str(run),
+            str(task),
+            i,
+            "chunk",
+            "done",
+            attempt=int(attempt),
+            job_id=str(job_id),
+            memory_gb=memory_gb,
+            worker=worker,
+            queued_s=queued_s,
+            started_s=started_s,
+            finished_s=finished_s,
+        )
+        for i in range(int(first), int(last) + 1)
+    ]

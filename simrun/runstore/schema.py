@@ -12,6 +12,7 @@ __all__ = [
     "JOB_COLUMNS",
     "MIGRATIONS",
     "RUN_COLUMNS",
+    "SPAN_COLUMNS",
     "TASK_COLUMNS",
     "UNIT_COLUMNS",
     "sql_list",
@@ -135,6 +136,42 @@ MIGRATIONS: tuple[db.Migration, ...] = (
             "  AND units.kind != 'merge')",
         ),
     ),
+    db.Migration(
+        "units as ranges: a chunk unit has a row only when it has something of its own",
+        (
+            # Chunk units below the frontier were dispatched once; those at or above it are
+            # pending and have no row. Each unit below it has a row, is in a range job in
+            # flight, or is in a span (done in a range job).
+            "ALTER TABLE tasks ADD COLUMN frontier INTEGER NOT NULL DEFAULT 0",
+            # Units of the task's spans: done, and with no row.
+            "ALTER TABLE tasks ADD COLUMN spans_done INTEGER NOT NULL DEFAULT 0",
+            # A range job (first_idx set) holds fresh units first..last, which have no row;
+            # its memory, whether it runs, and since when, are the job's.
+            "ALTER TABLE jobs ADD COLUMN first_idx INTEGER",
+            "ALTER TABLE jobs ADD COLUMN last_idx INTEGER",
+            "ALTER TABLE jobs ADD COLUMN memory_gb REAL",
+            "ALTER TABLE jobs ADD COLUMN running INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE jobs ADD COLUMN started_s REAL",
+            # A range job done whole: its units, with what a unit row would have said.
+            "CREATE TABLE spans ("
+            " run_id TEXT NOT NULL,"
+            " task TEXT NOT NULL,"
+            " first_idx INTEGER NOT NULL,"
+            " last_idx INTEGER NOT NULL,"
+            " attempt INTEGER NOT NULL,"
+            " job_id TEXT NOT NULL,"
+            " memory_gb REAL,"
+            " worker TEXT,"
+            " queued_s REAL,"
+            " started_s REAL,"
+            " finished_s REAL,"
+            " PRIMARY KEY (run_id, task, first_idx),"
+            " FOREIGN KEY (run_id, task) REFERENCES tasks (run_id, name) ON DELETE CASCADE"
+            ") WITHOUT ROWID",
+            # Stores made before: every unit of a started task has its row.
+            "UPDATE tasks SET frontier = units WHERE splittable = 1 AND units IS NOT NULL",
+        ),
+    ),
 )
 
 #: Most host parameters in one statement, well below SQLite's limit.
@@ -147,7 +184,14 @@ UNIT_COLUMNS = (
 TASK_COLUMNS = (
     "run_id, name, position, type, settings, inputs, depends, override, memory_override_gb,"
     " splittable, has_merge, state, status, queue, resource_key, resources, units,"
-    " started_s, finished_s, kills, requested_gb, peak_memory_gb"
+    " started_s, finished_s, kills, requested_gb, peak_memory_gb, frontier, spans_done"
 )
 RUN_COLUMNS = "id, name, model, state, message, document, created_s, updated_s, finished_s"
-JOB_COLUMNS = "id, run_id, task, kind, queue, attempt, units, worker, enqueued_s"
+JOB_COLUMNS = (
+    "id, run_id, task, kind, queue, attempt, units, worker, enqueued_s,"
+    " first_idx, last_idx, memory_gb, running, started_s"
+)
+SPAN_COLUMNS = (
+    "run_id, task, first_idx, last_idx, attempt, job_id, memory_gb, worker, queued_s,"
+    " started_s, finished_s"
+)

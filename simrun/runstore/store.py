@@ -24,6 +24,7 @@ from simrun.core.states import (
     UnitRow,
 )
 from simrun.runstore.apply import apply_reports as write_reports
+from simrun.runstore.apply import materialize_jobs
 from simrun.runstore.reads import RunReads
 from simrun.runstore.rows import (
     Applied,
@@ -87,6 +88,13 @@ class RunStore(RunReads):
         if self._write is None:
             raise RuntimeError(f"RunStore({self.path}) is closed or was never opened")
         return self._write
+
+    async def checkpoint(self) -> None:
+        """Copy the WAL into the file and empty it, as far as readers allow (a run that
+        ended leaves the file small); the write connection cuts the WAL file back (see
+        `simrun.db`)."""
+        async with self._write_lock:
+            await self.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -181,8 +189,9 @@ class RunStore(RunReads):
         now_s: float,
         conn: aiosqlite.Connection | None = None,
     ) -> None:
-        """Create the pending units of a task and set it running: ``units`` chunk units of a
-        splittable task, or its one command unit (``units`` must then be 1)."""
+        """Set a task running with its pending units: ``units`` chunk units of a splittable
+        task (no row each: its frontier, 0, says every one is pending, so the cost does not
+        grow with ``units``), or its one command unit (``units`` must then be 1)."""
         async with self._writing(conn) as c:
             rows = list(
                 await c.execute_fetchall(
@@ -197,16 +206,18 @@ class RunStore(RunReads):
                 raise ValueError(f"task {task!r} of run {run_id!r} is {state}, it cannot start")
             if units < 0 or (not splittable and units != 1):
                 raise ValueError(f"task {task!r}: cannot start with {units} units")
-            kind = "chunk" if splittable else "command"
-            first = 0 if splittable else COMMAND_INDEX
-            # The rows are made by SQLite (a recursive count), not as a list in Python on
-            # the event loop.
+            if splittable:
+                # Fresh units have no row: the frontier (0) says they are all pending.
+                await c.execute(
+                    "UPDATE tasks SET state = 'running', units = ?, started_s = ?, status = '',"
+                    " frontier = 0, spans_done = 0 WHERE run_id = ? AND name = ?",
+                    (units, now_s, run_id, task),
+                )
+                return
             await c.execute(
-                "WITH RECURSIVE seq(i) AS (SELECT 0 WHERE :units > 0"
-                " UNION ALL SELECT i + 1 FROM seq WHERE i + 1 < :units)"
-                " INSERT INTO units (run_id, task, idx, kind, state)"
-                " SELECT :run, :task, :first + i, :kind, 'pending' FROM seq",
-                {"units": units, "run": run_id, "task": task, "first": first, "kind": kind},
+                "INSERT INTO units (run_id, task, idx, kind, state)"
+                " VALUES (?, ?, ?, 'command', 'pending')",
+                (run_id, task, COMMAND_INDEX),
             )
             await c.execute(
                 "UPDATE tasks SET state = 'running', units = ?, started_s = ?, status = ''"
@@ -232,12 +243,17 @@ class RunStore(RunReads):
     ) -> None:
         """Record jobs as in flight and move their units from pending to queued with the
         job's attempt and memory; a task keeps the largest memory per process its chunks or
-        command were dispatched with. Every unit must be pending (else nothing is
-        written)."""
+        command were dispatched with. A fresh job must start at its task's frontier, which
+        moves past it (its units get no row); the units of the others must be pending rows.
+        Else nothing is written."""
         unit_params = [
-            (j.attempt, j.id, j.memory_gb, now_s, j.run, j.task, i) for j in jobs for i in j.indices
+            (j.attempt, j.id, j.memory_gb, now_s, j.run, j.task, i)
+            for j in jobs
+            if not j.fresh
+            for i in j.indices
         ]
         async with self._writing(conn) as c:
+            await self._give_rows(c, [j for j in jobs if not j.fresh])
             before = c.total_changes
             await c.executemany(
                 "UPDATE units SET state = 'queued', attempt = ?, job_id = ?, memory_gb = ?,"
@@ -250,6 +266,25 @@ class RunStore(RunReads):
                     f"RunStore.add_jobs: only {c.total_changes - before} of {len(unit_params)} "
                     "units were pending; nothing was dispatched"
                 )
+            for j in jobs:
+                if not j.fresh:
+                    continue
+                if not j.indices or list(j.indices) != list(
+                    range(j.indices[0], j.indices[0] + len(j.indices))
+                ):
+                    raise ValueError(f"RunStore.add_jobs: fresh job {j.id} is not one range")
+                before = c.total_changes
+                await c.execute(
+                    "UPDATE tasks SET frontier = ? WHERE run_id = ? AND name = ?"
+                    " AND splittable = 1 AND frontier = ? AND units >= ?",
+                    (j.indices[-1] + 1, j.run, j.task, j.indices[0], j.indices[-1] + 1),
+                )
+                if c.total_changes == before:
+                    raise ValueError(
+                        f"RunStore.add_jobs: job {j.id} takes units {j.indices[0]}.."
+                        f"{j.indices[-1]} of task {j.task!r}, which are not the next fresh "
+                        "ones; nothing was dispatched"
+                    )
             rows = [job_values(j, now_s) for j in jobs]
             if rows:
                 await c.executemany(insert("jobs", rows[0])[0], rows)
@@ -264,6 +299,46 @@ class RunStore(RunReads):
                 " requested_gb = coalesce(max(requested_gb, :gb), requested_gb, :gb)"
                 " WHERE run_id = :run AND name = :task",
                 [{"run": r, "task": t, "gb": gb} for (r, t), gb in sorted(requested.items())],
+            )
+
+    @staticmethod
+    async def _give_rows(c: aiosqlite.Connection, jobs: Sequence[NewJob]) -> None:
+        """Fresh units that jobs of unit rows take (a caller that took them from
+        `pending_units`) get their pending rows first: per task, they must be the next
+        ones from its frontier, which moves past them."""
+        wanted: dict[tuple[str, str], list[int]] = {}
+        for j in jobs:
+            if j.kind == "chunk":
+                wanted.setdefault((j.run, j.task), []).extend(j.indices)
+        for (run_id, task), indices in sorted(wanted.items()):
+            rows = list(
+                await c.execute_fetchall(
+                    "SELECT frontier, units FROM tasks WHERE run_id = ? AND name = ?"
+                    " AND splittable = 1",
+                    (run_id, task),
+                )
+            )
+            if not rows:
+                continue
+            frontier, units = int(rows[0][0]), int(rows[0][1] or 0)
+            fresh = sorted(i for i in indices if i >= frontier)
+            if not fresh:
+                continue
+            if fresh != list(range(frontier, frontier + len(fresh))) or fresh[-1] >= units:
+                raise ValueError(
+                    f"RunStore.add_jobs: units {fresh[:5]}… of task {task!r} are not the next "
+                    "fresh ones; nothing was dispatched"
+                )
+            await c.execute(
+                "WITH RECURSIVE seq(i) AS (SELECT :first UNION ALL"
+                " SELECT i + 1 FROM seq WHERE i < :last)"
+                " INSERT INTO units (run_id, task, idx, kind, state)"
+                " SELECT :run, :task, i, 'chunk', 'pending' FROM seq",
+                {"first": fresh[0], "last": fresh[-1], "run": run_id, "task": task},
+            )
+            await c.execute(
+                "UPDATE tasks SET frontier = ? WHERE run_id = ? AND name = ?",
+                (fresh[-1] + 1, run_id, task),
             )
 
     async def see_jobs(
@@ -295,6 +370,19 @@ class RunStore(RunReads):
                 [(w, job, w) for job, (w, running) in items if not running],
             )
             changed: int = c.total_changes - before
+            # A range job's units run when the job does: one row says it for all of them.
+            for job, (_, running) in items:
+                if not running:
+                    continue
+                rows = list(
+                    await c.execute_fetchall(
+                        "UPDATE jobs SET running = 1, started_s = coalesce(started_s, ?)"
+                        " WHERE id = ? AND first_idx IS NOT NULL AND running = 0"
+                        " RETURNING last_idx - first_idx + 1",
+                        (now_s, job),
+                    )
+                )
+                changed += sum(int(r[0]) for r in rows)
             return changed
 
     async def release_jobs(
@@ -304,6 +392,7 @@ class RunStore(RunReads):
         cancelled): their queued or running units go back to pending with ``reason`` as their
         last error, to be dispatched again with a new attempt. Returns the units released."""
         async with self._writing(conn) as c:
+            await materialize_jobs(c, job_ids)
             before = c.total_changes
             await c.executemany(
                 "UPDATE units SET state = 'pending', worker = NULL, error = ?"

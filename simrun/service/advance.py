@@ -317,6 +317,7 @@ async def advance_run(
         message = "" if outcome == "succeeded" else await failure_message(store, run.id)
         await store.set_run_state(run.id, outcome, message, now)
         log.info("run %s %s %s", run.id, outcome, message)
+        await store.checkpoint()
         changed = True
     return changed
 

@@ -7,6 +7,7 @@ The rules are `simrun.core.sizing` and `simrun.service.decisions`; the jobs come
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -111,8 +112,8 @@ class Dispatcher:
         merge = pending.get("merge", 0) > 0
         if merge or not task.splittable:
             kind: UnitKind = "merge" if merge else "command"
-            units = await self.store.pending_units(run.id, task.name, 1, kind=kind)
-            chunks: list[tuple[UnitRow, ...]] = [tuple(units)] if units else []
+            units = await self.store.pending_rows(run.id, task.name, 1, kind=kind)
+            chunks: list[Sequence[UnitRow] | range] = [tuple(units)] if units else []
         else:
             processes = sum(c.processes for c in capacities if queue in c.queues)
             size = sizing.chunk_size(
@@ -123,9 +124,15 @@ class Dispatcher:
                 max_chunk=s.max_chunk,
             )
             limit = min(room * size, max(size, s.dispatch_units))
-            units = await self.store.pending_units(run.id, task.name, limit, kind="chunk")
+            # Units sent back first (they have rows), then fresh ones from the frontier.
+            units = await self.store.pending_rows(run.id, task.name, limit, kind="chunk")
             groups = memory_groups(units, resolved.memory_per_worker_gb)
-            chunks = [c for group in groups for c in sizing.split(group, size)][:room]
+            chunks = list(
+                itertools.islice((c for g in groups for c in sizing.split(g, size)), room)
+            )
+            if len(chunks) < room and len(units) < limit:
+                fresh = (await self.store.fresh_units(run.id, task.name))[: limit - len(units)]
+                chunks += sizing.split_range(fresh, size)[: room - len(chunks)]
         if not chunks:
             return False
         planned = build_jobs(s.store, task, task_type, resolved, queue, chunks, s.unit_timeout_s)
@@ -154,7 +161,8 @@ class Dispatcher:
                 conn=conn,
             )
         in_flight[queue] = in_flight.get(queue, 0) + len(planned)
-        attempts = {k: d.job.attempt for d in planned for k in d.spec.units}
+        # A fresh job's units were never dispatched before: no attempt to record.
+        attempts = {k: d.job.attempt for d in planned if d.job.attempt > 1 for k in d.spec.units}
         await set_current_attempts(self.queue.redis, self.queue.keys, run.id, task.name, attempts)
         results = await self.queue.enqueue_many(
             [d.spec for d in planned], concurrency=s.enqueue_concurrency

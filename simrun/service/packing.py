@@ -54,11 +54,13 @@ def build_jobs(
     task_type: TaskType,
     resolved: ResolvedResources,
     queue: str,
-    chunks: Sequence[Sequence[UnitRow]],
+    chunks: Sequence[Sequence[UnitRow] | range],
     timeout_s: float | None = None,
 ) -> list[Dispatch]:
     """One job per chunk of pending units of ``task`` (chunk units, its command unit, or its
     merge unit, one kind per chunk), each with an attempt above every unit's current one.
+    A chunk given as a `range` is of fresh chunk units (never dispatched, no row): a fresh
+    job of attempt 1.
 
     A chunk or command job runs under the resolved memory per process, a merge under the
     resolved base memory; a unit killed for memory before gets at least `RETRY_FACTOR`
@@ -69,22 +71,32 @@ def build_jobs(
     for units in chunks:
         if not units:
             raise ValueError(f"task {task.name!r}: an empty chunk cannot be a job")
-        kinds = {u.kind for u in units}
-        if len(kinds) != 1:
-            raise ValueError(f"task {task.name!r}: a job mixes units of kinds {sorted(kinds)}")
-        kind: UnitKind = units[0].kind
-        attempt = job_attempt(u.attempt for u in units)
         base_gb = resolved.memory_base_gb
         per_worker_gb = resolved.memory_per_worker_gb
-        if kind == "merge":
-            base_gb = retry_memory_gb(
-                base_gb, units[0].kills, units[0].memory_gb, retry_factor=RETRY_FACTOR
-            )
+        fresh = isinstance(units, range)
+        indices: Sequence[int]
+        if isinstance(units, range):
+            kind: UnitKind = "chunk"
+            attempt = job_attempt(())
+            indices = units
         else:
-            per_worker_gb = max(
-                retry_memory_gb(per_worker_gb, u.kills, u.memory_gb, retry_factor=RETRY_FACTOR)
-                for u in units
-            )
+            kinds = {u.kind for u in units}
+            if len(kinds) != 1:
+                raise ValueError(f"task {task.name!r}: a job mixes units of kinds {sorted(kinds)}")
+            kind = units[0].kind
+            attempt = job_attempt(u.attempt for u in units)
+            indices = tuple(u.index for u in units)
+        # Fresh units were never killed: they take the resolved memory.
+        if not isinstance(units, range):
+            if kind == "merge":
+                base_gb = retry_memory_gb(
+                    base_gb, units[0].kills, units[0].memory_gb, retry_factor=RETRY_FACTOR
+                )
+            else:
+                per_worker_gb = max(
+                    retry_memory_gb(per_worker_gb, u.kills, u.memory_gb, retry_factor=RETRY_FACTOR)
+                    for u in units
+                )
         spec = JobSpec(
             kind=kind,
             run=task.run,
@@ -100,7 +112,7 @@ def build_jobs(
                 seconds_per_unit=resolved.seconds_per_unit,
             ),
             attempt=attempt,
-            indices=tuple(u.index for u in units) if kind == "chunk" else (),
+            indices=tuple(indices) if kind == "chunk" else (),
             uses_cores=task_type.uses_cores,
             checkpoints=task_type.checkpoints,
             timeout_s=timeout_s,
@@ -114,8 +126,9 @@ def build_jobs(
             kind=kind,
             queue=queue,
             attempt=attempt,
-            indices=tuple(u.index for u in units),
+            indices=indices,
             memory_gb=base_gb if kind == "merge" else per_worker_gb,
+            fresh=fresh,
         )
         out.append(Dispatch(job, spec))
     return out

@@ -78,7 +78,8 @@ async def beat(c: Controller, worker_id: str, memory_gb: float, queues=("cpu",),
 
 async def test_dispatch_one_unit_per_job_within_the_window(heat_controller: Controller):
     """With nothing learned, each job carries one unit; at most window_jobs are in Redis,
-    the rest stay pending; each unit's current attempt is written before its job."""
+    the rest stay pending; a unit dispatched for the first time gets no attempt in Redis
+    (none recorded counts as current: Redis holds only units dispatched again)."""
     run_id = await submit_heat(heat_controller)
     assert await heat_controller.step()
     queued = await heat_controller.queue.queued_job_ids("cpu")
@@ -95,7 +96,8 @@ async def test_dispatch_one_unit_per_job_within_the_window(heat_controller: Cont
     attempts = await current_attempts(
         heat_controller.queue.redis, heat_controller.queue.keys, run_id, "sweep", list(range(24))
     )
-    assert attempts == dict.fromkeys(range(10), 1)
+    assert attempts == {}
+    assert await attempts_keys(heat_controller, run_id) == []
     await heat_controller.step()  # the window is full: nothing more goes out
     assert len(await heat_controller.queue.queued_job_ids("cpu")) == 10
     # the copy of the source is in the run's directory
@@ -258,6 +260,8 @@ async def test_attempts_left_by_an_earlier_service_are_found_at_start(
         await first.cancel(ended)
         running = await submit_heat(first)
         await first.step()  # the window is free again: the other run's units go out
+        # A unit of the running run dispatched again: its attempt is recorded.
+        await first.queue.redis.hset(first.queue.keys.attempts(running, "sweep"), "0", "2")
         stale = [j for j in await first.queue.queued_job_ids("cpu") if j.startswith(ended)]
         assert len(stale) == 10
         await first.queue.drop_jobs("cpu", stale)  # the workers skipped them
@@ -385,16 +389,15 @@ async def test_failed_units_fail_the_run_and_replay_with_memory(work_controller:
 async def test_attempts_of_a_failed_run_go_and_a_replay_writes_them_again(
     work_controller: Controller,
 ):
-    """A failed run keeps its attempts hash while its jobs are still in arq's queue, loses
-    it once they are gone, and a replay dispatches the failed units with a newer attempt,
-    written again before their jobs are enqueued."""
+    """A failed run whose units were dispatched once has no attempts hash (nothing to
+    forget), and a replay dispatches the failed units with a newer attempt, written before
+    their jobs are enqueued; the hash stays while the run runs again."""
     c = work_controller
     run_id, run = await fail_two_units(c)
     assert run.state == "failed"
-    assert await c.forget_ended() == 0  # no worker ran them: the jobs are still queued
-    await c.queue.drop_jobs("cpu", await c.queue.queued_job_ids("cpu"))
-    assert await c.forget_ended() == 1
     assert await attempts_keys(c, run_id) == []
+    await c.queue.drop_jobs("cpu", await c.queue.queued_job_ids("cpu"))
+    assert await c.forget_ended() == 0
     assert await c.replay(run_id) == 2
     await c.step()
     units = await c.store.units(run_id, "work")

@@ -18,6 +18,7 @@ from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.states import Limits, UnitRow, unit_after_outcome, unit_index
 from simrun.runstore import COMPONENT, Applied, NewJob, NewRun, NewTask, RunStore
 from simrun.runstore.ingest import all_done, index_ranges, observed_peak_gb, split_reports
+from simrun.runstore.schema import MIGRATIONS
 from tests.support.examples import examples
 from tests.support.old_stores import old_store_file
 
@@ -295,7 +296,7 @@ async def test_a_file_of_the_second_schema_gets_the_task_facts_of_its_units(
         )
     store = await RunStore.open(path)
     try:
-        assert await db.component_version(store.connection, COMPONENT) == 3
+        assert await db.component_version(store.connection, COMPONENT) == len(MIGRATIONS)
         tasks = {t.name: t for t in await store.tasks("old")}
         sweep, idle = tasks["sweep"], tasks["idle"]
         assert (sweep.kills, sweep.requested_gb, sweep.peak_memory_gb) == (4, 4.0, None)
@@ -384,6 +385,17 @@ async def check_scenario(
         await store.create_run(new_run())
         await store.start_task("r1", "sweep", UNITS, now_s=101.0)
         conn = store.connection
+        # The scenario's units each have a row (as units sent back have): the unit-by-unit
+        # path of the store; range jobs are tests/integration/test_runstore_ranges.py's.
+        await conn.execute(
+            "WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i + 1 < ?)"
+            " INSERT INTO units (run_id, task, idx, kind, state)"
+            " SELECT 'r1', 'sweep', i, 'chunk', 'pending' FROM seq",
+            (UNITS,),
+        )
+        await conn.execute(
+            "UPDATE tasks SET frontier = units WHERE run_id = 'r1' AND name = 'sweep'"
+        )
         flight = {f"j{a}-{i // 3}" for i, (state, a) in enumerate(units) if state != "pending"}
         await conn.executemany(
             "INSERT INTO jobs (id, run_id, task, kind, queue, attempt, units, enqueued_s)"

@@ -101,7 +101,7 @@ class Worker:
 
 @dataclass(frozen=True)
 class Unit:
-    """A row of the ``units`` table, the columns the campaign reads."""
+    """A chunk unit as the store keeps it, the fields the campaign reads."""
 
     idx: int
     kind: str
@@ -305,14 +305,46 @@ class Campaign:
         return str(row[0]), str(row[1])
 
     def units(self, run_id: str, task: str = TASK) -> list[Unit]:
-        """The chunk units of a task, by index."""
+        """The chunk units of a task, by index, read from the file in one snapshot, each as
+        the store keeps it: a row of its own, or in a span (done in a range job), or in a
+        range job in flight, or fresh (at or above the task's frontier). A unit kept in two
+        of these places comes twice (what `assert_every_unit_once` catches)."""
         with self.db() as conn:
-            rows = conn.execute(
-                "SELECT idx, kind, state, attempt, worker, kills, memory_gb FROM units"
-                " WHERE run_id = ? AND task = ? AND kind = 'chunk' ORDER BY idx",
+            conn.execute("BEGIN")
+            out = [
+                Unit(*row)
+                for row in conn.execute(
+                    "SELECT idx, kind, state, attempt, worker, kills, memory_gb FROM units"
+                    " WHERE run_id = ? AND task = ? AND kind = 'chunk'",
+                    (run_id, task),
+                )
+            ]
+            for first, last, attempt, worker, gb in conn.execute(
+                "SELECT first_idx, last_idx, attempt, worker, memory_gb FROM spans"
+                " WHERE run_id = ? AND task = ?",
                 (run_id, task),
-            ).fetchall()
-        return [Unit(*row) for row in rows]
+            ):
+                out += [
+                    Unit(i, "chunk", "done", attempt, worker, 0, gb) for i in range(first, last + 1)
+                ]
+            for first, last, attempt, worker, running, gb in conn.execute(
+                "SELECT first_idx, last_idx, attempt, worker, running, memory_gb FROM jobs"
+                " WHERE run_id = ? AND task = ? AND first_idx IS NOT NULL",
+                (run_id, task),
+            ):
+                state = "running" if running else "queued"
+                out += [
+                    Unit(i, "chunk", state, attempt, worker, 0, gb) for i in range(first, last + 1)
+                ]
+            for frontier, units in conn.execute(
+                "SELECT frontier, coalesce(units, 0) FROM tasks WHERE run_id = ? AND name = ?",
+                (run_id, task),
+            ):
+                out += [
+                    Unit(i, "chunk", "pending", 0, None, 0, None) for i in range(frontier, units)
+                ]
+            conn.execute("COMMIT")
+        return sorted(out, key=lambda u: u.idx)
 
     def done(self, run_id: str, task: str = TASK) -> set[int]:
         return {u.idx for u in self.units(run_id, task) if u.state == "done"}
