@@ -281,9 +281,7 @@ async def play(path: Path, story: dict[str, Any], fresh: bool) -> tuple[list[Uni
         await store.create_run(new_run())
         await store.start_task("r1", "sweep", UNITS, now_s=101.0)
         jobs = [
-            fresh_job(f, last)
-            if fresh
-            else row_job(list(range(f, last + 1)), 1, f"j{f}-{last}:1")
+            fresh_job(f, last) if fresh else row_job(list(range(f, last + 1)), 1, f"j{f}-{last}:1")
             for f, last in story["jobs"]
         ]
         await store.add_jobs(jobs, now_s=102.0)
