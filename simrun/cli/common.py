@@ -9,16 +9,17 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
-from simrun.client import ClientError, plan_tasks, submission_text
-from simrun.db import SchemaError
-from simrun.local.machine import LocalError
-from simrun.plugins import PluginError, TaskType, load_types
-from simrun.runstore import RunStateError, UnknownRunError
-from simrun.workflow import Workflow, WorkflowError, check_workflow, load_workflow, source_problems
+    from simrun.plugins import TaskType
+    from simrun.workflow import Workflow
+
+# Only what `simrun --help` needs is imported here: the rest (rich, the client, the
+# workflow's pydantic models) is imported by the functions that use it, so that a command
+# pays for what it uses (`simrun --help` starts in a tenth of a second).
 
 __all__ = [
     "EXIT_FAILED",
@@ -29,6 +30,7 @@ __all__ = [
     "console",
     "err_console",
     "exit_code_of",
+    "is_user_error",
     "load_types_from_here",
     "prepare",
     "shell_join",
@@ -42,17 +44,36 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 #: Exceptions that are the user's mistake or the state of the world, not a bug: shown as
-#: their message alone (``--debug`` adds the traceback).
-USER_ERRORS: tuple[type[BaseException], ...] = (
-    WorkflowError,
-    PluginError,
-    ClientError,
-    LocalError,
-    RunStateError,
-    UnknownRunError,
-    SchemaError,
-    OSError,
+#: their message alone (``--debug`` adds the traceback). By module and name: the module of
+#: one is imported only when a command uses it (an error of a module not imported cannot
+#: have been raised), so `is_user_error` looks among the modules imported.
+USER_ERRORS: tuple[tuple[str, str], ...] = (
+    ("simrun.workflow", "WorkflowError"),
+    ("simrun.plugins", "PluginError"),
+    ("simrun.client", "ClientError"),
+    ("simrun.local.machine", "LocalError"),
+    ("simrun.runstore", "RunStateError"),
+    ("simrun.runstore", "UnknownRunError"),
+    ("simrun.db", "SchemaError"),
+    ("builtins", "OSError"),
 )
+#: Those of `USER_ERRORS` that are a mistake in the command or the workflow (`EXIT_USAGE`).
+USAGE_ERRORS: tuple[tuple[str, str], ...] = USER_ERRORS[:2]
+
+
+def _is_one_of(exc: BaseException, names: Sequence[tuple[str, str]]) -> bool:
+    for module, name in names:
+        loaded = sys.modules.get(module)
+        cls = getattr(loaded, name, None) if loaded is not None else None
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return True
+    return False
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of `USER_ERRORS`."""
+    return _is_one_of(exc, USER_ERRORS)
+
 
 #: Width of the output at least when it is not a terminal (logs, pipes).
 PLAIN_WIDTH = 120
@@ -61,6 +82,8 @@ PLAIN_WIDTH = 120
 def console() -> Console:
     """The console of the command's output (stdout): as wide as the terminal, or at least
     `PLAIN_WIDTH` columns in a log."""
+    from rich.console import Console
+
     out = Console(highlight=False, soft_wrap=False)
     if not out.is_terminal and out.width < PLAIN_WIDTH:
         out.width = PLAIN_WIDTH
@@ -69,17 +92,21 @@ def console() -> Console:
 
 def err_console() -> Console:
     """The console of errors and notes (stderr)."""
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False)
 
 
 def exit_code_of(exc: BaseException) -> int:
     """The exit status of a command that ended with ``exc``."""
-    return EXIT_USAGE if isinstance(exc, WorkflowError | PluginError) else EXIT_FAILED
+    return EXIT_USAGE if _is_one_of(exc, USAGE_ERRORS) else EXIT_FAILED
 
 
 def load_types_from_here(plugins: Sequence[str] = ()) -> dict[str, TaskType]:
     """The installed task types and those ``plugins`` name (`simrun.plugins.load_types`),
     imported with the current directory on the path, as ``python -m`` would."""
+    from simrun.plugins import PluginError, load_types
+
     try:
         if plugins:
             cwd = os.getcwd()
@@ -109,6 +136,9 @@ def prepare(path: Path, types: Mapping[str, TaskType], *, check: bool = True) ->
     result (with ``check``: against ``types``, which must hold every type it uses; without,
     only the document's form and its sources, for a service to check the rest).
     `WorkflowError` names every problem."""
+    from simrun.client import plan_tasks, submission_text
+    from simrun.workflow import WorkflowError, check_workflow, load_workflow, source_problems
+
     original_text = path.read_text(encoding="utf-8") if path.is_file() else ""
     doc = load_workflow(path)
     if check:  # the document as written first: its problems carry line numbers
