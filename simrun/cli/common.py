@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ __all__ = [
     "exit_code_of",
     "is_user_error",
     "load_types_from_here",
+    "load_types_of",
     "prepare",
     "shell_join",
 ]
@@ -102,21 +103,44 @@ def exit_code_of(exc: BaseException) -> int:
     return EXIT_USAGE if _is_one_of(exc, USAGE_ERRORS) else EXIT_FAILED
 
 
-def load_types_from_here(plugins: Sequence[str] = ()) -> dict[str, TaskType]:
+def load_types_from_here(
+    plugins: Sequence[str] = (), *, only: Collection[str] | None = None
+) -> dict[str, TaskType]:
     """The installed task types and those ``plugins`` name (`simrun.plugins.load_types`),
-    imported with the current directory on the path, as ``python -m`` would."""
-    from simrun.plugins import PluginError, load_types
+    imported with the current directory on the path, as ``python -m`` would. With
+    ``only`` (the types a workflow uses), only the installed types of those names are
+    imported: a command that sends a workflow does not wait for the imports of every
+    plugin package installed (say, numpy for the examples)."""
+    from simrun.plugins import ENTRY_POINT_GROUP, PluginError, load_task_types, load_types
 
     try:
         if plugins:
             cwd = os.getcwd()
             if cwd not in sys.path:
                 sys.path.insert(0, cwd)
-        return load_types(plugins)
+        if only is None:
+            return load_types(plugins)
+        from importlib.metadata import entry_points
+
+        chosen = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name in only]
+        types = load_task_types(chosen)
+        types.update(load_types_of(plugins))
+        return types
     except ValueError as exc:  # two entry points of one name
         if isinstance(exc, PluginError):
             raise
         raise PluginError(str(exc)) from exc
+
+
+def load_types_of(plugins: Sequence[str]) -> dict[str, TaskType]:
+    """The task types ``plugins`` name ("module:OBJECT"), by name."""
+    from simrun.plugins import load_plugin_ref
+
+    types: dict[str, TaskType] = {}
+    for ref in plugins:
+        task_type = load_plugin_ref(ref)
+        types[task_type.name] = task_type
+    return types
 
 
 @dataclass(frozen=True)

@@ -186,8 +186,9 @@ def submit(
     from simrun.cli.follow import RemoteReader
     from simrun.client import Client
 
-    types = load_types_from_here(plugins)
-    known = all(spec_type in types for spec_type in _task_types(workflow))
+    used = _task_types(workflow)
+    types = load_types_from_here(plugins, only=used)
+    known = all(spec_type in types for spec_type in used)
     prepared = prepare(workflow, types, check=known)
     out = console()
     with Client(url, token) as client:
