@@ -11,12 +11,11 @@ import base64
 import json
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
-import yaml
 
 from simrun.core.views import (
     FailureView,
@@ -27,12 +26,19 @@ from simrun.core.views import (
     parse_runs,
 )
 from simrun.plugins import PluginError, TaskType, resolve
-from simrun.workflow import Problem, TaskSpec, Workflow, WorkflowError
+
+if TYPE_CHECKING:
+    from simrun.workflow import Workflow, WorkflowError
+
+# The workflow's models and YAML are imported by the functions that prepare a submission:
+# the commands that only read a run (`simrun status`) start without them.
 
 __all__ = [
     "Client",
     "ClientError",
+    "EventsUnavailable",
     "Rejected",
+    "StreamBroken",
     "directory_files",
     "plan_tasks",
     "source_upload",
@@ -68,6 +74,8 @@ def plan_tasks(doc: Workflow, types: Mapping[str, TaskType]) -> Workflow:
     A plan that fails or returns settings its model rejects raises `WorkflowError` naming
     the task.
     """
+    from simrun.workflow import Problem, TaskSpec, WorkflowError
+
     tasks: list[TaskSpec] = []
     problems: list[Problem] = []
     for i, spec in enumerate(doc.tasks):
@@ -104,6 +112,8 @@ def plan_tasks(doc: Workflow, types: Mapping[str, TaskType]) -> Workflow:
 def submission_text(original: str, original_doc: Workflow, planned: Workflow) -> str:
     """The text to submit: the document as written when planning changed nothing, else the
     planned document as YAML."""
+    import yaml
+
     if planned == original_doc:
         return original
     data = planned.model_dump(exclude_none=True, exclude_defaults=False)
@@ -115,6 +125,8 @@ def _b64(path: Path) -> str:
 
 
 def _refuse(name: str, message: str) -> WorkflowError:
+    from simrun.workflow import Problem, WorkflowError
+
     return WorkflowError([Problem(("sources", name), message)], "sources")
 
 
@@ -167,13 +179,46 @@ def source_upload(name: str, path: Path) -> dict[str, Any]:
         raise _refuse(name, f"cannot read {path}: {exc}") from exc
 
 
+class EventsUnavailable(ClientError):
+    """The service answers no event stream of a run (an older service: follow it by
+    asking ``GET /runs/{id}`` again)."""
+
+
+class StreamBroken(ClientError):
+    """The event stream of a run could not be opened or broke off (connect again)."""
+
+
+#: Seconds without a byte of an event stream after which it is taken for broken (the
+#: service sends a keep-alive every 15 s).
+EVENTS_READ_TIMEOUT_S = 45.0
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text
+    return str(data.get("detail", response.text)) if isinstance(data, dict) else response.text
+
+
 class Client:
-    """A blocking client of the simrun HTTP API (the command line's view of the service)."""
+    """A blocking client of the simrun HTTP API (the command line's view of the service);
+    `events` is the one asynchronous call (a stream)."""
 
     def __init__(self, url: str, token: str | None = None, timeout_s: float = 30.0) -> None:
         self.url = url.rstrip("/")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._timeout_s = timeout_s
+        self._http = httpx.Client(
+            base_url=self.url, headers=self._headers, timeout=timeout_s, verify=self._verify()
+        )
+
+    def _verify(self) -> bool:
+        """Whether to load the certificates to verify: for HTTPS only. Plain HTTP (the
+        local service, a cluster's internal URL) has none to verify, and loading the CA
+        bundle is a good part of a command's start-up (redirects are not followed, so no
+        request of this client leaves for another URL)."""
+        return not self.url.startswith("http://")
 
     def close(self) -> None:
         self._http.close()
@@ -198,11 +243,7 @@ class Client:
             if isinstance(errors, list):
                 raise Rejected(errors)
         if response.status_code >= 400:
-            try:
-                detail = response.json().get("detail", response.text)
-            except ValueError:
-                detail = response.text
-            raise ClientError(f"{method} {path}: {response.status_code}: {detail}")
+            raise ClientError(f"{method} {path}: {response.status_code}: {_detail(response)}")
         return response.json()
 
     def health(self) -> dict[str, Any]:
@@ -236,6 +277,49 @@ class Client:
     def run(self, run_id: str) -> RunView:
         """One run with its tasks."""
         return self._parsed(parse_run, "GET", f"/runs/{run_id}")
+
+    async def events(self, run_id: str) -> AsyncIterator[RunView]:
+        """The views of one run as the service pushes them (``GET /runs/{id}/events``): the
+        current one first, then one each time it changed; the stream ends after the view
+        of the ended run (or earlier, when the service stops). `EventsUnavailable` when the
+        service answers no stream, `StreamBroken` when it cannot be reached or the stream
+        broke, `ClientError` for an unknown run."""
+        path = f"/runs/{run_id}/events"
+        timeout = httpx.Timeout(self._timeout_s, read=EVENTS_READ_TIMEOUT_S)
+        try:
+            async with (
+                httpx.AsyncClient(
+                    base_url=self.url, headers=self._headers, timeout=timeout, verify=self._verify()
+                ) as http,
+                http.stream("GET", path, headers={"Accept": "text/event-stream"}) as response,
+            ):
+                media = response.headers.get("content-type", "")
+                if response.status_code != 200 or not media.startswith("text/event-stream"):
+                    await response.aread()
+                    detail = _detail(response)
+                    message = f"GET {path}: {response.status_code}: {detail}"
+                    if response.status_code == 404 and detail.startswith("there is no run"):
+                        raise ClientError(message)
+                    raise EventsUnavailable(message)
+                name, data = "", []
+                async for line in response.aiter_lines():
+                    if line:
+                        field, _, value = line.partition(":")
+                        if field == "event":
+                            name = value.removeprefix(" ")
+                        elif field == "data":
+                            data.append(value.removeprefix(" "))
+                        continue  # a comment (": keep-alive") or a field this reads not
+                    if name == "run" and data:
+                        try:
+                            yield parse_run(json.loads("\n".join(data)))
+                        except ValueError as exc:
+                            raise ClientError(
+                                f"GET {path}: an event is not understood: {exc}"
+                            ) from exc
+                    name, data = "", []
+        except httpx.HTTPError as exc:
+            raise StreamBroken(f"GET {path}: {type(exc).__name__}: {exc}") from exc
 
     def failures(self, run_id: str) -> list[FailureView]:
         """The failed units of a run with their last tracebacks."""

@@ -6,19 +6,20 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
-from simrun.client import ClientError, plan_tasks, submission_text
-from simrun.db import SchemaError
-from simrun.local.machine import LocalError
-from simrun.plugins import PluginError, TaskType, load_types
-from simrun.runstore import RunStateError, UnknownRunError
-from simrun.workflow import Workflow, WorkflowError, check_workflow, load_workflow, source_problems
+    from simrun.plugins import TaskType
+    from simrun.workflow import Workflow
+
+# Only what `simrun --help` needs is imported here: the rest (rich, the client, the
+# workflow's pydantic models) is imported by the functions that use it, so that a command
+# pays for what it uses (`simrun --help` starts in a tenth of a second).
 
 __all__ = [
     "EXIT_FAILED",
@@ -29,7 +30,9 @@ __all__ = [
     "console",
     "err_console",
     "exit_code_of",
+    "is_user_error",
     "load_types_from_here",
+    "load_types_of",
     "prepare",
     "shell_join",
 ]
@@ -42,17 +45,36 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 #: Exceptions that are the user's mistake or the state of the world, not a bug: shown as
-#: their message alone (``--debug`` adds the traceback).
-USER_ERRORS: tuple[type[BaseException], ...] = (
-    WorkflowError,
-    PluginError,
-    ClientError,
-    LocalError,
-    RunStateError,
-    UnknownRunError,
-    SchemaError,
-    OSError,
+#: their message alone (``--debug`` adds the traceback). By module and name: the module of
+#: one is imported only when a command uses it (an error of a module not imported cannot
+#: have been raised), so `is_user_error` looks among the modules imported.
+USER_ERRORS: tuple[tuple[str, str], ...] = (
+    ("simrun.workflow", "WorkflowError"),
+    ("simrun.plugins", "PluginError"),
+    ("simrun.client", "ClientError"),
+    ("simrun.local.machine", "LocalError"),
+    ("simrun.runstore", "RunStateError"),
+    ("simrun.runstore", "UnknownRunError"),
+    ("simrun.db", "SchemaError"),
+    ("builtins", "OSError"),
 )
+#: Those of `USER_ERRORS` that are a mistake in the command or the workflow (`EXIT_USAGE`).
+USAGE_ERRORS: tuple[tuple[str, str], ...] = USER_ERRORS[:2]
+
+
+def _is_one_of(exc: BaseException, names: Sequence[tuple[str, str]]) -> bool:
+    for module, name in names:
+        loaded = sys.modules.get(module)
+        cls = getattr(loaded, name, None) if loaded is not None else None
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return True
+    return False
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of `USER_ERRORS`."""
+    return _is_one_of(exc, USER_ERRORS)
+
 
 #: Width of the output at least when it is not a terminal (logs, pipes).
 PLAIN_WIDTH = 120
@@ -61,6 +83,8 @@ PLAIN_WIDTH = 120
 def console() -> Console:
     """The console of the command's output (stdout): as wide as the terminal, or at least
     `PLAIN_WIDTH` columns in a log."""
+    from rich.console import Console
+
     out = Console(highlight=False, soft_wrap=False)
     if not out.is_terminal and out.width < PLAIN_WIDTH:
         out.width = PLAIN_WIDTH
@@ -69,27 +93,54 @@ def console() -> Console:
 
 def err_console() -> Console:
     """The console of errors and notes (stderr)."""
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False)
 
 
 def exit_code_of(exc: BaseException) -> int:
     """The exit status of a command that ended with ``exc``."""
-    return EXIT_USAGE if isinstance(exc, WorkflowError | PluginError) else EXIT_FAILED
+    return EXIT_USAGE if _is_one_of(exc, USAGE_ERRORS) else EXIT_FAILED
 
 
-def load_types_from_here(plugins: Sequence[str] = ()) -> dict[str, TaskType]:
+def load_types_from_here(
+    plugins: Sequence[str] = (), *, only: Collection[str] | None = None
+) -> dict[str, TaskType]:
     """The installed task types and those ``plugins`` name (`simrun.plugins.load_types`),
-    imported with the current directory on the path, as ``python -m`` would."""
+    imported with the current directory on the path, as ``python -m`` would. With
+    ``only`` (the types a workflow uses), only the installed types of those names are
+    imported: a command that sends a workflow does not wait for the imports of every
+    plugin package installed (say, numpy for the examples)."""
+    from simrun.plugins import ENTRY_POINT_GROUP, PluginError, load_task_types, load_types
+
     try:
         if plugins:
             cwd = os.getcwd()
             if cwd not in sys.path:
                 sys.path.insert(0, cwd)
-        return load_types(plugins)
+        if only is None:
+            return load_types(plugins)
+        from importlib.metadata import entry_points
+
+        chosen = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name in only]
+        types = load_task_types(chosen)
+        types.update(load_types_of(plugins))
+        return types
     except ValueError as exc:  # two entry points of one name
         if isinstance(exc, PluginError):
             raise
         raise PluginError(str(exc)) from exc
+
+
+def load_types_of(plugins: Sequence[str]) -> dict[str, TaskType]:
+    """The task types ``plugins`` name ("module:OBJECT"), by name."""
+    from simrun.plugins import load_plugin_ref
+
+    types: dict[str, TaskType] = {}
+    for ref in plugins:
+        task_type = load_plugin_ref(ref)
+        types[task_type.name] = task_type
+    return types
 
 
 @dataclass(frozen=True)
@@ -109,6 +160,9 @@ def prepare(path: Path, types: Mapping[str, TaskType], *, check: bool = True) ->
     result (with ``check``: against ``types``, which must hold every type it uses; without,
     only the document's form and its sources, for a service to check the rest).
     `WorkflowError` names every problem."""
+    from simrun.client import plan_tasks, submission_text
+    from simrun.workflow import WorkflowError, check_workflow, load_workflow, source_problems
+
     original_text = path.read_text(encoding="utf-8") if path.is_file() else ""
     doc = load_workflow(path)
     if check:  # the document as written first: its problems carry line numbers

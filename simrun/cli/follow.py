@@ -1,7 +1,9 @@
 """Following a run until it ends, and telling the user how it ended.
 
-`follow` polls a reader (the embedded controller, or a service over HTTP) and feeds a
-progress view until the run ends, Ctrl-C is pressed, the embedded session reports a
+`follow` reads a run (the embedded controller, or a service over HTTP) each time it may
+have changed — woken by the controller's change notification, or by the service's event
+stream (`RemoteWatch`), polling only where there is neither — and feeds a progress view
+until the run ends, Ctrl-C is pressed, the embedded session reports a
 problem, or the run cannot go on by itself (every active task blocked). `report_end`
 prints the summary table, the failed units with the last line of their error, and the
 command that goes on from there.
@@ -10,6 +12,7 @@ command that goes on from there.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -25,13 +28,14 @@ from simrun.cli.progress import (
     stuck_reason,
     summary_table,
 )
-from simrun.client import Client
+from simrun.client import Client, ClientError, EventsUnavailable, StreamBroken
 from simrun.core.views import FailureView, RunSummary, RunView
 
 __all__ = [
     "Outcome",
     "Reader",
     "RemoteReader",
+    "RemoteWatch",
     "follow",
     "report_end",
 ]
@@ -61,19 +65,40 @@ class Outcome:
     detail: str = ""
 
 
+async def _sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+async def _until_either(first: Awaitable[None], event: asyncio.Event) -> None:
+    """Wait for ``first`` or ``event``, whichever comes first; cancel the other."""
+    if event.is_set():
+        return
+    waits = [asyncio.ensure_future(first), asyncio.ensure_future(event.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
 async def follow(
     fetch: Callable[[], Awaitable[RunView]],
     view: ProgressView,
     *,
     poll_s: float = 0.25,
+    changed: Callable[[float], Awaitable[None]] | None = None,
     interrupted: asyncio.Event | None = None,
     problem: Callable[[], str | None] | None = None,
     stuck_after_s: float | None = None,
 ) -> Outcome:
-    """Show the run ``fetch`` returns every ``poll_s`` until it is no longer running (or
-    one of the other reasons of `Outcome`)."""
+    """Show the run ``fetch`` returns until it is no longer running (or one of the other
+    reasons of `Outcome`). Between two reads it awaits ``changed(poll_s)``, which returns
+    when the run may have changed (a push) or after ``poll_s`` at most; without
+    ``changed``, it reads every ``poll_s``."""
     stuck_since: float | None = None
     interrupted = interrupted or asyncio.Event()
+    pause = changed or _sleep
     try:
         while True:
             run = await fetch()
@@ -92,10 +117,7 @@ async def follow(
                     stuck_since = time.monotonic()
                 elif time.monotonic() - stuck_since >= stuck_after_s:
                     return Outcome(run, "stuck", reason)
-            try:
-                await asyncio.wait_for(interrupted.wait(), poll_s)
-            except TimeoutError:
-                continue
+            await _until_either(pause(poll_s), interrupted)
     finally:
         view.close()
 
@@ -114,6 +136,113 @@ class RemoteReader:
 
     async def runs(self, limit: int = 50) -> list[RunSummary]:
         return await asyncio.to_thread(self.client.runs, limit)
+
+
+#: Seconds the first read waits for the stream's first view before asking once by GET.
+FIRST_VIEW_WAIT_S = 5.0
+#: Pauses before connecting the event stream again after it broke: first, at most.
+RECONNECT_S = (0.25, 5.0)
+
+
+class RemoteWatch:
+    """One run of a service followed by its event stream (`simrun.client.Client.events`):
+    `fetch` gives the latest view the service pushed and `changed` waits for the next.
+
+    Polling (``GET /runs/{id}`` every ``poll_s``) only stands in for the stream: for good
+    when the service has none (an older service), and while it is reconnected after it
+    broke (with backoff, `RECONNECT_S`). ``note`` is told once of each (a line for the
+    user); ``polls`` and ``pushed`` count the views read each way.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        run_id: str,
+        *,
+        poll_s: float = 1.0,
+        note: Callable[[str], None] | None = None,
+    ) -> None:
+        self.client, self.run_id, self.poll_s = client, run_id, poll_s
+        self.note = note or (lambda _: None)
+        self.polls = 0
+        self.pushed = 0
+        self.streaming = False
+        self._fresh: RunView | None = None
+        self._latest: RunView | None = None
+        self._error: ClientError | None = None
+        self._new = asyncio.Event()
+        self._pump: asyncio.Task[None] | None = None
+        self._broke_noted = False
+
+    async def _run_pump(self) -> None:
+        pause = RECONNECT_S[0]
+        while True:
+            try:
+                async for view in self.client.events(self.run_id):
+                    self.streaming, pause = True, RECONNECT_S[0]
+                    self._fresh = self._latest = view
+                    self.pushed += 1
+                    self._new.set()
+                    if view.state != "running":
+                        return
+                reason = "the service ended it"
+            except EventsUnavailable as exc:
+                self.note(f"note: no event stream ({exc}); asking every {self.poll_s:g} s")
+                return
+            except StreamBroken as exc:
+                reason = str(exc)
+            except ClientError as exc:
+                self._error = exc
+                return
+            finally:
+                self.streaming = False
+                self._new.set()  # the follower reads now (polling, or the error)
+            if not self._broke_noted:
+                self._broke_noted = True
+                self.note(f"note: the event stream stopped ({reason}); asking until it is back")
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, RECONNECT_S[1])
+
+    def _start(self) -> bool:
+        if self._pump is not None:
+            return False
+        self._pump = asyncio.ensure_future(self._run_pump())
+        return True
+
+    async def fetch(self) -> RunView:
+        """The run's latest view: the last the stream pushed, else one asked for by GET."""
+        if self._start():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._new.wait(), FIRST_VIEW_WAIT_S)
+        if self._error is not None:
+            raise self._error
+        fresh, self._fresh = self._fresh, None
+        if fresh is not None:
+            return fresh
+        if self.streaming and self._latest is not None:
+            return self._latest
+        self.polls += 1
+        view = await asyncio.to_thread(self.client.run, self.run_id)
+        self._latest = view
+        return view
+
+    async def changed(self, timeout_s: float) -> None:
+        """Return when the stream pushed a view (or stopped), or after ``timeout_s``
+        (``poll_s`` at most while there is no stream)."""
+        if self._fresh is not None or self._error is not None:
+            return
+        if not self.streaming:
+            timeout_s = min(timeout_s, self.poll_s)
+        self._new.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._new.wait(), timeout_s)
+
+    async def close(self) -> None:
+        """Stop following (the stream is closed)."""
+        if self._pump is not None:
+            self._pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ClientError):
+                await self._pump
 
 
 def _elapsed(run: RunView) -> float:

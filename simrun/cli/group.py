@@ -19,24 +19,65 @@ from typing import Any
 import click
 
 from simrun import __version__
-from simrun.cli.common import EXIT_INTERRUPTED, USER_ERRORS, exit_code_of, load_types_from_here
-from simrun.workflow import WorkflowError, check_workflow, load_workflow, source_problems
+from simrun.cli.common import EXIT_INTERRUPTED, exit_code_of, is_user_error, load_types_from_here
 
-__all__ = ["cli", "main"]
+__all__ = ["LAZY_COMMANDS", "cli", "main"]
 
 
-#: Commands in modules of their own, imported when they are used (``simrun types`` should
-#: not wait for the service's imports): name -> "module:attribute".
-LAZY_COMMANDS = {
-    "run": "simrun.cli.run:run",
-    "submit": "simrun.cli.remote:submit",
-    "status": "simrun.cli.remote:status",
-    "replay": "simrun.cli.remote:replay",
-    "cancel": "simrun.cli.remote:cancel",
-    "resources": "simrun.cli.remote:resources",
-    "scale": "simrun.cli.scale:scale",
-    "worker": "simrun.cli.worker:worker",
-    "service": "simrun.cli.service:service",
+#: Commands in modules of their own, imported only when they are used (``simrun --help``
+#: and ``simrun types`` should not wait for the imports of the service, the HTTP client or
+#: rich): name -> ("module:attribute", the command's short help as ``--help`` lists it;
+#: tests/unit/test_cli_startup.py checks it is the command's own).
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "run": (
+        "simrun.cli.run:run",
+        (
+            "Run WORKFLOW on this machine: Redis, the service and worker containers are "
+            "started for the run and stopped after it, with live progress."
+        ),
+    ),
+    "submit": (
+        "simrun.cli.remote:submit",
+        "Send WORKFLOW and its source files to the service.",
+    ),
+    "status": (
+        "simrun.cli.remote:status",
+        (
+            "Show RUN (its tasks: units, time, memory per process requested and at its peak, "
+            "kills for memory; while it runs, its progress and ETA), or the latest runs "
+            "without RUN."
+        ),
+    ),
+    "replay": (
+        "simrun.cli.remote:replay",
+        (
+            "Put the failed units of RUN back in the queue (all, of --task, or --unit I of "
+            "it); the units that were done are kept and never computed again."
+        ),
+    ),
+    "cancel": (
+        "simrun.cli.remote:cancel",
+        "Cancel RUN: nothing more of it is dispatched; queued units are skipped.",
+    ),
+    "resources": (
+        "simrun.cli.remote:resources",
+        ("What is learned per resource key: samples, percentile, request, speed, last kill."),
+    ),
+    "scale": (
+        "simrun.cli.scale:scale",
+        "Worker containers each queue wants from the live backlog; --apply sets them.",
+    ),
+    "worker": (
+        "simrun.cli.worker:worker",
+        (
+            "Run a worker container: take jobs from the queues, run them in a pool of worker "
+            "processes within the container's memory, and report every unit."
+        ),
+    ),
+    "service": (
+        "simrun.cli.service:service",
+        "Run the service: the controller loop and the HTTP API.",
+    ),
 }
 
 
@@ -47,11 +88,29 @@ class SimrunGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The list of ``--help``: the short help of the lazy commands is written here, so
+        that listing them imports none of them."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max((len(n) for n in names), default=0)
+        rows = []
+        for name in names:
+            if name in LAZY_COMMANDS:
+                stand_in = click.Command(name, help=LAZY_COMMANDS[name][1])
+                rows.append((name, stand_in.get_short_help_str(limit)))
+                continue
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        ref = LAZY_COMMANDS.get(cmd_name)
-        if ref is None:
+        lazy = LAZY_COMMANDS.get(cmd_name)
+        if lazy is None:
             return super().get_command(ctx, cmd_name)
-        module, _, attr = ref.partition(":")
+        module, _, attr = lazy[0].partition(":")
         command = getattr(importlib.import_module(module), attr)
         assert isinstance(command, click.Command)
         return command
@@ -65,12 +124,12 @@ class SimrunGroup(click.Group):
         except KeyboardInterrupt:
             click.secho("interrupted", fg="yellow", err=True)
             sys.exit(EXIT_INTERRUPTED)
-        except USER_ERRORS as exc:
-            if debug:
-                traceback.print_exc()
-            click.secho(f"error: {exc}", fg="red", err=True)
-            sys.exit(exit_code_of(exc))
         except Exception as exc:
+            if is_user_error(exc):
+                if debug:
+                    traceback.print_exc()
+                click.secho(f"error: {exc}", fg="red", err=True)
+                sys.exit(exit_code_of(exc))
             if debug:
                 raise
             click.secho(
@@ -96,6 +155,8 @@ def cli(debug: bool) -> None:
 @click.argument("workflow", type=click.Path(path_type=Path, dir_okay=False))
 def validate(workflow: Path) -> None:
     """Check WORKFLOW against the installed task types and print its tasks in order."""
+    from simrun.workflow import WorkflowError, check_workflow, load_workflow, source_problems
+
     types = load_types_from_here()
     doc = load_workflow(workflow)
     text = workflow.read_text(encoding="utf-8")

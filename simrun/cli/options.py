@@ -27,7 +27,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import click
 
@@ -45,7 +45,6 @@ from simrun.core.intake import InputLimits
 from simrun.core.outage import REDIS_TIMEOUT_S as _REDIS_TIMEOUT_S
 from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S, HEARTBEAT_S, HEARTBEAT_TTL_S
-from simrun.queues import DEFAULT_PREFIX
 
 __all__ = [
     "DEFAULT_EVERY_S",
@@ -55,7 +54,7 @@ __all__ = [
     "HEARTBEAT_INTERVAL_S",
     "PLUGINS",
     "POSITIVE",
-    "PREFIX",
+    "PREFIX",  # noqa: F822  (made by __getattr__)
     "REDIS_URL",
     "SERVICE_HEARTBEAT_TTL_S",
     "STORE",
@@ -132,7 +131,26 @@ REDIS_URL = click.option(
 EMBEDDED_REDIS_URL = click.option(
     "--redis-url", envvar=ENV_REDIS_URL, show_envvar=True, help=HELP["embedded_redis_url"]
 )
-PREFIX = click.option("--prefix", default=DEFAULT_PREFIX, show_default=True, help=HELP["prefix"])
+
+
+class _Decorator(Protocol):
+    def __call__(self, f: F, /) -> F: ...
+
+
+def _prefix_option() -> _Decorator:
+    # `simrun.queues` imports arq and redis: only the commands with --prefix pay for it.
+    from simrun.queues import DEFAULT_PREFIX
+
+    return click.option("--prefix", default=DEFAULT_PREFIX, show_default=True, help=HELP["prefix"])
+
+
+def __getattr__(name: str) -> _Decorator:
+    """``PREFIX``, made when a command module imports it (see `_prefix_option`)."""
+    if name == "PREFIX":
+        return _prefix_option()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 HEARTBEAT_INTERVAL_S = click.option(
     "--heartbeat-s", type=click.FloatRange(min=0.05), default=HEARTBEAT_S, show_default=True,
     help=HELP["heartbeat_s"],

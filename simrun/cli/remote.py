@@ -19,17 +19,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import httpx
-from rich.markup import escape
-from rich.table import Table
 
-from simrun.cli.common import console, load_types_from_here, prepare, shell_join
-from simrun.cli.dryrun import print_forecast, summaries_resolver, task_plans
-from simrun.cli.follow import Reader, RemoteReader, follow, report_end
-from simrun.cli.forecast import live_pool, pool_of, pool_text
+from simrun.cli.common import console, err_console, load_types_from_here, prepare, shell_join
 from simrun.cli.options import (
     EMBEDDED_REDIS_URL,
     EVERY_S,
@@ -42,29 +36,35 @@ from simrun.cli.options import (
     read_store_option,
     url_args,
 )
-from simrun.cli.progress import (
-    failure_lines,
-    make_view,
-    plain_lines,
-    render_live,
-    run_header,
-    summary_table,
-)
-from simrun.cli.tables import RESOURCE_COLUMNS, RUN_COLUMNS, resource_rows, run_rows
-from simrun.client import Client, ClientError
-from simrun.core.layout import StoreLayout
-from simrun.core.sizing import WorkerCapacity
-from simrun.core.views import RunView
 from simrun.local.machine import LocalError
-from simrun.local.reads import open_store_reader
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from simrun.cli.follow import Reader
+    from simrun.client import Client
+    from simrun.core.sizing import WorkerCapacity
+    from simrun.core.views import RunView
+
+# The commands import what they use when they run (the HTTP client, rich's tables, the
+# progress views): `simrun status --help` does not wait for them.
 
 __all__ = ["cancel", "replay", "resources", "status", "submit"]
+
+#: Seconds between two views of a followed run without news: a redraw, and a poll when
+#: the run is read from a store or a service without an event stream.
+POLL_S = 1.0
 
 
 @contextmanager
 def _service(url: str, token: str | None, store_hint: Path | None = None) -> Iterator[Client]:
     """A client of the service; when it cannot be reached and ``store_hint`` is a store of
     `simrun run`, the error says how to read that instead."""
+    import httpx
+
+    from simrun.client import Client, ClientError
+    from simrun.core.layout import StoreLayout
+
     client = Client(url, token)
     try:
         yield client
@@ -80,6 +80,9 @@ def _service(url: str, token: str | None, store_hint: Path | None = None) -> Ite
 
 
 def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    from rich.markup import escape
+    from rich.table import Table
+
     table = Table(show_edge=False, pad_edge=False, box=None)
     for column in columns:
         table.add_column(column)
@@ -99,21 +102,39 @@ def _exit(code: int) -> None:
 
 
 async def _watch(reader: Reader, run_id: str, replay_cmd: str, every_s: float) -> int:
+    """Follow ``run_id`` to its end and print how it ended: a service's by its event
+    stream (polling only when it has none), a store's by reading it every `POLL_S`."""
+    from simrun.cli.follow import RemoteReader, RemoteWatch, follow, report_end
+    from simrun.cli.progress import make_view
+
     out = console()
     view = make_view(out, every_s)
+    if isinstance(reader, RemoteReader):
+        err = err_console()
+        watch = RemoteWatch(
+            reader.client, run_id, poll_s=POLL_S, note=lambda text: err.print(text, markup=False)
+        )
+        try:
+            outcome = await follow(watch.fetch, view, poll_s=POLL_S, changed=watch.changed)
+        finally:
+            await watch.close()
+    else:
 
-    async def fetch() -> RunView:
-        data = await reader.run(run_id)
-        if data is None:
-            raise LocalError(f"there is no run {run_id!r}")
-        return data
+        async def fetch() -> RunView:
+            data = await reader.run(run_id)
+            if data is None:
+                raise LocalError(f"there is no run {run_id!r}")
+            return data
 
-    outcome = await follow(fetch, view, poll_s=1.0)
+        outcome = await follow(fetch, view, poll_s=POLL_S)
     return report_end(out, outcome.run, await reader.failures(run_id), replay_cmd)
 
 
 def _live_pool(client: Client) -> tuple[WorkerCapacity, ...] | None:
     """The live workers the service tells of (None when it cannot tell: an older service)."""
+    from simrun.cli.forecast import live_pool
+    from simrun.client import ClientError
+
     try:
         return live_pool(client.backlog())
     except ClientError:
@@ -121,6 +142,8 @@ def _live_pool(client: Client) -> tuple[WorkerCapacity, ...] | None:
 
 
 def _live_text(pool: tuple[WorkerCapacity, ...] | None) -> str:
+    from simrun.cli.forecast import pool_text
+
     if pool is None:
         return "unknown: the service does not tell its workers"
     if not pool:
@@ -160,12 +183,19 @@ def submit(
     The task types installed here (and --plugins) plan their tasks first and count their
     units for --dry-run; the service checks the rest.
     """
-    types = load_types_from_here(plugins)
-    known = all(spec_type in types for spec_type in _task_types(workflow))
+    from simrun.cli.follow import RemoteReader
+    from simrun.client import Client
+
+    used = _task_types(workflow)
+    types = load_types_from_here(plugins, only=used)
+    known = all(spec_type in types for spec_type in used)
     prepared = prepare(workflow, types, check=known)
     out = console()
     with Client(url, token) as client:
         if dry_run:
+            from simrun.cli.dryrun import print_forecast, summaries_resolver, task_plans
+            from simrun.cli.forecast import pool_of, pool_text
+
             resolver = summaries_resolver(client.resources())
             rows = asyncio.run(task_plans(prepared.doc, types, resolver))
             pool: tuple[WorkerCapacity, ...] | None
@@ -227,6 +257,16 @@ def status(
     if watch and as_json:
         raise click.UsageError("--watch shows the run as it goes; --json prints it once")
 
+    from simrun.cli.follow import RemoteReader
+    from simrun.cli.progress import (
+        failure_lines,
+        plain_lines,
+        render_live,
+        run_header,
+        summary_table,
+    )
+    from simrun.cli.tables import RUN_COLUMNS, run_rows
+
     async def show(reader: Reader) -> int:
         out = console()
         if run_id is None:
@@ -266,6 +306,8 @@ def status(
 
     async def main() -> int:
         if store is not None:
+            from simrun.local.reads import open_store_reader
+
             async with open_store_reader(store) as reader:
                 return await show(reader)
         with _service(url, token, store_hint) as client:
@@ -331,6 +373,8 @@ def replay(
         return
     if plugins:
         raise click.UsageError("--plugins is for --store (a service loads its own task types)")
+    from simrun.cli.follow import RemoteReader
+
     out = console()
     with _service(url, token) as client:
         count = client.replay(run_id, task, list(units), memory_gb)
@@ -348,6 +392,8 @@ def replay(
 @TOKEN
 def cancel(run_id: str, url: str, token: str | None) -> None:
     """Cancel RUN: nothing more of it is dispatched; queued units are skipped."""
+    from simrun.client import Client
+
     with Client(url, token) as client:
         in_flight = client.cancel(run_id)
     console().print(f"run {run_id} cancelled ({in_flight} units were in flight)")
@@ -363,8 +409,11 @@ def resources(
     url: str, token: str | None, store: Path | None, store_hint: Path, as_json: bool
 ) -> None:
     """What is learned per resource key: samples, percentile, request, speed, last kill."""
+    from simrun.cli.tables import RESOURCE_COLUMNS, resource_rows
 
     async def from_store(directory: Path) -> list[dict[str, Any]]:
+        from simrun.local.reads import open_store_reader
+
         hints = {name: t.hint for name, t in load_types_from_here().items()}
         async with open_store_reader(directory) as reader:
             out = []

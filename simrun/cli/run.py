@@ -17,9 +17,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
 from rich.markup import escape
 
 from simrun.cli import options as opt
@@ -33,7 +33,6 @@ from simrun.cli.common import (
     prepare,
     shell_join,
 )
-from simrun.cli.dryrun import DryRow, print_forecast, store_resolver, task_plans
 from simrun.cli.follow import STUCK_AFTER_S, follow, report_end
 from simrun.cli.forecast import pool_of, pool_text
 from simrun.cli.progress import make_view, summary_table
@@ -43,11 +42,21 @@ from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S
 from simrun.core.views import RunView
 from simrun.local.machine import LocalError, default_capacity, machine
-from simrun.local.session import LocalOptions, LocalSession, images_of
 from simrun.plugins import TaskType
-from simrun.runstore import RunStore
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from simrun.cli.dryrun import DryRow
+    from simrun.local.session import LocalOptions, LocalSession
+
+# The embedded session (the service, uvicorn, Redis's client) and the dry run's imports are
+# imported when a run starts: `simrun run --help` does not wait for them.
 
 __all__ = ["LocalPool", "ReplayRequest", "embedded", "local_pool", "run"]
+
+#: Seconds after a change before the run is read again (a burst of steps is read once).
+CHANGE_GAP_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,8 @@ def _commands(run_id: str, store: Path, plugins: tuple[str, ...]) -> tuple[str, 
 async def check_run(store: Path, run_id: str, replay: ReplayRequest | None) -> None:
     """Fail before anything starts when ``run_id`` of ``store`` cannot go on: no such
     store or run, a run that ended with nothing failed, an ended run without a replay."""
+    from simrun.runstore import RunStore
+
     db = StoreLayout(store).db
     if not db.is_file():
         raise LocalError(
@@ -163,6 +174,8 @@ async def embedded(
     out, err = console(), err_console()
     loop = asyncio.get_running_loop()
     interrupted = asyncio.Event()
+    from simrun.local.session import LocalSession
+
     session = LocalSession(options, types)
     presses = 0
 
@@ -187,15 +200,25 @@ async def embedded(
             watch = f"simrun status {current} --url {session.url}"
             out.print(f"watch it from another shell: {watch}", soft_wrap=True)
             reader = session.reader(shown_store)
+            version = 0
 
             async def fetch() -> RunView:
+                nonlocal version
+                version = reader.version(current)  # before the read: no change is missed
                 view = await reader.run(current)
                 assert view is not None  # the run was found above and runs are never deleted
                 return view
 
+            async def changed(timeout_s: float) -> None:
+                # woken by the controller's change notification, not a timer (which only
+                # bounds the wait, for the checks of `follow`); a burst is read once
+                await reader.changed(current, version, timeout_s)
+                await asyncio.sleep(CHANGE_GAP_S)
+
             outcome = await follow(
                 fetch,
                 make_view(out, every_s),
+                changed=changed,
                 interrupted=interrupted,
                 problem=session.problem,
                 stuck_after_s=STUCK_AFTER_S,
@@ -250,6 +273,8 @@ def local_options(
 ) -> LocalOptions:
     """The options of an embedded session over ``store`` (a private Redis without
     ``redis_url``)."""
+    from simrun.local.session import LocalOptions, images_of
+
     return LocalOptions(
         store=store,
         workers=pool.workers,
@@ -322,6 +347,8 @@ def run(
     out = console()
     prepared: Prepared | None = None
     if workflow is not None:
+        from simrun.cli.dryrun import print_forecast, store_resolver, task_plans
+
         prepared = prepare(workflow, types)
         rows: list[DryRow] = asyncio.run(
             task_plans(prepared.doc, types, store_resolver(shown_store))

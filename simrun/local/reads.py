@@ -9,6 +9,7 @@ the store as the user named it.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -53,6 +54,21 @@ class StoreReader:
         if row is None:
             return None
         return run_view(row, await self.store.tasks(run_id), await self.store.counts(run_id), {})
+
+    def version(self, run_id: str) -> int:
+        """The change version of ``run_id`` (`simrun.service.changes.Changes`): read it
+        before the run, then wait with `changed` for a version past it. Always 0 without
+        the embedded controller."""
+        return self.controller.changes.version(run_id) if self.controller is not None else 0
+
+    async def changed(self, run_id: str, after_version: int, timeout_s: float) -> None:
+        """Return once ``run_id`` changed past ``after_version`` (the embedded controller
+        notifies each change), or after ``timeout_s``; without the controller (a store read
+        from outside its session), after ``timeout_s``."""
+        if self.controller is None:
+            await asyncio.sleep(timeout_s)
+            return
+        await self.controller.changes.wait(run_id, after_version, timeout_s)
 
     async def run(self, run_id: str) -> RunView | None:
         view = await self._view(run_id)

@@ -443,6 +443,8 @@ class LocalSession:
                 await asyncio.wait_for(self._loop_task, timeout=15)
             self._loop_task = None
         if self._server is not None and self._http_task is not None:
+            if self._controller is not None:
+                self._controller.changes.close()  # event streams end: the server can stop
             self._server.should_exit = True
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(self._http_task, timeout=10)

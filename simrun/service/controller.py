@@ -55,6 +55,7 @@ from simrun.resources import ResolvedResources, ResourceStore
 from simrun.runstore import RunRow, RunStore, UnknownRunError
 from simrun.service import decisions
 from simrun.service.advance import Advance, RunsToAdvance
+from simrun.service.changes import Changes
 from simrun.service.dispatch import Dispatcher
 from simrun.service.forget import FORGET_EVERY_S, EndedRuns
 from simrun.service.ingest import Ingest, is_oom
@@ -126,6 +127,8 @@ class Controller:
         )
         #: The read side: what the HTTP API, the metrics and the store reader ask.
         self.queries = RunQueries(store, resources, queue, self.types, settings)
+        #: Who follows a run is woken here when it may have changed (`simrun.service.changes`).
+        self.changes = Changes()
 
     @classmethod
     async def open(
@@ -279,6 +282,8 @@ class Controller:
             busy |= await self._dispatcher.dispatch(workers)
             if self._ended.due():
                 await self._ended.sweep(self.store, self.queue, workers)
+            if busy:
+                self.changes.notify_all()
             return busy
 
     # -- attempts of runs that ended ---------------------------------------------------------
@@ -328,6 +333,7 @@ class Controller:
             async with self._lock:
                 await self.store.create_run(new)
                 self._marks.mark(run_id)
+                self.changes.notify(run_id)
         except BaseException:
             await asyncio.to_thread(remove_run_dir, run_dir)
             raise
@@ -350,6 +356,7 @@ class Controller:
                 run_id, self.clock.now(), task=task, indices=indices, memory_gb=memory_gb
             )
             self._marks.mark(run_id)
+            self.changes.notify(run_id)
         log.info("run %s: %d units replayed", run_id, count)
         return count
 
@@ -360,6 +367,7 @@ class Controller:
         flight."""
         async with self._lock:
             active = await self.store.cancel(run_id, self.clock.now())
+            self.changes.notify(run_id)
             by_task: dict[str, dict[int | str, int]] = defaultdict(dict)
             for unit in active:
                 by_task[unit.task][unit.key] = unit.attempt + 1

@@ -60,12 +60,14 @@ async def serve(
         if server.should_exit:
             server.force_exit = True
         server.should_exit = True
+        controller.changes.close()  # the event streams end: uvicorn waits for open answers
 
     def on_loop_end(task: asyncio.Task[None]) -> None:
         # The loop ends early only when Redis cannot be used (`RedisUnusable`): the HTTP
         # side stops too, and the error is raised below.
         if not task.cancelled() and task.exception() is not None:
             server.should_exit = True
+            controller.changes.close()
 
     loop_task.add_done_callback(on_loop_end)
     loop = asyncio.get_running_loop()

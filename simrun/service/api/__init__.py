@@ -10,6 +10,7 @@ Routes (JSON in and out; a bearer token is required when the service has one):
                                       and end, kills for memory, memory per process
                                       requested and at its peak
     GET  /runs/{id}/failures          failed units with their tracebacks
+    GET  /runs/{id}/events            the run's view as server-sent events while it runs
     POST /runs/{id}/replay            {"task"?, "units"?, "memory_gb"?}
     POST /runs/{id}/cancel
     GET  /resources                   what is learned per resource key
@@ -21,7 +22,8 @@ Routes (JSON in and out; a bearer token is required when the service has one):
 A rejected document creates nothing and answers 422 with every problem; an unknown run
 answers 404, a replay or cancel its state does not allow 409.
 
-One router per resource: `runs` (a submission is read by `submission`), `types`,
+One router per resource: `runs` (a submission is read by `submission`; its events are
+`events`), `types`,
 `resources`, and `monitoring` (health, backlog, metrics); `deps` holds the controller
 dependency they share. `guard` stands in front of them all: the bearer token (every path
 but /health, the ones added later and /openapi.json included) and the size of the body
@@ -50,7 +52,7 @@ from fastapi import FastAPI
 
 from simrun import __version__
 from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
-from simrun.service.api import guard, monitoring, resources, runs, types
+from simrun.service.api import events, guard, monitoring, resources, runs, types
 from simrun.service.controller import Controller
 
 __all__ = ["create_app"]
@@ -78,6 +80,7 @@ def create_app(
     app.include_router(monitoring.health_router)
     app.include_router(types.router)
     app.include_router(runs.router)
+    app.include_router(events.router)
     app.include_router(resources.router)
     app.include_router(monitoring.router)
     return app

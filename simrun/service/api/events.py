@@ -1,0 +1,89 @@
+"""``GET /runs/{id}/events``: a run's view pushed as server-sent events while it runs.
+
+The stream (``text/event-stream``) sends the run's view (the JSON of ``GET /runs/{id}``)
+as an event named ``run`` at once and then each time it changed, a comment line
+(``: keep-alive``) after `KEEPALIVE_S` without an event (so proxies and clients see the
+connection alive), and ends after the event that shows the run ended. It also ends when
+the service stops (`simrun.service.changes.Changes.close`); a client then reconnects or
+asks ``GET /runs/{id}``.
+
+It is woken by the controller's change notification (`Controller.changes`), not by a
+timer: a follower sees a change within a step of the controller. The view is read again
+on each wake-up and sent only when its JSON differs; after an event the next read waits
+`MIN_GAP_S`, so a busy run costs a follower at most a few reads a second. Like every route
+but /health, it is behind the token (`simrun.service.api.guard`, which passes a streamed
+answer through as it is sent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
+
+from simrun.service.api.deps import ControllerDep, known_run
+from simrun.service.controller import Controller
+
+__all__ = ["KEEPALIVE_S", "MIN_GAP_S", "router", "run_events"]
+
+router = APIRouter()
+
+#: Seconds without an event after which a keep-alive comment is sent.
+KEEPALIVE_S = 15.0
+#: Seconds after an event before the view is read again (at most ~1/MIN_GAP_S events/s).
+MIN_GAP_S = 0.05
+#: The media type of server-sent events.
+EVENT_STREAM = "text/event-stream"
+
+
+def event(name: str, data: str) -> bytes:
+    """One server-sent event (``data`` holds no newline: it is compact JSON)."""
+    return f"event: {name}\ndata: {data}\n\n".encode()
+
+
+async def run_events(
+    controller: Controller,
+    run_id: str,
+    *,
+    disconnected: Request | None = None,
+    keepalive_s: float = KEEPALIVE_S,
+    min_gap_s: float = MIN_GAP_S,
+) -> AsyncIterator[bytes]:
+    """The events of ``run_id`` (see the module's description); ends after the run ended,
+    when the changes are closed, or once the client of ``disconnected`` went away."""
+    changes = controller.changes
+    sent: str | None = None
+    quiet_since = time.monotonic()
+    while True:
+        version = changes.version(run_id)  # before the read: nothing after it is missed
+        view = await controller.queries.run(run_id)
+        if view is None:
+            return
+        text = json.dumps(view.to_dict(), separators=(",", ":"))
+        if text != sent:
+            yield event("run", text)
+            sent, quiet_since = text, time.monotonic()
+        if view.state != "running" or changes.closed:
+            return
+        if disconnected is not None and await disconnected.is_disconnected():
+            return
+        left = keepalive_s - (time.monotonic() - quiet_since)
+        if left <= 0:
+            yield b": keep-alive\n\n"
+            quiet_since, left = time.monotonic(), keepalive_s
+        if await changes.wait(run_id, version, left) > version and min_gap_s > 0:
+            await asyncio.sleep(min_gap_s)  # a burst of steps is read once
+
+
+@router.get("/runs/{run_id}/events", dependencies=[Depends(known_run)], response_model=None)
+async def events(run_id: str, request: Request, controller: ControllerDep) -> StreamingResponse:
+    """The run's view as server-sent events while it runs (see the module's description)."""
+    return StreamingResponse(
+        run_events(controller, run_id, disconnected=request),
+        media_type=EVENT_STREAM,
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )

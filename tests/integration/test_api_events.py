@@ -1,0 +1,157 @@
+"""``GET /runs/{id}/events`` over a real controller (real Redis, real SQLite) and a real
+HTTP server (uvicorn in this process: a stream needs one), read by the command line's
+client (`Client.events`, `RemoteWatch`). No worker runs: the run changes by commands."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import uvicorn
+
+from simrun.cli.follow import RemoteWatch
+from simrun.client import Client, ClientError, EventsUnavailable
+from simrun.core.views import RunView
+from simrun.local.machine import free_socket
+from simrun.service.api import create_app
+from simrun.service.controller import Controller
+from tests.support.service_harness import submit, work_doc
+
+pytestmark = pytest.mark.redis
+
+TOKEN = "s3cret-token"
+
+
+def _without_events(app: Any) -> Any:
+    """``app`` as an older service answers: 404 Not Found for the events route."""
+
+    async def older(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].endswith("/events"):
+            await send({"type": "http.response.start", "status": 404,
+                        "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+            await send({"type": "http.response.body", "body": b'{"detail":"Not Found"}'})
+            return
+        await app(scope, receive, send)
+
+    return older
+
+
+@contextlib.asynccontextmanager
+async def serving(controller: Controller, *, events: bool = True) -> AsyncIterator[str]:
+    """The app over ``controller`` (with `TOKEN`) on a free port; without ``events``, the
+    app of an older service (no events route). Yields its URL."""
+    app: Any = create_app(controller, TOKEN)
+    if not events:
+        app = _without_events(app)
+    sock = free_socket()
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
+    task = asyncio.ensure_future(server.serve(sockets=[sock]))
+    while not server.started:
+        assert not task.done()
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        controller.changes.close()
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+        sock.close()
+
+
+async def _collect(client: Client, run_id: str, views: list[RunView]) -> None:
+    async for view in client.events(run_id):  # as they come: the test reads them meanwhile
+        views.append(view)  # noqa: PERF401
+
+
+async def _until(what: object, timeout_s: float = 10) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not what():  # type: ignore[operator]
+        assert asyncio.get_running_loop().time() < deadline, "not reached in time"
+        await asyncio.sleep(0.02)
+
+
+async def test_the_stream_sends_the_run_then_its_change_and_ends_with_it(
+    controller: Controller,
+) -> None:
+    """The stream sends the run's view at once, a new view when the run changes (here: a
+    cancel, notified by the controller), and ends after the view of the ended run."""
+    run_id = await submit(controller, work_doc(units=3))
+    async with serving(controller) as url:
+        with Client(url, TOKEN) as client:
+            views: list[RunView] = []
+            reading = asyncio.ensure_future(_collect(client, run_id, views))
+            await _until(lambda: len(views) == 1)
+            assert views[0].state == "running"
+            assert not reading.done()
+            await controller.cancel(run_id)
+            await asyncio.wait_for(reading, 10)  # the stream ended by itself
+    assert [v.state for v in views] == ["running", "cancelled"]
+
+
+async def test_the_stream_is_behind_the_token_and_knows_its_runs(controller: Controller) -> None:
+    """Like every route but /health, the stream needs the token (the guard answers 401
+    before it starts); an unknown run is a `ClientError` (404), not a missing stream."""
+    run_id = await submit(controller, work_doc(units=1))
+    async with serving(controller) as url:
+        with Client(url, "wrong") as client, pytest.raises(EventsUnavailable, match="401"):
+            await anext(client.events(run_id))
+        with Client(url, TOKEN) as client:
+            with pytest.raises(ClientError, match="there is no run") as refused:
+                await anext(client.events("20200101-000000-abcdef"))
+            assert not isinstance(refused.value, EventsUnavailable)
+
+
+async def test_the_stream_ends_when_the_service_stops(controller: Controller) -> None:
+    """Closing the changes (the service stops) ends an open stream, so that the HTTP
+    server can stop without waiting for its followers."""
+    run_id = await submit(controller, work_doc(units=1))
+    async with serving(controller) as url:
+        with Client(url, TOKEN) as client:
+            views: list[RunView] = []
+            reading = asyncio.ensure_future(_collect(client, run_id, views))
+            await _until(lambda: len(views) == 1)
+            controller.changes.close()
+            await asyncio.wait_for(reading, 10)
+    assert [v.state for v in views] == ["running"]
+
+
+async def test_remote_watch_follows_by_the_stream_without_asking(controller: Controller) -> None:
+    """`RemoteWatch` (what `submit --wait` and `status --watch` follow with) takes its views
+    from the stream: no ``GET /runs/{id}`` while the stream works, and no note."""
+    run_id = await submit(controller, work_doc(units=2))
+    notes: list[str] = []
+    async with serving(controller) as url:
+        with Client(url, TOKEN) as client:
+            watch = RemoteWatch(client, run_id, poll_s=0.05, note=notes.append)
+            try:
+                assert (await watch.fetch()).state == "running"
+                await controller.cancel(run_id)
+                await asyncio.wait_for(watch.changed(10), 10)
+                assert (await watch.fetch()).state == "cancelled"
+            finally:
+                await watch.close()
+    assert (watch.pushed, watch.polls, notes) == (2, 0, [])
+
+
+async def test_remote_watch_polls_a_service_without_a_stream(controller: Controller) -> None:
+    """Against a service without the events route, `RemoteWatch` says so once and asks
+    ``GET /runs/{id}`` instead, every ``poll_s``."""
+    run_id = await submit(controller, work_doc(units=2))
+    notes: list[str] = []
+    async with serving(controller, events=False) as url:
+        with Client(url, TOKEN) as client:
+            watch = RemoteWatch(client, run_id, poll_s=0.05, note=notes.append)
+            try:
+                assert (await watch.fetch()).state == "running"
+                await controller.cancel(run_id)
+                await watch.changed(10)
+                assert (await watch.fetch()).state == "cancelled"
+            finally:
+                await watch.close()
+    assert watch.pushed == 0
+    assert watch.polls == 2
+    assert len(notes) == 1
+    assert "no event stream" in notes[0]
