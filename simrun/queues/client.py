@@ -257,6 +257,16 @@ class JobQueue:
                     out.append(StreamReport(entry_id, None, str(exc)))
         return out
 
+    async def wait_report(self, after_id: str | None, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for an entry of the report stream after ``after_id`` (the
+        last one read; None: after those there now) without reading it for any group;
+        True when there is one. One blocking call, of at most `block_max_s`."""
+        block_ms = max(1, round(min(timeout_s, self.block_max_s) * 1000))
+        answer = await self.pool.xread(
+            {self.keys.reports: after_id or "$"}, count=1, block=block_ms
+        )
+        return bool(answer)
+
     async def _read(
         self, group: str, consumer: str, count: int, block_ms: int | None, pending: bool
     ) -> Any:

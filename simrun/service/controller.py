@@ -129,6 +129,8 @@ class Controller:
         self.queries = RunQueries(store, resources, queue, self.types, settings)
         #: Who follows a run is woken here when it may have changed (`simrun.service.changes`).
         self.changes = Changes()
+        #: Set by a command (submit, replay, cancel): the idle loop steps at once.
+        self._wake = asyncio.Event()
 
     @classmethod
     async def open(
@@ -201,10 +203,32 @@ class Controller:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 busy, pause = False, max(pause, 1.0)
             if not busy:
-                try:
-                    await asyncio.wait_for(stop.wait(), pause)
-                except TimeoutError:
-                    continue
+                await self._idle(
+                    stop, pause, reports=self.link.up and pause <= self.settings.poll_s
+                )
+
+    async def _idle(self, stop: asyncio.Event, pause_s: float, reports: bool) -> None:
+        """Wait up to ``pause_s`` before the next step, or less: until ``stop``, a command
+        (`_wake`), or, with ``reports`` (Redis answers), a report after the last one
+        read."""
+        waits: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(stop.wait()),
+            asyncio.ensure_future(self._wake.wait()),
+        ]
+        if reports:
+            waits.append(
+                asyncio.ensure_future(self.queue.wait_report(self._ingest.last_id, pause_s))
+            )
+        try:
+            await asyncio.wait(waits, timeout=pause_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                await cancel_and_wait(w)
+        self._wake.clear()
+        for w in waits:
+            if w.done() and not w.cancelled() and w.exception() is not None:
+                # A Redis error of the wait: the next step meets it and says so.
+                log.debug("waiting for a report: %s", w.exception())
 
     async def _first_contact(self, stop: asyncio.Event) -> bool:
         """Wait for Redis before the first step (False: ``stop`` was set meanwhile). While
@@ -334,6 +358,7 @@ class Controller:
                 await self.store.create_run(new)
                 self._marks.mark(run_id)
                 self.changes.notify(run_id)
+                self._wake.set()
         except BaseException:
             await asyncio.to_thread(remove_run_dir, run_dir)
             raise
@@ -357,6 +382,7 @@ class Controller:
             )
             self._marks.mark(run_id)
             self.changes.notify(run_id)
+            self._wake.set()
         log.info("run %s: %d units replayed", run_id, count)
         return count
 
@@ -368,6 +394,7 @@ class Controller:
         async with self._lock:
             active = await self.store.cancel(run_id, self.clock.now())
             self.changes.notify(run_id)
+            self._wake.set()
             by_task: dict[str, dict[int | str, int]] = defaultdict(dict)
             for unit in active:
                 by_task[unit.task][unit.key] = unit.attempt + 1

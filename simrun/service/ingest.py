@@ -70,6 +70,9 @@ class Ingest:
         self._pending_read = True  # first read what was delivered before a restart
         #: Whether the last `step` read the stream to its end.
         self.drained = False
+        #: The id of the last entry read (None before the first): the loop waits for one
+        #: after it (`JobQueue.wait_report`).
+        self.last_id: str | None = None
 
     def redis_back(self) -> None:
         """Redis came back: read again first what was delivered and not acknowledged (the
@@ -92,6 +95,8 @@ class Ingest:
                     continue
                 self.drained = True
                 break
+            if not self._pending_read:
+                self.last_id = batch[-1].id
             entries = [b.entry for b in batch if b.entry is not None]
             for bad in batch:
                 if bad.entry is None:

@@ -11,10 +11,12 @@ them), to pin down the rules; real workers run in tests/e2e/test_service_*.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from arq.constants import in_progress_key_prefix
@@ -513,3 +515,44 @@ async def test_a_cancel_while_redis_is_away_is_kept_and_told_to_workers_later(
     finally:
         await c.close()
         server.stop()
+
+
+async def test_the_idle_loop_wakes_for_a_command_and_for_a_report(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+):
+    """The loop, idle between steps for ``poll_s`` (here 30 s), steps at once when a run is
+    submitted and when a worker adds a report to the stream: the run's job goes out, and
+    its unit is done, long before a poll would have come."""
+    settings = ControllerSettings(
+        store=tmp_path / "store", redis_url=redis_url, prefix=redis_prefix, poll_s=30.0,
+        limits=Limits(max_retries=0, max_kills=1),
+    )  # fmt: skip
+    c = await Controller.open(settings, WORK_TYPES)
+    stop = asyncio.Event()
+    loop = asyncio.ensure_future(c.run_forever(stop))
+    try:
+        await asyncio.sleep(0.2)  # the loop is idle now
+        run_id = await submit_work(c, units=1)
+
+        async def until(what: str, check: Any) -> None:
+            for _ in range(100):
+                if await check():
+                    return
+                await asyncio.sleep(0.05)
+            raise AssertionError(f"not woken within 5 s of 30: {what}")
+
+        async def queued() -> bool:
+            return bool(await c.queue.queued_job_ids("cpu"))
+
+        await until("the job of the run submitted", queued)
+        await report(c, run_id, 0, 1, "done")
+
+        async def done() -> bool:
+            counts = await c.store.counts(run_id)
+            return "work" in counts and counts["work"].done == 1
+
+        await until("the unit of the report", done)
+    finally:
+        stop.set()
+        await asyncio.wait_for(loop, 10)
+        await c.close()
