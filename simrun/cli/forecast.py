@@ -6,7 +6,8 @@ resources and describes the pool; `forecast` answers per task how many processes
 its units at once, the core-hours, the memory in use at the peak and the time it takes,
 and the totals of the run. Tasks are taken to run one after the other (a task starts when
 its inputs are done), so the run's ETA is the sum of its tasks' and its peak memory the
-largest of theirs.
+largest of theirs. A task's ETA is the learned one of `simrun.core.eta` (nothing is
+observed before a run); a running run's ETA is the service's (`GET /runs/RUN`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from simrun.core.eta import learned_eta_s
 from simrun.core.sizing import WorkerCapacity, fit_problem, request_gb
 from simrun.plugins import ResourceHint
 from simrun.resources import ResolvedResources
@@ -178,7 +180,8 @@ def forecast_task(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> TaskForecas
     """The forecast of one task on ``pool``.
 
     A splittable task runs its units in waves of ``slots``: ETA = ceil(units / slots) *
-    seconds per unit, core-hours = units * seconds per unit / 3600, peak memory = the
+    seconds per unit (`simrun.core.eta.learned_eta_s`, the ETA's rule before anything is
+    observed), core-hours = units * seconds per unit / 3600, peak memory = the
     memory per process * the processes busy at once (at least its base memory, which its
     merge needs). A command runs once: ETA = its seconds, on all the processes of the
     worker when it uses the cores.
@@ -195,16 +198,12 @@ def forecast_task(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> TaskForecas
         peak: float | None = request_gb(
             "command", plan.memory_base_gb, plan.memory_per_worker_gb, cores, plan.uses_cores
         )
-        return TaskForecast(plan, slots, core_hours, peak, spu if slots else None, problem)
+        return TaskForecast(plan, slots, core_hours, peak, learned_eta_s(1, spu, slots), problem)
     units = plan.units
     core_hours = None if spu is None or units is None else units * spu / 3600
     busy = slots if units is None else min(units, slots)
     peak = max(plan.memory_per_worker_gb * busy, plan.memory_base_gb) if slots else None
-    eta: float | None = None
-    if units == 0:
-        eta = 0.0
-    elif units is not None and spu is not None and slots > 0:
-        eta = math.ceil(units / slots) * spu
+    eta = None if units is None else learned_eta_s(units, spu, slots)
     return TaskForecast(plan, slots, core_hours, peak, eta, problem)
 
 

@@ -125,7 +125,7 @@ class Controller:
             store, resources, queue, self.types, settings, resolved, clock
         )
         #: The read side: what the HTTP API, the metrics and the store reader ask.
-        self.queries = RunQueries(store, resources, queue, self.types, settings)
+        self.queries = RunQueries(store, resources, queue, self.types, settings, clock)
 
     @classmethod
     async def open(
