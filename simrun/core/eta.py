@@ -14,7 +14,9 @@ been observed:
   that many — so reports arriving in bursts (a chunk at a time) and gaps between samples
   (nobody looked for a while: the rate is then the average over the gap) measure the
   same. The time since the last progress counts only beyond the usual gap between steps:
-  a task that stalls sees its rate fall (and its ETA grow) from then on.
+  a task that stalls sees its rate fall (and its ETA grow) from then on. The count is as
+  old as the time since it last grew (up to the usual gap): that much is taken off the
+  ETA, so that it does not stand still between two reports.
 - The learned ETA is ``ceil(remaining / processes) * seconds per unit`` (a unit is not
   split, so the units go in waves of the processes); unknown without a learned speed or a
   live process.
@@ -67,7 +69,7 @@ class EtaRules:
         if not 0 < self.window_fraction <= 1:
             raise ValueError(f"window_fraction must be in (0, 1], not {self.window_fraction}")
         if self.min_window_s < 0 or self.max_window_s < self.min_window_s:
-            raise ValueError("need 0 <= min_window_s <= max_window_s")
+            raise ValueError("min_window_s must be in [0, max_window_s]")
         if self.min_points < 1 or self.min_full_units < 1:
             raise ValueError("min_points and min_full_units must be at least 1")
 
@@ -80,11 +82,13 @@ ETA_RULES = EtaRules()
 class ObservedRate:
     """A task's observed completion rate: ``units_per_s`` over the window, and how much
     was observed in all: ``units`` finished and ``span_s`` seconds since observation
-    started."""
+    started. ``age_s`` is how old the count is: the time since it last grew, up to the
+    usual gap between steps (the units left then are fewer now)."""
 
     units_per_s: float
     units: int
     span_s: float
+    age_s: float = 0.0
 
 
 def learned_eta_s(remaining: int, seconds_per_unit: float | None, processes: int) -> float | None:
@@ -120,7 +124,7 @@ def task_eta_s(
     learned = learned_eta_s(remaining, seconds_per_unit, processes)
     if observed is None or observed.units_per_s <= 0:
         return learned
-    seen = remaining / observed.units_per_s
+    seen = max(0.0, remaining / observed.units_per_s - observed.age_s)
     if learned is None:
         return seen
     w = observed_weight(observed, processes, rules)
@@ -153,6 +157,11 @@ class ProgressSampler:
         self._points: deque[tuple[float, int]] = deque()  # from the start of observation
         self._start: tuple[float, int] | None = None
         self._last: tuple[float, int] | None = None  # the latest sample, progress or not
+        self._placed = 0.0  # when the latest point was first placed (it moves when merged)
+
+    def __len__(self) -> int:
+        """The samples kept."""
+        return len(self._points)
 
     def reset(self) -> None:
         """Forget every sample."""
@@ -170,13 +179,15 @@ class ProgressSampler:
             if finished > 0:
                 self._start = (t, finished)
                 self._points.append((t, finished))
+                self._placed = t
             return
         if finished == self._points[-1][1]:
             return
-        if len(self._points) > 1 and t - self._points[-2][0] < self.rules.spacing_s:
+        if len(self._points) > 1 and t - self._placed < self.rules.spacing_s:
             self._points[-1] = (t, finished)  # merged with the step before
         else:
             self._points.append((t, finished))
+            self._placed = t
         first = self._window_first(t)
         for _ in range(first):
             self._points.popleft()
@@ -211,7 +222,12 @@ class ProgressSampler:
         usual_gap = span / steps
         span += max(0.0, now - t_last - usual_gap)
         t_start, d_start = self._start
-        return ObservedRate((d_last - d_first) / span, d_last - d_start, max(0.0, now - t_start))
+        return ObservedRate(
+            (d_last - d_first) / span,
+            d_last - d_start,
+            max(0.0, now - t_start),
+            min(max(0.0, now - t_last), usual_gap),
+        )
 
 
 class RunProgress:
