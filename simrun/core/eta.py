@@ -22,8 +22,9 @@ been observed:
   live process.
 - The blend: ``w * observed + (1 - w) * learned`` with ``w`` growing with the units
   observed (``full_units_per_process`` * processes, at least ``min_full_units``) and the
-  time observed (``full_span_s``): ``w = min(1, units / full) * min(1, span / full_span_s)``.
-  Either alone when the other is unknown.
+  steps of progress observed (samples that showed more units finished, at least
+  ``spacing_s`` apart: ``full_steps``): ``w = min(1, units / full) * min(1, steps /
+  full_steps)``. Either alone when the other is unknown.
 
 A run's ETA (`run_eta_s`) is over its unfinished tasks: the longest chain of tasks along
 the graph (a task starts when its inputs are done), but at least each queue's tasks one
@@ -63,15 +64,15 @@ class EtaRules:
     spacing_s: float = 0.25  # samples of progress closer than this are merged
     full_units_per_process: float = 4.0
     min_full_units: int = 8
-    full_span_s: float = 2.0
+    full_steps: int = 3
 
     def __post_init__(self) -> None:
         if not 0 < self.window_fraction <= 1:
             raise ValueError(f"window_fraction must be in (0, 1], not {self.window_fraction}")
         if self.min_window_s < 0 or self.max_window_s < self.min_window_s:
             raise ValueError("min_window_s must be in [0, max_window_s]")
-        if self.min_points < 1 or self.min_full_units < 1:
-            raise ValueError("min_points and min_full_units must be at least 1")
+        if self.min_points < 1 or self.min_full_units < 1 or self.full_steps < 1:
+            raise ValueError("min_points, min_full_units and full_steps must be at least 1")
 
 
 #: The rules the service and the command line use.
@@ -81,13 +82,14 @@ ETA_RULES = EtaRules()
 @dataclass(frozen=True)
 class ObservedRate:
     """A task's observed completion rate: ``units_per_s`` over the window, and how much
-    was observed in all: ``units`` finished and ``span_s`` seconds since observation
-    started. ``age_s`` is how old the count is: the time since it last grew, up to the
-    usual gap between steps (the units left then are fewer now)."""
+    was observed in all since observation started: ``units`` finished, ``span_s`` seconds
+    and ``steps`` of progress. ``age_s`` is how old the count is: the time since it last
+    grew, up to the usual gap between steps (the units left then are fewer now)."""
 
     units_per_s: float
     units: int
     span_s: float
+    steps: int
     age_s: float = 0.0
 
 
@@ -106,8 +108,8 @@ def observed_weight(observed: ObservedRate, processes: int, rules: EtaRules = ET
     """How far the observed rate is trusted over the learned speed, from 0 to 1."""
     full_units = max(float(rules.min_full_units), rules.full_units_per_process * processes)
     by_units = min(1.0, observed.units / full_units)
-    by_time = 1.0 if rules.full_span_s <= 0 else min(1.0, observed.span_s / rules.full_span_s)
-    return max(0.0, by_units * by_time)
+    by_steps = min(1.0, observed.steps / rules.full_steps)
+    return max(0.0, by_units * by_steps)
 
 
 def task_eta_s(
@@ -139,7 +141,7 @@ def pace_rate(finished: int, started_s: float | None, now_s: float | None) -> Ob
     span = now_s - started_s
     if span <= 0:
         return None
-    return ObservedRate(finished / span, finished, span)
+    return ObservedRate(finished / span, finished, span, 1)
 
 
 class ProgressSampler:
@@ -158,6 +160,7 @@ class ProgressSampler:
         self._start: tuple[float, int] | None = None
         self._last: tuple[float, int] | None = None  # the latest sample, progress or not
         self._placed = 0.0  # when the latest point was first placed (it moves when merged)
+        self._steps = 0  # points placed since the start
 
     def __len__(self) -> int:
         """The samples kept."""
@@ -167,6 +170,7 @@ class ProgressSampler:
         """Forget every sample."""
         self._points.clear()
         self._start = self._last = None
+        self._steps = 0
 
     def observe(self, t: float, finished: int) -> None:
         """A sample: ``finished`` units at time ``t``."""
@@ -188,6 +192,7 @@ class ProgressSampler:
         else:
             self._points.append((t, finished))
             self._placed = t
+            self._steps += 1
         first = self._window_first(t)
         for _ in range(first):
             self._points.popleft()
@@ -226,6 +231,7 @@ class ProgressSampler:
             (d_last - d_first) / span,
             d_last - d_start,
             max(0.0, now - t_start),
+            self._steps,
             min(max(0.0, now - t_last), usual_gap),
         )
 

@@ -42,31 +42,32 @@ def test_learned_eta(remaining, spu, processes, expected):
 @pytest.mark.parametrize(
     ("observed", "processes", "weight"),
     [
-        (ObservedRate(10.0, 0, 10.0), 2, 0.0),  # no unit observed
-        (ObservedRate(10.0, 4, 10.0), 2, 0.5),  # 4 of max(8, 4 x 2) units
-        (ObservedRate(10.0, 8, 10.0), 2, 1.0),
-        (ObservedRate(10.0, 8, 10.0), 4, 0.5),  # 8 of 4 x 4 units
-        (ObservedRate(10.0, 1000, 1.0), 2, 0.5),  # 1 of 2 s observed
-        (ObservedRate(10.0, 4, 1.0), 2, 0.25),  # both short
-        (ObservedRate(10.0, 10**6, 60.0), 2, 1.0),
+        (ObservedRate(10.0, 0, 10.0, 5), 2, 0.0),  # no unit observed
+        (ObservedRate(10.0, 4, 10.0, 5), 2, 0.5),  # 4 of max(8, 4 x 2) units
+        (ObservedRate(10.0, 8, 10.0, 5), 2, 1.0),
+        (ObservedRate(10.0, 8, 10.0, 5), 4, 0.5),  # 8 of 4 x 4 units
+        (ObservedRate(10.0, 1000, 1.0, 1), 2, 1 / 3),  # 1 of 3 steps observed
+        (ObservedRate(10.0, 4, 1.0, 1), 2, 1 / 6),  # both short
+        (ObservedRate(10.0, 10**6, 60.0, 100), 2, 1.0),
     ],
 )
 def test_observed_weight(observed, processes, weight):
-    """The observed rate is trusted as units and time observed grow: the product of the
-    units seen over max(8, 4 x processes) and the seconds seen over 2, each at most 1."""
+    """The observed rate is trusted as units and steps of progress observed grow: the
+    product of the units seen over max(8, 4 x processes) and the steps seen over 3, each
+    at most 1."""
     assert observed_weight(observed, processes) == pytest.approx(weight)
 
 
 @pytest.mark.parametrize(
     ("remaining", "spu", "processes", "observed", "eta"),
     [
-        (0, 0.5, 2, ObservedRate(1.0, 100, 60.0), 0.0),  # nothing left
+        (0, 0.5, 2, ObservedRate(1.0, 100, 60.0, 10), 0.0),  # nothing left
         (1000, 1e-5, 2, None, 0.005),  # learned only: the no-op's compute time
-        (1000, 1e-5, 2, ObservedRate(100.0, 10**5, 60.0), 10.0),  # observed only
-        (1000, 1e-5, 2, ObservedRate(100.0, 4, 60.0), 0.5 * 10.0 + 0.5 * 0.005),
-        (1000, None, 2, ObservedRate(100.0, 1, 0.1), 10.0),  # nothing learned
-        (1000, 0.5, 0, ObservedRate(100.0, 1, 0.1), 10.0),  # no live process
-        (1000, 0.5, 2, ObservedRate(0.0, 0, 0.0), 250.0),  # a rate of 0 tells nothing
+        (1000, 1e-5, 2, ObservedRate(100.0, 10**5, 60.0, 10), 10.0),  # observed only
+        (1000, 1e-5, 2, ObservedRate(100.0, 4, 60.0, 10), 0.5 * 10.0 + 0.5 * 0.005),
+        (1000, None, 2, ObservedRate(100.0, 1, 0.1, 1), 10.0),  # nothing learned
+        (1000, 0.5, 0, ObservedRate(100.0, 1, 0.1, 1), 10.0),  # no live process
+        (1000, 0.5, 2, ObservedRate(0.0, 0, 0.0, 0), 250.0),  # a rate of 0 tells nothing
         (1000, None, 2, None, None),
     ],
 )
@@ -233,6 +234,7 @@ def test_run_eta(tasks, eta):
         {"min_window_s": 10.0, "max_window_s": 5.0},
         {"min_points": 0},
         {"min_full_units": 0},
+        {"full_steps": 0},
     ],
 )
 def test_rules_refuse_nonsense(fields):
@@ -294,9 +296,10 @@ def test_simulated_run_eta_is_within_a_quarter_from_ten_percent(
 
 
 def test_a_short_run_trusts_the_learned_speed_first():
-    """100 k units at 20 k units/s: at 10 % done (half a second observed) the ETA is still
-    much the learned one (the compute time alone, far too short); from 2 s observed on
-    (half done) it is the observed rate's, within 25 % while 4 reports are left."""
+    """100 k units at 20 k units/s: at 10 % done (one step of progress observed) the ETA
+    is still much the learned one (the compute time alone, far too short); from half done
+    (many steps observed) it is the observed rate's, within 25 % while 4 reports are
+    left."""
     etas = simulated_etas(100_000, 20_000.0, 0.5, 0.5, 0.25, 1e-5)
     _, first_real, first_eta = etas[0]
     assert first_eta < 0.5 * first_real

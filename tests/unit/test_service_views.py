@@ -68,13 +68,13 @@ def test_run_eta_is_over_its_tasks_and_is_unknown_if_one_is():
     ("spu", "processes", "observed", "eta", "rate"),
     [
         # 400 units left at an observed 100 units/s, fully trusted: 4 s, whatever is learned
-        (1e-5, 2, ObservedRate(100.0, 1000, 10.0), 4.0, 100.0),
+        (1e-5, 2, ObservedRate(100.0, 1000, 10.0, 10), 4.0, 100.0),
         # nothing learned: the observed rate alone, however little was observed
-        (None, 2, ObservedRate(100.0, 1, 0.5), 4.0, 100.0),
+        (None, 2, ObservedRate(100.0, 1, 0.5, 1), 4.0, 100.0),
         # no live process (Redis away): the observed rate alone
-        (0.5, 0, ObservedRate(100.0, 1000, 10.0), 4.0, 100.0),
+        (0.5, 0, ObservedRate(100.0, 1000, 10.0, 10), 4.0, 100.0),
         # half trusted (4 of 8 units seen): halfway between 4 s and the learned 100 s
-        (0.5, 2, ObservedRate(100.0, 4, 10.0), 52.0, 100.0),
+        (0.5, 2, ObservedRate(100.0, 4, 10.0, 10), 52.0, 100.0),
         # nothing observed yet: the learned speed
         (0.5, 2, None, 100.0, None),
     ],
