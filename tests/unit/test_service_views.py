@@ -7,11 +7,13 @@ from dataclasses import replace
 
 import pytest
 
+from simrun.core.clock import ManualClock
 from simrun.core.eta import ObservedRate
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.states import TaskCounts, UnitRow
 from simrun.runstore import RunRow, TaskRow
 from simrun.service.controller import is_oom
+from simrun.service.queries import ProgressSamples
 from simrun.service.views import failure_view, run_view, task_view
 
 RUN = RunRow("r1", "demo", "plate", "running", "", "doc", 1.0, 2.0, None)
@@ -174,3 +176,23 @@ def test_task_view_tells_times_kind_kills_and_memory():
     assert (fresh.splittable, fresh.started_s, fresh.kills, fresh.peak_memory_gb) == (
         True, None, 0, None
     )  # fmt: skip
+
+
+def test_progress_samples_keep_running_runs_only():
+    """The read side samples the finished units (done or failed) of each running run's
+    tasks on its clock; a run that is not running is forgotten, and at most ``max_runs``
+    runs are kept (the least recently viewed go first)."""
+    clock = ManualClock(now_s=1000.0)
+    samples = ProgressSamples(clock, max_runs=2)
+    assert samples.observe("r1", True, {"a": TaskCounts(pending=10)}) == {}
+    clock.advance(1.0)
+    samples.observe("r1", True, {"a": TaskCounts(pending=8, done=1, failed=1)})
+    clock.advance(1.0)
+    rates = samples.observe("r1", True, {"a": TaskCounts(pending=4, done=5, failed=1)})
+    assert rates["a"].units_per_s == 4.0
+    samples.observe("r2", True, {})
+    samples.observe("r3", True, {})
+    assert len(samples) == 2
+    assert samples.observe("r1", True, {"a": TaskCounts(pending=2, done=8)}) == {}  # forgotten
+    assert samples.observe("r3", False, {}) == {}
+    assert len(samples) == 1
