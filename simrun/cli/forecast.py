@@ -4,10 +4,11 @@ enqueued.
 Everything here is pure (no I/O, no clock): the caller counts the units, resolves the
 resources and describes the pool; `forecast` answers per task how many processes can run
 its units at once, the core-hours, the memory in use at the peak and the time it takes,
-and the totals of the run. Tasks are taken to run one after the other (a task starts when
-its inputs are done), so the run's ETA is the sum of its tasks' and its peak memory the
-largest of theirs. A task's ETA is the learned one of `simrun.core.eta` (nothing is
-observed before a run); a running run's ETA is the service's (`GET /runs/RUN`).
+and the totals of the run. The ETAs follow `simrun.core.eta`, the rule of a running run's
+ETA (`GET /runs/RUN`) with nothing observed yet: a task's is the learned one, the run's
+the longest chain of tasks along the graph (a task starts when its inputs are done), at
+least each queue's tasks one after the other. Its peak memory is the largest of its
+tasks' (taken to run one after the other).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from simrun.core.eta import learned_eta_s
+from simrun.core.eta import TaskEta, learned_eta_s, run_eta_s
 from simrun.core.sizing import WorkerCapacity, fit_problem, request_gb
 from simrun.plugins import ResourceHint
 from simrun.resources import ResolvedResources
@@ -43,7 +44,7 @@ EPS_GB = 1e-9
 @dataclass(frozen=True)
 class TaskPlan:
     """A task as it would be dispatched: its units (None when they cannot be counted
-    here), its queue and its resolved resources."""
+    here), its queue, its resolved resources and the tasks it reads from."""
 
     name: str
     type: str
@@ -56,6 +57,7 @@ class TaskPlan:
     seconds_per_unit: float | None
     source: str
     uses_cores: bool = False
+    depends: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -208,16 +210,18 @@ def forecast_task(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> TaskForecas
 
 
 def forecast(plans: Sequence[TaskPlan], pool: Sequence[WorkerCapacity]) -> Forecast:
-    """The forecast of a run whose tasks are ``plans`` (in the order they run) on ``pool``."""
+    """The forecast of a run whose tasks are ``plans`` (in the order they run) on ``pool``:
+    the run's ETA by `simrun.core.eta.run_eta_s`."""
     tasks = tuple(forecast_task(p, pool) for p in plans)
     hours = [t.core_hours for t in tasks]
-    etas = [t.eta_s for t in tasks]
     peaks = [t.peak_memory_gb for t in tasks if t.peak_memory_gb is not None]
     return Forecast(
         tasks=tasks,
         core_hours=None if any(h is None for h in hours) else sum(h or 0.0 for h in hours),
         peak_memory_gb=max(peaks) if peaks else None,
-        eta_s=None if any(e is None for e in etas) else sum(e or 0.0 for e in etas),
+        eta_s=run_eta_s(
+            [TaskEta(t.plan.name, t.plan.depends, t.plan.queue, False, t.eta_s) for t in tasks]
+        ),
     )
 
 
