@@ -107,6 +107,7 @@ async def task_plans(
     of all tasks are counted at once, each in a thread. `WorkflowError` names a task whose
     ``count_units`` failed."""
     positions = {spec.name: i for i, spec in enumerate(doc.tasks)}
+    dependencies = doc.dependencies()
 
     async def one(name: str) -> DryRow:
         spec = doc.task(name)
@@ -143,6 +144,7 @@ async def task_plans(
             seconds_per_unit=resolved.seconds_per_unit,
             source=resolved.source,
             uses_cores=task_type.uses_cores,
+            depends=tuple(sorted(dependencies[name])),
         )
         return DryRow(name, spec.type, plan)
 

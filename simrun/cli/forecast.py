@@ -4,9 +4,11 @@ enqueued.
 Everything here is pure (no I/O, no clock): the caller counts the units, resolves the
 resources and describes the pool; `forecast` answers per task how many processes can run
 its units at once, the core-hours, the memory in use at the peak and the time it takes,
-and the totals of the run. Tasks are taken to run one after the other (a task starts when
-its inputs are done), so the run's ETA is the sum of its tasks' and its peak memory the
-largest of theirs.
+and the totals of the run. The ETAs follow `simrun.core.eta`, the rule of a running run's
+ETA (`GET /runs/RUN`) with nothing observed yet: a task's is the learned one, the run's
+the longest chain of tasks along the graph (a task starts when its inputs are done), at
+least each queue's tasks one after the other. Its peak memory is the largest of its
+tasks' (taken to run one after the other).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from simrun.core.eta import TaskEta, learned_eta_s, run_eta_s
 from simrun.core.sizing import WorkerCapacity, fit_problem, request_gb
 from simrun.plugins import ResourceHint
 from simrun.resources import ResolvedResources
@@ -41,7 +44,7 @@ EPS_GB = 1e-9
 @dataclass(frozen=True)
 class TaskPlan:
     """A task as it would be dispatched: its units (None when they cannot be counted
-    here), its queue and its resolved resources."""
+    here), its queue, its resolved resources and the tasks it reads from."""
 
     name: str
     type: str
@@ -54,6 +57,7 @@ class TaskPlan:
     seconds_per_unit: float | None
     source: str
     uses_cores: bool = False
+    depends: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -178,7 +182,8 @@ def forecast_task(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> TaskForecas
     """The forecast of one task on ``pool``.
 
     A splittable task runs its units in waves of ``slots``: ETA = ceil(units / slots) *
-    seconds per unit, core-hours = units * seconds per unit / 3600, peak memory = the
+    seconds per unit (`simrun.core.eta.learned_eta_s`, the ETA's rule before anything is
+    observed), core-hours = units * seconds per unit / 3600, peak memory = the
     memory per process * the processes busy at once (at least its base memory, which its
     merge needs). A command runs once: ETA = its seconds, on all the processes of the
     worker when it uses the cores.
@@ -195,30 +200,28 @@ def forecast_task(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> TaskForecas
         peak: float | None = request_gb(
             "command", plan.memory_base_gb, plan.memory_per_worker_gb, cores, plan.uses_cores
         )
-        return TaskForecast(plan, slots, core_hours, peak, spu if slots else None, problem)
+        return TaskForecast(plan, slots, core_hours, peak, learned_eta_s(1, spu, slots), problem)
     units = plan.units
     core_hours = None if spu is None or units is None else units * spu / 3600
     busy = slots if units is None else min(units, slots)
     peak = max(plan.memory_per_worker_gb * busy, plan.memory_base_gb) if slots else None
-    eta: float | None = None
-    if units == 0:
-        eta = 0.0
-    elif units is not None and spu is not None and slots > 0:
-        eta = math.ceil(units / slots) * spu
+    eta = None if units is None else learned_eta_s(units, spu, slots)
     return TaskForecast(plan, slots, core_hours, peak, eta, problem)
 
 
 def forecast(plans: Sequence[TaskPlan], pool: Sequence[WorkerCapacity]) -> Forecast:
-    """The forecast of a run whose tasks are ``plans`` (in the order they run) on ``pool``."""
+    """The forecast of a run whose tasks are ``plans`` (in the order they run) on ``pool``:
+    the run's ETA by `simrun.core.eta.run_eta_s`."""
     tasks = tuple(forecast_task(p, pool) for p in plans)
     hours = [t.core_hours for t in tasks]
-    etas = [t.eta_s for t in tasks]
     peaks = [t.peak_memory_gb for t in tasks if t.peak_memory_gb is not None]
     return Forecast(
         tasks=tasks,
         core_hours=None if any(h is None for h in hours) else sum(h or 0.0 for h in hours),
         peak_memory_gb=max(peaks) if peaks else None,
-        eta_s=None if any(e is None for e in etas) else sum(e or 0.0 for e in etas),
+        eta_s=run_eta_s(
+            [TaskEta(t.plan.name, t.plan.depends, t.plan.queue, False, t.eta_s) for t in tasks]
+        ),
     )
 
 

@@ -25,6 +25,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from simrun.core.eta import pace_rate, task_eta_s
 from simrun.core.states import ACTIVE_TASK_STATES, ACTIVE_UNIT_STATES, FINISHED_TASK_STATES
 from simrun.core.views import FailureView, RunView, TaskView
 
@@ -113,19 +114,21 @@ class TaskLine:
 def guess_eta(
     total: int | None, done: int, failed: int, started_s: float | None, now_s: float | None
 ) -> float | None:
-    """Seconds left at the pace of the task so far (units done since it started), while
-    nothing is learned; None before the first unit is done."""
-    if total is None or started_s is None or now_s is None or done <= 0:
+    """Seconds left at the pace of the task so far (units finished since it started), by
+    the ETA's one rule (`simrun.core.eta`) with nothing learned: for a view without an ETA
+    (an older service, a store read outside its session); None before the first unit
+    finished."""
+    if total is None:
         return None
-    spent = now_s - started_s
-    if spent <= 0:
-        return None
-    return max(0, total - done - failed) * spent / done
+    finished = done + failed
+    return task_eta_s(max(0, total - finished), None, 0, pace_rate(finished, started_s, now_s))
 
 
 def task_line(task: TaskView, now_s: float | None = None) -> TaskLine:
-    """The line of one task of a run view; with ``now_s``, a task that learned nothing yet
-    gets an ETA guessed from its pace so far (when the view tells when it started)."""
+    """The line of one task of a run view: the view's ETA (the service's, by
+    `simrun.core.eta`), shown as it is. With ``now_s``, a task whose view has no ETA and
+    that learned nothing yet gets one guessed from its pace so far (when the view tells
+    when it started)."""
     eta = task.eta_s
     guessed = False
     learned = task.seconds_per_unit is not None

@@ -33,7 +33,8 @@ class TaskView:
     ``requested_gb`` is the largest memory per process its units were dispatched with and
     ``peak_memory_gb`` the largest peak of a worker process its reports measured (None
     while unknown). ``out`` is where its outputs are, when the reader knows (a store read
-    on this machine)."""
+    on this machine). ``units_per_s`` is its observed completion rate (None before two
+    samples showed progress); ``eta_s`` follows `simrun.core.eta`."""
 
     name: str
     type: str
@@ -55,6 +56,7 @@ class TaskView:
     requested_gb: float | None = None
     peak_memory_gb: float | None = None
     out: str | None = None
+    units_per_s: float | None = None
 
     def count(self, state: str) -> int:
         """Its units in ``state`` (0 when the view does not count them)."""
@@ -80,8 +82,9 @@ class RunSummary:
 
 @dataclass(frozen=True)
 class RunView(RunSummary):
-    """One run with its tasks. ``eta_s`` is the sum over its unfinished tasks (they run
-    one after the other along the graph), None while a task's is unknown."""
+    """One run with its tasks. ``eta_s`` is over its unfinished tasks
+    (`simrun.core.eta.run_eta_s`: the longest chain along the graph, at least each queue's
+    tasks one after the other), None while a task's is unknown; 0 once the run ended."""
 
     tasks: tuple[TaskView, ...] = ()
     eta_s: float | None = None

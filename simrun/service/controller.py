@@ -126,7 +126,7 @@ class Controller:
             store, resources, queue, self.types, settings, resolved, clock
         )
         #: The read side: what the HTTP API, the metrics and the store reader ask.
-        self.queries = RunQueries(store, resources, queue, self.types, settings)
+        self.queries = RunQueries(store, resources, queue, self.types, settings, clock)
         #: Who follows a run is woken here when it may have changed (`simrun.service.changes`).
         self.changes = Changes()
         #: Set by a command (submit, replay, cancel): the idle loop steps at once.

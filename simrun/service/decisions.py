@@ -1,5 +1,6 @@
 """The controller's own decisions as plain functions: the attempt of a job, which jobs are
-lost or abandoned, when a run's attempts may leave Redis, the ETA and the run's message.
+lost or abandoned, when a run's attempts may leave Redis, and the run's message (the ETA
+is `simrun.core.eta`).
 (The sizing rules the workers apply as well live in `simrun.core.sizing`.)
 
 Nothing here does I/O or reads a clock; `simrun.service.controller` gathers the facts and
@@ -21,7 +22,6 @@ __all__ = [
     "abandoned_jobs",
     "attempts_verdict",
     "dead_worker_jobs",
-    "eta_s",
     "failure_message",
     "job_attempt",
     "judging_workers",
@@ -144,16 +144,6 @@ def attempts_verdict(state: str | None, in_flight: bool, in_redis: bool) -> Atte
     if in_flight or in_redis:
         return "wait"
     return "forget"
-
-
-def eta_s(remaining_units: int, seconds_per_unit: float | None, processes: int) -> float | None:
-    """Seconds until the remaining units are done: units * seconds per unit / processes.
-    None while the seconds per unit or any process is unknown; 0 with nothing left."""
-    if remaining_units <= 0:
-        return 0.0
-    if seconds_per_unit is None or processes <= 0:
-        return None
-    return remaining_units * seconds_per_unit / processes
 
 
 def _ranges(indices: Sequence[int]) -> str:

@@ -7,7 +7,7 @@ its own.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +15,8 @@ from typing import Any
 from redis.exceptions import RedisError, ResponseError
 
 from simrun.core import sizing
+from simrun.core.clock import SYSTEM_CLOCK, Clock
+from simrun.core.eta import ETA_RULES, EtaRules, ObservedRate, RunProgress
 from simrun.core.reports import WorkerInfo
 from simrun.core.scaling import (
     DEFAULT_SHAPE,
@@ -41,7 +43,10 @@ from simrun.service.metrics import (
 from simrun.service.settings import ControllerSettings
 from simrun.service.views import failure_view, run_view
 
-__all__ = ["Backlog", "RunQueries"]
+__all__ = ["Backlog", "ProgressSamples", "RunQueries"]
+
+#: Runs whose progress is sampled at most (the least recently viewed are forgotten first).
+MAX_SAMPLED_RUNS = 256
 
 
 @dataclass(frozen=True)
@@ -59,8 +64,40 @@ def _field(info: Mapping[Any, Any], name: str) -> Any:
     return value.decode() if isinstance(value, bytes) else value
 
 
+class ProgressSamples:
+    """The progress samples of the running runs (`simrun.core.eta.RunProgress`), the state
+    the observed completion rates of the ETA need: fed with the finished units of each
+    task each time a run's view is computed, read on the clock's monotonic scale, kept in
+    memory only (a restarted service observes again). A run that is not running is
+    forgotten, and at most ``max_runs`` are kept."""
+
+    def __init__(
+        self, clock: Clock, rules: EtaRules = ETA_RULES, max_runs: int = MAX_SAMPLED_RUNS
+    ) -> None:
+        self.clock, self.rules, self.max_runs = clock, rules, max_runs
+        self._runs: OrderedDict[str, RunProgress] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def observe(
+        self, run_id: str, running: bool, counts: Mapping[str, TaskCounts]
+    ) -> dict[str, ObservedRate]:
+        """Sample a run's tasks now; their observed rates (none once the run ended)."""
+        if not running:
+            self._runs.pop(run_id, None)
+            return {}
+        progress = self._runs.pop(run_id, None) or RunProgress(self.rules)
+        self._runs[run_id] = progress
+        while len(self._runs) > self.max_runs:
+            self._runs.popitem(last=False)
+        finished = {name: c.done + c.failed for name, c in counts.items()}
+        return progress.observe(self.clock.monotonic(), finished)
+
+
 class RunQueries:
-    """Queries over the controller's stores and queue (`simrun.service.controller`)."""
+    """Queries over the controller's stores and queue (`simrun.service.controller`).
+    ``clock`` times the progress samples of the ETAs (`ProgressSamples`)."""
 
     def __init__(
         self,
@@ -69,9 +106,11 @@ class RunQueries:
         queue: JobQueue,
         types: Mapping[str, TaskType],
         settings: ControllerSettings,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.store, self.resources, self.queue = store, resources, queue
         self.types, self.settings = types, settings
+        self.progress = ProgressSamples(clock)
 
     # -- runs ----------------------------------------------------------------------------
 
@@ -84,8 +123,10 @@ class RunQueries:
         return await self.store.runs(limit=limit)
 
     async def run(self, run_id: str) -> RunView | None:
-        """One run with per-task unit counts by state and ETAs (over the live workers'
-        processes; no ETA while Redis does not answer); None when unknown."""
+        """One run with per-task unit counts by state and ETAs (`simrun.core.eta`: the
+        observed completion rates, sampled here, blended with the learned speed over the
+        live workers' processes; while Redis does not answer, the observed rate alone);
+        None when unknown."""
         row = await self.store.run(run_id)
         if row is None:
             return None
@@ -97,9 +138,9 @@ class RunQueries:
         for w in workers:
             for name in w.queues:
                 processes[name] += w.processes
-        return run_view(
-            row, await self.store.tasks(run_id), await self.store.counts(run_id), processes
-        )
+        counts = await self.store.counts(run_id)
+        observed = self.progress.observe(run_id, row.state == "running", counts)
+        return run_view(row, await self.store.tasks(run_id), counts, processes, observed)
 
     async def failures(self, run_id: str) -> list[FailureView]:
         """The failed units of a run with their tracebacks."""

@@ -6,10 +6,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
+from simrun.core.eta import ObservedRate, TaskEta, run_eta_s, task_eta_s
 from simrun.core.states import FINISHED_TASK_STATES, TaskCounts, UnitRow
 from simrun.core.views import FailureView, RunSummary, RunView, TaskView
 from simrun.runstore import RunRow, TaskRow
-from simrun.service.decisions import eta_s
 
 __all__ = ["failure_view", "run_summary", "run_view", "task_view"]
 
@@ -21,8 +21,14 @@ def _shared(row: Any, view: type[Any]) -> dict[str, Any]:
     return {f.name: getattr(row, f.name) for f in fields(row) if f.name in shown}
 
 
-def task_view(task: TaskRow, counts: TaskCounts | None, processes: int) -> TaskView:
-    """A task's view; ``processes`` are the live worker processes of its queue."""
+def task_view(
+    task: TaskRow,
+    counts: TaskCounts | None,
+    processes: int,
+    observed: ObservedRate | None = None,
+) -> TaskView:
+    """A task's view; ``processes`` are the live worker processes of its queue,
+    ``observed`` its observed completion rate (`simrun.core.eta`: the ETA's rule)."""
     counts = counts or TaskCounts()
     spu = (task.resources or {}).get("seconds_per_unit")
     remaining = counts.unfinished if task.units is not None else 0
@@ -31,7 +37,7 @@ def task_view(task: TaskRow, counts: TaskCounts | None, processes: int) -> TaskV
     elif task.units is None:
         eta = None
     else:
-        eta = eta_s(remaining, spu, processes)
+        eta = task_eta_s(remaining, spu, processes, observed)
     return TaskView(
         **_shared(task, TaskView),
         counts={
@@ -44,6 +50,7 @@ def task_view(task: TaskRow, counts: TaskCounts | None, processes: int) -> TaskV
         merge=counts.merge,
         seconds_per_unit=spu,
         eta_s=eta,
+        units_per_s=None if observed is None else observed.units_per_s,
     )
 
 
@@ -52,18 +59,31 @@ def run_view(
     tasks: Sequence[TaskRow],
     counts: Mapping[str, TaskCounts],
     processes_by_queue: Mapping[str, int],
+    observed: Mapping[str, ObservedRate] | None = None,
 ) -> RunView:
-    """A run's view from its rows, its unit counts and the live processes per queue."""
+    """A run's view from its rows, its unit counts, the live processes per queue and the
+    observed completion rates of its tasks (`simrun.core.eta.RunProgress`)."""
+    observed = observed or {}
     views = tuple(
-        task_view(t, counts.get(t.name), processes_by_queue.get(t.queue or "cpu", 0)) for t in tasks
+        task_view(
+            t,
+            counts.get(t.name),
+            processes_by_queue.get(t.queue or "cpu", 0),
+            observed.get(t.name),
+        )
+        for t in tasks
     )
-    etas = [v.eta_s for v in views if v.state not in FINISHED_TASK_STATES]
-    total: float | None = None
+    total: float | None = 0.0
     if run.state == "running":
-        total = None if any(e is None for e in etas) else sum(e for e in etas if e is not None)
-    return RunView(
-        **_shared(run, RunView), tasks=views, eta_s=total if run.state == "running" else 0.0
-    )
+        total = run_eta_s(
+            [
+                TaskEta(
+                    v.name, t.depends, t.queue or "cpu", v.state in FINISHED_TASK_STATES, v.eta_s
+                )
+                for t, v in zip(tasks, views, strict=True)
+            ]
+        )
+    return RunView(**_shared(run, RunView), tasks=views, eta_s=total)
 
 
 def failure_view(unit: UnitRow) -> FailureView:

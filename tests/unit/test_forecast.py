@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from simrun.cli.forecast import (
@@ -124,7 +126,8 @@ def test_forecast_task_names_what_cannot_run(task, pool, problem):
 
 
 def test_forecast_sums_tasks_that_run_one_after_the_other():
-    """The run's ETA and core-hours are the sums of its tasks'; its peak the largest."""
+    """The run's ETA and core-hours are the sums of its tasks' when they run one after the
+    other (along the graph, or on one queue); its peak the largest."""
     pool = pool_of(1, 4, 16.0)
     result = forecast(
         [plan(units=8), plan(name="report", kind="command", units=1, seconds_per_unit=3.0)], pool
@@ -132,6 +135,18 @@ def test_forecast_sums_tasks_that_run_one_after_the_other():
     assert result.eta_s == pytest.approx(4.0 + 3.0)
     assert result.core_hours == pytest.approx((16 + 3) / 3600)
     assert result.peak_memory_gb == pytest.approx(4.0)
+
+
+def test_forecast_eta_of_tasks_side_by_side_on_two_queues_is_the_longer():
+    """Independent tasks on two queues run side by side: the run's ETA is the longer one's
+    (`simrun.core.eta.run_eta_s`, the rule of a running run's ETA); one after the other
+    when one reads the other's outputs."""
+    pool = pool_of(1, 4, 16.0, gpus=1)
+    cpu = plan(units=8)  # 2 waves of 2 s
+    gpu = plan(name="fit", queue="gpu", gpus=1, units=1, seconds_per_unit=3.0)
+    assert forecast([cpu, gpu], pool).eta_s == pytest.approx(4.0)
+    chained = forecast([cpu, replace(gpu, depends=("sweep",))], pool)
+    assert chained.eta_s == pytest.approx(4.0 + 3.0)
 
 
 def test_forecast_is_unknown_while_a_task_is():

@@ -118,7 +118,7 @@ def test_format_rate(spu, text):
     ("args", "eta"),
     [
         ((24, 6, 0, 100.0, 112.0), 36.0),  # 6 units in 12 s: 18 left take 36 s
-        ((24, 6, 2, 100.0, 112.0), 32.0),  # failed units are not left to do
+        ((24, 6, 2, 100.0, 112.0), 24.0),  # failed units are finished: 8 in 12 s, 16 left
         ((24, 0, 0, 100.0, 112.0), None),  # no pace before the first unit
         ((None, 6, 0, 100.0, 112.0), None),  # not started
         ((24, 6, 0, None, 112.0), None),  # the view does not tell when it started
@@ -127,7 +127,8 @@ def test_format_rate(spu, text):
     ],
 )
 def test_guess_eta(args, eta):
-    """Without a learned speed, the ETA is the pace of the task so far."""
+    """Without a learned speed and an ETA from the service, the ETA is the pace of the task
+    so far (`simrun.core.eta`: finished units, done or failed, since it started)."""
     assert guess_eta(*args) == eta
 
 

@@ -9,7 +9,6 @@ from simrun.service.decisions import (
     abandoned_jobs,
     attempts_verdict,
     dead_worker_jobs,
-    eta_s,
     failure_message,
     job_attempt,
     judging_workers,
@@ -112,15 +111,6 @@ def test_attempts_verdict(state, in_flight, in_redis, verdict):
 def test_run_of_job(job_id, run):
     """The run of a job id is what comes before its first colon."""
     assert run_of_job(job_id) == run
-
-
-@pytest.mark.parametrize(
-    ("remaining", "spu", "processes", "expected"),
-    [(100, 0.5, 4, 12.5), (0, None, 0, 0.0), (10, None, 4, None), (10, 1.0, 0, None)],
-)
-def test_eta(remaining, spu, processes, expected):
-    """ETA = remaining units x seconds per unit / live processes; unknown without either."""
-    assert eta_s(remaining, spu, processes) == expected
 
 
 def test_failure_message_lists_units():

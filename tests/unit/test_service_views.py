@@ -7,10 +7,13 @@ from dataclasses import replace
 
 import pytest
 
+from simrun.core.clock import ManualClock
+from simrun.core.eta import ObservedRate
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.states import TaskCounts, UnitRow
 from simrun.runstore import RunRow, TaskRow
 from simrun.service.controller import is_oom
+from simrun.service.queries import ProgressSamples
 from simrun.service.views import failure_view, run_view, task_view
 
 RUN = RunRow("r1", "demo", "plate", "running", "", "doc", 1.0, 2.0, None)
@@ -46,16 +49,54 @@ def test_task_eta(row, counts, processes, eta):
         assert sum(view.counts.values()) == counts.total
 
 
-def test_run_eta_sums_unfinished_tasks_and_is_unknown_if_one_is():
-    """A running run's ETA sums its unfinished tasks' ETAs, each with its queue's
-    processes; one unknown ETA makes the run's unknown."""
+def test_run_eta_is_over_its_tasks_and_is_unknown_if_one_is():
+    """A running run's ETA is over its unfinished tasks' ETAs (`simrun.core.eta.run_eta_s`),
+    each with its queue's processes: independent tasks on two queues run side by side, a
+    task after its input one after the other; one unknown ETA makes the run's unknown."""
     tasks = [task("a", "running", 100, 0.5), task("b", "running", 10, 2.0, queue="gpu")]
     counts = {"a": TaskCounts(pending=40), "b": TaskCounts(pending=10)}
     view = run_view(RUN, tasks, counts, {"cpu": 4, "gpu": 1})
     assert [t.eta_s for t in view.tasks] == [5.0, 20.0]
-    assert view.eta_s == 25.0
+    assert view.eta_s == 20.0
+    chained = [tasks[0], replace(tasks[1], depends=("a",))]
+    assert run_view(RUN, chained, counts, {"cpu": 4, "gpu": 1}).eta_s == 25.0
     assert run_view(RUN, tasks, counts, {"cpu": 4}).eta_s is None
     assert view.to_dict()["tasks"][0]["counts"]["pending"] == 40
+    ended = replace(RUN, state="succeeded")
+    assert run_view(ended, tasks, counts, {"cpu": 4}).eta_s == 0.0
+
+
+@pytest.mark.parametrize(
+    ("spu", "processes", "observed", "eta", "rate"),
+    [
+        # 400 units left at an observed 100 units/s, fully trusted: 4 s, whatever is learned
+        (1e-5, 2, ObservedRate(100.0, 1000, 10.0, 10), 4.0, 100.0),
+        # nothing learned: the observed rate alone, however little was observed
+        (None, 2, ObservedRate(100.0, 1, 0.5, 1), 4.0, 100.0),
+        # no live process (Redis away): the observed rate alone
+        (0.5, 0, ObservedRate(100.0, 1000, 10.0, 10), 4.0, 100.0),
+        # half trusted (4 of 8 units seen): halfway between 4 s and the learned 100 s
+        (0.5, 2, ObservedRate(100.0, 4, 10.0, 10), 52.0, 100.0),
+        # nothing observed yet: the learned speed
+        (0.5, 2, None, 100.0, None),
+    ],
+)
+def test_task_eta_follows_the_observed_rate(spu, processes, observed, eta, rate):
+    """A task's ETA is its remaining units / its observed completion rate, blended with the
+    learned speed while few units were observed; the view shows the observed rate."""
+    view = task_view(
+        task("a", "running", 1000, spu), TaskCounts(pending=400, done=600), processes, observed
+    )
+    assert view.eta_s == pytest.approx(eta)
+    assert view.units_per_s == rate
+    run = run_view(
+        RUN,
+        [task("a", "running", 1000, spu)],
+        {"a": TaskCounts(pending=400, done=600)},
+        {"cpu": processes},
+        {"a": observed} if observed else None,
+    )
+    assert run.eta_s == pytest.approx(eta)
 
 
 def test_failure_view_keeps_the_traceback():
@@ -135,3 +176,23 @@ def test_task_view_tells_times_kind_kills_and_memory():
     assert (fresh.splittable, fresh.started_s, fresh.kills, fresh.peak_memory_gb) == (
         True, None, 0, None
     )  # fmt: skip
+
+
+def test_progress_samples_keep_running_runs_only():
+    """The read side samples the finished units (done or failed) of each running run's
+    tasks on its clock; a run that is not running is forgotten, and at most ``max_runs``
+    runs are kept (the least recently viewed go first)."""
+    clock = ManualClock(now_s=1000.0)
+    samples = ProgressSamples(clock, max_runs=2)
+    assert samples.observe("r1", True, {"a": TaskCounts(pending=10)}) == {}
+    clock.advance(1.0)
+    samples.observe("r1", True, {"a": TaskCounts(pending=8, done=1, failed=1)})
+    clock.advance(1.0)
+    rates = samples.observe("r1", True, {"a": TaskCounts(pending=4, done=5, failed=1)})
+    assert rates["a"].units_per_s == 4.0
+    samples.observe("r2", True, {})
+    samples.observe("r3", True, {})
+    assert len(samples) == 2
+    assert samples.observe("r1", True, {"a": TaskCounts(pending=2, done=8)}) == {}  # forgotten
+    assert samples.observe("r3", False, {}) == {}
+    assert len(samples) == 1
