@@ -20,12 +20,23 @@ from simrun.core.wire import (
     NonEmptyStr,
     PayloadError,
     UnitKey,
+    expand_ranges,
     explain,
+    index_ranges,
     job_id,
 )
 from simrun.plugins import TaskPaths
 
-__all__ = ["JobPaths", "JobResources", "JobSpec", "PathText", "PortName", "path_text", "queue_for"]
+__all__ = [
+    "MAX_JOB_UNITS",
+    "JobPaths",
+    "JobResources",
+    "JobSpec",
+    "PathText",
+    "PortName",
+    "path_text",
+    "queue_for",
+]
 
 
 def path_text(value: object) -> str:
@@ -181,11 +192,15 @@ class JobSpec(BaseModel):
         ``run``, ``task``, ``task_type`` str, ``settings`` map, ``paths`` {store, run_dir,
         task_dir, out, scratch: str, inputs: {port: str}}, ``resources`` {memory_base_gb,
         memory_per_worker_gb, scratch_gb: float, gpus: int, seconds_per_unit: float|null},
-        ``attempt`` int >= 1, ``indices`` [int], ``uses_cores``, ``checkpoints`` bool,
-        ``timeout_s`` float|null, ``command`` str|null, ``image`` str|null.
+        ``attempt`` int >= 1, ``ranges`` [[first, last]] (the indices as inclusive
+        ranges: a chunk of a thousand units is a few bytes, not a few kilobytes, in the
+        queue and in arq's result), ``uses_cores``, ``checkpoints`` bool, ``timeout_s``
+        float|null, ``command`` str|null, ``image`` str|null. A payload with ``indices``
+        [int] instead of ``ranges`` is read too.
         """
         data = self.model_dump()
-        data["indices"] = list(self.indices)
+        del data["indices"]
+        data["ranges"] = [list(r) for r in index_ranges(self.indices)]
         return {"job_id": self.job_id, **data}
 
     @classmethod
@@ -194,6 +209,11 @@ class JobSpec(BaseModel):
         where = "job payload"
         if not isinstance(data, Mapping):
             raise PayloadError(f"{where}: must be a map, got {type(data).__name__}")
+        if "ranges" in data:
+            if "indices" in data:
+                raise PayloadError(f"{where}: fields 'ranges' and 'indices' both given")
+            data = {**data, "indices": expand_ranges(data["ranges"], MAX_JOB_UNITS)}
+            del data["ranges"]
         try:
             spec = cls.model_validate(data)
         except _ValidationError as exc:
@@ -205,6 +225,11 @@ class JobSpec(BaseModel):
                 f"make {spec.job_id!r}"
             )
         return spec
+
+
+#: The most units one job payload may name (chunks are far smaller:
+#: `simrun.core.sizing.DEFAULT_MAX_CHUNK`).
+MAX_JOB_UNITS = 1_000_000
 
 
 def queue_for(spec: JobSpec) -> str:

@@ -12,10 +12,11 @@ too, so that the order between the two stays as it was.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from simrun.core.reports import ReportEntry
 from simrun.core.states import unit_index
+from simrun.core.wire import index_ranges
 
 __all__ = ["all_done", "index_ranges", "observed_peak_gb", "split_reports"]
 
@@ -23,18 +24,6 @@ __all__ = ["all_done", "index_ranges", "observed_peak_gb", "split_reports"]
 def all_done(entry: ReportEntry) -> bool:
     """Whether a report names at least one unit and says every one is done."""
     return bool(entry.outcomes) and all(o == "done" for o in entry.outcomes.values())
-
-
-def index_ranges(indices: Iterable[int]) -> list[tuple[int, int]]:
-    """The distinct ``indices`` as inclusive ranges ``(first, last)``, ascending:
-    ``[5, 0, 1, 2, 2]`` → ``[(0, 2), (5, 5)]``."""
-    ranges: list[tuple[int, int]] = []
-    for index in sorted(set(indices)):
-        if ranges and ranges[-1][1] == index - 1:
-            ranges[-1] = (ranges[-1][0], index)
-        else:
-            ranges.append((index, index))
-    return ranges
 
 
 def _units(entry: ReportEntry) -> set[tuple[str, str, int]]:

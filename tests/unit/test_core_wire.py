@@ -173,12 +173,21 @@ def test_job_spec_round_trips_through_msgpack() -> None:
         ({"indices": []}, "a chunk job needs at least one unit index"),
         ({"indices": [1, 1]}, "names a unit twice"),
         ({"kind": "command", "indices": []}, "needs its command template"),
+        ({"ranges": [[2, 1]]}, r"holds \[2, 1\]: each must be \[first, last\]"),
+        ({"ranges": [[0, 3], [2, 5]]}, "ascending and apart"),
+        ({"ranges": [[0, True]]}, "each must be"),
+        ({"ranges": [[-1, 2]]}, "each must be"),
+        ({"ranges": "0-3"}, "must be a list of"),
+        ({"ranges": [[0, 2_000_000]]}, "names more than 1000000 units"),
+        ({"ranges": [[0, 1]], "indices": [0, 1]}, "'ranges' and 'indices' both given"),
     ],
 )
 def test_bad_payload_fields_are_named(change: dict[str, Any], message: str) -> None:
     """A payload with a bad field is refused with an error naming that field."""
     data = {**_spec().to_dict(), **change}
-    if "kind" in change or "indices" in change:
+    if "indices" in change and "ranges" not in change:
+        data.pop("ranges")  # the payload of an older service: the indices one by one
+    if "kind" in change or "indices" in change or "ranges" in change:
         data.pop("job_id")
     with pytest.raises(PayloadError, match=message):
         JobSpec.from_dict(data)
@@ -347,3 +356,16 @@ def test_running_jobs_round_trip_through_the_heartbeat() -> None:
     bad["running"][0]["state"] = "sleeping"
     with pytest.raises(PayloadError, match=r"heartbeat.*'running'.*got 'sleeping'"):
         WorkerInfo.from_json(json.dumps(bad))
+
+
+def test_chunk_indices_travel_as_ranges() -> None:
+    """A chunk's indices go on the wire as inclusive ranges (a thousand contiguous units
+    are one pair) and come back as the same indices; a payload that lists them one by
+    one (an older service) reads the same."""
+    spec = _spec().model_copy(update={"indices": (*range(0, 1000), 1500, 1502, 1503)})
+    data = spec.to_dict()
+    assert data["ranges"] == [[0, 999], [1500, 1500], [1502, 1503]]
+    assert "indices" not in data
+    assert JobSpec.from_dict(data) == spec
+    older = {k: v for k, v in data.items() if k != "ranges"} | {"indices": list(spec.indices)}
+    assert JobSpec.from_dict(older) == spec
