@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -183,9 +184,7 @@ async def arq_case(url: str, units: int, unit_s: float, job_s: float) -> tuple[f
     )
     try:
         start = time.time()
-        jobs = [
-            await pool.enqueue_job("busy_batch", n, unit_s, _queue_name=queue) for n in sizes
-        ]
+        jobs = [await pool.enqueue_job("busy_batch", n, unit_s, _queue_name=queue) for n in sizes]
         ends = [await job.result(timeout=600, poll_delay=0.05) for job in jobs if job is not None]
         assert len(ends) == len(sizes)
         return max(ends) - start, per_job
@@ -266,10 +265,8 @@ def stop_simrun(sim: Simrun) -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # any worker process left behind
-        except ProcessLookupError:
-            pass
 
 
 def wait_ready(sim: Simrun) -> None:
@@ -313,7 +310,8 @@ def simrun_case(sim: Simrun, units: int, unit_s: float, label: str) -> tuple[flo
     if view.state != "succeeded":
         sys.exit(f"run {run_id} ended {view.state}: {view}")
     (task,) = view.tasks
-    assert task.started_s is not None and task.finished_s is not None, task
+    assert task.started_s is not None, task
+    assert task.finished_s is not None, task
     assert task.count("done") == units, task
     return task.finished_s - task.started_s, task.seconds_per_unit
 
@@ -335,9 +333,7 @@ class Size:
 
 
 def spread(values: Sequence[float], fmt: str) -> str:
-    return " / ".join(
-        format(v, fmt) for v in (min(values), statistics.median(values), max(values))
-    )
+    return " / ".join(format(v, fmt) for v in (min(values), statistics.median(values), max(values)))
 
 
 def pct(seconds: float, ideal_s: float) -> float:

@@ -111,24 +111,36 @@ async def test_a_limit_below_the_interpreter_is_raised_to_baseline_plus_headroom
     assert "below what the process holds by itself" in killed.errors[0]
 
 
-async def test_a_units_request_is_answered_unit_by_unit(tmp_path: Path) -> None:
-    """One "units" request gets one reply per unit, in order, each naming its unit: a
-    failing unit carries its traceback and the next ones still run; a request without a
-    list of indices gets one failed reply and the process goes on."""
-    spec = make_spec(tmp_path, "f", "test-flaky", [0, 1, 2], {"fail_indices": [1]})
+async def test_a_units_request_is_answered_in_batches_and_the_slot_tells_the_unit(
+    tmp_path: Path,
+) -> None:
+    """One "units" request is answered without a message per unit: the outcomes come in
+    order, a failing unit's (with its traceback) at once in a message of its own, the rest
+    in the last message ("end"); the next units still run. The process's slot says every
+    unit of the batch ended. A request without a list of indices gets one failed reply and
+    the process goes on."""
+    spec = make_spec(tmp_path, "f", "test-flaky", [0, 1, 2, 3], {"fail_indices": [1]})
     async with one_process_pool() as pool:
         worker = await pool.checkout((spec.run, spec.task), (), None)
         assert (await worker.call(task_message(spec, setup=True)))["ok"] is True
-        await worker.send({"op": "units", "indices": [0, 1, 2]})
-        replies = [await worker.receive(10.0) for _ in range(3)]
-        assert [r["index"] for r in replies] == [0, 1, 2]
-        assert [r["ok"] for r in replies] == [True, False, True]
-        assert "ValueError: unit 1 fails on purpose" in replies[1]["error"]
+        worker.batch = (7, spec.job_id, [0, 1, 2, 3])
+        await worker.send({"op": "units", "indices": [0, 1, 2, 3], "batch": 7})
+        first = await worker.receive(10.0)
+        assert [u[:2] for u in first["units"]] == [[0, True], [1, False]]
+        assert first["end"] is False
+        assert "ValueError: unit 1 fails on purpose" in first["units"][1][3]
+        last = await worker.receive(10.0)
+        assert [u[:2] for u in last["units"]] == [[2, True], [3, True]]
+        assert last["end"] is True
+        position = worker.slot_position()
+        assert position is not None
+        assert position[0] == 4
         bad = await worker.call({"op": "units", "indices": "0-2"}, 10.0)
-        assert (bad["ok"], bad["index"]) == (False, None)
+        assert (bad["ok"], bad["index"], bad["end"]) == (False, None, True)
         assert "unknown request" in bad["error"]
-        again = await worker.call({"op": "units", "indices": [2]}, 10.0)
-        assert (again["ok"], again["index"]) == (True, 2)
+        again = await worker.call({"op": "units", "indices": [2], "batch": 8}, 10.0)
+        assert again["units"][0][:2] == [2, True]
+        worker.batch = None
         await pool.checkin(worker)
 
 

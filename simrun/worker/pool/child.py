@@ -3,9 +3,11 @@
 Started by the worker container as ``python -m simrun.worker.pool.child [--plugin REF]...
 [--path DIR]... [--cuda-visible-devices IDS]``, it answers the requests of
 `simrun.worker.pool.protocol` one after the other until its stdin closes; a "units" request is
-answered by one reply per unit, each sent as its unit ends. An exception in plugin code is
-caught and sent back with its traceback; the process goes on. The container kills
-the process when it passes its memory limit or a unit's time runs out, and starts another.
+answered in batches (a message after a unit that failed, and one at the end), the unit
+running being written to the `UnitSlot` the container reads (``--slot-fd``). An exception
+in plugin code is caught and sent back with its traceback; the process goes on. The
+container kills the process when it passes its memory limit or a unit's time runs out,
+and starts another.
 
 Whatever a request starts lives no longer than the request: after each one (a task's
 setup, a unit, a merge) every process left in the worker process's cgroup (``--cgroup``),
@@ -47,7 +49,7 @@ from simrun.plugins import (
     resolve,
 )
 from simrun.worker.cgroups import Cgroup
-from simrun.worker.pool.protocol import read_blocking, write_blocking
+from simrun.worker.pool.protocol import UnitSlot, read_blocking, write_blocking
 from simrun.worker.proctree import anon_memory_bytes, become_subreaper, kill_tree
 
 __all__ = ["main"]
@@ -145,9 +147,15 @@ class Child:
     runs once per task per process; the last `MAX_TASKS` tasks are remembered) and the
     current one."""
 
-    def __init__(self, registry: dict[str, TaskType], leftovers: Leftovers | None = None) -> None:
+    def __init__(
+        self,
+        registry: dict[str, TaskType],
+        leftovers: Leftovers | None = None,
+        slot: UnitSlot | None = None,
+    ) -> None:
         self.registry = registry
         self.leftovers = leftovers
+        self.slot = slot
         self.context: _Context | None = None
         self._tasks: dict[tuple[str, str], _Context] = {}
         self._functions: dict[str, Callable[..., Any]] = {}
@@ -184,18 +192,37 @@ class Child:
             return _timed(self._merge, self.leftovers)
         return _timed(functools.partial(_unknown, op))
 
+    def _mark(self, batch: int, pos: int, done_s: float) -> None:
+        if self.slot is not None:
+            self.slot.write(batch, pos, time.monotonic(), done_s)
+
     def units(self, message: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        """The replies to a "units" request, one per index as each unit ends, in order; a
-        request without a list of indices gets one failed reply with index None."""
+        """The messages answering a "units" request (see `simrun.worker.pool.protocol`):
+        one after each unit that failed, one at the end; the slot says which unit runs. A
+        request without a list of indices gets one failed message with index None."""
         indices = message.get("indices")
         if not isinstance(indices, list) or not all(type(i) is int for i in indices):
             reply = _timed(functools.partial(_unknown, f"units with indices {indices!r}"))
-            yield {**reply, "index": None}
+            yield {**reply, "index": None, "units": [], "end": True}
             return
-        for index in indices:
+        batch = message.get("batch")
+        batch = batch if type(batch) is int else 0
+        done_s = 0.0
+        outcomes: list[list[Any]] = []
+        for pos, index in enumerate(indices):
+            self._mark(batch, pos, done_s)
             reply = _timed(functools.partial(self._unit, index), self.leftovers)
-            reply["index"] = index
-            yield reply
+            if reply.get("oom_kill"):  # the container kills this process: the batch ends
+                yield {"units": outcomes, "oom_kill": index, "end": True}
+                return
+            outcomes.append([index, reply["ok"], reply["seconds"], reply["error"]])
+            if reply["ok"]:
+                done_s += reply["seconds"]
+            else:  # sent before the slot moves on: an unsent unit past the slot ended well
+                yield {"units": outcomes, "end": False}
+                outcomes = []
+            self._mark(batch, pos + 1, done_s)
+        yield {"units": outcomes, "end": True}
 
     def _task(self, message: dict[str, Any]) -> None:
         key = (str(message["run"]), str(message["task"]))
@@ -257,6 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cuda-visible-devices", default=None)
     parser.add_argument("--cgroup", default=None, help="the cgroup directory to join first")
     parser.add_argument("--cgroup-version", type=int, default=1, choices=(1, 2))
+    parser.add_argument("--slot-fd", type=int, default=None, help="the fd of the UnitSlot")
     args = parser.parse_args(argv)
     box = None
     if args.cgroup is not None:  # before anything else runs, so that nothing escapes it
@@ -296,7 +324,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     hello = {"ok": True, "pid": os.getpid(), "error": None, "baseline_bytes": baseline_bytes}
     write_blocking(out_fd, hello)
 
-    child = Child(registry, Leftovers(box))
+    slot = None
+    if args.slot_fd is not None:
+        slot = UnitSlot(args.slot_fd)
+        os.close(args.slot_fd)
+    child = Child(registry, Leftovers(box), slot)
     while True:
         message = read_blocking(in_fd)
         if message is None:

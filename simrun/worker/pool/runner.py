@@ -9,9 +9,15 @@ jobs of the same task (its setup state, a heap the allocator kept): that is what
 process really needs while it computes this task's units. A process switching task with a
 large leftover heap is started afresh by the pool (see `simrun.worker.pool.processes`).
 
-The units of a chunk go to the process in batches (one "units" request each, one reply per
-unit as it ends), so a unit of a few microseconds does not pay a round trip through the
-pipe. Before each batch, the units in it are checked for staleness and ``stopping()`` is
+The units of a chunk go to the process in batches (one "units" request each), and their
+outcomes come back batched too (a message at the end of the batch, and one after a unit
+that failed): a unit of a millisecond pays neither a round trip through the pipe nor a
+wake-up of the container. Which unit runs is read from the process's `UnitSlot` (shared
+memory) when it matters: the unit a death or a kill ended (units of the batch before it
+ended well: a failure is always sent before the next unit starts), the start a unit's
+timeout counts from (`WorkerProcess.receive_batch`), the unit the output belongs to.
+
+Before each batch, the units in it are checked for staleness and ``stopping()`` is
 asked; a batch is sized (`next_batch_size`) to take about `BATCH_TARGET_S`, so those checks
 still happen every fraction of a second: the first batch is one unit, and each next one at
 most doubles, from the wall time per unit the previous batch took.
@@ -142,6 +148,26 @@ async def _after_reply(worker: WorkerProcess, reply: dict[str, Any], label: str)
         raise ProcessGone(describe_exit(worker.proc.returncode))
 
 
+def _unit_ended_in(
+    worker: WorkerProcess, ledger: Ledger, received: int, received_s: float
+) -> UnitKey | None:
+    """After the process ended in a batch of which ``received`` outcomes arrived (the ones
+    that ended well took ``received_s``): record the units its slot says ended well since,
+    and return the unit it ended under (None: every unit of the batch had ended)."""
+    assert worker.batch is not None
+    units = worker.batch[2]
+    found = worker.slot_position()
+    if found is None:  # it never started the batch
+        return units[received] if received < len(units) else None
+    pos, _, done_s = found
+    pos = min(pos, len(units))
+    ended = units[received:pos]
+    each_s = max(0.0, done_s - received_s) / len(ended) if ended else 0.0
+    for unit in ended:
+        ledger.record(unit, "done", seconds=each_s)
+    return units[pos] if pos < len(units) else None
+
+
 def _result(worker: WorkerProcess, peak_gb: float, kill_at: float | None) -> RunResult:
     return RunResult(peak_gb, worker.kill_reason == "memory", kill_at or 0.0)
 
@@ -164,6 +190,7 @@ async def run_chunk(
     sampler = await _sampler(worker, kill_at)
     current: UnitKey | None = None
     what = f"setting up task {spec.task!r}"
+    batches, received, received_s = 0, 0, 0.0
     try:
         reply = await worker.call(task_message(spec, setup=True), spec.timeout_s)
         await _after_reply(worker, reply, f"the setup of job {spec.job_id}")
@@ -182,31 +209,49 @@ async def run_chunk(
                     batch.append(index)
             if not batch:
                 continue
+            batches += 1
+            received, received_s = 0, 0.0
+            worker.batch = (batches, spec.job_id, batch)
             started = time.perf_counter()
-            await worker.send({"op": "units", "indices": batch})
-            for index in batch:
-                current, what = index, f"computing unit {index}"
-                reply = await worker.receive(spec.timeout_s)
-                if reply.get("index") != index:
-                    raise ProtocolError(f"a reply for unit {reply.get('index')!r}, not {index}")
-                await _after_reply(worker, reply, f"unit {index} of job {spec.job_id}")
-                ledger.record(
-                    index,
-                    "done" if reply["ok"] else "failed",
-                    seconds=float(reply["seconds"]),
-                    error=reply["error"],
-                )
-            current = None
+            sent_at = time.monotonic()
+            current, what = batch[0], f"computing unit {batch[0]}"
+            await worker.send({"op": "units", "indices": batch, "batch": batches})
+            while True:
+                got = await worker.receive_batch(spec.timeout_s, sent_at)
+                for index, ok, seconds, error in got.get("units", ()):
+                    if received >= len(batch) or index != batch[received]:
+                        raise ProtocolError(f"an outcome for unit {index!r}, out of order")
+                    received += 1
+                    ledger.record(
+                        index, "done" if ok else "failed", seconds=float(seconds), error=error
+                    )
+                    if ok:
+                        received_s += float(seconds)
+                if received < len(batch):
+                    current, what = batch[received], f"computing unit {batch[received]}"
+                killed = got.get("oom_kill")
+                if killed is not None:
+                    await _after_reply(worker, {"oom_kill": True}, what)
+                if got.get("end"):
+                    break
+            if received < len(batch):
+                raise ProtocolError(f"the batch ended after {received} of {len(batch)} units")
+            await _after_reply(worker, {}, f"unit {batch[-1]} of job {spec.job_id}")
+            worker.batch, current = None, None
             size = next_batch_size(size, len(batch), time.perf_counter() - started)
     except ProcessGone as gone:
         worker.note_death()
         outcome = death_outcome(worker.kill_reason)
+        if worker.batch is not None and current is not None:
+            current = _unit_ended_in(worker, ledger, received, received_s)
+            what = f"computing unit {current}" if current is not None else what
         message = _death_message(worker, gone, what, limit_gb, kill_at, sampler.peak_gb)
-        if current is None:  # during setup: every unit of the chunk shares the fate
+        if current is None and worker.batch is None:  # during setup: the whole chunk
             ledger.close_rest(outcome, message)
-        else:
+        elif current is not None:
             ledger.record(current, outcome, error=message)
     finally:
+        worker.batch = None
         peak_gb = await asyncio.to_thread(sampler.stop)
     ledger.close_rest("not_run")
     return _result(worker, peak_gb, kill_at)
