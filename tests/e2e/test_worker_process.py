@@ -148,16 +148,17 @@ async def test_units_marked_stale_during_a_chunk_are_skipped_between_batches(
     tmp_path: Path,
 ) -> None:
     """Units go to the process in batches, each unit checked for staleness once, in order,
-    before its batch is sent: units marked stale once unit 50 is done (a batch holds at
-    most twice the units of the one before it, so unit 100 is in a later batch) are skipped,
-    every other unit is computed."""
+    before its batch is sent, which is one batch ahead once units are short: units from 150
+    on marked stale once unit 50 is done (a batch holds at most twice the units of the one
+    before it, so unit 150 is sent two batches after unit 50's) are skipped, every other
+    unit is computed."""
     spec = make_spec(tmp_path, "s", "test-noop", range(200))
     ledger = Ledger(spec.units)
     asked: list[UnitKey] = []
 
     async def is_stale(unit: UnitKey) -> bool:
         asked.append(unit)
-        return isinstance(unit, int) and unit >= 100 and ledger.outcomes.get(50) == "done"
+        return isinstance(unit, int) and unit >= 150 and ledger.outcomes.get(50) == "done"
 
     async with one_process_pool() as pool:
         worker = await pool.checkout((spec.run, spec.task), (), None)
@@ -168,5 +169,36 @@ async def test_units_marked_stale_during_a_chunk_are_skipped_between_batches(
         finally:
             await pool.checkin(worker)
     assert asked == list(range(200))
-    assert all(ledger.outcomes[i] == "done" for i in range(100)), ledger.errors
-    assert all(ledger.outcomes[i] == "stale" for i in range(100, 200))
+    assert all(ledger.outcomes[i] == "done" for i in range(150)), ledger.errors
+    assert all(ledger.outcomes[i] == "stale" for i in range(150, 200))
+
+
+async def test_a_death_in_a_batch_keeps_the_units_that_ended_before_it(tmp_path: Path) -> None:
+    """Outcomes come back batched, so a process that dies in the middle of a batch has not
+    sent those of the units that ended well before it: its slot tells them, and they are
+    done (with their seconds); the unit it died under is failed, the rest not run."""
+    spec = make_spec(tmp_path, "c", "test-crash", range(14), {"crash_indices": [11]})
+    async with one_process_pool() as pool:
+        _, _, ledger = await run_on(pool, spec, 1.0)
+    assert all(ledger.outcomes[i] == "done" for i in range(11)), ledger.outcomes
+    assert set(ledger.seconds) == set(range(11))
+    assert ledger.outcomes[11] == "failed"
+    assert "exit code 3" in ledger.errors[11]
+    assert "computing unit 11" in ledger.errors[11]
+    assert ledger.outcomes[12] == ledger.outcomes[13] == "not_run"
+
+
+async def test_a_unit_past_its_timeout_in_a_batch_is_the_one_timed_out(tmp_path: Path) -> None:
+    """The timeout counts from the start of the unit the slot says is running, not from the
+    start of its batch: short units before it are done, the long one times out, the rest of
+    the chunk is not run."""
+    spec = make_spec(
+        tmp_path, "t", "test-sleep", range(14), {"seconds": 30, "sleep_indices": [11]},
+        timeout_s=1.5,
+    )  # fmt: skip
+    async with one_process_pool() as pool:
+        _, _, ledger = await run_on(pool, spec, 1.0)
+    assert all(ledger.outcomes[i] == "done" for i in range(11)), ledger.outcomes
+    assert ledger.outcomes[11] == "timeout"
+    assert "unit 11" in ledger.errors[11]
+    assert ledger.outcomes[12] == ledger.outcomes[13] == "not_run"

@@ -140,6 +140,9 @@ class WorkerProcess:
         self.slot = slot
         #: The "units" request in flight: its batch number, job id and units (see `where`).
         self.batch: tuple[int, str, list[UnitKey]] | None = None
+        self._batches = 0
+        #: The task of the last chunk this process ran and the size of its last batch.
+        self.pace: tuple[tuple[str, str], int] | None = None
         self.gpu_ids = gpu_ids
         self.pid = proc.pid
         self.box = box
@@ -157,6 +160,12 @@ class WorkerProcess:
         #: The tasks this process has worked on (its setup is done for them).
         self.task_keys: set[tuple[str, str]] = set()
         self.kill_reason: str | None = None
+
+    def number_batch(self) -> int:
+        """The number of a new "units" request (numbers are never reused by a process, so
+        its slot cannot be mistaken for an earlier request's)."""
+        self._batches += 1
+        return self._batches
 
     def slot_position(self) -> tuple[int, float, float] | None:
         """Where the process is in the "units" request in flight: the position of the unit

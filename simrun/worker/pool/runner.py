@@ -17,10 +17,13 @@ memory) when it matters: the unit a death or a kill ended (units of the batch be
 ended well: a failure is always sent before the next unit starts), the start a unit's
 timeout counts from (`WorkerProcess.receive_batch`), the unit the output belongs to.
 
-Before each batch, the units in it are checked for staleness and ``stopping()`` is
+Before each batch is sent, the units in it are checked for staleness and ``stopping()`` is
 asked; a batch is sized (`next_batch_size`) to take about `BATCH_TARGET_S`, so those checks
-still happen every fraction of a second: the first batch is one unit, and each next one at
-most doubles, from the wall time per unit the previous batch took.
+still happen every fraction of a second: the first batch of a process on a task is one
+unit (then as large as its last batch on that task), and each next one at most doubles,
+from the wall time per unit the previous batch took. Two batches are in flight: the next
+waits in the pipe while one runs, so the process does not wait for the container between
+batches (its units were checked one batch earlier).
 
 The sampler counts what the process started too: the processes of its cgroup, else of its
 tree. The cgroup's kernel limit is the job's too: when the kernel's OOM killer ends the
@@ -183,41 +186,58 @@ async def run_chunk(
 ) -> RunResult:
     """Compute the units of ``spec`` on ``worker`` in order, recording each in ``ledger``.
 
-    Before each batch of units, a unit found stale is skipped ("stale"); once ``stopping()``
-    says the grace period is over, the units left are handed back ("not_run").
+    Before each batch of units is sent, a unit found stale is skipped ("stale"); once
+    ``stopping()`` says the grace period is over, the units not sent are handed back
+    ("not_run"). Two batches are in flight: the next one waits in the pipe while one runs,
+    so the process never waits for the container between batches; the first batch of a job
+    is as large as the last one the process ran for the same task.
     """
     kill_at = kill_limit_gb(limit_gb, worker.baseline_gb)
     sampler = await _sampler(worker, kill_at)
     current: UnitKey | None = None
     what = f"setting up task {spec.task!r}"
-    batches, received, received_s = 0, 0, 0.0
+    received, received_s = 0, 0.0
     try:
         reply = await worker.call(task_message(spec, setup=True), spec.timeout_s)
         await _after_reply(worker, reply, f"the setup of job {spec.job_id}")
         if not reply["ok"]:
             message = f"the setup of task {spec.task!r} failed:\n{reply['error']}"
             ledger.close_rest("failed", message)
-        pending, position, size = ledger.pending, 0, 1
-        while position < len(pending) and not stopping():
-            batch: list[UnitKey] = []
-            while position < len(pending) and len(batch) < size:
-                index = pending[position]
-                position += 1
-                if await is_stale(index):
-                    ledger.record(index, "stale")
-                else:
-                    batch.append(index)
-            if not batch:
-                continue
-            batches += 1
+        pending, position = ledger.pending, 0
+        task_key = (spec.run, spec.task)
+        size = worker.pace[1] if worker.pace is not None and worker.pace[0] == task_key else 1
+
+        async def send_next() -> tuple[int, list[UnitKey]] | None:
+            """Check the next ``size`` units for staleness and send those that are not."""
+            nonlocal position
+            while position < len(pending) and not stopping():
+                batch: list[UnitKey] = []
+                while position < len(pending) and len(batch) < size:
+                    index = pending[position]
+                    position += 1
+                    if await is_stale(index):
+                        ledger.record(index, "stale")
+                    else:
+                        batch.append(index)
+                if batch:
+                    number = worker.number_batch()
+                    await worker.send({"op": "units", "indices": batch, "batch": number})
+                    return number, batch
+            return None
+
+        head = await send_next()
+        # Once units are short (more than one to a batch), the next batch waits in the pipe:
+        # the process starts it as this one ends. A long unit is checked for staleness just
+        # before it starts, not a unit earlier.
+        ahead = await send_next() if head is not None and size > 1 else None
+        begun = time.monotonic()
+        while head is not None:
+            number, batch = head
+            worker.batch = (number, spec.job_id, batch)
             received, received_s = 0, 0.0
-            worker.batch = (batches, spec.job_id, batch)
-            started = time.perf_counter()
-            sent_at = time.monotonic()
             current, what = batch[0], f"computing unit {batch[0]}"
-            await worker.send({"op": "units", "indices": batch, "batch": batches})
             while True:
-                got = await worker.receive_batch(spec.timeout_s, sent_at)
+                got = await worker.receive_batch(spec.timeout_s, begun)
                 for index, ok, seconds, error in got.get("units", ()):
                     if received >= len(batch) or index != batch[received]:
                         raise ProtocolError(f"an outcome for unit {index!r}, out of order")
@@ -229,16 +249,25 @@ async def run_chunk(
                         received_s += float(seconds)
                 if received < len(batch):
                     current, what = batch[received], f"computing unit {batch[received]}"
-                killed = got.get("oom_kill")
-                if killed is not None:
+                if got.get("oom_kill") is not None:
                     await _after_reply(worker, {"oom_kill": True}, what)
                 if got.get("end"):
                     break
             if received < len(batch):
                 raise ProtocolError(f"the batch ended after {received} of {len(batch)} units")
             await _after_reply(worker, {}, f"unit {batch[-1]} of job {spec.job_id}")
+            ended = time.monotonic()
+            size = next_batch_size(size, len(batch), ended - begun)
+            worker.pace = (task_key, size)
+            begun = ended
             worker.batch, current = None, None
-            size = next_batch_size(size, len(batch), time.perf_counter() - started)
+            head, ahead = ahead, None
+            if head is None:
+                head = await send_next()
+            if head is not None:  # running now, or soon: a death from here on is its unit's
+                worker.batch, current = (head[0], spec.job_id, head[1]), head[1][0]
+                if size > 1:
+                    ahead = await send_next()
     except ProcessGone as gone:
         worker.note_death()
         outcome = death_outcome(worker.kill_reason)
