@@ -22,6 +22,7 @@ from simrun.worker.pool.protocol import task_message
 from simrun.worker.pool.runner import RunResult, run_chunk
 from tests.support import REPO
 from tests.support.harness import PLUGINS, make_spec, run_burst
+from tests.support.mem_tasks import REFS as MEM_REFS
 
 pytestmark = pytest.mark.e2e
 
@@ -202,3 +203,25 @@ async def test_a_unit_past_its_timeout_in_a_batch_is_the_one_timed_out(tmp_path:
     assert ledger.outcomes[11] == "timeout"
     assert "unit 11" in ledger.errors[11]
     assert ledger.outcomes[12] == ledger.outcomes[13] == "not_run"
+
+
+async def test_each_unit_of_a_batch_has_its_own_log_cap(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The units of a batch send no message each, yet each one's output is capped on its
+    own: the log asks the process's slot which unit runs, so every unit printing past the
+    cap gets its own note naming it, with its head and its tail kept."""
+    spec = make_spec(tmp_path, "chatty", "mem-chatty", range(4), {"mb": 1})
+    pool = ProcessPool(1, plugins=MEM_REFS, python_path=(str(REPO),), unit_log_cap=64 * 1024)
+    await pool.start()
+    try:
+        _, _, ledger = await run_on(pool, spec, 1.0)
+    finally:
+        await pool.close()
+    assert set(ledger.outcomes.values()) == {"done"}, ledger.errors
+    err = capfd.readouterr().err
+    for i in range(4):
+        assert f"HEAD out {i}\n" in err
+        assert f"TAIL err {i}\n" in err
+        assert f"unit {i} of job {spec.job_id}: dropped" in err
+    assert len(err) < 4 * 64 * 1024 + 64 * 1024
