@@ -48,7 +48,7 @@ from simrun.plugins import (
     load_task_types,
     resolve,
 )
-from simrun.worker.cgroups import Cgroup
+from simrun.worker.cgroups import Cgroup, parse_memory_events, parse_oom_control
 from simrun.worker.pool.protocol import UnitSlot, read_blocking, write_blocking
 from simrun.worker.proctree import anon_memory_bytes, become_subreaper, kill_tree
 
@@ -73,6 +73,45 @@ def _unknown(op: object) -> None:
 _GONE_WAIT_S = 10.0
 
 
+class _CgroupFiles:
+    """The two files of a cgroup read after every unit, kept open and read again from
+    their start (a unit of a millisecond must not pay for opening them): who is in it,
+    and its OOM kill counter. A read that fails gives None (the caller asks the
+    `Cgroup` then)."""
+
+    def __init__(self, box: Cgroup) -> None:
+        self.version = box.version
+        events = "memory.events" if box.version == 2 else "memory.oom_control"
+        self._procs = self._open(box.path / "cgroup.procs")
+        self._events = self._open(box.path / events)
+
+    @staticmethod
+    def _open(path: Path) -> int | None:
+        try:
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+
+    @staticmethod
+    def _read(fd: int | None) -> str | None:
+        if fd is None:
+            return None
+        try:
+            return os.pread(fd, 65536, 0).decode()
+        except OSError:
+            return None
+
+    def pids(self) -> list[int] | None:
+        text = self._read(self._procs)
+        return None if text is None else [int(x) for x in text.split()]
+
+    def oom_kills(self) -> int | None:
+        text = self._read(self._events)
+        if text is None:
+            return None
+        return parse_memory_events(text) if self.version == 2 else parse_oom_control(text)
+
+
 class Leftovers:
     """Ends what a request left behind: the other processes of the worker process's
     cgroup (``box``), else its descendants; and tells when the kernel's OOM killer ended
@@ -81,19 +120,28 @@ class Leftovers:
     def __init__(self, box: Cgroup | None) -> None:
         self.box = box
         self.pid = os.getpid()
-        self._oom = box.oom_kills() if box is not None else None
+        self._files = _CgroupFiles(box) if box is not None else None
+        self._oom = self._oom_kills()
+
+    def _oom_kills(self) -> int | None:
+        if self.box is None or self._files is None:
+            return None
+        found = self._files.oom_kills()
+        return found if found is not None else self.box.oom_kills()
 
     def end(self) -> bool:
         """Kill and reap every process left; whether the kernel OOM-killed one of the
         cgroup since the last call."""
         if self.box is not None:
-            self.box.kill_all(spare=self.pid, timeout_s=_GONE_WAIT_S)
+            pids = self._files.pids() if self._files is not None else None
+            if pids is None or any(p != self.pid for p in pids):
+                self.box.kill_all(spare=self.pid, timeout_s=_GONE_WAIT_S)
         else:
             kill_tree(self.pid, include_root=False)
         self._reap()
         if self.box is None:
             return False
-        before, self._oom = self._oom, self.box.oom_kills()
+        before, self._oom = self._oom, self._oom_kills()
         return before is not None and self._oom is not None and self._oom > before
 
     def _reap(self) -> None:
