@@ -141,8 +141,9 @@ class WorkerProcess:
         #: The "units" request in flight: its batch number, job id and units (see `where`).
         self.batch: tuple[int, str, list[UnitKey]] | None = None
         self._batches = 0
-        #: The task of the last chunk this process ran and the size of its last batch.
-        self.pace: tuple[tuple[str, str], int] | None = None
+        #: The task of the last chunk this process ran, the size of its last batch and the
+        #: seconds that batch took.
+        self.pace: tuple[tuple[str, str], int, float | None] | None = None
         self.gpu_ids = gpu_ids
         self.pid = proc.pid
         self.box = box

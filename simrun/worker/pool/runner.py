@@ -21,9 +21,9 @@ Before each batch is sent, the units in it are checked for staleness and ``stopp
 asked; a batch is sized (`next_batch_size`) to take about `BATCH_TARGET_S`, so those checks
 still happen every fraction of a second: the first batch of a process on a task is one
 unit (then as large as its last batch on that task), and each next one at most doubles,
-from the wall time per unit the previous batch took. Two batches are in flight: the next
-waits in the pipe while one runs, so the process does not wait for the container between
-batches (its units were checked one batch earlier).
+from the wall time per unit the previous batch took. Once batches are short (`AHEAD_S`),
+two are in flight: the next waits in the pipe while one runs, so the process does not wait
+for the container between batches (its units were checked one batch earlier).
 
 The sampler counts what the process started too: the processes of its cgroup, else of its
 tree. The cgroup's kernel limit is the job's too: when the kernel's OOM killer ends the
@@ -58,7 +58,15 @@ from simrun.worker.pool.processes import (
 from simrun.worker.pool.protocol import ProtocolError, task_message
 from simrun.worker.sampler import MemorySampler
 
-__all__ = ["BATCH_TARGET_S", "MAX_BATCH", "RunResult", "next_batch_size", "run_chunk", "run_merge"]
+__all__ = [
+    "AHEAD_S",
+    "BATCH_TARGET_S",
+    "MAX_BATCH",
+    "RunResult",
+    "next_batch_size",
+    "run_chunk",
+    "run_merge",
+]
 
 StaleCheck = Callable[[UnitKey], Awaitable[bool]]
 SAMPLE_INTERVAL_S = 0.02
@@ -67,6 +75,11 @@ SAMPLE_INTERVAL_S = 0.02
 BATCH_TARGET_S = 0.1
 #: The most units of one batch.
 MAX_BATCH = 1024
+#: A batch is sent ahead (checked for staleness one batch before it starts) only when
+#: batches are short: more than one unit each, or one unit taking at most this long (the
+#: view of the current attempts may be as old as `simrun.worker.jobs.STALE_REFRESH_S`
+#: anyway). A longer unit is checked just before it starts.
+AHEAD_S = 0.25
 
 
 def next_batch_size(size: int, units: int, elapsed_s: float) -> int:
@@ -205,7 +218,12 @@ async def run_chunk(
             ledger.close_rest("failed", message)
         pending, position = ledger.pending, 0
         task_key = (spec.run, spec.task)
-        size = worker.pace[1] if worker.pace is not None and worker.pace[0] == task_key else 1
+        known = worker.pace is not None and worker.pace[0] == task_key
+        size, batch_s = worker.pace[1:] if worker.pace is not None and known else (1, None)
+
+        def short() -> bool:
+            """Whether batches are short enough to send one ahead (see `AHEAD_S`)."""
+            return size > 1 or (batch_s is not None and batch_s <= AHEAD_S)
 
         async def send_next() -> tuple[int, list[UnitKey]] | None:
             """Check the next ``size`` units for staleness and send those that are not."""
@@ -226,10 +244,10 @@ async def run_chunk(
             return None
 
         head = await send_next()
-        # Once units are short (more than one to a batch), the next batch waits in the pipe:
-        # the process starts it as this one ends. A long unit is checked for staleness just
-        # before it starts, not a unit earlier.
-        ahead = await send_next() if head is not None and size > 1 else None
+        # Once batches are short (`AHEAD_S`), the next batch waits in the pipe: the process
+        # starts it as this one ends. A long unit is checked for staleness just before it
+        # starts, not a unit earlier.
+        ahead = await send_next() if head is not None and short() else None
         begun = time.monotonic()
         while head is not None:
             number, batch = head
@@ -258,7 +276,8 @@ async def run_chunk(
             await _after_reply(worker, {}, f"unit {batch[-1]} of job {spec.job_id}")
             ended = time.monotonic()
             size = next_batch_size(size, len(batch), ended - begun)
-            worker.pace = (task_key, size)
+            batch_s = ended - begun
+            worker.pace = (task_key, size, batch_s)
             begun = ended
             worker.batch, current = None, None
             head, ahead = ahead, None
@@ -266,7 +285,7 @@ async def run_chunk(
                 head = await send_next()
             if head is not None:  # running now, or soon: a death from here on is its unit's
                 worker.batch, current = (head[0], spec.job_id, head[1]), head[1][0]
-                if size > 1:
+                if short():
                     ahead = await send_next()
     except ProcessGone as gone:
         worker.note_death()
