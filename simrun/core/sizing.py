@@ -35,8 +35,8 @@ __all__ = [
 
 #: About this much work per job once the seconds of a unit are known: a job costs a few
 #: milliseconds of its own (a report, a pickup, a process checkout), and the last job of a
-#: task decides when it ends, so the tail of a task is tapered too (`split`).
-DEFAULT_TARGET_JOB_S = 0.5
+#: task decides when it ends, so the tail of a task is tapered instead (`split`).
+DEFAULT_TARGET_JOB_S = 1.0
 #: The tail of a task (`split` with ``pending``): each job at most the remaining units over
 #: this many times the processes, and at least the chunk size over `TAPER_FLOOR`.
 TAPER_SHARE = 2

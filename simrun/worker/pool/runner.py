@@ -201,9 +201,10 @@ async def run_chunk(
 
     Before each batch of units is sent, a unit found stale is skipped ("stale"); once
     ``stopping()`` says the grace period is over, the units not sent are handed back
-    ("not_run"). Two batches are in flight: the next one waits in the pipe while one runs,
-    so the process never waits for the container between batches; the first batch of a job
-    is as large as the last one the process ran for the same task.
+    ("not_run"). Once batches are short (`AHEAD_S`) two are in flight: the next one waits
+    in the pipe while one runs, so the process does not wait for the container between
+    batches; the first batch of a job is as large as the last one the process ran for the
+    same task.
     """
     kill_at = kill_limit_gb(limit_gb, worker.baseline_gb)
     sampler = await _sampler(worker, kill_at)
@@ -267,8 +268,10 @@ async def run_chunk(
                         received_s += float(seconds)
                 if received < len(batch):
                     current, what = batch[received], f"computing unit {batch[received]}"
-                if got.get("oom_kill") is not None:
-                    await _after_reply(worker, {"oom_kill": True}, what)
+                killed = got.get("oom_kill")
+                if killed is not None:
+                    label = f"unit {killed} of job {spec.job_id}"
+                    await _after_reply(worker, {"oom_kill": True}, label)
                 if got.get("end"):
                     break
             if received < len(batch):
