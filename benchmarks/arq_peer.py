@@ -26,15 +26,25 @@ async def _noop(ctx: dict[str, Any]) -> None:
     return None
 
 
+async def _noop_batch(ctx: dict[str, Any], units: int) -> int:
+    """A hand-batched job: ``units`` no-op units in a row."""
+    for _ in range(units):
+        await _noop(ctx)
+    return units
+
+
 @dataclass(frozen=True)
 class RawArq:
+    """``jobs`` units (one job each, or ``per_job`` to a job when batched by hand)."""
+
     jobs: int
     enqueue_s: float
     drain_s: float
+    per_job: int = 1
 
     @property
     def rate(self) -> float:
-        """Jobs per second from the first enqueue to the end of the worker."""
+        """Units per second from the first enqueue to the end of the worker."""
         return self.jobs / (self.enqueue_s + self.drain_s)
 
     @property
@@ -42,9 +52,10 @@ class RawArq:
         return self.jobs / self.drain_s
 
 
-async def raw_arq(url: str, jobs: int) -> RawArq:
-    """Enqueue ``jobs`` no-op jobs (32 in flight), then drain them with a tuned burst worker;
-    both phases are timed."""
+async def raw_arq(url: str, jobs: int, per_job: int = 1) -> RawArq:
+    """Enqueue ``jobs`` no-op units (32 jobs in flight), one per job or ``per_job`` to a job
+    (the last one shorter), then drain them with a tuned burst worker; both phases are
+    timed."""
     queue = f"bench-arq-{uuid.uuid4().hex[:8]}"
     pool = await create_pool(
         RedisSettings.from_dsn(url), job_serializer=serialize, job_deserializer=deserialize
@@ -53,13 +64,19 @@ async def raw_arq(url: str, jobs: int) -> RawArq:
 
     async def one(i: int) -> None:
         async with sem:
-            await pool.enqueue_job("_noop", _queue_name=queue, _job_id=f"{queue}:{i}")
+            if per_job == 1:
+                await pool.enqueue_job("_noop", _queue_name=queue, _job_id=f"{queue}:{i}")
+            else:
+                units = min(per_job, jobs - i)
+                await pool.enqueue_job(
+                    "_noop_batch", units, _queue_name=queue, _job_id=f"{queue}:{i}"
+                )
 
     start = time.perf_counter()
-    await asyncio.gather(*(one(i) for i in range(jobs)))
+    await asyncio.gather(*(one(i) for i in range(0, jobs, per_job)))
     enqueued = time.perf_counter()
     worker = Worker(
-        functions=[_noop],
+        functions=[_noop, _noop_batch],
         queue_name=queue,
         redis_pool=pool,
         burst=True,
@@ -73,6 +90,6 @@ async def raw_arq(url: str, jobs: int) -> RawArq:
     )
     await worker.async_run()
     end = time.perf_counter()
-    assert worker.jobs_complete == jobs, worker
+    assert worker.jobs_complete == len(range(0, jobs, per_job)), worker
     await worker.close()
-    return RawArq(jobs, enqueued - start, end - enqueued)
+    return RawArq(jobs, enqueued - start, end - enqueued, per_job)

@@ -1,6 +1,7 @@
 """End-to-end throughput of simrun (submit → run succeeded) against raw arq in the same run.
 
     python benchmarks/throughput.py [--units 20000] [--raw-jobs N] [--single-units 2000]
+        [--batch 1000]
 
 Uses ``REDIS_URL`` when set (keys under a fresh prefix), else starts its own redis-server on
 a free port. Everything runs on this machine: Redis, this process (the controller, and the
@@ -12,6 +13,9 @@ worker processes, its default prefetch) as a child process.
   then drained by a burst worker in this process. Its figure is jobs/s from the first
   enqueue to the end of the worker (the drain alone is printed too). It runs before and
   after the simrun cases, and the faster of the two is the peer (the machine is shared).
+* Hand-batched peer: the same raw arq, but ``--batch`` units per job (default 1,000: a user
+  who batches by hand), also before and after; the faster is the second peer. The summary
+  prints simrun's ratio to each peer.
 * simrun: the real `Controller` in this process (its loop an asyncio task, ``poll_s``
   0.01 s, the other settings at their defaults: a window of 64 jobs, about 1 s of work
   per job, at most 1000 units per job) with a workflow of one splittable ``test-noop``
@@ -350,10 +354,11 @@ async def wait_for_worker(url: str, prefix: str, proc: subprocess.Popen[bytes], 
 
 
 def print_raw(label: str, raw: RawArq) -> None:
+    what = "no-op jobs" if raw.per_job == 1 else f"no-op units, {raw.per_job} per job"
     print(
-        f"\nraw arq, {label}: {raw.jobs} no-op jobs, enqueue {raw.enqueue_s:.2f} s + drain "
-        f"{raw.drain_s:.2f} s = {raw.rate:,.0f} jobs/s end to end "
-        f"(drain alone {raw.drain_rate:,.0f} jobs/s)"
+        f"\nraw arq, {label}: {raw.jobs} {what}, enqueue {raw.enqueue_s:.2f} s + drain "
+        f"{raw.drain_s:.2f} s = {raw.rate:,.0f} units/s end to end "
+        f"(drain alone {raw.drain_rate:,.0f} units/s)"
     )
 
 
@@ -397,19 +402,31 @@ async def main(args: argparse.Namespace) -> None:
             )
             before = await raw_arq(url, raw_jobs)
             print_raw("before simrun", before)
+            batched_before = await raw_arq(url, args.units, args.batch)
+            print_raw("hand-batched, before simrun", batched_before)
             cases = await simrun_cases(url, Path(tmp), args)
+            batched_after = await raw_arq(url, args.units, args.batch)
+            print_raw("hand-batched, after simrun", batched_after)
             after = await raw_arq(url, raw_jobs)
             print_raw("after simrun", after)
             raw = max(before, after, key=lambda r: r.rate)
+            batched = max(batched_before, batched_after, key=lambda r: r.rate)
             print(f"   (the peer is the faster of the two: {raw.rate:,.0f} jobs/s end to end)")
+            print(f"   (hand-batched: the faster of the two, {batched.rate:,.0f} units/s)")
             for case in cases:
                 print_case(case, raw)
-            print("\nsummary (units/s; ratio = simrun / raw arq end to end, the faster run)")
-            print(f"   {'raw arq no-op jobs':<46} {raw.rate:9,.0f}   (peer)")
+            print(
+                "\nsummary (units/s; ratio = simrun / raw arq end to end, the faster run of "
+                "each peer)"
+            )
+            print(f"   {'raw arq no-op jobs, 1 unit per job':<46} {raw.rate:9,.0f}   (peer 1)")
+            label = f"raw arq, {args.batch} units per job"
+            print(f"   {label:<46} {batched.rate:9,.0f}   (peer 2)")
+            print(f"   {'':<46} {'':9}   vs peer 1  vs peer 2")
             for case in cases:
                 print(
                     f"   {case.label + f', {case.units} units':<46} {case.rate:9,.0f}   "
-                    f"{case.rate / raw.rate:5.2f}x"
+                    f"{case.rate / raw.rate:7.2f}x  {case.rate / batched.rate:7.3f}x"
                 )
         finally:
             if server is not None:
@@ -427,6 +444,9 @@ if __name__ == "__main__":
         type=int,
         default=2000,
         help="units of the one-unit-per-job case (0 skips it)",
+    )
+    parser.add_argument(
+        "--batch", type=int, default=1000, help="units per job of the hand-batched raw arq peer"
     )
     parser.add_argument("--timeout-s", type=float, default=300.0, help="bound of one simrun run")
     asyncio.run(main(parser.parse_args()))

@@ -34,8 +34,14 @@ __all__ = [
     "split_range",
 ]
 
-#: About this much work per job once the seconds of a unit are known.
+#: About this much work per job once the seconds of a unit are known: a job costs a few
+#: milliseconds of its own (a report, a pickup, a process checkout), and the last job of a
+#: task decides when it ends, so the tail of a task is tapered instead (`split`).
 DEFAULT_TARGET_JOB_S = 1.0
+#: The tail of a task (`split` with ``pending``): each job at most the remaining units over
+#: this many times the processes, and at least the chunk size over `TAPER_FLOOR`.
+TAPER_SHARE = 2
+TAPER_FLOOR = 8
 #: Never more units in one job (a lost job loses at most this much work).
 DEFAULT_MAX_CHUNK = 1000
 
@@ -98,12 +104,32 @@ def chunk_size(
     return max(1, min(by_time, spread, max_chunk))
 
 
-def split(items: Sequence[T], size: int) -> list[tuple[T, ...]]:
+def split(
+    items: Sequence[T], size: int, *, pending: int | None = None, processes: int = 1
+) -> list[tuple[T, ...]]:
     """``items`` cut into consecutive chunks of ``size`` (the last may be shorter): the
-    units of a task into jobs of `chunk_size` units."""
+    units of a task into jobs of `chunk_size` units.
+
+    With ``pending`` (the task's pending units, ``items`` being the first of them) and
+    ``items`` reaching the task's last unit, the tail is tapered so that the processes end
+    together: each chunk holds at most the units left over ``TAPER_SHARE x processes``
+    (guided self-scheduling), but at least ``size / TAPER_FLOOR`` (rounded up), and never
+    more than ``size``. Slices that end before the task does are cut evenly.
+    """
     if size < 1:
         raise ValueError(f"chunk size must be >= 1, got {size}")
-    return [tuple(items[i : i + size]) for i in range(0, len(items), size)]
+    if pending is None or len(items) < pending or size == 1:
+        return [tuple(items[i : i + size]) for i in range(0, len(items), size)]
+    share = TAPER_SHARE * max(1, processes)
+    floor = max(1, math.ceil(size / TAPER_FLOOR))
+    out: list[tuple[T, ...]] = []
+    at = 0
+    while at < len(items):
+        left = len(items) - at
+        take = min(size, left, max(floor, math.ceil(left / share)))
+        out.append(tuple(items[at : at + take]))
+        at += take
+    return out
 
 
 def split_range(indices: range, size: int) -> list[range]:

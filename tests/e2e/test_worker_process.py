@@ -22,6 +22,7 @@ from simrun.worker.pool.protocol import task_message
 from simrun.worker.pool.runner import RunResult, run_chunk
 from tests.support import REPO
 from tests.support.harness import PLUGINS, make_spec, run_burst
+from tests.support.mem_tasks import REFS as MEM_REFS
 
 pytestmark = pytest.mark.e2e
 
@@ -111,24 +112,36 @@ async def test_a_limit_below_the_interpreter_is_raised_to_baseline_plus_headroom
     assert "below what the process holds by itself" in killed.errors[0]
 
 
-async def test_a_units_request_is_answered_unit_by_unit(tmp_path: Path) -> None:
-    """One "units" request gets one reply per unit, in order, each naming its unit: a
-    failing unit carries its traceback and the next ones still run; a request without a
-    list of indices gets one failed reply and the process goes on."""
-    spec = make_spec(tmp_path, "f", "test-flaky", [0, 1, 2], {"fail_indices": [1]})
+async def test_a_units_request_is_answered_in_batches_and_the_slot_tells_the_unit(
+    tmp_path: Path,
+) -> None:
+    """One "units" request is answered without a message per unit: the outcomes come in
+    order, a failing unit's (with its traceback) at once in a message of its own, the rest
+    in the last message ("end"); the next units still run. The process's slot says every
+    unit of the batch ended. A request without a list of indices gets one failed reply and
+    the process goes on."""
+    spec = make_spec(tmp_path, "f", "test-flaky", [0, 1, 2, 3], {"fail_indices": [1]})
     async with one_process_pool() as pool:
         worker = await pool.checkout((spec.run, spec.task), (), None)
         assert (await worker.call(task_message(spec, setup=True)))["ok"] is True
-        await worker.send({"op": "units", "indices": [0, 1, 2]})
-        replies = [await worker.receive(10.0) for _ in range(3)]
-        assert [r["index"] for r in replies] == [0, 1, 2]
-        assert [r["ok"] for r in replies] == [True, False, True]
-        assert "ValueError: unit 1 fails on purpose" in replies[1]["error"]
+        worker.batch = (7, spec.job_id, [0, 1, 2, 3])
+        await worker.send({"op": "units", "indices": [0, 1, 2, 3], "batch": 7})
+        first = await worker.receive(10.0)
+        assert [u[:2] for u in first["units"]] == [[0, True], [1, False]]
+        assert first["end"] is False
+        assert "ValueError: unit 1 fails on purpose" in first["units"][1][3]
+        last = await worker.receive(10.0)
+        assert [u[:2] for u in last["units"]] == [[2, True], [3, True]]
+        assert last["end"] is True
+        position = worker.slot_position()
+        assert position is not None
+        assert position[0] == 4
         bad = await worker.call({"op": "units", "indices": "0-2"}, 10.0)
-        assert (bad["ok"], bad["index"]) == (False, None)
+        assert (bad["ok"], bad["index"], bad["end"]) == (False, None, True)
         assert "unknown request" in bad["error"]
-        again = await worker.call({"op": "units", "indices": [2]}, 10.0)
-        assert (again["ok"], again["index"]) == (True, 2)
+        again = await worker.call({"op": "units", "indices": [2], "batch": 8}, 10.0)
+        assert again["units"][0][:2] == [2, True]
+        worker.batch = None
         await pool.checkin(worker)
 
 
@@ -136,16 +149,17 @@ async def test_units_marked_stale_during_a_chunk_are_skipped_between_batches(
     tmp_path: Path,
 ) -> None:
     """Units go to the process in batches, each unit checked for staleness once, in order,
-    before its batch is sent: units marked stale once unit 50 is done (a batch holds at
-    most twice the units of the one before it, so unit 100 is in a later batch) are skipped,
-    every other unit is computed."""
+    before its batch is sent, which is one batch ahead once units are short: units from 150
+    on marked stale once unit 50 is done (a batch holds at most twice the units of the one
+    before it, so unit 150 is sent two batches after unit 50's) are skipped, every other
+    unit is computed."""
     spec = make_spec(tmp_path, "s", "test-noop", range(200))
     ledger = Ledger(spec.units)
     asked: list[UnitKey] = []
 
     async def is_stale(unit: UnitKey) -> bool:
         asked.append(unit)
-        return isinstance(unit, int) and unit >= 100 and ledger.outcomes.get(50) == "done"
+        return isinstance(unit, int) and unit >= 150 and ledger.outcomes.get(50) == "done"
 
     async with one_process_pool() as pool:
         worker = await pool.checkout((spec.run, spec.task), (), None)
@@ -156,5 +170,58 @@ async def test_units_marked_stale_during_a_chunk_are_skipped_between_batches(
         finally:
             await pool.checkin(worker)
     assert asked == list(range(200))
-    assert all(ledger.outcomes[i] == "done" for i in range(100)), ledger.errors
-    assert all(ledger.outcomes[i] == "stale" for i in range(100, 200))
+    assert all(ledger.outcomes[i] == "done" for i in range(150)), ledger.errors
+    assert all(ledger.outcomes[i] == "stale" for i in range(150, 200))
+
+
+async def test_a_death_in_a_batch_keeps_the_units_that_ended_before_it(tmp_path: Path) -> None:
+    """Outcomes come back batched, so a process that dies in the middle of a batch has not
+    sent those of the units that ended well before it: its slot tells them, and they are
+    done (with their seconds); the unit it died under is failed, the rest not run."""
+    spec = make_spec(tmp_path, "c", "test-crash", range(14), {"crash_indices": [11]})
+    async with one_process_pool() as pool:
+        _, _, ledger = await run_on(pool, spec, 1.0)
+    assert all(ledger.outcomes[i] == "done" for i in range(11)), ledger.outcomes
+    assert set(ledger.seconds) == set(range(11))
+    assert ledger.outcomes[11] == "failed"
+    assert "exit code 3" in ledger.errors[11]
+    assert "computing unit 11" in ledger.errors[11]
+    assert ledger.outcomes[12] == ledger.outcomes[13] == "not_run"
+
+
+async def test_a_unit_past_its_timeout_in_a_batch_is_the_one_timed_out(tmp_path: Path) -> None:
+    """The timeout counts from the start of the unit the slot says is running, not from the
+    start of its batch: short units before it are done, the long one times out, the rest of
+    the chunk is not run."""
+    spec = make_spec(
+        tmp_path, "t", "test-sleep", range(14), {"seconds": 30, "sleep_indices": [11]},
+        timeout_s=1.5,
+    )  # fmt: skip
+    async with one_process_pool() as pool:
+        _, _, ledger = await run_on(pool, spec, 1.0)
+    assert all(ledger.outcomes[i] == "done" for i in range(11)), ledger.outcomes
+    assert ledger.outcomes[11] == "timeout"
+    assert "unit 11" in ledger.errors[11]
+    assert ledger.outcomes[12] == ledger.outcomes[13] == "not_run"
+
+
+async def test_each_unit_of_a_batch_has_its_own_log_cap(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The units of a batch send no message each, yet each one's output is capped on its
+    own: the log asks the process's slot which unit runs, so every unit printing past the
+    cap gets its own note naming it, with its head and its tail kept."""
+    spec = make_spec(tmp_path, "chatty", "mem-chatty", range(4), {"mb": 1})
+    pool = ProcessPool(1, plugins=MEM_REFS, python_path=(str(REPO),), unit_log_cap=64 * 1024)
+    await pool.start()
+    try:
+        _, _, ledger = await run_on(pool, spec, 1.0)
+    finally:
+        await pool.close()
+    assert set(ledger.outcomes.values()) == {"done"}, ledger.errors
+    err = capfd.readouterr().err
+    for i in range(4):
+        assert f"HEAD out {i}\n" in err
+        assert f"TAIL err {i}\n" in err
+        assert f"unit {i} of job {spec.job_id}: dropped" in err
+    assert len(err) < 4 * 64 * 1024 + 64 * 1024

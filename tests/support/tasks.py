@@ -28,6 +28,7 @@ class Settings(BaseModel):
 
     units: int = 4
     seconds: float = 0.0  # how long a unit sleeps (or spins, for "spin")
+    sleep_indices: list[int] = []  # units that sleep (all when empty)
     hog_mb: int = 0  # memory a unit allocates and touches
     hog_indices: list[int] = []  # units that hog (all when empty)
     keep_mb: int = 0  # memory a hog unit allocates and never frees (a leak in its process)
@@ -67,7 +68,8 @@ def setup(settings: Settings, paths: TaskPaths) -> None:
 
 def sleep_unit(settings: Settings, index: int, paths: TaskPaths) -> None:
     start = time.time()
-    time.sleep(settings.seconds)
+    if not settings.sleep_indices or index in settings.sleep_indices:
+        time.sleep(settings.seconds)
     _record(paths, index, start)
 
 

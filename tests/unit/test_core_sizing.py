@@ -49,6 +49,40 @@ def test_split_keeps_order_and_every_item():
 
 
 @pytest.mark.parametrize(
+    ("items", "size", "pending", "processes", "sizes"),
+    [
+        # a slice that ends before the task does: even chunks, as without pending
+        (100, 10, 400, 2, [10] * 10),
+        # the task's last units: full chunks, then at most left / (2 x processes) each,
+        # at least size / 8 (rounded up)
+        (100, 10, 100, 2, [10] * 7 + [8, 6, 4, 3, 3, 2, 2, 2]),
+        (400, 10, 400, 2, [10] * 37 + [8, 6, 4, 3, 3, 2, 2, 2]),
+        (20, 10, 20, 2, [5, 4, 3, 2, 2, 2, 2]),
+        (
+            10_000,
+            1000,
+            10_000,
+            2,
+            [1000] * 7 + [750, 563, 422, 317, 237, 178, 134, 125, 125, 125, 24],
+        ),
+        # more processes taper sooner
+        (64, 8, 64, 4, [8, 7, 7, 6, 5, 4, 4, 3, 3, 3, 2, 2, 2] + [1] * 8),
+        # one unit per job stays so
+        (5, 1, 5, 2, [1, 1, 1, 1, 1]),
+        (3, 10, 3, 2, [2, 1]),  # the floor: 10 / 8 rounded up
+    ],
+)
+def test_split_tapers_the_tail_of_a_task(items, size, pending, processes, sizes):
+    """The last units of a task go out in shrinking chunks (at most the units left over
+    TAPER_SHARE x processes, at least size / TAPER_FLOOR, never more than size) so the
+    processes end together; a slice that ends before the task does is cut evenly. Every
+    item is kept once, in order."""
+    chunks = split(list(range(items)), size, pending=pending, processes=processes)
+    assert [len(c) for c in chunks] == sizes
+    assert [i for c in chunks for i in c] == list(range(items))
+
+
+@pytest.mark.parametrize(
     ("image", "gpus", "queue"),
     [
         (None, 0, "cpu"),

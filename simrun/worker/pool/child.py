@@ -3,9 +3,11 @@
 Started by the worker container as ``python -m simrun.worker.pool.child [--plugin REF]...
 [--path DIR]... [--cuda-visible-devices IDS]``, it answers the requests of
 `simrun.worker.pool.protocol` one after the other until its stdin closes; a "units" request is
-answered by one reply per unit, each sent as its unit ends. An exception in plugin code is
-caught and sent back with its traceback; the process goes on. The container kills
-the process when it passes its memory limit or a unit's time runs out, and starts another.
+answered in batches (a message after a unit that failed, and one at the end), the unit
+running being written to the `UnitSlot` the container reads (``--slot-fd``). An exception
+in plugin code is caught and sent back with its traceback; the process goes on. The
+container kills the process when it passes its memory limit or a unit's time runs out,
+and starts another.
 
 Whatever a request starts lives no longer than the request: after each one (a task's
 setup, a unit, a merge) every process left in the worker process's cgroup (``--cgroup``),
@@ -46,8 +48,8 @@ from simrun.plugins import (
     load_task_types,
     resolve,
 )
-from simrun.worker.cgroups import Cgroup
-from simrun.worker.pool.protocol import read_blocking, write_blocking
+from simrun.worker.cgroups import Cgroup, parse_memory_events, parse_oom_control
+from simrun.worker.pool.protocol import UnitSlot, read_blocking, write_blocking
 from simrun.worker.proctree import anon_memory_bytes, become_subreaper, kill_tree
 
 __all__ = ["main"]
@@ -71,6 +73,45 @@ def _unknown(op: object) -> None:
 _GONE_WAIT_S = 10.0
 
 
+class _CgroupFiles:
+    """The two files of a cgroup read after every unit, kept open and read again from
+    their start (a unit of a millisecond must not pay for opening them): who is in it,
+    and its OOM kill counter. A read that fails gives None (the caller asks the
+    `Cgroup` then)."""
+
+    def __init__(self, box: Cgroup) -> None:
+        self.version = box.version
+        events = "memory.events" if box.version == 2 else "memory.oom_control"
+        self._procs = self._open(box.path / "cgroup.procs")
+        self._events = self._open(box.path / events)
+
+    @staticmethod
+    def _open(path: Path) -> int | None:
+        try:
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+
+    @staticmethod
+    def _read(fd: int | None) -> str | None:
+        if fd is None:
+            return None
+        try:
+            return os.pread(fd, 65536, 0).decode()
+        except OSError:
+            return None
+
+    def pids(self) -> list[int] | None:
+        text = self._read(self._procs)
+        return None if text is None else [int(x) for x in text.split()]
+
+    def oom_kills(self) -> int | None:
+        text = self._read(self._events)
+        if text is None:
+            return None
+        return parse_memory_events(text) if self.version == 2 else parse_oom_control(text)
+
+
 class Leftovers:
     """Ends what a request left behind: the other processes of the worker process's
     cgroup (``box``), else its descendants; and tells when the kernel's OOM killer ended
@@ -79,19 +120,28 @@ class Leftovers:
     def __init__(self, box: Cgroup | None) -> None:
         self.box = box
         self.pid = os.getpid()
-        self._oom = box.oom_kills() if box is not None else None
+        self._files = _CgroupFiles(box) if box is not None else None
+        self._oom = self._oom_kills()
+
+    def _oom_kills(self) -> int | None:
+        if self.box is None or self._files is None:
+            return None
+        found = self._files.oom_kills()
+        return found if found is not None else self.box.oom_kills()
 
     def end(self) -> bool:
         """Kill and reap every process left; whether the kernel OOM-killed one of the
         cgroup since the last call."""
         if self.box is not None:
-            self.box.kill_all(spare=self.pid, timeout_s=_GONE_WAIT_S)
+            pids = self._files.pids() if self._files is not None else None
+            if pids is None or any(p != self.pid for p in pids):
+                self.box.kill_all(spare=self.pid, timeout_s=_GONE_WAIT_S)
         else:
             kill_tree(self.pid, include_root=False)
         self._reap()
         if self.box is None:
             return False
-        before, self._oom = self._oom, self.box.oom_kills()
+        before, self._oom = self._oom, self._oom_kills()
         return before is not None and self._oom is not None and self._oom > before
 
     def _reap(self) -> None:
@@ -145,9 +195,15 @@ class Child:
     runs once per task per process; the last `MAX_TASKS` tasks are remembered) and the
     current one."""
 
-    def __init__(self, registry: dict[str, TaskType], leftovers: Leftovers | None = None) -> None:
+    def __init__(
+        self,
+        registry: dict[str, TaskType],
+        leftovers: Leftovers | None = None,
+        slot: UnitSlot | None = None,
+    ) -> None:
         self.registry = registry
         self.leftovers = leftovers
+        self.slot = slot
         self.context: _Context | None = None
         self._tasks: dict[tuple[str, str], _Context] = {}
         self._functions: dict[str, Callable[..., Any]] = {}
@@ -184,18 +240,37 @@ class Child:
             return _timed(self._merge, self.leftovers)
         return _timed(functools.partial(_unknown, op))
 
+    def _mark(self, batch: int, pos: int, done_s: float) -> None:
+        if self.slot is not None:
+            self.slot.write(batch, pos, time.monotonic(), done_s)
+
     def units(self, message: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        """The replies to a "units" request, one per index as each unit ends, in order; a
-        request without a list of indices gets one failed reply with index None."""
+        """The messages answering a "units" request (see `simrun.worker.pool.protocol`):
+        one after each unit that failed, one at the end; the slot says which unit runs. A
+        request without a list of indices gets one failed message with index None."""
         indices = message.get("indices")
         if not isinstance(indices, list) or not all(type(i) is int for i in indices):
             reply = _timed(functools.partial(_unknown, f"units with indices {indices!r}"))
-            yield {**reply, "index": None}
+            yield {**reply, "index": None, "units": [], "end": True}
             return
-        for index in indices:
+        batch = message.get("batch")
+        batch = batch if type(batch) is int else 0
+        done_s = 0.0
+        outcomes: list[list[Any]] = []
+        for pos, index in enumerate(indices):
+            self._mark(batch, pos, done_s)
             reply = _timed(functools.partial(self._unit, index), self.leftovers)
-            reply["index"] = index
-            yield reply
+            if reply.get("oom_kill"):  # the container kills this process: the batch ends
+                yield {"units": outcomes, "oom_kill": index, "end": True}
+                return
+            outcomes.append([index, reply["ok"], reply["seconds"], reply["error"]])
+            if reply["ok"]:
+                done_s += reply["seconds"]
+            else:  # sent before the slot moves on: an unsent unit past the slot ended well
+                yield {"units": outcomes, "end": False}
+                outcomes = []
+            self._mark(batch, pos + 1, done_s)
+        yield {"units": outcomes, "end": True}
 
     def _task(self, message: dict[str, Any]) -> None:
         key = (str(message["run"]), str(message["task"]))
@@ -257,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cuda-visible-devices", default=None)
     parser.add_argument("--cgroup", default=None, help="the cgroup directory to join first")
     parser.add_argument("--cgroup-version", type=int, default=1, choices=(1, 2))
+    parser.add_argument("--slot-fd", type=int, default=None, help="the fd of the UnitSlot")
     args = parser.parse_args(argv)
     box = None
     if args.cgroup is not None:  # before anything else runs, so that nothing escapes it
@@ -296,7 +372,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     hello = {"ok": True, "pid": os.getpid(), "error": None, "baseline_bytes": baseline_bytes}
     write_blocking(out_fd, hello)
 
-    child = Child(registry, Leftovers(box))
+    slot = None
+    if args.slot_fd is not None:
+        slot = UnitSlot(args.slot_fd)
+        os.close(args.slot_fd)
+    child = Child(registry, Leftovers(box), slot)
     while True:
         message = read_blocking(in_fd)
         if message is None:

@@ -8,8 +8,11 @@ process ends) a line says how many bytes were dropped, followed by the tail kept
 bookkeeping (`CappedSegment`) is pure; `CappedLog` reads on the event loop (it only moves
 bytes; the writes go to a thread).
 
-A unit's end is seen on another pipe than its output, so a few bytes printed just before
-its end may count toward the next unit: the bound holds all the same, one cap per unit
+The units of a batch send no message each: the log asks ``where`` (the worker process's
+`UnitSlot`, see `simrun.worker.pool.processes.WorkerProcess.where`) which unit runs when
+output arrives, and ends the segment of the previous unit when it changed. A unit's end is
+seen apart from its output, so a few bytes printed just before its end may count toward
+the next unit: the bound holds all the same, one cap per unit
 (and one more for what a process prints outside units).
 
 ``simrun-exec`` caps the stdout and the stderr of a command the same way, one segment per
@@ -23,6 +26,7 @@ import os
 import select
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import BinaryIO
 
 __all__ = [
@@ -111,6 +115,9 @@ class CappedLog:
         self.segment = CappedSegment(cap)
         self.fd = fd
         self._lock = asyncio.Lock()
+        #: Which unit runs now: a token that changes with it, and its label (None: not known).
+        self.where: Callable[[], tuple[object, str] | None] | None = None
+        self._unit: tuple[object, str] | None = None
 
     async def _write(self, data: bytes) -> None:
         if data:
@@ -123,11 +130,18 @@ class CappedLog:
             data = await reader.read(_READ_BYTES)
             if not data:
                 break
+            if self.where is not None:
+                unit = self.where()
+                if unit is not None and (self._unit is None or unit[0] != self._unit[0]):
+                    if self._unit is not None:  # the unit of the open segment ended
+                        await self._write(self.segment.end(self._unit[1]))
+                    self._unit = unit
             await self._write(self.segment.feed(data))
         await self._write(self.segment.end("the worker process's last output"))
 
     async def end_unit(self, label: str) -> None:
         """The unit ``label`` ended: write what its segment held back."""
+        self._unit = None
         await self._write(self.segment.end(label))
 
 

@@ -45,10 +45,12 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from simrun.core.wire import UnitKey
 from simrun.worker.cgroups import (
     KERNEL_LIMIT_FACTOR,
     Cgroup,
@@ -57,7 +59,7 @@ from simrun.worker.cgroups import (
     oom_killed,
 )
 from simrun.worker.pool.output import DEFAULT_UNIT_LOG_CAP, CappedLog
-from simrun.worker.pool.protocol import encode, read_async
+from simrun.worker.pool.protocol import UnitSlot, encode, read_async
 from simrun.worker.proctree import GIB, anon_memory_bytes, kill_tree
 
 __all__ = [
@@ -132,14 +134,24 @@ class WorkerProcess:
         box: Cgroup | None = None,
         outer: Cgroup | None = None,
         log: CappedLog | None = None,
+        slot: UnitSlot | None = None,
     ) -> None:
         self.proc = proc
+        self.slot = slot
+        #: The "units" request in flight: its batch number, job id and units (see `where`).
+        self.batch: tuple[int, str, list[UnitKey]] | None = None
+        self._batches = 0
+        #: The task of the last chunk this process ran, the size of its last batch and the
+        #: seconds that batch took.
+        self.pace: tuple[tuple[str, str], int, float | None] | None = None
         self.gpu_ids = gpu_ids
         self.pid = proc.pid
         self.box = box
         self.outer = outer
         self.log = log
         self._log_task: asyncio.Task[None] | None = None
+        if log is not None:
+            log.where = self.where
         if log is not None and proc.stderr is not None:
             self._log_task = asyncio.get_running_loop().create_task(log.copy(proc.stderr))
         self.killed_by_kernel = False
@@ -149,6 +161,33 @@ class WorkerProcess:
         #: The tasks this process has worked on (its setup is done for them).
         self.task_keys: set[tuple[str, str]] = set()
         self.kill_reason: str | None = None
+
+    def number_batch(self) -> int:
+        """The number of a new "units" request (numbers are never reused by a process, so
+        its slot cannot be mistaken for an earlier request's)."""
+        self._batches += 1
+        return self._batches
+
+    def slot_position(self) -> tuple[int, float, float] | None:
+        """Where the process is in the "units" request in flight: the position of the unit
+        running (the length of the batch once all ended), when it started (`time.monotonic`)
+        and the seconds of the units that ended well; None before it started the request."""
+        if self.slot is None or self.batch is None:
+            return None
+        batch, pos, started, done_s = self.slot.read()
+        if batch != self.batch[0]:
+            return None
+        return pos, started, done_s
+
+    def where(self) -> tuple[object, str] | None:
+        """The unit running, for the log (`CappedLog`): a token that changes with the unit
+        and the unit's label; None outside a "units" request."""
+        found = self.slot_position()
+        if found is None or self.batch is None:
+            return None
+        batch, job_id, units = self.batch
+        pos = min(found[0], len(units) - 1)
+        return (batch, pos), f"unit {units[pos]} of job {job_id}"
 
     @property
     def alive(self) -> bool:
@@ -261,6 +300,35 @@ class WorkerProcess:
             await self.proc.wait()
             raise ProcessGone(describe_exit(self.proc.returncode)) from exc
 
+    async def receive_batch(self, timeout_s: float | None, sent_at: float) -> dict[str, Any]:
+        """The next message of a "units" request sent at ``sent_at`` (`time.monotonic`). With
+        ``timeout_s``, the unit the slot says is running is killed past ``timeout_s`` from its
+        start (reason "timeout"); `ProcessGone` when the process ends first."""
+        if timeout_s is None or self.slot is None:
+            return await self.receive(timeout_s)
+        stdout = self.proc.stdout
+        assert stdout is not None
+        reading = asyncio.ensure_future(read_async(stdout))
+        try:
+            while True:
+                found = self.slot_position()
+                started = found[1] if found is not None else sent_at
+                wait_s = started + timeout_s - time.monotonic()
+                if wait_s > 0:
+                    done, _ = await asyncio.wait({reading}, timeout=wait_s)
+                    if done:
+                        return reading.result()
+                if self.slot_position() == found and time.monotonic() >= started + timeout_s:
+                    self.kill("timeout")
+                    await self.proc.wait()
+                    raise ProcessGone(describe_exit(self.proc.returncode))
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            await self.proc.wait()
+            raise ProcessGone(describe_exit(self.proc.returncode)) from exc
+        finally:
+            if not reading.done():
+                reading.cancel()
+
     async def hello(self) -> dict[str, Any]:
         stdout = self.proc.stdout
         assert stdout is not None
@@ -287,6 +355,8 @@ class WorkerProcess:
             self.kill("stop")
             await self.proc.wait()
         await self.release()
+        if self.slot is not None:
+            self.slot.close()
 
 
 # The kernel limit of a cgroup (KERNEL_LIMIT_FACTOR, kernel_limit_bytes) lives in
@@ -410,6 +480,8 @@ class ProcessPool:
             args += ["--cuda-visible-devices", ",".join(gpu_ids)]
         elif self.hide_gpus:
             args += ["--cuda-visible-devices", ""]
+        slot, slot_fd = UnitSlot.create()
+        args += ["--slot-fd", str(slot_fd)]
         box = None
         if self.cgroups is not None:
             box = await asyncio.to_thread(self.cgroups.new_box)
@@ -421,13 +493,22 @@ class ProcessPool:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
+                pass_fds=(slot_fd,),
             )
         except BaseException:
+            slot.close()
             if box is not None:
                 await asyncio.to_thread(box.remove)
             raise
+        finally:
+            os.close(slot_fd)
         worker = WorkerProcess(
-            proc, gpu_ids, box=box, outer=self.outer, log=CappedLog(self.unit_log_cap)
+            proc,
+            gpu_ids,
+            box=box,
+            outer=self.outer,
+            log=CappedLog(self.unit_log_cap),
+            slot=slot,
         )
         hello = await worker.hello()
         if not hello.get("ok"):

@@ -9,10 +9,19 @@ Requests (container → process):
 * ``{"op": "task", "run", "task", "task_type", "settings", "paths", "setup": bool}``: work
   on this task from now on; run the type's ``setup`` when asked and this process has not
   run it for this task yet. One reply.
-* ``{"op": "units", "indices": [int, ...]}``: compute these units of the current task, in
-  order. One reply per unit, written as soon as that unit ends (with ``"index"`` added), so
-  the container always knows which unit is running; a failing unit does not stop the
-  others. A request without a list of indices gets one failed reply with index None.
+* ``{"op": "units", "indices": [int, ...], "batch": int}``: compute these units of the
+  current task, in order; a failing unit does not stop the others. The outcomes come back
+  batched, not one message per unit: ``{"units": [[index, ok, seconds, error], ...], "end":
+  bool}``, sent at once after a unit that failed and at the end of the batch (``"end":
+  true``, the last message of the request). A unit whose leftovers the kernel's OOM killer
+  ended stops the batch: the last message names it (``"oom_kill": index``) instead of
+  listing it. A request without a list of indices gets ``{"ok": false, "index": null,
+  "error": ..., "units": [], "end": true}``.
+
+  Which unit is running is in the process's `UnitSlot` (shared memory the container gives
+  it with ``--slot-fd``), written before and after each unit: the container reads it to
+  tell the unit a kill or a death ended, the unit a timeout is counted from, and where the
+  output of one unit ends, without a message per unit.
 * ``{"op": "merge"}``: run the merge of the current task. One reply.
 
 A reply is ``{"ok": bool, "seconds": float, "error": str | None}``; ``seconds`` is the
@@ -24,6 +33,7 @@ wall time of the plugin call alone. At start the process sends ``{"ok": bool, "p
 from __future__ import annotations
 
 import asyncio
+import mmap
 import os
 import struct
 from typing import Any
@@ -35,6 +45,7 @@ from simrun.core.jobs import JobSpec
 __all__ = [
     "MAX_MESSAGE_BYTES",
     "ProtocolError",
+    "UnitSlot",
     "encode",
     "read_async",
     "read_blocking",
@@ -104,6 +115,46 @@ def write_blocking(fd: int, message: dict[str, Any]) -> None:
     while data:
         written = os.write(fd, data)
         data = data[written:]
+
+
+_SLOT = struct.Struct("<qqdd")
+
+
+class UnitSlot:
+    """Shared memory between the container and one worker process: the ``batch`` (the
+    number of the "units" request) and the ``pos`` (position in it) of the unit running,
+    the `time.monotonic` time it started (or the previous one ended), and the seconds of
+    the units of the batch that ended well so far. ``pos`` equal to the length of the
+    batch: every unit of it ended. The process writes it, the container reads it."""
+
+    size = _SLOT.size
+
+    def __init__(self, fd: int) -> None:
+        self._map = mmap.mmap(fd, _SLOT.size)
+
+    @classmethod
+    def create(cls) -> tuple[UnitSlot, int]:
+        """A new slot and the file descriptor to give the process (close it once the process
+        started)."""
+        fd = os.memfd_create("simrun-unit-slot", os.MFD_CLOEXEC)
+        os.ftruncate(fd, _SLOT.size)
+        return cls(fd), fd
+
+    def write(self, batch: int, pos: int, started: float, done_s: float) -> None:
+        _SLOT.pack_into(self._map, 0, batch, pos, started, done_s)
+
+    def read(self) -> tuple[int, int, float, float]:
+        """(batch, pos, started, done_s), read again until two reads agree (the other side
+        may be writing)."""
+        first = _SLOT.unpack_from(self._map, 0)
+        while True:
+            again = _SLOT.unpack_from(self._map, 0)
+            if again == first:
+                return again
+            first = again
+
+    def close(self) -> None:
+        self._map.close()
 
 
 def task_message(spec: JobSpec, setup: bool) -> dict[str, object]:

@@ -9,12 +9,21 @@ jobs of the same task (its setup state, a heap the allocator kept): that is what
 process really needs while it computes this task's units. A process switching task with a
 large leftover heap is started afresh by the pool (see `simrun.worker.pool.processes`).
 
-The units of a chunk go to the process in batches (one "units" request each, one reply per
-unit as it ends), so a unit of a few microseconds does not pay a round trip through the
-pipe. Before each batch, the units in it are checked for staleness and ``stopping()`` is
+The units of a chunk go to the process in batches (one "units" request each), and their
+outcomes come back batched too (a message at the end of the batch, and one after a unit
+that failed): a unit of a millisecond pays neither a round trip through the pipe nor a
+wake-up of the container. Which unit runs is read from the process's `UnitSlot` (shared
+memory) when it matters: the unit a death or a kill ended (units of the batch before it
+ended well: a failure is always sent before the next unit starts), the start a unit's
+timeout counts from (`WorkerProcess.receive_batch`), the unit the output belongs to.
+
+Before each batch is sent, the units in it are checked for staleness and ``stopping()`` is
 asked; a batch is sized (`next_batch_size`) to take about `BATCH_TARGET_S`, so those checks
-still happen every fraction of a second: the first batch is one unit, and each next one at
-most doubles, from the wall time per unit the previous batch took.
+still happen every fraction of a second: the first batch of a process on a task is one
+unit (then as large as its last batch on that task), and each next one at most doubles,
+from the wall time per unit the previous batch took. Once batches are short (`AHEAD_S`),
+two are in flight: the next waits in the pipe while one runs, so the process does not wait
+for the container between batches (its units were checked one batch earlier).
 
 The sampler counts what the process started too: the processes of its cgroup, else of its
 tree. The cgroup's kernel limit is the job's too: when the kernel's OOM killer ends the
@@ -49,7 +58,15 @@ from simrun.worker.pool.processes import (
 from simrun.worker.pool.protocol import ProtocolError, task_message
 from simrun.worker.sampler import MemorySampler
 
-__all__ = ["BATCH_TARGET_S", "MAX_BATCH", "RunResult", "next_batch_size", "run_chunk", "run_merge"]
+__all__ = [
+    "AHEAD_S",
+    "BATCH_TARGET_S",
+    "MAX_BATCH",
+    "RunResult",
+    "next_batch_size",
+    "run_chunk",
+    "run_merge",
+]
 
 StaleCheck = Callable[[UnitKey], Awaitable[bool]]
 SAMPLE_INTERVAL_S = 0.02
@@ -58,6 +75,11 @@ SAMPLE_INTERVAL_S = 0.02
 BATCH_TARGET_S = 0.1
 #: The most units of one batch.
 MAX_BATCH = 1024
+#: A batch is sent ahead (checked for staleness one batch before it starts) only when
+#: batches are short: more than one unit each, or one unit taking at most this long (the
+#: view of the current attempts may be as old as `simrun.worker.jobs.STALE_REFRESH_S`
+#: anyway). A longer unit is checked just before it starts.
+AHEAD_S = 0.25
 
 
 def next_batch_size(size: int, units: int, elapsed_s: float) -> int:
@@ -142,6 +164,26 @@ async def _after_reply(worker: WorkerProcess, reply: dict[str, Any], label: str)
         raise ProcessGone(describe_exit(worker.proc.returncode))
 
 
+def _unit_ended_in(
+    worker: WorkerProcess, ledger: Ledger, received: int, received_s: float
+) -> UnitKey | None:
+    """After the process ended in a batch of which ``received`` outcomes arrived (the ones
+    that ended well took ``received_s``): record the units its slot says ended well since,
+    and return the unit it ended under (None: every unit of the batch had ended)."""
+    assert worker.batch is not None
+    units = worker.batch[2]
+    found = worker.slot_position()
+    if found is None:  # it never started the batch
+        return units[received] if received < len(units) else None
+    pos, _, done_s = found
+    pos = min(pos, len(units))
+    ended = units[received:pos]
+    each_s = max(0.0, done_s - received_s) / len(ended) if ended else 0.0
+    for unit in ended:
+        ledger.record(unit, "done", seconds=each_s)
+    return units[pos] if pos < len(units) else None
+
+
 def _result(worker: WorkerProcess, peak_gb: float, kill_at: float | None) -> RunResult:
     return RunResult(peak_gb, worker.kill_reason == "memory", kill_at or 0.0)
 
@@ -157,56 +199,110 @@ async def run_chunk(
 ) -> RunResult:
     """Compute the units of ``spec`` on ``worker`` in order, recording each in ``ledger``.
 
-    Before each batch of units, a unit found stale is skipped ("stale"); once ``stopping()``
-    says the grace period is over, the units left are handed back ("not_run").
+    Before each batch of units is sent, a unit found stale is skipped ("stale"); once
+    ``stopping()`` says the grace period is over, the units not sent are handed back
+    ("not_run"). Once batches are short (`AHEAD_S`) two are in flight: the next one waits
+    in the pipe while one runs, so the process does not wait for the container between
+    batches; the first batch of a job is as large as the last one the process ran for the
+    same task.
     """
     kill_at = kill_limit_gb(limit_gb, worker.baseline_gb)
     sampler = await _sampler(worker, kill_at)
     current: UnitKey | None = None
     what = f"setting up task {spec.task!r}"
+    received, received_s = 0, 0.0
     try:
         reply = await worker.call(task_message(spec, setup=True), spec.timeout_s)
         await _after_reply(worker, reply, f"the setup of job {spec.job_id}")
         if not reply["ok"]:
             message = f"the setup of task {spec.task!r} failed:\n{reply['error']}"
             ledger.close_rest("failed", message)
-        pending, position, size = ledger.pending, 0, 1
-        while position < len(pending) and not stopping():
-            batch: list[UnitKey] = []
-            while position < len(pending) and len(batch) < size:
-                index = pending[position]
-                position += 1
-                if await is_stale(index):
-                    ledger.record(index, "stale")
-                else:
-                    batch.append(index)
-            if not batch:
-                continue
-            started = time.perf_counter()
-            await worker.send({"op": "units", "indices": batch})
-            for index in batch:
-                current, what = index, f"computing unit {index}"
-                reply = await worker.receive(spec.timeout_s)
-                if reply.get("index") != index:
-                    raise ProtocolError(f"a reply for unit {reply.get('index')!r}, not {index}")
-                await _after_reply(worker, reply, f"unit {index} of job {spec.job_id}")
-                ledger.record(
-                    index,
-                    "done" if reply["ok"] else "failed",
-                    seconds=float(reply["seconds"]),
-                    error=reply["error"],
-                )
-            current = None
-            size = next_batch_size(size, len(batch), time.perf_counter() - started)
+        pending, position = ledger.pending, 0
+        task_key = (spec.run, spec.task)
+        known = worker.pace is not None and worker.pace[0] == task_key
+        size, batch_s = worker.pace[1:] if worker.pace is not None and known else (1, None)
+
+        def short() -> bool:
+            """Whether batches are short enough to send one ahead (see `AHEAD_S`)."""
+            return size > 1 or (batch_s is not None and batch_s <= AHEAD_S)
+
+        async def send_next() -> tuple[int, list[UnitKey]] | None:
+            """Check the next ``size`` units for staleness and send those that are not."""
+            nonlocal position
+            while position < len(pending) and not stopping():
+                batch: list[UnitKey] = []
+                while position < len(pending) and len(batch) < size:
+                    index = pending[position]
+                    position += 1
+                    if await is_stale(index):
+                        ledger.record(index, "stale")
+                    else:
+                        batch.append(index)
+                if batch:
+                    number = worker.number_batch()
+                    await worker.send({"op": "units", "indices": batch, "batch": number})
+                    return number, batch
+            return None
+
+        head = await send_next()
+        # Once batches are short (`AHEAD_S`), the next batch waits in the pipe: the process
+        # starts it as this one ends. A long unit is checked for staleness just before it
+        # starts, not a unit earlier.
+        ahead = await send_next() if head is not None and short() else None
+        begun = time.monotonic()
+        while head is not None:
+            number, batch = head
+            worker.batch = (number, spec.job_id, batch)
+            received, received_s = 0, 0.0
+            current, what = batch[0], f"computing unit {batch[0]}"
+            while True:
+                got = await worker.receive_batch(spec.timeout_s, begun)
+                for index, ok, seconds, error in got.get("units", ()):
+                    if received >= len(batch) or index != batch[received]:
+                        raise ProtocolError(f"an outcome for unit {index!r}, out of order")
+                    received += 1
+                    ledger.record(
+                        index, "done" if ok else "failed", seconds=float(seconds), error=error
+                    )
+                    if ok:
+                        received_s += float(seconds)
+                if received < len(batch):
+                    current, what = batch[received], f"computing unit {batch[received]}"
+                killed = got.get("oom_kill")
+                if killed is not None:
+                    label = f"unit {killed} of job {spec.job_id}"
+                    await _after_reply(worker, {"oom_kill": True}, label)
+                if got.get("end"):
+                    break
+            if received < len(batch):
+                raise ProtocolError(f"the batch ended after {received} of {len(batch)} units")
+            await _after_reply(worker, {}, f"unit {batch[-1]} of job {spec.job_id}")
+            ended = time.monotonic()
+            size = next_batch_size(size, len(batch), ended - begun)
+            batch_s = ended - begun
+            worker.pace = (task_key, size, batch_s)
+            begun = ended
+            worker.batch, current = None, None
+            head, ahead = ahead, None
+            if head is None:
+                head = await send_next()
+            if head is not None:  # running now, or soon: a death from here on is its unit's
+                worker.batch, current = (head[0], spec.job_id, head[1]), head[1][0]
+                if short():
+                    ahead = await send_next()
     except ProcessGone as gone:
         worker.note_death()
         outcome = death_outcome(worker.kill_reason)
+        if worker.batch is not None and current is not None:
+            current = _unit_ended_in(worker, ledger, received, received_s)
+            what = f"computing unit {current}" if current is not None else what
         message = _death_message(worker, gone, what, limit_gb, kill_at, sampler.peak_gb)
-        if current is None:  # during setup: every unit of the chunk shares the fate
+        if current is None and worker.batch is None:  # during setup: the whole chunk
             ledger.close_rest(outcome, message)
-        else:
+        elif current is not None:
             ledger.record(current, outcome, error=message)
     finally:
+        worker.batch = None
         peak_gb = await asyncio.to_thread(sampler.stop)
     ledger.close_rest("not_run")
     return _result(worker, peak_gb, kill_at)
