@@ -116,28 +116,33 @@ def split(
     (guided self-scheduling), but at least ``size / TAPER_FLOOR`` (rounded up), and never
     more than ``size``. Slices that end before the task does are cut evenly.
     """
+    return [tuple(items[a:b]) for a, b in _cuts(len(items), size, pending, processes)]
+
+
+def split_range(
+    indices: range, size: int, *, pending: int | None = None, processes: int = 1
+) -> list[range]:
+    """A range of unit indices cut as `split` cuts a list (the same rule, tail included),
+    into ranges: no list of the indices is made."""
+    return [indices[a:b] for a, b in _cuts(len(indices), size, pending, processes)]
+
+
+def _cuts(n: int, size: int, pending: int | None, processes: int) -> list[tuple[int, int]]:
+    """Where `split` cuts ``n`` items: (start, stop) of each chunk."""
     if size < 1:
         raise ValueError(f"chunk size must be >= 1, got {size}")
-    if pending is None or len(items) < pending or size == 1:
-        return [tuple(items[i : i + size]) for i in range(0, len(items), size)]
+    if pending is None or n < pending or size == 1:
+        return [(i, min(i + size, n)) for i in range(0, n, size)]
     share = TAPER_SHARE * max(1, processes)
     floor = max(1, math.ceil(size / TAPER_FLOOR))
-    out: list[tuple[T, ...]] = []
+    out: list[tuple[int, int]] = []
     at = 0
-    while at < len(items):
-        left = len(items) - at
+    while at < n:
+        left = n - at
         take = min(size, left, max(floor, math.ceil(left / share)))
-        out.append(tuple(items[at : at + take]))
+        out.append((at, at + take))
         at += take
     return out
-
-
-def split_range(indices: range, size: int) -> list[range]:
-    """A range of unit indices cut into consecutive ranges of ``size`` (the last may be
-    shorter), as `split` cuts a list, without a list of the indices."""
-    if size < 1:
-        raise ValueError(f"chunk size must be >= 1, got {size}")
-    return [indices[i : i + size] for i in range(0, len(indices), size)]
 
 
 def request_slots(kind: str, processes: int, uses_cores: bool) -> int:

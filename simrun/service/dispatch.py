@@ -127,12 +127,15 @@ class Dispatcher:
             # Units sent back first (they have rows), then fresh ones from the frontier.
             units = await self.store.pending_rows(run.id, task.name, limit, kind="chunk")
             groups = memory_groups(units, resolved.memory_per_worker_gb)
-            chunks = list(
-                itertools.islice((c for g in groups for c in sizing.split(g, size)), room)
-            )
+            todo = pending.get("chunk", 0)
+            cut = [sizing.split(g, size, pending=todo, processes=processes) for g in groups]
+            chunks = list(itertools.islice((c for g in cut for c in g), room))
             if len(chunks) < room and len(units) < limit:
-                fresh = (await self.store.fresh_units(run.id, task.name))[: limit - len(units)]
-                chunks += sizing.split_range(fresh, size)[: room - len(chunks)]
+                fresh = await self.store.fresh_units(run.id, task.name)
+                # The tail of the task tapers (the fresh units are its last ones).
+                chunks += sizing.split_range(
+                    fresh[: limit - len(units)], size, pending=len(fresh), processes=processes
+                )[: room - len(chunks)]
         if not chunks:
             return False
         planned = build_jobs(s.store, task, task_type, resolved, queue, chunks, s.unit_timeout_s)

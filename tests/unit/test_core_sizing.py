@@ -5,6 +5,8 @@ worker"."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from simrun.core.sizing import (
     WorkerCapacity,
@@ -16,6 +18,7 @@ from simrun.core.sizing import (
     request_slots,
     retry_memory_gb,
     split,
+    split_range,
 )
 from simrun.resources import RETRY_FACTOR
 
@@ -180,3 +183,22 @@ def test_request_slots_and_gpus(kind, uses_cores, slots, gpus):
     task's GPUs except for a merge."""
     assert request_slots(kind, 4, uses_cores) == slots
     assert request_gpus(kind, 2) == gpus
+
+
+@given(
+    n=st.integers(0, 3000),
+    size=st.integers(1, 1200),
+    pending=st.one_of(st.none(), st.integers(0, 4000)),
+    processes=st.integers(1, 16),
+    start=st.integers(0, 10**6),
+)
+def test_split_range_cuts_as_split_does(
+    n: int, size: int, pending: int | None, processes: int, start: int
+) -> None:
+    """Fresh units cut as a range (no list of indices) land in the same chunks as the same
+    indices cut as a list, tapered tail included."""
+    indices = range(start, start + n)
+    ranged = split_range(indices, size, pending=pending, processes=processes)
+    listed = split(list(indices), size, pending=pending, processes=processes)
+    assert [tuple(r) for r in ranged] == listed
+    assert all(isinstance(r, range) and r.step == 1 for r in ranged)
