@@ -403,6 +403,8 @@ if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--arq-worker":
         arq_worker_main(sys.argv[2], sys.argv[3])
         sys.exit(0)
+    # A SIGTERM (a timeout) still stops the service, the worker and Redis (the finally).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--slow-units", type=int, default=400, help="100 ms units per run")
