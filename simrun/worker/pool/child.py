@@ -49,6 +49,7 @@ from simrun.plugins import (
     resolve,
 )
 from simrun.worker.cgroups import Cgroup, parse_memory_events, parse_oom_control
+from simrun.worker.pool.output import unit_end_marker, write_all
 from simrun.worker.pool.protocol import UnitSlot, read_blocking, write_blocking
 from simrun.worker.proctree import anon_memory_bytes, become_subreaper, kill_tree
 
@@ -163,6 +164,14 @@ def _flush() -> None:
             stream.flush()
 
 
+def _end_output(index: int) -> None:
+    """Mark the end of unit ``index``'s output in the pipe the container reads (after its
+    last byte: `_timed` flushed Python's buffers), so the unit's log cap never takes in the
+    next unit's output however late the container reads."""
+    with contextlib.suppress(OSError):
+        write_all(2, unit_end_marker(index))
+
+
 def _timed(call: Callable[[], None], leftovers: Leftovers | None = None) -> dict[str, Any]:
     """Run ``call``: the reply with its wall time, and its traceback when it raised; then
     end what it left behind (the reply says ``oom_kill`` when the kernel killed one)."""
@@ -263,6 +272,7 @@ class Child:
             if reply.get("oom_kill"):  # the container kills this process: the batch ends
                 yield {"units": outcomes, "oom_kill": index, "end": True}
                 return
+            _end_output(index)
             outcomes.append([index, reply["ok"], reply["seconds"], reply["error"]])
             if reply["ok"]:
                 done_s += reply["seconds"]

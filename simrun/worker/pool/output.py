@@ -8,11 +8,12 @@ process ends) a line says how many bytes were dropped, followed by the tail kept
 bookkeeping (`CappedSegment`) is pure; `CappedLog` reads on the event loop (it only moves
 bytes; the writes go to a thread).
 
-The units of a batch send no message each: the log asks ``where`` (the worker process's
-`UnitSlot`, see `simrun.worker.pool.processes.WorkerProcess.where`) which unit runs when
-output arrives, and ends the segment of the previous unit when it changed. A unit's end is
-seen apart from its output, so a few bytes printed just before its end may count toward
-the next unit: the bound holds all the same, one cap per unit
+The units of a batch send no message each, so a unit's end is told in the output itself:
+after each unit the process flushes what was printed and writes a marker (`unit_end_marker`)
+into the same pipe, after the unit's last byte. `CappedLog` ends the unit's segment at the
+marker (and drops the marker), however late it reads the pipe: a unit's output is never
+counted toward the next one. Output a plugin's own child writes to the pipe after the
+marker is counted toward what comes next; the bound holds all the same, one cap per unit
 (and one more for what a process prints outside units).
 
 ``simrun-exec`` caps the stdout and the stderr of a command the same way, one segment per
@@ -35,6 +36,7 @@ __all__ = [
     "CappedLog",
     "CappedSegment",
     "copy_capped",
+    "unit_end_marker",
     "write_all",
 ]
 
@@ -43,6 +45,16 @@ DEFAULT_UNIT_LOG_CAP = 2**20
 #: Bytes of each of a command's log files, stdout and stderr (head and tail together).
 DEFAULT_COMMAND_LOG_CAP = 64 * 2**20
 _READ_BYTES = 64 * 1024
+#: What a worker process writes into its output after each unit of a batch: this, the
+#: unit's index, and a NUL (`unit_end_marker`).
+_MARK = b"\x00\x1esimrun-unit-end:"
+#: A marker longer than this is not one (its bytes are output).
+_MARK_MAX = len(_MARK) + 24
+
+
+def unit_end_marker(index: int) -> bytes:
+    """The marker a worker process writes after unit ``index`` of a batch ended."""
+    return _MARK + str(index).encode() + b"\x00"
 
 
 class CappedSegment:
@@ -109,15 +121,15 @@ def write_all(fd: int, data: bytes) -> None:
 
 class CappedLog:
     """The log of one worker process: its output copied to ``fd`` through a
-    `CappedSegment`; writes happen in a thread, in the order they were made."""
+    `CappedSegment`, each unit's segment ended at its marker; writes happen in a thread,
+    in the order they were made."""
 
     def __init__(self, cap: int, fd: int = 2) -> None:
         self.segment = CappedSegment(cap)
         self.fd = fd
         self._lock = asyncio.Lock()
-        #: Which unit runs now: a token that changes with it, and its label (None: not known).
-        self.where: Callable[[], tuple[object, str] | None] | None = None
-        self._unit: tuple[object, str] | None = None
+        #: The label of unit ``index`` of the batch running ("unit 4 of job ...").
+        self.label_of: Callable[[int], str] = lambda index: f"unit {index}"
 
     async def _write(self, data: bytes) -> None:
         if data:
@@ -126,23 +138,52 @@ class CappedLog:
 
     async def copy(self, reader: asyncio.StreamReader) -> None:
         """Copy ``reader`` until end of file, then write what the last segment held."""
+        held = b""
         while True:
             data = await reader.read(_READ_BYTES)
             if not data:
                 break
-            if self.where is not None:
-                unit = self.where()
-                if unit is not None and (self._unit is None or unit[0] != self._unit[0]):
-                    if self._unit is not None:  # the unit of the open segment ended
-                        await self._write(self.segment.end(self._unit[1]))
-                    self._unit = unit
-            await self._write(self.segment.feed(data))
+            held = await self._take(held + data)
+        await self._write(self.segment.feed(held))
         await self._write(self.segment.end("the worker process's last output"))
 
+    async def _take(self, data: bytes) -> bytes:
+        """Feed ``data`` up to its markers, ending a segment at each; returns the bytes held
+        back because they may be the start of a marker not read in full yet."""
+        while data:
+            at = data.find(_MARK)
+            if at < 0:
+                keep = _partial_mark(data)
+                await self._write(self.segment.feed(data[: len(data) - keep]))
+                return data[len(data) - keep :]
+            await self._write(self.segment.feed(data[:at]))
+            data = data[at:]
+            close = data.find(b"\x00", len(_MARK))
+            if close < 0:
+                if len(data) < _MARK_MAX:
+                    return data  # the rest of the marker comes with the next read
+                close = -1
+            digits = data[len(_MARK) : close] if close > 0 else b""
+            if close < 0 or not digits.isdigit():  # not a marker after all: output
+                await self._write(self.segment.feed(data[:1]))
+                data = data[1:]
+                continue
+            await self._write(self.segment.end(self.label_of(int(digits))))
+            data = data[close + 1 :]
+        return b""
+
     async def end_unit(self, label: str) -> None:
-        """The unit ``label`` ended: write what its segment held back."""
-        self._unit = None
+        """The unit ``label`` ended without its marker (its process died, or it was the
+        batch's reply): write what its segment held back."""
         await self._write(self.segment.end(label))
+
+
+def _partial_mark(data: bytes) -> int:
+    """How many bytes at the end of ``data`` begin a marker."""
+    for size in range(min(len(_MARK) - 1, len(data)), 0, -1):
+        if _MARK.startswith(data[-size:]):
+            return size
+    return 0
 
 
 #: Seconds `copy_capped` still waits for output once told the writers are gone.

@@ -151,7 +151,7 @@ class WorkerProcess:
         self.log = log
         self._log_task: asyncio.Task[None] | None = None
         if log is not None:
-            log.where = self.where
+            log.label_of = self.unit_label
         if log is not None and proc.stderr is not None:
             self._log_task = asyncio.get_running_loop().create_task(log.copy(proc.stderr))
         self.killed_by_kernel = False
@@ -179,15 +179,11 @@ class WorkerProcess:
             return None
         return pos, started, done_s
 
-    def where(self) -> tuple[object, str] | None:
-        """The unit running, for the log (`CappedLog`): a token that changes with the unit
-        and the unit's label; None outside a "units" request."""
-        found = self.slot_position()
-        if found is None or self.batch is None:
-            return None
-        batch, job_id, units = self.batch
-        pos = min(found[0], len(units) - 1)
-        return (batch, pos), f"unit {units[pos]} of job {job_id}"
+    def unit_label(self, index: int) -> str:
+        """The label of unit ``index`` in the log (`CappedLog`): with the job of the batch
+        in flight."""
+        job = f" of job {self.batch[1]}" if self.batch is not None else ""
+        return f"unit {index}{job}"
 
     @property
     def alive(self) -> bool:
