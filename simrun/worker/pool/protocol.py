@@ -20,8 +20,9 @@ Requests (container → process):
 
   Which unit is running is in the process's `UnitSlot` (shared memory the container gives
   it with ``--slot-fd``), written before and after each unit: the container reads it to
-  tell the unit a kill or a death ended, the unit a timeout is counted from, and where the
-  output of one unit ends, without a message per unit.
+  tell the unit a kill or a death ended and the unit a timeout is counted from, without a
+  message per unit. Where one unit's output ends is a marker the process writes into its
+  output after the unit (`simrun.worker.pool.output.unit_end_marker`).
 * ``{"op": "merge"}``: run the merge of the current task. One reply.
 
 A reply is ``{"ok": bool, "seconds": float, "error": str | None}``; ``seconds`` is the
