@@ -20,7 +20,7 @@ from simrun.runstore.reads import chunks, marks
 from simrun.runstore.rows import UPDATE_UNIT, Applied, unit_of, unit_values
 from simrun.runstore.schema import UNIT_COLUMNS, sql_list
 
-__all__ = ["apply_reports", "done_whole", "materialize_jobs"]
+__all__ = ["apply_reports", "done_whole", "insert_unit_rows", "materialize_jobs"]
 
 
 async def apply_reports(
@@ -80,6 +80,24 @@ def done_whole(entry: ReportEntry, job: tuple[int | None, int | None]) -> bool:
     return min(indices) == first and max(indices) == last
 
 
+async def insert_unit_rows(
+    conn: aiosqlite.Connection, run: str, task: str, indices: range, **values: Any
+) -> None:
+    """Rows for the chunk units ``indices`` (consecutive) of a task, each with the same
+    ``values`` (columns of ``units``: ``state`` at least), made by SQLite (a recursive
+    count), not as a list in Python."""
+    if not indices:
+        return
+    columns = ", ".join(values)
+    params = ", ".join(f":{c}" for c in values)
+    await conn.execute(
+        "WITH RECURSIVE seq(i) AS (SELECT :first UNION ALL SELECT i + 1 FROM seq WHERE i < :last)"
+        f" INSERT INTO units (run_id, task, idx, kind, {columns})"
+        f" SELECT :run, :task, i, 'chunk', {params} FROM seq",
+        {**values, "first": indices[0], "last": indices[-1], "run": run, "task": task},
+    )
+
+
 async def materialize_jobs(conn: aiosqlite.Connection, job_ids: Iterable[str]) -> int:
     """Give the units of these range jobs in flight rows of their own, as the job says they
     are (queued, or running on its worker), and make them jobs of unit rows: what happens
@@ -98,26 +116,18 @@ async def materialize_jobs(conn: aiosqlite.Connection, job_ids: Iterable[str]) -
             continue
         run, task, first, last, attempt, memory_gb, worker, running, queued_s, started_s = rows[0]
         before = conn.total_changes
-        await conn.execute(
-            "WITH RECURSIVE seq(i) AS (SELECT :first UNION ALL"
-            " SELECT i + 1 FROM seq WHERE i < :last)"
-            " INSERT INTO units (run_id, task, idx, kind, state, attempt, job_id, memory_gb,"
-            " worker, queued_s, started_s)"
-            " SELECT :run, :task, i, 'chunk', :state, :attempt, :job, :gb, :worker, :queued,"
-            " :started FROM seq",
-            {
-                "first": first,
-                "last": last,
-                "run": run,
-                "task": task,
-                "state": "running" if running else "queued",
-                "attempt": attempt,
-                "job": job_id,
-                "gb": memory_gb,
-                "worker": worker,
-                "queued": queued_s,
-                "started": started_s if running else None,
-            },
+        await insert_unit_rows(
+            conn,
+            run,
+            task,
+            range(first, last + 1),
+            state="running" if running else "queued",
+            attempt=attempt,
+            job_id=job_id,
+            memory_gb=memory_gb,
+            worker=worker,
+            queued_s=queued_s,
+            started_s=started_s if running else None,
         )
         made += conn.total_changes - before
         await conn.execute(

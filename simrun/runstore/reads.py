@@ -179,6 +179,7 @@ class RunReads:
             params += states
         out = [unit_of(r) for r in await self._fetch(sql, params)]
         scope, scope_params = ("AND task = ?", (task,)) if task is not None else ("", ())
+        name_scope = "AND name = ?" if task is not None else ""
         if wanted is None or wanted & {"queued", "running"}:
             for job in await self._range_jobs(run_id, scope, scope_params):
                 state: UnitState = "running" if job.running else "queued"
@@ -194,7 +195,7 @@ class RunReads:
         if wanted is None or "pending" in wanted:
             rows = await self._fetch(
                 "SELECT name, frontier, units FROM tasks WHERE run_id = ? AND splittable = 1"
-                f" AND units > frontier {scope.replace('task', 'name')}",
+                f" AND units > frontier {name_scope}",
                 (run_id, *scope_params),
             )
             for name, frontier, units in rows:

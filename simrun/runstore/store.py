@@ -24,7 +24,7 @@ from simrun.core.states import (
     UnitRow,
 )
 from simrun.runstore.apply import apply_reports as write_reports
-from simrun.runstore.apply import materialize_jobs
+from simrun.runstore.apply import insert_unit_rows, materialize_jobs
 from simrun.runstore.reads import RunReads
 from simrun.runstore.rows import (
     Applied,
@@ -269,9 +269,7 @@ class RunStore(RunReads):
             for j in jobs:
                 if not j.fresh:
                     continue
-                if not j.indices or list(j.indices) != list(
-                    range(j.indices[0], j.indices[0] + len(j.indices))
-                ):
+                if not isinstance(j.indices, range) or j.indices.step != 1 or not j.indices:
                     raise ValueError(f"RunStore.add_jobs: fresh job {j.id} is not one range")
                 before = c.total_changes
                 await c.execute(
@@ -326,16 +324,11 @@ class RunStore(RunReads):
                 continue
             if fresh != list(range(frontier, frontier + len(fresh))) or fresh[-1] >= units:
                 raise ValueError(
-                    f"RunStore.add_jobs: units {fresh[:5]}… of task {task!r} are not the next "
-                    "fresh ones; nothing was dispatched"
+                    f"RunStore.add_jobs: units {fresh[0]}..{fresh[-1]} of task {task!r} are "
+                    f"not the next fresh ones (from {frontier}, of {units}); nothing was "
+                    "dispatched"
                 )
-            await c.execute(
-                "WITH RECURSIVE seq(i) AS (SELECT :first UNION ALL"
-                " SELECT i + 1 FROM seq WHERE i < :last)"
-                " INSERT INTO units (run_id, task, idx, kind, state)"
-                " SELECT :run, :task, i, 'chunk', 'pending' FROM seq",
-                {"first": fresh[0], "last": fresh[-1], "run": run_id, "task": task},
-            )
+            await insert_unit_rows(c, run_id, task, range(fresh[0], fresh[-1] + 1), state="pending")
             await c.execute(
                 "UPDATE tasks SET frontier = ? WHERE run_id = ? AND name = ?",
                 (fresh[-1] + 1, run_id, task),

@@ -324,3 +324,24 @@ def test_range_jobs_read_as_jobs_of_rows(story: dict[str, Any]) -> None:
             assert ranged_counts == {"sweep": counts_of_listing(ranged)}
 
     asyncio.run(both())
+
+
+async def test_jobs_that_skip_fresh_units_are_refused_with_what_they_took(store: RunStore):
+    """A job of unit rows that takes fresh units other than the next ones from the
+    frontier, or a fresh job whose units are not one range, is refused with a message that
+    names the units, the task and where the fresh units begin; nothing is written."""
+    await store.start_task("r1", "sweep", 10, now_s=101.0)
+    with pytest.raises(
+        ValueError,
+        match=r"units 2\.\.3 of task 'sweep' are not the next fresh ones \(from 0, of 10\)",
+    ):
+        await store.add_jobs([row_job([2, 3], 1, "skips")], now_s=102.0)
+    odd = NewJob(
+        id="odd", run="r1", task="sweep", kind="chunk", queue="cpu", attempt=1,
+        indices=(0, 2), memory_gb=1.0, fresh=True,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="fresh job odd is not one range"):
+        await store.add_jobs([odd], now_s=102.0)
+    assert await unit_rows(store) == 0
+    assert await store.fresh_units("r1", "sweep") == range(10)
+    assert await store.jobs("r1") == []
