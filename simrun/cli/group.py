@@ -61,7 +61,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "resources": (
         "simrun.cli.remote:resources",
-        ("What is learned per resource key: samples, percentile, request, speed, last kill."),
+        ("What is learned per resource key: samples, typical peak, request, speed, last kill."),
     ),
     "scale": (
         "simrun.cli.scale:scale",

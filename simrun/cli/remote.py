@@ -408,7 +408,7 @@ def cancel(run_id: str, url: str, token: str | None) -> None:
 def resources(
     url: str, token: str | None, store: Path | None, store_hint: Path, as_json: bool
 ) -> None:
-    """What is learned per resource key: samples, percentile, request, speed, last kill."""
+    """What is learned per resource key: samples, typical peak, request, speed, last kill."""
     from simrun.cli.tables import RESOURCE_COLUMNS, resource_rows
 
     async def from_store(directory: Path) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ __all__ = ["RESOURCE_COLUMNS", "RUN_COLUMNS", "resource_rows", "run_rows"]
 
 RUN_COLUMNS = ("run", "name", "state", "submitted", "took", "message")
 RESOURCE_COLUMNS = (
-    "key", "samples", "p95/process", "requested", "speed", "source", "last kill",
+    "key", "samples", "typical/process", "requested", "speed", "source", "last kill",
 )  # fmt: skip
 
 
@@ -42,7 +42,7 @@ def run_rows(runs: Sequence[RunSummary], now_s: float) -> list[tuple[str, ...]]:
 
 
 def resource_rows(summaries: Sequence[Mapping[str, Any]], now_s: float) -> list[tuple[str, ...]]:
-    """Per resource key: observations (memory samples in the window), the percentile of the
+    """Per resource key: observations (memory samples in the window), the typical peak of the
     window, what a task would request now, seconds per unit, where the request comes from,
     and the last kill for memory (how long ago, at which limit)."""
     rows: list[tuple[str, ...]] = []
@@ -55,7 +55,7 @@ def resource_rows(summaries: Sequence[Mapping[str, Any]], now_s: float) -> list[
             (
                 str(s["key"]),
                 f"{s.get('samples', 0)} of {s.get('observations', 0)}",
-                format_gb(s.get("percentile_gb")),
+                format_gb(s.get("typical_gb")),
                 format_gb(s.get("requested_gb")),
                 format_rate(s.get("seconds_per_unit")),
                 str(s.get("source") or ""),

@@ -2,11 +2,13 @@
 
 An observation is what one worker process of one report measured: its peak anonymous
 memory and the seconds of a unit, filed under the task's `ResourceKey` (task type, model,
-variant). `ResourceStore.resolve` turns the latest observations of a key into the request
-for its next task: the 95th percentile (nearest rank) of the last `WINDOW` successful
-observations times `MARGIN`, and after a kill for memory at least `RETRY_FACTOR` times the
-killed process's limit until a later observation of the key succeeds; a learned request
-is never below `MIN_MEMORY_PER_WORKER_GB`.
+variant) with the size of the task's inputs. `ResourceStore.resolve` turns the latest
+observations of a key into the request for its next task: the typical peak of the last
+`WINDOW` successes (fitted to input size when sizes are known) times a margin that follows
+the key's spread and sample count (at least `MARGIN`), capped by the plugin's hint until a
+kill at the hint, and after a kill for memory at least `RETRY_FACTOR` times the killed
+process's limit until a later observation of the key succeeds (`policy` says it in full;
+`explain` says why for one key).
 
 The parts: `keys` (the key and how a task's key is derived), `policy` (the pure decision),
 `store` (the SQLite shell).
@@ -14,28 +16,35 @@ The parts: `keys` (the key and how a task's key is derived), `policy` (the pure 
 
 from simrun.resources.keys import ResourceKey, resource_key
 from simrun.resources.policy import (
+    KILL_Z,
     MARGIN,
     MIN_MEMORY_PER_WORKER_GB,
     PERCENTILE,
     PERCENTILE_METHOD,
+    PRIOR_SPREAD,
     RETRY_FACTOR,
     WINDOW,
+    Explanation,
     Learned,
     Observation,
     ResolvedResources,
     decide,
+    explain,
     learn,
     percentile,
 )
 from simrun.resources.store import KeySummary, Record, ResourceStore
 
 __all__ = [
+    "KILL_Z",
     "MARGIN",
     "MIN_MEMORY_PER_WORKER_GB",
     "PERCENTILE",
     "PERCENTILE_METHOD",
+    "PRIOR_SPREAD",
     "RETRY_FACTOR",
     "WINDOW",
+    "Explanation",
     "KeySummary",
     "Learned",
     "Observation",
@@ -44,6 +53,7 @@ __all__ = [
     "ResourceKey",
     "ResourceStore",
     "decide",
+    "explain",
     "learn",
     "percentile",
     "resource_key",

@@ -1,7 +1,32 @@
-"""The decision: from the recorded observations of a key to the resources to request.
+"""The decision: from the recorded observations of a key to the memory to request.
+
+The rule, in the terms ``simrun resources KEY`` prints:
+
+1. Memory spreads by factors, so peaks are compared as logarithms. The *center* is the
+   typical peak of the last `WINDOW` successes; when the tasks' input sizes are known it is
+   a fit of log peak against log input size (a power law, exponent between 0 and
+   `MAX_INPUT_SLOPE`, pulled toward `PRIOR_INPUT_SLOPE` while few sizes are known), so a
+   larger input asks for more.
+2. The *spread* is the scale of the peaks around the center. With few samples it is pulled
+   toward `PRIOR_SPREAD` (a key seen once is uncertain; a key with 200 identical peaks is
+   not).
+3. The *margin* is exp(`KILL_Z` x that scale, widened for few samples): the chance that a
+   unit like the past ones goes over its request is about 1 in 100. For an input size far
+   from those seen it also allows a steeper (or, below them, flatter) exponent, by
+   `KILL_Z` x the exponent's uncertainty, so a larger input never asks for less. It is
+   never below `MARGIN`, nor below the margin that covers the highest 5 % of the past peaks
+   (all of them under 20).
+4. The plugin's hint *caps* the request: the author believed the task fits in it, and a
+   learned figure above it is rarely right, until a unit killed at (or above) the hint has
+   shown otherwise; from then on the cap is `RETRY_FACTOR` x that kill's limit or the
+   largest peak seen times `MARGIN`, whichever is larger.
+5. After a kill for memory the request is at least `RETRY_FACTOR` x the killed limit until
+   a later success of the key (the seed rule), and a learned request is at least
+   `MIN_MEMORY_PER_WORKER_GB`.
 
 Everything here is pure (no I/O, no clock), so the rules are tested with tables and
-properties, and the replay benchmark runs the very same functions the store runs.
+properties, and the replay benchmark (``benchmarks/learning.py``) runs the very functions
+the store runs.
 """
 
 from __future__ import annotations
@@ -17,73 +42,81 @@ from simrun.plugins import ResourceHint
 from simrun.workflow import ResourceOverride
 
 __all__ = [
+    "KILL_Z",
     "MARGIN",
+    "MAX_INPUT_SLOPE",
     "MIN_MEMORY_PER_WORKER_GB",
     "PERCENTILE",
     "PERCENTILE_METHOD",
+    "PRIOR_INPUT_SLOPE",
+    "PRIOR_SPREAD",
     "RETRY_FACTOR",
     "WINDOW",
+    "Explanation",
     "Learned",
     "Observation",
     "PercentileMethod",
     "ResolvedResources",
     "decide",
+    "explain",
     "learn",
     "percentile",
     "source_of",
 ]
 
-# Chosen from the replay (python benchmarks/learning.py /work/shared/traces/synthetic.csv
-# [--variant-from-input] [--sweep]: 3,472 units over 43.6 h; wasted GiB·h relative to the
-# static preset's 39,519, and the share of units killed at least once):
+# The constants are chosen by reasoning, then checked on both shipped traces (python
+# benchmarks/learning.py; figures in its output and in the closing note of issue 13), not
+# searched on one:
 #
-#   WINDOW MARGIN RETRY   with a cost setting (71 keys)   without (8 keys)
-#      200   1.20   2.0     0.398 wasted, 3.60 % killed     0.799, 2.68 %
-#      200   1.30   2.0     0.451,        3.05 %            0.883, 2.42 %
-#      200   1.40   1.5     0.635,        3.23 %            0.890, 2.45 %
-#      200   1.40   2.0     0.488,        2.65 %            0.876, 2.39 %   <- chosen
-#      200   1.40   3.0     0.517,        2.65 %            0.929, 1.96 %
-#      200   1.50   2.0     0.533,        2.13 %            0.951, 2.16 %
-#       50   1.40   2.0     0.488,        2.65 %            0.872, 2.62 %
-#
-# MARGIN 1.4 is the smallest margin of the grid that keeps kills under 3 % of units in both
-# modes; below it the units of a burst submitted after the first few successes of a key are
-# killed together (a kill is only known when the unit ends, often hours later). RETRY 2.0
-# wastes least at that margin: 1.5 means longer chains of kills, each charged a whole
-# runtime; 3.0 overshoots what the retried unit needs. WINDOW hardly matters with a cost
-# setting (few observations per key); without one, 200 kills fewer units than 50 on the
-# key that mixes 5 GiB and 140 GiB units, because it keeps the large ones in view longer.
-# With a cost setting the learner wastes less than half of the static preset; without one
-# no constants of the grid do, since one request has to cover both kinds of unit.
+# - KILL_Z = 2.326 is the one-sided 99 % point of a normal: the request of a key whose log
+#   peaks scatter normally is exceeded by about 1 unit in 100, the kill rate we aim at.
+# - PRIOR_SPREAD = 0.25 (a factor of 1.28 per standard deviation) is what one is ready to
+#   believe of a key seen once: repeated runs of one configuration rarely differ by more,
+#   and a key that does shows it after a few samples. It weighs as one sample.
+# - PRIOR_INPUT_SLOPE = 0.5 +- 0.5 says "memory grows with input, between not at all and
+#   linearly" until the key's own sizes say how; MAX_INPUT_SLOPE = 1.5 bounds a fit on a
+#   few points.
+# - MARGIN = 1.05 only keeps a request off a peak measured to the byte.
 
 #: How many of the latest successful memory observations of a key are summarized.
 WINDOW = 200
-#: The request is the percentile of the window times this.
-MARGIN = 1.4
+#: The least margin of a learned request over the center (a factor).
+MARGIN = 1.05
 #: After a kill for memory the request is at least this times the killed process's limit,
 #: until a later observation of the key succeeds.
 RETRY_FACTOR = 2.0
+#: The margin is exp(KILL_Z x the scale of the peaks around the center).
+KILL_Z = 2.326
+#: The spread (standard deviation of log peaks) assumed before a key shows its own; it
+#: weighs as one sample.
+PRIOR_SPREAD = 0.25
+#: The exponent of input size assumed before a key's own sizes show it, and its
+#: uncertainty (standard deviation).
+PRIOR_INPUT_SLOPE = 0.5
+PRIOR_INPUT_SLOPE_SD = 0.5
+#: The largest exponent of input size a fit may give.
+MAX_INPUT_SLOPE = 1.5
 
 #: The least memory per worker a learned request asks for (GiB). Below it a request is
 #: smaller than a Python interpreter with numpy imported (a worker process holds about
 #: 20 MiB before any plugin code, numpy adds more), so a learned figure under it says more
 #: about the allocator than about the task, and a process switching to such a task would be
 #: too tight to run anything. It bounds learned requests only: a workflow's override and a
-#: plugin's hint are taken as given. (It leaves the replay above unchanged: every peak of the
-#: trace is over 1 GiB.)
+#: plugin's hint are taken as given.
 MIN_MEMORY_PER_WORKER_GB = 0.25
 
-#: The percentile of the window that is requested (times MARGIN).
+#: The part of the past peaks whose margin a request always covers (nearest rank).
 PERCENTILE = 95
 
 PercentileMethod = Literal["nearest-rank", "linear"]
 
-#: Nearest rank (Hyndman & Fan type 1, numpy's "inverted_cdf"): the smallest observation
-#: with at least 95 % of the window at or below it. It is always a value that was really
-#: measured, never an interpolation below one, and with fewer than 20 observations it is
-#: their maximum, which is the cautious answer while little is known. (In the replay, linear
-#: interpolation wasted 1.5 % less and killed 0.17 points more of the units: a wash.)
+#: Nearest rank (Hyndman & Fan type 1, numpy's "inverted_cdf"): the smallest value with at
+#: least 95 % of the values at or below it. It is always a value that was really measured,
+#: and with fewer than 20 values it is their maximum.
 PERCENTILE_METHOD: PercentileMethod = "nearest-rank"
+
+#: The default hint: its memory per worker is no author's bound (it caps nothing).
+_DEFAULT_HINT = ResourceHint()
 
 
 def percentile(
@@ -121,58 +154,111 @@ class Observation:
 
     ``memory_gb`` is the peak anonymous memory of one worker process, or for a kill
     (``oom``) the limit the killed process ran under. ``seconds_per_unit`` is None for a
-    kill or when unknown. ``run`` is the id of the run that reported it.
+    kill or when unknown. ``run`` is the id of the run that reported it. ``input_bytes``
+    is the size of the task's inputs when it was measured (None when unknown).
     """
 
     memory_gb: float
     oom: bool = False
     seconds_per_unit: float | None = None
     run: str = ""
+    input_bytes: int | None = None
 
 
 @dataclass(frozen=True)
 class Learned:
-    """What the observations of a key say, before hint and override are applied.
+    """What the observations of a key say for one task, before hint and override.
 
-    ``percentile_gb`` is the percentile of the window of successes (None without any);
-    ``floor_gb`` is RETRY_FACTOR times the largest limit killed since the last success
-    (None when no kill is pending); ``samples`` and ``runs`` count the observations used
-    (the window and the pending kills) and their distinct runs.
+    ``center_gb`` is the typical peak (at the task's input size when sizes are known),
+    ``spread`` the scale of log peaks around it, ``margin`` the factor applied on the
+    center, ``learned_gb`` center x margin (None without a success); ``floor_gb`` is
+    RETRY_FACTOR times the largest limit killed since the last success (None when no kill
+    is pending); ``largest_kill_gb`` the largest limit killed among the observations read
+    and ``largest_peak_gb`` the largest peak of the window; ``input_slope`` the exponent of
+    input size used (None when sizes were not used); ``samples`` and ``runs`` count the
+    observations used (the window and the pending kills) and their distinct runs.
     """
 
-    percentile_gb: float | None
+    center_gb: float | None
+    spread: float | None
+    margin: float | None
+    learned_gb: float | None
     floor_gb: float | None
+    largest_kill_gb: float | None
+    largest_peak_gb: float | None
+    input_slope: float | None
     seconds_per_unit: float | None
     samples: int
     runs: int
 
-    def memory_gb(self, fallback_gb: float, margin: float = MARGIN) -> float | None:
-        """The memory per worker the observations ask for; None when there are none.
 
-        ``fallback_gb`` (the hint) is the base while only kills are known: the kill says
-        "more than this", not how much.
-        """
-        if self.percentile_gb is not None:
-            learned = self.percentile_gb * margin
-            return learned if self.floor_gb is None else max(learned, self.floor_gb)
-        if self.floor_gb is not None:
-            return max(fallback_gb, self.floor_gb)
-        return None
+def _fit(
+    peaks: Sequence[float],
+    sizes: Sequence[int] | None,
+    input_bytes: int | None,
+    margin_floor: float,
+) -> tuple[float, float, float, float | None]:
+    """(center, spread, margin, slope) of log peaks, at ``input_bytes`` when sizes are used."""
+    n = len(peaks)
+    ys = [math.log(max(p, 1e-9)) for p in peaks]
+    mean_y = sum(ys) / n
+    use_sizes = sizes is not None and input_bytes is not None
+    xs = [math.log(max(s, 1)) for s in sizes] if sizes is not None and use_sizes else [0.0] * n
+    x0 = math.log(max(input_bytes, 1)) if input_bytes is not None and use_sizes else 0.0
+    mean_x = sum(xs) / n
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
+    slope, slope_var = (PRIOR_INPUT_SLOPE, PRIOR_INPUT_SLOPE_SD**2) if use_sizes else (0.0, 0.0)
+    spread2 = PRIOR_SPREAD**2
+    # Two passes: the spread around the prior line weighs the key's own slope, whose line
+    # then gives the residuals of the spread.
+    for _ in range(2):
+        residual2 = sum(
+            (y - mean_y - slope * (x - mean_x)) ** 2 for x, y in zip(xs, ys, strict=True)
+        )
+        spread2 = (PRIOR_SPREAD**2 + residual2) / (1 + n - 1)
+        if use_sizes:
+            prior_precision = 1 / PRIOR_INPUT_SLOPE_SD**2
+            data_precision = sxx / spread2
+            own = sxy / sxx if sxx > 1e-12 else PRIOR_INPUT_SLOPE
+            slope = (own * data_precision + PRIOR_INPUT_SLOPE * prior_precision) / (
+                data_precision + prior_precision
+            )
+            slope = min(max(slope, 0.0), MAX_INPUT_SLOPE)
+            slope_var = 1 / (data_precision + prior_precision)
+    shift = x0 - mean_x
+    center = mean_y + slope * shift
+    # The slope's uncertainty pushes up, on either side: toward a steeper slope for a larger
+    # input, a flatter one (never below 0) for a smaller one, so a larger input never asks
+    # for less.
+    spread_z = KILL_Z * math.sqrt(slope_var)
+    worst = min(slope + spread_z, MAX_INPUT_SLOPE) if shift > 0 else max(slope - spread_z, 0.0)
+    by_spread = mean_y + worst * shift + KILL_Z * math.sqrt(spread2 * (1 + 1 / n))
+    residuals = [y - mean_y - slope * (x - mean_x) for x, y in zip(xs, ys, strict=True)]
+    covered = center + percentile(residuals, PERCENTILE) + math.log(margin_floor)
+    upper = max(by_spread, covered, center + math.log(margin_floor))
+    return (
+        math.exp(center),
+        math.sqrt(spread2),
+        math.exp(upper - center),
+        slope if use_sizes else None,
+    )
 
 
 def learn(
     history: Sequence[Observation],
     *,
     window: int = WINDOW,
+    margin: float = MARGIN,
     retry_factor: float = RETRY_FACTOR,
-    q: float = PERCENTILE,
-    method: PercentileMethod = PERCENTILE_METHOD,
+    input_bytes: int | None = None,
 ) -> Learned:
-    """Summarize the observations of one key, oldest first.
+    """Summarize the observations of one key, oldest first, for a task of ``input_bytes``.
 
-    The window is the last ``window`` successful observations; the pending kills are the
-    kills recorded after the last success. ``history`` may be the whole history or only
-    those observations: the answer is the same.
+    The window is the last ``window`` successful observations; the kills read are the
+    last ``window`` kills, and the pending kills those of them after the last success.
+    ``history`` may be the whole history or only those observations: the answer is the
+    same. Input sizes are used when the task's and every window observation's are known.
     """
     if window < 1:
         raise ValueError(f"learn: window must be >= 1, got {window!r}")
@@ -181,27 +267,169 @@ def learn(
             f"learn: retry_factor must be > 1 (a retry at the killed limit is killed again), "
             f"got {retry_factor!r}"
         )
-    last_success = len(history) - 1
-    while last_success >= 0 and history[last_success].oom:
-        last_success -= 1
-    pending = [history[i] for i in range(last_success + 1, len(history))]
-    successes: list[Observation] = []
-    i = last_success
-    while i >= 0 and len(successes) < window:
-        if not history[i].oom:
-            successes.append(history[i])
-        i -= 1
+    if not margin >= 1:
+        raise ValueError(f"learn: margin must be >= 1, got {margin!r}")
+    success_at = [i for i, o in enumerate(history) if not o.oom][-window:]
+    successes = [history[i] for i in success_at]
+    last = success_at[-1] if success_at else -1
+    kills = [o for o in history if o.oom][-window:]
+    pending = [o for o in history[last + 1 :] if o.oom][-window:]
     seconds = [o.seconds_per_unit for o in successes if o.seconds_per_unit is not None]
     used = successes + pending
+    center = spread = factor = learned = slope = None
+    if successes:
+        sizes = [o.input_bytes for o in successes]
+        known = [s for s in sizes if s is not None]
+        center, spread, factor, slope = _fit(
+            [o.memory_gb for o in successes],
+            known if len(known) == len(sizes) else None,
+            input_bytes,
+            margin,
+        )
+        learned = center * factor
     return Learned(
-        percentile_gb=percentile([o.memory_gb for o in successes], q, method)
-        if successes
-        else None,
+        center_gb=center,
+        spread=spread,
+        margin=factor,
+        learned_gb=learned,
         floor_gb=retry_factor * max(o.memory_gb for o in pending) if pending else None,
+        largest_kill_gb=max(o.memory_gb for o in kills) if kills else None,
+        largest_peak_gb=max(o.memory_gb for o in successes) if successes else None,
+        input_slope=slope,
         seconds_per_unit=statistics.median(seconds) if seconds else None,
         samples=len(used),
         runs=len({o.run for o in used}),
     )
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a key's next task gets the memory per worker it gets (``simrun resources KEY``).
+
+    ``requested_gb`` and ``source`` are what `decide` gives without an override; the other
+    fields are the parts of `Learned` and the hint it was made of, and ``reasons`` says in
+    words which of them decided (one line each).
+    """
+
+    requested_gb: float
+    source: str
+    samples: int
+    runs: int
+    center_gb: float | None
+    spread: float | None
+    margin: float | None
+    learned_gb: float | None
+    hint_gb: float
+    hint_capped: bool
+    kill_floor_gb: float | None
+    input_slope: float | None
+    reasons: tuple[str, ...]
+
+
+def explain(
+    history: Sequence[Observation],
+    hint: ResourceHint,
+    *,
+    input_bytes: int | None = None,
+    window: int = WINDOW,
+    margin: float = MARGIN,
+    retry_factor: float = RETRY_FACTOR,
+    min_memory_gb: float = MIN_MEMORY_PER_WORKER_GB,
+) -> Explanation:
+    """The memory per worker for a task of a key with ``history`` (oldest first), and why."""
+    got = learn(
+        history, window=window, margin=margin, retry_factor=retry_factor, input_bytes=input_bytes
+    )
+    hint_gb = hint.memory_per_worker_gb
+    reasons: list[str] = []
+    capped = False
+    if got.learned_gb is not None and got.center_gb is not None and got.margin is not None:
+        sized = (
+            f" at this input size (memory ~ input^{got.input_slope:.2f})"
+            if got.input_slope is not None
+            else ""
+        )
+        reasons.append(
+            f"typical peak {_gb(got.center_gb)}{sized} x margin {got.margin:.2f} "
+            f"(spread ±{100 * (math.exp(got.spread or 0.0) - 1):.0f} % over "
+            f"{_count(got.samples - _pending(history), 'sample')}) = {_gb(got.learned_gb)}"
+        )
+        memory = got.learned_gb
+        cap = _cap(got, hint, margin, retry_factor)
+        if cap is not None and memory > cap:
+            capped = True
+            memory = cap
+            if got.largest_kill_gb is not None and got.largest_kill_gb >= hint_gb:
+                reasons.append(
+                    f"capped at {_gb(cap)}: a kill at {_gb(got.largest_kill_gb)} showed the "
+                    f"hint ({_gb(hint_gb)}) too small, and nothing larger was seen"
+                )
+            else:
+                reasons.append(
+                    f"capped at the hint {_gb(hint_gb)}: no unit was killed at the hint yet"
+                )
+    elif got.floor_gb is not None:
+        memory = hint_gb
+        reasons.append(f"no success yet: the hint {_gb(hint_gb)}")
+    else:
+        memory = hint_gb
+        reasons.append(
+            "nothing learned yet: the hint" if hint != _DEFAULT_HINT else "nothing learned yet"
+        )
+    if got.floor_gb is not None and got.floor_gb > memory:
+        memory = got.floor_gb
+        reasons.append(
+            f"raised to {_gb(got.floor_gb)}: {retry_factor:g} x the limit of the last kill, "
+            f"until a unit of the key succeeds"
+        )
+    learned = got.learned_gb is not None or got.floor_gb is not None
+    if learned and memory < min_memory_gb:
+        memory = min_memory_gb
+        reasons.append(f"raised to the least learned request, {_gb(min_memory_gb)}")
+    return Explanation(
+        requested_gb=memory,
+        source=source_of(got.runs if learned else None, hint),
+        samples=got.samples if learned else 0,
+        runs=got.runs,
+        center_gb=got.center_gb,
+        spread=got.spread,
+        margin=got.margin,
+        learned_gb=got.learned_gb,
+        hint_gb=hint_gb,
+        hint_capped=capped,
+        kill_floor_gb=got.floor_gb,
+        input_slope=got.input_slope,
+        reasons=tuple(reasons),
+    )
+
+
+def _pending(history: Sequence[Observation]) -> int:
+    count = 0
+    for o in reversed(history):
+        if not o.oom:
+            break
+        count += 1
+    return count
+
+
+def _cap(got: Learned, hint: ResourceHint, margin: float, retry_factor: float) -> float | None:
+    """The most a learned request may ask: the hint until a kill at the hint, then the
+    larger of retry_factor x that kill and the largest peak x margin; None when the type
+    left the memory per worker at the default (not an author's bound)."""
+    if hint.memory_per_worker_gb == _DEFAULT_HINT.memory_per_worker_gb:
+        return None
+    killed = got.largest_kill_gb
+    if killed is None or killed < hint.memory_per_worker_gb:
+        return hint.memory_per_worker_gb
+    return max(retry_factor * killed, (got.largest_peak_gb or 0.0) * margin)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _gb(value: float) -> str:
+    return f"{value:.3g} GiB"
 
 
 @dataclass(frozen=True)
@@ -238,38 +466,40 @@ def decide(
     hint: ResourceHint,
     override: ResourceOverride | None,
     *,
+    input_bytes: int | None = None,
     window: int = WINDOW,
     margin: float = MARGIN,
     retry_factor: float = RETRY_FACTOR,
-    method: PercentileMethod = PERCENTILE_METHOD,
     min_memory_gb: float = MIN_MEMORY_PER_WORKER_GB,
 ) -> ResolvedResources:
-    """The resources for a task whose key has ``history`` (oldest first).
+    """The resources for a task whose key has ``history`` (oldest first) and whose inputs
+    hold ``input_bytes`` (None when unknown).
 
-    Memory per worker: the override's when it sets one; else the percentile of the window
-    times ``margin``, raised to the pending-kill floor; else, with only kills, the hint
-    raised to that floor; else the hint. A learned figure (the two middle cases) is at least
-    ``min_memory_gb``; the override and the hint are used as they are. Base memory, scratch
-    and GPUs are the hint's. Each field the override sets wins.
+    Memory per worker: the override's when it sets one; else the rule of the module's
+    docstring (`explain` says which part of it decided); else the hint. Base memory,
+    scratch and GPUs are the hint's. Each field the override sets wins.
     """
-    if not margin >= 1:
-        raise ValueError(f"decide: margin must be >= 1, got {margin!r}")
-    learned = learn(history, window=window, retry_factor=retry_factor, method=method)
+    why = explain(
+        history,
+        hint,
+        input_bytes=input_bytes,
+        window=window,
+        margin=margin,
+        retry_factor=retry_factor,
+        min_memory_gb=min_memory_gb,
+    )
     fixed = override if override is not None else ResourceOverride()
-    learned_gb = learned.memory_gb(hint.memory_per_worker_gb, margin)
     if fixed.memory_per_worker_gb is not None:
         memory_gb, samples, source = fixed.memory_per_worker_gb, 0, "override"
-    elif learned_gb is not None:
-        memory_gb, samples = max(learned_gb, min_memory_gb), learned.samples
-        source = source_of(learned.runs, hint)
     else:
-        memory_gb, samples, source = hint.memory_per_worker_gb, 0, source_of(None, hint)
+        memory_gb, samples, source = why.requested_gb, why.samples, why.source
+    seconds = learn(history, window=window, retry_factor=retry_factor).seconds_per_unit
     return ResolvedResources(
         memory_base_gb=_pick(fixed.memory_base_gb, hint.memory_base_gb),
         memory_per_worker_gb=memory_gb,
         scratch_gb=_pick(fixed.scratch_gb, hint.scratch_gb),
         gpus=fixed.gpus if fixed.gpus is not None else hint.gpus,
-        seconds_per_unit=learned.seconds_per_unit,
+        seconds_per_unit=seconds,
         samples=samples,
         source=source,
     )

@@ -64,27 +64,31 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX observations_by_key ON observations (key, oom, id)",
         ),
     ),
+    Migration(
+        "observations: the size of the task's inputs (learning v2 fits memory to it)",
+        ("ALTER TABLE observations ADD COLUMN input_bytes INTEGER CHECK (input_bytes >= 0)",),
+    ),
 )
 
 _INSERT = (
     "INSERT INTO observations"
-    " (key, run, memory_gb, oom, seconds_per_unit, units, base_gb, limit_gb, recorded_s)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " (key, run, memory_gb, oom, seconds_per_unit, units, base_gb, limit_gb, recorded_s,"
+    " input_bytes)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-# The window (the last N successes of a key) and the kills recorded after the last success,
-# oldest first, in one statement: both parts walk the index (key, oom, id).
+# The window (the last N successes of a key) and its last N kills, oldest first, in one
+# statement: both parts walk the index (key, oom, id).
 _HISTORY = (
     "SELECT * FROM ("
-    " SELECT id, memory_gb, oom, seconds_per_unit, run FROM observations"
+    " SELECT id, memory_gb, oom, seconds_per_unit, run, input_bytes FROM observations"
     " WHERE key = :key AND oom = 0 ORDER BY id DESC LIMIT :window"
     ") UNION ALL SELECT * FROM ("
-    " SELECT id, memory_gb, oom, seconds_per_unit, run FROM observations"
-    " WHERE key = :key AND oom = 1 AND id > coalesce("
-    "  (SELECT max(id) FROM observations WHERE key = :key AND oom = 0), 0)"
+    " SELECT id, memory_gb, oom, seconds_per_unit, run, input_bytes FROM observations"
+    " WHERE key = :key AND oom = 1 ORDER BY id DESC LIMIT :window"
     ") ORDER BY id"
 )
 
-Row = tuple[str, str, float, int, float | None, int, float, float, float]
+Row = tuple[str, str, float, int, float | None, int, float, float, float, int | None]
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,7 @@ class Record:
     base_gb: float
     oom: bool = False
     run: str = ""
+    input_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -103,14 +108,15 @@ class KeySummary:
     """What is known about one key (for ``simrun resources``).
 
     ``requested_gb`` is the memory per worker a task of the key would get now without an
-    override; ``last_kill_s`` is the Unix time of its latest kill for memory and
-    ``last_kill_gb`` the limit of that kill.
+    override; ``typical_gb`` the typical peak it is learned around (at the sizes seen);
+    ``last_kill_s`` is the Unix time of its latest kill for memory and ``last_kill_gb`` the
+    limit of that kill.
     """
 
     key: ResourceKey
     observations: int
     samples: int
-    percentile_gb: float | None
+    typical_gb: float | None
     requested_gb: float
     seconds_per_unit: float | None
     source: str
@@ -132,12 +138,16 @@ def rows_of(record: Record, recorded_s: float) -> list[Row]:
         problem = "a kill for memory needs the limit the process had (limit_gb > 0)"
     elif not record.oom and not report.peak_memory_gb:
         problem = "peak_memory_gb is empty: a successful report measures its processes"
+    elif record.input_bytes is not None and not (
+        isinstance(record.input_bytes, int) and record.input_bytes >= 0
+    ):
+        problem = f"input_bytes must be an integer >= 0, got {record.input_bytes!r}"
     if problem is not None:
         raise ValueError(
             f"cannot record the report of {record.key.text()} (run {record.run!r}): {problem}"
         )
     base = (record.key.text(), record.run)
-    tail = (report.units, float(record.base_gb), report.limit_gb, recorded_s)
+    tail = (report.units, float(record.base_gb), report.limit_gb, recorded_s, record.input_bytes)
     if record.oom:
         return [(*base, report.limit_gb, 1, None, *tail)]
     seconds = report.seconds_per_unit
@@ -196,14 +206,16 @@ class ResourceStore:
         base_gb: float,
         oom: bool = False,
         run: str = "",
+        input_bytes: int | None = None,
     ) -> None:
-        """Store one worker report under ``key``.
+        """Store one worker report under ``key`` (of a task whose inputs hold
+        ``input_bytes``, when known).
 
         A successful report gives one observation per worker process (its peak memory and
         the report's seconds per unit); with ``oom`` (the controller decided the process was
         killed for memory) it gives one kill observation at the report's ``limit_gb``.
         """
-        await self.record_many([Record(key, report, base_gb, oom, run)])
+        await self.record_many([Record(key, report, base_gb, oom, run, input_bytes)])
 
     async def record_many(
         self, records: Iterable[Record], conn: aiosqlite.Connection | None = None
@@ -243,11 +255,17 @@ class ResourceStore:
     async def _history(
         self, conn: aiosqlite.Connection, key: ResourceKey, window: int
     ) -> list[Observation]:
-        """Exactly what `learn` needs: the window of successes and the kills after it."""
+        """Exactly what `learn` needs: the window of successes and the last kills."""
         rows = await conn.execute_fetchall(_HISTORY, {"key": key.text(), "window": window})
         return [
-            Observation(float(memory), bool(oom), None if spu is None else float(spu), str(run))
-            for _, memory, oom, spu, run in rows
+            Observation(
+                float(memory),
+                bool(oom),
+                None if spu is None else float(spu),
+                str(run),
+                None if size is None else int(size),
+            )
+            for _, memory, oom, spu, run, size in rows
         ]
 
     async def history(self, key: ResourceKey, window: int = WINDOW) -> list[Observation]:
@@ -256,12 +274,17 @@ class ResourceStore:
             return await self._history(conn, key, window)
 
     async def resolve(
-        self, key: ResourceKey, hint: ResourceHint, override: ResourceOverride | None
+        self,
+        key: ResourceKey,
+        hint: ResourceHint,
+        override: ResourceOverride | None,
+        input_bytes: int | None = None,
     ) -> ResolvedResources:
-        """The resources to request for a task of ``key`` (see `policy.decide`)."""
+        """The resources to request for a task of ``key`` whose inputs hold ``input_bytes``
+        (None when unknown; see `policy.decide`)."""
         async with self._connection() as conn:
             history = await self._history(conn, key, WINDOW)
-        return decide(history, hint, override)
+        return decide(history, hint, override, input_bytes=input_bytes)
 
     async def keys(self) -> list[ResourceKey]:
         """Every key with observations, sorted."""
@@ -300,7 +323,7 @@ class ResourceStore:
                         key=key,
                         observations=int(count),
                         samples=learned.samples,
-                        percentile_gb=learned.percentile_gb,
+                        typical_gb=learned.center_gb,
                         requested_gb=resolved.memory_per_worker_gb,
                         seconds_per_unit=learned.seconds_per_unit,
                         source=resolved.source,

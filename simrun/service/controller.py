@@ -107,7 +107,7 @@ class Controller:
         self._grace_s = decisions.reconnect_grace_s(settings.heartbeat_ttl_s, RECONNECT_MAX_S)
         self._marks = RunsToAdvance()  # runs whose tasks may move
         #: Resolved resources by (key, type, override), dropped for a key that learned.
-        resolved: dict[tuple[str, str, str], ResolvedResources] = {}
+        resolved: dict[tuple[str, str, str, int | None], ResolvedResources] = {}
         self._ended = EndedRuns(clock)  # runs whose attempts hashes may go
         #: Raised attempts of cancelled runs not written yet (Redis was away at the cancel).
         self._owed_attempts: dict[str, dict[str, dict[int | str, int]]] = {}

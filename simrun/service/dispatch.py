@@ -7,11 +7,14 @@ The rules are `simrun.core.sizing` and `simrun.service.decisions`; the jobs come
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from simrun.core import sizing
 from simrun.core.clock import SYSTEM_CLOCK, Clock
@@ -21,13 +24,38 @@ from simrun.plugins import TaskType
 from simrun.queues import JobQueue, set_current_attempts
 from simrun.resources import ResolvedResources, ResourceKey, ResourceStore, resource_key
 from simrun.runstore import RunRow, RunStore, TaskRow
-from simrun.service.packing import Dispatch, build_jobs, memory_groups
+from simrun.service.packing import Dispatch, build_jobs, memory_groups, task_paths
 from simrun.service.settings import ControllerSettings
 from simrun.workflow import ResourceOverride
 
-__all__ = ["Dispatcher"]
+__all__ = ["Dispatcher", "input_bytes"]
 
 log = logging.getLogger(__name__)
+
+#: How many input sizes and resolved resources the dispatcher keeps before starting afresh.
+_KEEP_SIZES = 10_000
+
+
+def input_bytes(paths: Iterable[Path]) -> int | None:
+    """The size of a task's inputs: the bytes of the files under ``paths`` (symbolic links
+    not followed), None when the task has no input or one is missing (the learner then
+    fits memory without sizes)."""
+    total = 0
+    seen = False
+    for path in paths:
+        seen = True
+        try:
+            if path.is_file():
+                total += path.stat().st_size
+                continue
+            for root, _, files in os.walk(path):
+                for name in files:
+                    total += os.lstat(os.path.join(root, name)).st_size
+        except OSError:
+            return None
+        if not path.exists():
+            return None
+    return total if seen else None
 
 
 @dataclass
@@ -39,10 +67,12 @@ class Dispatcher:
     queue: JobQueue
     types: Mapping[str, TaskType]
     settings: ControllerSettings
-    #: Resolved resources by (key, type, override), kept by the controller across steps
-    #: and dropped for a key when it records new observations.
-    cache: dict[tuple[str, str, str], ResolvedResources] = field(default_factory=dict)
+    #: Resolved resources by (key, type, override, input size), kept by the controller
+    #: across steps and dropped for a key when it records new observations.
+    cache: dict[tuple[str, str, str, int | None], ResolvedResources] = field(default_factory=dict)
     clock: Clock = SYSTEM_CLOCK
+    #: The size of each started task's inputs, measured once (None: not measurable).
+    sizes: dict[tuple[str, str], int | None] = field(default_factory=dict)
 
     async def dispatch(self, workers: Sequence[WorkerInfo]) -> bool:
         """Send out pending units of every running run, within the window of each queue."""
@@ -81,14 +111,28 @@ class Dispatcher:
             if task.resource_key
             else resource_key(task_type, task.settings, run.model)
         )
-        cache_key = (key.text(), task_type.name, json.dumps(override, sort_keys=True))
+        size = await self.input_size(task)
+        cache_key = (key.text(), task_type.name, json.dumps(override, sort_keys=True), size)
         found = self.cache.get(cache_key)
         if found is None:
+            if len(self.cache) >= _KEEP_SIZES:
+                self.cache.clear()
             found = await self.resources.resolve(
-                key, task_type.hint, ResourceOverride(**override) if override else None
+                key, task_type.hint, ResourceOverride(**override) if override else None, size
             )
             self.cache[cache_key] = found
         return found
+
+    async def input_size(self, task: TaskRow) -> int | None:
+        """The size of a task's inputs (its upstream outputs and sources), measured in a
+        thread the first time and kept: a started task's inputs no longer change."""
+        where = (task.run, task.name)
+        if where not in self.sizes:
+            if len(self.sizes) >= _KEEP_SIZES:  # ended tasks' sizes: measured again if needed
+                self.sizes.clear()
+            paths = task_paths(self.settings.store, task).inputs.values()
+            self.sizes[where] = await asyncio.to_thread(input_bytes, list(paths))
+        return self.sizes[where]
 
     async def dispatch_task(
         self,
@@ -159,7 +203,7 @@ class Dispatcher:
                 state=state if task.state == "blocked" else None,
                 status="" if task.state == "blocked" or task.status else None,
                 queue=queue,
-                resources=asdict(resolved),
+                resources={**asdict(resolved), "input_bytes": await self.input_size(task)},
                 now_s=now,
                 conn=conn,
             )

@@ -44,8 +44,17 @@ def record_of(entry: ReportEntry, tasks: Mapping[tuple[str, str], TaskRow]) -> R
         return None
     if not oom and (not entry.report.peak_memory_gb or entry.report.units <= 0):
         return None
-    base_gb = float((task.resources or {}).get("memory_base_gb") or 0.0)
-    return Record(ResourceKey.from_text(task.resource_key), entry.report, base_gb, oom, entry.run)
+    resources = task.resources or {}
+    base_gb = float(resources.get("memory_base_gb") or 0.0)
+    size = resources.get("input_bytes")
+    return Record(
+        ResourceKey.from_text(task.resource_key),
+        entry.report,
+        base_gb,
+        oom,
+        entry.run,
+        size if isinstance(size, int) and size >= 0 else None,
+    )
 
 
 class Ingest:
@@ -62,7 +71,7 @@ class Ingest:
         resources: ResourceStore,
         queue: JobQueue,
         advance: RunsToAdvance,
-        resolved: dict[tuple[str, str, str], ResolvedResources],
+        resolved: dict[tuple[str, str, str, int | None], ResolvedResources],
         clock: Clock,
     ) -> None:
         self.settings, self.store, self.resources, self.queue = settings, store, resources, queue

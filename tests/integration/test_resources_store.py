@@ -28,7 +28,6 @@ from simrun.resources import (
     ResourceKey,
     ResourceStore,
     decide,
-    percentile,
 )
 from simrun.resources.store import COMPONENT, MIGRATIONS
 from simrun.worker import WorkerReport
@@ -86,7 +85,8 @@ async def test_database_is_created_when_needed(tmp_path: Path) -> None:
 
 async def test_kill_kill_success_and_more_successes(store: ResourceStore) -> None:
     """The rules as a sequence of reports: hint; kill -> RETRY_FACTOR x limit; second kill
-    -> RETRY_FACTOR x its limit; success -> P95 x MARGIN; later successes fold in."""
+    -> RETRY_FACTOR x its limit; then successes: what the pure decide gives on the same
+    observations (kills at the hint lift its cap)."""
     got = await store.resolve(KEY, HINT, None)
     assert (got.memory_per_worker_gb, got.source, got.samples) == (4.0, "plugin hint", 0)
 
@@ -100,14 +100,20 @@ async def test_kill_kill_success_and_more_successes(store: ResourceStore) -> Non
     assert got.memory_per_worker_gb == pytest.approx(RETRY_FACTOR**2 * 4.0)
     assert got.samples == 2
 
+    kills = [Observation(4.0, True, None, "r1"), Observation(8.0, True, None, "r1")]
     await store.record(KEY, success(9.5, seconds=3.0), 1.0, run="r2")
     got = await store.resolve(KEY, HINT, None)
-    assert got.memory_per_worker_gb == pytest.approx(9.5 * MARGIN)
+    after = [*kills, Observation(9.5, False, 3.0, "r2")]
+    assert got == decide(after, HINT, None)
+    # a kill at the hint lifted its cap: the bound is RETRY_FACTOR x the largest kill
+    assert got.memory_per_worker_gb == pytest.approx(RETRY_FACTOR * 8.0)
     assert (got.source, got.samples, got.seconds_per_unit) == ("learned from 1 run", 1, 3.0)
 
     await store.record(KEY, success(7.0, 8.0, seconds=1.0), 1.0, run="r3")
     got = await store.resolve(KEY, HINT, None)
-    assert got.memory_per_worker_gb == pytest.approx(9.5 * MARGIN)  # < 20 samples: the max
+    more = [*after, Observation(7.0, False, 1.0, "r3"), Observation(8.0, False, 1.0, "r3")]
+    assert got == decide(more, HINT, None)
+    assert got.memory_per_worker_gb >= 9.5 * MARGIN  # < 20 samples: covers the largest
     assert (got.source, got.samples, got.seconds_per_unit) == ("learned from 2 runs", 3, 1.0)
     assert (got.memory_base_gb, got.scratch_gb, got.gpus) == (1.0, 5.0, 0)
 
@@ -120,7 +126,7 @@ async def test_override_present_and_absent(store: ResourceStore) -> None:
     await store.record(KEY, success(2.0), 1.0, run="r1")
     learned = await store.resolve(KEY, HINT, None)
     fixed = await store.resolve(KEY, HINT, ResourceOverride(memory_per_worker_gb=12.0, gpus=2))
-    assert learned.memory_per_worker_gb == pytest.approx(2.0 * MARGIN)
+    assert learned == decide([Observation(2.0, False, 2.0, "r1")], HINT, None)
     assert (fixed.memory_per_worker_gb, fixed.gpus, fixed.source) == (12.0, 2, "override")
     assert (fixed.memory_base_gb, fixed.scratch_gb) == (1.0, 5.0)
     assert fixed.seconds_per_unit == learned.seconds_per_unit == 2.0
@@ -147,18 +153,17 @@ async def test_one_observation_per_worker_process(store: ResourceStore) -> None:
 
 
 async def test_window_holds_the_last_successes_and_pending_kills(store: ResourceStore) -> None:
-    """history() reads the last WINDOW successes and the kills after the last success."""
+    """history() reads the last WINDOW successes and the last WINDOW kills, oldest first;
+    the kill after the last success is pending (its floor holds)."""
     await store.record(KEY, killed(1.0), 0.0, oom=True)  # answered by the successes below
-    peaks = [float(i) for i in range(WINDOW + 5)]
+    peaks = [float(i + 1) for i in range(WINDOW + 5)]
     await store.record_many([Record(KEY, success(p), 0.0) for p in peaks])
     await store.record(KEY, killed(500.0), 0.0, oom=True)
     history = await store.history(KEY)
     assert [o.memory_gb for o in history if not o.oom] == peaks[-WINDOW:]
-    assert [o.memory_gb for o in history if o.oom] == [500.0]
+    assert [o.memory_gb for o in history if o.oom] == [1.0, 500.0]
     got = await store.resolve(KEY, HINT, None)
-    assert got.memory_per_worker_gb == pytest.approx(
-        max(percentile(peaks[-WINDOW:], 95) * MARGIN, RETRY_FACTOR * 500.0)
-    )
+    assert got.memory_per_worker_gb == pytest.approx(RETRY_FACTOR * 500.0)
 
 
 @pytest.mark.parametrize(
@@ -264,8 +269,8 @@ async def test_summaries(store: ResourceStore) -> None:
     by_key = {s.key: s for s in await store.summaries({"heat": HINT})}
     assert sorted(by_key) == [OTHER, KEY]
     heat64, heat128 = by_key[KEY], by_key[OTHER]
-    assert (heat64.observations, heat64.samples, heat64.percentile_gb) == (1, 1, 2.0)
-    assert heat64.requested_gb == pytest.approx(2.0 * MARGIN)
+    assert (heat64.observations, heat64.samples, heat64.typical_gb) == (1, 1, 2.0)
+    assert heat64.requested_gb == pytest.approx(HINT.memory_per_worker_gb)  # capped
     assert (heat64.seconds_per_unit, heat64.source) == (4.0, "learned from 1 run")
     assert heat64.last_kill_s is None
     assert heat128.requested_gb == pytest.approx(RETRY_FACTOR * 3.0)
@@ -434,3 +439,22 @@ async def test_summaries_request_what_resolve_requests(store: ResourceStore) -> 
     resolved = await store.resolve(small, HINT, None)
     assert summary.requested_gb == resolved.memory_per_worker_gb == MIN_MEMORY_PER_WORKER_GB
     assert summary.source == resolved.source
+
+
+async def test_input_sizes_are_kept_and_fitted(store: ResourceStore) -> None:
+    """An observation keeps the size of its task's inputs; resolve with a size fits memory
+    to it (a larger input asks for more), the very answer of the pure decide."""
+    for i in range(1, 21):
+        await store.record(KEY, success(0.5 * i), 0.0, run="r", input_bytes=i * 10**9)
+    history = await store.history(KEY)
+    assert [o.input_bytes for o in history] == [i * 10**9 for i in range(1, 21)]
+    small = await store.resolve(KEY, ResourceHint(), None, 2 * 10**9)
+    large = await store.resolve(KEY, ResourceHint(), None, 20 * 10**9)
+    assert large == decide(history, ResourceHint(), None, input_bytes=20 * 10**9)
+    assert large.memory_per_worker_gb > 5 * small.memory_per_worker_gb
+
+
+async def test_a_negative_input_size_is_refused(store: ResourceStore) -> None:
+    """A record whose input size is negative is refused, naming the key and the field."""
+    with pytest.raises(ValueError, match="input_bytes must be an integer >= 0"):
+        await store.record(KEY, success(1.0), 0.0, input_bytes=-1)

@@ -46,7 +46,7 @@ def test_run_rows(row, expected):
     ("summary", "expected"),
     [
         (
-            {"key": "heat/plate/64", "observations": 30, "samples": 24, "percentile_gb": 0.025,
+            {"key": "heat/plate/64", "observations": 30, "samples": 24, "typical_gb": 0.025,
              "requested_gb": 0.035, "seconds_per_unit": 0.16, "source": "learned from 1 run",
              "last_kill_s": None, "last_kill_gb": None},
             ("heat/plate/64", "24 of 30", "26 MiB", "36 MiB", "0.16 s/unit",
@@ -54,7 +54,7 @@ def test_run_rows(row, expected):
         ),
         # Only kills: no percentile, no speed; the last kill with its limit.
         (
-            {"key": "fit/m", "observations": 2, "samples": 0, "percentile_gb": None,
+            {"key": "fit/m", "observations": 2, "samples": 0, "typical_gb": None,
              "requested_gb": 8.0, "seconds_per_unit": None, "source": "plugin hint",
              "last_kill_s": NOW - 7200, "last_kill_gb": 4.0},
             ("fit/m", "0 of 2", "—", "8 GiB", "learning", "plugin hint",

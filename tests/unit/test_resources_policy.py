@@ -12,13 +12,16 @@ from hypothesis import strategies as st
 
 from simrun.plugins import ResourceHint
 from simrun.resources import (
+    KILL_Z,
     MARGIN,
     MIN_MEMORY_PER_WORKER_GB,
+    PRIOR_SPREAD,
     RETRY_FACTOR,
     WINDOW,
     Observation,
     ResolvedResources,
     decide,
+    explain,
     learn,
     percentile,
 )
@@ -92,41 +95,79 @@ def test_percentile_refuses_bad_input(
 # -- decide: the rules as sequences of reports -----------------------------------------------
 
 ONE_RUN = "learned from 1 run"
+NO_CAP = ResourceHint(memory_base_gb=1.5, scratch_gb=10.0, gpus=1)  # the default hint's memory
+
+
+def margin_for(peaks: list[float]) -> float:
+    """The margin the module docstring describes, for peaks without input sizes."""
+    logs = [math.log(p) for p in peaks]
+    n = len(logs)
+    mean = sum(logs) / n
+    spread2 = (PRIOR_SPREAD**2 + sum((y - mean) ** 2 for y in logs)) / n
+    by_spread = KILL_Z * math.sqrt(spread2 * (1 + 1 / n))
+    covered = percentile([y - mean for y in logs], 95) + math.log(MARGIN)
+    return math.exp(max(by_spread, covered, math.log(MARGIN)))
+
+
+@pytest.mark.parametrize(
+    "peaks",
+    [[2.0], [2.0, 2.0], [1.0, 3.0], [2.0] * 200, [1.0, 1.1, 0.9, 1.05] * 10, [1.0] * 19 + [9.0]],
+)
+def test_the_request_is_the_typical_peak_times_the_margin(peaks: list[float]) -> None:
+    """Without a cap: the geometric mean of the window's peaks times exp(KILL_Z x the
+    predictive spread), at least MARGIN and at least what covers the top 5 % of the peaks."""
+    got = explain([ok(p) for p in peaks], NO_CAP)
+    center = math.exp(sum(math.log(p) for p in peaks) / len(peaks))
+    assert got.center_gb == pytest.approx(center)
+    assert got.margin == pytest.approx(margin_for(peaks))
+    assert got.requested_gb == pytest.approx(max(center * margin_for(peaks), 0.25))
+    assert not got.hint_capped
+    assert got.input_slope is None
+
+
+def test_the_margin_follows_the_spread_and_the_samples() -> None:
+    """A key seen once gets a wide margin; 200 identical peaks get the least (MARGIN); a
+    noisy key gets more than a steady one with as many samples."""
+    once = explain([ok(4.0)], NO_CAP).margin
+    steady = explain([ok(4.0)] * 200, NO_CAP).margin
+    noisy = explain([ok(4.0 * (1.2 if i % 2 else 0.85)) for i in range(200)], NO_CAP).margin
+    assert once is not None
+    assert steady is not None
+    assert noisy is not None
+    assert steady == pytest.approx(MARGIN)
+    assert once > noisy > 1.3 > steady
+
+
+@pytest.mark.parametrize(
+    ("history", "memory_gb", "capped"),
+    [
+        pytest.param([ok(2.0)], 3.0, True, id="learned above the hint: the hint"),
+        pytest.param([ok(1.0)] * 200, 1.05, False, id="learned below the hint"),
+        pytest.param([kill(3.0), ok(5.0)], 6.0, True, id="a kill at the hint lifts the cap"),
+        pytest.param([kill(1.0), ok(2.0)], 3.0, True, id="a kill below the hint does not"),
+        pytest.param([ok(2.0), kill(3.0)], 6.0, False, id="the kill floor wins over the cap"),
+    ],
+)
+def test_the_hint_caps_until_a_kill_at_the_hint(
+    history: list[Observation], memory_gb: float, capped: bool
+) -> None:
+    """A type's hint bounds a learned request until a unit killed at (or above) the hint
+    shows it too small; then the bound is RETRY_FACTOR x that kill (or the largest peak x
+    MARGIN); the pending-kill floor is applied after the cap."""
+    got = explain(history, HINT)
+    assert got.requested_gb == pytest.approx(memory_gb)
+    assert got.hint_capped is capped
+    assert any("cap" in r for r in got.reasons) is capped
 
 
 @pytest.mark.parametrize(
     ("history", "memory_gb", "samples", "source"),
     [
         pytest.param([], 3.0, 0, "plugin hint", id="nothing learned: the hint"),
-        pytest.param([ok(2.0)], 2.5, 1, ONE_RUN, id="one success x margin"),
         pytest.param([kill(3.0)], 6.0, 1, ONE_RUN, id="kill: retry factor x limit"),
         pytest.param([kill(1.0)], 3.0, 1, ONE_RUN, id="kill below hint: the hint"),
         pytest.param([kill(3.0), kill(6.0)], 12.0, 2, ONE_RUN, id="kill, kill"),
-        pytest.param([kill(3.0), kill(6.0), ok(9.0)], 11.25, 1, ONE_RUN, id="kill kill success"),
-        pytest.param(
-            [kill(3.0), kill(6.0), ok(9.0), ok(4.0), ok(5.0)],
-            11.25,
-            3,
-            ONE_RUN,
-            id="then more successes",
-        ),
-        pytest.param(
-            [ok(1.0), ok(2.0), ok(3.0), ok(4.0), ok(5.0)],
-            6.25,
-            4,
-            ONE_RUN,
-            id="only the last WINDOW successes",
-        ),
-        pytest.param(
-            [ok(9.0), ok(1.0), ok(1.0), ok(1.0), ok(1.0)],
-            1.25,
-            4,
-            ONE_RUN,
-            id="an old peak leaves the window",
-        ),
         pytest.param([ok(2.0), kill(4.0)], 8.0, 2, ONE_RUN, id="kill after success: floor"),
-        pytest.param([ok(10.0), kill(4.0)], 12.5, 2, ONE_RUN, id="floor below the percentile"),
-        pytest.param([ok(2.0), kill(4.0), ok(3.0)], 3.75, 2, ONE_RUN, id="success ends floor"),
         pytest.param([ok(2.0), kill(4.0), kill(2.0)], 8.0, 3, ONE_RUN, id="largest kill counts"),
         pytest.param(
             [ok(1.0, run="a"), ok(1.0, run="b"), kill(2.0, run="c")],
@@ -135,22 +176,15 @@ ONE_RUN = "learned from 1 run"
             "learned from 3 runs",
             id="runs are counted over what is used",
         ),
-        pytest.param(
-            [ok(1.0, run="old"), ok(1.0, run="a"), ok(1.0, run="a"), ok(1.0, run="a"), ok(1.0)],
-            1.25,
-            4,
-            "learned from 2 runs",
-            id="runs out of the window do not count",
-        ),
     ],
 )
 def test_decide_rules(
     history: list[Observation], memory_gb: float, samples: int, source: str
 ) -> None:
-    """Memory per worker: P95 of the last WINDOW successes x MARGIN; after kills, at least
-    RETRY_FACTOR x the largest limit killed since the last success (the hint when nothing
-    succeeded yet, if higher); the hint when nothing is known."""
-    got = decide(history, HINT, None, **SMALL)  # type: ignore[arg-type]
+    """After kills the request is at least RETRY_FACTOR x the largest limit killed since
+    the last success (the hint when nothing succeeded yet, if higher); the hint when
+    nothing is known; samples and runs count the window and the pending kills."""
+    got = decide(history, HINT, None)
     assert got.memory_per_worker_gb == pytest.approx(memory_gb)
     assert got.samples == samples
     assert got.source == source
@@ -158,13 +192,66 @@ def test_decide_rules(
     assert (got.memory_base_gb, got.scratch_gb, got.gpus) == (1.5, 10.0, 1)
 
 
+def test_a_success_ends_the_floor_and_old_peaks_leave_the_window() -> None:
+    """A success after a kill ends the kill floor; only the last WINDOW successes count."""
+    after = decide([ok(2.0), kill(4.0), ok(2.0)], NO_CAP, None, window=4)
+    assert after.memory_per_worker_gb < 8.0
+    old = decide([ok(50.0), *[ok(1.0)] * 4], NO_CAP, None, window=4)
+    assert old.memory_per_worker_gb == pytest.approx(margin_for([1.0] * 4))
+
+
+def test_memory_follows_the_input_size() -> None:
+    """With input sizes known, a key whose peaks grow linearly with input asks more for a
+    larger input and less for a smaller one, with an exponent near 1, and a margin near
+    MARGIN once many sizes are known."""
+    history = [
+        Observation(0.5 * i, seconds_per_unit=1.0, run="r", input_bytes=i * 10**9)
+        for i in range(1, 41)
+    ]
+    small = explain(history, NO_CAP, input_bytes=2 * 10**9)
+    large = explain(history, NO_CAP, input_bytes=40 * 10**9)
+    assert large.input_slope == pytest.approx(1.0, abs=0.02)
+    assert small.center_gb == pytest.approx(1.0, rel=0.02)
+    assert large.center_gb == pytest.approx(20.0, rel=0.02)
+    assert large.requested_gb < 20.0 * 1.25
+    assert 1.0 <= small.requested_gb < 1.25
+    # a size never seen: the fit widens the margin away from the sizes it knows
+    far = explain(history, NO_CAP, input_bytes=4000 * 10**9)
+    assert far.margin is not None
+    assert large.margin is not None
+    assert far.margin > large.margin
+    # without the task's size the sizes are not used
+    assert explain(history, NO_CAP).input_slope is None
+
+
+def test_a_few_sizes_lean_on_the_prior_slope() -> None:
+    """With one known size the exponent is the prior's (0.5), and a larger input still
+    asks for more than the peak seen."""
+    got = explain([Observation(2.0, input_bytes=10**9)], NO_CAP, input_bytes=4 * 10**9)
+    assert got.input_slope == pytest.approx(0.5)
+    assert got.center_gb == pytest.approx(4.0)
+    assert got.requested_gb > 4.0
+
+
+def test_the_explanation_names_each_part() -> None:
+    """reasons says the typical peak, the margin and the spread with the sample count, the
+    cap and the kill floor when they decide."""
+    got = explain([ok(2.0), ok(2.2), ok(1.9), kill(3.0)], HINT)
+    text = " / ".join(got.reasons)
+    assert "typical peak" in text
+    assert "margin" in text
+    assert "3 samples" in text
+    assert "raised to 6 GiB" in text
+    assert got.kill_floor_gb == pytest.approx(6.0)
+
+
 def test_the_module_constants_are_the_defaults() -> None:
-    """Without keyword arguments decide uses WINDOW, MARGIN and RETRY_FACTOR."""
-    history = [ok(float(i)) for i in range(1, WINDOW + 11)]  # the first 10 leave the window
-    window_values = [float(i) for i in range(11, WINDOW + 11)]
-    got = decide(history, HINT, None)
-    assert got.samples == WINDOW
-    assert got.memory_per_worker_gb == pytest.approx(percentile(window_values, 95) * MARGIN)
+    """The documented constants: WINDOW 200, MARGIN 1.05, RETRY_FACTOR 2, KILL_Z the 99 %
+    point, a prior spread of 0.25; decide reads at most WINDOW successes."""
+    assert (WINDOW, MARGIN, RETRY_FACTOR, PRIOR_SPREAD) == (200, 1.05, 2.0, 0.25)
+    assert pytest.approx(2.326, abs=1e-3) == KILL_Z
+    history = [ok(float(i)) for i in range(1, WINDOW + 11)]
+    assert decide(history, HINT, None).samples == WINDOW
     killed = decide([*history, kill(1000.0)], HINT, None)
     assert killed.memory_per_worker_gb == pytest.approx(RETRY_FACTOR * 1000.0)
 
@@ -175,9 +262,11 @@ def test_the_module_constants_are_the_defaults() -> None:
         pytest.param(
             [ok(0.0189)], 3.0, None, MIN_MEMORY_PER_WORKER_GB, "learned from 1 run", id="tiny peak"
         ),
-        pytest.param([ok(0.5)], 3.0, None, 0.5 * MARGIN, "learned from 1 run", id="above floor"),
         pytest.param(
-            [ok(MIN_MEMORY_PER_WORKER_GB / MARGIN)],
+            [ok(0.5)], 3.0, None, 0.5 * margin_for([0.5]), "learned from 1 run", id="above floor"
+        ),
+        pytest.param(
+            [ok(MIN_MEMORY_PER_WORKER_GB / margin_for([1.0]))],
             3.0,
             None,
             MIN_MEMORY_PER_WORKER_GB,
@@ -217,7 +306,7 @@ def test_the_floor_is_a_quarter_gib_and_can_be_changed() -> None:
     constants)."""
     assert MIN_MEMORY_PER_WORKER_GB == 0.25
     got = decide([ok(0.01)], HINT, None, min_memory_gb=0.0)
-    assert got.memory_per_worker_gb == pytest.approx(0.01 * MARGIN)
+    assert got.memory_per_worker_gb == pytest.approx(0.01 * margin_for([0.01]))
 
 
 @pytest.mark.parametrize(
@@ -246,12 +335,12 @@ def test_source_without_observations(hint: ResourceHint, source: str) -> None:
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
-        (None, (1.5, 2.5, 10.0, 1, "learned from 1 run", 1)),
-        (ResourceOverride(), (1.5, 2.5, 10.0, 1, "learned from 1 run", 1)),
+        (None, (1.5, 3.0, 10.0, 1, "learned from 1 run", 1)),
+        (ResourceOverride(), (1.5, 3.0, 10.0, 1, "learned from 1 run", 1)),
         (ResourceOverride(memory_per_worker_gb=7.0), (1.5, 7.0, 10.0, 1, "override", 0)),
-        (ResourceOverride(gpus=0), (1.5, 2.5, 10.0, 0, "learned from 1 run", 1)),
-        (ResourceOverride(memory_base_gb=4.0), (4.0, 2.5, 10.0, 1, "learned from 1 run", 1)),
-        (ResourceOverride(scratch_gb=0.0), (1.5, 2.5, 0.0, 1, "learned from 1 run", 1)),
+        (ResourceOverride(gpus=0), (1.5, 3.0, 10.0, 0, "learned from 1 run", 1)),
+        (ResourceOverride(memory_base_gb=4.0), (4.0, 3.0, 10.0, 1, "learned from 1 run", 1)),
+        (ResourceOverride(scratch_gb=0.0), (1.5, 3.0, 0.0, 1, "learned from 1 run", 1)),
         (
             ResourceOverride(memory_base_gb=0.5, memory_per_worker_gb=1.0, scratch_gb=2.0, gpus=2),
             (0.5, 1.0, 2.0, 2, "override", 0),
@@ -317,12 +406,14 @@ def test_bad_constants_are_refused(kwargs: dict[str, float], message: str) -> No
 
 
 def test_learn_on_a_history_subset_is_the_same() -> None:
-    """learn gives the same answer on the whole history and on the window plus the pending
-    kills (what the store reads)."""
-    history = [ok(float(i % 7) + 1) for i in range(30)] + [kill(3.0), ok(2.0), kill(9.0)]
+    """learn gives the same answer on the whole history and on what the store reads: the
+    window's successes and the kills after its oldest one."""
+    history = [kill(50.0), *[ok(float(i % 7) + 1) for i in range(30)]]
+    history += [kill(3.0), ok(2.0), kill(9.0)]
     successes = [o for o in history if not o.oom][-4:]
-    subset = [*successes[:-1], history[-2], history[-1]]
+    subset = [history[0], *successes[:-1], history[-3], history[-2], history[-1]]
     assert learn(history, window=4) == learn(subset, window=4)
+    assert learn(history, window=4).largest_kill_gb == 50.0
 
 
 # -- properties ------------------------------------------------------------------------------
@@ -349,22 +440,30 @@ def test_never_below_retry_factor_times_the_last_kill_until_a_success(
     assert got >= RETRY_FACTOR * max(kills)
 
 
-@given(
-    st.lists(st.tuples(st.booleans(), memory, st.floats(0, 100, allow_nan=False)), max_size=80),
-    st.integers(1, 30),
-    st.sampled_from(["nearest-rank", "linear"]),
-)
+@given(st.lists(memory, min_size=1, max_size=40), memory, st.floats(1.0, 10.0))
 @settings(max_examples=examples(300))
-def test_monotone_in_the_observations(
-    items: list[tuple[bool, float, float]], window: int, method: str
+def test_a_larger_input_never_asks_for_less(
+    peaks: list[float], size_gb: float, factor: float
 ) -> None:
-    """Raising any observation (a peak or a killed limit) never lowers the request."""
-    low = [Observation(gb, oom) for oom, gb, _ in items]
-    high = [Observation(gb + extra, oom) for oom, gb, extra in items]
-    kwargs = {"window": window, "method": method}
-    got_low = decide(low, HINT, None, **kwargs).memory_per_worker_gb  # type: ignore[arg-type]
-    got_high = decide(high, HINT, None, **kwargs).memory_per_worker_gb  # type: ignore[arg-type]
-    assert got_high >= got_low or math.isclose(got_high, got_low)
+    """Whatever the peaks and sizes seen, a task with a larger input never gets a smaller
+    request (the exponent of input size is never negative)."""
+    history = [Observation(p, input_bytes=int((i + 1) * 10**8)) for i, p in enumerate(peaks)]
+    at = int(size_gb * 10**8) + 1
+    low = decide(history, NO_CAP, None, input_bytes=at).memory_per_worker_gb
+    high = decide(history, NO_CAP, None, input_bytes=int(at * factor)).memory_per_worker_gb
+    assert high >= low or math.isclose(high, low)
+
+
+@given(st.lists(memory, min_size=1, max_size=40))
+@settings(max_examples=examples(300))
+def test_more_of_the_same_never_widens_the_margin(peaks: list[float]) -> None:
+    """Seeing the same peaks once more never makes the margin wider: samples only narrow
+    the uncertainty."""
+    once = explain([ok(p) for p in peaks], NO_CAP).margin
+    twice = explain([ok(p) for p in peaks * 2], NO_CAP).margin
+    assert once is not None
+    assert twice is not None
+    assert twice <= once + 1e-9
 
 
 @given(events, st.sampled_from([0.01, 3.0]))
@@ -384,10 +483,10 @@ def test_a_learned_request_is_never_below_the_floor(
 def test_learned_request_covers_the_window_maximum_while_small(
     items: list[tuple[bool, float]],
 ) -> None:
-    """With fewer than 20 successes in the window, nearest-rank P95 is their maximum, so
-    the request covers every peak seen (times MARGIN)."""
+    """With fewer than 20 successes in the window the margin covers every peak seen (times
+    MARGIN), when no hint caps it."""
     history = as_history(items)
     successes = [o.memory_gb for o in history if not o.oom][-WINDOW:]
     assume(0 < len(successes) < 20)
-    got = decide(history, HINT, None).memory_per_worker_gb
+    got = decide(history, NO_CAP, None).memory_per_worker_gb
     assert got >= max(successes) * MARGIN - 1e-9
