@@ -1,8 +1,13 @@
 """Replay a memory trace through simrun's learner and the baselines users have today.
 
-    python benchmarks/learning.py /work/shared/traces/synthetic.csv
+    python benchmarks/learning.py ../shared/traces/synthetic.csv ../shared/traces/campaign.csv
+    python benchmarks/learning.py TRACE.csv --no-sizes     # the learner without input sizes
     python benchmarks/learning.py TRACE.csv --variant-from-input
-    python benchmarks/learning.py TRACE.csv --sweep        # tries a grid of constants
+
+Each row of a trace is a unit of a task whose inputs hold ``input_bytes``: simrun's
+dispatcher measures a task's input size and the learner fits memory to it (``--no-sizes``
+replays it blind to sizes). Units of one key submitted within 5 s of each other are one
+task's batch; a trace's runs are separated by gaps of over an hour (the campaign has three).
 
 Replay rules (/work/shared/traces/README.md): units are submitted in trace order; a unit's
 request is decided when it is submitted (or resubmitted), from what is known then; its
@@ -12,7 +17,13 @@ resubmitted at once. Each policy is replayed on its own timeline, side by side i
 
 simrun's learner runs through the real `ResourceStore` (record/resolve on a temporary SQLite
 file). The same replay through the pure `decide` on in-memory histories must give the very
-same requests; the table says whether it did. ``--sweep`` uses the pure replay only.
+same requests; the table says whether it did.
+
+Probing (``simrun (probe first)``): the first batch of a key never seen sends
+`simrun.core.sizing.probe_units` units alone (as the dispatcher does, with PROBE_PROCESSES
+worker processes on the queue) and holds the rest until the probe's first report (a
+success or a kill); the rest then get the learned request. The wait is charged: "h waited"
+sums the hours the held units waited, and every figure counts the probe's kills.
 
 Baselines:
 - static preset: every unit asks for the preset; a killed unit is resubmitted at twice its
@@ -23,6 +34,10 @@ Baselines:
 - VPA-like: the 90th percentile of the key's peaks, weighted by exponential decay (half-life
   24 h, the Kubernetes default), times 1.15; a kill adds a sample of max(1.2 x limit,
   limit + 100 MiB), and the killed unit is resubmitted at least at that bump;
+- today's rule (v1): P95 (nearest rank) of the last 200 successes x 1.4, at least 2 x a
+  pending kill's limit (what simrun shipped before learning v2);
+- cold-start floor: the hint until a key's first success, the unit's true peak after (what
+  no learner that waits for nothing can beat);
 - oracle: the unit's own peak (no waste, no kill: the floor).
 """
 
@@ -42,22 +57,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from simrun.core.sizing import probe_units
 from simrun.plugins import ResourceHint
 from simrun.resources import (
+    KILL_Z,
     MARGIN,
-    PERCENTILE_METHOD,
+    PRIOR_SPREAD,
     RETRY_FACTOR,
     WINDOW,
     Observation,
     ResourceKey,
     ResourceStore,
     decide,
+    percentile,
 )
-from simrun.resources.policy import PercentileMethod
 from simrun.worker import WorkerReport
 
 MIB_IN_GB = 1 / 1024
 MAX_ATTEMPTS = 60
+#: Units of one key submitted within this of each other are one task's batch.
+BATCH_GAP_S = 5.0
+#: A gap in submissions longer than this starts the next run of the campaign.
+RUN_GAP_S = 3600.0
+#: The worker processes on the queue when the dispatcher decides a probe.
+PROBE_PROCESSES = 4
 
 
 @dataclass(frozen=True)
@@ -69,6 +92,7 @@ class Unit:
     seconds: float
     preset_gb: float
     input_bytes: int
+    run: int = 0
 
 
 def load_trace(
@@ -86,7 +110,9 @@ def load_trace(
             raise SystemExit(f"{path}: the trace lacks the columns {', '.join(sorted(missing))}")
         for line, row in enumerate(reader, start=2):
             try:
-                key = ResourceKey.from_text(row["key"])
+                text = row["key"]
+                # a key without a model ("kind07") is a type run without a first source
+                key = ResourceKey.from_text(text if "/" in text else f"{text}/")
                 input_bytes = int(row["input_bytes"])
                 if variant_from_input:
                     bucket = f"in2^{int(math.log2(max(input_bytes, 1)))}"
@@ -108,7 +134,14 @@ def load_trace(
             if limit is not None and len(units) >= limit:
                 break
     units.sort(key=lambda u: (u.submit_s, u.index))
-    return units
+    run, last_s = 0, None
+    numbered: list[Unit] = []
+    for u in units:
+        if last_s is not None and u.submit_s - last_s > RUN_GAP_S:
+            run += 1
+        last_s = u.submit_s
+        numbered.append(Unit(**{**u.__dict__, "run": run}))
+    return numbered
 
 
 # -- policies --------------------------------------------------------------------------------
@@ -217,12 +250,17 @@ class SimrunStore(Static):
 
     name = "simrun (ResourceStore)"
 
-    def __init__(self, store: ResourceStore) -> None:
+    def __init__(self, store: ResourceStore, sizes: bool = True) -> None:
         self.store = store
+        self.sizes = sizes
         self.requests: list[float] = []
 
+    def _size(self, unit: Unit) -> int | None:
+        return unit.input_bytes if self.sizes else None
+
     async def request(self, unit: Unit, attempt: int, now_s: float, last_gb: float) -> float:
-        resolved = await self.store.resolve(ResourceKey.from_text(unit.key), _hint(unit), None)
+        key = ResourceKey.from_text(unit.key)
+        resolved = await self.store.resolve(key, _hint(unit), None, self._size(unit))
         self.requests.append(resolved.memory_per_worker_gb)
         return resolved.memory_per_worker_gb
 
@@ -233,7 +271,10 @@ class SimrunStore(Static):
             units=1,
             limit_gb=request_gb,
         )
-        await self.store.record(ResourceKey.from_text(unit.key), report, 0.0, run="trace")
+        key = ResourceKey.from_text(unit.key)
+        await self.store.record(
+            key, report, 0.0, run=f"run{unit.run}", input_bytes=self._size(unit)
+        )
 
     async def kill(self, unit: Unit, request_gb: float, now_s: float) -> None:
         report = WorkerReport(
@@ -243,53 +284,95 @@ class SimrunStore(Static):
             limit_gb=request_gb,
             killed_for_memory=True,
         )
-        await self.store.record(ResourceKey.from_text(unit.key), report, 0.0, oom=True, run="trace")
+        key = ResourceKey.from_text(unit.key)
+        await self.store.record(
+            key, report, 0.0, oom=True, run=f"run{unit.run}", input_bytes=self._size(unit)
+        )
 
 
 @dataclass
 class SimrunPure(Static):
-    """The same decisions from in-memory histories (the pure `decide`), for checks and the
-    sweep."""
+    """The same decisions from in-memory histories (the pure `decide`)."""
 
-    window: int = WINDOW
-    margin: float = MARGIN
-    retry_factor: float = RETRY_FACTOR
-    method: PercentileMethod = PERCENTILE_METHOD
+    sizes: bool = True
     name: str = "simrun (pure decide)"
     history: dict[str, list[Observation]] = field(default_factory=lambda: defaultdict(list))
     requests: list[float] = field(default_factory=list)
 
+    def _size(self, unit: Unit) -> int | None:
+        return unit.input_bytes if self.sizes else None
+
     async def request(self, unit: Unit, attempt: int, now_s: float, last_gb: float) -> float:
-        resolved = decide(
-            self.history[unit.key],
-            _hint(unit),
-            None,
-            window=self.window,
-            margin=self.margin,
-            retry_factor=self.retry_factor,
-            method=self.method,
-        )
+        resolved = decide(self.history[unit.key], _hint(unit), None, input_bytes=self._size(unit))
         self.requests.append(resolved.memory_per_worker_gb)
         return resolved.memory_per_worker_gb
 
     async def success(self, unit: Unit, request_gb: float, now_s: float) -> None:
-        self.history[unit.key].append(Observation(unit.peak_gb, False, unit.seconds, "trace"))
+        self.history[unit.key].append(
+            Observation(unit.peak_gb, False, unit.seconds, f"run{unit.run}", self._size(unit))
+        )
 
     async def kill(self, unit: Unit, request_gb: float, now_s: float) -> None:
-        self.history[unit.key].append(Observation(request_gb, True, None, "trace"))
+        self.history[unit.key].append(
+            Observation(request_gb, True, None, f"run{unit.run}", self._size(unit))
+        )
+
+
+class TodaysRule(Static):
+    """Learning v1, as shipped before v2: P95 (nearest rank) of the last 200 successes x 1.4,
+    at least 2 x the largest limit killed since the last success, at least 0.25 GiB."""
+
+    name = "today's rule (v1)"
+
+    def __init__(self) -> None:
+        self.successes: dict[str, list[float]] = defaultdict(list)
+        self.pending: dict[str, list[float]] = defaultdict(list)
+
+    async def request(self, unit: Unit, attempt: int, now_s: float, last_gb: float) -> float:
+        window = self.successes[unit.key][-200:]
+        kills = self.pending[unit.key]
+        if window:
+            got = max(percentile(window, 95) * 1.4, 0.25)
+            return max(got, 2.0 * max(kills)) if kills else got
+        return max(unit.preset_gb, 2.0 * max(kills)) if kills else unit.preset_gb
+
+    async def success(self, unit: Unit, request_gb: float, now_s: float) -> None:
+        self.successes[unit.key].append(unit.peak_gb)
+        self.pending[unit.key].clear()
+
+    async def kill(self, unit: Unit, request_gb: float, now_s: float) -> None:
+        self.pending[unit.key].append(request_gb)
+
+
+class ColdStartFloor(Static):
+    """The hint until a key's first success, the unit's own peak after (retries of a unit
+    killed at the hint double, as the static preset's)."""
+
+    name = "cold-start floor"
+
+    def __init__(self) -> None:
+        self.known: set[str] = set()
+
+    async def request(self, unit: Unit, attempt: int, now_s: float, last_gb: float) -> float:
+        if unit.key in self.known:
+            return max(unit.peak_gb, last_gb * 2 if attempt > 1 else 0.0)
+        return unit.preset_gb if attempt == 1 else 2 * last_gb
+
+    async def success(self, unit: Unit, request_gb: float, now_s: float) -> None:
+        self.known.add(unit.key)
 
 
 # -- the replay ------------------------------------------------------------------------------
 
 
 @dataclass
-class Outcome:
-    name: str
+class Tally:
     requested_gbh: float = 0.0
     used_gbh: float = 0.0
     kills: int = 0
-    killed_units: int = 0
+    killed: set[int] = field(default_factory=set)
     lost_h: float = 0.0
+    waited_h: float = 0.0
     units: int = 0
 
     @property
@@ -298,160 +381,211 @@ class Outcome:
         return 0.0 if abs(wasted) < 1e-6 * max(self.requested_gbh, 1.0) else wasted
 
     @property
-    def wasted_pct(self) -> float:
-        return 100 * self.wasted_gbh / self.requested_gbh if self.requested_gbh else 0.0
+    def killed_pct(self) -> float:
+        return 100 * len(self.killed) / self.units if self.units else 0.0
+
+
+@dataclass
+class Outcome(Tally):
+    name: str = ""
+    runs: dict[int, Tally] = field(default_factory=dict)
 
     @property
-    def killed_pct(self) -> float:
-        return 100 * self.killed_units / self.units if self.units else 0.0
+    def killed_units(self) -> int:
+        return len(self.killed)
 
 
-async def replay(units: Sequence[Unit], policy: Policy) -> Outcome:
-    """Run ``units`` through ``policy`` on an event timeline; completions at an instant are
-    known before the submissions of that instant."""
-    out = Outcome(policy.name, units=len(units))
-    order = itertools.count()
-    # (time, phase, seq, unit, attempt, request): phase 0 = completion, 1 = submission
-    events: list[tuple[float, int, int, Unit, int, float]] = [
-        (u.submit_s, 1, next(order), u, 1, 0.0) for u in units
-    ]
-    heapq.heapify(events)
-    killed: set[int] = set()
-    while events:
-        now_s, phase, _, unit, attempt, request_gb = heapq.heappop(events)
-        if phase == 1:
-            request_gb = await policy.request(unit, attempt, now_s, request_gb)
-            if not request_gb > 0:
-                raise RuntimeError(f"{policy.name} requested {request_gb} GiB for unit {unit}")
-            out.requested_gbh += request_gb * unit.seconds / 3600
-            heapq.heappush(
-                events, (now_s + unit.seconds, 0, next(order), unit, attempt, request_gb)
-            )
-        elif request_gb >= unit.peak_gb:
-            out.used_gbh += unit.peak_gb * unit.seconds / 3600
-            await policy.success(unit, request_gb, now_s)
+def batches(units: Sequence[Unit]) -> list[list[Unit]]:
+    """Units of one key submitted within BATCH_GAP_S of each other, in submit order."""
+    out: list[list[Unit]] = []
+    last: dict[str, list[Unit]] = {}
+    for u in units:
+        open_batch = last.get(u.key)
+        if open_batch is not None and u.submit_s - open_batch[-1].submit_s <= BATCH_GAP_S:
+            open_batch.append(u)
         else:
-            out.kills += 1
-            out.lost_h += unit.seconds / 3600
-            killed.add(unit.index)
-            if attempt >= MAX_ATTEMPTS:
-                raise RuntimeError(f"{policy.name}: unit {unit.index} killed {attempt} times")
-            await policy.kill(unit, request_gb, now_s)
-            heapq.heappush(events, (now_s, 1, next(order), unit, attempt + 1, request_gb))
-    out.killed_units = len(killed)
+            last[u.key] = [u]
+            out.append(last[u.key])
     return out
 
 
-def print_table(outcomes: Sequence[Outcome], simrun: Outcome) -> None:
+async def replay(units: Sequence[Unit], policy: Policy, probe: bool = False) -> Outcome:
+    """Run ``units`` through ``policy`` on an event timeline; completions at an instant are
+    known before the submissions of that instant. With ``probe``, the first batch of a key
+    never seen sends `probe_units` units alone and holds the rest until the first report of
+    the key."""
+    out = Outcome(name=policy.name, units=len(units))
+    for u in units:
+        out.runs.setdefault(u.run, Tally()).units += 1
+    order = itertools.count()
+    # (time, phase, seq, units, attempt, request): phase 0 = completion, 1 = submission
+    events: list[tuple[float, int, int, list[Unit], int, float]] = [
+        (b[0].submit_s, 1, next(order), b, 1, 0.0) for b in batches(units)
+    ]
+    heapq.heapify(events)
+    seen: set[str] = set()
+    held: dict[str, list[Unit]] = {}
+    while events:
+        now_s, phase, _, group, attempt, request_gb = heapq.heappop(events)
+        if phase == 1:
+            key = group[0].key
+            if key in held:  # a later batch while the key's probe runs waits with the rest
+                held[key].extend(group)
+                continue
+            if probe and attempt == 1 and key not in seen:
+                size = probe_units(len(group), PROBE_PROCESSES, None)
+                if size:
+                    held[key] = list(group[size:])
+                    group = group[:size]
+            seen.add(key)
+            for unit in group:
+                gb = await policy.request(unit, attempt, now_s, request_gb)
+                if not gb > 0:
+                    raise RuntimeError(f"{policy.name} requested {gb} GiB for unit {unit}")
+                for t in (out, out.runs[unit.run]):
+                    t.requested_gbh += gb * unit.seconds / 3600
+                    t.waited_h += (now_s - unit.submit_s) / 3600 if attempt == 1 else 0.0
+                heapq.heappush(events, (now_s + unit.seconds, 0, next(order), [unit], attempt, gb))
+            continue
+        unit = group[0]
+        if request_gb >= unit.peak_gb:
+            for t in (out, out.runs[unit.run]):
+                t.used_gbh += unit.peak_gb * unit.seconds / 3600
+            await policy.success(unit, request_gb, now_s)
+        else:
+            for t in (out, out.runs[unit.run]):
+                t.kills += 1
+                t.lost_h += unit.seconds / 3600
+                t.killed.add(unit.index)
+            if attempt >= MAX_ATTEMPTS:
+                raise RuntimeError(f"{policy.name}: unit {unit.index} killed {attempt} times")
+            await policy.kill(unit, request_gb, now_s)
+            heapq.heappush(events, (now_s, 1, next(order), [unit], attempt + 1, request_gb))
+        rest = held.pop(unit.key, None)
+        if rest:  # the probe reported: the rest goes out with what was learned
+            heapq.heappush(events, (now_s, 1, next(order), rest, 1, 0.0))
+    return out
+
+
+def print_table(outcomes: Sequence[Outcome], static: Outcome) -> None:
     head = (
-        f"{'policy':<28} {'requested GiB·h':>15} {'wasted GiB·h':>13} {'wasted %':>9} "
-        f"{'kills':>6} {'units killed':>13} {'h lost to kills':>16}"
+        f"{'policy':<30} {'requested GiB·h':>15} {'wasted GiB·h':>13} {'x preset':>9} "
+        f"{'units killed':>14} {'h lost':>8} {'h waited':>9}"
     )
     print(head)
     print("-" * len(head))
     for o in outcomes:
+        ratio = o.wasted_gbh / static.wasted_gbh if static.wasted_gbh else float("nan")
         print(
-            f"{o.name:<28} {o.requested_gbh:>15.1f} {o.wasted_gbh:>13.1f} {o.wasted_pct:>8.1f}% "
-            f"{o.kills:>6} {o.killed_units:>6} ({o.killed_pct:4.1f}%) {o.lost_h:>16.2f}"
+            f"{o.name:<30} {o.requested_gbh:>15.1f} {o.wasted_gbh:>13.1f} {ratio:>9.3f} "
+            f"{o.killed_units:>6} ({o.killed_pct:4.2f}%) {o.lost_h:>8.1f} {o.waited_h:>9.1f}"
         )
-    print()
-    print(f"simrun's ratios ({simrun.name}) to each baseline:")
-    for o in outcomes:
-        if o is simrun or o.name.startswith("simrun"):
-            continue
-        wasted = f"{simrun.wasted_gbh / o.wasted_gbh:.3f}" if o.wasted_gbh > 0 else "n/a (0)"
-        lost = f"{simrun.lost_h / o.lost_h:.3f}" if o.lost_h > 0 else "n/a (0)"
-        print(
-            f"  vs {o.name:<28} requested x{simrun.requested_gbh / o.requested_gbh:.3f}  "
-            f"wasted x{wasted}  kills {simrun.kills} vs {o.kills}  hours lost x{lost}"
-        )
+    if len(static.runs) > 1:
+        print()
+        print("per run: wasted x preset / units killed % / h lost")
+        for o in outcomes:
+            parts = []
+            for run in sorted(o.runs):
+                t, base = o.runs[run], static.runs[run]
+                parts.append(
+                    f"run {run + 1}: {t.wasted_gbh / base.wasted_gbh:.3f} / "
+                    f"{t.killed_pct:.2f}% / {t.lost_h:.1f}"
+                )
+            print(f"  {o.name:<30} " + "   ".join(parts))
 
 
-async def main_table(units: Sequence[Unit]) -> tuple[Outcome, Outcome]:
+async def trace_table(units: Sequence[Unit], sizes: bool) -> dict[str, Outcome]:
     with tempfile.TemporaryDirectory() as tmp:
         async with ResourceStore(Path(tmp) / "replay.db") as store:
-            simrun_store = SimrunStore(store)
+            simrun_store = SimrunStore(store, sizes)
             start = time.perf_counter()
             real = await replay(units, simrun_store)
             store_s = time.perf_counter() - start
-    pure_policy = SimrunPure()
+    pure_policy = SimrunPure(sizes)
     pure = await replay(units, pure_policy)
     same = simrun_store.requests == pure_policy.requests and (real.kills, real.requested_gbh) == (
         pure.kills,
         pure.requested_gbh,
     )
-    baselines = [await replay(units, p()) for p in (Static, Nextflow, MaxSeen, VpaLike, Oracle)]
+    probed = await replay(units, SimrunPure(sizes, name="simrun (probe first)"), probe=True)
+    baselines = [
+        await replay(units, p())
+        for p in (Static, Nextflow, MaxSeen, VpaLike, TodaysRule, ColdStartFloor, Oracle)
+    ]
     print(
-        f"{len(units)} units, {len({u.key for u in units})} keys; WINDOW={WINDOW}, "
-        f"MARGIN={MARGIN}, RETRY_FACTOR={RETRY_FACTOR}, P95 {PERCENTILE_METHOD}"
+        f"{len(units)} units, {len({u.key for u in units})} keys, {len(real.runs)} run(s); "
+        f"input sizes {'used' if sizes else 'not used'}; WINDOW={WINDOW}, MARGIN={MARGIN}, "
+        f"RETRY_FACTOR={RETRY_FACTOR}, KILL_Z={KILL_Z}, PRIOR_SPREAD={PRIOR_SPREAD}; probe with "
+        f"{PROBE_PROCESSES} processes"
     )
     print(
         f"ResourceStore replay: {len(simrun_store.requests)} resolves in {store_s:.1f} s; "
         f"same requests as the pure decide: {'yes' if same else 'NO'}"
     )
     print()
-    print_table([real, *baselines], real)
+    real.name = "simrun v2 (ResourceStore)"
+    outcomes = [real, probed, *baselines]
+    print_table(outcomes, baselines[0])
     if not same:
         raise SystemExit("the ResourceStore and the pure decide disagree")
-    return real, baselines[0]
+    return {o.name: o for o in outcomes}
 
 
-async def sweep(units: Sequence[Unit]) -> None:
-    static = await replay(units, Static())
-    print(
-        f"static preset wastes {static.wasted_gbh:.1f} GiB·h; target: < {static.wasted_gbh / 2:.1f}"
-    )
-    print(
-        f"{'window':>6} {'margin':>6} {'retry':>5} {'method':<12} {'requested':>9} "
-        f"{'wasted':>8} {'vs static':>9} {'kills':>6} {'units killed':>12} {'h lost':>7}"
-    )
-    rows: list[tuple[float, str]] = []
-    methods: tuple[PercentileMethod, ...] = ("nearest-rank", "linear")
-    for window, margin, retry, method in itertools.product(
-        (20, 50, 200), (1.1, 1.2, 1.3, 1.4, 1.5, 1.6), (1.5, 2.0, 3.0), methods
-    ):
-        o = await replay(units, SimrunPure(window, margin, retry, method))
-        ok = o.killed_pct < 3 and o.wasted_gbh < static.wasted_gbh / 2
-        rows.append(
-            (
-                o.wasted_gbh,
-                f"{window:>6} {margin:>6.2f} {retry:>5.2f} {method:<12} {o.requested_gbh:>9.1f} "
-                f"{o.wasted_gbh:>8.1f} {o.wasted_gbh / static.wasted_gbh:>9.3f} {o.kills:>6} "
-                f"{o.killed_pct:>11.2f}% {o.lost_h:>7.2f}{'' if ok else '  (misses target)'}",
-            )
+def verdict(by_name: dict[str, Outcome]) -> None:
+    static = by_name["static preset"]
+    today = by_name["today's rule (v1)"]
+    print()
+    for name in ("simrun v2 (ResourceStore)", "simrun (probe first)"):
+        o = by_name[name]
+        ratio = o.wasted_gbh / static.wasted_gbh
+        better = [
+            b.name
+            for b in by_name.values()
+            if not b.name.startswith(("simrun", "oracle", "cold-start"))
+            and (o.wasted_gbh < b.wasted_gbh or o.killed_pct > b.killed_pct)
+            and o.killed_pct <= b.killed_pct + 1e-9
+        ]
+        print(
+            f"{name}: wasted x{ratio:.3f} of the preset (target <= 0.30: "
+            f"{'met' if ratio <= 0.30 else 'MISSED'}); {o.killed_pct:.2f} % of units killed "
+            f"(target <= 1 %: {'met' if o.killed_pct <= 1 else 'MISSED'}); {o.lost_h:.1f} h "
+            f"lost vs today's {today.lost_h:.1f} h "
+            f"({'fewer' if o.lost_h < today.lost_h else 'NOT fewer'}); "
+            f"better on waste at equal or lower kill rate than {len(better)} of 5 baselines"
         )
-    for _, text in sorted(rows):
-        print(text, flush=True)
+    if len(static.runs) > 2:
+        o = by_name["simrun (probe first)"]
+        last = max(o.runs)
+        ratio = o.runs[last].wasted_gbh / static.runs[last].wasted_gbh
+        print(
+            f"campaign's run {last + 1} (probe first): wasted x{ratio:.3f} of the preset "
+            f"(target <= 0.15: {'met' if ratio <= 0.15 else 'MISSED'})"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("trace", type=Path, help="trace CSV (see /work/shared/traces/README.md)")
+    parser.add_argument(
+        "traces", type=Path, nargs="+", help="trace CSV (see ../shared/traces/README.md)"
+    )
     parser.add_argument(
         "--variant-from-input",
         action="store_true",
         help="put the log2 bucket of input_bytes into the key's variant",
     )
-    parser.add_argument("--sweep", action="store_true", help="try a grid of constants instead")
+    parser.add_argument("--no-sizes", action="store_true", help="the learner ignores input sizes")
     parser.add_argument("--limit", type=int, default=None, help="replay the first N rows only")
     args = parser.parse_args(argv)
-    if not args.trace.is_file():
-        parser.error(f"no trace file at {args.trace}")
-    units = load_trace(args.trace, args.variant_from_input, args.limit)
-    if not units:
-        parser.error(f"{args.trace} has no rows")
-    print(f"trace {args.trace}{' (variant from input_bytes)' if args.variant_from_input else ''}")
-    if args.sweep:
-        asyncio.run(sweep(units))
-        return
-    real, static = asyncio.run(main_table(units))
-    print()
-    print(
-        f"target: simrun wastes < half of the static preset "
-        f"({real.wasted_gbh:.1f} vs {static.wasted_gbh / 2:.1f} GiB·h: "
-        f"{'met' if real.wasted_gbh < static.wasted_gbh / 2 else 'MISSED'}), kills on < 3 % of "
-        f"units ({real.killed_pct:.2f} %: {'met' if real.killed_pct < 3 else 'MISSED'})"
-    )
+    for trace in args.traces:
+        if not trace.is_file():
+            parser.error(f"no trace file at {trace}")
+        units = load_trace(trace, args.variant_from_input, args.limit)
+        if not units:
+            parser.error(f"{trace} has no rows")
+        print(f"== trace {trace}{' (variant from input_bytes)' if args.variant_from_input else ''}")
+        by_name = asyncio.run(trace_table(units, not args.no_sizes))
+        verdict(by_name)
+        print()
 
 
 if __name__ == "__main__":

@@ -16,10 +16,12 @@ The rule, in the terms ``simrun resources KEY`` prints:
    `KILL_Z` x the exponent's uncertainty, so a larger input never asks for less. It is
    never below `MARGIN`, nor below the margin that covers the highest 5 % of the past peaks
    (all of them under 20).
-4. The plugin's hint *caps* the request: the author believed the task fits in it, and a
+4. The plugin's hint *caps* the margin: the author believed the task fits in it, and a
    learned figure above it is rarely right, until a unit killed at (or above) the hint has
    shown otherwise; from then on the cap is `RETRY_FACTOR` x that kill's limit or the
-   largest peak seen times `MARGIN`, whichever is larger.
+   largest peak seen times `MARGIN`, whichever is larger. It never caps below the typical
+   peak times `MARGIN`: a typical peak above the hint shows the hint too small for this
+   input.
 5. After a kill for memory the request is at least `RETRY_FACTOR` x the killed limit until
    a later success of the key (the seed rule), and a learned request is at least
    `MIN_MEMORY_PER_WORKER_GB`.
@@ -414,14 +416,17 @@ def _pending(history: Sequence[Observation]) -> int:
 
 def _cap(got: Learned, hint: ResourceHint, margin: float, retry_factor: float) -> float | None:
     """The most a learned request may ask: the hint until a kill at the hint, then the
-    larger of retry_factor x that kill and the largest peak x margin; None when the type
-    left the memory per worker at the default (not an author's bound)."""
+    larger of retry_factor x that kill and the largest peak x margin; never less than the
+    typical peak x margin (a typical peak above the hint shows the hint too small for this
+    input); None when the type left the memory per worker at the default (not an author's
+    bound)."""
     if hint.memory_per_worker_gb == _DEFAULT_HINT.memory_per_worker_gb:
         return None
+    typical = (got.center_gb or 0.0) * margin
     killed = got.largest_kill_gb
     if killed is None or killed < hint.memory_per_worker_gb:
-        return hint.memory_per_worker_gb
-    return max(retry_factor * killed, (got.largest_peak_gb or 0.0) * margin)
+        return max(hint.memory_per_worker_gb, typical)
+    return max(retry_factor * killed, (got.largest_peak_gb or 0.0) * margin, typical)
 
 
 def _count(n: int, noun: str) -> str:
