@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from simrun.core.eta import pace_rate, task_eta_s
+from simrun.core.sizing import is_probing
 from simrun.core.states import ACTIVE_TASK_STATES, ACTIVE_UNIT_STATES, FINISHED_TASK_STATES
 from simrun.core.views import FailureView, RunView, TaskView
 
@@ -165,6 +166,8 @@ def _state_text(line: TaskLine) -> str:
         return f"blocked: {line.status}"
     if line.state == "failed" and line.status:
         return f"failed: {line.status}"
+    if line.state == "running" and is_probing(line.status):
+        return line.status
     return line.state
 
 
