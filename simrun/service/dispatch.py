@@ -176,8 +176,8 @@ class Dispatcher:
         state: TaskState = "merging" if merge else "running"
         status = "" if task.state == "blocked" or task.status else None
         if probe:
-            sent = sum(len(c) for c in chunks)
-            status = sizing.probe_status(sent, todo - sent)
+            sent = (task.units or 0) - todo + sum(len(c) for c in chunks)
+            status = sizing.probe_status(sent, (task.units or 0) - sent)
             log.info("run %s task %s: %s", run.id, task.name, status)
         async with self.store.transaction() as conn:
             await self.store.add_jobs([d.job for d in planned], now, conn=conn)
@@ -214,16 +214,21 @@ class Dispatcher:
         Derived from what SQLite holds, so that a restart neither loses nor repeats a probe:
         the key has no history (`unlearned`), the task's status says it probes, and a job
         of the task is in flight. A task none of whose units went out yet may start one
-        (`sizing.probe_units`)."""
+        (`sizing.probe_units`); a probe smaller than the processes now live allow (it went
+        out before the workers' first heartbeats) is topped up to one unit per process."""
         if not self.settings.probe or not unlearned(resolved):
             return 0
         total = task.units or 0
-        if todo >= total:  # nothing went out yet (or all of it came back)
-            return sizing.probe_units(total, processes, resolved.seconds_per_unit)
+        wanted = sizing.probe_units(total, processes, resolved.seconds_per_unit)
+        sent = total - todo
+        if sent <= 0:  # nothing went out yet (or all of it came back)
+            return wanted
         if not sizing.is_probing(task.status):
             return 0
         jobs = await self.store.jobs(run.id)
-        return -1 if any(j.task == task.name for j in jobs) else 0
+        if not any(j.task == task.name for j in jobs):
+            return 0  # the probe ended without an observation: the rest goes with the hint
+        return wanted - sent if wanted > sent else -1
 
     @staticmethod
     def _fit(

@@ -189,6 +189,27 @@ async def test_a_restart_while_probing_neither_repeats_the_probe_nor_loses_the_r
         await c.close()
 
 
+async def test_a_probe_sent_before_any_worker_was_seen_grows_to_one_unit_per_process(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    """Before the first heartbeat of a worker the service counts one process: the probe is
+    one unit; once a worker of 2 processes is seen, and while no report came, it grows to
+    one unit per process, and the status counts both."""
+    c = await Controller.open(settings(tmp_path / "store", redis_url, redis_prefix), TYPES)
+    try:
+        run_id = await submit(c, doc("svc-roomy", 20))
+        await steps(c)
+        assert sum(j.units for j in await jobs(c, run_id)) == 1
+        assert (await task_view(c, run_id)).status.startswith("probing: 1 unit first")
+        await beat(c)
+        await steps(c)
+        assert [j.units for j in await jobs(c, run_id)] == [1] * PROCESSES
+        status = (await task_view(c, run_id)).status
+        assert status == "probing: 2 units first, the other 18 wait for their memory"
+    finally:
+        await c.close()
+
+
 async def test_a_task_of_two_units_is_not_probed(controller: Controller) -> None:
     """A task of 2 units of a fresh key is not probed (waiting for one would double its
     time): both go out at once with the hint, and no status says probing."""
