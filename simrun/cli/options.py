@@ -16,6 +16,8 @@ The defaults, one per meaning:
   default: given, it is read instead of the service;
 * ``--redis-url`` ``REDIS_URL``, else the local default (service, worker); ``simrun run``
   starts a private Redis when neither is given (`EMBEDDED_REDIS_URL`);
+* ``--probe/--no-probe`` on (``simrun service``, ``simrun run``): a task of a key with no
+  history sends a probe first (`simrun.core.sizing.probe_units`);
 * ``--heartbeat-ttl-s``: two meanings, two declarations: how long a worker's own heartbeat
   lives (`WORKER_HEARTBEAT_TTL_S`, 4 x ``--heartbeat-s``) and how long the service waits
   for a worker's heartbeat (`SERVICE_HEARTBEAT_TTL_S`, at least the workers').
@@ -55,6 +57,7 @@ __all__ = [
     "PLUGINS",
     "POSITIVE",
     "PREFIX",  # noqa: F822  (made by __getattr__)
+    "PROBE",
     "REDIS_URL",
     "SERVICE_HEARTBEAT_TTL_S",
     "STORE",
@@ -96,6 +99,9 @@ HELP = {
     "heartbeat_s": "Seconds between a worker's heartbeats.",
     "worker_ttl": "Seconds a heartbeat lives; longer than --heartbeat-s. The service gives the "
     "jobs of a worker whose heartbeat expired to others. [default: 4 x --heartbeat-s]",
+    "probe": "Send a small probe of a task whose memory is not learned yet ahead of its "
+    "other units, which then get the learned memory (--no-probe: every unit at once, with "
+    "the plugin's hint).",
     "service_ttl": "Seconds a worker's heartbeat lives; at least the workers' "
     "--heartbeat-ttl-s. A job that no live worker lists for longer is dispatched again.",
 }
@@ -131,6 +137,8 @@ REDIS_URL = click.option(
 EMBEDDED_REDIS_URL = click.option(
     "--redis-url", envvar=ENV_REDIS_URL, show_envvar=True, help=HELP["embedded_redis_url"]
 )
+
+PROBE = click.option("--probe/--no-probe", default=True, show_default=True, help=HELP["probe"])
 
 
 class _Decorator(Protocol):

@@ -5,7 +5,8 @@ A run is shown from its view (`simrun.core.views.RunView`), the same for ``simru
 and for a service: per task its units, ``started_s`` / ``finished_s``, ``kills`` (for
 memory), ``requested_gb`` and ``peak_memory_gb`` (memory per process). A store read on this
 machine adds ``out`` (where its outputs are). What a view does not tell (an older service)
-shows as a dash.
+shows as a dash. A blocked or failed task shows why, and a running task whose probe is out
+(`simrun.core.sizing.is_probing`) shows its status where its state goes.
 
 The formatting and the rows are plain functions (tested on tables); `LiveView` and
 `PlainView` are thin shells over rich and ``print``.
@@ -26,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from simrun.core.eta import pace_rate, task_eta_s
+from simrun.core.sizing import is_probing
 from simrun.core.states import ACTIVE_TASK_STATES, ACTIVE_UNIT_STATES, FINISHED_TASK_STATES
 from simrun.core.views import FailureView, RunView, TaskView
 
@@ -165,6 +167,8 @@ def _state_text(line: TaskLine) -> str:
         return f"blocked: {line.status}"
     if line.state == "failed" and line.status:
         return f"failed: {line.status}"
+    if line.state == "running" and is_probing(line.status):
+        return line.status
     return line.state
 
 

@@ -270,6 +270,7 @@ def local_options(
     limits: Limits | None = None,
     grace_s: float = DEFAULT_GRACE_S,
     intake: InputLimits | None = None,
+    probe: bool = True,
 ) -> LocalOptions:
     """The options of an embedded session over ``store`` (a private Redis without
     ``redis_url``)."""
@@ -288,6 +289,7 @@ def local_options(
         limits=limits or Limits(),
         grace_s=grace_s,
         intake=intake or InputLimits(),
+        probe=probe,
     )
 
 
@@ -314,6 +316,7 @@ RESUME_HELP = "Go on with an interrupted run of the store instead of submitting 
 @opt.GRACE_S
 @opt.EVERY_S
 @opt.intake_options
+@opt.PROBE
 def run(
     workflow: Path | None,
     store: Path,
@@ -330,6 +333,7 @@ def run(
     grace_s: float,
     every_s: float,
     intake: InputLimits,
+    probe: bool,
 ) -> None:
     """Run WORKFLOW on this machine: Redis, the service and worker containers are started
     for the run and stopped after it, with live progress.
@@ -379,6 +383,7 @@ def run(
         limits=Limits(max_retries=max_retries, max_kills=max_kills),
         grace_s=grace_s,
         intake=intake,
+        probe=probe,
     )
     code = asyncio.run(
         embedded(

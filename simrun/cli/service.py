@@ -12,6 +12,7 @@ from simrun.cli.common import load_types_from_here
 from simrun.cli.options import (
     PLUGINS,
     PREFIX,
+    PROBE,
     REDIS_TIMEOUT_S,
     REDIS_URL,
     REDIS_WAIT_S,
@@ -60,6 +61,7 @@ SHAPE_PROCESSES_HELP = (
 @intake_options
 @REDIS_WAIT_S
 @REDIS_TIMEOUT_S
+@PROBE
 def service(
     host: str,
     port: int,
@@ -76,6 +78,7 @@ def service(
     intake: InputLimits,
     redis_wait_s: float | None,
     redis_timeout_s: float,
+    probe: bool,
 ) -> None:
     """Run the service: the controller loop and the HTTP API."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -89,6 +92,7 @@ def service(
         intake=intake,
         redis_wait_s=redis_wait_s,
         redis_timeout_s=redis_timeout_s,
+        probe=probe,
     )
     shape = ContainerShape(memory_gb=worker_memory_gb, processes=worker_processes)
     try:

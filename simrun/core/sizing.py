@@ -1,6 +1,7 @@
 """The sizing rules the service and the workers both apply: which queue a job goes to,
 what a job asks of a worker container (memory, process slots, GPUs), how many units go in
-one job, the memory of a retry after a kill, and why no worker can ever run a job.
+one job, the memory of a retry after a kill, why no worker can ever run a job, and whether
+a task of a key with no history sends a probe ahead of its other units (`probe_units`).
 
 The service plans with these functions (`simrun.service.dispatch`, `simrun.service.packing`)
 and the worker admits with the same ones (`simrun.worker.jobs.request_for`), so the two
@@ -21,10 +22,18 @@ from simrun.core.wire import PayloadError
 __all__ = [
     "DEFAULT_MAX_CHUNK",
     "DEFAULT_TARGET_JOB_S",
+    "PROBE_MAX_UNITS",
+    "PROBE_MAX_WAIT_S",
+    "PROBE_MIN_UNITS",
+    "PROBE_MIN_WAVES",
+    "PROBING",
     "WorkerCapacity",
     "chunk_size",
     "fit_problem",
     "image_queue",
+    "is_probing",
+    "probe_status",
+    "probe_units",
     "queue_name",
     "request_gb",
     "request_gpus",
@@ -44,6 +53,21 @@ TAPER_SHARE = 2
 TAPER_FLOOR = 8
 #: Never more units in one job (a lost job loses at most this much work).
 DEFAULT_MAX_CHUNK = 1000
+
+#: `probe_units`: a task of fewer units is never probed (one or two units: the probe would
+#: be half of it or all of it, and the rest would wait a whole unit for a figure it barely
+#: uses).
+PROBE_MIN_UNITS = 3
+#: `probe_units`: a task of at least this many units per process (waves) is worth probing
+#: whatever its units last: the wait adds at most about 1/waves to its time.
+PROBE_MIN_WAVES = 4
+#: `probe_units`: a task whose units are known to last at most this (seconds) is worth
+#: probing even with few waves: the rest waits at most about this long.
+PROBE_MAX_WAIT_S = 600.0
+#: `probe_units`: the probe holds at most this many units (one per process up to it).
+PROBE_MAX_UNITS = 8
+#: The first word of the status of a task that probes (`probe_status`, `is_probing`).
+PROBING = "probing"
 
 _SAFE_QUEUE = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -214,3 +238,64 @@ def retry_memory_gb(
     if kills > 0 and last_limit_gb:
         return max(resolved_gb, retry_factor * last_limit_gb)
     return resolved_gb
+
+
+def probe_units(
+    units: int,
+    processes: int,
+    seconds_per_unit: float | None,
+    *,
+    min_units: int = PROBE_MIN_UNITS,
+    min_waves: float = PROBE_MIN_WAVES,
+    max_wait_s: float = PROBE_MAX_WAIT_S,
+    max_units: int = PROBE_MAX_UNITS,
+) -> int:
+    """How many units of a task whose key has no history go out first, alone, as a probe:
+    0 for none (every unit goes out at once with the hint), else the size of the probe.
+
+    ``units`` are the task's chunk units, ``processes`` the worker processes serving its
+    queue now (0 while no worker is live: counted as one), ``seconds_per_unit`` what one
+    unit is expected to last (None when unknown: nothing learned, no forecast).
+
+    What a probe costs: the rest of the task goes out once the first probe unit reported,
+    about one unit's duration ``t`` after the start. The probe holds one unit per process
+    (each in a job of its own), so when it fills every process the first wave runs as it
+    would have anyway and little is lost; what is lost is the processes the probe leaves
+    idle for that ``t`` (at most all but one: the wait is at most ``t``). A task of
+    ``units`` over ``processes`` runs in about ``waves = units / processes`` times ``t``, so
+    the wait adds at most ``1 / waves`` of its time: little for many waves, a lot when
+    ``units <= processes`` (a task of 2 units on 2 processes would take twice as long).
+
+    What it saves: every unit but the probe's runs under the learned request instead of the
+    hint, and a hint is often several times what a unit needs (or too small, and then the
+    probe's kill raises the rest before they are all killed too).
+
+    The rule: never for fewer than ``min_units`` units; otherwise probe when the task has at
+    least ``min_waves`` waves (the wait is at most ``1 / min_waves`` of its time, whatever
+    ``t`` is), or when ``t`` is known to be at most ``max_wait_s`` (the wait is short in
+    absolute terms; a 10-second key is worth probing, a 3-hour key with a few units per
+    process is not). The probe is one unit per process, at least one, at most
+    ``max_units`` (each probe unit runs at the hint, and a hint too small costs each of
+    them a kill) and at most half the task (so that most of it gets the learned figure).
+    """
+    if units < max(min_units, 2):
+        return 0
+    slots = max(1, processes)
+    size = max(1, min(slots, max_units, units // 2))
+    if units / slots >= min_waves:
+        return size
+    if seconds_per_unit is not None and seconds_per_unit <= max_wait_s:
+        return size
+    return 0
+
+
+def probe_status(probe: int, rest: int) -> str:
+    """The status of a task while its probe runs: "probing: 2 units first, the other 998
+    wait for their memory" (`is_probing` recognises it)."""
+    first = f"{probe} unit{'s' if probe != 1 else ''}"
+    return f"{PROBING}: {first} first, the other {rest} wait for their memory"
+
+
+def is_probing(status: str) -> bool:
+    """Whether a task's status says it probes (`probe_status`)."""
+    return status.startswith(f"{PROBING}:")

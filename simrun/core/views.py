@@ -27,14 +27,15 @@ __all__ = [
 
 @dataclass(frozen=True)
 class TaskView:
-    """One task: its state, status message, units by state, and its ETA in seconds (None
-    while unknown). ``splittable`` is False for a command; ``started_s``/``finished_s``
-    are when it started and ended; ``kills`` counts the kills for memory of its units;
-    ``requested_gb`` is the largest memory per process its units were dispatched with and
-    ``peak_memory_gb`` the largest peak of a worker process its reports measured (None
-    while unknown). ``out`` is where its outputs are, when the reader knows (a store read
-    on this machine). ``units_per_s`` is its observed completion rate (None before two
-    samples showed progress); ``eta_s`` follows `simrun.core.eta`."""
+    """One task: its state, status message (why it is blocked or failed, or that it probes:
+    "probing: 2 units first, the other 998 wait for their memory"), units by state, and its
+    ETA in seconds (None while unknown). ``splittable`` is False for a command;
+    ``started_s``/``finished_s`` are when it started and ended; ``kills`` counts the kills
+    for memory of its units; ``requested_gb`` is the largest memory per process its units
+    were dispatched with and ``peak_memory_gb`` the largest peak of a worker process its
+    reports measured (None while unknown). ``out`` is where its outputs are, when the
+    reader knows (a store read on this machine). ``units_per_s`` is its observed completion
+    rate (None before two samples showed progress); ``eta_s`` follows `simrun.core.eta`."""
 
     name: str
     type: str

@@ -108,6 +108,8 @@ class LocalOptions:
     intake: InputLimits = field(default_factory=InputLimits)
     grace_s: float = DEFAULT_GRACE_S
     env: Mapping[str, str] = field(default_factory=dict)
+    #: Whether a task of a key with no history probes first (``--no-probe``).
+    probe: bool = True
 
 
 @dataclass
@@ -195,6 +197,7 @@ class LocalSession:
             prefix=prefix,
             limits=opts.limits,
             intake=opts.intake,
+            probe=opts.probe,
         )
         try:
             self._controller = await Controller.open(settings, self.types)

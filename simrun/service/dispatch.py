@@ -3,6 +3,17 @@ run them, size the chunks, store the jobs, write the current attempts, enqueue.
 
 The rules are `simrun.core.sizing` and `simrun.service.decisions`; the jobs come from
 `simrun.service.packing.build_jobs`.
+
+A task whose key has no history (its memory is the hint's or the default) probes first
+when `sizing.probe_units` says it is worth it: only the probe's units go out, one per job,
+and its status says so (`sizing.probe_status`). The rest is held while the key still has no
+observation and a job of the task is in flight; the probe's report (a success or a kill)
+gives the key an observation, the ingest drops the key from the resolve cache, and the next
+dispatch sends the rest with the learned request. Nothing of the probe is kept in memory:
+the status, the jobs in flight and the key's observations are all in SQLite, so a service
+restarted meanwhile goes on as it would have. A probe that ended without an observation
+(its units never measured anything) lets the rest go out with the hint; a probe sent back
+(its worker died) is probed again.
 """
 
 from __future__ import annotations
@@ -56,6 +67,12 @@ def input_bytes(paths: Iterable[Path]) -> int | None:
         if not path.exists():
             return None
     return total if seen else None
+
+
+def unlearned(resolved: ResolvedResources) -> bool:
+    """Whether resolved resources come from no observation of their key: the hint's or the
+    default (an override or anything learned, a kill included, is not)."""
+    return resolved.samples == 0 and resolved.source in ("plugin hint", "default")
 
 
 @dataclass
@@ -154,24 +171,30 @@ class Dispatcher:
             return False
         now = self.clock.now()
         merge = pending.get("merge", 0) > 0
+        probe, todo = 0, pending.get("chunk", 0)
         if merge or not task.splittable:
             kind: UnitKind = "merge" if merge else "command"
             units = await self.store.pending_rows(run.id, task.name, 1, kind=kind)
             chunks: list[Sequence[UnitRow] | range] = [tuple(units)] if units else []
         else:
             processes = sum(c.processes for c in capacities if queue in c.queues)
-            size = sizing.chunk_size(
-                resolved.seconds_per_unit,
-                pending.get("chunk", 0),
-                processes,
-                target_s=s.target_job_s,
-                max_chunk=s.max_chunk,
-            )
-            limit = min(room * size, max(size, s.dispatch_units))
+            probe = await self._probe(run, task, resolved, todo, processes)
+            if probe < 0:
+                return False  # the probe is out: the rest waits for its report
+            if probe:  # one unit per job, so that each process of the probe reports alone
+                size, limit = 1, probe
+            else:
+                size = sizing.chunk_size(
+                    resolved.seconds_per_unit,
+                    todo,
+                    processes,
+                    target_s=s.target_job_s,
+                    max_chunk=s.max_chunk,
+                )
+                limit = min(room * size, max(size, s.dispatch_units))
             # Units sent back first (they have rows), then fresh ones from the frontier.
             units = await self.store.pending_rows(run.id, task.name, limit, kind="chunk")
             groups = memory_groups(units, resolved.memory_per_worker_gb)
-            todo = pending.get("chunk", 0)
             cut = [sizing.split(g, size, pending=todo, processes=processes) for g in groups]
             chunks = list(itertools.islice((c for g in cut for c in g), room))
             if len(chunks) < room and len(units) < limit:
@@ -195,13 +218,18 @@ class Dispatcher:
                 return True
             return False
         state: TaskState = "merging" if merge else "running"
+        status = "" if task.state == "blocked" or task.status else None
+        if probe:
+            sent = (task.units or 0) - todo + sum(len(c) for c in chunks)
+            status = sizing.probe_status(sent, (task.units or 0) - sent)
+            log.info("run %s task %s: %s", run.id, task.name, status)
         async with self.store.transaction() as conn:
             await self.store.add_jobs([d.job for d in planned], now, conn=conn)
             await self.store.set_task(
                 run.id,
                 task.name,
                 state=state if task.state == "blocked" else None,
-                status="" if task.state == "blocked" or task.status else None,
+                status=status,
                 queue=queue,
                 resources={**asdict(resolved), "input_bytes": await self.input_size(task)},
                 now_s=now,
@@ -220,6 +248,31 @@ class Dispatcher:
             await self.store.release_jobs(refused, "the job id was taken in Redis")
             log.warning("run %s task %s: %d job ids were taken", run.id, task.name, len(refused))
         return True
+
+    async def _probe(
+        self, run: RunRow, task: TaskRow, resolved: ResolvedResources, todo: int, processes: int
+    ) -> int:
+        """What the chunk units of a task do now: -1 wait (its probe is out and its key has
+        no observation yet), 0 go out as usual, n > 0 go out as a probe of n units.
+
+        Derived from what SQLite holds, so that a restart neither loses nor repeats a probe:
+        the key has no history (`unlearned`), the task's status says it probes, and a job
+        of the task is in flight. A task none of whose units went out yet may start one
+        (`sizing.probe_units`); a probe smaller than the processes now live allow (it went
+        out before the workers' first heartbeats) is topped up to one unit per process."""
+        if not self.settings.probe or not unlearned(resolved):
+            return 0
+        total = task.units or 0
+        wanted = sizing.probe_units(total, processes, resolved.seconds_per_unit)
+        sent = total - todo
+        if sent <= 0:  # nothing went out yet (or all of it came back)
+            return wanted
+        if not sizing.is_probing(task.status):
+            return 0
+        jobs = await self.store.jobs(run.id)
+        if not any(j.task == task.name for j in jobs):
+            return 0  # the probe ended without an observation: the rest goes with the hint
+        return wanted - sent if wanted > sent else -1
 
     @staticmethod
     def _fit(

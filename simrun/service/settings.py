@@ -47,6 +47,9 @@ class ControllerSettings:
     #: How long a worker's heartbeat lives (as ``simrun worker --heartbeat-ttl-s``): a job
     #: arq holds in progress that no live worker lists for longer is dispatched again.
     heartbeat_ttl_s: float = HEARTBEAT_TTL_S
+    #: Whether a task of a key with no history sends a probe first (`sizing.probe_units`)
+    #: and holds its other units until the probe reported: ``--no-probe`` turns it off.
+    probe: bool = True
     #: Bound of one unit on a worker (None: none).
     unit_timeout_s: float | None = None
     group: str = "simrun-service"

@@ -22,11 +22,13 @@ async def test_killed_units_retry_with_more_and_the_next_run_learns(
 ) -> None:
     """Units that need more than the hint are killed for memory, dispatched again with at
     least RETRY_FACTOR times the killed limit, and succeed; a second run of the same key
-    asks from the start for the learned memory, and nothing of it is killed."""
+    asks from the start for the learned memory, and nothing of it is killed. (Without a
+    probe, which would spare all but its own units the kill: the rule checked is the retry
+    of every unit; tests/integration/test_dispatch_probe.py checks a killed probe.)"""
     store = tmp_path / "store"
     doc = work_doc(units=4, hog_mb=300, tag="hog")
     with workers(redis_url, redis_prefix, memory_gb=3.0, processes=2):
-        async with service(store, redis_url, redis_prefix) as svc:
+        async with service(store, redis_url, redis_prefix, probe=False) as svc:
             first = await svc.submit(doc)
             run1 = await svc.wait(first, timeout_s=90)
             units1 = await svc.controller.store.units(first, "work")

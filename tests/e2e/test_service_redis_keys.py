@@ -108,10 +108,11 @@ async def test_a_cancelled_run_keeps_its_attempts_until_its_stale_jobs_are_skipp
 ) -> None:
     """A run cancelled while its jobs wait in the queue: the worker skips them (at most the
     units it had already taken are computed after the cancel), and once none of its jobs
-    is left in Redis its attempts hashes are gone too."""
+    is left in Redis its attempts hashes are gone too. (Without a probe: with one, only
+    the probe's job would be out when the first unit runs.)"""
     store = tmp_path / "store"
     with workers(redis_url, redis_prefix, processes=1):
-        async with service(store, redis_url, redis_prefix) as svc:
+        async with service(store, redis_url, redis_prefix, probe=False) as svc:
             run_id = await svc.submit(work_doc(units=40, seconds=0.2))
             out = store / "runs" / run_id / "work" / "out"
 

@@ -48,10 +48,13 @@ async def heat_controller(
 ) -> AsyncIterator[Controller]:
     """A controller of the installed (example) types with a window of 10 jobs, on a fresh
     store; its loop is not running (tests step it). Not the `controller` of conftest.py,
-    which has the service's test types and settings."""
+    which has the service's test types and settings. It does not probe (``probe=False``):
+    the tests here count the jobs of a whole window of a fresh key's task; probing is
+    tests/integration/test_dispatch_probe.py's."""
     settings = ControllerSettings(
-        store=tmp_path / "store", redis_url=redis_url, prefix=redis_prefix, window_jobs=10
-    )
+        store=tmp_path / "store", redis_url=redis_url, prefix=redis_prefix, window_jobs=10,
+        probe=False,
+    )  # fmt: skip
     c = await Controller.open(settings, TYPES, clock=ManualClock())
     yield c
     await c.close()
@@ -252,8 +255,9 @@ async def test_attempts_left_by_an_earlier_service_are_found_at_start(
     of its prefix): those of a run that ended, and of a run its store does not know, go
     once no job of them is left; those of a running run stay."""
     settings = ControllerSettings(
-        store=tmp_path / "store", redis_url=redis_url, prefix=redis_prefix, window_jobs=10
-    )
+        store=tmp_path / "store", redis_url=redis_url, prefix=redis_prefix, window_jobs=10,
+        probe=False,
+    )  # fmt: skip
     unknown = "20200101-000000-abcdef"
     first = await Controller.open(settings, TYPES)
     try:
@@ -497,8 +501,9 @@ async def test_a_cancel_while_redis_is_away_is_kept_and_told_to_workers_later(
     server = PrivateRedis(persist=True)  # back with its data: the queued jobs are still there
     server.start()
     settings = ControllerSettings(
-        store=tmp_path / "store", redis_url=server.url, prefix=redis_prefix, window_jobs=10
-    )
+        store=tmp_path / "store", redis_url=server.url, prefix=redis_prefix, window_jobs=10,
+        probe=False,
+    )  # fmt: skip
     c = await Controller.open(settings, TYPES, clock=ManualClock())
     try:
         run_id = await submit_heat(c)

@@ -42,7 +42,9 @@ async def eta_controller(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> AsyncIterator[Controller]:
     """A controller on a manual clock whose jobs carry at most 2 units, reconciling only
-    at start (the fake worker keeps a job queued until its report is taken in)."""
+    at start (the fake worker keeps a job queued until its report is taken in). It does not
+    probe (``probe=False``): the rule checked is the ETA at a steady rate, which the pause
+    of a probe at the start would bend."""
     settings = ControllerSettings(
         store=tmp_path / "store",
         redis_url=redis_url,
@@ -50,6 +52,7 @@ async def eta_controller(
         window_jobs=8,
         max_chunk=3,
         reconcile_s=1e9,
+        probe=False,
     )
     c = await Controller.open(settings, TYPES, clock=ManualClock())
     yield c

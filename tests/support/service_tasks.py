@@ -7,6 +7,8 @@ unit was computed, killed attempts included), then sleeps, hogs memory, fails on
 and at last writes ``unit-<index>.json`` atomically. Its merge writes ``merged.json``: the
 indices that have a result file.
 
+``svc-roomy`` is ``svc-work`` with a larger hint (1 GiB per process).
+
 ``svc-count`` is splittable without a merge: each computation of a unit appends a line to
 one log when it begins and another when it completes, so tests count both per index.
 """
@@ -73,11 +75,14 @@ def merge(settings: WorkSettings, paths: TaskPaths) -> None:
     (paths.out / "merged.json").write_text(json.dumps(found))
 
 
-def _type(name: str, settings: type[BaseModel], functions: str, **more: Any) -> TaskType:
+def _type(
+    name: str, settings: type[BaseModel], functions: str, per_worker_gb: float = 0.25, **more: Any
+) -> TaskType:
     """A splittable type of this module whose ``count_units`` and ``compute_unit`` are the
-    functions of those names with the prefix ``functions``."""
+    functions of those names with the prefix ``functions``, with a hint of
+    ``per_worker_gb`` per process."""
     refs = {role: f"{__name__}:{functions}{role}" for role in ("count_units", "compute_unit")}
-    hint = ResourceHint(memory_base_gb=0.25, memory_per_worker_gb=0.25)
+    hint = ResourceHint(memory_base_gb=0.25, memory_per_worker_gb=per_worker_gb)
     return TaskType(name=name, settings=settings, hint=hint, **refs, **more)
 
 
@@ -88,6 +93,19 @@ WORK = _type(
     merge=f"{__name__}:merge",
     cost_setting="tag",
     description="units that sleep, hog memory or fail, for the service's tests",
+)
+
+#: ``svc-work`` with a hint of 1 GiB per process, four times the least a learned request
+#: asks (`simrun.resources.MIN_MEMORY_PER_WORKER_GB`): a request learned from its units
+#: tells itself apart from the hint (the probe's tests).
+ROOMY = _type(
+    "svc-roomy",
+    WorkSettings,
+    "",
+    per_worker_gb=1.0,
+    merge=f"{__name__}:merge",
+    cost_setting="tag",
+    description="svc-work whose hint is four times what a learned request asks",
 )
 
 
@@ -130,4 +148,4 @@ COUNT = _type(
     description="units that log when each computation of them begins and ends",
 )
 
-REFS = (f"{__name__}:WORK", f"{__name__}:COUNT")
+REFS = (f"{__name__}:WORK", f"{__name__}:COUNT", f"{__name__}:ROOMY")

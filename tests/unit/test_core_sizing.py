@@ -1,6 +1,6 @@
 """The sizing rules the service and the workers share (simrun.core.sizing), on tables of
 cases: queue choice, what a job asks of a worker, chunk sizes, retry memory, "fits no
-worker"."""
+worker", the probe of a key with no history."""
 
 from __future__ import annotations
 
@@ -9,9 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simrun.core.sizing import (
+    PROBE_MAX_UNITS,
     WorkerCapacity,
     chunk_size,
     fit_problem,
+    is_probing,
+    probe_status,
+    probe_units,
     queue_name,
     request_gb,
     request_gpus,
@@ -202,3 +206,63 @@ def test_split_range_cuts_as_split_does(
     listed = split(list(indices), size, pending=pending, processes=processes)
     assert [tuple(r) for r in ranged] == listed
     assert all(isinstance(r, range) and r.step == 1 for r in ranged)
+
+
+HOUR = 3600.0
+
+
+@pytest.mark.parametrize(
+    ("units", "processes", "spu", "expected"),
+    [
+        (1, 4, None, 0),  # one unit: nothing to hold back
+        (2, 1, None, 0),  # two units: never (the rest would wait a whole unit)
+        (2, 1, 10.0, 0),  # ... even when fast
+        (2, 2, 3 * HOUR, 0),  # a 3-hour key with 2 units: not worth it
+        (3, 0, None, 0),  # 3 waves of unknown length: the wait could be a third of it
+        (4, 0, None, 1),  # no worker live yet: counted as one process, 4 waves
+        (40, 2, None, 2),  # one unit per process
+        (1000, 2, None, 2),
+        (1000, 100, None, PROBE_MAX_UNITS),  # one per process, capped
+        (20, 10, None, 0),  # 2 waves of unknown length
+        (20, 10, 10.0, 8),  # ... but a 10-second key is worth it
+        (20, 10, 600.0, 8),  # a wait of at most PROBE_MAX_WAIT_S
+        (20, 10, 600.5, 0),  # ... and no longer
+        (20, 10, 3 * HOUR, 0),  # a 3-hour key with 2 units per process
+        (40, 10, 3 * HOUR, 8),  # ... with 4 per process: the wait is at most a quarter
+        (39, 10, 3 * HOUR, 0),
+        (5, 10, 10.0, 2),  # at most half the task
+        (3, 10, 10.0, 1),
+    ],
+)
+def test_probe_units(units, processes, spu, expected):
+    """A task of a key with no history probes when it has at least PROBE_MIN_UNITS units
+    and either PROBE_MIN_WAVES units per process or units known to last at most
+    PROBE_MAX_WAIT_S; the probe is one unit per process (one while no worker is live), at
+    most PROBE_MAX_UNITS and at most half the task."""
+    assert probe_units(units, processes, spu) == expected
+
+
+@given(
+    st.integers(0, 10_000),
+    st.integers(0, 500),
+    st.none() | st.floats(0, 1e6, allow_nan=False),
+)
+def test_probe_units_bounds(units, processes, spu):
+    """A probe is never most of the task, never more than one unit per process (one while
+    none is live) nor more than PROBE_MAX_UNITS; tasks of 1 or 2 units never probe."""
+    n = probe_units(units, processes, spu)
+    assert n >= 0
+    if units <= 2:
+        assert n == 0
+    if n:
+        assert n <= min(PROBE_MAX_UNITS, max(1, processes), units // 2)
+
+
+def test_probe_status_is_recognised():
+    """The status of a probing task names the probe and the units that wait, and is told
+    apart from any other status."""
+    assert probe_status(1, 23) == "probing: 1 unit first, the other 23 wait for their memory"
+    assert probe_status(2, 998) == "probing: 2 units first, the other 998 wait for their memory"
+    assert is_probing(probe_status(2, 998))
+    assert not is_probing("")
+    assert not is_probing("needs 40 GiB per process; the largest cpu worker has 16 GiB")

@@ -183,6 +183,21 @@ def test_plain_lines_say_why_a_task_is_blocked():
     assert line.endswith("blocked: needs 40 GiB per process; the largest cpu worker has 16 GiB")
 
 
+def test_a_probing_task_says_so():
+    """A running task whose probe is out shows its status ("probing: ...") where the state
+    goes, in the plain lines and the live display."""
+    status = "probing: 2 units first, the other 22 wait for their memory"
+    view = run(task(status=status, counts={"queued": 2, "pending": 22}))
+    (line,) = plain_lines(view)
+    assert line.endswith(f"· {status}")
+    console = Console(width=200, record=True)
+    console.print(render_live(view, 5.0, now_s=1005.0))
+    assert status in console.export_text()
+    # Another status of a running task is not shown as its state.
+    (line,) = plain_lines(run(task(status="refused: the job id was taken")))
+    assert line.endswith("· running")
+
+
 HEAD = "run 20250101-120000-abcdef (demo)"
 
 
