@@ -100,9 +100,7 @@ def histogram(peaks_gb: Sequence[float], rows: int = ROWS) -> Histogram:
     counts = [0] * n
     for peak in peaks_gb:
         counts[_index(edges, peak)] += 1
-    return Histogram(
-        tuple(Bin(edges[i], edges[i + 1], counts[i]) for i in range(n)), log=log
-    )
+    return Histogram(tuple(Bin(edges[i], edges[i + 1], counts[i]) for i in range(n)), log=log)
 
 
 def _edge_texts(edges: Sequence[float]) -> tuple[list[str], str]:
@@ -133,7 +131,7 @@ def histogram_lines(
         return []
     texts, unit = _edge_texts(hist.edges)
     labels = [
-        f"{texts[i]} {unit}" if b.low_gb == b.high_gb else f"{texts[i]}–{texts[i + 1]} {unit}"
+        f"{texts[i]} {unit}" if b.low_gb == b.high_gb else f"{texts[i]}-{texts[i + 1]} {unit}"
         for i, b in enumerate(hist.bins)
     ]
     label_width = max(len(label) for label in labels)
@@ -171,7 +169,10 @@ def _spread_text(spread: float | None) -> str:
 
 
 def _markers(explanation: Mapping[str, Any]) -> list[tuple[str, float]]:
-    return [("request", float(explanation["requested_gb"])), ("hint", float(explanation["hint_gb"]))]
+    return [
+        ("request", float(explanation["requested_gb"])),
+        ("hint", float(explanation["hint_gb"])),
+    ]
 
 
 def evidence_lines(evidence: Mapping[str, Any], *, bar: str = "█") -> list[str]:
@@ -195,7 +196,7 @@ def evidence_lines(evidence: Mapping[str, Any], *, bar: str = "█") -> list[str
     )
     out.append(
         f"spread     {_spread_text(e.get('spread'))}"
-        f"   margin {'—' if margin is None else f'×{float(margin):.2f}'}"
+        f"   margin {'—' if margin is None else f'{float(margin):.2f}'}"
         f"   typical peak {format_gb(e.get('center_gb'))}"
         f"   learned {format_gb(e.get('learned_gb'))}"
     )
@@ -232,9 +233,7 @@ def write_plot(evidence: Mapping[str, Any], path: Path) -> None:
     try:
         import matplotlib
     except ImportError as exc:
-        raise PlotUnavailable(
-            "--plot needs matplotlib: pip install 'simrun[plot]'"
-        ) from exc
+        raise PlotUnavailable("--plot needs matplotlib: pip install 'simrun[plot]'") from exc
     matplotlib.use("Agg")  # files only, no display
     from matplotlib import pyplot as plt
 

@@ -158,10 +158,10 @@ class KeyEvidence:
     observations: int
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for JSON: the key as its text, tuples as lists."""
+        """Plain data, as JSON reads back: the key as its text, tuples as lists."""
         return {
             "key": self.key.text(),
-            "explanation": asdict(self.explanation),
+            "explanation": {**asdict(self.explanation), "reasons": list(self.explanation.reasons)},
             "peaks_gb": list(self.peaks_gb),
             "kills": [list(kill) for kill in self.kills],
             "observations": self.observations,

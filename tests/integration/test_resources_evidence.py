@@ -10,11 +10,8 @@ from pathlib import Path
 
 from simrun.plugins import ResourceHint
 from simrun.resources import WINDOW, Record, ResourceKey, ResourceStore
-from simrun.resources.store import EVIDENCE_KILLS
+from simrun.resources.store import EVIDENCE_KILLS, explain
 from simrun.worker import WorkerReport
-
-# The explanation is the lead's policy (simrun.resources.policy.explain); compare with it.
-from simrun.resources.store import explain  # type: ignore[attr-defined]
 
 KEY = ResourceKey("heat", "plate", "64")
 OTHER = ResourceKey("heat", "plate", "128")
@@ -56,10 +53,11 @@ async def test_evidence_lists_the_window_the_kills_and_the_policys_explanation(
         got = await store.evidence(KEY, HINT)
         assert got.key == KEY
         assert got.peaks_gb == tuple(window)
-        limits = [0.5 + i / 100 for i in range(EVIDENCE_KILLS + 2)][3:] + [3.0]
+        limits = [*(0.5 + i / 100 for i in range(3, EVIDENCE_KILLS + 2)), 3.0]
         assert [gb for _, gb in got.kills] == limits
         times = [s for s, _ in got.kills]
-        assert times == sorted(times) and before <= times[0] and times[-1] <= after
+        assert times == sorted(times)
+        assert before <= times[0] <= times[-1] <= after
         assert got.observations == EVIDENCE_KILLS + 2 + 5 + WINDOW + 1
         history = await store.history(KEY)
         assert got.explanation == explain(history, HINT)
