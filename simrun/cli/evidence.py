@@ -189,7 +189,7 @@ def evidence_lines(evidence: Mapping[str, Any], *, bar: str = "█") -> list[str
         "why",
         *(f"  {reason}" for reason in e.get("reasons", [])),
     ]
-    margin = e.get("margin")
+    margin, slope = e.get("margin"), e.get("input_slope")
     out.append(
         f"samples    {e['samples']} from {e['runs']} run{'s' if e['runs'] != 1 else ''}"
         f" ({evidence['observations']} observations recorded in all)"
@@ -199,6 +199,7 @@ def evidence_lines(evidence: Mapping[str, Any], *, bar: str = "█") -> list[str
         f"   margin {'—' if margin is None else f'{float(margin):.2f}'}"
         f"   typical peak {format_gb(e.get('center_gb'))}"
         f"   learned {format_gb(e.get('learned_gb'))}"
+        + ("" if slope is None else f"   memory ~ input^{float(slope):.2f}")
     )
     hint = f"hint       {format_gb(e['hint_gb'])}"
     if e.get("hint_capped"):

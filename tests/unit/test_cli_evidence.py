@@ -147,3 +147,10 @@ def test_a_key_without_successes_says_so() -> None:
     lines = evidence_lines(only_kills)
     assert "peaks of the window: none yet (no success recorded)" in lines
     assert any("kill floor 3 GiB" in line and "caps" in line for line in lines)
+
+
+def test_a_fit_to_the_input_size_is_shown() -> None:
+    """When the policy fits memory to the input size, the exponent is on the spread line."""
+    fitted = {**EVIDENCE, "explanation": {**EVIDENCE["explanation"], "input_slope": 0.8}}
+    (line,) = [x for x in evidence_lines(fitted) if x.startswith("spread")]
+    assert line.endswith("learned 2.6 GiB   memory ~ input^0.80")
