@@ -31,13 +31,14 @@ from simrun.db import (
     transaction,
 )
 from simrun.plugins import ResourceHint
-from simrun.resources._standin import Explanation, explain
 from simrun.resources.keys import ResourceKey
 from simrun.resources.policy import (
     WINDOW,
+    Explanation,
     Observation,
     ResolvedResources,
     decide,
+    explain,
     learn,
 )
 from simrun.workflow import ResourceOverride

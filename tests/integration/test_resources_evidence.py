@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from simrun.plugins import ResourceHint
-from simrun.resources import WINDOW, Record, ResourceKey, ResourceStore
-from simrun.resources.store import EVIDENCE_KILLS, explain
+from simrun.resources import WINDOW, Record, ResourceKey, ResourceStore, explain
+from simrun.resources.store import EVIDENCE_KILLS
 from simrun.worker import WorkerReport
 
 KEY = ResourceKey("heat", "plate", "64")
