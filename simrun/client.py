@@ -14,6 +14,7 @@ import stat
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 
@@ -39,6 +40,7 @@ __all__ = [
     "EventsUnavailable",
     "Rejected",
     "StreamBroken",
+    "UnknownKey",
     "directory_files",
     "plan_tasks",
     "source_upload",
@@ -179,6 +181,11 @@ def source_upload(name: str, path: Path) -> dict[str, Any]:
         raise _refuse(name, f"cannot read {path}: {exc}") from exc
 
 
+class UnknownKey(ClientError):
+    """The service has no observations of a resource key (or it is no key); the message is
+    the service's line naming it and the known keys close to it."""
+
+
 class EventsUnavailable(ClientError):
     """The service answers no event stream of a run (an older service: follow it by
     asking ``GET /runs/{id}`` again)."""
@@ -229,14 +236,20 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
+    def _send(self, method: str, path: str, body: Any = None) -> httpx.Response:
         try:
-            response = self._http.request(method, path, json=body)
+            return self._http.request(method, path, json=body)
         except httpx.HTTPError as exc:
             raise ClientError(
                 f"cannot reach the simrun service at {self.url} ({exc}); start one with "
                 "`simrun service` or point SIMRUN_URL at it"
             ) from exc
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        return self._answer(method, path, self._send(method, path, body))
+
+    @staticmethod
+    def _answer(method: str, path: str, response: httpx.Response) -> Any:
         if response.status_code == 422:
             data = response.json()
             errors = data.get("errors") if isinstance(data, dict) else None
@@ -340,6 +353,22 @@ class Client:
 
     def resources(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", "/resources")
+        return result
+
+    def resource_evidence(self, key: str) -> dict[str, Any]:
+        """The evidence of one resource key (``task_type/model[/variant]``), see
+        ``GET /resources/{key}``; `UnknownKey` with the service's line (the key and the
+        known keys close to it) when the key does not parse or has no observations."""
+        path = "/resources/" + quote(key, safe="/")
+        response = self._send("GET", path)
+        if response.status_code == 404:
+            try:
+                data = response.json()
+            except ValueError:
+                data = None
+            if isinstance(data, dict) and "unknown_key" in data:
+                raise UnknownKey(str(data.get("detail")))
+        result: dict[str, Any] = self._answer("GET", path, response)
         return result
 
     def backlog(self) -> dict[str, Any]:

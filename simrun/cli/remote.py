@@ -400,15 +400,35 @@ def cancel(run_id: str, url: str, token: str | None) -> None:
 
 
 @click.command()
+@click.argument("key", metavar="[KEY]", required=False)
 @URL
 @TOKEN
 @read_store_option("Read what the store of `simrun run` learned instead of asking a service.")
 @STORE_HINT
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="With KEY: also write the histogram of its peaks to this PNG "
+                   "(needs simrun[plot]).")  # fmt: skip
 def resources(
-    url: str, token: str | None, store: Path | None, store_hint: Path, as_json: bool
+    key: str | None,
+    url: str,
+    token: str | None,
+    store: Path | None,
+    store_hint: Path,
+    as_json: bool,
+    plot: Path | None,
 ) -> None:
-    """What is learned per resource key: samples, typical peak, request, speed, last kill."""
+    """What is learned per resource key: samples, typical peak, request, speed, last kill.
+
+    With KEY (task_type/model or task_type/model/variant, as listed): the evidence of that
+    key: its request and why, its samples and their spread, the margin, its kills, and a
+    histogram of its peaks with the request marked.
+    """
+    if key is not None:
+        _exit(_key_evidence(key, url, token, store, store_hint, as_json, plot))
+        return
+    if plot is not None:
+        raise click.UsageError("--plot draws the peaks of one key: give a KEY")
     from simrun.cli.tables import RESOURCE_COLUMNS, resource_rows
 
     async def from_store(directory: Path) -> list[dict[str, Any]]:
@@ -436,3 +456,62 @@ def resources(
         out.print("nothing learned yet: resources are learned from the runs' reports")
         return
     out.print(_table(RESOURCE_COLUMNS, resource_rows(rows, time.time())))
+
+
+def _key_evidence(
+    key: str,
+    url: str,
+    token: str | None,
+    store: Path | None,
+    store_hint: Path,
+    as_json: bool,
+    plot: Path | None,
+) -> int:
+    """``simrun resources KEY``: the evidence of one key, from a store or a service."""
+    import importlib.util
+
+    from simrun.cli.evidence import evidence_lines, write_plot
+
+    if plot is not None and importlib.util.find_spec("matplotlib") is None:
+        err_console().print(
+            "--plot needs matplotlib: pip install 'simrun[plot]'", markup=False, soft_wrap=True
+        )
+        return 1
+
+    async def from_store(directory: Path) -> dict[str, Any]:
+        from simrun.local.reads import open_store_reader
+        from simrun.plugins import ResourceHint
+        from simrun.resources import ResourceKey
+        from simrun.resources.keys import unknown_key_message
+
+        async with open_store_reader(directory) as reader:
+            try:
+                parsed: ResourceKey | None = ResourceKey.from_text(key)
+            except ValueError:
+                parsed = None
+            if parsed is not None:
+                types = load_types_from_here(only=[parsed.task_type])
+                task_type = types.get(parsed.task_type)
+                hint = task_type.hint if task_type is not None else ResourceHint()
+                found = await reader.resources.evidence(parsed, hint)
+                if found.observations:
+                    return found.to_dict()
+            known = [k.text() for k in await reader.resources.keys()]
+            raise LocalError(unknown_key_message(key, known))
+
+    if store is not None:
+        data = asyncio.run(from_store(store))
+    else:
+        with _service(url, token, store_hint) as client:
+            data = client.resource_evidence(key)
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        out = console()
+        bar = "█" if (out.encoding or "").lower().startswith("utf") else "#"
+        for line in evidence_lines(data, bar=bar):
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
+    if plot is not None:
+        write_plot(data, plot)
+        err_console().print(f"wrote {plot}", markup=False, soft_wrap=True)
+    return 0

@@ -3,8 +3,9 @@ task's key is derived."""
 
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +13,7 @@ from pydantic import ValidationError
 
 from simrun.plugins import TaskType
 
-__all__ = ["KEY_SEPARATOR", "ResourceKey", "resource_key"]
+__all__ = ["KEY_SEPARATOR", "ResourceKey", "resource_key", "unknown_key_message"]
 
 #: Separates the parts of a key's text: ``task_type/model`` or ``task_type/model/variant``.
 KEY_SEPARATOR = "/"
@@ -97,3 +98,22 @@ def resource_key(task_type: TaskType, settings: Mapping[str, Any], model: str) -
         ) from exc
     value = parsed.model_dump(mode="json", include={name})[name]
     return ResourceKey(task_type.name, model, _variant_text(value))
+
+
+def unknown_key_message(text: str, known: Iterable[str]) -> str:
+    """The one line that says ``text`` names no key with observations (or is no key at all),
+    with the closest of the ``known`` keys' texts when some are close."""
+    try:
+        ResourceKey.from_text(text)
+    except ValueError as exc:
+        problem = str(exc)
+    else:
+        problem = f"no observations of resource key {text!r}"
+    keys = sorted(set(known))
+    # Keys the text begins (a type, or a type and its model), then keys spelled alike.
+    close = [k for k in keys if k.startswith(text.rstrip(KEY_SEPARATOR) + KEY_SEPARATOR)][:3]
+    close += [k for k in difflib.get_close_matches(text, keys, n=3, cutoff=0.5) if k not in close]
+    close = close[:3]
+    if close:
+        return f"{problem}; did you mean {', '.join(close)}?"
+    return f"{problem} (`simrun resources` lists the known keys)"

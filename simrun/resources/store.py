@@ -13,8 +13,9 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import aiosqlite
 
@@ -33,14 +34,25 @@ from simrun.plugins import ResourceHint
 from simrun.resources.keys import ResourceKey
 from simrun.resources.policy import (
     WINDOW,
+    Explanation,
     Observation,
     ResolvedResources,
     decide,
+    explain,
     learn,
 )
 from simrun.workflow import ResourceOverride
 
-__all__ = ["COMPONENT", "MIGRATIONS", "KeySummary", "Record", "ResourceStore", "rows_of"]
+__all__ = [
+    "COMPONENT",
+    "EVIDENCE_KILLS",
+    "MIGRATIONS",
+    "KeyEvidence",
+    "KeySummary",
+    "Record",
+    "ResourceStore",
+    "rows_of",
+]
 
 #: The component of the database file that this store owns (see `simrun.db.migrate`).
 COMPONENT = "resources"
@@ -122,6 +134,39 @@ class KeySummary:
     source: str
     last_kill_s: float | None
     last_kill_gb: float | None
+
+
+#: How many of a key's latest kills `ResourceStore.evidence` lists.
+EVIDENCE_KILLS = 50
+
+
+@dataclass(frozen=True)
+class KeyEvidence:
+    """What ``simrun resources KEY`` shows of one key: why a task of it requests what it
+    does, and the measurements behind it.
+
+    ``explanation`` is `policy.explain` on the key's history; ``peaks_gb`` are the peaks of
+    the window of successes (one per worker process), oldest first; ``kills`` are the
+    latest `EVIDENCE_KILLS` kills for memory as (Unix time recorded, limit in GiB), oldest
+    first, pending or not; ``observations`` counts every observation ever recorded of the
+    key (0: the key is unknown, and the explanation is the hint's).
+    """
+
+    key: ResourceKey
+    explanation: Explanation
+    peaks_gb: tuple[float, ...]
+    kills: tuple[tuple[float, float], ...]
+    observations: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, as JSON reads back: the key as its text, tuples as lists."""
+        return {
+            "key": self.key.text(),
+            "explanation": {**asdict(self.explanation), "reasons": list(self.explanation.reasons)},
+            "peaks_gb": list(self.peaks_gb),
+            "kills": [list(kill) for kill in self.kills],
+            "observations": self.observations,
+        }
 
 
 def rows_of(record: Record, recorded_s: float) -> list[Row]:
@@ -332,3 +377,23 @@ class ResourceStore:
                     )
                 )
         return out
+
+    async def evidence(self, key: ResourceKey, hint: ResourceHint) -> KeyEvidence:
+        """What ``key``'s request rests on (see `KeyEvidence`); ``hint`` is its type's."""
+        async with self._connection() as conn:
+            history = await self._history(conn, key, WINDOW)
+            kills = await conn.execute_fetchall(
+                "SELECT recorded_s, memory_gb FROM observations"
+                " WHERE key = ? AND oom = 1 ORDER BY id DESC LIMIT ?",
+                (key.text(), EVIDENCE_KILLS),
+            )
+            total = await conn.execute_fetchall(
+                "SELECT count(*) FROM observations WHERE key = ?", (key.text(),)
+            )
+        return KeyEvidence(
+            key=key,
+            explanation=explain(history, hint),
+            peaks_gb=tuple(o.memory_gb for o in history if not o.oom),
+            kills=tuple((float(s), float(gb)) for s, gb in reversed(list(kills))),
+            observations=int(next(iter(total))[0]),
+        )

@@ -27,9 +27,10 @@ from simrun.core.scaling import (
 )
 from simrun.core.states import ACTIVE_TASK_STATES, UNFINISHED_UNIT_STATES, TaskCounts
 from simrun.core.views import FailureView, RunView
-from simrun.plugins import TaskType
+from simrun.plugins import ResourceHint, TaskType
 from simrun.queues import JobQueue
 from simrun.resources import KeySummary, ResourceKey, ResourceStore, resource_key
+from simrun.resources.store import KeyEvidence
 from simrun.runstore import RunRow, RunStore
 from simrun.service.dispatch import Dispatcher
 from simrun.service.metrics import (
@@ -151,6 +152,13 @@ class RunQueries:
     async def resources_by_key(self) -> list[KeySummary]:
         """What is learned per resource key."""
         return await self.resources.summaries({n: t.hint for n, t in self.types.items()})
+
+    async def key_evidence(self, key: ResourceKey) -> KeyEvidence:
+        """Why a task of ``key`` requests what it does, and the measurements behind it."""
+        task_type = self.types.get(key.task_type)
+        return await self.resources.evidence(
+            key, task_type.hint if task_type is not None else ResourceHint()
+        )
 
     async def live_workers(self) -> list[WorkerInfo]:
         """The worker containers whose heartbeat has not expired (raises when Redis does

@@ -14,13 +14,14 @@ Routes (JSON in and out; a bearer token is required when the service has one):
     POST /runs/{id}/replay            {"task"?, "units"?, "memory_gb"?}
     POST /runs/{id}/cancel
     GET  /resources                   what is learned per resource key
+    GET  /resources/{key}             one key's request and why, its peaks and kills
     GET  /backlog                     per queue: the units not done by resource key, and
                                       the live workers' count and shape (`simrun scale`)
     GET  /metrics                     Prometheus text format 0.0.4 (`simrun.service.metrics`)
     GET  /openapi.json                the schema of these routes
 
 A rejected document creates nothing and answers 422 with every problem; an unknown run
-answers 404, a replay or cancel its state does not allow 409.
+or resource key answers 404, a replay or cancel its state does not allow 409.
 
 One router per resource: `runs` (a submission is read by `submission`; its events are
 `events`), `types`,

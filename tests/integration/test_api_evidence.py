@@ -1,0 +1,150 @@
+"""``GET /resources/{key}`` over a real controller (real Redis, real SQLite): the evidence
+of a key as the store holds it, the 404 of an unknown key, the token; and
+``simrun resources KEY`` against a real server prints what it prints from the store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from urllib.parse import quote
+
+import httpx
+import pytest
+import uvicorn
+from click.testing import CliRunner
+
+from simrun.cli.group import cli
+from simrun.client import Client, UnknownKey
+from simrun.local.machine import free_socket
+from simrun.resources import Record, ResourceKey
+from simrun.service.api import create_app
+from simrun.service.controller import Controller
+from simrun.worker import WorkerReport
+from tests.support.service_tasks import WORK
+
+pytestmark = pytest.mark.redis
+
+TOKEN = "s3cret-token"
+#: A type the service knows (its hint applies) with no model and a variant with a slash,
+#: a space and a question mark: the route reads the rest of the path as the key.
+ODD = ResourceKey(WORK.name, "", "a b/c?")
+#: A type neither the service nor this environment knows: both use the default hint.
+PLAIN = ResourceKey("nope", "plate", "64")
+
+
+def report(*peaks_gb: float) -> WorkerReport:
+    return WorkerReport(
+        peak_memory_gb=peaks_gb, seconds_per_unit=0.5, units=len(peaks_gb), limit_gb=2.0
+    )
+
+
+def kill(limit_gb: float) -> WorkerReport:
+    return WorkerReport(
+        peak_memory_gb=(limit_gb,), seconds_per_unit=None, units=1, limit_gb=limit_gb,
+        killed_for_memory=True,
+    )  # fmt: skip
+
+
+async def fill(controller: Controller) -> None:
+    for key in (ODD, PLAIN):
+        await controller.resources.record(key, kill(0.2), 0.1, oom=True, run="r0")
+        await controller.resources.record_many(
+            Record(key, report(0.3 + 0.02 * i, 0.4), 0.1, run=f"r{i % 2}") for i in range(12)
+        )
+
+
+async def test_the_route_answers_the_evidence_the_store_holds(
+    api: httpx.AsyncClient, controller: Controller
+) -> None:
+    """The evidence of a key is the store's (`ResourceStore.evidence` with the hint of the
+    service's task type) as JSON, whatever characters the variant holds."""
+    await fill(controller)
+    response = await api.get("/resources/" + quote(ODD.text(), safe="/"))
+    assert response.status_code == 200, response.text
+    expected = await controller.resources.evidence(ODD, WORK.hint)
+    assert response.json() == expected.to_dict()
+    body = response.json()
+    assert (body["key"], len(body["peaks_gb"]), body["observations"]) == (ODD.text(), 24, 25)
+    assert body["explanation"]["hint_gb"] == WORK.hint.memory_per_worker_gb
+    assert body["explanation"]["reasons"]
+
+
+@pytest.mark.parametrize(
+    ("key", "detail"),
+    [
+        ("nope/plate/46", "no observations of resource key 'nope/plate/46'; "
+                          "did you mean nope/plate/64?"),
+        ("nope", "resource key 'nope' is not 'task_type/model' or 'task_type/model/variant'; "
+                 "did you mean nope/plate/64?"),
+    ],
+)  # fmt: skip
+async def test_an_unknown_key_answers_404_naming_it_and_close_keys(
+    api: httpx.AsyncClient, controller: Controller, key: str, detail: str
+) -> None:
+    """A key without observations, or that is no key, answers 404 with one line naming it
+    and the known keys close to it, and the key it asked for."""
+    await fill(controller)
+    response = await api.get(f"/resources/{key}")
+    assert response.status_code == 404
+    assert response.json() == {"detail": detail, "unknown_key": key}
+
+
+async def test_the_route_needs_the_token(controller: Controller) -> None:
+    """With a token, the route answers 401 without it, and the evidence with it."""
+    await fill(controller)
+    transport = httpx.ASGITransport(app=create_app(controller, token=TOKEN))
+    async with httpx.AsyncClient(transport=transport, base_url="http://simrun") as client:
+        assert (await client.get(f"/resources/{PLAIN.text()}")).status_code == 401
+        right = {"Authorization": f"Bearer {TOKEN}"}
+        answer = await client.get(f"/resources/{PLAIN.text()}", headers=right)
+        assert answer.status_code == 200
+        assert answer.json()["key"] == PLAIN.text()
+
+
+@pytest.fixture
+async def live(controller: Controller) -> AsyncIterator[str]:
+    """A real uvicorn server of the API over ``controller`` (the blocking client and the
+    command line need a socket); its URL."""
+    sock = free_socket()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(controller), log_config=None, access_log=False, lifespan="off")
+    )
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        assert not task.done(), task.result()
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+        sock.close()
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["resources", *args], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+async def test_the_command_prints_the_same_from_the_service_and_the_store(
+    live: str, controller: Controller
+) -> None:
+    """`simrun resources KEY --url` (the client over a real server) prints what `--store`
+    prints of the same store, the evidence as JSON and an unknown key's error line alike;
+    the client raises `UnknownKey` with the service's line."""
+    await fill(controller)
+    store = str(controller.settings.store)
+    for args in ([PLAIN.text()], [PLAIN.text(), "--json"], ["nope/plate/46"]):
+        remote = await asyncio.to_thread(run, *args, "--url", live)
+        local = await asyncio.to_thread(run, *args, "--store", store)
+        assert remote == local
+    assert local[:2] == (1, "")
+    assert "why" in (await asyncio.to_thread(run, PLAIN.text(), "--url", live))[1].splitlines()
+
+    def ask(key: str) -> dict[str, object]:
+        with Client(live) as client:
+            return client.resource_evidence(key)
+
+    assert (await asyncio.to_thread(ask, ODD.text()))["key"] == ODD.text()
+    with pytest.raises(UnknownKey, match=r"^no observations of resource key 'x/y'"):
+        await asyncio.to_thread(ask, "x/y")
