@@ -25,13 +25,17 @@ a process with a task whose setup holds 50 MiB. Two ways out were weighed:
   counting against the kill limit.
 * a fresh process per change of task: what the task measures is what it uses alone (the
   interpreter, its imports, its setup, its units), on both sides. It costs a start-up
-  (about 0.2 s of one core, measured: see the notes of issue 13) and the task's setup
-  again when a task comes back.
+  (about 0.2 s of one core: the interpreter, simrun's imports, the plugins; the old
+  process ends meanwhile) and the task's setup again when a task comes back.
 
 The rule takes the second, but only when there is something to lose: a process keeping at
 most `RECYCLE_KEPT_GB` beyond its baseline (what light tasks leave: a few hundredths of a
 MiB, measured) is kept, so light tasks share processes without start-ups, and what a task
 measures is never more than `RECYCLE_KEPT_GB` above what it uses alone (and never below).
+The threshold is absolute, not a part of the job's limit: a first run's limit is the hint,
+often far above the use it is about to measure. Tasks that keep more (a setup's state, a
+library imported) pay a start-up at each switch; a container mixing such tasks keeps them
+apart when it can, since a process whose last job was of the job's task is taken first.
 The kill limit needs no rule of its own: a process may keep at most `RECYCLE_KEPT_GB` of
 another task's, far below the `KILL_HEADROOM_GB` every job gets above the baseline.
 
