@@ -244,7 +244,7 @@ class JobHandler:
                 return WorkerReport.empty(limit_gb)
             finally:
                 self._commands.discard(task)
-        worker = await self.pool.checkout((spec.run, spec.task), grant.gpu_ids, limit_gb)
+        worker = await self.pool.checkout((spec.run, spec.task), grant.gpu_ids)
         try:
             if spec.kind == "merge":
                 result = await run_merge(worker, spec, ledger, limit_gb=limit_gb)

@@ -14,7 +14,7 @@ from simrun.core.wire import UnitKey
 from simrun.worker.ledger import Ledger
 from simrun.worker.pool.processes import (
     KILL_HEADROOM_GB,
-    RECYCLE_FRACTION,
+    RECYCLE_KEPT_GB,
     ProcessPool,
     WorkerProcess,
 )
@@ -48,7 +48,7 @@ async def run_on(
     pool: ProcessPool, spec: JobSpec, limit_gb: float
 ) -> tuple[WorkerProcess, RunResult, Ledger]:
     """Check a process out for ``spec``, run the chunk, check it back in."""
-    worker = await pool.checkout((spec.run, spec.task), (), limit_gb)
+    worker = await pool.checkout((spec.run, spec.task), ())
     ledger = Ledger(spec.units)
     try:
         result = await run_chunk(
@@ -63,7 +63,7 @@ async def test_a_process_is_kept_across_light_tasks_and_restarted_after_a_leak(
     tmp_path: Path,
 ) -> None:
     """A process switching task is started afresh only when what it keeps beyond its
-    baseline (its memory before any plugin code) passes RECYCLE_FRACTION of the new limit:
+    baseline (its memory before any task ran) passes RECYCLE_KEPT_GB, whatever the limit:
     an idle interpreter is kept for a light task, a process that leaked is restarted."""
     async with one_process_pool() as pool:
         first, result, ledger = await run_on(
@@ -71,9 +71,7 @@ async def test_a_process_is_kept_across_light_tasks_and_restarted_after_a_leak(
         )
         assert set(ledger.outcomes.values()) == {"done"}
         assert not result.killed_for_memory
-        assert 0 < first.baseline_gb <= first.anon_gb()
-        # The interpreter alone is past half the light limit: the old rule restarted here.
-        assert first.anon_gb() > RECYCLE_FRACTION * LIGHT_GB
+        assert 0 < first.baseline_gb <= first.anon_gb() <= first.baseline_gb + RECYCLE_KEPT_GB
         second, _, ledger = await run_on(
             pool, make_spec(tmp_path, "b", "test-noop", range(5)), LIGHT_GB
         )
@@ -81,13 +79,51 @@ async def test_a_process_is_kept_across_light_tasks_and_restarted_after_a_leak(
         assert second.pid == first.pid
         assert pool.replaced == 0
 
-        leak = make_spec(tmp_path, "leak", "test-hog", [0], {"keep_mb": 150})
-        leaky, _, ledger = await run_on(pool, leak, 0.25)
+        leak = make_spec(tmp_path, "leak", "test-hog", [0], {"keep_mb": 10})
+        leaky, _, ledger = await run_on(pool, leak, 4.0)
         assert ledger.outcomes == {0: "done"}
         assert leaky.pid == first.pid
-        after, _, _ = await run_on(pool, make_spec(tmp_path, "c", "test-noop", [0]), 0.25)
+        after, _, _ = await run_on(pool, make_spec(tmp_path, "c", "test-noop", [0]), 4.0)
         assert after.pid != first.pid
         assert pool.replaced == 1
+
+
+#: What the setup of the heavy task of the two-keys test holds (MiB), for its process's life.
+SETUP_MB = 50
+
+
+async def test_two_keys_sharing_a_process_each_measure_what_they_use(
+    redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    """A job's peak is what its own task uses, not what an earlier task left in the process:
+    with one worker process serving, in turn, a task whose setup holds SETUP_MB MiB and a
+    task that allocates nothing, the light task measures what it measures alone (not the
+    heavy setup on top), and the heavy task measures its setup every time, also when it
+    comes back after the light one."""
+    light_alone = make_spec(tmp_path, "alone", "test-noop", range(4), run="r0")
+    _, alone = await run_burst(redis_url, redis_prefix, [light_alone], processes=1, prefetch=0)
+    own_gb = max(alone[light_alone.job_id].report.peak_memory_gb)
+
+    heavy = {"setup_mb": SETUP_MB}
+    jobs = [
+        make_spec(tmp_path, "model", "test-hog", [0, 1], heavy),
+        make_spec(tmp_path, "light", "test-noop", [0, 1]),
+        make_spec(tmp_path, "model", "test-hog", [2, 3], heavy),
+        make_spec(tmp_path, "light", "test-noop", [2, 3]),
+    ]
+    _, reports = await run_burst(redis_url, redis_prefix, jobs, processes=1, prefetch=0)
+    peaks = {spec.job_id: max(reports[spec.job_id].report.peak_memory_gb) for spec in jobs}
+    for spec in jobs:
+        assert set(reports[spec.job_id].outcomes.values()) == {"done"}
+    light = [peaks[spec.job_id] for spec in jobs if spec.task == "light"]
+    model = [peaks[spec.job_id] for spec in jobs if spec.task == "model"]
+    mib = 1 / 1024
+    # Alone, the light task holds the interpreter and little else.
+    assert own_gb < 40 * mib, own_gb
+    for peak_gb in light:  # not the heavy task's setup on top of its own
+        assert peak_gb < own_gb + 10 * mib, (light, own_gb)
+    for peak_gb in model:  # its setup, every time
+        assert peak_gb > own_gb + (SETUP_MB - 5) * mib, (model, own_gb)
 
 
 async def test_a_limit_below_the_interpreter_is_raised_to_baseline_plus_headroom(
@@ -122,7 +158,7 @@ async def test_a_units_request_is_answered_in_batches_and_the_slot_tells_the_uni
     the process goes on."""
     spec = make_spec(tmp_path, "f", "test-flaky", [0, 1, 2, 3], {"fail_indices": [1]})
     async with one_process_pool() as pool:
-        worker = await pool.checkout((spec.run, spec.task), (), None)
+        worker = await pool.checkout((spec.run, spec.task), ())
         assert (await worker.call(task_message(spec, setup=True)))["ok"] is True
         worker.batch = (7, spec.job_id, [0, 1, 2, 3])
         await worker.send({"op": "units", "indices": [0, 1, 2, 3], "batch": 7})
@@ -162,7 +198,7 @@ async def test_units_marked_stale_during_a_chunk_are_skipped_between_batches(
         return isinstance(unit, int) and unit >= 150 and ledger.outcomes.get(50) == "done"
 
     async with one_process_pool() as pool:
-        worker = await pool.checkout((spec.run, spec.task), (), None)
+        worker = await pool.checkout((spec.run, spec.task), ())
         try:
             await run_chunk(
                 worker, spec, ledger, limit_gb=None, is_stale=is_stale, stopping=lambda: False

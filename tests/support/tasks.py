@@ -21,6 +21,8 @@ from simrun.plugins import ResourceHint, TaskPaths, TaskType
 MIB = 2**20
 #: What hog units keep for the life of their process (``keep_mb``).
 _KEPT: list[bytearray] = []
+#: What the setup of a task keeps for the life of its process (``setup_mb``), by task.
+_SET_UP: dict[str, bytearray] = {}
 
 
 class Settings(BaseModel):
@@ -36,6 +38,7 @@ class Settings(BaseModel):
     crash_indices: list[int] = []  # units whose process ends itself
     crash_how: str = "exit"  # "exit" (os._exit(3)) or "segv" (SIGSEGV to itself)
     setup_fails: bool = False
+    setup_mb: int = 0  # memory the setup allocates, touches and holds (a model loaded once)
 
 
 def _record(paths: TaskPaths, index: int, start: float, **extra: Any) -> None:
@@ -58,9 +61,12 @@ def count_units(settings: Settings) -> int:
 
 
 def setup(settings: Settings, paths: TaskPaths) -> None:
-    """Leaves one line per call in ``setup-<pid>.txt``; raises with ``setup_fails``."""
+    """Leaves one line per call in ``setup-<pid>.txt``; raises with ``setup_fails``; holds
+    ``setup_mb`` MiB (every page touched) for the rest of its process's life."""
     if settings.setup_fails:
         raise RuntimeError("setup fails on purpose")
+    if settings.setup_mb:
+        _SET_UP[str(paths.task_dir)] = _touched(settings.setup_mb)
     paths.out.mkdir(parents=True, exist_ok=True)
     with (paths.out / f"setup-{os.getpid()}.txt").open("a") as fh:
         fh.write("setup\n")

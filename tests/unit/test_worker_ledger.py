@@ -13,7 +13,7 @@ from simrun.plugins import TaskPaths
 from simrun.worker.capacity import Capacity
 from simrun.worker.jobs import request_for
 from simrun.worker.ledger import Ledger, death_outcome
-from simrun.worker.pool.processes import RECYCLE_FRACTION, Candidate, choose, describe_exit
+from simrun.worker.pool.processes import RECYCLE_KEPT_GB, Candidate, choose, describe_exit
 
 
 def test_ledger_reports_completed_units_only() -> None:
@@ -100,48 +100,61 @@ KEY = ("run", "task")
 OTHER = ("run", "other")
 
 
+BASE = 0.0186  # an idle interpreter's baseline (GiB)
+LIGHT = BASE + 0.05 / 1024  # what a light task leaves
+HEAVY = BASE + 50 / 1024  # a setup's state kept
+
+
 @pytest.mark.parametrize(
-    ("idle", "gpu_ids", "limit_gb", "expected"),
+    ("idle", "gpu_ids", "expected"),
     [
-        # The process already set up for the task wins.
+        # The process whose last job was of the task wins, whatever it keeps.
         (
-            [Candidate((), frozenset({OTHER}), 0.1), Candidate((), frozenset({KEY}), 0.9)],
+            [Candidate((), OTHER, LIGHT, BASE), Candidate((), KEY, HEAVY, BASE)],
             (),
-            1.0,
             (1, False),
         ),
-        # Else the one keeping the least memory, kept when its leftover is small ...
+        # Else one that can switch as it is, one set up for the task first ...
         (
-            [Candidate((), frozenset({OTHER}), 0.3), Candidate((), frozenset({OTHER}), 0.1)],
+            [
+                Candidate((), OTHER, BASE, BASE),
+                Candidate((), OTHER, LIGHT, BASE, frozenset({KEY, OTHER})),
+            ],
             (),
-            1.0,
             (1, False),
         ),
-        # ... and started afresh when its leftover is a large part of the new limit.
-        ([Candidate((), frozenset({OTHER}), RECYCLE_FRACTION * 2 + 0.1)], (), 2.0, (0, True)),
+        # ... then the one keeping the least; a heavy one is passed over ...
+        (
+            [
+                Candidate((), OTHER, HEAVY, BASE, frozenset({KEY, OTHER})),
+                Candidate((), OTHER, LIGHT, BASE),
+                Candidate((), OTHER, BASE, BASE),
+            ],
+            (),
+            (2, False),
+        ),
+        # ... and started afresh when all are: what it keeps would count in the new peak.
+        ([Candidate((), OTHER, HEAVY, BASE)], (), (0, True)),
+        ([Candidate((), OTHER, BASE + RECYCLE_KEPT_GB * 1.01, BASE)], (), (0, True)),
+        ([Candidate((), OTHER, BASE + RECYCLE_KEPT_GB * 0.99, BASE)], (), (0, False)),
+        # Set up for the task but last on another that kept much: started afresh too.
+        ([Candidate((), OTHER, HEAVY, BASE, frozenset({KEY, OTHER}))], (), (0, True)),
         # A fresh process (no task yet) is never restarted for its memory.
-        ([Candidate((), frozenset(), 5.0)], (), 2.0, (0, False)),
+        ([Candidate((), None, 5.0)], (), (0, False)),
         # A GPU job needs a process started with its GPU ...
         (
-            [Candidate((), frozenset({KEY}), 0.1), Candidate(("g1",), frozenset({OTHER}), 0.1)],
+            [Candidate((), KEY, LIGHT, BASE), Candidate(("g1",), OTHER, LIGHT, BASE)],
             ("g1",),
-            1.0,
             (1, False),
         ),
         # ... and restarts one when none has it; so does a CPU job among GPU processes.
-        ([Candidate(("g0",), frozenset({KEY}), 0.1)], ("g1",), 1.0, (0, True)),
-        ([Candidate(("g0",), frozenset({KEY}), 0.1)], (), 1.0, (0, True)),
-        # The interpreter's own memory (its baseline) is not a leftover: a process holding
-        # 19 MiB, all of it baseline, is kept for a light task of a 26.5 MiB limit ...
-        ([Candidate((), frozenset({OTHER}), 0.0186, 0.0186)], (), 0.0259, (0, False)),
-        # ... and of two processes, the one keeping the least beyond its baseline is chosen.
+        ([Candidate(("g0",), KEY, LIGHT, BASE)], ("g1",), (0, True)),
+        ([Candidate(("g0",), KEY, LIGHT, BASE)], (), (0, True)),
+        # The interpreter's own memory (its baseline) is not a leftover: of two processes,
+        # the one keeping the least beyond its baseline is chosen, not the smaller one.
         (
-            [
-                Candidate((), frozenset({OTHER}), 0.30, 0.02),
-                Candidate((), frozenset({OTHER}), 0.35, 0.30),
-            ],
+            [Candidate((), OTHER, 0.30, 0.02), Candidate((), OTHER, 0.30, 0.298)],
             (),
-            1.0,
             (1, False),
         ),
     ],
@@ -149,8 +162,8 @@ OTHER = ("run", "other")
 def test_choose(
     idle: list[Candidate],
     gpu_ids: tuple[str, ...],
-    limit_gb: float,
     expected: tuple[int, bool],
 ) -> None:
-    """Which idle worker process a job gets, and whether it is started afresh first."""
-    assert choose(idle, gpu_ids, KEY, limit_gb) == expected
+    """Which idle worker process a job gets, and whether it is started afresh first: a
+    process switching task keeps at most RECYCLE_KEPT_GB of what other tasks left."""
+    assert choose(idle, gpu_ids, KEY) == expected

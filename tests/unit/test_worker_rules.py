@@ -7,7 +7,7 @@ import pytest
 
 from simrun.worker.pool.processes import (
     KILL_HEADROOM_GB,
-    RECYCLE_FRACTION,
+    RECYCLE_KEPT_GB,
     kill_limit_gb,
     needs_fresh_start,
 )
@@ -40,28 +40,23 @@ def test_kill_limit(limit_gb: float | None, baseline_gb: float, expected: float 
 
 
 @pytest.mark.parametrize(
-    ("anon_gb", "baseline_gb", "limit_gb", "fresh"),
+    ("anon_gb", "baseline_gb", "fresh"),
     [
-        # The colleague's case: an idle interpreter of 19 MiB, a learned no-op of 26.5 MiB.
-        pytest.param(19 * MIB_GB, BASE, 26.5 * MIB_GB, False, id="idle interpreter, light task"),
-        pytest.param(0.5, 0.0, 2.0, False, id="half of the limit is not past it"),
-        pytest.param(1.01, 0.0, 2.0, True, id="past half of the limit"),
-        pytest.param(1.01, 0.02, 2.0, False, id="the baseline is not counted"),
-        pytest.param(1.2 + BASE, BASE, 2.0, True, id="a kept heap beyond the baseline"),
-        pytest.param(5.0, BASE, None, False, id="no limit: never"),
-        pytest.param(5.0, BASE, 0.0, False, id="zero limit: never"),
-        # Against the limit the process is killed at: 0.005 GiB is raised to ~51 MiB.
-        pytest.param(BASE + 20 * MIB_GB, BASE, 0.005, False, id="tiny limit, small heap"),
-        pytest.param(BASE + 30 * MIB_GB, BASE, 0.005, True, id="tiny limit, larger heap"),
+        # An idle interpreter of 19 MiB: all of it is its baseline.
+        pytest.param(19 * MIB_GB, BASE, False, id="idle interpreter"),
+        pytest.param(BASE + 0.05 * MIB_GB, BASE, False, id="what a light task leaves"),
+        pytest.param(BASE + RECYCLE_KEPT_GB, BASE, False, id="exactly the threshold"),
+        pytest.param(BASE + 6 * MIB_GB, BASE, True, id="a module such as numpy"),
+        pytest.param(BASE + 50 * MIB_GB, BASE, True, id="a setup's state (the issue's case)"),
+        pytest.param(1.003, 1.0, False, id="a large baseline is not counted"),
+        pytest.param(1.01, 0.0, True, id="baseline unknown: all is kept"),
     ],
 )
-def test_needs_fresh_start(
-    anon_gb: float, baseline_gb: float, limit_gb: float | None, fresh: bool
-) -> None:
+def test_needs_fresh_start(anon_gb: float, baseline_gb: float, fresh: bool) -> None:
     """A process switching task restarts when what it keeps beyond its baseline passes
-    RECYCLE_FRACTION of the limit it would be killed at."""
-    assert RECYCLE_FRACTION == 0.5  # the table's figures assume it
-    assert needs_fresh_start(anon_gb, baseline_gb, limit_gb) is fresh
+    RECYCLE_KEPT_GB (it would count in the new task's peak), whatever the job's limit."""
+    assert RECYCLE_KEPT_GB == 4 * MIB_GB  # the table's figures assume it
+    assert needs_fresh_start(anon_gb, baseline_gb) is fresh
 
 
 @pytest.mark.parametrize(

@@ -354,10 +354,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_blocking(1, hello)
             return 2
     become_subreaper()
-    # What this process holds before any plugin code runs: the pool counts the memory a
-    # process keeps from its tasks beyond this (simrun.worker.pool.processes).
-    baseline_bytes = anon_memory_bytes(os.getpid()) or 0
-
     _die_with_parent()
     # Ctrl-C reaches the whole process group; the container decides when processes stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -379,6 +375,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PluginError as exc:
         write_blocking(out_fd, {"ok": False, "pid": os.getpid(), "error": str(exc)})
         return 2
+    # What this process holds before any task runs, the plugins it was given loaded (every
+    # fresh process holds as much): the pool counts the memory a process keeps from its
+    # tasks beyond this (simrun.worker.pool.processes).
+    baseline_bytes = anon_memory_bytes(os.getpid()) or 0
     hello = {"ok": True, "pid": os.getpid(), "error": None, "baseline_bytes": baseline_bytes}
     write_blocking(out_fd, hello)
 

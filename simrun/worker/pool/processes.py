@@ -7,17 +7,42 @@ it back in; a process that died or was killed is replaced in the background.
 
 Which process a job gets (`choose`): one bound to the GPUs the job was granted (a GPU id
 can only be given to a process through ``CUDA_VISIBLE_DEVICES`` when it starts), preferably
-one already working on the job's task (its ``setup`` is done). A process switching to
-another task is started afresh when the anonymous memory it keeps from its earlier tasks
-passes `RECYCLE_FRACTION` of the new job's limit (`needs_fresh_start`): a long-lived
-process keeps the heap of earlier chunks (allocators rarely give memory back), and that
-would count against, and could even kill, the next task's units.
+the one whose last job was of the same task (its ``setup`` is done, its memory is the
+task's own). A process switching to another task is started afresh when the anonymous
+memory it keeps beyond its *baseline* passes `RECYCLE_KEPT_GB`, a few MiB
+(`needs_fresh_start`).
 
-What it keeps is counted beyond its *baseline*: the anonymous memory the process measured
-itself right after it started and imported simrun, before any plugin code ran (about 19 MiB
-for CPython with simrun's imports). A fresh process holds that much too, so restarting
-cannot win it back; counting it made every light task (a learned request of a few tens of
-MiB) restart every process at every new task.
+Why: the peak a job reports is its process's memory, and it is what the key learns. A
+process keeps what its earlier tasks left: a setup's state (a model loaded once per task
+and process), modules they imported, the heap the allocator did not give back. Counted as
+the next task's, that made a light key that uses 25 MiB alone learn 70 MiB when it shared
+a process with a task whose setup holds 50 MiB. Two ways out were weighed:
+
+* a baseline per (task, process): report the peak minus what the process held when the
+  task's first job began. It is exact only while the leftover stays resident and untouched;
+  freed pages reused by the new task (a heap with holes) make it undercount what the task
+  needs, and an undercount becomes a kill on the next run. It also leaves the leftover
+  counting against the kill limit.
+* a fresh process per change of task: what the task measures is what it uses alone (the
+  interpreter, its imports, its setup, its units), on both sides. It costs a start-up
+  (about 0.2 s of one core: the interpreter, simrun's imports, the plugins; the old
+  process ends meanwhile) and the task's setup again when a task comes back.
+
+The rule takes the second, but only when there is something to lose: a process keeping at
+most `RECYCLE_KEPT_GB` beyond its baseline (what light tasks leave: a few hundredths of a
+MiB, measured) is kept, so light tasks share processes without start-ups, and what a task
+measures is never more than `RECYCLE_KEPT_GB` above what it uses alone (and never below).
+The threshold is absolute, not a part of the job's limit: a first run's limit is the hint,
+often far above the use it is about to measure. Tasks that keep more (a setup's state, a
+library imported) pay a start-up at each switch; a container mixing such tasks keeps them
+apart when it can, since a process whose last job was of the job's task is taken first.
+The kill limit needs no rule of its own: a process may keep at most `RECYCLE_KEPT_GB` of
+another task's, far below the `KILL_HEADROOM_GB` every job gets above the baseline.
+
+The *baseline* is the anonymous memory the process measured itself after it started,
+imported simrun and loaded the ``--plugin`` references it was given, before any task ran
+(about 20 MiB for CPython with simrun's imports). A fresh process holds that much too, so
+restarting cannot win it back; counting it would restart every process at every new task.
 
 Each process runs in a memory cgroup of its own where the worker has them
 (`simrun.worker.cgroups`; ``cgroups`` of `ProcessPool`), else as the root of its process
@@ -65,7 +90,7 @@ from simrun.worker.proctree import GIB, anon_memory_bytes, kill_tree
 __all__ = [
     "KERNEL_LIMIT_FACTOR",
     "KILL_HEADROOM_GB",
-    "RECYCLE_FRACTION",
+    "RECYCLE_KEPT_GB",
     "PoolError",
     "ProcessGone",
     "ProcessPool",
@@ -81,8 +106,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: A process switching task restarts when what it keeps beyond its baseline passes this
-#: fraction of the new job's limit.
-RECYCLE_FRACTION = 0.5
+#: (GiB): what an earlier task may add to the peak a job measures. A light task leaves a
+#: few hundredths of a MiB; a module such as numpy about 6 MiB.
+RECYCLE_KEPT_GB = 4 / 1024
 #: The least memory a job's plugin code gets above the process's baseline before the
 #: process is killed for memory (see `kill_limit_gb`): room to import a module such as
 #: numpy (about 6 MiB) and do a little work.
@@ -156,10 +182,12 @@ class WorkerProcess:
             self._log_task = asyncio.get_running_loop().create_task(log.copy(proc.stderr))
         self.killed_by_kernel = False
         self._oom_before: tuple[int | None, int | None] = (None, None)
-        #: Anonymous memory (GiB) the process held before any plugin code ran (its hello).
+        #: Anonymous memory (GiB) the process held before any task ran (its hello).
         self.baseline_gb = 0.0
         #: The tasks this process has worked on (its setup is done for them).
         self.task_keys: set[tuple[str, str]] = set()
+        #: The task of its last job (None: it has run none).
+        self.task: tuple[str, str] | None = None
         self.kill_reason: str | None = None
 
     def number_batch(self) -> int:
@@ -379,53 +407,60 @@ def kill_limit_gb(limit_gb: float | None, baseline_gb: float) -> float | None:
     return max(limit_gb, baseline_gb + KILL_HEADROOM_GB)
 
 
-def needs_fresh_start(anon_gb: float, baseline_gb: float, limit_gb: float | None) -> bool:
+def needs_fresh_start(anon_gb: float, baseline_gb: float) -> bool:
     """Whether a process switching task must be started afresh: the anonymous memory it
-    holds beyond its baseline passes `RECYCLE_FRACTION` of the limit it would be killed at
-    for the new job (`kill_limit_gb`). Never without a limit."""
-    kill_at = kill_limit_gb(limit_gb, baseline_gb)
-    return kill_at is not None and anon_gb - baseline_gb > RECYCLE_FRACTION * kill_at
+    holds beyond its baseline passes `RECYCLE_KEPT_GB` (what it keeps would count in the
+    peak of the new task). The job's limit does not matter: a wrong peak is learned under
+    any limit."""
+    return anon_gb - baseline_gb > RECYCLE_KEPT_GB
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """What `choose` knows of an idle process: its GPUs, its tasks, its anonymous memory
-    now and its baseline (what it held before any plugin code ran), in GiB."""
+    """What `choose` knows of an idle process: its GPUs, the task of its last job (None:
+    none yet), its anonymous memory now and its baseline (what it held before any task
+    ran), in GiB, and the tasks whose setup it has done."""
 
     gpu_ids: tuple[str, ...]
-    task_keys: frozenset[tuple[str, str]]
+    task: tuple[str, str] | None
     anon_gb: float
     baseline_gb: float = 0.0
+    set_up: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def kept_gb(self) -> float:
         """What the process keeps beyond its baseline."""
         return self.anon_gb - self.baseline_gb
 
+    @property
+    def heavy(self) -> bool:
+        """Whether it must start afresh to switch task (a process that has run nothing
+        never must: a fresh one would hold as much)."""
+        return self.task is not None and needs_fresh_start(self.anon_gb, self.baseline_gb)
+
 
 def choose(
-    idle: Sequence[Candidate],
-    gpu_ids: tuple[str, ...],
-    task_key: tuple[str, str],
-    limit_gb: float | None,
+    idle: Sequence[Candidate], gpu_ids: tuple[str, ...], task_key: tuple[str, str]
 ) -> tuple[int, bool]:
     """The idle process to give a job (its index) and whether to start it afresh first.
 
-    Prefers a process bound to ``gpu_ids`` working on ``task_key``, then one bound to
-    ``gpu_ids`` keeping the least memory beyond its baseline (started afresh when it keeps
-    too much, see `needs_fresh_start`), then any (started afresh with the right GPUs).
+    Prefers a process bound to ``gpu_ids`` whose last job was of ``task_key``; then one
+    bound to ``gpu_ids`` that can switch task as it is (see `needs_fresh_start`), one
+    already set up for ``task_key`` first, then the one keeping the least; then one that
+    must start afresh; then any (started afresh with the right GPUs).
     """
     if not idle:
         raise ValueError("no idle process to choose from")
     same_gpus = [i for i, c in enumerate(idle) if c.gpu_ids == gpu_ids]
     for i in same_gpus:
-        if task_key in idle[i].task_keys:
+        if idle[i].task == task_key:
             return i, False
     if same_gpus:
-        best = min(same_gpus, key=lambda i: idle[i].kept_gb)
-        chosen = idle[best]
-        heavy = needs_fresh_start(chosen.anon_gb, chosen.baseline_gb, limit_gb)
-        return best, heavy and bool(chosen.task_keys)
+        best = min(
+            same_gpus,
+            key=lambda i: (idle[i].heavy, task_key not in idle[i].set_up, idle[i].kept_gb),
+        )
+        return best, idle[best].heavy
     return 0, True
 
 
@@ -550,9 +585,7 @@ class ProcessPool:
                 self._changed.notify_all()
             return
 
-    async def checkout(
-        self, task_key: tuple[str, str], gpu_ids: tuple[str, ...], limit_gb: float | None
-    ) -> WorkerProcess:
+    async def checkout(self, task_key: tuple[str, str], gpu_ids: tuple[str, ...]) -> WorkerProcess:
         """An idle process bound to ``gpu_ids``, ready for ``task_key`` (see `choose`).
 
         The caller must hold a slot of admission, so a process is idle or on its way.
@@ -575,25 +608,29 @@ class ProcessPool:
                     await worker.release()
                     self._replace(())
             candidates = [
-                Candidate(w.gpu_ids, frozenset(w.task_keys), w.anon_gb(), w.baseline_gb)
+                Candidate(w.gpu_ids, w.task, w.anon_gb(), w.baseline_gb, frozenset(w.task_keys))
                 for w in self._idle
             ]
-            index, fresh = choose(candidates, gpu_ids, task_key, limit_gb)
+            index, fresh = choose(candidates, gpu_ids, task_key)
             worker = self._idle.pop(index)
             self._busy.add(worker)
         if fresh:
             self._busy.discard(worker)
-            await worker.stop()
             self.replaced += 1
+            # The old process ends while the new one starts (about 50 ms of the 0.25 s).
+            ending = asyncio.ensure_future(worker.stop())
             try:
                 worker = await self._spawn(gpu_ids)
             except (PoolError, OSError):
                 self._replace(())
                 raise
+            finally:
+                await asyncio.shield(ending)
             self._busy.add(worker)
         if len(worker.task_keys) >= MAX_TASK_KEYS:  # the process forgets old tasks too
             worker.task_keys.clear()
         worker.task_keys.add(task_key)
+        worker.task = task_key
         return worker
 
     async def checkin(self, worker: WorkerProcess) -> None:

@@ -28,7 +28,8 @@ Requests (container → process):
 A reply is ``{"ok": bool, "seconds": float, "error": str | None}``; ``seconds`` is the
 wall time of the plugin call alone. At start the process sends ``{"ok": bool, "pid": int,
 "error": str | None, "baseline_bytes": int}`` once it has loaded the plugins it was given;
-``baseline_bytes`` is its anonymous memory measured before it loaded them (0 when unknown).
+``baseline_bytes`` is its anonymous memory measured once they are loaded, before any task
+ran (0 when unknown).
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ import asyncio
 import mmap
 import os
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from simrun.core.jobs import JobSpec
+if TYPE_CHECKING:  # the worker process needs none of the wire models (its start-up time)
+    from simrun.core.jobs import JobSpec
 
 __all__ = [
     "MAX_MESSAGE_BYTES",

@@ -6,8 +6,9 @@ headroom when below it, `simrun.worker.pool.processes.kill_limit_gb`; the report
 the process really ran under). The peak is taken per job: the sampler
 starts with the job, so the peak includes what the process already holds from earlier
 jobs of the same task (its setup state, a heap the allocator kept): that is what the
-process really needs while it computes this task's units. A process switching task with a
-large leftover heap is started afresh by the pool (see `simrun.worker.pool.processes`).
+process really needs while it computes this task's units. What other tasks left is not
+in it, but for at most `simrun.worker.pool.processes.RECYCLE_KEPT_GB`: a process switching
+task that keeps more is started afresh by the pool (see `simrun.worker.pool.processes`).
 
 The units of a chunk go to the process in batches (one "units" request each), and their
 outcomes come back batched too (a message at the end of the batch, and one after a unit
