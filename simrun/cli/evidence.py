@@ -8,6 +8,8 @@ matplotlib (the ``plot`` extra) when it runs.
 
 from __future__ import annotations
 
+import importlib
+
 import bisect
 import itertools
 import math
@@ -231,12 +233,13 @@ class PlotUnavailable(RuntimeError):
 def write_plot(evidence: Mapping[str, Any], path: Path) -> None:
     """A PNG at ``path``: the histogram of the window's peaks (the bins of `histogram`),
     with the request and the hint as vertical lines. `PlotUnavailable` without matplotlib."""
+    # imported by name: the plot extra is optional, and mypy then needs no stubs for it
     try:
-        import matplotlib
+        matplotlib = importlib.import_module("matplotlib")
     except ImportError as exc:
         raise PlotUnavailable("--plot needs matplotlib: pip install 'simrun[plot]'") from exc
     matplotlib.use("Agg")  # files only, no display
-    from matplotlib import pyplot as plt
+    plt = importlib.import_module("matplotlib.pyplot")
 
     e = evidence["explanation"]
     peaks = [float(p) for p in evidence.get("peaks_gb", [])]
