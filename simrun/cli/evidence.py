@@ -8,9 +8,8 @@ matplotlib (the ``plot`` extra) when it runs.
 
 from __future__ import annotations
 
-import importlib
-
 import bisect
+import importlib
 import itertools
 import math
 import time
