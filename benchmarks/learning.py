@@ -409,34 +409,49 @@ def batches(units: Sequence[Unit]) -> list[list[Unit]]:
     return out
 
 
-async def replay(units: Sequence[Unit], policy: Policy, probe: bool = False) -> Outcome:
+async def replay(
+    units: Sequence[Unit], policy: Policy, probe: bool = False, probe_whole: bool = True
+) -> Outcome:
     """Run ``units`` through ``policy`` on an event timeline; completions at an instant are
     known before the submissions of that instant. With ``probe``, the first batch of a key
-    never seen sends `probe_units` units alone and holds the rest until the first report of
-    the key."""
+    never seen sends `probe_units` units alone and holds the rest (and the key's later
+    batches) until the probe reported: every probe unit with ``probe_whole``, else its
+    first."""
     out = Outcome(name=policy.name, units=len(units))
     for u in units:
         out.runs.setdefault(u.run, Tally()).units += 1
     order = itertools.count()
-    # (time, phase, seq, units, attempt, request): phase 0 = completion, 1 = submission
+    # (time, phase, seq, units, attempt, request): phase 0 = completion, 1 = submission;
+    # a group of several units is a batch (phase 2) whose probe is decided when it arrives
     events: list[tuple[float, int, int, list[Unit], int, float]] = [
-        (b[0].submit_s, 1, next(order), b, 1, 0.0) for b in batches(units)
+        (b[0].submit_s, 2 if len(b) > 1 else 1, next(order), b, 1, 0.0)
+        for b in (batches(units) if probe else [[u] for u in units])
     ]
     heapq.heapify(events)
     seen: set[str] = set()
     held: dict[str, list[Unit]] = {}
+    probing: dict[str, int] = {}
+    free: set[int] = set()  # units that go out when they arrive (the probe's)
+    done = 0
     while events:
         now_s, phase, _, group, attempt, request_gb = heapq.heappop(events)
+        key = group[0].key
+        if phase == 2:
+            first_time = probe and key not in seen and key not in held
+            size = probe_units(len(group), PROBE_PROCESSES, None) if first_time else 0
+            seen.add(key)
+            if size:
+                probing[key] = size if probe_whole else 1
+                held[key] = list(group[size:])
+                group = group[:size]
+                free.update(u.index for u in group)
+            for unit in group:  # each unit arrives at its own time
+                heapq.heappush(events, (unit.submit_s, 1, next(order), [unit], 1, 0.0))
+            continue
         if phase == 1:
-            key = group[0].key
-            if key in held:  # a later batch while the key's probe runs waits with the rest
-                held[key].extend(group)
+            if attempt == 1 and key in held and group[0].index not in free:
+                held[key].extend(group)  # arrives while the key's probe runs: waits too
                 continue
-            if probe and attempt == 1 and key not in seen:
-                size = probe_units(len(group), PROBE_PROCESSES, None)
-                if size:
-                    held[key] = list(group[size:])
-                    group = group[:size]
             seen.add(key)
             for unit in group:
                 gb = await policy.request(unit, attempt, now_s, request_gb)
@@ -444,11 +459,13 @@ async def replay(units: Sequence[Unit], policy: Policy, probe: bool = False) -> 
                     raise RuntimeError(f"{policy.name} requested {gb} GiB for unit {unit}")
                 for t in (out, out.runs[unit.run]):
                     t.requested_gbh += gb * unit.seconds / 3600
-                    t.waited_h += (now_s - unit.submit_s) / 3600 if attempt == 1 else 0.0
+                    if attempt == 1:
+                        t.waited_h += max(0.0, now_s - unit.submit_s) / 3600
                 heapq.heappush(events, (now_s + unit.seconds, 0, next(order), [unit], attempt, gb))
             continue
         unit = group[0]
         if request_gb >= unit.peak_gb:
+            done += 1
             for t in (out, out.runs[unit.run]):
                 t.used_gbh += unit.peak_gb * unit.seconds / 3600
             await policy.success(unit, request_gb, now_s)
@@ -461,9 +478,16 @@ async def replay(units: Sequence[Unit], policy: Policy, probe: bool = False) -> 
                 raise RuntimeError(f"{policy.name}: unit {unit.index} killed {attempt} times")
             await policy.kill(unit, request_gb, now_s)
             heapq.heappush(events, (now_s, 1, next(order), [unit], attempt + 1, request_gb))
-        rest = held.pop(unit.key, None)
-        if rest:  # the probe reported: the rest goes out with what was learned
-            heapq.heappush(events, (now_s, 1, next(order), rest, 1, 0.0))
+        if key in probing and attempt == 1:
+            probing[key] -= 1
+            if probing[key] <= 0:  # the probe reported: the rest goes out with what was learned
+                del probing[key]
+                rest = held.pop(key, [])
+                free.update(u.index for u in rest)
+                if rest:
+                    heapq.heappush(events, (now_s, 1, next(order), rest, 1, 0.0))
+    if done != len(units):
+        raise RuntimeError(f"{policy.name}: {len(units) - done} units never succeeded")
     return out
 
 
@@ -508,6 +532,12 @@ async def trace_table(units: Sequence[Unit], sizes: bool) -> dict[str, Outcome]:
         pure.requested_gbh,
     )
     probed = await replay(units, SimrunPure(sizes, name="simrun (probe first)"), probe=True)
+    first = await replay(
+        units,
+        SimrunPure(sizes, name="simrun (probe, first report)"),
+        probe=True,
+        probe_whole=False,
+    )
     baselines = [
         await replay(units, p())
         for p in (Static, Nextflow, MaxSeen, VpaLike, TodaysRule, ColdStartFloor, Oracle)
@@ -524,7 +554,7 @@ async def trace_table(units: Sequence[Unit], sizes: bool) -> dict[str, Outcome]:
     )
     print()
     real.name = "simrun v2 (ResourceStore)"
-    outcomes = [real, probed, *baselines]
+    outcomes = [real, probed, first, *baselines]
     print_table(outcomes, baselines[0])
     if not same:
         raise SystemExit("the ResourceStore and the pure decide disagree")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from simrun.cli.progress import plain_lines
-from simrun.core.reports import WorkerReport
+from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.views import TaskView
 from simrun.resources import RETRY_FACTOR, ResourceKey
 from simrun.runstore import JobRow
@@ -258,3 +258,36 @@ async def test_a_probe_killed_for_memory_sends_the_rest_at_the_kill_floor(
     assert await finish(c, run_id) == "succeeded"
     units = [u for u in await c.store.units(run_id, "work") if u.kind == "chunk"]
     assert sorted(u.index for u in units if u.kills) == [0, 1]
+
+
+async def test_the_rest_waits_for_every_probe_unit(controller: Controller) -> None:
+    """The rest of a probing task goes out only once every probe unit reported (it is then
+    sized from all of their peaks): after the first of 2 probe reports nothing more goes out
+    and the task still says probing; after the second the other 38 go out."""
+    c = controller
+    run_id = await submit(c, doc("svc-roomy", 40))
+    await steps(c)
+    probe = await jobs(c, run_id)
+    assert len(probe) == 2
+    redis, keys = c.queue.redis, c.queue.keys
+
+    def report(job: JobRow, peak_gb: float) -> dict[str, str]:
+        index = int(job.id.rsplit(":", 2)[1])  # RUN:TASK:FIRST:ATTEMPT; one unit each
+        return ReportEntry(
+            job_id=job.id, run=run_id, task="work", kind="chunk", attempt=1, worker_id="w",
+            outcomes={index: "done"},  # type: ignore[dict-item]
+            report=WorkerReport(
+                peak_memory_gb=(peak_gb,), seconds_per_unit=0.05, units=1, limit_gb=1.0
+            ), started=1.0, finished=2.0,
+        ).to_fields()  # fmt: skip
+
+    await redis.xadd(keys.reports, report(probe[0], 0.3))  # type: ignore[arg-type]
+    await steps(c)
+    assert len(await jobs(c, run_id)) == 1  # the other probe job, nothing more
+    assert (await task_view(c, run_id)).status.startswith("probing")
+    await redis.xadd(keys.reports, report(probe[1], 0.35))  # type: ignore[arg-type]
+    await steps(c)
+    rest = await jobs(c, run_id)
+    assert sum(j.units for j in rest) == 38
+    assert all(j.memory_gb < ROOMY.hint.memory_per_worker_gb for j in rest)
+    assert (await task_view(c, run_id)).status == ""
