@@ -318,6 +318,40 @@ class SimrunPure(Static):
         )
 
 
+@dataclass
+class OtherModels(SimrunPure):
+    """Measured, not shipped (issue 13, item 4): a key with no success of its own starts
+    from the successes of its type and variant on other models, their request widened by
+    exp(KILL_Z x MODEL_SPREAD) (models of a type may differ by that much), still capped
+    by the hint."""
+
+    name: str = "simrun + other models"
+    model_spread: float = 0.25
+
+    async def request(self, unit: Unit, attempt: int, now_s: float, last_gb: float) -> float:
+        own = self.history[unit.key]
+        key = ResourceKey.from_text(unit.key)
+        if attempt > 1 or any(not o.oom for o in own):
+            return await super().request(unit, attempt, now_s, last_gb)
+        others = [
+            o
+            for text, history in self.history.items()
+            if text != unit.key
+            and (k := ResourceKey.from_text(text)).task_type == key.task_type
+            and k.variant == key.variant
+            for o in history
+            if not o.oom
+        ][-WINDOW:]
+        if not others:
+            return await super().request(unit, attempt, now_s, last_gb)
+        borrowed = decide(others, ResourceHint(), None, input_bytes=self._size(unit))
+        gb = min(
+            unit.preset_gb, borrowed.memory_per_worker_gb * math.exp(KILL_Z * self.model_spread)
+        )
+        self.requests.append(gb)
+        return gb
+
+
 class TodaysRule(Static):
     """Learning v1, as shipped before v2: P95 (nearest rank) of the last 200 successes x 1.4,
     at least 2 x the largest limit killed since the last success, at least 0.25 GiB."""
@@ -532,6 +566,7 @@ async def trace_table(units: Sequence[Unit], sizes: bool) -> dict[str, Outcome]:
         pure.requested_gbh,
     )
     probed = await replay(units, SimrunPure(sizes, name="simrun (probe first)"), probe=True)
+    other_models = await replay(units, OtherModels(sizes))
     first = await replay(
         units,
         SimrunPure(sizes, name="simrun (probe, first report)"),
@@ -554,7 +589,7 @@ async def trace_table(units: Sequence[Unit], sizes: bool) -> dict[str, Outcome]:
     )
     print()
     real.name = "simrun v2 (ResourceStore)"
-    outcomes = [real, probed, first, *baselines]
+    outcomes = [real, probed, first, other_models, *baselines]
     print_table(outcomes, baselines[0])
     if not same:
         raise SystemExit("the ResourceStore and the pure decide disagree")

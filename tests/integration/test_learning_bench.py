@@ -90,6 +90,34 @@ def test_bad_trace_names_the_line(bench: ModuleType, tmp_path: Path) -> None:
         bench.load_trace(trace)
 
 
+def test_a_probe_holds_the_rest_until_it_reported(bench: ModuleType, tmp_path: Path) -> None:
+    """With probing, a batch of 16 units of a new key sends probe_units of them first (4 on
+    4 processes); the other 12 wait until all 4 reported, the wait is charged, and every
+    unit succeeds once."""
+    rows = [f"{i * 0.01:.2f},fit/m,1.0,100,8.0,1000" for i in range(16)]
+    units = bench.load_trace(write_trace(tmp_path / "t.csv", rows))
+    out = asyncio.run(bench.replay(units, bench.SimrunPure(), probe=True))
+    assert out.kills == 0
+    # 12 units waited about one unit's runtime (100 s) for the probe
+    assert out.waited_h == pytest.approx(12 * 100 / 3600, rel=0.01)
+    # the 4 probe units ran at the hint (8 GiB), the others at the learned request
+    assert out.requested_gbh < 16 * 8.0 * 100 / 3600 / 2
+    plain = asyncio.run(bench.replay(units, bench.SimrunPure()))
+    assert plain.waited_h == 0.0
+    assert plain.requested_gbh == pytest.approx(16 * 8.0 * 100 / 3600)
+
+
+def test_runs_and_keys_without_a_model(bench: ModuleType, tmp_path: Path) -> None:
+    """A key without a model ("kind07") reads as a type with an empty model; a gap of over
+    an hour between submissions starts the next run."""
+    trace = write_trace(
+        tmp_path / "t.csv", ["0,kind07,1.0,1,2.0,1", "10,kind07,1.0,1,2.0,1", "4000,kind07,1,1,2,1"]
+    )
+    units = bench.load_trace(trace)
+    assert [u.key for u in units] == ["kind07/"] * 3
+    assert [u.run for u in units] == [0, 0, 1]
+
+
 @pytest.mark.skipif(not TRACE.is_file(), reason="the shared trace is not on this machine")
 def test_script_runs_on_a_slice_of_the_trace() -> None:
     """The script replays the first rows through the real store and the baselines, prints
@@ -104,8 +132,17 @@ def test_script_runs_on_a_slice_of_the_trace() -> None:
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "same requests as the pure decide: yes" in out
-    for name in ("simrun (ResourceStore)", "static preset", "nextflow", "max seen", "VPA-like"):
+    for name in (
+        "simrun v2 (ResourceStore)",
+        "simrun (probe first)",
+        "static preset",
+        "nextflow",
+        "max seen",
+        "VPA-like",
+        "today's rule (v1)",
+        "cold-start floor",
+    ):
         assert name in out
     oracle = next(line for line in out.splitlines() if line.startswith("oracle"))
-    assert oracle.split()[4:7] == ["0.0", "0.0%", "0"]  # no waste, no kill
-    assert "vs static preset" in out
+    assert oracle.split()[4:9] == ["0.0", "0.000", "0", "(0.00%)", "0.0"]  # no waste, no kill
+    assert "target <= 0.30" in out
