@@ -434,7 +434,7 @@ def _count(n: int, noun: str) -> str:
 
 
 def _gb(value: float) -> str:
-    return f"{value:.3g} GiB"
+    return f"{value:.3g} GiB" if value >= 1 else f"{value * 1024:.3g} MiB"
 
 
 @dataclass(frozen=True)
