@@ -19,7 +19,8 @@ from simrun.local.machine import free_socket
 from simrun.resources import Record, ResourceKey
 from simrun.service.api import create_app
 from simrun.service.controller import Controller
-from simrun.worker import WorkerReport
+from tests.support.reports import killed as kill
+from tests.support.reports import success as report
 from tests.support.service_tasks import WORK
 
 pytestmark = pytest.mark.redis
@@ -30,19 +31,6 @@ TOKEN = "s3cret-token"
 ODD = ResourceKey(WORK.name, "", "a b/c?")
 #: A type neither the service nor this environment knows: both use the default hint.
 PLAIN = ResourceKey("nope", "plate", "64")
-
-
-def report(*peaks_gb: float) -> WorkerReport:
-    return WorkerReport(
-        peak_memory_gb=peaks_gb, seconds_per_unit=0.5, units=len(peaks_gb), limit_gb=2.0
-    )
-
-
-def kill(limit_gb: float) -> WorkerReport:
-    return WorkerReport(
-        peak_memory_gb=(limit_gb,), seconds_per_unit=None, units=1, limit_gb=limit_gb,
-        killed_for_memory=True,
-    )  # fmt: skip
 
 
 async def fill(controller: Controller) -> None:

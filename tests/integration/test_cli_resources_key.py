@@ -14,22 +14,10 @@ from click.testing import CliRunner
 from simrun.cli.group import cli
 from simrun.core.layout import StoreLayout
 from simrun.resources import Record, ResourceKey, ResourceStore
-from simrun.worker import WorkerReport
+from tests.support.reports import killed as kill
+from tests.support.reports import success as report
 
 KEY = ResourceKey("heat", "plate", "64")
-
-
-def report(*peaks_gb: float) -> WorkerReport:
-    return WorkerReport(
-        peak_memory_gb=peaks_gb, seconds_per_unit=0.5, units=len(peaks_gb), limit_gb=2.0
-    )
-
-
-def kill(limit_gb: float) -> WorkerReport:
-    return WorkerReport(
-        peak_memory_gb=(limit_gb,), seconds_per_unit=None, units=1, limit_gb=limit_gb,
-        killed_for_memory=True,
-    )  # fmt: skip
 
 
 @pytest.fixture

@@ -11,24 +11,11 @@ from pathlib import Path
 from simrun.plugins import ResourceHint
 from simrun.resources import WINDOW, Record, ResourceKey, ResourceStore, explain
 from simrun.resources.store import EVIDENCE_KILLS
-from simrun.worker import WorkerReport
+from tests.support.reports import killed, success
 
 KEY = ResourceKey("heat", "plate", "64")
 OTHER = ResourceKey("heat", "plate", "128")
 HINT = ResourceHint(memory_base_gb=1.0, memory_per_worker_gb=4.0)
-
-
-def success(*peaks_gb: float) -> WorkerReport:
-    return WorkerReport(
-        peak_memory_gb=peaks_gb, seconds_per_unit=1.0, units=len(peaks_gb), limit_gb=8.0
-    )
-
-
-def killed(limit_gb: float) -> WorkerReport:
-    return WorkerReport(
-        peak_memory_gb=(limit_gb,), seconds_per_unit=None, units=1, limit_gb=limit_gb,
-        killed_for_memory=True,
-    )  # fmt: skip
 
 
 async def test_evidence_lists_the_window_the_kills_and_the_policys_explanation(
