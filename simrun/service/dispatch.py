@@ -6,10 +6,10 @@ The rules are `simrun.core.sizing` and `simrun.service.decisions`; the jobs come
 
 A task whose key has no history (its memory is the hint's or the default) probes first
 when `sizing.probe_units` says it is worth it: only the probe's units go out, one per job,
-and its status says so (`sizing.probe_status`). The rest is held while the key still has no
-observation and a job of the task is in flight; the probe's report (a success or a kill)
-gives the key an observation, the ingest drops the key from the resolve cache, and the next
-dispatch sends the rest with the learned request. Nothing of the probe is kept in memory:
+and its status says so (`sizing.probe_status`). The rest is held while a probe job is in
+flight; the probe's reports (successes or kills) give the key observations, the ingest
+drops the key from the resolve cache, and once every probe unit reported the next dispatch
+sends the rest with the learned request. Nothing of the probe is kept in memory:
 the status, the jobs in flight and the key's observations are all in SQLite, so a service
 restarted meanwhile goes on as it would have. A probe that ended without an observation
 (its units never measured anything) lets the rest go out with the hint; a probe sent back
@@ -59,12 +59,11 @@ def input_bytes(paths: Iterable[Path]) -> int | None:
             if path.is_file():
                 total += path.stat().st_size
                 continue
+            if not path.is_dir():
+                return None
             for root, _, files in os.walk(path):
-                for name in files:
-                    total += os.lstat(os.path.join(root, name)).st_size
+                total += sum(os.lstat(os.path.join(root, name)).st_size for name in files)
         except OSError:
-            return None
-        if not path.exists():
             return None
     return total if seen else None
 

@@ -183,6 +183,8 @@ async def test_stale_and_repeated_reports_change_nothing(heat_controller: Contro
     history = await heat_controller.resources.history(ResourceKey("heat", "plate", "64"))
     assert len(history) == 1  # the job was measured once
     assert first.endswith(":1")
+    # recorded with the size of the task's input (the plate, its one source)
+    assert history[0].input_bytes == (HEAT.parent / "plate.json").stat().st_size
 
 
 async def test_cancel_marks_units_stale(heat_controller: Controller):
