@@ -23,7 +23,8 @@ The rule, in the terms ``simrun resources KEY`` prints:
    peak times `MARGIN`: a typical peak above the hint shows the hint too small for this
    input.
 5. After a kill for memory the request is at least `RETRY_FACTOR` x the killed limit until
-   a later success of the key (the seed rule), and a learned request is at least
+   a later success of the key (the seed rule), and at least the largest peak seen above
+   that limit times `MARGIN` (the retry should fit at once); a learned request is at least
    `MIN_MEMORY_PER_WORKER_GB`.
 
 Everything here is pure (no I/O, no clock), so the rules are tested with tables and
@@ -174,8 +175,9 @@ class Learned:
     ``center_gb`` is the typical peak (at the task's input size when sizes are known),
     ``spread`` the scale of log peaks around it, ``margin`` the factor applied on the
     center, ``learned_gb`` center x margin (None without a success); ``floor_gb`` is
-    RETRY_FACTOR times the largest limit killed since the last success (None when no kill
-    is pending); ``largest_kill_gb`` the largest limit killed among the observations read
+    RETRY_FACTOR times the largest limit killed since the last success, or the largest peak
+    of the window above that limit times the margin floor if more (None when no kill is
+    pending); ``largest_kill_gb`` the largest limit killed among the observations read
     and ``largest_peak_gb`` the largest peak of the window; ``input_slope`` the exponent of
     input size used (None when sizes were not used); ``samples`` and ``runs`` count the
     observations used (the window and the pending kills) and their distinct runs.
@@ -294,7 +296,7 @@ def learn(
         spread=spread,
         margin=factor,
         learned_gb=learned,
-        floor_gb=retry_factor * max(o.memory_gb for o in pending) if pending else None,
+        floor_gb=_kill_floor(pending, successes, retry_factor, margin),
         largest_kill_gb=max(o.memory_gb for o in kills) if kills else None,
         largest_peak_gb=max(o.memory_gb for o in successes) if successes else None,
         input_slope=slope,
@@ -302,6 +304,23 @@ def learn(
         samples=len(used),
         runs=len({o.run for o in used}),
     )
+
+
+def _kill_floor(
+    pending: Sequence[Observation],
+    successes: Sequence[Observation],
+    retry_factor: float,
+    margin: float,
+) -> float | None:
+    """The least request while kills are pending: retry_factor x the largest killed limit,
+    and the largest peak of the window x margin when it is above that limit (a unit killed
+    at L is one of the key's larger ones: the largest peak the key showed above L is where
+    such units end, so the retry fits at once rather than after more doublings)."""
+    if not pending:
+        return None
+    killed = max(o.memory_gb for o in pending)
+    above = [o.memory_gb for o in successes if o.memory_gb > killed]
+    return max(retry_factor * killed, max(above, default=0.0) * margin)
 
 
 @dataclass(frozen=True)
@@ -381,8 +400,9 @@ def explain(
     if got.floor_gb is not None and got.floor_gb > memory:
         memory = got.floor_gb
         reasons.append(
-            f"raised to {_gb(got.floor_gb)}: {retry_factor:g} x the limit of the last kill, "
-            f"until a unit of the key succeeds"
+            f"raised to {_gb(got.floor_gb)} until a unit of the key succeeds: at least "
+            f"{retry_factor:g} x the limit of the last kill, and the largest peak seen above "
+            f"it x margin"
         )
     learned = got.learned_gb is not None or got.floor_gb is not None
     if learned and memory < min_memory_gb:

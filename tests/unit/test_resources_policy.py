@@ -490,3 +490,15 @@ def test_learned_request_covers_the_window_maximum_while_small(
     assume(0 < len(successes) < 20)
     got = decide(history, NO_CAP, None).memory_per_worker_gb
     assert got >= max(successes) * MARGIN - 1e-9
+
+
+def test_a_retry_asks_for_the_largest_peak_seen_above_the_kill() -> None:
+    """While a kill is pending, the request is at least the largest peak of the window above
+    the killed limit (x MARGIN), so a unit of a key with rare large peaks fits at its
+    first retry; below the limit, peaks do not matter and RETRY_FACTOR x the limit holds."""
+    history = [*[ok(1.0)] * 30, ok(9.0), *[ok(1.0)] * 30, kill(2.0)]
+    got = explain(history, NO_CAP)
+    assert got.kill_floor_gb == pytest.approx(9.0 * MARGIN)
+    assert got.requested_gb >= 9.0 * MARGIN
+    small = explain([*[ok(1.0)] * 30, kill(2.0)], NO_CAP)
+    assert small.kill_floor_gb == pytest.approx(RETRY_FACTOR * 2.0)
