@@ -528,7 +528,7 @@ async def replay(
 def print_table(outcomes: Sequence[Outcome], static: Outcome) -> None:
     head = (
         f"{'policy':<30} {'requested GiB·h':>15} {'wasted GiB·h':>13} {'x preset':>9} "
-        f"{'units killed':>14} {'h lost':>8} {'h waited':>9}"
+        f"{'units killed':>14} {'kills':>6} {'h lost':>8} {'h waited':>9}"
     )
     print(head)
     print("-" * len(head))
@@ -536,7 +536,8 @@ def print_table(outcomes: Sequence[Outcome], static: Outcome) -> None:
         ratio = o.wasted_gbh / static.wasted_gbh if static.wasted_gbh else float("nan")
         print(
             f"{o.name:<30} {o.requested_gbh:>15.1f} {o.wasted_gbh:>13.1f} {ratio:>9.3f} "
-            f"{o.killed_units:>6} ({o.killed_pct:4.2f}%) {o.lost_h:>8.1f} {o.waited_h:>9.1f}"
+            f"{o.killed_units:>6} ({o.killed_pct:4.2f}%) {o.kills:>6} {o.lost_h:>8.1f} "
+            f"{o.waited_h:>9.1f}"
         )
     if len(static.runs) > 1:
         print()

@@ -15,7 +15,9 @@ The rule, in the terms ``simrun resources KEY`` prints:
    from those seen it also allows a steeper (or, below them, flatter) exponent, by
    `KILL_Z` x the exponent's uncertainty, so a larger input never asks for less. It is
    never below `MARGIN`, nor below the margin that covers the highest 5 % of the past peaks
-   (all of them under 20).
+   (all of them under 20); from 20 successes on it asks at most `CEILING_FACTOR` (1.4)
+   times the largest peak seen, since a key whose peaks spread over decades is rarely
+   log-normal.
 4. The plugin's hint *caps* the margin: the author believed the task fits in it, and a
    learned figure above it is rarely right, until a unit killed at (or above) the hint has
    shown otherwise; from then on the cap is `RETRY_FACTOR` x that kill's limit or the
@@ -45,6 +47,7 @@ from simrun.plugins import ResourceHint
 from simrun.workflow import ResourceOverride
 
 __all__ = [
+    "CEILING_FACTOR",
     "KILL_Z",
     "MARGIN",
     "MAX_INPUT_SLOPE",
@@ -97,6 +100,10 @@ PRIOR_SPREAD = 0.25
 #: uncertainty (standard deviation).
 PRIOR_INPUT_SLOPE = 0.5
 PRIOR_INPUT_SLOPE_SD = 0.5
+#: Once a key has this many successes, its margin asks at most `CEILING_FACTOR` times the
+#: largest peak seen (at the task's input size).
+CEILING_SAMPLES = 20
+CEILING_FACTOR = 1.4
 #: The largest exponent of input size a fit may give.
 MAX_INPUT_SLOPE = 1.5
 
@@ -240,6 +247,10 @@ def _fit(
     by_spread = mean_y + worst * shift + KILL_Z * math.sqrt(spread2 * (1 + 1 / n))
     residuals = [y - mean_y - slope * (x - mean_x) for x, y in zip(xs, ys, strict=True)]
     covered = center + percentile(residuals, PERCENTILE) + math.log(margin_floor)
+    if n >= CEILING_SAMPLES:
+        # a key whose peaks spread over decades is rarely log-normal: the normal-shaped
+        # margin would ask far past anything seen
+        by_spread = min(by_spread, center + max(residuals) + math.log(CEILING_FACTOR))
     upper = max(by_spread, covered, center + math.log(margin_floor))
     return (
         math.exp(center),

@@ -25,6 +25,7 @@ from simrun.resources import (
     learn,
     percentile,
 )
+from simrun.resources.policy import CEILING_FACTOR
 from simrun.workflow import ResourceOverride
 from tests.support.examples import examples
 
@@ -502,3 +503,14 @@ def test_a_retry_asks_for_the_largest_peak_seen_above_the_kill() -> None:
     assert got.requested_gb >= 9.0 * MARGIN
     small = explain([*[ok(1.0)] * 30, kill(2.0)], NO_CAP)
     assert small.kill_floor_gb == pytest.approx(RETRY_FACTOR * 2.0)
+
+
+def test_with_20_successes_the_request_stays_near_the_largest_peak() -> None:
+    """From 20 successes on, a key whose peaks spread over two decades asks at most
+    CEILING_FACTOR x its largest peak, not the far tail a log-normal shape would put past
+    it; with fewer the shape still decides."""
+    peaks = [0.3 * 1.3**i for i in range(20)]  # 0.3 .. 44 GiB
+    got = explain([ok(p) for p in peaks], NO_CAP)
+    assert got.requested_gb == pytest.approx(max(peaks) * CEILING_FACTOR)
+    few = explain([ok(p) for p in peaks[::2]], NO_CAP)
+    assert few.requested_gb > max(peaks[::2]) * CEILING_FACTOR
