@@ -227,7 +227,8 @@ def _fit(
         residual2 = sum(
             (y - mean_y - slope * (x - mean_x)) ** 2 for x, y in zip(xs, ys, strict=True)
         )
-        spread2 = (PRIOR_SPREAD**2 + residual2) / (1 + n - 1)
+        # the prior weighs as one sample: (1 x prior^2 + sum of r^2) / (1 + (n - 1))
+        spread2 = (PRIOR_SPREAD**2 + residual2) / n
         if use_sizes:
             prior_precision = 1 / PRIOR_INPUT_SLOPE_SD**2
             data_precision = sxx / spread2
