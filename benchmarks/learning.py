@@ -352,6 +352,28 @@ class OtherModels(SimrunPure):
         return gb
 
 
+@dataclass
+class UnitFloor(SimrunPure):
+    """Measured, not shipped: the seed rule's kill floor on the killed unit's own retry only
+    (at least RETRY_FACTOR x its last limit), not on every unit of the key while the kill
+    is pending. The spec binds the seed rule; this row shows what it costs."""
+
+    name: str = "v2, kill floor on its unit only"
+
+    async def request(self, unit: Unit, attempt: int, now_s: float, last_gb: float) -> float:
+        history = self.history[unit.key]
+        last = max((i for i, o in enumerate(history) if not o.oom), default=-1)
+        without_pending = [o for i, o in enumerate(history) if i <= last or not o.oom]
+        hint = _hint(unit)
+        if not any(not o.oom for o in history):
+            without_pending = history  # nothing succeeded yet: the kills are all there is
+        got = decide(without_pending, hint, None, input_bytes=self._size(unit))
+        gb = got.memory_per_worker_gb
+        gb = max(gb, RETRY_FACTOR * last_gb) if attempt > 1 else gb
+        self.requests.append(gb)
+        return gb
+
+
 class TodaysRule(Static):
     """Learning v1, as shipped before v2: P95 (nearest rank) of the last 200 successes x 1.4,
     at least 2 x the largest limit killed since the last success, at least 0.25 GiB."""
@@ -568,6 +590,7 @@ async def trace_table(units: Sequence[Unit], sizes: bool) -> dict[str, Outcome]:
     )
     probed = await replay(units, SimrunPure(sizes, name="simrun (probe first)"), probe=True)
     other_models = await replay(units, OtherModels(sizes))
+    unit_floor = await replay(units, UnitFloor(sizes), probe=True)
     first = await replay(
         units,
         SimrunPure(sizes, name="simrun (probe, first report)"),
@@ -590,7 +613,7 @@ async def trace_table(units: Sequence[Unit], sizes: bool) -> dict[str, Outcome]:
     )
     print()
     real.name = "simrun v2 (ResourceStore)"
-    outcomes = [real, probed, first, other_models, *baselines]
+    outcomes = [real, probed, first, other_models, unit_floor, *baselines]
     print_table(outcomes, baselines[0])
     if not same:
         raise SystemExit("the ResourceStore and the pure decide disagree")
