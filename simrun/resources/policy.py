@@ -15,9 +15,11 @@ The rule, in the terms ``simrun resources KEY`` prints:
    from those seen it also allows a steeper (or, below them, flatter) exponent, by
    `KILL_Z` x the exponent's uncertainty, so a larger input never asks for less. It is
    never below `MARGIN`, nor below the margin that covers the highest 5 % of the past peaks
-   (all of them under 20); from 20 successes on it asks at most `CEILING_FACTOR` (1.4)
-   times the largest peak seen, since a key whose peaks spread over decades is rarely
-   log-normal.
+   (all of them under 20). When the latest `DRIFT_SAMPLES` successes sit above the fit by
+   more than two standard errors (a key drifting upward), it rises by the difference. From
+   20 successes on it asks at most what learning v1 did, `CEILING_FACTOR` (1.4) times the
+   95th percentile of the peaks: a key whose peaks spread over decades is rarely
+   log-normal, and the normal shape would ask past them all.
 4. The plugin's hint *caps* the margin: the author believed the task fits in it, and a
    learned figure above it is rarely right, until a unit killed at (or above) the hint has
    shown otherwise; from then on the cap is `RETRY_FACTOR` x that kill's limit or the
@@ -100,10 +102,13 @@ PRIOR_SPREAD = 0.25
 #: uncertainty (standard deviation).
 PRIOR_INPUT_SLOPE = 0.5
 PRIOR_INPUT_SLOPE_SD = 0.5
-#: Once a key has this many successes, its margin asks at most `CEILING_FACTOR` times the
-#: largest peak seen (at the task's input size).
+#: Once a key has this many successes, a request asks at most `CEILING_FACTOR` times the
+#: 95th percentile of its peaks (at the task's input size): the rule of learning v1.
 CEILING_SAMPLES = 20
 CEILING_FACTOR = 1.4
+#: The latest successes compared with the fit to notice a key that drifts upward (a quarter
+#: of the window).
+DRIFT_SAMPLES = 50
 #: The largest exponent of input size a fit may give.
 MAX_INPUT_SLOPE = 1.5
 
@@ -248,10 +253,17 @@ def _fit(
     by_spread = mean_y + worst * shift + KILL_Z * math.sqrt(spread2 * (1 + 1 / n))
     residuals = [y - mean_y - slope * (x - mean_x) for x, y in zip(xs, ys, strict=True)]
     covered = center + percentile(residuals, PERCENTILE) + math.log(margin_floor)
+    recent = residuals[-DRIFT_SAMPLES:]
+    if len(recent) < n:
+        # the latest successes sit above the fit by more than two standard errors: the key
+        # drifts upward and the center lags it, so the margin rises by the difference
+        drift = sum(recent) / len(recent) - 2 * math.sqrt(spread2 / len(recent))
+        by_spread += max(0.0, drift)
     if n >= CEILING_SAMPLES:
-        # a key whose peaks spread over decades is rarely log-normal: the normal-shaped
-        # margin would ask far past anything seen
-        by_spread = min(by_spread, center + max(residuals) + math.log(CEILING_FACTOR))
+        # never past what the rule of learning v1 asks (P95 x 1.4): a key whose peaks spread
+        # over decades is rarely log-normal, and the normal shape would ask past them all
+        ceiling = center + percentile(residuals, PERCENTILE) + math.log(CEILING_FACTOR)
+        by_spread = min(by_spread, ceiling)
     upper = max(by_spread, covered, center + math.log(margin_floor))
     return (
         math.exp(center),

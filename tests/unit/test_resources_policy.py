@@ -100,13 +100,15 @@ NO_CAP = ResourceHint(memory_base_gb=1.5, scratch_gb=10.0, gpus=1)  # the defaul
 
 
 def margin_for(peaks: list[float]) -> float:
-    """The margin the module docstring describes, for peaks without input sizes."""
+    """The margin the module docstring describes, for steady peaks without input sizes."""
     logs = [math.log(p) for p in peaks]
     n = len(logs)
     mean = sum(logs) / n
     spread2 = (PRIOR_SPREAD**2 + sum((y - mean) ** 2 for y in logs)) / n
     by_spread = KILL_Z * math.sqrt(spread2 * (1 + 1 / n))
     covered = percentile([y - mean for y in logs], 95) + math.log(MARGIN)
+    if n >= 20:  # never past the v1 rule, P95 x 1.4
+        by_spread = min(by_spread, covered - math.log(MARGIN) + math.log(CEILING_FACTOR))
     return math.exp(max(by_spread, covered, math.log(MARGIN)))
 
 
@@ -505,12 +507,26 @@ def test_a_retry_asks_for_the_largest_peak_seen_above_the_kill() -> None:
     assert small.kill_floor_gb == pytest.approx(RETRY_FACTOR * 2.0)
 
 
-def test_with_20_successes_the_request_stays_near_the_largest_peak() -> None:
-    """From 20 successes on, a key whose peaks spread over two decades asks at most
-    CEILING_FACTOR x its largest peak, not the far tail a log-normal shape would put past
-    it; with fewer the shape still decides."""
+def test_with_20_successes_the_request_stays_under_the_v1_rule() -> None:
+    """From 20 successes on, a key whose peaks spread over two decades asks at most what
+    learning v1 did (CEILING_FACTOR x the nearest-rank P95 of its peaks), not the far tail
+    a log-normal shape would put past them; with fewer the shape still decides."""
     peaks = [0.3 * 1.3**i for i in range(20)]  # 0.3 .. 44 GiB
     got = explain([ok(p) for p in peaks], NO_CAP)
-    assert got.requested_gb == pytest.approx(max(peaks) * CEILING_FACTOR)
+    assert got.requested_gb == pytest.approx(percentile(peaks, 95) * CEILING_FACTOR)
     few = explain([ok(p) for p in peaks[::2]], NO_CAP)
     assert few.requested_gb > max(peaks[::2]) * CEILING_FACTOR
+
+
+def test_a_key_drifting_upward_raises_its_margin() -> None:
+    """When the latest successes sit above the window's fit by more than two standard
+    errors, the margin rises: a steady key and the same key drifting up by 30 % in its
+    last 50 peaks get different requests, the drifting one above its latest peaks."""
+    steady = [ok(4.0 * (1.02 if i % 2 else 0.98)) for i in range(150)]
+    drifting = [*steady[:100], *[ok(5.2 * (1.02 if i % 2 else 0.98)) for i in range(50)]]
+    calm = explain(steady, NO_CAP)
+    moved = explain(drifting, NO_CAP)
+    assert moved.margin is not None
+    assert calm.margin is not None
+    assert moved.margin > calm.margin
+    assert moved.requested_gb >= 5.2 * 1.02
