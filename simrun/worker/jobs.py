@@ -296,15 +296,7 @@ class JobHandler:
         """Write a report, or keep it in the spool while Redis is away (and behind older
         kept reports, so that they arrive in order). ``holding`` is its job as the
         heartbeat lists it while the report waits."""
-        link, spool = self.link, self.spool
-        if link is None or spool is None:
+        if self.link is None or self.spool is None:
             await self.xadd(entry)
             return
-        if link.is_up and not len(spool):
-            try:
-                await link.send(entry)
-                return
-            except LINK_ERRORS as exc:
-                link.lost(exc)
-        if spool.add(entry, holding):
-            log.debug("job %s: report kept until Redis is back", entry.job_id)
+        await self.link.report(entry, holding)

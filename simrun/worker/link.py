@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from simrun.core.outage import RECONNECT_MAX_S, LinkState, backoff_s
-from simrun.core.reports import ReportEntry
+from simrun.core.reports import ReportEntry, RunningJob
 from simrun.queues.connect import cancel_and_wait
 from simrun.worker.spool import ReportSpool
 
@@ -144,6 +144,9 @@ class RedisLink:
         self._task: asyncio.Task[None] | None = None
         self.on_back: Callable[[], Awaitable[None]] | None = None
         self._delivered = 0
+        #: One delivery of the kept reports at a time: two at once would both write the
+        #: oldest and then forget it and the one after it.
+        self._delivering = asyncio.Lock()
         self._recent: deque[tuple[float, ReportEntry]] = deque(maxlen=RECENT_MAX)
         self.server_id: str | None = None
         #: The other clients of the worker (the arq workers' pools): their connections to
@@ -185,6 +188,28 @@ class RedisLink:
         while self._recent and now - self._recent[0][0] > RECENT_S:
             self._recent.popleft()
 
+    async def report(self, entry: ReportEntry, holding: RunningJob) -> None:
+        """Write a report while Redis answers, after the reports still kept (which go first,
+        in order: one kept while Redis was coming back is delivered here rather than
+        waiting for the next outage); keep it in the spool when Redis does not answer.
+        ``holding`` is its job as the heartbeat lists it while the report waits."""
+        if self.is_up:
+            try:
+                if len(self.spool):
+                    await self.deliver_kept()
+                if not len(self.spool):
+                    await self.send(entry)
+                    return
+            except LINK_ERRORS as exc:
+                self.lost(exc)
+        if self.spool.add(entry, holding):
+            log.debug("job %s: report kept until Redis is back", entry.job_id)
+
+    async def deliver_kept(self) -> int:
+        """Write the kept reports, oldest first; how many were written."""
+        async with self._delivering:
+            return await self.spool.deliver(self.send)
+
     @property
     def is_up(self) -> bool:
         return self._up.is_set()
@@ -221,7 +246,7 @@ class RedisLink:
         for client in (self.redis, *self.pools):
             await _disconnect_when_idle(client)
         await self.check_server()
-        self._delivered += await self.spool.deliver(self.send)
+        self._delivered += await self.deliver_kept()
         while self._finishes:
             await self._finishes[0]()
             self._finishes.pop(0)
@@ -241,6 +266,13 @@ class RedisLink:
             log.warning("Redis is back after %.1f s, delivered %d reports", away, self._delivered)
             self._up.set()
             self.write_status()
+            if len(self.spool):
+                # kept while the last steps above ran (a job ended meanwhile): now, not at
+                # the next outage or at the stop
+                try:
+                    await self.deliver_kept()
+                except LINK_ERRORS as exc:
+                    self.lost(exc)
             return
 
     def write_status(self) -> None:
