@@ -14,12 +14,15 @@ import json
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from simrun import __version__
 from simrun.cli.common import EXIT_INTERRUPTED, exit_code_of, is_user_error, load_types_from_here
+
+if TYPE_CHECKING:  # the command line imports plugins only when a command needs them
+    from simrun.plugins import TaskType
 
 __all__ = ["LAZY_COMMANDS", "cli", "main"]
 
@@ -174,40 +177,85 @@ def validate(workflow: Path) -> None:
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def types(as_json: bool) -> None:
-    """List the installed task types."""
+    """List the installed task types: kind, ports, hint, cost setting, cores, image,
+    checkpoints and each setting with its type and default."""
     found = load_types_from_here()
     if as_json:
-        click.echo(
-            json.dumps(
-                [
-                    {
-                        "name": t.name,
-                        "description": t.description,
-                        "inputs": list(t.inputs),
-                        "outputs": list(t.outputs),
-                        "splittable": t.splittable,
-                        "hint": vars(t.hint),
-                        "cost_setting": t.cost_setting,
-                        "settings_schema": t.settings.model_json_schema(),
-                    }
-                    for t in found.values()
-                ],
-                indent=2,
-            )
-        )
+        click.echo(json.dumps([type_record(t) for t in found.values()], indent=2))
         return
     for t in found.values():
-        kind = "splittable" if t.splittable else "command"
-        click.echo(f"{t.name:<12} {kind:<10} {t.description}")
-        ports = f"in: {', '.join(t.inputs) or '-'}  out: {', '.join(t.outputs)}"
-        hint = t.hint
-        click.echo(
-            f"{'':<12} {ports}  hint: {hint.memory_base_gb:g} GiB base, "
-            f"{hint.memory_per_worker_gb:g} GiB/process, {hint.gpus} GPU"
-        )
-        for field, info in t.settings.model_fields.items():
-            default = "required" if info.is_required() else f"= {info.get_default()!r}"
-            click.echo(f"{'':<14}{field} {default}")
+        for line in type_lines(t):
+            click.echo(line)
+
+
+def type_record(t: TaskType) -> dict[str, Any]:
+    """What `simrun types --json` says of a type."""
+    return {
+        "name": t.name,
+        "description": t.description,
+        "inputs": list(t.inputs),
+        "outputs": list(t.outputs),
+        "splittable": t.splittable,
+        "hint": vars(t.hint),
+        "cost_setting": t.cost_setting,
+        "uses_cores": t.uses_cores,
+        "image": t.image,
+        "checkpoints": t.checkpoints,
+        "settings_schema": t.settings.model_json_schema(),
+    }
+
+
+def type_lines(t: TaskType) -> list[str]:
+    """What `simrun types` prints of a type, one line each."""
+    kind = "splittable" if t.splittable else "command"
+    hint = t.hint
+    traits = [
+        f"cost setting: {t.cost_setting}" if t.cost_setting else "",
+        "uses the cores of its pod" if t.uses_cores else "",
+        f"image: {t.image}" if t.image else "",
+        "checkpoints" if t.checkpoints else "",
+    ]
+    lines = [
+        f"{t.name:<12} {kind:<10} {t.description}",
+        f"{'':<12} in: {', '.join(t.inputs) or '-'}  out: {', '.join(t.outputs)}  "
+        f"hint: {hint.memory_base_gb:g} GiB base, {hint.memory_per_worker_gb:g} GiB/process, "
+        f"{hint.gpus} GPU",
+    ]
+    if any(traits):
+        lines.append(f"{'':<12} {'; '.join(x for x in traits if x)}")
+    schema = t.settings.model_json_schema()
+    props = schema.get("properties", {})
+    for name, info in t.settings.model_fields.items():
+        default = "required" if info.is_required() else f"= {info.get_default()!r}"
+        kind = _schema_type(props.get(info.alias or name, {}), schema.get("$defs", {}))
+        lines.append(f"{'':<14}{name}: {kind} {default}")
+    return lines
+
+
+_JSON_TYPES = {"integer": "int", "number": "float", "string": "str", "boolean": "bool"}
+_BOUNDS = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}
+
+
+def _schema_type(prop: dict[str, Any], defs: dict[str, Any]) -> str:
+    """A setting's type as a user reads it, from its JSON schema: ``int``, ``list[float > 0]``,
+    ``one of 'a', 'b'``, ``int | null``."""
+    if "$ref" in prop:
+        prop = defs.get(str(prop["$ref"]).rsplit("/", 1)[-1], {})
+    if "enum" in prop:
+        return "one of " + ", ".join(repr(v) for v in prop["enum"])
+    if "const" in prop:
+        return repr(prop["const"])
+    for key in ("anyOf", "oneOf"):
+        if key in prop:
+            return " | ".join(_schema_type(p, defs) for p in prop[key])
+    kind = prop.get("type")
+    if kind == "array":
+        return f"list[{_schema_type(prop.get('items', {}), defs)}]"
+    if kind == "object":
+        return "mapping"
+    name = _JSON_TYPES.get(str(kind), str(kind or "any"))
+    bounds = [f"{op} {prop[k]:g}" for k, op in _BOUNDS.items() if k in prop]
+    return " ".join([name, *bounds])
 
 
 def main() -> None:

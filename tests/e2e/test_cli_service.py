@@ -5,6 +5,7 @@ and a real `simrun worker`, each a child process, on a real Redis."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,8 +16,11 @@ import httpx
 import pytest
 
 from simrun.local.machine import free_port
+from tests.integration.test_plugins import make_distribution
+from tests.support import REPO
 from tests.support.cli_harness import (
     WORK,
+    clean_env,
     command_after,
     run_id_in,
     simrun,
@@ -212,3 +216,44 @@ def test_types_json_lists_the_installed_types(tmp_path: Path) -> None:
     assert found["heat"]["inputs"] == ["plate"]
     assert found["heat"]["splittable"] is True
     assert found["report"]["splittable"] is False
+
+
+def test_types_shows_every_trait_of_a_type_and_its_settings_types(tmp_path: Path) -> None:
+    """`simrun types` shows a type's cost setting, whether it uses its pod's cores, its
+    image and its checkpoints, and each setting with its type, bounds and default; `--json`
+    carries the same fields (image included)."""
+    make_distribution(
+        tmp_path,
+        "crunch-dist",
+        "crunch_mod",
+        """
+        from typing import Literal
+        from pydantic import Field
+
+        class CrunchSettings(BaseModel):
+            grid: int = Field(32, ge=8)
+            mode: Literal["fast", "exact"] = "fast"
+
+        CRUNCH = TaskType(
+            name="crunch", settings=CrunchSettings, command="crunch {input} {out}",
+            uses_cores=True, image="crunch:1.2", checkpoints=True, cost_setting="grid",
+            description="crunches",
+        )
+        """,
+        {"crunch": "CRUNCH"},
+    )
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    shown = simrun("types", cwd=tmp_path, env=env)
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    assert "cost setting: grid; uses the cores of its pod; image: crunch:1.2; checkpoints" in text
+    assert "grid: int >= 8 = 32" in text
+    assert "mode: one of 'fast', 'exact' = 'fast'" in text
+    listed = simrun("types", "--json", cwd=tmp_path, env=env)
+    crunch = {t["name"]: t for t in json.loads(listed.stdout)}["crunch"]
+    assert (crunch["image"], crunch["uses_cores"], crunch["checkpoints"]) == (
+        "crunch:1.2",
+        True,
+        True,
+    )
+    assert crunch["cost_setting"] == "grid"
