@@ -13,7 +13,9 @@ The defaults, one per meaning:
 * ``--every-s`` 10 s between progress lines in a log;
 * ``--store`` ``SIMRUN_STORE``, else ``./simrun-store``: the store a run is kept in; the
   commands that otherwise ask a service take ``--store`` (`read_store_option`) without a
-  default: given, it is read instead of the service;
+  default: given, it is read instead of the service, and without it they read the store
+  ``SIMRUN_STORE`` or ``./simrun-store`` names when it exists and no service was named
+  (`local_store`);
 * ``--redis-url`` ``REDIS_URL``, else the local default (service, worker); ``simrun run``
   starts a private Redis when neither is given (`EMBEDDED_REDIS_URL`);
 * ``--probe/--no-probe`` on (``simrun service``, ``simrun run``): a task of a key with no
@@ -69,6 +71,7 @@ __all__ = [
     "container_processes_option",
     "intake_options",
     "limits_options",
+    "local_store",
     "read_store_option",
     "url_args",
 ]
@@ -192,6 +195,23 @@ def read_store_option(help_text: str) -> Callable[[F], F]:
     environment variable (``SIMRUN_STORE`` does not turn a service's command into a store
     reader); ``help_text`` says what the command does with it."""
     return click.option("--store", type=STORE_PATH, default=None, help=help_text)
+
+
+def local_store(store: Path | None, store_hint: Path) -> Path | None:
+    """The store a command that otherwise asks a service reads: ``--store`` when given;
+    else, when no service was named (no ``--url``, no ``SIMRUN_URL``) and ``store_hint``
+    (``SIMRUN_STORE``, else ``./simrun-store``) holds a store of `simrun run`, that one;
+    else None: ask the service."""
+    if store is not None:
+        return store
+    ctx = click.get_current_context(silent=True)
+    named = ctx is not None and ctx.get_parameter_source("url") in (
+        click.core.ParameterSource.COMMANDLINE,
+        click.core.ParameterSource.ENVIRONMENT,
+    )
+    from simrun.core.layout import StoreLayout
+
+    return store_hint if not named and StoreLayout(store_hint).is_store() else None
 
 
 def container_memory_option(name: str, help_text: str) -> Callable[[F], F]:

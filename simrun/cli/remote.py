@@ -33,6 +33,7 @@ from simrun.cli.options import (
     URL,
     container_memory_option,
     container_processes_option,
+    local_store,
     read_store_option,
     url_args,
 )
@@ -254,6 +255,7 @@ def status(
     RUN."""
     if watch and run_id is None:
         raise click.UsageError("--watch needs a RUN to follow")
+    store = local_store(store, store_hint)
     if watch and as_json:
         raise click.UsageError("--watch shows the run as it goes; --json prints it once")
 
@@ -424,6 +426,7 @@ def resources(
     key: its request and why, its samples and their spread, the margin, its kills, and a
     histogram of its peaks with the request marked.
     """
+    store = local_store(store, store_hint)
     if key is not None:
         _exit(_key_evidence(key, url, token, store, store_hint, as_json, plot))
         return

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from simrun.local.machine import free_port
 from tests.support import REPO
 from tests.support.cli_harness import (
     WORK,
@@ -243,3 +244,26 @@ def test_without_redis_server_one_line_says_how_to_install_it(tmp_path: Path) ->
     assert "apt-get install redis-server" in line
     assert "brew install redis" in line
     assert not (tmp_path / "simrun-store").exists()
+
+
+@HEAT_GROUP
+def test_status_and_resources_read_the_store_here_when_no_service_is_named(
+    heat: HeatRuns,
+) -> None:
+    """In the directory of a `simrun run`, `simrun status` and `simrun resources` read
+    ./simrun-store without --store (no --url, no SIMRUN_URL); a named service is asked
+    instead (and, unreachable, the error points at the store)."""
+    listed = simrun("status", cwd=heat.home)
+    assert listed.returncode == 0, listed.stderr
+    run_id = run_id_in(heat.first.stdout)
+    assert run_id in listed.stdout
+    one = simrun("status", run_id, cwd=heat.home)
+    assert one.returncode == 0, one.stderr
+    assert "succeeded" in one.stdout
+    learned = simrun("resources", cwd=heat.home)
+    assert learned.returncode == 0, learned.stderr
+    assert "heat/plate/64" in learned.stdout
+    url = f"http://127.0.0.1:{free_port()}"
+    asked = simrun("status", "--url", url, cwd=heat.home)
+    assert asked.returncode == 1
+    assert "add --store" in asked.stderr
