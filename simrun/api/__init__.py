@@ -21,6 +21,7 @@ own (`simrun.api.bridge`), so they work in Jupyter, where a loop already runs.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -62,6 +63,20 @@ def _types(plugins: Sequence[str], only: list[str] | None = None) -> dict[str, T
     from simrun.cli.common import load_types_from_here
 
     return load_types_from_here(plugins, only=only)
+
+
+_REMOTE_BRIDGE: Bridge | None = None
+_REMOTE_LOCK = threading.Lock()
+
+
+def _remote_bridge() -> Bridge:
+    """The event loop of the runs of services, one for the process (made when first
+    needed; its thread is a daemon)."""
+    global _REMOTE_BRIDGE  # one loop per process, made on first use
+    with _REMOTE_LOCK:
+        if _REMOTE_BRIDGE is None or _REMOTE_BRIDGE.closed:
+            _REMOTE_BRIDGE = Bridge("simrun-api-remote")
+        return _REMOTE_BRIDGE
 
 
 def _rejected(exc: Rejected, source: str) -> WorkflowError:
@@ -108,7 +123,7 @@ def submit(
     except BaseException:
         client.close()
         raise
-    return Run(run_id, RemoteBackend(client), Bridge())
+    return Run(run_id, RemoteBackend(client), _remote_bridge())
 
 
 class LocalSession:

@@ -44,7 +44,9 @@ class Bridge:
         """Start ``coro`` on the loop; its future (cancelling it cancels the coroutine)."""
         if self._loop.is_closed():
             coro.close()
-            raise RuntimeError("the API's event loop is closed")
+            raise RuntimeError(
+                "this event loop of the API is closed (the run's `LocalSession` stopped)"
+            )
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
