@@ -209,13 +209,20 @@ class LocalSession:
 
     def stop(self) -> None:
         """Stop the workers (running units finish within the grace period or are handed
-        back), then the service and Redis, and release the store. Safe to call twice."""
+        back; Ctrl-C meanwhile hands them back at once), then the service and Redis, and
+        release the store. Safe to call twice."""
         bridge, session = self._bridge, self._session
         self._bridge = self._session = None
         if bridge is None or session is None:
             return
+        stopping = bridge.submit(session.stop())
         try:
-            bridge.call(session.stop())
+            while True:
+                try:
+                    stopping.result()
+                    break
+                except KeyboardInterrupt:  # Ctrl-C while stopping, as in `simrun run`:
+                    session.hurry()  # running units are handed back now, not after the grace
         finally:
             bridge.close()
 

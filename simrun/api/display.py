@@ -43,9 +43,9 @@ def in_notebook() -> bool:
 
 
 def _notebook_display() -> Callable[..., Any]:
-    from IPython.display import display  # type: ignore[import-not-found]  # not a dependency
+    from IPython.display import display  # in a notebook, IPython is there
 
-    return display  # type: ignore[no-any-return]  # IPython is untyped
+    return display
 
 
 class NotebookDisplay:

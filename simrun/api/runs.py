@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import queue
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +114,7 @@ class RemoteBackend:
 
     def __init__(self, client: Client) -> None:
         self.client = client
+        weakref.finalize(self, client.close)  # its connections go with the last `Run`
 
     async def view(self, run_id: str) -> RunView:
         return await asyncio.to_thread(self.client.run, run_id)
