@@ -28,6 +28,7 @@ HEAVY = (
     "simrun.service",
     "simrun.cli.remote",
     "simrun.cli.run",
+    "simrun.api",
 )
 
 

@@ -9,7 +9,11 @@ The layers, lowest first (ARCHITECTURE.md draws them):
 3. ``resources``, ``runstore``, ``queues`` and ``client`` — storage and transport;
 4. ``service`` and ``worker`` — the two sides, which never import each other;
 5. ``local`` — embedded mode, which starts both;
-6. ``cli`` — the command line, at the edge.
+6. ``cli`` — the command line, at the edge;
+7. ``api`` — the Python API, the command line's work as functions for scripts and notebooks.
+
+The top package ``simrun`` exports the API lazily (PEP 562): that one import, up from
+layer 1, is allowed by name (`LAZY_EXPORTS`), and importing ``simrun`` imports none of it.
 
 The check reads the source (every ``import``, also those inside functions) without
 importing anything, so it sees lazy imports too.
@@ -35,7 +39,13 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"simrun.service", "simrun.worker"}),
     frozenset({"simrun.local"}),
     frozenset({"simrun.cli"}),
+    frozenset({"simrun.api"}),
 )
+
+#: Imports against the layers allowed by name, each with its reason.
+LAZY_EXPORTS: Mapping[tuple[str, str], str] = {
+    ("simrun", "simrun.api"): "simrun.submit & co., imported when first asked for (PEP 562)",
+}
 
 
 def unit_of(module: str) -> str:
@@ -63,7 +73,7 @@ def violations(graph: Mapping[str, Iterable[str]]) -> list[str]:
         mine = unit_of(module)
         for target in sorted(set(imported)):
             theirs = unit_of(target)
-            if theirs == mine:
+            if theirs == mine or (module, target) in LAZY_EXPORTS:
                 continue
             if layer_of(theirs) < layer_of(mine):
                 continue
@@ -143,6 +153,15 @@ def test_an_import_against_the_layers_is_reported(module: str, target: str, expe
 def test_an_import_downwards_or_within_a_unit_is_allowed(module: str, target: str) -> None:
     """Imports to a lower layer or within a package pass."""
     assert violations({module: {target}}) == []
+
+
+def test_only_the_top_package_may_import_the_api_from_below() -> None:
+    """The lazy export of the Python API by ``simrun`` is the one import up allowed: any
+    other module of a lower layer importing ``simrun.api`` is reported."""
+    assert violations({"simrun": {"simrun.api"}}) == []
+    problems = violations({"simrun.client": {"simrun.api"}})
+    assert len(problems) == 1
+    assert "a higher layer" in problems[0]
 
 
 def test_a_module_outside_every_layer_is_refused() -> None:

@@ -1,0 +1,284 @@
+"""The Python API, for scripts and notebooks: submit a workflow to a service, or run it on
+this machine as ``simrun run`` does, and wait for a typed result.
+
+```python
+import simrun
+
+result = simrun.run_local("examples/heat.yaml", store="simrun-store")
+print(result.state, result.task("sweep").counts, result.outputs())
+
+run = simrun.submit({"tasks": [...]}, url="http://127.0.0.1:8765")
+result = run.wait(timeout_s=600)
+```
+
+A workflow is a path, a YAML or JSON string, or a dict (see `simrun.api.inputs`); its
+sources are relative to ``base``, else to the file's directory, else to the current one.
+A workflow that cannot run raises `WorkflowError` with the lines ``simrun validate``
+prints. The calls block; what is asynchronous underneath runs on an event loop of the API's
+own (`simrun.api.bridge`), so they work in Jupyter, where a loop already runs.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from simrun.api.bridge import Bridge
+from simrun.api.inputs import Prepared, WorkflowInput, prepare, read_input, task_types_of
+from simrun.api.runs import LocalBackend, RemoteBackend, Run, RunResult, RunTimeout
+from simrun.client import Client, Rejected
+from simrun.config import DEFAULT_STORE, DEFAULT_URL, ENV_STORE, ENV_TOKEN, ENV_URL
+from simrun.core.timing import DEFAULT_GRACE_S
+from simrun.local.machine import LocalError
+from simrun.workflow import Problem, WorkflowError
+
+if TYPE_CHECKING:
+    from simrun.local.session import LocalSession as EmbeddedSession
+    from simrun.plugins import TaskType
+
+__all__ = [
+    "LocalError",
+    "LocalSession",
+    "Run",
+    "RunResult",
+    "RunTimeout",
+    "WorkflowError",
+    "WorkflowInput",
+    "run_local",
+    "submit",
+]
+
+
+def _store(store: str | os.PathLike[str] | None) -> Path:
+    """The store given, else ``SIMRUN_STORE``, else ``simrun-store`` (as ``simrun run``)."""
+    # The API is an entry point, as the command line is: it reads the environment here.
+    return Path(store if store is not None else os.environ.get(ENV_STORE) or DEFAULT_STORE)
+
+
+def _types(plugins: Sequence[str], only: list[str] | None = None) -> dict[str, TaskType]:
+    from simrun.cli.common import load_types_from_here
+
+    return load_types_from_here(plugins, only=only)
+
+
+_REMOTE_BRIDGE: Bridge | None = None
+_REMOTE_LOCK = threading.Lock()
+
+
+def _remote_bridge() -> Bridge:
+    """The event loop of the runs of services, one for the process (made when first
+    needed; its thread is a daemon)."""
+    global _REMOTE_BRIDGE  # one loop per process, made on first use
+    with _REMOTE_LOCK:
+        if _REMOTE_BRIDGE is None or _REMOTE_BRIDGE.closed:
+            _REMOTE_BRIDGE = Bridge("simrun-api-remote")
+        return _REMOTE_BRIDGE
+
+
+def _rejected(exc: Rejected, source: str) -> WorkflowError:
+    """The service's problems with a workflow as the `WorkflowError` a local check gives."""
+    problems = [
+        Problem(
+            tuple(e.get("loc") or ()),
+            str(e.get("message", "")),
+            e.get("line"),
+            e.get("task"),
+        )
+        for e in exc.errors
+    ]
+    return WorkflowError(problems, source)
+
+
+def submit(
+    workflow: WorkflowInput,
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    base: str | os.PathLike[str] | None = None,
+    plugins: Sequence[str] = (),
+) -> Run:
+    """Send ``workflow`` and its sources to the service at ``url`` (default ``SIMRUN_URL``,
+    else ``http://127.0.0.1:8765``) with ``token`` (default ``SIMRUN_TOKEN``), as
+    ``simrun submit`` does: the task types installed here (and ``plugins``,
+    "module:OBJECT") plan and check their tasks, the service checks the rest. The `Run`,
+    to `Run.wait` for. `WorkflowError` when the workflow cannot run (here or as the
+    service says), `simrun.client.ClientError` when the service cannot be reached."""
+    text, source, where = read_input(workflow, base)
+    used = task_types_of(text, source)
+    types = _types(plugins, only=used)
+    prepared = prepare(text, source, where, types, check=all(t in types for t in used))
+    client = Client(
+        url or os.environ.get(ENV_URL) or DEFAULT_URL,
+        token if token is not None else os.environ.get(ENV_TOKEN),
+    )
+    try:
+        run_id = client.submit(prepared.text, prepared.sources)
+    except Rejected as exc:
+        client.close()
+        raise _rejected(exc, source) from exc
+    except BaseException:
+        client.close()
+        raise
+    return Run(run_id, RemoteBackend(client), _remote_bridge())
+
+
+class LocalSession:
+    """What ``simrun run`` starts on this machine — a lock on ``store``, a private
+    ``redis-server`` (or ``redis_url``), the service and ``workers`` worker containers of
+    ``processes`` processes and ``memory_gb`` GiB each (by default this machine's cores
+    and 80% of its free memory) — for as long as the ``with`` block lasts::
+
+        with simrun.LocalSession(store="simrun-store") as session:
+            result = session.submit("examples/heat.yaml").wait()
+
+    A run that has not ended when the session stops stays in the store; ``simrun run
+    --resume RUN --store STORE`` goes on with it. `LocalError` when the session cannot
+    start (no ``redis-server``, the store in use by another session)."""
+
+    def __init__(
+        self,
+        store: str | os.PathLike[str] | None = None,
+        *,
+        workers: int = 1,
+        processes: int | None = None,
+        memory_gb: float | None = None,
+        plugins: Sequence[str] = (),
+        redis_url: str | None = None,
+        grace_s: float = DEFAULT_GRACE_S,
+    ) -> None:
+        self.store = _store(store).resolve()
+        self.workers = workers
+        self.processes = processes
+        self.memory_gb = memory_gb
+        self.plugins = tuple(plugins)
+        self.redis_url = redis_url
+        self.grace_s = grace_s
+        self._types: dict[str, TaskType] | None = None
+        self._bridge: Bridge | None = None
+        self._session: EmbeddedSession | None = None
+
+    @property
+    def types(self) -> dict[str, TaskType]:
+        """The task types the session's service and workers know."""
+        if self._types is None:
+            self._types = _types(self.plugins)
+        return self._types
+
+    @property
+    def url(self) -> str:
+        """The URL of the session's service (for `simrun.submit`, ``simrun status``)."""
+        if self._session is None:
+            raise LocalError("the session is not started")
+        return self._session.url
+
+    def start(self) -> LocalSession:
+        """Start Redis, the service and the workers (`start` of a started session does
+        nothing)."""
+        if self._session is not None:
+            return self
+        from simrun.cli.run import local_options, local_pool
+        from simrun.local.session import LocalSession as Embedded
+
+        if self.workers < 1:
+            raise LocalError(f"workers must be at least 1, not {self.workers}")
+        pool = local_pool(self.workers, self.processes, self.memory_gb)
+        options = local_options(
+            self.store,
+            pool,
+            self.plugins,
+            self.types,
+            redis_url=self.redis_url,
+            grace_s=self.grace_s,
+        )
+        bridge = Bridge()
+        session = Embedded(options, self.types)
+        try:
+            bridge.call(session.start())
+        except BaseException:
+            try:
+                bridge.call(session.stop())
+            finally:
+                bridge.close()
+            raise
+        self._bridge, self._session = bridge, session
+        return self
+
+    def stop(self) -> None:
+        """Stop the workers (running units finish within the grace period or are handed
+        back; Ctrl-C meanwhile hands them back at once), then the service and Redis, and
+        release the store. Safe to call twice."""
+        bridge, session = self._bridge, self._session
+        self._bridge = self._session = None
+        if bridge is None or session is None:
+            return
+        stopping = bridge.submit(session.stop())
+        try:
+            while True:
+                try:
+                    stopping.result()
+                    break
+                except KeyboardInterrupt:  # Ctrl-C while stopping, as in `simrun run`:
+                    session.hurry()  # running units are handed back now, not after the grace
+        finally:
+            bridge.close()
+
+    def __enter__(self) -> LocalSession:
+        return self.start()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def prepare(
+        self, workflow: WorkflowInput, *, base: str | os.PathLike[str] | None = None
+    ) -> Prepared:
+        """``workflow`` read, planned and checked against the session's task types
+        (`WorkflowError` names every problem); nothing is started."""
+        text, source, where = read_input(workflow, base)
+        return prepare(text, source, where, self.types)
+
+    def submit(
+        self, workflow: WorkflowInput | Prepared, *, base: str | os.PathLike[str] | None = None
+    ) -> Run:
+        """Submit ``workflow`` to the session's service; the `Run`, to `Run.wait` for."""
+        prepared = workflow if isinstance(workflow, Prepared) else self.prepare(workflow, base=base)
+        if self._session is None or self._bridge is None:
+            raise LocalError("the session is not started: use it in a `with` block")
+        run_id = self._bridge.call(
+            self._session.controller.submit(
+                prepared.doc, prepared.settings, prepared.text, base=prepared.base
+            )
+        )
+        return Run(run_id, LocalBackend(self._session, self.store), self._bridge)
+
+
+def run_local(
+    workflow: WorkflowInput,
+    *,
+    store: str | os.PathLike[str] | None = None,
+    base: str | os.PathLike[str] | None = None,
+    workers: int = 1,
+    processes: int | None = None,
+    memory_gb: float | None = None,
+    plugins: Sequence[str] = (),
+    progress: bool = True,
+    timeout_s: float | None = None,
+) -> RunResult:
+    """Run ``workflow`` on this machine as ``simrun run`` does (a `LocalSession` started
+    for it and stopped after it) and return its last view. The workflow is checked before
+    anything starts (`WorkflowError`); `RunTimeout` after ``timeout_s``, the run kept in
+    the store to go on with ``simrun run --resume RUN``."""
+    session = LocalSession(
+        store, workers=workers, processes=processes, memory_gb=memory_gb, plugins=plugins
+    )
+    prepared = session.prepare(workflow, base=base)  # before anything starts
+    with session:
+        return session.submit(prepared).wait(timeout_s, progress=progress)

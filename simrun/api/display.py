@@ -1,0 +1,115 @@
+"""The progress of a run as the Python API shows it: in a notebook, one display updated in
+place; in a terminal, the live bars of ``simrun run``; elsewhere (a log, a pipe), plain
+lines. The drawing is `simrun.cli.progress`'s; this chooses where it goes.
+
+A display is updated from the caller's thread only (the views come from the API's event
+loop through a queue), so a notebook's output goes to the cell that waits.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from simrun.cli.progress import PlainView, make_view, render_live, run_header
+from simrun.core.views import RunView
+
+__all__ = ["Display", "NotebookDisplay", "TerminalDisplay", "in_notebook", "make_display"]
+
+#: Width of a notebook's display, in characters.
+NOTEBOOK_WIDTH = 110
+#: Seconds between two progress lines when the output is no terminal.
+PLAIN_EVERY_S = 10.0
+
+
+class Display(Protocol):
+    """Shows a run while it is followed."""
+
+    def update(self, run: RunView) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def in_notebook() -> bool:
+    """Whether this Python runs in a Jupyter kernel (or another kernel-based notebook:
+    VS Code's, Colab's): IPython is imported and its shell has a kernel."""
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None) if ipython is not None else None
+    shell = get() if callable(get) else None
+    return getattr(shell, "kernel", None) is not None
+
+
+def _notebook_display() -> Callable[..., Any]:
+    from IPython.display import display  # in a notebook, IPython is there
+
+    return display
+
+
+class NotebookDisplay:
+    """One output of a notebook cell, replaced by each view (`IPython.display` with a
+    display id): the live bars as HTML, with plain text for a front end without HTML."""
+
+    def __init__(self, display: Callable[..., Any] | None = None) -> None:
+        self._display = display or _notebook_display()
+        self._handle: Any = None
+        self.started = time.monotonic()
+
+    def bundle(self, run: RunView) -> dict[str, str]:
+        """The view drawn as ``text/html`` and ``text/plain``."""
+        from rich.console import Console
+
+        console = Console(
+            file=io.StringIO(),
+            record=True,
+            width=NOTEBOOK_WIDTH,
+            force_terminal=True,
+            force_jupyter=False,
+            color_system="truecolor",
+        )
+        console.print(render_live(run, time.monotonic() - self.started, time.time()))
+        html = console.export_html(inline_styles=True, clear=False, code_format="<pre>{code}</pre>")
+        return {"text/html": html, "text/plain": console.export_text()}
+
+    def update(self, run: RunView) -> None:
+        data = self.bundle(run)
+        if self._handle is None:
+            self._handle = self._display(data, raw=True, display_id=True)
+        else:
+            self._handle.update(data, raw=True)
+
+    def close(self) -> None:
+        """Nothing to undo: the last view stays in the cell."""
+
+
+class TerminalDisplay:
+    """`simrun.cli.progress`'s view on stdout: live bars on a terminal, else plain lines
+    (and the run's last line at the end)."""
+
+    def __init__(self) -> None:
+        from simrun.cli.common import console
+
+        self._console = console()
+        self._view = make_view(self._console, PLAIN_EVERY_S)
+        self._last: RunView | None = None
+
+    def update(self, run: RunView) -> None:
+        self._last = run
+        self._view.update(run)
+
+    def close(self) -> None:
+        self._view.close()
+        if isinstance(self._view, PlainView) and self._last is not None:
+            self._console.print(run_header(self._last), markup=False, highlight=False)
+
+
+def make_display(progress: bool) -> Display | None:
+    """The display for ``progress`` here: None when it is off, the notebook's in a
+    notebook, else the terminal's."""
+    if not progress:
+        return None
+    if in_notebook():
+        return NotebookDisplay()
+    return TerminalDisplay()
