@@ -167,7 +167,10 @@ def validate(workflow: Path) -> None:
     missing = source_problems(doc, workflow.parent)
     if missing:
         raise WorkflowError(missing, str(workflow))
-    click.echo(f"{workflow}: ok — model {doc.model or '(none)'!r}, {len(doc.tasks)} tasks")
+    count = len(doc.tasks)
+    click.echo(
+        f"{workflow}: ok — model {doc.model or '(none)'!r}, {count} task{'' if count == 1 else 's'}"
+    )
     for name in doc.order():
         spec = doc.task(name)
         kind = "splittable" if types[spec.type].splittable else "command"

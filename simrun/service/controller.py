@@ -362,7 +362,8 @@ class Controller:
         except BaseException:
             await asyncio.to_thread(remove_run_dir, run_dir)
             raise
-        log.info("run %s submitted: %d tasks", run_id, len(new.tasks))
+        count = len(new.tasks)
+        log.info("run %s submitted: %d task%s", run_id, count, "" if count == 1 else "s")
         return run_id
 
     async def replay(
