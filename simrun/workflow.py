@@ -444,20 +444,44 @@ def _suggest(word: str, choices: list[str]) -> str:
     return "; no task types are installed"
 
 
+def setting_names(model: type[BaseModel]) -> list[str]:
+    """The names a settings model accepts at its top level: its fields and their aliases."""
+    names: set[str] = set()
+    for name, info in model.model_fields.items():
+        names.add(name)
+        if isinstance(info.alias, str):
+            names.add(info.alias)
+        if isinstance(info.validation_alias, str):
+            names.add(info.validation_alias)
+    return sorted(names)
+
+
+def _unknown_setting(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else f" (settings: {', '.join(known)})"
+    return f"unknown setting {name!r}{hint}" if known else f"unknown setting {name!r} (none)"
+
+
 def _settings_messages(spec: TaskSpec, task_type: TaskType) -> list[tuple[Loc, str]]:
-    try:
-        task_type.settings.model_validate(spec.settings)
-    except ValidationError as exc:
-        return [
-            (
-                tuple(err["loc"]),
-                f"not a setting of type {task_type.name!r}"
-                if err["type"] == "extra_forbidden"
-                else err["msg"].removeprefix("Value error, "),
-            )
-            for err in exc.errors()
+    """The problems of a task's settings. A name the model does not know is refused (a
+    model ignoring it would run with its default, silently) unless the model opts out with
+    ``model_config = ConfigDict(extra="allow")``."""
+    model = task_type.settings
+    known = setting_names(model)
+    messages: list[tuple[Loc, str]] = []
+    if model.model_config.get("extra") != "allow":
+        messages = [
+            ((name,), _unknown_setting(name, known)) for name in spec.settings if name not in known
         ]
-    return []
+    try:
+        model.model_validate(spec.settings)
+    except ValidationError as exc:
+        messages.extend(
+            (tuple(err["loc"]), err["msg"].removeprefix("Value error, "))
+            for err in exc.errors()
+            if not (err["type"] == "extra_forbidden" and len(err["loc"]) == 1)
+        )
+    return messages
 
 
 def _input_message(

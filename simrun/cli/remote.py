@@ -193,7 +193,12 @@ def submit(
     out = console()
     with Client(url, token) as client:
         if dry_run:
-            from simrun.cli.dryrun import print_forecast, summaries_resolver, task_plans
+            from simrun.cli.dryrun import (
+                dry_run_exit,
+                print_forecast,
+                summaries_resolver,
+                task_plans,
+            )
             from simrun.cli.forecast import pool_of, pool_text
 
             resolver = summaries_resolver(client.resources())
@@ -209,9 +214,8 @@ def submit(
             else:
                 pool = _live_pool(client)
                 text = _live_text(pool)
-            print_forecast(out, rows, pool, text)
-            out.print("dry run: nothing was submitted")
-            return
+            result = print_forecast(out, rows, pool, text)
+            sys.exit(dry_run_exit(out, result, "dry run: nothing was submitted"))
         from simrun.workflow import source_paths
 
         sources = source_paths(prepared.doc, prepared.base)

@@ -364,8 +364,9 @@ def run(
             out, rows, pool_of(pool.workers, pool.processes, pool.memory_gb), pool.text()
         )
         if dry_run:
-            out.print("dry run: nothing was started, enqueued or written")
-            return
+            from simrun.cli.dryrun import dry_run_exit
+
+            sys.exit(dry_run_exit(out, result, "dry run: nothing was started, enqueued or written"))
         problems = [t for t in result.tasks if t.problem] if result is not None else []
         if problems:
             raise LocalError(

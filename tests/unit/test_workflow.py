@@ -122,7 +122,7 @@ def test_settings_rejected_by_the_model_name_the_field() -> None:
     assert set(by_where) == {"task 'hot', settings.grid", "task 'hot', settings.colour"}
     assert "greater than or equal to 8" in by_where["task 'hot', settings.grid"].message
     assert by_where["task 'hot', settings.grid"].line == 7
-    assert "not a setting of type 'sweep'" in by_where["task 'hot', settings.colour"].message
+    assert "unknown setting 'colour'" in by_where["task 'hot', settings.colour"].message
 
 
 def test_unknown_and_unconnected_ports() -> None:
@@ -290,3 +290,40 @@ def test_unreadable_file() -> None:
 def test_input_references_parse(ref: str, parsed: InputRef | None) -> None:
     """References parse as task.port (last dot) or source:name; anything else is None."""
     assert InputRef.parse(ref) == parsed
+
+
+class LenientSettings(BaseModel):
+    precision: str = "low"
+    points: int = 4
+
+
+class OpenSettings(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    precision: str = "low"
+
+
+LENIENT_TYPES = {
+    "lenient": TaskType("lenient", LenientSettings, command="l {settings} {out}"),
+    "open": TaskType("open", OpenSettings, command="o {settings} {out}"),
+}
+
+
+def test_a_misspelled_setting_is_refused_with_a_suggestion_even_if_the_model_ignores_it() -> None:
+    """A name the settings model does not know is refused with "did you mean" and its line,
+    although pydantic's default (extra="ignore") would drop it and run with the default."""
+    text = "tasks:\n  - name: mc\n    type: lenient\n    settings:\n      precison: high\n"
+    with pytest.raises(WorkflowError) as info:
+        check_workflow(parse_workflow(text), LENIENT_TYPES, text=text)
+    (problem,) = info.value.problems
+    assert problem.line == 5
+    assert str(problem) == (
+        "line 5: task 'mc', settings.precison: unknown setting 'precison' "
+        "(did you mean 'precision'?)"
+    )
+
+
+def test_a_type_opts_out_of_the_unknown_setting_check_with_extra_allow() -> None:
+    """A settings model with extra="allow" accepts names it does not declare."""
+    text = "tasks:\n  - name: mc\n    type: open\n    settings:\n      anything: 1\n"
+    settings = check_workflow(parse_workflow(text), LENIENT_TYPES, text=text)
+    assert settings["mc"]["anything"] == 1
