@@ -20,6 +20,7 @@ line, when the document came from a file), instead of stopping at the first.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 from collections.abc import Mapping
@@ -44,12 +45,16 @@ __all__ = [
     "InputRef",
     "Problem",
     "ResourceOverride",
+    "SettingOverride",
     "TaskSpec",
     "Workflow",
     "WorkflowError",
+    "apply_overrides",
+    "blame_overrides",
     "check_workflow",
     "load_workflow",
     "name_problem",
+    "parse_override",
     "parse_workflow",
     "parse_workflow_lines",
     "ready_tasks",
@@ -643,3 +648,92 @@ def uploaded_sources(doc: Workflow, uploaded: Mapping[str, Path]) -> dict[str, P
     if problems:
         raise WorkflowError(problems, "workflow")
     return {name: uploaded[name] for name in doc.sources}
+
+
+# --- settings given on the command line (--set TASK.SETTING=VALUE) ------------------------
+
+
+@dataclass(frozen=True)
+class SettingOverride:
+    """One ``--set TASK.SETTING=VALUE``: ``path`` is the setting and any keys below it
+    (``--set sweep.solver.tol=1e-6`` sets ``tol`` in the mapping ``solver``); ``value`` is
+    the text after ``=`` read by YAML's rules (``200`` an int, ``1e-3`` a float, ``true`` a
+    bool, ``[1, 2]`` a list, ``"200"`` a string); ``given`` is the option as written."""
+
+    task: str
+    path: tuple[str, ...]
+    value: Any
+    given: str
+
+    @property
+    def loc(self) -> Loc:
+        """Where the override lands in the document, after the task's index."""
+        return ("settings", *self.path)
+
+
+def parse_override(given: str) -> SettingOverride:
+    """``TASK.SETTING=VALUE`` as a `SettingOverride`; `ValueError` saying what is wrong."""
+    name, eq, text = given.partition("=")
+    task, dot, setting = name.strip().partition(".")
+    path = tuple(p.strip() for p in setting.split(".")) if dot else ()
+    if not eq or not task or not path or not all(path):
+        raise ValueError(
+            f"--set {given!r}: expected TASK.SETTING=VALUE, e.g. --set sweep.points=200"
+        )
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ValueError(f"--set {given!r}: the value is not valid YAML: {problem}") from None
+    return SettingOverride(task, path, value, given)
+
+
+def apply_overrides(doc: Workflow, overrides: list[SettingOverride], source: str) -> Workflow:
+    """``doc`` with the ``overrides`` applied in order (a later one wins), before it is
+    checked; `WorkflowError` naming the ``--set`` for a task the document does not have."""
+    names = [t.name for t in doc.tasks]
+    problems: list[Problem] = []
+    settings = {t.name: copy.deepcopy(t.settings) for t in doc.tasks}
+    for o in overrides:
+        if o.task not in settings:
+            close = difflib.get_close_matches(o.task, names, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]!r}?" if close else f"tasks: {', '.join(names)}"
+            problems.append(Problem((), f"--set {o.given}: no task {o.task!r} ({hint})"))
+            continue
+        target = settings[o.task]
+        for i, key in enumerate(o.path[:-1]):
+            inner = target.get(key)
+            if not isinstance(inner, dict):
+                if inner is not None:
+                    where = ".".join(o.path[: i + 1])
+                    problems.append(
+                        Problem((), f"--set {o.given}: setting {where!r} is not a mapping")
+                    )
+                    break
+                inner = target[key] = {}
+            target = inner
+        else:
+            target[o.path[-1]] = o.value
+    if problems:
+        raise WorkflowError(problems, source)
+    tasks = [t.model_copy(update={"settings": settings[t.name]}) for t in doc.tasks]
+    return doc.model_copy(update={"tasks": tasks})
+
+
+def blame_overrides(
+    error: WorkflowError, doc: Workflow, overrides: list[SettingOverride]
+) -> WorkflowError:
+    """``error`` with each problem of a setting an override gave saying so (and without
+    the line of the file, which did not give the value)."""
+    index = {t.name: i for i, t in enumerate(doc.tasks)}
+    given: dict[Loc, str] = {}
+    for o in overrides:
+        if o.task in index:
+            given[("tasks", index[o.task], *o.loc)] = o.given
+    problems = []
+    for p in error.problems:
+        hit = next((g for loc, g in given.items() if p.loc[: len(loc)] == loc), None)
+        if hit is not None:
+            p = Problem(p.loc, f"{p.message} (from --set {hit})", None, p.task)
+        problems.append(p)
+    return WorkflowError(problems, error.source)

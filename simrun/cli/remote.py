@@ -28,6 +28,7 @@ from simrun.cli.options import (
     EMBEDDED_REDIS_URL,
     EVERY_S,
     PLUGINS,
+    SET,
     STORE_HINT,
     TOKEN,
     URL,
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from simrun.client import Client
     from simrun.core.sizing import WorkerCapacity
     from simrun.core.views import RunView
+    from simrun.workflow import SettingOverride
 
 # The commands import what they use when they run (the HTTP client, rich's tables, the
 # progress views): `simrun status --help` does not wait for them.
@@ -162,6 +164,7 @@ def _live_text(pool: tuple[WorkerCapacity, ...] | None) -> str:
 @click.option("--wait", is_flag=True, help="Follow the run until it ends; exit as it ended.")
 @click.option("--dry-run", is_flag=True, help="Check, count and forecast; submit nothing.")
 @PLUGINS
+@SET
 @click.option("--workers", type=click.IntRange(1), default=None, help="Pool to forecast on.")
 @container_processes_option("… its processes each.")
 @container_memory_option("--memory-gb", "… its memory each (GiB).")
@@ -173,6 +176,7 @@ def submit(
     wait: bool,
     dry_run: bool,
     plugins: tuple[str, ...],
+    overrides: tuple[SettingOverride, ...],
     workers: int | None,
     processes: int | None,
     memory_gb: float | None,
@@ -189,7 +193,7 @@ def submit(
     used = _task_types(workflow)
     types = load_types_from_here(plugins, only=used)
     known = all(spec_type in types for spec_type in used)
-    prepared = prepare(workflow, types, check=known)
+    prepared = prepare(workflow, types, check=known, overrides=overrides)
     out = console()
     with Client(url, token) as client:
         if dry_run:

@@ -81,3 +81,36 @@ def test_dry_run_exits_non_zero_when_a_task_cannot_run_on_the_pool(tmp_path: Pat
     assert "dry run failed: the pool cannot run 'work'" in small.stdout
     fits = simrun(*args, "--memory-gb", "2", cwd=tmp_path)
     assert fits.returncode == 0, fits.stdout + fits.stderr
+
+
+def test_set_changes_a_setting_typed_and_checked_like_the_file(tmp_path: Path) -> None:
+    """`simrun run --set work.units=5 --dry-run` counts the units of the value given (an
+    int by YAML's rules); a value the settings model refuses, and a misspelled setting,
+    are errors like the file's that name the --set; `simrun validate --set` agrees."""
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("tasks:\n  - name: work\n    type: svc-work\n    settings: {units: 2}\n")
+    base = ("run", str(wf), "--plugins", WORK, "--dry-run", "--processes", "1")
+    five = simrun(*base, "--memory-gb", "2", "--set", "work.units=5", cwd=tmp_path)
+    assert five.returncode == 0, five.stdout + five.stderr
+    row = next(line for line in five.stdout.splitlines() if line.startswith("work "))
+    assert row.split()[:3] == ["work", "svc-work", "5"]
+    bad = simrun(*base, "--set", "work.units=many", "--set", "work.unts=3", cwd=tmp_path)
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert (
+        "task 'work', settings.units: Input should be a valid integer, unable to parse "
+        "string as an integer (from --set work.units=many)"
+    ) in bad.stderr
+    assert (
+        "task 'work', settings.unts: unknown setting 'unts' (did you mean 'units'?) "
+        "(from --set work.unts=3)"
+    ) in bad.stderr
+    nowhere = simrun(*base, "--set", "wrk.units=3", cwd=tmp_path)
+    assert nowhere.returncode == 2
+    assert "--set wrk.units=3: no task 'wrk' (did you mean 'work'?)" in nowhere.stderr
+    install_plugin(tmp_path, "mc {settings} {out}")
+    mc = tmp_path / "mc.yaml"
+    mc.write_text("tasks:\n  - name: sweep\n    type: mc\n")
+    env = env_with(tmp_path)
+    ok = simrun("validate", str(mc), "--set", "sweep.precision=high", cwd=tmp_path, env=env)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert '"precision": "high"' in ok.stdout
