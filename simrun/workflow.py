@@ -31,6 +31,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from simrun.core.states import MAX_RETRY_DELAY_S, RETRY_KINDS
 from simrun.core.wire import is_finite_nonneg
 from simrun.graph import CycleError, find_cycle, ready_tasks, topological_order
 from simrun.plugins import TaskType
@@ -69,6 +70,9 @@ __all__ = [
 MAX_MEMORY_GB = 4096.0
 MAX_SCRATCH_GB = 100_000.0
 MAX_GPUS = 64
+MAX_RETRIES = 100
+#: The longest ``timeout_s`` of a unit: a week.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
 MAX_NAME_LENGTH = 100
 #: Bounds of a YAML document: nesting, and values once its aliases are expanded (a
 #: "billion laughs" document is refused before it is built).
@@ -176,6 +180,62 @@ class TaskSpec(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict)
     inputs: dict[str, str] = Field(default_factory=dict)
     resources: ResourceOverride | None = None
+    #: Errors and timeouts of a unit retried after the first (default: the service's
+    #: ``--max-retries``, 2).
+    retries: int | None = Field(default=None, strict=True)
+    #: What is retried at all: "memory", "timeout", "error" and exception type names
+    #: (default: everything); anything else fails the unit at once.
+    retry_on: list[str] | None = None
+    #: Wait before the first retry of an error or timeout, doubled for each further one.
+    retry_delay_s: float | None = None
+    #: Longest a unit (or the command) may run before it is stopped as timed out.
+    timeout_s: float | None = None
+
+    @field_validator("retries")
+    @classmethod
+    def _retries(cls, value: int | None) -> int | None:
+        if value is not None and not 0 <= value <= MAX_RETRIES:
+            raise ValueError(f"retries must be an integer between 0 and {MAX_RETRIES}")
+        return value
+
+    @field_validator("retry_on")
+    @classmethod
+    def _retry_on(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("is empty: leave it out to retry everything, or set retries: 0")
+        kinds = ", ".join(RETRY_KINDS)
+        for item in value:
+            if item not in RETRY_KINDS and not (item.isidentifier() and item[:1].isupper()):
+                raise ValueError(
+                    f"{item!r} is neither {kinds} nor an exception type name (such as ValueError)"
+                )
+        return value
+
+    @field_validator("retry_delay_s")
+    @classmethod
+    def _delay(cls, value: float | None) -> float | None:
+        return _finite_nonneg(value, "retry_delay_s", MAX_RETRY_DELAY_S)
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _timeout(cls, value: float | None) -> float | None:
+        checked = _finite_nonneg(value, "timeout_s", MAX_TIMEOUT_S)
+        if checked == 0:
+            raise ValueError("timeout_s must be more than 0 (leave it out for no bound)")
+        return checked
+
+    def retry_fields(self) -> dict[str, Any] | None:
+        """The task's retry fields that are set, as stored with the task; None for none."""
+        fields = {
+            "retries": self.retries,
+            "retry_on": self.retry_on,
+            "retry_delay_s": self.retry_delay_s,
+            "timeout_s": self.timeout_s,
+        }
+        given = {k: v for k, v in fields.items() if v is not None}
+        return given or None
 
 
 class Workflow(BaseModel):
