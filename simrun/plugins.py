@@ -10,8 +10,11 @@ the ``--plugins`` option of the worker and the service), without being installed
 from __future__ import annotations
 
 import importlib
+import io
 import keyword
 import math
+import re
+import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
@@ -26,6 +29,7 @@ __all__ = [
     "ResourceHint",
     "TaskPaths",
     "TaskType",
+    "command_template_problem",
     "count_units",
     "load_plugin_ref",
     "load_task_types",
@@ -38,6 +42,45 @@ ENTRY_POINT_GROUP = "simrun.task_types"
 
 #: The attributes of a `TaskType` that hold ``"module:function"`` references.
 REFERENCE_FIELDS = ("count_units", "setup", "compute_unit", "merge", "plan")
+
+#: The names a ``command`` template may use in braces (see `TaskType.command`).
+COMMAND_PLACEHOLDERS = ("settings", "out", "input")
+
+#: One lexical item of a template part: an escaped brace, a placeholder, or a lone brace.
+COMMAND_BRACES = re.compile(r"\{\{|\}\}|\{[^{}]*\}|[{}]")
+
+
+def command_template_problem(template: str) -> str | None:
+    """What is wrong with a ``command`` template, as a sentence; None if it can be expanded.
+
+    The template is split like a POSIX shell splits words; each part may use the
+    placeholders `COMMAND_PLACEHOLDERS` in braces, and ``{{``/``}}`` for literal braces.
+    A pure check: the loader refuses a type whose template would fail only at run time.
+    """
+    lexer = shlex.shlex(io.StringIO(template), posix=True)
+    lexer.whitespace_split = True
+    lexer.commenters = ""  # '#' is an ordinary character in an argv
+    try:
+        parts = list(lexer)
+    except ValueError as exc:
+        return f"command {template!r} cannot be split: {exc} (check its quotes and backslashes)"
+    if not parts:
+        return "command is empty"
+    known = ", ".join("{" + p + "}" for p in COMMAND_PLACEHOLDERS)
+    for part in parts:
+        for match in COMMAND_BRACES.finditer(part):
+            item = match.group()
+            if item in ("{", "}"):
+                return (
+                    f"command {template!r}: the part {part!r} has an unmatched {item!r}; "
+                    f"write {item * 2!r} for a literal brace"
+                )
+            if item not in ("{{", "}}") and item[1:-1] not in COMMAND_PLACEHOLDERS:
+                return (
+                    f"command {template!r} uses the unknown placeholder {item!r}; the "
+                    f"placeholders are {known} (write {{{{ and }}}} for literal braces)"
+                )
+    return None
 
 
 class PluginError(ValueError):
@@ -240,6 +283,8 @@ def task_type_problems(task_type: object) -> list[str]:
         problems.append("has a compute_unit but no count_units, so its units cannot be counted")
     if tt.command is not None and (not isinstance(tt.command, str) or not tt.command.strip()):
         problems.append("command is empty")
+    elif isinstance(tt.command, str) and (problem := command_template_problem(tt.command)):
+        problems.append(problem)
     for attr in REFERENCE_FIELDS:
         ref = getattr(task_type, attr)
         if ref is not None and (problem := _reference_problem(ref)) is not None:

@@ -20,6 +20,7 @@ line, when the document came from a file), instead of stopping at the first.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from simrun.core.states import MAX_RETRY_DELAY_S, RETRY_KINDS
 from simrun.core.wire import is_finite_nonneg
 from simrun.graph import CycleError, find_cycle, ready_tasks, topological_order
 from simrun.plugins import TaskType
@@ -44,12 +46,16 @@ __all__ = [
     "InputRef",
     "Problem",
     "ResourceOverride",
+    "SettingOverride",
     "TaskSpec",
     "Workflow",
     "WorkflowError",
+    "apply_overrides",
+    "blame_overrides",
     "check_workflow",
     "load_workflow",
     "name_problem",
+    "parse_override",
     "parse_workflow",
     "parse_workflow_lines",
     "ready_tasks",
@@ -64,6 +70,9 @@ __all__ = [
 MAX_MEMORY_GB = 4096.0
 MAX_SCRATCH_GB = 100_000.0
 MAX_GPUS = 64
+MAX_RETRIES = 100
+#: The longest ``timeout_s`` of a unit: a week.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
 MAX_NAME_LENGTH = 100
 #: Bounds of a YAML document: nesting, and values once its aliases are expanded (a
 #: "billion laughs" document is refused before it is built).
@@ -171,6 +180,62 @@ class TaskSpec(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict)
     inputs: dict[str, str] = Field(default_factory=dict)
     resources: ResourceOverride | None = None
+    #: Errors and timeouts of a unit retried after the first (default: the service's
+    #: ``--max-retries``, 2).
+    retries: int | None = Field(default=None, strict=True)
+    #: What is retried at all: "memory", "timeout", "error" and exception type names
+    #: (default: everything); anything else fails the unit at once.
+    retry_on: list[str] | None = None
+    #: Wait before the first retry of an error or timeout, doubled for each further one.
+    retry_delay_s: float | None = None
+    #: Longest a unit (or the command) may run before it is stopped as timed out.
+    timeout_s: float | None = None
+
+    @field_validator("retries")
+    @classmethod
+    def _retries(cls, value: int | None) -> int | None:
+        if value is not None and not 0 <= value <= MAX_RETRIES:
+            raise ValueError(f"retries must be an integer between 0 and {MAX_RETRIES}")
+        return value
+
+    @field_validator("retry_on")
+    @classmethod
+    def _retry_on(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("is empty: leave it out to retry everything, or set retries: 0")
+        kinds = ", ".join(RETRY_KINDS)
+        for item in value:
+            if item not in RETRY_KINDS and not (item.isidentifier() and item[:1].isupper()):
+                raise ValueError(
+                    f"{item!r} is neither {kinds} nor an exception type name (such as ValueError)"
+                )
+        return value
+
+    @field_validator("retry_delay_s")
+    @classmethod
+    def _delay(cls, value: float | None) -> float | None:
+        return _finite_nonneg(value, "retry_delay_s", MAX_RETRY_DELAY_S)
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _timeout(cls, value: float | None) -> float | None:
+        checked = _finite_nonneg(value, "timeout_s", MAX_TIMEOUT_S)
+        if checked == 0:
+            raise ValueError("timeout_s must be more than 0 (leave it out for no bound)")
+        return checked
+
+    def retry_fields(self) -> dict[str, Any] | None:
+        """The task's retry fields that are set, as stored with the task; None for none."""
+        fields = {
+            "retries": self.retries,
+            "retry_on": self.retry_on,
+            "retry_delay_s": self.retry_delay_s,
+            "timeout_s": self.timeout_s,
+        }
+        given = {k: v for k, v in fields.items() if v is not None}
+        return given or None
 
 
 class Workflow(BaseModel):
@@ -444,20 +509,44 @@ def _suggest(word: str, choices: list[str]) -> str:
     return "; no task types are installed"
 
 
+def setting_names(model: type[BaseModel]) -> list[str]:
+    """The names a settings model accepts at its top level: its fields and their aliases."""
+    names: set[str] = set()
+    for name, info in model.model_fields.items():
+        names.add(name)
+        if isinstance(info.alias, str):
+            names.add(info.alias)
+        if isinstance(info.validation_alias, str):
+            names.add(info.validation_alias)
+    return sorted(names)
+
+
+def _unknown_setting(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else f" (settings: {', '.join(known)})"
+    return f"unknown setting {name!r}{hint}" if known else f"unknown setting {name!r} (none)"
+
+
 def _settings_messages(spec: TaskSpec, task_type: TaskType) -> list[tuple[Loc, str]]:
-    try:
-        task_type.settings.model_validate(spec.settings)
-    except ValidationError as exc:
-        return [
-            (
-                tuple(err["loc"]),
-                f"not a setting of type {task_type.name!r}"
-                if err["type"] == "extra_forbidden"
-                else err["msg"].removeprefix("Value error, "),
-            )
-            for err in exc.errors()
+    """The problems of a task's settings. A name the model does not know is refused (a
+    model ignoring it would run with its default, silently) unless the model opts out with
+    ``model_config = ConfigDict(extra="allow")``."""
+    model = task_type.settings
+    known = setting_names(model)
+    messages: list[tuple[Loc, str]] = []
+    if model.model_config.get("extra") != "allow":
+        messages = [
+            ((name,), _unknown_setting(name, known)) for name in spec.settings if name not in known
         ]
-    return []
+    try:
+        model.model_validate(spec.settings)
+    except ValidationError as exc:
+        messages.extend(
+            (tuple(err["loc"]), err["msg"].removeprefix("Value error, "))
+            for err in exc.errors()
+            if not (err["type"] == "extra_forbidden" and len(err["loc"]) == 1)
+        )
+    return messages
 
 
 def _input_message(
@@ -619,3 +708,92 @@ def uploaded_sources(doc: Workflow, uploaded: Mapping[str, Path]) -> dict[str, P
     if problems:
         raise WorkflowError(problems, "workflow")
     return {name: uploaded[name] for name in doc.sources}
+
+
+# --- settings given on the command line (--set TASK.SETTING=VALUE) ------------------------
+
+
+@dataclass(frozen=True)
+class SettingOverride:
+    """One ``--set TASK.SETTING=VALUE``: ``path`` is the setting and any keys below it
+    (``--set sweep.solver.tol=1e-6`` sets ``tol`` in the mapping ``solver``); ``value`` is
+    the text after ``=`` read by YAML's rules (``200`` an int, ``1e-3`` a float, ``true`` a
+    bool, ``[1, 2]`` a list, ``"200"`` a string); ``given`` is the option as written."""
+
+    task: str
+    path: tuple[str, ...]
+    value: Any
+    given: str
+
+    @property
+    def loc(self) -> Loc:
+        """Where the override lands in the document, after the task's index."""
+        return ("settings", *self.path)
+
+
+def parse_override(given: str) -> SettingOverride:
+    """``TASK.SETTING=VALUE`` as a `SettingOverride`; `ValueError` saying what is wrong."""
+    name, eq, text = given.partition("=")
+    task, dot, setting = name.strip().partition(".")
+    path = tuple(p.strip() for p in setting.split(".")) if dot else ()
+    if not eq or not task or not path or not all(path):
+        raise ValueError(
+            f"--set {given!r}: expected TASK.SETTING=VALUE, e.g. --set sweep.points=200"
+        )
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ValueError(f"--set {given!r}: the value is not valid YAML: {problem}") from None
+    return SettingOverride(task, path, value, given)
+
+
+def apply_overrides(doc: Workflow, overrides: list[SettingOverride], source: str) -> Workflow:
+    """``doc`` with the ``overrides`` applied in order (a later one wins), before it is
+    checked; `WorkflowError` naming the ``--set`` for a task the document does not have."""
+    names = [t.name for t in doc.tasks]
+    problems: list[Problem] = []
+    settings = {t.name: copy.deepcopy(t.settings) for t in doc.tasks}
+    for o in overrides:
+        if o.task not in settings:
+            close = difflib.get_close_matches(o.task, names, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]!r}?" if close else f"tasks: {', '.join(names)}"
+            problems.append(Problem((), f"--set {o.given}: no task {o.task!r} ({hint})"))
+            continue
+        target = settings[o.task]
+        for i, key in enumerate(o.path[:-1]):
+            inner = target.get(key)
+            if not isinstance(inner, dict):
+                if inner is not None:
+                    where = ".".join(o.path[: i + 1])
+                    problems.append(
+                        Problem((), f"--set {o.given}: setting {where!r} is not a mapping")
+                    )
+                    break
+                inner = target[key] = {}
+            target = inner
+        else:
+            target[o.path[-1]] = o.value
+    if problems:
+        raise WorkflowError(problems, source)
+    tasks = [t.model_copy(update={"settings": settings[t.name]}) for t in doc.tasks]
+    return doc.model_copy(update={"tasks": tasks})
+
+
+def blame_overrides(
+    error: WorkflowError, doc: Workflow, overrides: list[SettingOverride]
+) -> WorkflowError:
+    """``error`` with each problem of a setting an override gave saying so (and without
+    the line of the file, which did not give the value)."""
+    index = {t.name: i for i, t in enumerate(doc.tasks)}
+    given: dict[Loc, str] = {}
+    for o in overrides:
+        if o.task in index:
+            given[("tasks", index[o.task], *o.loc)] = o.given
+    problems = []
+    for p in error.problems:
+        hit = next((g for loc, g in given.items() if p.loc[: len(loc)] == loc), None)
+        if hit is not None:
+            p = Problem(p.loc, f"{p.message} (from --set {hit})", None, p.task)
+        problems.append(p)
+    return WorkflowError(problems, error.source)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from simrun.plugins import TaskType
-    from simrun.workflow import Workflow
+    from simrun.workflow import SettingOverride, Workflow
 
 # Only what `simrun --help` needs is imported here: the rest (rich, the client, the
 # workflow's pydantic models) is imported by the functions that use it, so that a command
@@ -155,23 +155,41 @@ class Prepared:
     base: Path
 
 
-def prepare(path: Path, types: Mapping[str, TaskType], *, check: bool = True) -> Prepared:
-    """Read ``path``, run the ``plan`` of the task types installed here, and check the
-    result (with ``check``: against ``types``, which must hold every type it uses; without,
-    only the document's form and its sources, for a service to check the rest).
-    `WorkflowError` names every problem."""
+def prepare(
+    path: Path,
+    types: Mapping[str, TaskType],
+    *,
+    check: bool = True,
+    overrides: Sequence[SettingOverride] = (),
+) -> Prepared:
+    """Read ``path``, apply the ``--set`` ``overrides``, run the ``plan`` of the task types
+    installed here, and check the result (with ``check``: against ``types``, which must
+    hold every type it uses; without, only the document's form and its sources, for a
+    service to check the rest). `WorkflowError` names every problem (and the ``--set``
+    that gave a value it refuses)."""
     from simrun.client import plan_tasks, submission_text
-    from simrun.workflow import WorkflowError, check_workflow, load_workflow, source_problems
+    from simrun.workflow import (
+        WorkflowError,
+        apply_overrides,
+        blame_overrides,
+        check_workflow,
+        load_workflow,
+        source_problems,
+    )
 
     original_text = path.read_text(encoding="utf-8") if path.is_file() else ""
-    doc = load_workflow(path)
-    if check:  # the document as written first: its problems carry line numbers
-        check_workflow(doc, types, str(path), original_text)
-    planned = plan_tasks(doc, types)
-    text = submission_text(original_text, doc, planned)
-    settings: dict[str, dict[str, Any]] = {}
-    if check:
-        settings = check_workflow(planned, types, str(path), text)
+    written = load_workflow(path)
+    doc = apply_overrides(written, list(overrides), str(path)) if overrides else written
+    try:
+        if check:  # the document as written first: its problems carry line numbers
+            check_workflow(doc, types, str(path), original_text)
+        planned = plan_tasks(doc, types)
+        text = submission_text(original_text, written, planned)
+        settings: dict[str, dict[str, Any]] = {}
+        if check:
+            settings = check_workflow(planned, types, str(path), text)
+    except WorkflowError as exc:
+        raise blame_overrides(exc, doc, list(overrides)) if overrides else exc from None
     missing = source_problems(planned, path.parent)
     if missing:
         raise WorkflowError(missing, str(path))

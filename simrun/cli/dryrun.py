@@ -216,3 +216,20 @@ def print_forecast(
         if t.problem is not None:
             out.print(f"[yellow]task {t.plan.name!r} cannot run on this pool: {t.problem}[/]")
     return result
+
+
+#: The exit status of a dry run that found a task the pool cannot run (usable in CI).
+CANNOT_RUN_EXIT = 2
+
+
+def dry_run_exit(out: Console, result: Forecast | None, nothing: str) -> int:
+    """Print the dry run's last line (``nothing``: what was not done) and return its exit
+    status: `CANNOT_RUN_EXIT` when a task cannot run on the pool (each one was named by
+    `print_forecast`), else 0."""
+    stuck = [t.plan.name for t in result.tasks if t.problem is not None] if result else []
+    out.print(nothing)
+    if stuck:
+        names = ", ".join(repr(n) for n in stuck)
+        out.print(f"dry run failed: the pool cannot run {names} (exit {CANNOT_RUN_EXIT})")
+        return CANNOT_RUN_EXIT
+    return 0

@@ -18,8 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+if TYPE_CHECKING:
+    from simrun.workflow import SettingOverride
+
 from simrun import __version__
 from simrun.cli.common import EXIT_INTERRUPTED, exit_code_of, is_user_error, load_types_from_here
+from simrun.cli.options import SET
 
 if TYPE_CHECKING:  # the command line imports plugins only when a command needs them
     from simrun.plugins import TaskType
@@ -156,14 +160,27 @@ def cli(debug: bool) -> None:
 
 @cli.command()
 @click.argument("workflow", type=click.Path(path_type=Path, dir_okay=False))
-def validate(workflow: Path) -> None:
+@SET
+def validate(workflow: Path, overrides: tuple[SettingOverride, ...]) -> None:
     """Check WORKFLOW against the installed task types and print its tasks in order."""
-    from simrun.workflow import WorkflowError, check_workflow, load_workflow, source_problems
+    from simrun.workflow import (
+        WorkflowError,
+        apply_overrides,
+        blame_overrides,
+        check_workflow,
+        load_workflow,
+        source_problems,
+    )
 
     types = load_types_from_here()
     doc = load_workflow(workflow)
+    if overrides:
+        doc = apply_overrides(doc, list(overrides), str(workflow))
     text = workflow.read_text(encoding="utf-8")
-    settings = check_workflow(doc, types, str(workflow), text)
+    try:
+        settings = check_workflow(doc, types, str(workflow), text)
+    except WorkflowError as exc:
+        raise blame_overrides(exc, doc, list(overrides)) from None
     missing = source_problems(doc, workflow.parent)
     if missing:
         raise WorkflowError(missing, str(workflow))

@@ -144,6 +144,27 @@ EMBEDDED_REDIS_URL = click.option(
 PROBE = click.option("--probe/--no-probe", default=True, show_default=True, help=HELP["probe"])
 
 
+def _overrides(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> Any:
+    """The ``--set`` values as `simrun.workflow.SettingOverride`s, in their order."""
+    from simrun.workflow import parse_override
+
+    try:
+        return tuple(parse_override(v) for v in values)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+SET_HELP = (
+    "Set a task's setting, over the workflow file: TASK.SETTING=VALUE, the value read as "
+    "YAML (200 is a number, '\"200\"' a string, [1, 2] a list); repeatable. Checked by the "
+    "task type's settings model like the file."
+)
+SET = click.option(
+    "--set", "overrides", multiple=True, metavar="TASK.SETTING=VALUE", callback=_overrides,
+    help=SET_HELP,
+)  # fmt: skip
+
+
 class _Decorator(Protocol):
     def __call__(self, f: F, /) -> F: ...
 

@@ -28,6 +28,7 @@ from simrun.cli.options import (
     EMBEDDED_REDIS_URL,
     EVERY_S,
     PLUGINS,
+    SET,
     STORE_HINT,
     TOKEN,
     URL,
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from simrun.client import Client
     from simrun.core.sizing import WorkerCapacity
     from simrun.core.views import RunView
+    from simrun.workflow import SettingOverride
 
 # The commands import what they use when they run (the HTTP client, rich's tables, the
 # progress views): `simrun status --help` does not wait for them.
@@ -163,6 +165,7 @@ def _live_text(pool: tuple[WorkerCapacity, ...] | None) -> str:
 @click.option("--wait", is_flag=True, help="Follow the run until it ends; exit as it ended.")
 @click.option("--dry-run", is_flag=True, help="Check, count and forecast; submit nothing.")
 @PLUGINS
+@SET
 @click.option("--workers", type=click.IntRange(1), default=None, help="Pool to forecast on.")
 @container_processes_option("… its processes each.")
 @container_memory_option("--memory-gb", "… its memory each (GiB).")
@@ -174,6 +177,7 @@ def submit(
     wait: bool,
     dry_run: bool,
     plugins: tuple[str, ...],
+    overrides: tuple[SettingOverride, ...],
     workers: int | None,
     processes: int | None,
     memory_gb: float | None,
@@ -190,11 +194,16 @@ def submit(
     used = _task_types(workflow)
     types = load_types_from_here(plugins, only=used)
     known = all(spec_type in types for spec_type in used)
-    prepared = prepare(workflow, types, check=known)
+    prepared = prepare(workflow, types, check=known, overrides=overrides)
     out = console()
     with Client(url, token) as client:
         if dry_run:
-            from simrun.cli.dryrun import print_forecast, summaries_resolver, task_plans
+            from simrun.cli.dryrun import (
+                dry_run_exit,
+                print_forecast,
+                summaries_resolver,
+                task_plans,
+            )
             from simrun.cli.forecast import pool_of, pool_text
 
             resolver = summaries_resolver(client.resources())
@@ -210,9 +219,8 @@ def submit(
             else:
                 pool = _live_pool(client)
                 text = _live_text(pool)
-            print_forecast(out, rows, pool, text)
-            out.print("dry run: nothing was submitted")
-            return
+            result = print_forecast(out, rows, pool, text)
+            sys.exit(dry_run_exit(out, result, "dry run: nothing was submitted"))
         from simrun.workflow import source_paths
 
         sources = source_paths(prepared.doc, prepared.base)

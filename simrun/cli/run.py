@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
     from simrun.cli.dryrun import DryRow
     from simrun.local.session import LocalOptions, LocalSession
+    from simrun.workflow import SettingOverride
 
 # The embedded session (the service, uvicorn, Redis's client) and the dry run's imports are
 # imported when a run starts: `simrun run --help` does not wait for them.
@@ -310,6 +311,7 @@ RESUME_HELP = "Go on with an interrupted run of the store instead of submitting 
     "--memory-gb", "Memory of each container in GiB [default: 80% of the free memory / workers]."
 )
 @opt.PLUGINS
+@opt.SET
 @click.option("--dry-run", is_flag=True, help="Check, count and forecast; start nothing.")
 @click.option("--resume", metavar="RUN", default=None, help=RESUME_HELP)
 @opt.limits_options
@@ -326,6 +328,7 @@ def run(
     processes: int | None,
     memory_gb: float | None,
     plugins: tuple[str, ...],
+    overrides: tuple[SettingOverride, ...],
     dry_run: bool,
     resume: str | None,
     max_retries: int,
@@ -345,6 +348,8 @@ def run(
         raise click.UsageError("give a WORKFLOW to run, or --resume RUN to go on with one")
     if dry_run and resume is not None:
         raise click.UsageError("--dry-run needs a WORKFLOW (it forecasts a new run)")
+    if overrides and resume is not None:
+        raise click.UsageError("--set needs a WORKFLOW (a resumed run keeps its settings)")
     shown_store = store
     types = load_types_from_here(plugins)
     pool = local_pool(workers, processes, memory_gb)
@@ -353,7 +358,7 @@ def run(
     if workflow is not None:
         from simrun.cli.dryrun import print_forecast, store_resolver, task_plans
 
-        prepared = prepare(workflow, types)
+        prepared = prepare(workflow, types, overrides=overrides)
         rows: list[DryRow] = asyncio.run(
             task_plans(prepared.doc, types, store_resolver(shown_store))
         )
@@ -364,8 +369,9 @@ def run(
             out, rows, pool_of(pool.workers, pool.processes, pool.memory_gb), pool.text()
         )
         if dry_run:
-            out.print("dry run: nothing was started, enqueued or written")
-            return
+            from simrun.cli.dryrun import dry_run_exit
+
+            sys.exit(dry_run_exit(out, result, "dry run: nothing was started, enqueued or written"))
         problems = [t for t in result.tasks if t.problem] if result is not None else []
         if problems:
             raise LocalError(

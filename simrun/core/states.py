@@ -24,20 +24,25 @@ __all__ = [
     "ENDED_RUN_STATES",
     "FINISHED_TASK_STATES",
     "FINISHED_UNIT_STATES",
+    "MAX_RETRY_DELAY_S",
     "MERGE_INDEX",
     "NOT_STARTED_TASK_STATES",
+    "RETRY_BACKOFF",
+    "RETRY_KINDS",
     "RUN_STATES",
     "TASK_STATES",
     "UNFINISHED_UNIT_STATES",
     "UNIT_KINDS",
     "UNIT_STATES",
     "Limits",
+    "RetryRule",
     "RunState",
     "TaskCounts",
     "TaskState",
     "UnitKind",
     "UnitRow",
     "UnitState",
+    "exception_type",
     "next_task_state",
     "run_state",
     "unit_after_outcome",
@@ -120,11 +125,79 @@ class Limits:
             raise ValueError(f"limits must be >= 0, got {self}")
 
 
+#: What ``retry_on`` may name besides exception types: kills for memory, timeouts, and any
+#: error (an exception of any type).
+RETRY_KINDS = ("memory", "timeout", "error")
+#: Each further retry of a task's unit waits this many times longer than the one before.
+RETRY_BACKOFF = 2.0
+#: The longest a retry waits, whatever its delay and backoff say.
+MAX_RETRY_DELAY_S = 3600.0
+
+
+@dataclass(frozen=True)
+class RetryRule:
+    """A task's own retry rule, from its workflow fields (None: the service's `Limits`).
+
+    ``retries``: errors and timeouts retried after the first (None: ``max_retries``).
+    ``retry_on``: what is retried at all, `RETRY_KINDS` and exception type names (None: all
+    of them); an outcome it does not name fails the unit at once. ``retry_delay_s``: the
+    wait before the first retry of an error or timeout, `RETRY_BACKOFF` times longer for
+    each further one (at most `MAX_RETRY_DELAY_S`); a kill for memory is retried at once.
+    """
+
+    retries: int | None = None
+    retry_on: tuple[str, ...] | None = None
+    retry_delay_s: float = 0.0
+
+    @classmethod
+    def of(cls, data: Mapping[str, object] | None) -> RetryRule:
+        """The rule stored as JSON (``retries``, ``retry_on``, ``retry_delay_s``)."""
+        data = data or {}
+        retries, on, delay = data.get("retries"), data.get("retry_on"), data.get("retry_delay_s")
+        return cls(
+            retries=int(retries) if isinstance(retries, int) else None,
+            retry_on=tuple(str(x) for x in on) if isinstance(on, list | tuple) else None,
+            retry_delay_s=float(delay) if isinstance(delay, int | float) else 0.0,
+        )
+
+    def retries_on(self, kind: str, exception: str | None = None) -> bool:
+        """Whether an outcome of ``kind`` ("memory", "timeout" or "error", with the
+        ``exception`` type an error raised) is retried at all."""
+        if self.retry_on is None:
+            return True
+        if kind in self.retry_on:
+            return True
+        return kind == "error" and exception is not None and exception in self.retry_on
+
+    def delay_s(self, errors: int) -> float:
+        """The wait before the retry that follows a unit's ``errors``-th error (>= 1)."""
+        if self.retry_delay_s <= 0:
+            return 0.0
+        return min(MAX_RETRY_DELAY_S, self.retry_delay_s * RETRY_BACKOFF ** max(0, errors - 1))
+
+
+def exception_type(error: str | None) -> str | None:
+    """The type of the exception an error message ends with: the last line of a Python
+    traceback reads ``module.Type: message`` (or ``Type`` alone); the name without its
+    module. None when the message does not end that way."""
+    if not error:
+        return None
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    if not lines:
+        return None
+    head = lines[-1].split(":", 1)[0].strip()
+    name = head.rsplit(".", 1)[-1]
+    if head and all(part.isidentifier() for part in head.split(".")) and name[:1].isupper():
+        return name
+    return None
+
+
 @dataclass(frozen=True)
 class UnitRow:
     """One unit as stored. ``attempt`` is 0 until the unit is dispatched; ``job_id`` and
     ``memory_gb`` belong to its current attempt; ``error`` is the last traceback or
-    message; times are Unix seconds."""
+    message; times are Unix seconds; a pending unit is not dispatched before
+    ``not_before_s`` (the delay of its retry)."""
 
     run: str
     task: str
@@ -141,6 +214,7 @@ class UnitRow:
     queued_s: float | None = None
     started_s: float | None = None
     finished_s: float | None = None
+    not_before_s: float | None = None
 
     @property
     def key(self) -> int | str:
@@ -159,6 +233,7 @@ def unit_after_outcome(
     limits: Limits,
     now_s: float,
     started_s: float | None = None,
+    rule: RetryRule | None = None,
 ) -> UnitRow | None:
     """The unit after a worker reported ``outcome`` for it at ``attempt``; None to ignore.
 
@@ -169,13 +244,18 @@ def unit_after_outcome(
       or a downstream task reads them, so its own report decides.
     * Any other outcome counts only for the unit's current attempt while it is queued or
       running; ``stale`` is always ignored.
-    * ``killed`` (for memory): back to pending, or failed past ``limits.max_kills``.
-    * ``failed`` and ``timeout``: back to pending, or failed past ``limits.max_retries``.
+    * ``killed`` (for memory): back to pending, or failed past ``limits.max_kills``, or at
+      once when the task's ``rule`` does not retry "memory".
+    * ``failed`` and ``timeout``: back to pending, or failed past the task's ``retries``
+      (``limits.max_retries`` without), or at once when its ``retry_on`` does not name the
+      outcome ("timeout"; "error" or the exception's type); back to pending waits the
+      rule's delay (``not_before_s``).
     * ``not_run`` and ``refused``: back to pending without counting against the unit.
 
     ``started_s`` (when the worker started the job) fills the start time of a unit that
     has none yet.
     """
+    rule = rule or RetryRule()
     if unit.state == "done":
         return None
     start = unit.started_s if unit.started_s is not None else started_s
@@ -190,10 +270,15 @@ def unit_after_outcome(
         or unit.state not in ACTIVE_UNIT_STATES
     ):
         return None
-    back = replace(unit, state="pending", worker=worker, started_s=start, finished_s=now_s)
+    back = replace(
+        unit, state="pending", worker=worker, started_s=start, finished_s=now_s, not_before_s=None
+    )
     if outcome == "killed":
         kills = unit.kills + 1
         message = f"killed for memory at its limit of {limit_gb:g} GiB per process"
+        if not rule.retries_on("memory"):
+            message = f"{message}; not retried: the task's retry_on does not name 'memory'"
+            return replace(back, state="failed", kills=kills, error=message)
         if kills > limits.max_kills:
             message = f"{message}; killed {kills} times, more than the {limits.max_kills} allowed"
             return replace(back, state="failed", kills=kills, error=message)
@@ -201,9 +286,14 @@ def unit_after_outcome(
     if outcome in ("failed", "timeout"):
         errors = unit.errors + 1
         text = error or ("timed out" if outcome == "timeout" else "failed without a message")
-        if errors > limits.max_retries:
+        kind = "timeout" if outcome == "timeout" else "error"
+        allowed = limits.max_retries if rule.retries is None else rule.retries
+        if errors > allowed or not rule.retries_on(kind, exception_type(error)):
             return replace(back, state="failed", errors=errors, error=text)
-        return replace(back, errors=errors, error=text)
+        delay = rule.delay_s(errors)
+        return replace(
+            back, errors=errors, error=text, not_before_s=now_s + delay if delay else None
+        )
     if outcome == "not_run":
         return back
     if outcome == "refused":

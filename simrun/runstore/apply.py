@@ -7,6 +7,7 @@ decided by `simrun.runstore.ingest` (no I/O there), what becomes of each unit by
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -14,7 +15,14 @@ from typing import Any
 import aiosqlite
 
 from simrun.core.reports import ReportEntry
-from simrun.core.states import ACTIVE_UNIT_STATES, Limits, UnitRow, unit_after_outcome, unit_index
+from simrun.core.states import (
+    ACTIVE_UNIT_STATES,
+    Limits,
+    RetryRule,
+    UnitRow,
+    unit_after_outcome,
+    unit_index,
+)
 from simrun.runstore.ingest import all_done, index_ranges, observed_peak_gb, split_reports
 from simrun.runstore.reads import chunks, marks
 from simrun.runstore.rows import UPDATE_UNIT, Applied, unit_of, unit_values
@@ -216,6 +224,7 @@ async def _apply_by_unit(
     for entry in entries:
         wanted += [(entry.run, entry.task, unit_index(k)) for k in entry.outcomes]
     units = await _unit_rows(conn, wanted) if wanted else {}
+    rules = await _retry_rules(conn, {(e.run, e.task) for e in entries})
     changed: dict[tuple[str, str, int], UnitRow] = {}
     kills: dict[tuple[str, str], int] = defaultdict(int)
     for entry in entries:
@@ -234,6 +243,7 @@ async def _apply_by_unit(
                 limits=limits,
                 now_s=now_s,
                 started_s=entry.started,
+                rule=rules.get((entry.run, entry.task)),
             )
             if after is None:
                 continue
@@ -247,6 +257,22 @@ async def _apply_by_unit(
         await conn.executemany(UPDATE_UNIT, [unit_values(u) for u in changed.values()])
     applied.changed += len(changed)
     return kills
+
+
+async def _retry_rules(
+    conn: aiosqlite.Connection, tasks: set[tuple[str, str]]
+) -> dict[tuple[str, str], RetryRule]:
+    """The retry rule of each of these tasks that has one of its own."""
+    rules: dict[tuple[str, str], RetryRule] = {}
+    for run, task in tasks:
+        async with conn.execute(
+            "SELECT retry FROM tasks WHERE run_id = ? AND name = ? AND retry IS NOT NULL",
+            (run, task),
+        ) as cursor:
+            row = await cursor.fetchone()
+        if row is not None:
+            rules[(run, task)] = RetryRule.of(json.loads(row[0]))
+    return rules
 
 
 async def _task_facts(

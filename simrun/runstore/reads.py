@@ -136,16 +136,23 @@ class RunReads:
         return units
 
     async def pending_rows(
-        self, run_id: str, task: str, limit: int, kind: UnitKind | None = None
+        self,
+        run_id: str,
+        task: str,
+        limit: int,
+        kind: UnitKind | None = None,
+        now_s: float | None = None,
     ) -> list[UnitRow]:
         """Up to ``limit`` pending units of a task that have a row (sent back, replayed, a
-        merge or a command), by index."""
+        merge or a command), by index; with ``now_s``, only those whose retry may go now
+        (``not_before_s`` passed): a unit waiting for its delay holds no other back."""
         kind_clause = "AND kind = ?" if kind is not None else ""
+        time_clause = "AND (not_before_s IS NULL OR not_before_s <= ?)" if now_s is not None else ""
         rows = await self._fetch(
             f"SELECT {UNIT_COLUMNS} FROM units INDEXED BY units_pending"
-            f" WHERE run_id = ? AND task = ? AND state = 'pending' {kind_clause}"
+            f" WHERE run_id = ? AND task = ? AND state = 'pending' {kind_clause} {time_clause}"
             " ORDER BY idx LIMIT ?",
-            (run_id, task, *((kind,) if kind else ()), limit),
+            (run_id, task, *((kind,) if kind else ()), *(() if now_s is None else (now_s,)), limit),
         )
         return [unit_of(r) for r in rows]
 

@@ -64,6 +64,9 @@ class NewTask:
     splittable: bool
     has_merge: bool
     override: dict[str, Any] | None = None
+    #: The task's own retry fields (``retries``, ``retry_on``, ``retry_delay_s``,
+    #: ``timeout_s``) as JSON, None for the service's defaults.
+    retry: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,7 @@ def task_values(run_id: str, task: NewTask) -> dict[str, Any]:
         "inputs": json.dumps(task.inputs, sort_keys=True),
         "depends": json.dumps(list(task.depends)),
         "override": dumps(task.override),
+        "retry": dumps(task.retry),
         "splittable": int(task.splittable),
         "has_merge": int(task.has_merge),
         "state": "waiting",
@@ -267,7 +271,7 @@ def run_of(row: Sequence[Any]) -> RunRow:
 def task_of(row: Sequence[Any]) -> TaskRow:
     """A task from a row of ``SELECT {TASK_COLUMNS}`` (JSON and flags decoded)."""
     values = _named(TASK_COLUMNS, row)
-    for name in ("settings", "inputs", "override", "resources"):
+    for name in ("settings", "inputs", "override", "resources", "retry"):
         values[name] = loads(values[name])
     values["depends"] = tuple(json.loads(values["depends"]))
     values["splittable"], values["has_merge"] = (
@@ -295,6 +299,7 @@ def unit_values(u: UnitRow) -> tuple[Any, ...]:
         u.queued_s,
         u.started_s,
         u.finished_s,
+        u.not_before_s,
         u.run,
         u.task,
         u.index,
@@ -303,8 +308,8 @@ def unit_values(u: UnitRow) -> tuple[Any, ...]:
 
 UPDATE_UNIT = (
     "UPDATE units SET state = ?, attempt = ?, job_id = ?, memory_gb = ?, worker = ?,"
-    " error = ?, errors = ?, kills = ?, queued_s = ?, started_s = ?, finished_s = ?"
-    " WHERE run_id = ? AND task = ? AND idx = ?"
+    " error = ?, errors = ?, kills = ?, queued_s = ?, started_s = ?, finished_s = ?,"
+    " not_before_s = ? WHERE run_id = ? AND task = ? AND idx = ?"
 )
 
 

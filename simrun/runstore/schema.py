@@ -172,6 +172,16 @@ MIGRATIONS: tuple[db.Migration, ...] = (
             "UPDATE tasks SET frontier = units WHERE splittable = 1 AND units IS NOT NULL",
         ),
     ),
+    db.Migration(
+        "retries per task: its rule, and when a unit's retry may be dispatched",
+        (
+            # JSON of the task's retries, retry_on, retry_delay_s and timeout_s; NULL: the
+            # service's defaults.
+            "ALTER TABLE tasks ADD COLUMN retry TEXT",
+            # A pending unit waiting for the delay of its retry is not dispatched before.
+            "ALTER TABLE units ADD COLUMN not_before_s REAL",
+        ),
+    ),
 )
 
 #: Most host parameters in one statement, well below SQLite's limit.
@@ -179,12 +189,12 @@ _BATCH = 500
 
 UNIT_COLUMNS = (
     "run_id, task, idx, kind, state, attempt, job_id, memory_gb, worker, error, errors, kills,"
-    " queued_s, started_s, finished_s"
+    " queued_s, started_s, finished_s, not_before_s"
 )
 TASK_COLUMNS = (
     "run_id, name, position, type, settings, inputs, depends, override, memory_override_gb,"
     " splittable, has_merge, state, status, queue, resource_key, resources, units,"
-    " started_s, finished_s, kills, requested_gb, peak_memory_gb, frontier, spans_done"
+    " started_s, finished_s, kills, requested_gb, peak_memory_gb, frontier, spans_done, retry"
 )
 RUN_COLUMNS = "id, name, model, state, message, document, created_s, updated_s, finished_s"
 JOB_COLUMNS = (

@@ -486,7 +486,8 @@ class RunStore(RunReads):
         tasks = sorted({t for t, _ in failed})
         async with self.transaction() as c:
             await c.executemany(
-                "UPDATE units SET state = 'pending', errors = 0, kills = 0, finished_s = NULL"
+                "UPDATE units SET state = 'pending', errors = 0, kills = 0, finished_s = NULL,"
+                " not_before_s = NULL"
                 " WHERE run_id = ? AND task = ? AND idx = ? AND state = 'failed'",
                 [(run_id, t, i) for t, i in failed],
             )

@@ -173,7 +173,7 @@ class Dispatcher:
         probe, todo = 0, pending.get("chunk", 0)
         if merge or not task.splittable:
             kind: UnitKind = "merge" if merge else "command"
-            units = await self.store.pending_rows(run.id, task.name, 1, kind=kind)
+            units = await self.store.pending_rows(run.id, task.name, 1, kind=kind, now_s=now)
             chunks: list[Sequence[UnitRow] | range] = [tuple(units)] if units else []
         else:
             processes = sum(c.processes for c in capacities if queue in c.queues)
@@ -192,7 +192,7 @@ class Dispatcher:
                 )
                 limit = min(room * size, max(size, s.dispatch_units))
             # Units sent back first (they have rows), then fresh ones from the frontier.
-            units = await self.store.pending_rows(run.id, task.name, limit, kind="chunk")
+            units = await self.store.pending_rows(run.id, task.name, limit, kind="chunk", now_s=now)
             groups = memory_groups(units, resolved.memory_per_worker_gb)
             cut = [sizing.split(g, size, pending=todo, processes=processes) for g in groups]
             chunks = list(itertools.islice((c for g in cut for c in g), room))
@@ -204,7 +204,8 @@ class Dispatcher:
                 )[: room - len(chunks)]
         if not chunks:
             return False
-        planned = build_jobs(s.store, task, task_type, resolved, queue, chunks, s.unit_timeout_s)
+        timeout_s = (task.retry or {}).get("timeout_s") or s.unit_timeout_s
+        planned = build_jobs(s.store, task, task_type, resolved, queue, chunks, timeout_s)
         problem = next(
             filter(None, (self._fit(d, queue, task_type, capacities) for d in planned)), None
         )

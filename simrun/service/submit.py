@@ -98,6 +98,7 @@ def plan_run(
                 depends=tuple(sorted(deps[name])),
                 splittable=task_type.splittable,
                 has_merge=task_type.splittable and task_type.merge is not None,
+                retry=spec.retry_fields(),
                 override=(
                     spec.resources.model_dump(exclude_none=True)
                     if spec.resources is not None

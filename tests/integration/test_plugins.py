@@ -309,3 +309,33 @@ def test_load_plugin_ref_says_what_is_wrong(plugin_dir: Path, ref: str, expected
     message = str(info.value)
     assert message.startswith(f"plugin reference {ref!r}"), message
     assert expected in message, message
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("fit {settings} {out} --in={input}", None),
+        ("fit {{literal}} {out}", None),
+        ("fit {setting} {out}", "unknown placeholder '{setting}'"),
+        ("fit --x={ {out}", "unmatched '{'"),
+        ("fit 'open {out}", "cannot be split"),
+    ],
+)
+def test_a_command_template_is_checked_before_it_runs(command: str, expected: str | None) -> None:
+    """A command whose template `simrun-exec` could not expand (an unknown placeholder, a
+    lone brace, an unclosed quote) is a problem of the type, found without running it."""
+    problems = task_type_problems(TaskType("fit", Settings, command=command))
+    if expected is None:
+        assert problems == []
+    else:
+        (problem,) = problems
+        assert expected in problem
+
+
+def test_a_bad_command_template_is_refused_at_load(plugin_dir: Path) -> None:
+    """Loading refuses a type whose command template uses an unknown placeholder, naming
+    the entry point and the distribution."""
+    body = 'FIT = TaskType("fit", Settings, command="fit {setting} {out}")\n'
+    message = refused(plugin_dir, "tmpl-plugin", body, {"fit": "FIT"})
+    assert "entry point 'fit' = 'tmpl_plugin_mod:FIT' (distribution tmpl-plugin)" in message
+    assert "unknown placeholder '{setting}'" in message

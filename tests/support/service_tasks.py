@@ -15,6 +15,7 @@ one log when it begins and another when it completes, so tests count both per in
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import time
@@ -37,6 +38,7 @@ class WorkSettings(BaseModel):
     hog_indices: list[int] = []  # the units that hog (all when empty)
     fail_flag: str = ""  # while this file exists, the units in fail_indices raise
     fail_indices: list[int] = []
+    fail_exception: str = "RuntimeError"  # the builtin exception type a failing unit raises
     tag: str = ""  # a cost setting: runs with another tag learn apart
 
 
@@ -57,7 +59,8 @@ def compute_unit(settings: WorkSettings, index: int, paths: TaskPaths) -> None:
         time.sleep(0.2)  # long enough for the sampler to see it
         del held
     if settings.fail_flag and index in settings.fail_indices and Path(settings.fail_flag).exists():
-        raise RuntimeError(f"unit {index} fails on purpose while {settings.fail_flag} exists")
+        error: type[Exception] = getattr(builtins, settings.fail_exception)
+        raise error(f"unit {index} fails on purpose while {settings.fail_flag} exists")
     record = {
         "index": index,
         "pid": os.getpid(),

@@ -122,7 +122,7 @@ def test_settings_rejected_by_the_model_name_the_field() -> None:
     assert set(by_where) == {"task 'hot', settings.grid", "task 'hot', settings.colour"}
     assert "greater than or equal to 8" in by_where["task 'hot', settings.grid"].message
     assert by_where["task 'hot', settings.grid"].line == 7
-    assert "not a setting of type 'sweep'" in by_where["task 'hot', settings.colour"].message
+    assert "unknown setting 'colour'" in by_where["task 'hot', settings.colour"].message
 
 
 def test_unknown_and_unconnected_ports() -> None:
@@ -290,3 +290,83 @@ def test_unreadable_file() -> None:
 def test_input_references_parse(ref: str, parsed: InputRef | None) -> None:
     """References parse as task.port (last dot) or source:name; anything else is None."""
     assert InputRef.parse(ref) == parsed
+
+
+class LenientSettings(BaseModel):
+    precision: str = "low"
+    points: int = 4
+
+
+class OpenSettings(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    precision: str = "low"
+
+
+LENIENT_TYPES = {
+    "lenient": TaskType("lenient", LenientSettings, command="l {settings} {out}"),
+    "open": TaskType("open", OpenSettings, command="o {settings} {out}"),
+}
+
+
+def test_a_misspelled_setting_is_refused_with_a_suggestion_even_if_the_model_ignores_it() -> None:
+    """A name the settings model does not know is refused with "did you mean" and its line,
+    although pydantic's default (extra="ignore") would drop it and run with the default."""
+    text = "tasks:\n  - name: mc\n    type: lenient\n    settings:\n      precison: high\n"
+    with pytest.raises(WorkflowError) as info:
+        check_workflow(parse_workflow(text), LENIENT_TYPES, text=text)
+    (problem,) = info.value.problems
+    assert problem.line == 5
+    assert str(problem) == (
+        "line 5: task 'mc', settings.precison: unknown setting 'precison' "
+        "(did you mean 'precision'?)"
+    )
+
+
+def test_a_type_opts_out_of_the_unknown_setting_check_with_extra_allow() -> None:
+    """A settings model with extra="allow" accepts names it does not declare."""
+    text = "tasks:\n  - name: mc\n    type: open\n    settings:\n      anything: 1\n"
+    settings = check_workflow(parse_workflow(text), LENIENT_TYPES, text=text)
+    assert settings["mc"]["anything"] == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("retries", "-1", "retries must be an integer between 0 and 100"),
+        ("retries", "2.5", "valid integer"),
+        ("retries", "true", "valid integer"),
+        ("retry_on", "[]", "is empty"),
+        ("retry_on", "[valueerror]", "'valueerror' is neither memory, timeout, error nor"),
+        ("retry_delay_s", "-1", "retry_delay_s must be a finite number >= 0"),
+        ("retry_delay_s", "99999", "retry_delay_s = 99999 is absurd"),
+        ("timeout_s", "0", "timeout_s must be more than 0"),
+        ("timeout_s", ".nan", "timeout_s must be a finite number >= 0"),
+    ],
+)
+def test_retry_fields_of_a_task_are_checked_with_task_field_and_line(
+    field: str, value: str, expected: str
+) -> None:
+    """A bad retries, retry_on, retry_delay_s or timeout_s names the task, the field and
+    its line."""
+    text = f"tasks:\n  - name: mc\n    type: lenient\n    {field}: {value}\n"
+    with pytest.raises(WorkflowError) as info:
+        parse_workflow(text)
+    (problem,) = info.value.problems
+    assert (problem.task, problem.loc[-1], problem.line) == ("mc", field, 4)
+    assert expected in problem.message
+
+
+def test_retry_fields_that_are_set_are_kept_with_the_task() -> None:
+    """The retry fields given are what the task stores; none given, nothing."""
+    text = (
+        "tasks:\n  - name: mc\n    type: lenient\n    retries: 0\n"
+        "    retry_on: [memory, ValueError]\n    timeout_s: 30\n"
+        "  - name: plain\n    type: lenient\n"
+    )
+    doc = parse_workflow(text)
+    assert doc.task("mc").retry_fields() == {
+        "retries": 0,
+        "retry_on": ["memory", "ValueError"],
+        "timeout_s": 30.0,
+    }
+    assert doc.task("plain").retry_fields() is None

@@ -17,18 +17,19 @@ literal brace; any other brace, and any other name in braces, is an error.
 from __future__ import annotations
 
 import io
-import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
+from simrun.plugins import COMMAND_BRACES, COMMAND_PLACEHOLDERS
+
 __all__ = ["PLACEHOLDERS", "expand_argv", "split_template"]
 
 #: The names a template may use in braces.
-PLACEHOLDERS = ("settings", "out", "input")
+PLACEHOLDERS = COMMAND_PLACEHOLDERS
 
 # One lexical item of a part: an escaped brace, a placeholder, or a brace standing alone.
-_BRACES = re.compile(r"\{\{|\}\}|\{[^{}]*\}|[{}]")
+_BRACES = COMMAND_BRACES
 
 
 def _describe(template: str) -> str:
