@@ -35,17 +35,20 @@ async def test_a_unit_that_prints_and_raises_keeps_its_output_traceback_and_head
     assert "unit 1 says hello on stderr" in attempt.output
     assert "unit 0 says" not in attempt.output  # its neighbour's output stays its own
     assert header.outcome == "failed"
-    assert header.error is not None and "Traceback" in header.error
+    assert header.error is not None
+    assert "Traceback" in header.error
     assert "ValueError: unit 1 fails on purpose" in header.error
     assert (header.attempt, header.unit, header.job_id) == (2, 1, spec.job_id)
     assert header.worker == container.worker_id
-    assert isinstance(header.pid, int) and header.pid > 0
+    assert isinstance(header.pid, int)
+    assert header.pid > 0
     assert header.peak_gb > 0
     assert header.started <= header.finished
     assert header.output_bytes == len(attempt.output.encode())
 
     (done,) = read_unit_logs(logs, "r1", "flaky", 0).attempts
-    assert done.header.outcome == "done" and done.header.error is None
+    assert done.header.outcome == "done"
+    assert done.header.error is None
     # stdout is buffered and stderr is not: the two lines may come in either order
     assert sorted(done.output.splitlines()) == [
         "unit 0 says hello on stderr",
