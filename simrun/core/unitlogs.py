@@ -26,8 +26,12 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from simrun.core.layout import StoreLayout, task_logs
+
 __all__ = [
+    "FAILED",
     "UNITS_DIR",
+    "LogNotFound",
     "UnitAttempt",
     "UnitLogHeader",
     "UnitLogs",
@@ -35,6 +39,8 @@ __all__ = [
     "list_unit_logs",
     "parse_unit",
     "read_unit_logs",
+    "run_logs",
+    "store_unit_logs",
     "unit_stem",
     "write_atomic",
 ]
@@ -133,6 +139,17 @@ class UnitAttempt:
             "log_paths": [str(p) for p in self.log_paths],
         }
 
+    @classmethod
+    def from_dict(cls, data: object, where: str) -> UnitAttempt:
+        """The attempt in ``data`` (`to_dict`'s form); ValueError naming ``where``."""
+        if not isinstance(data, dict) or not isinstance(data.get("output"), str):
+            raise ValueError(f"{where}: not a unit's attempt")
+        paths = data.get("log_paths") or []
+        if not isinstance(paths, list):
+            raise ValueError(f"{where}: log_paths is not a list")
+        header = UnitLogHeader.from_dict(data.get("header"), where)
+        return cls(header, data["output"], tuple(Path(str(p)) for p in paths))
+
 
 @dataclass(frozen=True)
 class UnitLogs:
@@ -142,6 +159,84 @@ class UnitLogs:
     task: str
     unit: int | str
     attempts: tuple[UnitAttempt, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "task": self.task,
+            "unit": self.unit,
+            "attempts": [a.to_dict() for a in self.attempts],
+        }
+
+    @classmethod
+    def from_dict(cls, data: object, where: str) -> UnitLogs:
+        """The logs in ``data`` (`to_dict`'s form); ValueError naming ``where``."""
+        if not isinstance(data, dict) or not isinstance(data.get("attempts"), list):
+            raise ValueError(f"{where}: not the logs of a unit")
+        unit = data.get("unit")
+        if not isinstance(unit, int | str):
+            raise ValueError(f"{where}: unit is not an index or a word")
+        attempts = tuple(UnitAttempt.from_dict(a, where) for a in data["attempts"])
+        return cls(str(data.get("run")), str(data.get("task")), unit, attempts)
+
+
+class LogNotFound(LookupError):
+    """A run, task, unit or attempt without logs; the message says which, in one line."""
+
+
+def _run_dir(root: Path, run: str) -> Path:
+    run_dir = StoreLayout(root).run_dir(run)
+    if not run_dir.is_dir():
+        raise LogNotFound(f"there is no run {run!r} in the store {root}")
+    return run_dir
+
+
+def _task_names(run_dir: Path) -> list[str]:
+    return sorted(p.name for p in run_dir.iterdir() if p.is_dir() and p.name != "sources")
+
+
+def run_logs(root: Path, run: str, task: str | None = None) -> dict[str, list[UnitLogHeader]]:
+    """The last attempt of every unit with a log, per task of run ``run`` of the store at
+    ``root`` (only ``task`` when given); `LogNotFound` for an unknown run or task."""
+    run_dir = _run_dir(root, run)
+    names = _task_names(run_dir)
+    if task is not None:
+        if task not in names:
+            raise LogNotFound(_no_task(run, task, names))
+        names = [task]
+    layout = StoreLayout(root)
+    return {name: list_unit_logs(task_logs(layout.task_dir(run, name))) for name in names}
+
+
+def _no_task(run: str, task: str, names: list[str]) -> str:
+    known = ", ".join(names) or "none has started"
+    return f"run {run!r} has no task {task!r} with files (its tasks: {known})"
+
+
+def store_unit_logs(
+    root: Path, run: str, task: str, unit: int | str, attempt: int | None = None
+) -> UnitLogs:
+    """`read_unit_logs` of a unit of the store at ``root``; `LogNotFound` (one line) for
+    an unknown run or task, a unit without a log, an attempt without one."""
+    run_dir = _run_dir(root, run)
+    names = _task_names(run_dir)
+    if task not in names:
+        raise LogNotFound(_no_task(run, task, names))
+    logs = task_logs(StoreLayout(root).task_dir(run, task))
+    found = read_unit_logs(logs, run, task, unit)
+    what = f"unit {unit} of task {task!r} of run {run!r}"
+    if not found.attempts:
+        raise LogNotFound(
+            f"{what} has no log (a unit keeps one when it printed something or did not end "
+            "well; see `simrun logs RUN TASK` for the units that have one)"
+        )
+    if attempt is not None:
+        kept = tuple(a for a in found.attempts if a.header.attempt == attempt)
+        if not kept:
+            have = ", ".join(str(a.header.attempt) for a in found.attempts)
+            raise LogNotFound(f"{what} has no log of attempt {attempt} (attempts with one: {have})")
+        found = UnitLogs(run, task, unit, kept)
+    return found
 
 
 def _read_text(path: Path, limit: int | None = None) -> str:
