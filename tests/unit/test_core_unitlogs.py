@@ -78,7 +78,7 @@ def test_a_header_lacking_fields_is_refused_naming_where() -> None:
     the file and what it lacks."""
     with pytest.raises(ValueError, match=r"h\.json: not a unit log header \(no attempt"):
         UnitLogHeader.from_dict({"run": "r1"}, "h.json")
-    with pytest.raises(ValueError, match="h.json"):
+    with pytest.raises(ValueError, match=r"h\.json: not a unit log header \(a JSON"):
         UnitLogHeader.from_dict([1], "h.json")
 
 
