@@ -100,3 +100,22 @@ async def test_each_unit_with_output_gets_its_own_capped_file(tmp_path: Path, re
     assert "dropped" in two
     assert attempt_paths(logs, 3, 2)[1].read_text().endswith("last words of 3\n")
     assert set(log.sink.written) == {0, 2, 3}
+
+
+async def test_settle_finds_a_marker_read_ahead_of_later_ones() -> None:
+    """The runner asks for the marker of a batch's last unit after the log may have read
+    the markers of the batch sent ahead: it is found at once all the same, the markers
+    before it are forgotten and the later ones kept; a marker never written is waited for
+    at most the time given."""
+    log = CappedLog(0, fd=os.open(os.devnull, os.O_WRONLY))
+    try:
+        reader = asyncio.StreamReader()
+        reader.feed_data(b"".join(unit_end_marker(i) for i in (5, 6, 7, 8)))
+        reader.feed_eof()
+        await log.copy(reader)
+        assert await log.settle(6, timeout_s=0.01)
+        assert await log.settle(8, timeout_s=0.01)
+        assert not await log.settle(5, timeout_s=0.01)  # forgotten: it ended before 6
+        assert not await log.settle(9, timeout_s=0.01)
+    finally:
+        os.close(log.fd)

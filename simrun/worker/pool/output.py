@@ -156,6 +156,8 @@ class UnitLogSink:
         self.written[unit] = len(data)
 
 
+#: The most markers a log remembers for `CappedLog.settle` (more than a batch holds).
+_MARKS_KEPT = 4096
 #: Seconds the runner waits for the marker of a batch's last unit (it was written before
 #: the batch's end message, so it is normally there already).
 SETTLE_S = 1.0
@@ -175,7 +177,8 @@ class CappedLog:
         self.label_of: Callable[[int], str] = lambda index: f"unit {index}"
         self.sink: UnitLogSink | None = None
         self._captured = bytearray()
-        self._marked: int | None = None
+        #: The markers read since the runner last asked (`settle`), in order.
+        self._marked: deque[int] = deque(maxlen=_MARKS_KEPT)
         self._marker = asyncio.Event()
 
     async def _write(self, data: bytes) -> None:
@@ -196,20 +199,23 @@ class CappedLog:
         if data and sink is not None and unit is not None:
             await asyncio.to_thread(sink.write, unit, data)
 
-    async def settle(self, index: int, timeout_s: float = SETTLE_S) -> None:
-        """Wait until the marker of unit ``index`` was read (at most ``timeout_s``)."""
+    async def settle(self, index: int, timeout_s: float = SETTLE_S) -> bool:
+        """Wait until the marker of unit ``index`` was read (at most ``timeout_s``); whether
+        it was (then the segment open now is a later unit's, of a batch sent ahead)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while self._marked != index:
+        while index not in self._marked:
             self._marker.clear()
             left = deadline - loop.time()
             if left <= 0:
-                return
+                return False
             try:
                 await asyncio.wait_for(self._marker.wait(), left)
             except TimeoutError:
-                return
-        self._marked = None
+                return False
+        while self._marked.popleft() != index:  # it and the markers before it are over
+            pass
+        return True
 
     async def copy(self, reader: asyncio.StreamReader) -> None:
         """Copy ``reader`` until end of file, then write what the last segment held."""
@@ -247,7 +253,7 @@ class CappedLog:
             index = int(digits)
             await self._write(self.segment.end(self.label_of(index)))
             await self._deliver(index)
-            self._marked = index
+            self._marked.append(index)
             self._marker.set()
             data = data[close + 1 :]
         return b""

@@ -161,13 +161,14 @@ async def _after_reply(
     settle: int | None = None,
 ) -> None:
     """What follows a reply: the output of what it answers (``unit``'s, if any) is over,
-    once the marker of unit ``settle`` was read when given; a process that the kernel's OOM
-    killer ended meanwhile kills the worker process for memory, and `ProcessGone` tells
-    the caller."""
+    once the marker of unit ``settle`` was read when given (then the marker ended it, and
+    what the log holds now is a later unit's: a batch sent ahead runs already); a process
+    that the kernel's OOM killer ended meanwhile kills the worker process for memory, and
+    `ProcessGone` tells the caller."""
     if worker.log is not None:
-        if settle is not None:
-            await worker.log.settle(settle)
-        await worker.log.end_unit(label, unit)
+        marked = settle is not None and await worker.log.settle(settle)
+        if not marked:
+            await worker.log.end_unit(label, unit)
     if reply.get("oom_kill"):
         worker.kernel_killed_child()
         await worker.proc.wait()
