@@ -64,3 +64,24 @@ async def test_a_unit_that_prints_and_raises_keeps_its_output_traceback_and_head
         "unit-1.attempt-2.log",
     ]
     assert json.loads((logs / "units" / "unit-1.attempt-2.json").read_text())["unit"] == 1
+
+
+async def test_a_failed_command_attempt_has_a_header_beside_its_output(
+    redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    """A command that prints on both streams and fails: its attempt gets a header (worker,
+    outcome, error) read together with the attempt's stdout and stderr files."""
+    command = "sh -c 'echo to-out; echo to-err >&2; exit 3'"
+    spec = make_spec(
+        tmp_path, "cmd", "test-copy", kind="command", command=command, attempt=1, base_gb=0.25
+    )
+    container, reports = await run_burst(redis_url, redis_prefix, [spec])
+    assert reports[spec.job_id].outcomes == {"command": "failed"}
+    logs = task_logs(spec.paths.task_paths().task_dir)
+    (attempt,) = read_unit_logs(logs, "r1", "cmd", "command").attempts
+    assert attempt.header.outcome == "failed"
+    assert attempt.header.worker == container.worker_id
+    assert attempt.header.error
+    assert "to-out" in attempt.output
+    assert "to-err" in attempt.output
+    assert [p.name for p in attempt.log_paths] == ["attempt-1.out", "attempt-1.err"]

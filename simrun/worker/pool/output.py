@@ -191,6 +191,8 @@ class CappedLog:
     async def _deliver(self, unit: UnitKey | None) -> None:
         """The segment that just ended was ``unit``'s (None: no unit's, or the last output
         of a process that died): its captured bytes go to the sink."""
+        if not self._captured:
+            return  # the unit printed nothing (the common case): no work at all
         data = bytes(self._captured)
         self._captured.clear()
         sink = self.sink
