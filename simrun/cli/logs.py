@@ -122,14 +122,11 @@ def listing_lines(
             "or did not end well)"
         ]
     rows.sort(key=lambda h: (h.outcome not in FAILED, h.task))
-    lines = []
-    for h in rows:
-        took = f"{h.finished - h.started:.1f} s job" if h.finished >= h.started else ""
-        lines.append(
-            f"{h.task} {_unit_word(h.unit)}: attempt {h.attempt} {h.outcome} on {h.worker}"
-            f" ({took}) · {logs_command(run, h.task, h.unit, where)}"
-        )
-    return lines
+    return [
+        f"{h.task} {_unit_word(h.unit)}: attempt {h.attempt} {h.outcome} on {h.worker}"
+        f" at {_when(h.finished)} · {logs_command(run, h.task, h.unit, where)}"
+        for h in rows
+    ]
 
 
 def attempt_lines(attempt: UnitAttempt, of: int) -> list[str]:
@@ -142,7 +139,8 @@ def attempt_lines(attempt: UnitAttempt, of: int) -> list[str]:
         f"=== {h.task} {_unit_word(h.unit)}, attempt {h.attempt} of {of}: {h.outcome} ===",
         f"worker {h.worker} · {process} · job {h.job_id}",
         f"memory: peak {h.peak_gb:.3f} GiB{limit} (the job's process)",
-        f"job ran {_when(h.started)} → {_when(h.finished)} ({h.finished - h.started:.1f} s)",
+        f"job ran {_when(h.started)} → {_when(h.finished)} ({h.finished - h.started:.1f} s)"
+        + (f"; the unit took {h.seconds:.3f} s" if h.seconds is not None else ""),
     ]
     lines.extend(f"log: {path}" for path in attempt.log_paths)
     lines.append("--- output ---")

@@ -69,7 +69,11 @@ MAX_FAILED_HEADERS = 20
 
 
 def write_unit_headers(
-    spec: JobSpec, entry: ReportEntry, sink: UnitLogSink | None, pid: int | None
+    spec: JobSpec,
+    entry: ReportEntry,
+    sink: UnitLogSink | None,
+    pid: int | None,
+    seconds: Mapping[UnitKey, float] | None = None,
 ) -> int:
     """Write the header of each unit of the job that printed something (``sink``) or did
     not end well (at most `MAX_FAILED_HEADERS` of those without output), and of a
@@ -97,7 +101,7 @@ def write_unit_headers(
             pid=pid,
             outcome=outcome,
             error=entry.errors.get(unit) or (entry.error if outcome in FAILED else None),
-            seconds=None,
+            seconds=(seconds or {}).get(unit),
             peak_gb=max(entry.report.peak_memory_gb, default=0.0),
             limit_gb=entry.report.limit_gb,
             started=entry.started,
@@ -248,7 +252,7 @@ class JobHandler:
             self.running.pop(spec.job_id, None)
         ledger.close_rest("not_run")
         entry = self._entry(spec, ledger, report, started, error)
-        await self._unit_logs(spec, entry)
+        await self._unit_logs(spec, entry, ledger)
         await self._write(entry, holding)
         _log_entry(entry)
         return entry
@@ -325,12 +329,17 @@ class JobHandler:
             await self.pool.checkin(worker)
         return ledger.report((result.peak_gb,), result.limit_gb, result.killed_for_memory)
 
-    async def _unit_logs(self, spec: JobSpec, entry: ReportEntry) -> None:
+    async def _unit_logs(self, spec: JobSpec, entry: ReportEntry, ledger: Ledger) -> None:
         """Write the headers of the job's unit logs; a store that cannot be written is
         logged, the report goes out all the same."""
         sink, pid = self._sinks.pop(spec.job_id, (None, None))
+        printed = sink is not None and bool(sink.written)
+        if not printed and spec.kind != "command" and not ledger.errors:
+            return  # nothing printed, nothing failed: no thread, no file
         try:
-            await asyncio.to_thread(write_unit_headers, spec, entry, sink, pid)
+            await asyncio.to_thread(
+                write_unit_headers, spec, entry, sink, pid, dict(ledger.seconds)
+            )
         except OSError as exc:
             log.warning("cannot write the unit logs of job %s: %s", spec.job_id, exc)
 
