@@ -251,7 +251,12 @@ def logs(
 ) -> None:
     """Show the kept logs of RUN's units: the units with a log (those that printed
     something or did not end well, failed first), or TASK's, or UNIT's attempts with their
-    worker, process, memory, times, output and traceback."""
+    worker, process, memory, times, output and traceback.
+
+    A unit keeps a log when it printed something or did not end well. The logs are read
+    from --store; without it and without --url, from ./simrun-store (SIMRUN_STORE) when it
+    is a store; else from the service.
+    """
     if (attempt is not None or follow) and unit is None:
         raise click.UsageError("--attempt and --follow need a TASK and a UNIT")
     if attempt is not None and follow:
