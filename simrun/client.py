@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
+from simrun.core.unitlogs import UnitLogHeader, UnitLogs
 from simrun.core.views import (
     FailureView,
     RunSummary,
@@ -337,6 +338,44 @@ class Client:
     def failures(self, run_id: str) -> list[FailureView]:
         """The failed units of a run with their last tracebacks."""
         return self._parsed(parse_failures, "GET", f"/runs/{run_id}/failures")
+
+    def run_logs(self, run_id: str, task: str | None = None) -> dict[str, list[UnitLogHeader]]:
+        """Per task of a run, the last attempt of each unit with a log (see
+        ``GET /runs/{id}/logs``); `ClientError` with the service's line for an unknown run
+        or task."""
+        path = f"/runs/{quote(run_id, safe='')}/logs"
+        if task is not None:
+            path += f"?task={quote(task, safe='')}"
+        data = self._logs_answer(path)
+        try:
+            tasks = data["tasks"]
+            return {
+                str(name): [UnitLogHeader.from_dict(h, f"GET {path}") for h in headers]
+                for name, headers in tasks.items()
+            }
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise ClientError(f"GET {path}: the answer is not understood: {exc}") from exc
+
+    def unit_logs(
+        self, run_id: str, task: str, unit: int | str, attempt: int | None = None
+    ) -> UnitLogs:
+        """A unit's attempts with their headers and output (``GET
+        /runs/{id}/logs/{task}/{unit}``); `ClientError` with the service's line when there
+        is none."""
+        path = f"/runs/{quote(run_id, safe='')}/logs/{quote(task, safe='')}/{unit}"
+        if attempt is not None:
+            path += f"?attempt={attempt}"
+        data = self._logs_answer(path)
+        try:
+            return UnitLogs.from_dict(data, f"GET {path}")
+        except ValueError as exc:
+            raise ClientError(f"GET {path}: the answer is not understood: {exc}") from exc
+
+    def _logs_answer(self, path: str) -> Any:
+        response = self._send("GET", path)
+        if response.status_code == 404:
+            raise ClientError(_detail(response))
+        return self._answer("GET", path, response)
 
     def replay(
         self,

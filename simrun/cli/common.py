@@ -56,6 +56,7 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
     ("simrun.runstore", "RunStateError"),
     ("simrun.runstore", "UnknownRunError"),
     ("simrun.db", "SchemaError"),
+    ("simrun.core.unitlogs", "LogNotFound"),
     ("builtins", "OSError"),
 )
 #: Those of `USER_ERRORS` that are a mistake in the command or the workflow (`EXIT_USAGE`).

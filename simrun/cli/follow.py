@@ -255,10 +255,12 @@ def report_end(
     failures: Sequence[FailureView],
     replay: str,
     outputs: str | None = None,
+    logs_where: Sequence[str] | None = None,
 ) -> int:
     """Print how a run ended: the summary table; on success where its outputs are; else
-    its failed units and ``replay``, the command that retries them. Returns the exit
-    status (0 when it succeeded)."""
+    its failed units (with ``logs_where``, the ``--store``/``--url`` of ``simrun logs``:
+    the command that shows each one's log) and ``replay``, the command that retries them.
+    Returns the exit status (0 when it succeeded)."""
     out.print(summary_table(run))
     state = run.state
     took = format_duration(_elapsed(run))
@@ -268,7 +270,8 @@ def report_end(
         return 0
     message = f": {escape(run.message)}" if run.message else ""
     out.print(f"[bold red]run {run.id} {state}[/]{message}")
-    for line in failure_lines(failures):
+    run_id = run.id if logs_where is not None else None
+    for line in failure_lines(failures, run=run_id, where=logs_where or ()):
         out.print(f"  {line}", markup=False, soft_wrap=True)
     if failures:
         out.print("fix the cause, then retry the failed units (the done ones are kept):")

@@ -66,6 +66,14 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
         "simrun.cli.remote:cancel",
         "Cancel RUN: nothing more of it is dispatched; queued units are skipped.",
     ),
+    "logs": (
+        "simrun.cli.logs:logs",
+        (
+            "Show the kept logs of RUN's units: the units with a log (those that printed "
+            "something or did not end well, failed first), or TASK's, or UNIT's attempts "
+            "with their worker, process, memory, times, output and traceback."
+        ),
+    ),
     "resources": (
         "simrun.cli.remote:resources",
         ("What is learned per resource key: samples, typical peak, request, speed, last kill."),

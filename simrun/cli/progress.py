@@ -326,13 +326,25 @@ def error_line(error: str | None) -> str:
     return "failed without a message"
 
 
-def failure_lines(failures: Sequence[FailureView], limit: int = MAX_FAILURES_SHOWN) -> list[str]:
+def failure_lines(
+    failures: Sequence[FailureView],
+    limit: int = MAX_FAILURES_SHOWN,
+    run: str | None = None,
+    where: Sequence[str] = (),
+) -> list[str]:
     """``task 'sweep', unit 3: RuntimeError: boom`` per failed unit, at most ``limit`` and a
-    count of the others."""
+    count of the others; with ``run``, each followed by the command that shows the unit's
+    full traceback and output (``simrun logs RUN TASK UNIT`` and ``where``: its
+    ``--store``/``--url``)."""
+    from simrun.cli.common import shell_join
+
     lines = []
     for f in failures[:limit]:
         what = f"unit {f.unit}" if isinstance(f.unit, int) else f.unit
         lines.append(f"task {f.task!r}, {what}: {error_line(f.error)}")
+        if run is not None:
+            command = shell_join(["simrun", "logs", run, f.task, str(f.unit), *where])
+            lines.append(f"  traceback and output: {command}")
     if len(failures) > limit:
         lines.append(f"… and {len(failures) - limit} more")
     return lines

@@ -104,7 +104,13 @@ def _exit(code: int) -> None:
         sys.exit(code)
 
 
-async def _watch(reader: Reader, run_id: str, replay_cmd: str, every_s: float) -> int:
+async def _watch(
+    reader: Reader,
+    run_id: str,
+    replay_cmd: str,
+    every_s: float,
+    logs_where: Sequence[str] | None = None,
+) -> int:
     """Follow ``run_id`` to its end and print how it ended: a service's by its event
     stream (polling only when it has none), a store's by reading it every `POLL_S`."""
     from simrun.cli.follow import RemoteReader, RemoteWatch, follow, report_end
@@ -130,7 +136,8 @@ async def _watch(reader: Reader, run_id: str, replay_cmd: str, every_s: float) -
             return data
 
         outcome = await follow(fetch, view, poll_s=POLL_S)
-    return report_end(out, outcome.run, await reader.failures(run_id), replay_cmd)
+    failures = await reader.failures(run_id)
+    return report_end(out, outcome.run, failures, replay_cmd, logs_where=logs_where)
 
 
 def _live_pool(client: Client) -> tuple[WorkerCapacity, ...] | None:
@@ -230,7 +237,8 @@ def submit(
             _follow_hint(run_id, url)
             return
         replay_cmd = shell_join(["simrun", "replay", run_id, *url_args(url)])
-        _exit(asyncio.run(_watch(RemoteReader(client), run_id, replay_cmd, every_s)))
+        where = url_args(url)
+        _exit(asyncio.run(_watch(RemoteReader(client), run_id, replay_cmd, every_s, where)))
 
 
 def _task_types(workflow: Path) -> list[str]:
@@ -291,7 +299,7 @@ def status(
         if watch:
             where = ["--store", str(store)] if store is not None else url_args(url)
             replay_cmd = shell_join(["simrun", "replay", run_id, *where])
-            return await _watch(reader, run_id, replay_cmd, every_s)
+            return await _watch(reader, run_id, replay_cmd, every_s, where)
         data = await reader.run(run_id)
         if data is None:
             raise LocalError(f"there is no run {run_id!r}")
@@ -391,7 +399,8 @@ def replay(
         out.print(f"run {run_id}: {count} failed units put back; the done ones are kept")
         if wait:
             replay_cmd = shell_join(["simrun", "replay", run_id, *url_args(url)])
-            _exit(asyncio.run(_watch(RemoteReader(client), run_id, replay_cmd, every_s)))
+            where = url_args(url)
+            _exit(asyncio.run(_watch(RemoteReader(client), run_id, replay_cmd, every_s, where)))
         else:
             _follow_hint(run_id, url)
 

@@ -238,7 +238,12 @@ async def embedded(
             loop.remove_signal_handler(sig)
     if outcome.reason == "ended":
         code = report_end(
-            out, final, failures, replay_cmd, str(StoreLayout(shown_store).run_dir(current))
+            out,
+            final,
+            failures,
+            replay_cmd,
+            str(StoreLayout(shown_store).run_dir(current)),
+            logs_where=["--store", str(shown_store)],
         )
         learned = shell_join(["simrun", "resources", "--store", str(shown_store)])
         out.print(f"[dim]what was learned for the next runs: {escape(learned)}[/]", soft_wrap=True)

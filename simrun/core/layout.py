@@ -10,7 +10,8 @@
         sources/<name>/...      the copies of its sources
         <task>/out/             the output of a task (`simrun.plugins.TaskPaths`)
         <task>/scratch/
-        <task>/logs/            the logs of a command task's attempts
+        <task>/logs/            the logs of a command task's attempts (attempt-<n>.out/.err)
+        <task>/logs/units/      the logs of units that printed or failed (`core.unitlogs`)
 
 The directories of a task are `simrun.plugins.TaskPaths.for_task`'s (the spec of task
 types names them, and plugins import nothing of simrun): `StoreLayout` asks it rather

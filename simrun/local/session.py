@@ -18,7 +18,10 @@ their grace period, then what they had not finished is handed back), the control
 applies their last reports, then the HTTP API, the controller and Redis stop. A run that
 did not end stays ``running`` in SQLite with every finished unit kept: a later session on
 the same store goes on with it. Logs of the service and of each worker are in
-``STORE/logs/``. Should this process die without stopping them (SIGKILL), `simrun.local.guard`
+``STORE/logs/`` (``service.log``, ``worker-N.log``): each session appends to them (a line
+says where it starts); past `LOG_MAX_BYTES` a log is rotated (``.1`` … ``.LOG_BACKUPS``;
+the service's as it writes, a worker's when a session starts): no session overwrites
+another's. Should this process die without stopping them (SIGKILL), `simrun.local.guard`
 ends Redis and the workers.
 """
 
@@ -29,6 +32,7 @@ import contextlib
 import fcntl
 import hashlib
 import logging
+import logging.handlers
 import os
 import signal
 import subprocess
@@ -59,7 +63,34 @@ from simrun.service.controller import Controller
 from simrun.service.settings import ControllerSettings
 from simrun.worker.container import WorkerFlags, worker_argv
 
-__all__ = ["LocalOptions", "LocalSession", "images_of", "redis_prefix"]
+__all__ = ["LOG_BACKUPS", "LOG_MAX_BYTES", "LocalOptions", "LocalSession", "images_of",
+           "redis_prefix", "rotate_log"]  # fmt: skip
+
+#: Bytes past which a log of the session is rotated, and how many rotated ones are kept.
+LOG_MAX_BYTES = 64 * 2**20
+LOG_BACKUPS = 3
+
+
+def rotate_log(path: Path, max_bytes: int = LOG_MAX_BYTES, backups: int = LOG_BACKUPS) -> None:
+    """Before appending to ``path``: when it holds ``max_bytes`` or more, it becomes
+    ``path.1`` (``path.1`` becomes ``path.2``, and so on; the one past ``backups`` goes)."""
+    try:
+        if path.stat().st_size < max_bytes:
+            return
+    except FileNotFoundError:
+        return
+    for n in range(backups - 1, 0, -1):
+        older = path.with_name(f"{path.name}.{n}")
+        if older.exists():
+            os.replace(older, path.with_name(f"{path.name}.{n + 1}"))
+    os.replace(path, path.with_name(f"{path.name}.1"))
+
+
+def _session_line() -> bytes:
+    """The line a session writes into each log it appends to, where its part begins."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S")
+    return f"--- simrun session (pid {os.getpid()}) started at {when} ---\n".encode()
+
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +303,12 @@ class LocalSession:
         self._lock = lock
 
     def _log_to_file(self) -> None:
-        handler = logging.FileHandler(self.logs / "service.log", encoding="utf-8")
+        path = self.logs / "service.log"
+        with path.open("ab") as out:
+            out.write(_session_line())
+        handler = logging.handlers.RotatingFileHandler(
+            path, mode="a", maxBytes=LOG_MAX_BYTES, backupCount=LOG_BACKUPS, encoding="utf-8"
+        )
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root = logging.getLogger()
         self._root_level = root.level
@@ -327,7 +363,10 @@ class LocalSession:
         env = {**os.environ, **self.options.env, "PYTHONUNBUFFERED": "1"}
         for number in range(1, self.options.workers + 1):
             path = self.logs / f"worker-{number}.log"
-            with path.open("wb") as out:
+            rotate_log(path)
+            with path.open("ab") as out:
+                out.write(_session_line())
+                out.flush()
                 proc = subprocess.Popen(
                     worker_argv(self._worker_flags(number, redis_url, prefix)),
                     stdout=out,

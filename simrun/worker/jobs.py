@@ -13,7 +13,12 @@ an outcome for each of its units; it is written here, by the job itself, never b
    simrun-exec; before each batch of units of a chunk (a fraction of a second of work,
    see `simrun.worker.pool.runner`) the attempts are looked at again (through a view at most
    `STALE_REFRESH_S` old);
-5. add the report to the stream; while Redis is away, keep it in the spool
+5. keep the logs of its units in the run's directory (`simrun.core.unitlogs`): the output
+   of a unit that printed something was written while it ran (`UnitLogSink`); a header
+   (worker, process, attempt, outcome, traceback, memory, times) is written here for each
+   unit that printed something or did not end well, and for a command's attempt; a unit
+   that printed nothing and ended well gets no file;
+6. add the report to the stream; while Redis is away, keep it in the spool
    (`simrun.worker.spool`) for the link (`simrun.worker.link`) to deliver, in order, once
    Redis is back. A report written twice (its XADD answered by a connection that broke)
    is harmless: the service applies a unit's ``done`` once, and other outcomes only for
@@ -23,16 +28,20 @@ an outcome for each of its units; it is written here, by the job itself, never b
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simrun.core.jobs import JobSpec
+from simrun.core.layout import task_logs
 from simrun.core.reports import ReportEntry, RunningJob, WorkerReport, now_s
 from simrun.core.sizing import request_gb, request_gpus, request_slots
+from simrun.core.unitlogs import FAILED, UnitLogHeader, attempt_paths, write_atomic
 from simrun.core.wire import PayloadError, UnitKey
 from simrun.queues import Keys, current_attempts
 from simrun.worker.admission import AdmissionClosed, AdmissionGate, Grant, Refused, Request
@@ -40,7 +49,7 @@ from simrun.worker.capacity import Capacity
 from simrun.worker.command import run_command
 from simrun.worker.ledger import Ledger
 from simrun.worker.link import LINK_ERRORS, RedisLink
-from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP
+from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP, UnitLogSink
 from simrun.worker.pool.processes import PoolError, ProcessPool
 from simrun.worker.pool.runner import run_chunk, run_merge
 from simrun.worker.spool import ReportSpool
@@ -54,6 +63,55 @@ log = logging.getLogger(__name__)
 
 #: How old the view of the current attempts may be when a unit is about to start.
 STALE_REFRESH_S = 0.5
+#: The most headers of failed units without output one job writes (a setup that fails
+#: fails every unit of its chunk with the same message: the first ones say it).
+MAX_FAILED_HEADERS = 20
+
+
+def write_unit_headers(
+    spec: JobSpec,
+    entry: ReportEntry,
+    sink: UnitLogSink | None,
+    pid: int | None,
+    seconds: Mapping[UnitKey, float] | None = None,
+) -> int:
+    """Write the header of each unit of the job that printed something (``sink``) or did
+    not end well (at most `MAX_FAILED_HEADERS` of those without output), and of a
+    command's attempt (blocking: call it in a thread). Returns how many were written."""
+    written = dict(sink.written) if sink is not None else {}
+    logs = task_logs(Path(spec.paths.task_dir))
+    failed_only = 0
+    count = 0
+    for unit, outcome in entry.outcomes.items():
+        if unit == "command" and outcome not in FAILED | {"done"}:
+            continue  # an attempt that never ran (stale, handed back)
+        if unit not in written and outcome not in FAILED and unit != "command":
+            continue
+        if unit not in written and unit != "command":
+            failed_only += 1
+            if failed_only > MAX_FAILED_HEADERS:
+                continue
+        header = UnitLogHeader(
+            run=spec.run,
+            task=spec.task,
+            unit=unit,
+            attempt=spec.attempt,
+            job_id=spec.job_id,
+            worker=entry.worker_id,
+            pid=pid,
+            outcome=outcome,
+            error=entry.errors.get(unit) or (entry.error if outcome in FAILED else None),
+            seconds=(seconds or {}).get(unit),
+            peak_gb=max(entry.report.peak_memory_gb, default=0.0),
+            limit_gb=entry.report.limit_gb,
+            started=entry.started,
+            finished=entry.finished,
+            output_bytes=written.get(unit, 0),
+        )
+        path = attempt_paths(logs, unit, spec.attempt)[0]
+        write_atomic(path, json.dumps(header.to_dict(), indent=1).encode())
+        count += 1
+    return count
 
 
 def request_for(spec: JobSpec, capacity: Capacity) -> tuple[Request, float]:
@@ -153,6 +211,8 @@ class JobHandler:
     command_cgroups: str = "auto"
     command_log_cap: int = DEFAULT_COMMAND_LOG_CAP
     _commands: set[asyncio.Task[WorkerReport]] = field(default_factory=set)
+    #: The sink of each job's unit logs and the pid of the process it ran in.
+    _sinks: dict[str, tuple[UnitLogSink, int]] = field(default_factory=dict)
 
     async def handle(self, ctx: Mapping[str, Any], payload: object) -> dict[str, Any]:
         """The arq job function (registered as `simrun.queues.JOB_FUNCTION`)."""
@@ -192,6 +252,7 @@ class JobHandler:
             self.running.pop(spec.job_id, None)
         ledger.close_rest("not_run")
         entry = self._entry(spec, ledger, report, started, error)
+        await self._unit_logs(spec, entry, ledger)
         await self._write(entry, holding)
         _log_entry(entry)
         return entry
@@ -245,6 +306,10 @@ class JobHandler:
             finally:
                 self._commands.discard(task)
         worker = await self.pool.checkout((spec.run, spec.task), grant.gpu_ids)
+        if worker.log is not None:
+            sink = UnitLogSink(task_logs(Path(spec.paths.task_dir)), spec.attempt)
+            worker.log.sink = sink
+            self._sinks[spec.job_id] = (sink, worker.pid)
         try:
             if spec.kind == "merge":
                 result = await run_merge(worker, spec, ledger, limit_gb=limit_gb)
@@ -263,6 +328,20 @@ class JobHandler:
         finally:
             await self.pool.checkin(worker)
         return ledger.report((result.peak_gb,), result.limit_gb, result.killed_for_memory)
+
+    async def _unit_logs(self, spec: JobSpec, entry: ReportEntry, ledger: Ledger) -> None:
+        """Write the headers of the job's unit logs; a store that cannot be written is
+        logged, the report goes out all the same."""
+        sink, pid = self._sinks.pop(spec.job_id, (None, None))
+        printed = sink is not None and bool(sink.written)
+        if not printed and spec.kind != "command" and not ledger.errors:
+            return  # nothing printed, nothing failed: no thread, no file
+        try:
+            await asyncio.to_thread(
+                write_unit_headers, spec, entry, sink, pid, dict(ledger.seconds)
+            )
+        except OSError as exc:
+            log.warning("cannot write the unit logs of job %s: %s", spec.job_id, exc)
 
     def stop_commands(self) -> None:
         """Stop the commands that run (end of a stop's grace period)."""

@@ -176,6 +176,35 @@ def test_failed_run_names_its_unit_and_replay_wait_finishes_it(service: Service)
     assert calls(out) == {0: 1, 1: 2, 2: 1, 3: 1}
 
 
+def test_logs_of_a_failed_unit_are_served_by_the_service(service: Service) -> None:
+    """A unit that prints and fails under a service: `submit --wait` names `simrun logs RUN
+    work 2 --url URL`, which prints its output, traceback, worker and process through the
+    API; the listing names it; an unknown task is one line without traceback."""
+    flag = service.home / "broken-logs"
+    flag.touch()
+    write_work(
+        service.home / "logs.yaml", units=3, fail_flag=str(flag), fail_indices=[2],
+        say_indices=[2], tag="logs",
+    )  # fmt: skip
+    failed = service("submit", "logs.yaml", "--wait", "--plugins", WORK)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    run_id = run_id_in(failed.stdout)
+    hint = command_after(failed.stdout, "traceback and output:")
+    assert hint[3:] == ["simrun", "logs", run_id, "work", "2", "--url", service.url]
+    shown = simrun(*hint[4:], cwd=service.home)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "=== work unit 2, attempt 1 of 1: failed ===" in shown.stdout
+    assert "unit 2 says hello from process" in shown.stdout
+    assert "RuntimeError: unit 2 fails on purpose" in shown.stdout
+    assert "· process " in shown.stdout
+    listing = service("logs", run_id)
+    assert listing.stdout.startswith("work unit 2: attempt 1 failed"), listing.stdout
+    unknown = service("logs", run_id, "nope", "2")
+    assert unknown.returncode != 0
+    [line] = unknown.stderr.strip().splitlines()
+    assert f"run '{run_id}' has no task 'nope'" in line
+
+
 def test_status_watch_follows_a_run_submitted_without_wait(service: Service) -> None:
     """`submit` without --wait returns at once with the command that follows the run;
     `status RUN --watch` follows it to its end and exits 0."""

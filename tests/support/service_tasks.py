@@ -39,6 +39,7 @@ class WorkSettings(BaseModel):
     fail_flag: str = ""  # while this file exists, the units in fail_indices raise
     fail_indices: list[int] = []
     fail_exception: str = "RuntimeError"  # the builtin exception type a failing unit raises
+    say_indices: list[int] = []  # the units that print a line (to their unit log)
     tag: str = ""  # a cost setting: runs with another tag learn apart
 
 
@@ -52,6 +53,8 @@ def compute_unit(settings: WorkSettings, index: int, paths: TaskPaths) -> None:
     with (paths.out / f"calls-{index}.log").open("a") as fh:
         fh.write(f"{os.getpid()} {start}\n")
     time.sleep(settings.seconds)
+    if index in settings.say_indices:
+        print(f"unit {index} says hello from process {os.getpid()}", flush=True)
     if settings.hog_mb and (not settings.hog_indices or index in settings.hog_indices):
         held = bytearray(settings.hog_mb * MIB)
         for offset in range(0, len(held), 4096):

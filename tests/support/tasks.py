@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ class Settings(BaseModel):
     hog_indices: list[int] = []  # units that hog (all when empty)
     keep_mb: int = 0  # memory a hog unit allocates and never frees (a leak in its process)
     fail_indices: list[int] = []  # units that raise
+    print_indices: list[int] = []  # flaky units that print a line to stdout and to stderr
     crash_indices: list[int] = []  # units whose process ends itself
     crash_how: str = "exit"  # "exit" (os._exit(3)) or "segv" (SIGSEGV to itself)
     setup_fails: bool = False
@@ -118,6 +120,9 @@ def hog_unit(settings: Settings, index: int, paths: TaskPaths) -> None:
 def flaky_unit(settings: Settings, index: int, paths: TaskPaths) -> None:
     """Raises for the units in ``fail_indices``; the others record."""
     start = time.time()
+    if index in settings.print_indices:
+        print(f"unit {index} says hello on stdout")
+        print(f"unit {index} says hello on stderr", file=sys.stderr)
     if index in settings.fail_indices:
         raise ValueError(f"unit {index} fails on purpose")
     _record(paths, index, start)

@@ -336,6 +336,21 @@ def test_failure_lines_name_task_unit_and_error_and_count_the_rest():
     assert failure_lines(failures[4:]) == ["task 'sweep', merge: OSError: disk full"]
 
 
+def test_failure_lines_with_a_run_say_where_each_units_log_is():
+    """With the run and where its logs are read (``--store DIR``), each failed unit is
+    followed by the `simrun logs` command that shows its traceback and output."""
+    failures = [
+        FailureView(task="sweep", unit=3, error="ValueError: bad"),
+        FailureView(task="sweep", unit="merge", error="OSError: disk full"),
+    ]
+    assert failure_lines(failures, run="r1", where=["--store", "my store"]) == [
+        "task 'sweep', unit 3: ValueError: bad",
+        "  traceback and output: simrun logs r1 sweep 3 --store 'my store'",
+        "task 'sweep', merge: OSError: disk full",
+        "  traceback and output: simrun logs r1 sweep merge --store 'my store'",
+    ]
+
+
 @pytest.mark.parametrize(
     ("view", "stuck"),
     [

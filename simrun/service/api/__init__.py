@@ -53,7 +53,7 @@ from fastapi import FastAPI
 
 from simrun import __version__
 from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
-from simrun.service.api import events, guard, monitoring, resources, runs, types
+from simrun.service.api import events, guard, logs, monitoring, resources, runs, types
 from simrun.service.controller import Controller
 
 __all__ = ["create_app"]
@@ -82,6 +82,7 @@ def create_app(
     app.include_router(types.router)
     app.include_router(runs.router)
     app.include_router(events.router)
+    app.include_router(logs.router)
     app.include_router(resources.router)
     app.include_router(monitoring.router)
     return app

@@ -16,6 +16,15 @@ counted toward the next one. Output a plugin's own child writes to the pipe afte
 marker is counted toward what comes next; the bound holds all the same, one cap per unit
 (and one more for what a process prints outside units).
 
+Each unit's capped output is also kept in the run's directory (`simrun.core.unitlogs`):
+while a job runs, its `UnitLogSink` is the log's ``sink``, and a unit whose segment holds
+anything (the head, the note, the tail: what the worker's log got of it) is written to its
+own file as the segment ends. A unit that printed nothing writes no file (a task of a
+million no-op units costs no file at all). At the end of a batch the runner waits for the
+marker of its last unit (`CappedLog.settle`), so a unit's output never lands in the next
+job's sink. What a process printed when it died (no marker) goes to the unit the runner
+says it died in (`UnitLogSink.orphan_unit`).
+
 ``simrun-exec`` caps the stdout and the stderr of a command the same way, one segment per
 stream (`copy_capped`, in a thread per stream, `DEFAULT_COMMAND_LOG_CAP` each).
 """
@@ -28,13 +37,19 @@ import select
 import threading
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import BinaryIO
+
+from simrun.core.unitlogs import attempt_paths, write_atomic
+from simrun.core.wire import UnitKey
 
 __all__ = [
     "DEFAULT_COMMAND_LOG_CAP",
     "DEFAULT_UNIT_LOG_CAP",
     "CappedLog",
     "CappedSegment",
+    "UnitLogSink",
     "copy_capped",
     "unit_end_marker",
     "write_all",
@@ -119,10 +134,40 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+@dataclass
+class UnitLogSink:
+    """Where the output of one job's units goes: the files of attempt ``attempt`` under
+    ``task_logs`` (`simrun.core.unitlogs.attempt_paths`). ``written`` says how many bytes
+    each unit with output got; ``orphan_unit`` is the unit the process died in (what it
+    printed last goes there)."""
+
+    task_logs: Path
+    attempt: int
+    written: dict[UnitKey, int] = field(default_factory=dict)
+    orphan_unit: UnitKey | None = None
+
+    def write(self, unit: UnitKey, data: bytes) -> None:
+        """Write ``data`` as the output of ``unit`` (blocking: call it in a thread); a unit
+        written twice (a death after its marker) gets both parts."""
+        path = attempt_paths(self.task_logs, unit, self.attempt)[1]
+        if unit in self.written and path.is_file():
+            data = path.read_bytes() + data
+        write_atomic(path, data)
+        self.written[unit] = len(data)
+
+
+#: The most markers a log remembers for `CappedLog.settle` (more than a batch holds).
+_MARKS_KEPT = 4096
+#: Seconds the runner waits for the marker of a batch's last unit (it was written before
+#: the batch's end message, so it is normally there already).
+SETTLE_S = 1.0
+
+
 class CappedLog:
     """The log of one worker process: its output copied to ``fd`` through a
     `CappedSegment`, each unit's segment ended at its marker; writes happen in a thread,
-    in the order they were made."""
+    in the order they were made. Each unit's segment also goes to ``sink`` when one is set
+    and the segment holds anything."""
 
     def __init__(self, cap: int, fd: int = 2) -> None:
         self.segment = CappedSegment(cap)
@@ -130,11 +175,49 @@ class CappedLog:
         self._lock = asyncio.Lock()
         #: The label of unit ``index`` of the batch running ("unit 4 of job ...").
         self.label_of: Callable[[int], str] = lambda index: f"unit {index}"
+        self.sink: UnitLogSink | None = None
+        self._captured = bytearray()
+        #: The markers read since the runner last asked (`settle`), in order.
+        self._marked: deque[int] = deque(maxlen=_MARKS_KEPT)
+        self._marker = asyncio.Event()
 
     async def _write(self, data: bytes) -> None:
         if data:
+            if self.sink is not None:
+                self._captured += data
             async with self._lock:
                 await asyncio.to_thread(write_all, self.fd, data)
+
+    async def _deliver(self, unit: UnitKey | None) -> None:
+        """The segment that just ended was ``unit``'s (None: no unit's, or the last output
+        of a process that died): its captured bytes go to the sink."""
+        if not self._captured:
+            return  # the unit printed nothing (the common case): no work at all
+        data = bytes(self._captured)
+        self._captured.clear()
+        sink = self.sink
+        if unit is None and sink is not None:
+            unit = sink.orphan_unit
+        if data and sink is not None and unit is not None:
+            await asyncio.to_thread(sink.write, unit, data)
+
+    async def settle(self, index: int, timeout_s: float = SETTLE_S) -> bool:
+        """Wait until the marker of unit ``index`` was read (at most ``timeout_s``); whether
+        it was (then the segment open now is a later unit's, of a batch sent ahead)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while index not in self._marked:
+            self._marker.clear()
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._marker.wait(), left)
+            except TimeoutError:
+                return False
+        while self._marked.popleft() != index:  # it and the markers before it are over
+            pass
+        return True
 
     async def copy(self, reader: asyncio.StreamReader) -> None:
         """Copy ``reader`` until end of file, then write what the last segment held."""
@@ -146,6 +229,7 @@ class CappedLog:
             held = await self._take(held + data)
         await self._write(self.segment.feed(held))
         await self._write(self.segment.end("the worker process's last output"))
+        await self._deliver(None)
 
     async def _take(self, data: bytes) -> bytes:
         """Feed ``data`` up to its markers, ending a segment at each; returns the bytes held
@@ -168,14 +252,19 @@ class CappedLog:
                 await self._write(self.segment.feed(data[:1]))
                 data = data[1:]
                 continue
-            await self._write(self.segment.end(self.label_of(int(digits))))
+            index = int(digits)
+            await self._write(self.segment.end(self.label_of(index)))
+            await self._deliver(index)
+            self._marked.append(index)
+            self._marker.set()
             data = data[close + 1 :]
         return b""
 
-    async def end_unit(self, label: str) -> None:
+    async def end_unit(self, label: str, unit: UnitKey | None = None) -> None:
         """The unit ``label`` ended without its marker (its process died, or it was the
-        batch's reply): write what its segment held back."""
+        batch's reply): write what its segment held back (to ``unit``'s log too)."""
         await self._write(self.segment.end(label))
+        await self._deliver(unit)
 
 
 def _partial_mark(data: bytes) -> int:

@@ -153,12 +153,22 @@ async def _sampler(worker: WorkerProcess, kill_at: float | None) -> MemorySample
     return await asyncio.to_thread(sampler.start)
 
 
-async def _after_reply(worker: WorkerProcess, reply: dict[str, Any], label: str) -> None:
-    """What follows a reply: the output of what it answers is over; a process that the
-    kernel's OOM killer ended meanwhile kills the worker process for memory, and
+async def _after_reply(
+    worker: WorkerProcess,
+    reply: dict[str, Any],
+    label: str,
+    unit: UnitKey | None = None,
+    settle: int | None = None,
+) -> None:
+    """What follows a reply: the output of what it answers (``unit``'s, if any) is over,
+    once the marker of unit ``settle`` was read when given (then the marker ended it, and
+    what the log holds now is a later unit's: a batch sent ahead runs already); a process
+    that the kernel's OOM killer ended meanwhile kills the worker process for memory, and
     `ProcessGone` tells the caller."""
     if worker.log is not None:
-        await worker.log.end_unit(label)
+        marked = settle is not None and await worker.log.settle(settle)
+        if not marked:
+            await worker.log.end_unit(label, unit)
     if reply.get("oom_kill"):
         worker.kernel_killed_child()
         await worker.proc.wait()
@@ -183,6 +193,10 @@ def _unit_ended_in(
     for unit in ended:
         ledger.record(unit, "done", seconds=each_s)
     return units[pos] if pos < len(units) else None
+
+
+def _index(unit: UnitKey) -> int | None:
+    return unit if isinstance(unit, int) else None
 
 
 def _result(worker: WorkerProcess, peak_gb: float, kill_at: float | None) -> RunResult:
@@ -277,7 +291,8 @@ async def run_chunk(
                     break
             if received < len(batch):
                 raise ProtocolError(f"the batch ended after {received} of {len(batch)} units")
-            await _after_reply(worker, {}, f"unit {batch[-1]} of job {spec.job_id}")
+            last = batch[-1]
+            await _after_reply(worker, {}, f"unit {last} of job {spec.job_id}", settle=_index(last))
             ended = time.monotonic()
             size = next_batch_size(size, len(batch), ended - begun)
             batch_s = ended - begun
@@ -298,6 +313,8 @@ async def run_chunk(
             current = _unit_ended_in(worker, ledger, received, received_s)
             what = f"computing unit {current}" if current is not None else what
         message = _death_message(worker, gone, what, limit_gb, kill_at, sampler.peak_gb)
+        if worker.log is not None and worker.log.sink is not None:
+            worker.log.sink.orphan_unit = current  # what it printed last is its unit's
         if current is None and worker.batch is None:  # during setup: the whole chunk
             ledger.close_rest(outcome, message)
         elif current is not None:
@@ -322,7 +339,7 @@ async def run_merge(
         await _after_reply(worker, reply, f"the task request of job {spec.job_id}")
         if reply["ok"]:
             reply = await worker.call({"op": "merge"})
-            await _after_reply(worker, reply, f"the merge of job {spec.job_id}")
+            await _after_reply(worker, reply, f"the merge of job {spec.job_id}", "merge")
         ledger.record(
             "merge",
             "done" if reply["ok"] else "failed",
@@ -332,6 +349,8 @@ async def run_merge(
     except ProcessGone as gone:
         worker.note_death()
         message = _death_message(worker, gone, what, limit_gb, kill_at, sampler.peak_gb)
+        if worker.log is not None and worker.log.sink is not None:
+            worker.log.sink.orphan_unit = "merge"
         ledger.record("merge", death_outcome(worker.kill_reason), error=message)
     finally:
         peak_gb = await asyncio.to_thread(sampler.stop)

@@ -1,0 +1,270 @@
+"""``simrun logs RUN [TASK [UNIT]] [--attempt N] [--follow]``: the kept logs of a run's units.
+
+``RUN`` lists the units with a log, task by task, the ones that did not end well first;
+``RUN TASK`` only that task's; ``RUN TASK UNIT`` prints the unit's attempts, each with its
+header (worker, process, memory, times, outcome), its output and its traceback;
+``--follow`` prints the attempts of a unit as they appear until one ends well or the run
+ends. The logs are read from the store (``--store``, or ``./simrun-store`` /
+``SIMRUN_STORE`` when it is one and no ``--url`` is given) or asked of the service. Where
+they live and which units have one: `simrun.core.unitlogs`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import click
+
+from simrun.cli.options import STORE_HINT, TOKEN, URL, local_store, read_store_option
+from simrun.core.layout import StoreLayout
+from simrun.core.unitlogs import FAILED, UnitAttempt, UnitLogHeader, UnitLogs, parse_unit
+
+if TYPE_CHECKING:
+    from simrun.client import Client
+
+__all__ = ["attempt_lines", "listing_lines", "logs", "logs_command"]
+
+#: Seconds between two looks at a followed unit.
+FOLLOW_POLL_S = 1.0
+#: The states of a run that can still give a unit a new attempt.
+_GOING = frozenset({"pending", "running"})
+
+
+def logs_command(run: str, task: str, unit: int | str, where: list[str] | None = None) -> str:
+    """The command that shows the log of ``unit`` (``where``: ``--store DIR`` or ``--url``)."""
+    from simrun.cli.common import shell_join
+
+    return shell_join(["simrun", "logs", run, task, str(unit), *(where or [])])
+
+
+class LogSource(Protocol):
+    """Where the logs are read: a store, or a service."""
+
+    def run_logs(self, run: str, task: str | None) -> dict[str, list[UnitLogHeader]]: ...
+
+    def unit_logs(self, run: str, task: str, unit: int | str, attempt: int | None) -> UnitLogs: ...
+
+    def run_state(self, run: str) -> str | None: ...
+
+
+class StoreSource:
+    """The logs of a store of ``simrun run``, read from its files."""
+
+    def __init__(self, root: Path) -> None:
+        from simrun.local.machine import LocalError
+
+        if not StoreLayout(root).is_store():
+            raise LocalError(
+                f"{root} is not a simrun store (there is no {StoreLayout(root).db}); give the "
+                "--store that `simrun run` used"
+            )
+        self.root = root
+
+    def run_logs(self, run: str, task: str | None) -> dict[str, list[UnitLogHeader]]:
+        from simrun.core.unitlogs import run_logs
+
+        return run_logs(self.root, run, task)
+
+    def unit_logs(self, run: str, task: str, unit: int | str, attempt: int | None) -> UnitLogs:
+        from simrun.core.unitlogs import store_unit_logs
+
+        return store_unit_logs(self.root, run, task, unit, attempt)
+
+    def run_state(self, run: str) -> str | None:
+        from simrun.local.reads import open_store_reader
+
+        async def state() -> str | None:
+            async with open_store_reader(self.root) as reader:
+                view = await reader.run(run)
+                return view.state if view is not None else None
+
+        return asyncio.run(state())
+
+
+class ServiceSource:
+    """The logs a service serves (``GET /runs/{run}/logs...``)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def run_logs(self, run: str, task: str | None) -> dict[str, list[UnitLogHeader]]:
+        return self.client.run_logs(run, task)
+
+    def unit_logs(self, run: str, task: str, unit: int | str, attempt: int | None) -> UnitLogs:
+        return self.client.unit_logs(run, task, unit, attempt)
+
+    def run_state(self, run: str) -> str | None:
+        return self.client.run(run).state
+
+
+def _when(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _unit_word(unit: int | str) -> str:
+    return f"unit {unit}" if isinstance(unit, int) else unit
+
+
+def listing_lines(
+    found: dict[str, list[UnitLogHeader]], run: str, where: list[str] | None = None
+) -> list[str]:
+    """One line per unit with a log (its last attempt), the ones that did not end well
+    first, each with the command that shows it."""
+    rows = [h for headers in found.values() for h in headers]
+    if not rows:
+        return [
+            f"run {run}: no unit has a log yet (a unit keeps one when it printed something "
+            "or did not end well)"
+        ]
+    rows.sort(key=lambda h: (h.outcome not in FAILED, h.task))
+    return [
+        f"{h.task} {_unit_word(h.unit)}: attempt {h.attempt} {h.outcome} on {h.worker}"
+        f" at {_when(h.finished)} · {logs_command(run, h.task, h.unit, where)}"
+        for h in rows
+    ]
+
+
+def attempt_lines(attempt: UnitAttempt, of: int) -> list[str]:
+    """The header, the output and the traceback of one attempt (``of``: how many attempts
+    the unit has)."""
+    h = attempt.header
+    process = f"process {h.pid}" if h.pid is not None else "simrun-exec"
+    limit = f" of {h.limit_gb:g} GiB" if h.limit_gb else ""
+    lines = [
+        f"=== {h.task} {_unit_word(h.unit)}, attempt {h.attempt} of {of}: {h.outcome} ===",
+        f"worker {h.worker} · {process} · job {h.job_id}",
+        f"memory: peak {h.peak_gb:.3f} GiB{limit} (the job's process)",
+        f"job ran {_when(h.started)} → {_when(h.finished)} ({h.finished - h.started:.1f} s)"
+        + (f"; the unit took {h.seconds:.3f} s" if h.seconds is not None else ""),
+    ]
+    lines.extend(f"log: {path}" for path in attempt.log_paths)
+    lines.append("--- output ---")
+    lines.append(attempt.output.rstrip("\n") if attempt.output else "(nothing printed)")
+    if h.error:
+        lines.append("--- traceback ---" if "Traceback" in h.error else "--- error ---")
+        lines.append(h.error.rstrip("\n"))
+    return lines
+
+
+def _show_unit(found: UnitLogs, total: int, echo: Callable[[str], None]) -> None:
+    for attempt in found.attempts:
+        for line in attempt_lines(attempt, total):
+            echo(line)
+
+
+def _follow(
+    source: LogSource,
+    run: str,
+    task: str,
+    unit: int | str,
+    echo: Callable[[str], None],
+    poll_s: float = FOLLOW_POLL_S,
+) -> None:
+    """Print the unit's attempts as they appear, until one ends well or the run ends."""
+    from simrun.core.unitlogs import LogNotFound
+
+    shown: set[int] = set()
+    waiting_said = False
+    while True:
+        try:
+            found = source.unit_logs(run, task, unit, None)
+        except LogNotFound:
+            found = UnitLogs(run, task, unit, ())
+        for attempt in found.attempts:
+            if attempt.header.attempt not in shown:
+                shown.add(attempt.header.attempt)
+                for line in attempt_lines(attempt, len(found.attempts)):
+                    echo(line)
+        if any(a.header.outcome == "done" for a in found.attempts):
+            return
+        state = source.run_state(run)
+        if state is None or state not in _GOING:
+            if not found.attempts:
+                echo(f"run {run} is {state or 'unknown'}: {_unit_word(unit)} left no log")
+            return
+        if not waiting_said:
+            echo(f"(following {task} {_unit_word(unit)}: an attempt's log appears as it ends)")
+            waiting_said = True
+        time.sleep(poll_s)
+
+
+def show_logs(
+    source: LogSource,
+    run: str,
+    task: str | None,
+    unit: str | None,
+    attempt: int | None,
+    follow: bool,
+    where: list[str] | None = None,
+    echo: Callable[[str], None] = click.echo,
+) -> None:
+    """What ``simrun logs`` prints, from ``source``."""
+    if unit is None or task is None:
+        for line in listing_lines(source.run_logs(run, task), run, where):
+            echo(line)
+        return
+    try:
+        key = parse_unit(unit)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="UNIT") from exc
+    if follow:
+        _follow(source, run, task, key, echo)
+        return
+    everything = source.unit_logs(run, task, key, None)
+    found = source.unit_logs(run, task, key, attempt) if attempt is not None else everything
+    _show_unit(found, len(everything.attempts), echo)
+
+
+@click.command("logs")
+@click.argument("run_id", metavar="RUN")
+@click.argument("task", required=False)
+@click.argument("unit", required=False)
+@click.option(
+    "--attempt", type=click.IntRange(min=1), default=None, help="Only this attempt of UNIT."
+)
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Print UNIT's attempts as they end, until one ends well or the run ends.",
+)
+@URL
+@TOKEN
+@read_store_option("Read the store of `simrun run` here instead of asking a service.")
+@STORE_HINT
+def logs(
+    run_id: str,
+    task: str | None,
+    unit: str | None,
+    attempt: int | None,
+    follow: bool,
+    url: str,
+    token: str | None,
+    store: Path | None,
+    store_hint: Path,
+) -> None:
+    """Show the kept logs of RUN's units: the units with a log (those that printed
+    something or did not end well, failed first), or TASK's, or UNIT's attempts with their
+    worker, process, memory, times, output and traceback.
+
+    A unit keeps a log when it printed something or did not end well. The logs are read
+    from --store; without it and without --url, from ./simrun-store (SIMRUN_STORE) when it
+    is a store; else from the service.
+    """
+    if (attempt is not None or follow) and unit is None:
+        raise click.UsageError("--attempt and --follow need a TASK and a UNIT")
+    if attempt is not None and follow:
+        raise click.UsageError("--follow prints every attempt; leave out --attempt")
+    store = local_store(store, store_hint)
+    if store is not None:
+        show_logs(StoreSource(store), run_id, task, unit, attempt, follow, ["--store", str(store)])
+        return
+    from simrun.cli.options import url_args
+    from simrun.cli.remote import _service
+
+    with _service(url, token, store_hint) as client:
+        show_logs(ServiceSource(client), run_id, task, unit, attempt, follow, url_args(url))

@@ -1,0 +1,308 @@
+"""The logs of a task's units: where they live, what their header says, how to read them.
+
+The worker writes them, the command line and the service read them (the store is shared)::
+
+    <task>/logs/units/unit-<index>.attempt-<n>.log    what the unit printed (capped)
+    <task>/logs/units/unit-<index>.attempt-<n>.json   its header (`UnitLogHeader`)
+    <task>/logs/units/merge.attempt-<n>.{log,json}     the merge of a splittable task
+    <task>/logs/units/command.attempt-<n>.json        the header of a command's attempt,
+    <task>/logs/attempt-<n>.out / .err                beside what the command printed
+
+Only a unit that printed something or did not end well gets files: a unit that printed
+nothing and succeeded costs nothing (a task of a million no-op units writes none). The
+output of a unit is bounded as in the worker's log (`simrun.worker.pool.output`): the head
+and the tail are kept, and a line says how many bytes were dropped between them. Each file
+is written once, whole, through a temporary name (`write_atomic`): a reader never sees half
+a header.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from simrun.core.layout import StoreLayout, task_logs
+
+__all__ = [
+    "FAILED",
+    "UNITS_DIR",
+    "LogNotFound",
+    "UnitAttempt",
+    "UnitLogHeader",
+    "UnitLogs",
+    "attempt_paths",
+    "list_unit_logs",
+    "parse_unit",
+    "read_unit_logs",
+    "run_logs",
+    "store_unit_logs",
+    "unit_stem",
+    "write_atomic",
+]
+
+#: The directory of the units' logs, under a task's logs directory.
+UNITS_DIR = "units"
+_NAME = re.compile(r"^(unit-(?P<index>\d+)|(?P<word>merge|command))\.attempt-(?P<n>\d+)\.json$")
+#: The outcomes that say a unit did not end well.
+FAILED = frozenset({"failed", "killed", "timeout"})
+
+
+def unit_stem(unit: int | str) -> str:
+    """``unit-<index>`` for a unit of a chunk, else the unit's word (merge, command)."""
+    return f"unit-{unit}" if isinstance(unit, int) else unit
+
+
+def parse_unit(text: str) -> int | str:
+    """A unit as a user names it (``7``, ``merge``, ``command``); ValueError otherwise."""
+    if text.isdigit():
+        return int(text)
+    if text in ("merge", "command"):
+        return text
+    raise ValueError(f"unit {text!r} is not an index (an integer >= 0), 'merge' or 'command'")
+
+
+def units_dir(task_logs: Path) -> Path:
+    """The directory of the units' logs of the task whose logs directory is ``task_logs``."""
+    return task_logs / UNITS_DIR
+
+
+def attempt_paths(task_logs: Path, unit: int | str, attempt: int) -> tuple[Path, Path]:
+    """The header (.json) and the output (.log) of ``unit``'s attempt ``attempt``."""
+    base = f"{unit_stem(unit)}.attempt-{attempt}"
+    return units_dir(task_logs) / f"{base}.json", units_dir(task_logs) / f"{base}.log"
+
+
+@dataclass(frozen=True)
+class UnitLogHeader:
+    """What is known of one attempt of a unit: who ran it (worker, process id), how it
+    ended (outcome, error: the traceback or the message), its seconds (of the unit when it
+    ended well), the job's peak memory and limit (GiB), when the job started and ended
+    (seconds since the epoch), and how many bytes of output were kept and dropped."""
+
+    run: str
+    task: str
+    unit: int | str
+    attempt: int
+    job_id: str
+    worker: str
+    pid: int | None
+    outcome: str
+    error: str | None
+    seconds: float | None
+    peak_gb: float
+    limit_gb: float
+    started: float
+    finished: float
+    output_bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object, where: str) -> UnitLogHeader:
+        """The header in ``data``; ValueError naming ``where`` when it is not one."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: not a unit log header (a JSON object)")
+        names = {f.name for f in fields(cls)}
+        missing = sorted(names - {"output_bytes"} - set(data))
+        if missing:
+            raise ValueError(f"{where}: not a unit log header (no {', '.join(missing)})")
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary name in the same directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class UnitAttempt:
+    """One attempt of a unit as read: its header and its output (the command's stdout
+    and stderr, one after the other, for the unit "command")."""
+
+    header: UnitLogHeader
+    output: str
+    log_paths: tuple[Path, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "header": self.header.to_dict(),
+            "output": self.output,
+            "log_paths": [str(p) for p in self.log_paths],
+        }
+
+    @classmethod
+    def from_dict(cls, data: object, where: str) -> UnitAttempt:
+        """The attempt in ``data`` (`to_dict`'s form); ValueError naming ``where``."""
+        if not isinstance(data, dict) or not isinstance(data.get("output"), str):
+            raise ValueError(f"{where}: not a unit's attempt")
+        paths = data.get("log_paths") or []
+        if not isinstance(paths, list):
+            raise ValueError(f"{where}: log_paths is not a list")
+        header = UnitLogHeader.from_dict(data.get("header"), where)
+        return cls(header, data["output"], tuple(Path(str(p)) for p in paths))
+
+
+@dataclass(frozen=True)
+class UnitLogs:
+    """A unit's attempts with a log, first attempt first."""
+
+    run: str
+    task: str
+    unit: int | str
+    attempts: tuple[UnitAttempt, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "task": self.task,
+            "unit": self.unit,
+            "attempts": [a.to_dict() for a in self.attempts],
+        }
+
+    @classmethod
+    def from_dict(cls, data: object, where: str) -> UnitLogs:
+        """The logs in ``data`` (`to_dict`'s form); ValueError naming ``where``."""
+        if not isinstance(data, dict) or not isinstance(data.get("attempts"), list):
+            raise ValueError(f"{where}: not the logs of a unit")
+        unit = data.get("unit")
+        if not isinstance(unit, int | str):
+            raise ValueError(f"{where}: unit is not an index or a word")
+        attempts = tuple(UnitAttempt.from_dict(a, where) for a in data["attempts"])
+        return cls(str(data.get("run")), str(data.get("task")), unit, attempts)
+
+
+class LogNotFound(LookupError):
+    """A run, task, unit or attempt without logs; the message says which, in one line."""
+
+
+def _run_dir(root: Path, run: str) -> Path:
+    run_dir = StoreLayout(root).run_dir(run)
+    if not run_dir.is_dir():
+        raise LogNotFound(f"there is no run {run!r} in the store {root}")
+    return run_dir
+
+
+def _task_names(run_dir: Path) -> list[str]:
+    return sorted(p.name for p in run_dir.iterdir() if p.is_dir() and p.name != "sources")
+
+
+def run_logs(root: Path, run: str, task: str | None = None) -> dict[str, list[UnitLogHeader]]:
+    """The last attempt of every unit with a log, per task of run ``run`` of the store at
+    ``root`` (only ``task`` when given); `LogNotFound` for an unknown run or task."""
+    run_dir = _run_dir(root, run)
+    names = _task_names(run_dir)
+    if task is not None:
+        if task not in names:
+            raise LogNotFound(_no_task(run, task, names))
+        names = [task]
+    layout = StoreLayout(root)
+    return {name: list_unit_logs(task_logs(layout.task_dir(run, name))) for name in names}
+
+
+def _no_task(run: str, task: str, names: list[str]) -> str:
+    known = ", ".join(names) or "none has started"
+    return f"run {run!r} has no task {task!r} with files (its tasks: {known})"
+
+
+def store_unit_logs(
+    root: Path, run: str, task: str, unit: int | str, attempt: int | None = None
+) -> UnitLogs:
+    """`read_unit_logs` of a unit of the store at ``root``; `LogNotFound` (one line) for
+    an unknown run or task, a unit without a log, an attempt without one."""
+    run_dir = _run_dir(root, run)
+    names = _task_names(run_dir)
+    if task not in names:
+        raise LogNotFound(_no_task(run, task, names))
+    logs = task_logs(StoreLayout(root).task_dir(run, task))
+    found = read_unit_logs(logs, run, task, unit)
+    what = f"unit {unit} of task {task!r} of run {run!r}"
+    if not found.attempts:
+        raise LogNotFound(
+            f"{what} has no log (a unit keeps one when it printed something or did not end "
+            "well; see `simrun logs RUN TASK` for the units that have one)"
+        )
+    if attempt is not None:
+        kept = tuple(a for a in found.attempts if a.header.attempt == attempt)
+        if not kept:
+            have = ", ".join(str(a.header.attempt) for a in found.attempts)
+            raise LogNotFound(f"{what} has no log of attempt {attempt} (attempts with one: {have})")
+        found = UnitLogs(run, task, unit, kept)
+    return found
+
+
+def _read_text(path: Path, limit: int | None = None) -> str:
+    with path.open("rb") as f:
+        data = f.read() if limit is None else f.read(limit)
+    return data.decode("utf-8", errors="replace")
+
+
+def _command_output(task_logs: Path, attempt: int) -> tuple[str, tuple[Path, ...]]:
+    parts, paths = [], []
+    for name, suffix in (("stdout", "out"), ("stderr", "err")):
+        path = task_logs / f"attempt-{attempt}.{suffix}"
+        if path.is_file():
+            paths.append(path)
+            text = _read_text(path)
+            if text:
+                parts.append(f"--- {name} ({path.name}) ---\n{text}")
+    return "".join(parts), tuple(paths)
+
+
+def read_unit_logs(
+    task_logs: Path, run: str, task: str, unit: int | str, attempt: int | None = None
+) -> UnitLogs:
+    """The attempts of ``unit`` (only ``attempt`` when given) with a header, in order."""
+    wanted = unit_stem(unit)
+    found: list[UnitAttempt] = []
+    for header_path in _headers(task_logs):
+        match = _NAME.match(header_path.name)
+        assert match is not None
+        if (match["word"] or f"unit-{match['index']}") != wanted:
+            continue
+        n = int(match["n"])
+        if attempt is not None and n != attempt:
+            continue
+        header = UnitLogHeader.from_dict(json.loads(header_path.read_text()), str(header_path))
+        if unit == "command":
+            output, paths = _command_output(task_logs, n)
+        else:
+            log = attempt_paths(task_logs, unit, n)[1]
+            output = _read_text(log) if log.is_file() else ""
+            paths = (log,) if log.is_file() else ()
+        found.append(UnitAttempt(header, output, paths))
+    found.sort(key=lambda a: a.header.attempt)
+    return UnitLogs(run, task, unit, tuple(found))
+
+
+def _headers(task_logs: Path) -> list[Path]:
+    directory = units_dir(task_logs)
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if _NAME.match(p.name))
+
+
+def list_unit_logs(task_logs: Path) -> list[UnitLogHeader]:
+    """The header of the last attempt of every unit of a task that has a log: the units
+    whose last attempt did not end well first, then by unit."""
+    last: dict[int | str, UnitLogHeader] = {}
+    for path in _headers(task_logs):
+        try:
+            header = UnitLogHeader.from_dict(json.loads(path.read_text()), str(path))
+        except (OSError, ValueError):
+            continue  # a header being replaced, or not ours: the listing goes on
+        seen = last.get(header.unit)
+        if seen is None or header.attempt > seen.attempt:
+            last[header.unit] = header
+    return sorted(
+        last.values(),
+        key=lambda h: (h.outcome not in FAILED, isinstance(h.unit, str), str(h.unit).zfill(20)),
+    )

@@ -1,0 +1,51 @@
+"""The routes of the logs of a run's units (`simrun.core.unitlogs`), read from the store
+the service and its workers share:
+
+- ``GET /runs/{run}/logs[?task=T]``: per task, the last attempt of each unit with a log
+  (the units that did not end well first);
+- ``GET /runs/{run}/logs/{task}/{unit}[?attempt=N]``: a unit's attempts, each with its
+  header (worker, process, memory, times, outcome, traceback) and its output.
+
+An unknown run, task or unit, or an attempt without a log, answers 404 with one line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException
+
+from simrun.core.unitlogs import LogNotFound, parse_unit, run_logs, store_unit_logs
+from simrun.service.api.deps import ControllerDep, known_run
+
+__all__ = ["router"]
+
+router = APIRouter()
+ONE_RUN = [Depends(known_run)]
+
+
+@router.get("/runs/{run_id}/logs", dependencies=ONE_RUN)
+async def logs(run_id: str, controller: ControllerDep, task: str | None = None) -> dict[str, Any]:
+    try:
+        found = await asyncio.to_thread(run_logs, controller.settings.store, run_id, task)
+    except LogNotFound as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from exc
+    return {"tasks": {name: [h.to_dict() for h in headers] for name, headers in found.items()}}
+
+
+@router.get("/runs/{run_id}/logs/{task}/{unit}", dependencies=ONE_RUN)
+async def unit_logs(
+    run_id: str, task: str, unit: str, controller: ControllerDep, attempt: int | None = None
+) -> dict[str, Any]:
+    try:
+        key = parse_unit(unit)
+    except ValueError as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from exc
+    try:
+        found = await asyncio.to_thread(
+            store_unit_logs, controller.settings.store, run_id, task, key, attempt
+        )
+    except LogNotFound as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from exc
+    return found.to_dict()
