@@ -31,6 +31,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from simrun.core.environment import program_problem
 from simrun.core.states import MAX_RETRY_DELAY_S, RETRY_KINDS
 from simrun.core.wire import is_finite_nonneg
 from simrun.graph import CycleError, find_cycle, ready_tasks, topological_order
@@ -58,6 +59,7 @@ __all__ = [
     "parse_override",
     "parse_workflow",
     "parse_workflow_lines",
+    "program_problems",
     "ready_tasks",
     "source_paths",
     "source_problems",
@@ -673,6 +675,33 @@ def source_problems(doc: Workflow, base: Path) -> list[Problem]:
         path = Path(raw) if Path(raw).is_absolute() else base / raw
         if not path.exists():
             problems.append(Problem(("sources", name), f"file not found: {path}"))
+    return problems
+
+
+def program_problems(
+    doc: Workflow, types: Mapping[str, TaskType], text: str | None = None
+) -> list[Problem]:
+    """Tasks whose type's command names a program that cannot be started here: not found on
+    ``PATH`` nor beside simrun's interpreter (`simrun.core.environment.find_program`, the
+    lookup ``simrun-exec`` makes). A type with an ``image`` runs in that image and is not
+    checked here; nor is a type not installed here. ``text`` gives the problems lines."""
+    lines: Mapping[Loc, int] = {}
+    if text is not None:
+        try:
+            lines, _ = _line_map(_compose(text))
+        except (yaml.YAMLError, _TooBig):
+            lines = {}
+    problems: list[Problem] = []
+    for i, spec in enumerate(doc.tasks):
+        task_type = types.get(spec.type)
+        if task_type is None or task_type.command is None or task_type.image is not None:
+            continue
+        problem = program_problem(task_type.command)
+        if problem is not None:
+            loc: Loc = ("tasks", i, "type")
+            problems.append(
+                Problem(loc, f"type {spec.type!r}: {problem}", _line_for(lines, loc), spec.name)
+            )
     return problems
 
 

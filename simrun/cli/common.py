@@ -162,12 +162,14 @@ def prepare(
     *,
     check: bool = True,
     overrides: Sequence[SettingOverride] = (),
+    programs: bool = False,
 ) -> Prepared:
     """Read ``path``, apply the ``--set`` ``overrides``, run the ``plan`` of the task types
     installed here, and check the result (with ``check``: against ``types``, which must
     hold every type it uses; without, only the document's form and its sources, for a
     service to check the rest). `WorkflowError` names every problem (and the ``--set``
-    that gave a value it refuses)."""
+    that gave a value it refuses); with ``programs``, also every task whose command's
+    program is not found here (it is to run on this machine)."""
     from simrun.client import plan_tasks, submission_text
     from simrun.workflow import (
         WorkflowError,
@@ -175,6 +177,7 @@ def prepare(
         blame_overrides,
         check_workflow,
         load_workflow,
+        program_problems,
         source_problems,
     )
 
@@ -192,6 +195,8 @@ def prepare(
     except WorkflowError as exc:
         raise blame_overrides(exc, doc, list(overrides)) if overrides else exc from None
     missing = source_problems(planned, path.parent)
+    if programs:
+        missing += program_problems(planned, types, original_text)
     if missing:
         raise WorkflowError(missing, str(path))
     return Prepared(path, planned, text, settings, path.parent)

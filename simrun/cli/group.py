@@ -170,13 +170,17 @@ def cli(debug: bool) -> None:
 @click.argument("workflow", type=click.Path(path_type=Path, dir_okay=False))
 @SET
 def validate(workflow: Path, overrides: tuple[SettingOverride, ...]) -> None:
-    """Check WORKFLOW against the installed task types and print its tasks in order."""
+    """Check WORKFLOW against the installed task types and print its tasks in order.
+
+    A command whose program is not found here (on PATH, or beside simrun) is an error,
+    unless its type runs in an image of its own."""
     from simrun.workflow import (
         WorkflowError,
         apply_overrides,
         blame_overrides,
         check_workflow,
         load_workflow,
+        program_problems,
         source_problems,
     )
 
@@ -189,7 +193,7 @@ def validate(workflow: Path, overrides: tuple[SettingOverride, ...]) -> None:
         settings = check_workflow(doc, types, str(workflow), text)
     except WorkflowError as exc:
         raise blame_overrides(exc, doc, list(overrides)) from None
-    missing = source_problems(doc, workflow.parent)
+    missing = source_problems(doc, workflow.parent) + program_problems(doc, types, text)
     if missing:
         raise WorkflowError(missing, str(workflow))
     count = len(doc.tasks)

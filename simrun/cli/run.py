@@ -363,7 +363,7 @@ def run(
     if workflow is not None:
         from simrun.cli.dryrun import print_forecast, store_resolver, task_plans
 
-        prepared = prepare(workflow, types, overrides=overrides)
+        prepared = prepare(workflow, types, overrides=overrides, programs=True)
         rows: list[DryRow] = asyncio.run(
             task_plans(prepared.doc, types, store_resolver(shown_store))
         )

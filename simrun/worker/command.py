@@ -12,7 +12,9 @@ The limit of the tree is the job's memory request (`simrun.core.sizing.request_g
 ``memory_base_gb + memory_per_worker_gb * n``, n being every process slot of the container
 for a type that ``uses_cores`` and 1 otherwise. ``simrun-exec`` keeps the output directory
 of earlier attempts when the type ``checkpoints``; otherwise an attempt above 1 starts from
-an empty output directory.
+an empty output directory. The command is told the n it was sized for: simrun-exec sets
+``SIMRUN_PROCESSES`` and the usual thread counts (``OMP_NUM_THREADS`` and friends) to it
+(`simrun.core.environment`).
 """
 
 from __future__ import annotations
@@ -152,10 +154,12 @@ async def run_command(
     hide_gpus: bool,
     cgroups: str = "auto",
     log_cap: int = DEFAULT_COMMAND_LOG_CAP,
+    processes: int = 1,
 ) -> WorkerReport:
     """Run the command job ``spec``; records the unit "command" and returns the measurements.
-    ``cgroups`` ("auto" or "off") and ``log_cap`` (bytes per log file) go to simrun-exec
-    (`CommandSpec`); what bounded the command is logged."""
+    ``cgroups`` ("auto" or "off"), ``log_cap`` (bytes per log file) and ``processes`` (what
+    the command was sized for: its ``SIMRUN_PROCESSES`` and thread counts) go to
+    simrun-exec (`CommandSpec`); what bounded the command is logged."""
     assert spec.command is not None  # JobSpec checks a command job has one
     paths = spec.paths.task_paths()
     command_spec = CommandSpec(
@@ -168,6 +172,7 @@ async def run_command(
         attempt=spec.attempt,
         cgroups="off" if cgroups == "off" else "auto",
         log_cap=log_cap,
+        processes=processes,
     )
     result = await run_command_job(
         command_spec,

@@ -293,6 +293,7 @@ class JobHandler:
                     hide_gpus=self.capacity.gpus > 0,
                     cgroups=self.command_cgroups,
                     log_cap=self.command_log_cap,
+                    processes=request_slots(spec.kind, self.capacity.processes, spec.uses_cores),
                 )
             )
             self._commands.add(task)

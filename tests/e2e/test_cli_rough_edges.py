@@ -107,7 +107,7 @@ def test_set_changes_a_setting_typed_and_checked_like_the_file(tmp_path: Path) -
     nowhere = simrun(*base, "--set", "wrk.units=3", cwd=tmp_path)
     assert nowhere.returncode == 2
     assert "--set wrk.units=3: no task 'wrk' (did you mean 'work'?)" in nowhere.stderr
-    install_plugin(tmp_path, "mc {settings} {out}")
+    install_plugin(tmp_path, "true {settings} {out}")  # a program validate finds
     mc = tmp_path / "mc.yaml"
     mc.write_text("tasks:\n  - name: sweep\n    type: mc\n")
     env = env_with(tmp_path)

@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
+from simrun.core.environment import find_program, program_dirs, with_threads
 from simrun.core.layout import task_logs
 from simrun.core.reports import WorkerReport
 from simrun.plugins import TaskPaths
@@ -191,7 +192,8 @@ def _start_problem(program: str, exc: OSError | ValueError) -> str:
     if isinstance(exc, FileNotFoundError):
         if "/" in program:
             return f"command {program!r} does not exist"
-        return f"command {program!r} not found on PATH"
+        where = ", ".join(program_dirs(None))
+        return f"command {program!r} not found on PATH nor beside simrun ({where})"
     if isinstance(exc, PermissionError):
         return f"command {program!r} cannot be run: permission denied (is it executable?)"
     if isinstance(exc, OSError):
@@ -375,9 +377,14 @@ class CommandRun:
                 return not_started(
                     spec, "simrun-exec was stopped before the command started", started, "killed"
                 )
+            # A bare name is looked up on PATH, then beside simrun's interpreter (a
+            # virtual environment's bin, active or not); argv[0] stays as written.
+            found = None if "/" in argv[0] else find_program(argv[0])
             try:
                 self._proc = subprocess.Popen(
                     argv,
+                    executable=found,
+                    env=with_threads(os.environ, spec.processes),
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE if capped else out_fh,
                     stderr=subprocess.PIPE if capped else err_fh,

@@ -154,7 +154,9 @@ class CommandSpec(_VersionedFile):
     ``cgroups`` ``auto`` runs the command in a memory cgroup of its own where the kernel
     allows it (``off``, or where it does not: its process tree, simrun-exec being a
     subreaper); ``log_cap`` bounds each of its log files, stdout and stderr, in bytes (its
-    head and tail are kept; 0: no bound).
+    head and tail are kept; 0: no bound). ``processes`` is what the command was sized for
+    (all the slots of its worker for a type that ``uses_cores``, else 1): the command gets
+    it as ``SIMRUN_PROCESSES`` and as its thread counts (`simrun.core.environment`).
 
     Relative paths are taken relative to the working directory of ``simrun-exec``.
     Construction checks every value (a `pydantic.ValidationError`); `from_dict` raises
@@ -178,6 +180,7 @@ class CommandSpec(_VersionedFile):
     report: FilePath | None = None
     cgroups: Literal["auto", "off"] = "auto"
     log_cap: Annotated[int, Field(strict=True, ge=0)] = DEFAULT_COMMAND_LOG_CAP
+    processes: Annotated[int, Field(strict=True, ge=1)] = 1
 
 
 # --- the result ---------------------------------------------------------------------------

@@ -75,6 +75,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from simrun.core.environment import with_threads
 from simrun.core.wire import UnitKey
 from simrun.worker.cgroups import (
     KERNEL_LIMIT_FACTOR,
@@ -525,6 +526,9 @@ class ProcessPool:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 pass_fds=(slot_fd,),
+                # One core's worth of threads each (set before plugin code imports numpy);
+                # what the user set in the worker's environment is kept.
+                env=with_threads(os.environ, 1),
             )
         except BaseException:
             slot.close()
