@@ -387,6 +387,15 @@ class Client:
         body = {"task": task, "units": units or [], "memory_gb": memory_gb}
         return int(self._call("POST", f"/runs/{run_id}/replay", body)["replayed"])
 
+    def rerun(
+        self, run_id: str, task: str, memory_gb: float | None = None
+    ) -> tuple[list[str], int]:
+        """Run ``task`` again, done units included, and the tasks reading it: the tasks
+        reset and the units they had."""
+        body: dict[str, Any] = {"task": task, "units": [], "memory_gb": memory_gb, "all": True}
+        answer = self._call("POST", f"/runs/{run_id}/replay", body)
+        return [str(t) for t in answer["tasks"]], int(answer["replayed"])
+
     def cancel(self, run_id: str) -> int:
         return int(self._call("POST", f"/runs/{run_id}/cancel")["in_flight"])
 

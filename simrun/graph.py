@@ -9,7 +9,7 @@ from __future__ import annotations
 import graphlib
 from collections.abc import Collection, Iterable, Mapping
 
-__all__ = ["CycleError", "find_cycle", "ready_tasks", "topological_order"]
+__all__ = ["CycleError", "downstream", "find_cycle", "ready_tasks", "topological_order"]
 
 Graph = Mapping[str, Collection[str]]
 
@@ -83,3 +83,20 @@ def ready_tasks(deps: Graph, done: Iterable[str], started: Iterable[str] = ()) -
     return sorted(
         name for name, ds in deps.items() if name not in skip and all(d in done_set for d in ds)
     )
+
+
+def downstream(deps: Graph, task: str) -> set[str]:
+    """The tasks that read ``task``'s outputs, directly or through others (not ``task``)."""
+    readers: dict[str, set[str]] = {}
+    for name, ups in deps.items():
+        for up in ups:
+            readers.setdefault(up, set()).add(name)
+    found: set[str] = set()
+    stack = [task]
+    while stack:
+        for reader in readers.get(stack.pop(), ()):
+            if reader not in found:
+                found.add(reader)
+                stack.append(reader)
+    found.discard(task)
+    return found

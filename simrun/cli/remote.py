@@ -341,6 +341,9 @@ def status(
               help="Only this failed unit of --task (repeatable).")  # fmt: skip
 @click.option("--memory-gb", type=click.FloatRange(0, min_open=True), default=None,
               help="Memory per process of the replayed tasks, GiB.")  # fmt: skip
+@click.option("--all", "rerun", is_flag=True,
+              help="With --task: run the task again, done units too, and the tasks reading "
+                   "it.")  # fmt: skip
 @URL
 @TOKEN
 @read_store_option("Finish a run of `simrun run` here: start the embedded service on this store.")
@@ -359,6 +362,7 @@ def replay(
     task: str | None,
     units: tuple[int, ...],
     memory_gb: float | None,
+    rerun: bool,
     url: str,
     token: str | None,
     store: Path | None,
@@ -371,7 +375,9 @@ def replay(
     every_s: float,
 ) -> None:
     """Put the failed units of RUN back in the queue (all, of --task, or --unit I of it);
-    the units that were done are kept and never computed again.
+    the units that were done are kept and never computed again. With --task T --all, T
+    runs again from the start, done units too, and so does every task reading its outputs
+    (directly or not); the run runs again.
 
     With --store, the run is one of `simrun run`: the embedded service starts again on that
     store, finishes the run (an interrupted one goes on where it stopped) and exits as the
@@ -379,13 +385,15 @@ def replay(
     """
     if units and task is None:
         raise click.UsageError("--unit needs --task: the task whose units to replay")
+    if rerun and (task is None or units):
+        raise click.UsageError("--all needs --task (the task to run again) and no --unit")
     if store is not None:
         from simrun.cli.run import ReplayRequest, embedded, local_options, local_pool
 
         types = load_types_from_here(plugins)
         pool = local_pool(workers, processes, worker_memory_gb)
         options = local_options(store, pool, plugins, types, redis_url=redis_url, token=token)
-        request = ReplayRequest(task, units, memory_gb)
+        request = ReplayRequest(task, units, memory_gb, rerun=rerun)
         _exit(asyncio.run(embedded(options, types, store, pool, run_id=run_id, replay=request,
                                    every_s=every_s)))  # fmt: skip
         return
@@ -395,8 +403,14 @@ def replay(
 
     out = console()
     with _service(url, token) as client:
-        count = client.replay(run_id, task, list(units), memory_gb)
-        out.print(f"run {run_id}: {count} failed units put back; the done ones are kept")
+        if rerun and task is not None:
+            from simrun.cli.run import rerun_line
+
+            tasks, count = client.rerun(run_id, task, memory_gb)
+            out.print(f"run {run_id}: {rerun_line(tasks, count)}")
+        else:
+            count = client.replay(run_id, task, list(units), memory_gb)
+            out.print(f"run {run_id}: {count} failed units put back; the done ones are kept")
         if wait:
             replay_cmd = shell_join(["simrun", "replay", run_id, *url_args(url)])
             where = url_args(url)

@@ -81,11 +81,24 @@ def local_pool(workers: int, processes: int | None, memory_gb: float | None) -> 
 
 @dataclass(frozen=True)
 class ReplayRequest:
-    """Which failed units to put back (see `simrun.service.controller.Controller.replay`)."""
+    """Which failed units to put back (see `simrun.service.controller.Controller.replay`);
+    with ``rerun``, every unit of ``task`` and of the tasks reading it
+    (`simrun.service.controller.Controller.rerun`)."""
 
     task: str | None = None
     units: tuple[int, ...] = ()
     memory_gb: float | None = None
+    rerun: bool = False
+
+
+def rerun_line(tasks: list[str], units: int) -> str:
+    """What a rerun does, in words: the task, the units it had, the tasks downstream."""
+    head = f"task {tasks[0]!r} runs again, all of its units"
+    had = f"{units:,} unit{'s' if units != 1 else ''}"
+    if len(tasks) == 1:
+        return f"{head} ({had} before)"
+    rest = ", ".join(repr(t) for t in tasks[1:])
+    return f"{head}, and {_tasks(len(tasks) - 1)} reading it: {rest} ({had} before in all)"
 
 
 def _tasks(count: int) -> str:
@@ -124,8 +137,11 @@ async def check_run(store: Path, run_id: str, replay: ReplayRequest | None) -> N
     if replay is None:
         what = "; retry its failed units with `simrun replay`" if row.state == "failed" else ""
         raise LocalError(f"run {run_id} already ended ({row.state}){what}")
-    if not failed:
-        raise LocalError(f"run {run_id} ended ({row.state}) with no failed units to replay")
+    if not failed and not replay.rerun:
+        raise LocalError(
+            f"run {run_id} ended ({row.state}) with no failed units to replay; "
+            "run a task again, done units too, with --task TASK --all"
+        )
 
 
 async def _start_run(
@@ -146,6 +162,10 @@ async def _start_run(
         out.print(f"run {new_id}{name} submitted: {_tasks(len(prepared.doc.tasks))}")
         return new_id
     assert run_id is not None  # checked by check_run before the session started
+    if replay is not None and replay.rerun and replay.task is not None:
+        tasks, units = await controller.rerun(run_id, replay.task, replay.memory_gb)
+        out.print(f"run {run_id}: {rerun_line(tasks, units)}")
+        return run_id
     if replay is not None and await controller.queries.failures(run_id):
         count = await controller.replay(run_id, replay.task, replay.units, replay.memory_gb)
         out.print(f"run {run_id}: {count} failed units put back; the done ones are kept")

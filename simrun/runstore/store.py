@@ -13,6 +13,7 @@ import aiosqlite
 from simrun import db
 from simrun.core.reports import ReportEntry
 from simrun.core.states import (
+    ACTIVE_TASK_STATES,
     ACTIVE_UNIT_STATES,
     COMMAND_INDEX,
     FINISHED_TASK_STATES,
@@ -23,6 +24,7 @@ from simrun.core.states import (
     TaskState,
     UnitRow,
 )
+from simrun.graph import downstream
 from simrun.runstore.apply import apply_reports as write_reports
 from simrun.runstore.apply import insert_unit_rows, materialize_jobs
 from simrun.runstore.reads import RunReads
@@ -502,6 +504,69 @@ class RunStore(RunReads):
             )
             await self.set_run_state(run_id, "running", "", now_s, conn=c)
         return len(failed)
+
+    async def rerun(
+        self, run_id: str, task: str, now_s: float, memory_gb: float | None = None
+    ) -> tuple[list[str], int]:
+        """Run ``task`` again from the start, done units included, and every task that reads
+        its outputs (directly or not): each goes back to ``waiting`` with no unit (as if it
+        had never started), so the controller starts it again, counting its units, once its
+        inputs are done; the run runs again. ``memory_gb`` fixes the memory per process of
+        ``task``. Returns the tasks reset (``task`` first, then in the run's order) and the
+        units they had.
+
+        `RunStateError` for a cancelled run, an unknown task, a task that never started, or
+        one of those tasks still active (its units in flight: let the run end first).
+
+        Units start again as fresh ones of attempt 1: a job id still kept by Redis (a
+        result of the last minutes) is refused at enqueue and dispatched again under the
+        next attempt (`simrun.service.dispatch`); the caller drops the tasks' attempts
+        hashes (their units are current again).
+        """
+        run = await self.run(run_id)
+        if run is None:
+            raise UnknownRunError(f"there is no run {run_id!r}")
+        if run.state == "cancelled":
+            raise RunStateError(f"run {run_id!r} was cancelled; submit it again instead")
+        if memory_gb is not None and not memory_gb > 0:
+            raise RunStateError(f"memory_gb must be more than 0, got {memory_gb!r}")
+        rows = await self.tasks(run_id)
+        names = {t.name: t for t in rows}
+        if task not in names:
+            raise RunStateError(f"run {run_id!r} has no task {task!r} (its tasks: {sorted(names)})")
+        if names[task].state in NOT_STARTED_TASK_STATES:
+            raise RunStateError(
+                f"task {task!r} of run {run_id!r} has not run yet ({names[task].state}): "
+                "nothing to run again"
+            )
+        below = downstream({t.name: t.depends for t in rows}, task)
+        chosen = [task, *(t.name for t in rows if t.name in below)]
+        active = [n for n in chosen if names[n].state in ACTIVE_TASK_STATES]
+        flying = {j.task for j in await self.jobs(run_id)} & set(chosen)
+        if active or flying:
+            which = ", ".join(repr(n) for n in sorted(set(active) | flying))
+            raise RunStateError(
+                f"task {which} of run {run_id!r} is still running; let the run end first "
+                "(or cancel it and submit it again)"
+            )
+        units = sum(names[n].units or 0 for n in chosen)
+        params = [(run_id, n) for n in chosen]
+        async with self.transaction() as c:
+            await c.executemany("DELETE FROM units WHERE run_id = ? AND task = ?", params)
+            await c.executemany("DELETE FROM spans WHERE run_id = ? AND task = ?", params)
+            await c.executemany(
+                "UPDATE tasks SET state = 'waiting', status = '', units = NULL,"
+                " started_s = NULL, finished_s = NULL, frontier = 0, spans_done = 0"
+                " WHERE run_id = ? AND name = ?",
+                params,
+            )
+            if memory_gb is not None:
+                await c.execute(
+                    "UPDATE tasks SET memory_override_gb = ? WHERE run_id = ? AND name = ?",
+                    (memory_gb, run_id, task),
+                )
+            await self.set_run_state(run_id, "running", "", now_s, conn=c)
+        return chosen, units
 
     async def cancel(self, run_id: str, now_s: float) -> list[UnitRow]:
         """Cancel a running run: unfinished tasks become cancelled, its jobs leave the set in

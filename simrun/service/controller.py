@@ -49,7 +49,7 @@ from simrun.core.intake import tasks_problem
 from simrun.core.layout import StoreLayout
 from simrun.core.outage import RECONNECT_MAX_S, LinkState, backoff_s
 from simrun.plugins import TaskType
-from simrun.queues import JobQueue, set_current_attempts
+from simrun.queues import JobQueue, forget_attempts, set_current_attempts
 from simrun.queues.connect import cancel_and_wait, wait_for_redis
 from simrun.resources import ResolvedResources, ResourceStore
 from simrun.runstore import RunRow, RunStore, UnknownRunError
@@ -386,6 +386,26 @@ class Controller:
             self._wake.set()
         log.info("run %s: %d units replayed", run_id, count)
         return count
+
+    async def rerun(
+        self, run_id: str, task: str, memory_gb: float | None = None
+    ) -> tuple[list[str], int]:
+        """Run ``task`` again from the start (its done units too) and every task that reads
+        its outputs, as `simrun.runstore.RunStore.rerun` says; the run runs again. Their
+        attempts hashes go (their units start again at attempt 1, current for a worker).
+        Returns the tasks reset and the units they had; `simrun.runstore.RunStateError`
+        says why it cannot be done, `simrun.runstore.UnknownRunError` that there is no run."""
+        async with self._lock:
+            tasks, units = await self.store.rerun(run_id, task, self.clock.now(), memory_gb)
+            try:
+                await forget_attempts(self.queue.redis, self.queue.keys, run_id, tasks)
+            except RedisError as exc:  # a unit whose old attempt stays is dispatched again
+                log.warning("run %s: the attempts of %s stay in Redis (%s)", run_id, tasks, exc)
+            self._marks.mark(run_id)
+            self.changes.notify(run_id)
+            self._wake.set()
+        log.info("run %s: tasks %s run again (%d units before)", run_id, tasks, units)
+        return tasks, units
 
     async def cancel(self, run_id: str) -> int:
         """Cancel a running run: nothing more is dispatched, and workers skip its units that

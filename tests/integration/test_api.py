@@ -149,3 +149,18 @@ async def test_a_token_is_required_when_set(controller: Controller) -> None:
         right = {"Authorization": f"Bearer {TOKEN}"}
         assert (await client.get("/runs", headers=right)).status_code == 200
         assert (await client.get("/health")).status_code == 200
+
+
+async def test_replay_all_needs_a_task_and_a_task_that_ran(api: httpx.AsyncClient) -> None:
+    """`all` without a task (or with units) answers 422; a task that has not run yet, 409
+    naming it; nothing changes."""
+    run_id = (
+        await api.post("/runs", json={"workflow": HEAT, "sources": {"plate": upload(PLATE)}})
+    ).json()["run"]
+    for body in ({"all": True}, {"all": True, "task": "sweep", "units": [1]}):
+        response = await api.post(f"/runs/{run_id}/replay", json=body)
+        assert response.status_code == 422, body
+        assert "'all' needs a 'task'" in response.json()["detail"]
+    response = await api.post(f"/runs/{run_id}/replay", json={"all": True, "task": "summary"})
+    assert response.status_code == 409
+    assert "task 'summary'" in response.json()["detail"]

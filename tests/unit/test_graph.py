@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simrun.graph import CycleError, find_cycle, ready_tasks, topological_order
+from simrun.graph import CycleError, downstream, find_cycle, ready_tasks, topological_order
 
 
 @st.composite
@@ -111,3 +111,30 @@ def test_the_cycle_reported_does_not_depend_on_the_order_of_tasks(
     assert cycle is not None
     assert find_cycle({n: deps[n] for n in names}) == cycle
     assert cycle[0] == min(cycle)
+
+
+@pytest.mark.parametrize(
+    ("task", "expected"),
+    [
+        ("a", {"b", "c", "d"}),
+        ("b", {"d"}),
+        ("d", set()),
+        ("e", set()),
+        ("unknown", set()),
+    ],
+)
+def test_downstream_is_every_task_reading_a_task_directly_or_not(
+    task: str, expected: set[str]
+) -> None:
+    """The readers of a task, their readers and so on; never the task itself."""
+    deps = {"a": set(), "b": {"a"}, "c": {"a"}, "d": {"b", "c"}, "e": set()}
+    assert downstream(deps, task) == expected
+
+
+@given(dags())
+def test_downstream_agrees_with_the_order(deps: dict[str, set[str]]) -> None:
+    """Every task downstream of t comes after t in the topological order."""
+    order = topological_order(deps)
+    for task in deps:
+        for reader in downstream(deps, task):
+            assert order.index(reader) > order.index(task)

@@ -11,7 +11,9 @@ Routes (JSON in and out; a bearer token is required when the service has one):
                                       requested and at its peak
     GET  /runs/{id}/failures          failed units with their tracebacks
     GET  /runs/{id}/events            the run's view as server-sent events while it runs
-    POST /runs/{id}/replay            {"task"?, "units"?, "memory_gb"?}
+    POST /runs/{id}/replay            {"task"?, "units"?, "memory_gb"?, "all"?}: failed
+                                      units back; with "all", every unit of "task"
+                                      and of the tasks reading it
     POST /runs/{id}/cancel
     GET  /resources                   what is learned per resource key
     GET  /resources/{key}             one key's request and why, its peaks and kills

@@ -30,12 +30,14 @@ ONE_RUN = [Depends(known_run)]
 
 
 class ReplayBody(BaseModel):
-    """Which failed units to replay: all of the run, of one task, or some indices."""
+    """Which failed units to replay: all of the run, of one task, or some indices; with
+    ``all``, every unit of ``task`` (done ones too) and of the tasks reading it."""
 
     model_config = ConfigDict(extra="forbid")
     task: str | None = None
     units: list[int] = Field(default_factory=list)
     memory_gb: float | None = Field(default=None, gt=0, le=4096)
+    all: bool = False
 
 
 def _problems(problems: list[Problem]) -> JSONResponse:
@@ -100,7 +102,14 @@ async def failures(run_id: str, controller: ControllerDep) -> list[dict[str, Any
 
 @router.post("/runs/{run_id}/replay", dependencies=ONE_RUN)
 async def replay(run_id: str, body: ReplayBody, controller: ControllerDep) -> dict[str, Any]:
+    if body.all and (body.task is None or body.units):
+        raise HTTPException(
+            status_code=422, detail="'all' needs a 'task' and no 'units' (it reruns the task)"
+        )
     try:
+        if body.all and body.task is not None:
+            tasks, count = await controller.rerun(run_id, body.task, body.memory_gb)
+            return {"run": run_id, "replayed": count, "tasks": tasks}
         count = await controller.replay(run_id, body.task, body.units, body.memory_gb)
     except (UnknownRunError, RunStateError) as exc:
         raise _refused(exc) from exc
