@@ -176,6 +176,23 @@ def test_failed_run_names_its_unit_and_replay_wait_finishes_it(service: Service)
     assert calls(out) == {0: 1, 1: 2, 2: 1, 3: 1}
 
 
+def test_replay_all_reruns_a_succeeded_task_on_the_service(service: Service) -> None:
+    """`replay RUN --url URL --task work --all --wait` right after the run succeeded: every
+    unit is computed once more (their job ids, still kept by Redis, are dispatched again
+    under the next attempt) and the run succeeds again."""
+    write_work(service.home / "again.yaml", units=3, seconds=0.05, tag="again")
+    first = service("submit", "again.yaml", "--wait", "--plugins", WORK)
+    assert first.returncode == 0, first.stdout + first.stderr
+    run_id = run_id_in(first.stdout)
+    out = service.home / "store" / "runs" / run_id / "work" / "out"
+    assert calls(out) == {0: 1, 1: 1, 2: 1}
+    again = service("replay", run_id, "--task", "work", "--all", "--wait")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "task 'work' runs again, all of its units (3 units before)" in again.stdout
+    assert f"run {run_id} succeeded" in again.stdout
+    assert calls(out) == {0: 2, 1: 2, 2: 2}
+
+
 def test_logs_of_a_failed_unit_are_served_by_the_service(service: Service) -> None:
     """A unit that prints and fails under a service: `submit --wait` names `simrun logs RUN
     work 2 --url URL`, which prints its output, traceback, worker and process through the
