@@ -20,7 +20,7 @@ async def test_a_unit_that_prints_and_raises_keeps_its_output_traceback_and_head
     """A unit that prints and raises gets a log with what it printed and a header with its
     traceback, worker, process, attempt, memory and times; a unit that printed and ended
     well gets its output and a "done" header; a unit that printed nothing and ended well
-    gets no file at all."""
+    gets no file at all. The traceback starts at the plugin's own code."""
     settings = {"fail_indices": [1], "print_indices": [0, 1]}
     spec = make_spec(tmp_path, "flaky", "test-flaky", [0, 1, 2], settings, attempt=2)
     container, reports = await run_burst(redis_url, redis_prefix, [spec], processes=1)
@@ -38,6 +38,10 @@ async def test_a_unit_that_prints_and_raises_keeps_its_output_traceback_and_head
     assert header.error is not None
     assert "Traceback" in header.error
     assert "ValueError: unit 1 fails on purpose" in header.error
+    # the traceback starts at the plugin's frame, not in the worker process's own code
+    first_frame = header.error.splitlines()[1]
+    assert "tests/support/tasks.py" in first_frame, header.error
+    assert "child.py" not in header.error
     assert (header.attempt, header.unit, header.job_id) == (2, 1, spec.job_id)
     assert header.worker == container.worker_id
     assert isinstance(header.pid, int)

@@ -62,7 +62,18 @@ MAX_ERROR_CHARS = 20_000
 
 
 def _error_text() -> str:
-    text = traceback.format_exc()
+    """The traceback of the exception being handled, from the plugin's first frame on: the
+    frames of this module that called the plugin (``_timed``, ``_unit``…) say nothing to
+    the plugin's author. Chained exceptions are kept whole."""
+    error = sys.exc_info()[1]
+    if error is None:
+        return traceback.format_exc()
+    summary = traceback.TracebackException.from_exception(error)
+    frames = list(summary.stack)
+    while len(frames) > 1 and frames[0].filename == __file__:
+        frames.pop(0)
+    summary.stack = traceback.StackSummary.from_list(frames)
+    text = "".join(summary.format())
     return text if len(text) <= MAX_ERROR_CHARS else "…" + text[-MAX_ERROR_CHARS:]
 
 
