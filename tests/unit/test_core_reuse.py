@@ -79,8 +79,9 @@ def test_the_port_read_from_upstream_is_part_of_the_fingerprint() -> None:
         "down": TaskIdentity(TYPE_B, {}, {"table": "up.out"}),
     }
     other = {**ids, "down": TaskIdentity(TYPE_B, {}, {"table": "up.extra"})}
-    assert fingerprints(["up", "down"], ids, {})["down"] != (
-        fingerprints(["up", "down"], other, {})["down"]
+    assert (
+        fingerprints(["up", "down"], ids, {})["down"]
+        != (fingerprints(["up", "down"], other, {})["down"])
     )
 
 
