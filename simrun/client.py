@@ -11,7 +11,7 @@ import base64
 import json
 import os
 import stat
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
@@ -268,12 +268,25 @@ class Client:
         result: list[dict[str, Any]] = self._call("GET", "/types")
         return result
 
-    def submit(self, text: str, sources: Mapping[str, Path] | None = None) -> str:
+    def submit(
+        self,
+        text: str,
+        sources: Mapping[str, Path] | None = None,
+        *,
+        reuse: bool = True,
+        rerun: Sequence[str] = (),
+    ) -> str:
         """Send a workflow and its sources (files or directories, read here: the service
-        reads no path of its host); the id of the new run. `WorkflowError` names a source
-        that cannot be sent."""
+        reads no path of its host); the id of the new run. Without ``reuse`` every task
+        runs; the tasks of ``rerun`` (and their dependents) run whatever the store holds.
+        `WorkflowError` names a source that cannot be sent."""
         uploads = {name: source_upload(name, path) for name, path in (sources or {}).items()}
-        result = self._call("POST", "/runs", {"workflow": text, "sources": uploads})
+        body: dict[str, Any] = {"workflow": text, "sources": uploads}
+        if not reuse:
+            body["reuse"] = False
+        if rerun:
+            body["rerun"] = list(rerun)
+        result = self._call("POST", "/runs", body)
         return str(result["run"])
 
     def _parsed(self, parse: Callable[[Any], T], method: str, path: str) -> T:

@@ -100,12 +100,16 @@ def submit(
     token: str | None = None,
     base: str | os.PathLike[str] | None = None,
     plugins: Sequence[str] = (),
+    reuse: bool = True,
+    rerun: Sequence[str] = (),
 ) -> Run:
     """Send ``workflow`` and its sources to the service at ``url`` (default ``SIMRUN_URL``,
     else ``http://127.0.0.1:8765``) with ``token`` (default ``SIMRUN_TOKEN``), as
     ``simrun submit`` does: the task types installed here (and ``plugins``,
     "module:OBJECT") plan and check their tasks, the service checks the rest. The `Run`,
-    to `Run.wait` for. `WorkflowError` when the workflow cannot run (here or as the
+    to `Run.wait` for. A task unchanged since an earlier run of the store reuses its
+    outputs unless ``reuse`` is False or it is in ``rerun`` (or depends on one: as
+    ``--no-reuse`` and ``--rerun``). `WorkflowError` when the workflow cannot run (here or as the
     service says), `simrun.client.ClientError` when the service cannot be reached."""
     text, source, where = read_input(workflow, base)
     used = task_types_of(text, source)
@@ -116,7 +120,7 @@ def submit(
         token if token is not None else os.environ.get(ENV_TOKEN),
     )
     try:
-        run_id = client.submit(prepared.text, prepared.sources)
+        run_id = client.submit(prepared.text, prepared.sources, reuse=reuse, rerun=rerun)
     except Rejected as exc:
         client.close()
         raise _rejected(exc, source) from exc
@@ -246,15 +250,26 @@ class LocalSession:
         return prepare(text, source, where, self.types)
 
     def submit(
-        self, workflow: WorkflowInput | Prepared, *, base: str | os.PathLike[str] | None = None
+        self,
+        workflow: WorkflowInput | Prepared,
+        *,
+        base: str | os.PathLike[str] | None = None,
+        reuse: bool = True,
+        rerun: Sequence[str] = (),
     ) -> Run:
-        """Submit ``workflow`` to the session's service; the `Run`, to `Run.wait` for."""
+        """Submit ``workflow`` to the session's service; the `Run`, to `Run.wait` for.
+        ``reuse`` and ``rerun`` as `submit`'s."""
         prepared = workflow if isinstance(workflow, Prepared) else self.prepare(workflow, base=base)
         if self._session is None or self._bridge is None:
             raise LocalError("the session is not started: use it in a `with` block")
         run_id = self._bridge.call(
             self._session.controller.submit(
-                prepared.doc, prepared.settings, prepared.text, base=prepared.base
+                prepared.doc,
+                prepared.settings,
+                prepared.text,
+                base=prepared.base,
+                reuse=reuse,
+                rerun=rerun,
             )
         )
         return Run(run_id, LocalBackend(self._session, self.store), self._bridge)
@@ -271,6 +286,8 @@ def run_local(
     plugins: Sequence[str] = (),
     progress: bool = True,
     timeout_s: float | None = None,
+    reuse: bool = True,
+    rerun: Sequence[str] = (),
 ) -> RunResult:
     """Run ``workflow`` on this machine as ``simrun run`` does (a `LocalSession` started
     for it and stopped after it) and return its last view. The workflow is checked before
@@ -281,4 +298,4 @@ def run_local(
     )
     prepared = session.prepare(workflow, base=base)  # before anything starts
     with session:
-        return session.submit(prepared).wait(timeout_s, progress=progress)
+        return session.submit(prepared, reuse=reuse, rerun=rerun).wait(timeout_s, progress=progress)

@@ -154,6 +154,10 @@ class Prepared:
     text: str
     settings: dict[str, dict[str, Any]]
     base: Path
+    #: Whether its tasks may reuse earlier work, and the tasks that run whatever the
+    #: store holds (`simrun.core.reuse`).
+    reuse: bool = True
+    rerun: tuple[str, ...] = ()
 
 
 def prepare(

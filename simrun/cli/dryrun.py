@@ -18,18 +18,29 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from simrun.cli.common import Prepared
 from simrun.cli.forecast import Forecast, TaskPlan, forecast
 from simrun.cli.progress import format_duration, format_gb, format_rate
 from simrun.core.layout import StoreLayout
+from simrun.core.reuse import (
+    Earlier,
+    choose,
+    forced_tasks,
+    rerun_problems,
+    reused_text,
+    task_fingerprints,
+)
 from simrun.core.sizing import WorkerCapacity, queue_name
 from simrun.plugins import ResourceHint, TaskType, count_units
 from simrun.resources import ResolvedResources, ResourceKey, ResourceStore, decide, resource_key
-from simrun.workflow import Problem, ResourceOverride, Workflow, WorkflowError
+from simrun.runstore.reads import DoneTask, done_in_file
+from simrun.workflow import Problem, ResourceOverride, Workflow, WorkflowError, source_paths
 
 __all__ = [
     "DryRow",
     "Resolver",
     "print_forecast",
+    "reuse_forecast",
     "store_resolver",
     "summaries_resolver",
     "task_plans",
@@ -49,6 +60,8 @@ class DryRow:
     type: str
     plan: TaskPlan | None
     note: str = ""
+    #: The earlier run whose work it reuses (it will not run).
+    reused: str | None = None
 
 
 #: Resources of a task from its key: (the key, its type's hint, its override).
@@ -100,18 +113,64 @@ def summaries_resolver(summaries: Sequence[Mapping[str, Any]]) -> Resolver:
     return _by_key(from_summary)
 
 
+async def reuse_forecast(
+    prepared: Prepared, types: Mapping[str, TaskType], store: Path
+) -> dict[str, str]:
+    """The tasks of ``prepared`` that would reuse the work of an earlier run of ``store``
+    (its ``simrun.db`` read, never written), each with that run: the service's decision
+    (`simrun.core.reuse.choose`) on what the store holds now. `WorkflowError` when
+    ``--rerun`` names no task; none when a type is not installed here."""
+    doc = prepared.doc
+    names = [spec.name for spec in doc.tasks]
+    problems = rerun_problems(names, prepared.rerun)
+    if problems:
+        raise WorkflowError([Problem(("rerun",), why) for why in problems], "workflow")
+    if not prepared.reuse or any(spec.type not in types for spec in doc.tasks):
+        return {}
+    layout = StoreLayout(store)
+    sources = await asyncio.to_thread(source_paths, doc, prepared.base)
+    prints = await asyncio.to_thread(
+        task_fingerprints,
+        doc.order(),
+        {t.name: (types[t.type], prepared.settings[t.name], t.inputs) for t in doc.tasks},
+        sources,
+    )
+    forced = forced_tasks(doc.dependencies(), prepared.rerun, prepared.reuse)
+    done = await done_in_file(layout.db, sorted(set(prints.values())))
+
+    def present(same: Sequence[DoneTask]) -> list[bool]:
+        return [layout.task_out(d.run, d.task).is_dir() for d in same]
+
+    found: dict[str, str] = {}
+    for name, fingerprint in prints.items():
+        same = [d for d in done if d.fingerprint == fingerprint]
+        shown = await asyncio.to_thread(present, same)
+        earlier = [Earlier(d.run, d.finished_s, p) for d, p in zip(same, shown, strict=True)]
+        run = choose(name in forced, earlier)
+        if run is not None:
+            found[name] = run
+    return found
+
+
 async def task_plans(
-    doc: Workflow, types: Mapping[str, TaskType], resolve: Resolver
+    doc: Workflow,
+    types: Mapping[str, TaskType],
+    resolve: Resolver,
+    reused: Mapping[str, str] | None = None,
 ) -> list[DryRow]:
     """Each task of ``doc`` in the order it runs, with its units and resources; the units
-    of all tasks are counted at once, each in a thread. `WorkflowError` names a task whose
-    ``count_units`` failed."""
+    of all tasks are counted at once, each in a thread. A task of ``reused`` (task → the
+    run whose work it reuses, `reuse_forecast`) has no plan: it will not run. `WorkflowError`
+    names a task whose ``count_units`` failed."""
     positions = {spec.name: i for i, spec in enumerate(doc.tasks)}
     dependencies = doc.dependencies()
+    reused = reused or {}
 
     async def one(name: str) -> DryRow:
         spec = doc.task(name)
         task_type = types.get(spec.type)
+        if name in reused:
+            return DryRow(name, spec.type, None, reused_text(reused[name]), reused=reused[name])
         if task_type is None:
             return DryRow(name, spec.type, None, f"type {spec.type!r} is not installed here")
         parsed = task_type.settings.model_validate(spec.settings)
@@ -144,7 +203,7 @@ async def task_plans(
             seconds_per_unit=resolved.seconds_per_unit,
             source=resolved.source,
             uses_cores=task_type.uses_cores,
-            depends=tuple(sorted(dependencies[name])),
+            depends=tuple(sorted(d for d in dependencies[name] if d not in reused)),
         )
         return DryRow(name, spec.type, plan)
 
@@ -180,6 +239,9 @@ def print_forecast(
             table.add_column(column, justify="left" if left else "right", no_wrap=not left)
         for row in rows:
             p = row.plan
+            if p is None and row.reused is not None:
+                table.add_row(row.name, row.type, "—", "", "", row.note, "", "", "", "")
+                continue
             if p is None:
                 table.add_row(row.name, row.type, "?", "?", "?", row.note, "", "", "", "")
                 continue
@@ -199,6 +261,12 @@ def print_forecast(
             )
         out.print(table)
         out.print()
+    reused = [r for r in rows if r.reused is not None]
+    if reused:
+        out.print(
+            f"reused: {', '.join(f'{r.name} (from {r.reused})' for r in reused)}; "
+            "the forecast counts the rest (--rerun TASK or --no-reuse to run them)"
+        )
     out.print(f"pool: {pool_text}")
     if result is None:
         out.print("forecast: no pool known (give one: --workers, --processes, --memory-gb)")
@@ -206,8 +274,11 @@ def print_forecast(
     eta = format_duration(result.eta_s)
     if result.eta_s is None:
         eta = "unknown until the seconds per unit are learned (after a first run)"
-    if any(r.plan is None for r in rows):
+    if any(r.plan is None and r.reused is None for r in rows):
         eta = "unknown: some task types are not installed here"
+    if reused and not result.tasks:
+        out.print("forecast: nothing to run, every task reuses earlier work")
+        return result
     out.print(
         f"forecast: {_hours(result.core_hours)} core-hours, peak memory "
         f"{format_gb(result.peak_memory_gb)}, ETA {eta}"

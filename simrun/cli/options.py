@@ -165,6 +165,18 @@ SET = click.option(
 )  # fmt: skip
 
 
+NO_REUSE = click.option(
+    "--reuse/--no-reuse", default=True, show_default=True,
+    help="Reuse the outputs of an earlier run of the store for a task whose type, version, "
+    "settings and inputs did not change (--no-reuse: every task runs).",
+)  # fmt: skip
+RERUN = click.option(
+    "--rerun", multiple=True, metavar="TASK",
+    help="Run TASK (and every task that depends on it) even when earlier work could be "
+    "reused; repeatable.",
+)  # fmt: skip
+
+
 class _Decorator(Protocol):
     def __call__(self, f: F, /) -> F: ...
 

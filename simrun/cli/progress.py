@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from simrun.core.eta import pace_rate, task_eta_s
+from simrun.core.reuse import reused_text
 from simrun.core.sizing import is_probing
 from simrun.core.states import ACTIVE_TASK_STATES, ACTIVE_UNIT_STATES, FINISHED_TASK_STATES
 from simrun.core.views import FailureView, RunView, TaskView
@@ -111,6 +112,7 @@ class TaskLine:
     merge: str | None
     status: str
     eta_guessed: bool = False  # the ETA comes from the pace so far, not from what is learned
+    reused_from: str | None = None  # the earlier run whose outputs it took
 
 
 def guess_eta(
@@ -152,6 +154,7 @@ def task_line(task: TaskView, now_s: float | None = None) -> TaskLine:
         merge=task.merge,
         status=task.status,
         eta_guessed=guessed,
+        reused_from=task.reused_from,
     )
 
 
@@ -161,6 +164,8 @@ def _eta_text(line: TaskLine) -> str:
 
 
 def _state_text(line: TaskLine) -> str:
+    if line.state == "done" and line.reused_from:
+        return reused_text(line.reused_from)
     if line.state == "merging" or (line.merge in ACTIVE_UNIT_STATES and line.state != "done"):
         return "merging"
     if line.state == "blocked" and line.status:
@@ -202,6 +207,9 @@ def plain_lines(run: RunView, only_active: bool = True, now_s: float | None = No
             continue
         if line.state == "waiting":
             out.append(f"{line.name}: waiting for its inputs")
+            continue
+        if line.reused_from:
+            out.append(f"{line.name}: {_state_text(line)}")
             continue
         parts = [f"{_units_text(line)} done"]
         if line.state not in FINISHED_TASK_STATES:
@@ -291,7 +299,7 @@ def summary_rows(run: RunView, now_s: float | None = None) -> list[tuple[str, ..
         rows.append(
             (
                 line.name,
-                "command" if line.command else _units_text(line),
+                _summary_units(line),
                 format_duration(task_seconds(task, now_s)),
                 format_gb(requested),
                 format_gb(task.peak_memory_gb),
@@ -300,6 +308,12 @@ def summary_rows(run: RunView, now_s: float | None = None) -> list[tuple[str, ..
             )
         )
     return rows
+
+
+def _summary_units(line: TaskLine) -> str:
+    if line.reused_from:
+        return reused_text(line.reused_from)
+    return "command" if line.command else _units_text(line)
 
 
 SUMMARY_COLUMNS = ("task", "units", "time", "memory/process", "peak/process", "kills", "outputs")
@@ -405,7 +419,9 @@ class PlainView:
         for task in run.tasks:
             line = task_line(task)
             if self._states.get(line.name) != line.state:
-                if line.name in self._states or line.state != "waiting":
+                if line.reused_from:
+                    self._echo(f"{line.name}: {_state_text(line)}")
+                elif line.name in self._states or line.state != "waiting":
                     self._echo(f"{line.name}: {_state_text(line)} ({_units_text(line)} units)")
                 self._states[line.name] = line.state
         now = time.monotonic()

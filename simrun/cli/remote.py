@@ -27,7 +27,9 @@ from simrun.cli.common import console, err_console, load_types_from_here, prepar
 from simrun.cli.options import (
     EMBEDDED_REDIS_URL,
     EVERY_S,
+    NO_REUSE,
     PLUGINS,
+    RERUN,
     SET,
     STORE_HINT,
     TOKEN,
@@ -173,6 +175,8 @@ def _live_text(pool: tuple[WorkerCapacity, ...] | None) -> str:
 @click.option("--dry-run", is_flag=True, help="Check, count and forecast; submit nothing.")
 @PLUGINS
 @SET
+@NO_REUSE
+@RERUN
 @click.option("--workers", type=click.IntRange(1), default=None, help="Pool to forecast on.")
 @container_processes_option("… its processes each.")
 @container_memory_option("--memory-gb", "… its memory each (GiB).")
@@ -185,6 +189,8 @@ def submit(
     dry_run: bool,
     plugins: tuple[str, ...],
     overrides: tuple[SettingOverride, ...],
+    reuse: bool,
+    rerun: tuple[str, ...],
     workers: int | None,
     processes: int | None,
     memory_gb: float | None,
@@ -231,7 +237,7 @@ def submit(
         from simrun.workflow import source_paths
 
         sources = source_paths(prepared.doc, prepared.base)
-        run_id = client.submit(prepared.text, sources)
+        run_id = client.submit(prepared.text, sources, reuse=reuse, rerun=rerun)
         out.print(f"run {run_id} submitted")
         if not wait:
             _follow_hint(run_id, url)

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -156,7 +156,12 @@ async def _start_run(
     controller = session.controller
     if prepared is not None:
         new_id = await controller.submit(
-            prepared.doc, prepared.settings, prepared.text, base=prepared.base
+            prepared.doc,
+            prepared.settings,
+            prepared.text,
+            base=prepared.base,
+            reuse=prepared.reuse,
+            rerun=prepared.rerun,
         )
         name = f" ({prepared.doc.name})" if prepared.doc.name else ""
         out.print(f"run {new_id}{name} submitted: {_tasks(len(prepared.doc.tasks))}")
@@ -337,6 +342,8 @@ RESUME_HELP = "Go on with an interrupted run of the store instead of submitting 
 )
 @opt.PLUGINS
 @opt.SET
+@opt.NO_REUSE
+@opt.RERUN
 @click.option("--dry-run", is_flag=True, help="Check, count and forecast; start nothing.")
 @click.option("--resume", metavar="RUN", default=None, help=RESUME_HELP)
 @opt.limits_options
@@ -354,6 +361,8 @@ def run(
     memory_gb: float | None,
     plugins: tuple[str, ...],
     overrides: tuple[SettingOverride, ...],
+    reuse: bool,
+    rerun: tuple[str, ...],
     dry_run: bool,
     resume: str | None,
     max_retries: int,
@@ -375,17 +384,23 @@ def run(
         raise click.UsageError("--dry-run needs a WORKFLOW (it forecasts a new run)")
     if overrides and resume is not None:
         raise click.UsageError("--set needs a WORKFLOW (a resumed run keeps its settings)")
+    if (rerun or not reuse) and resume is not None:
+        raise click.UsageError(
+            "--rerun and --no-reuse need a WORKFLOW (a resumed run keeps its own)"
+        )
     shown_store = store
     types = load_types_from_here(plugins)
     pool = local_pool(workers, processes, memory_gb)
     out = console()
     prepared: Prepared | None = None
     if workflow is not None:
-        from simrun.cli.dryrun import print_forecast, store_resolver, task_plans
+        from simrun.cli.dryrun import print_forecast, reuse_forecast, store_resolver, task_plans
 
         prepared = prepare(workflow, types, overrides=overrides, programs=True)
+        prepared = replace(prepared, reuse=reuse, rerun=rerun)
+        reused = asyncio.run(reuse_forecast(prepared, types, shown_store))
         rows: list[DryRow] = asyncio.run(
-            task_plans(prepared.doc, types, store_resolver(shown_store))
+            task_plans(prepared.doc, types, store_resolver(shown_store), reused)
         )
         name = f" ({prepared.doc.name})" if prepared.doc.name else ""
         model = f", model {prepared.doc.model!r}" if prepared.doc.model else ""

@@ -35,7 +35,8 @@ class TaskView:
     were dispatched with and ``peak_memory_gb`` the largest peak of a worker process its
     reports measured (None while unknown). ``out`` is where its outputs are, when the
     reader knows (a store read on this machine). ``units_per_s`` is its observed completion
-    rate (None before two samples showed progress); ``eta_s`` follows `simrun.core.eta`."""
+    rate (None before two samples showed progress); ``eta_s`` follows `simrun.core.eta`.
+    ``reused_from`` is the earlier run whose outputs it reused (it ran no unit)."""
 
     name: str
     type: str
@@ -58,6 +59,8 @@ class TaskView:
     peak_memory_gb: float | None = None
     out: str | None = None
     units_per_s: float | None = None
+    #: The run whose outputs it took instead of running (`simrun.core.reuse`).
+    reused_from: str | None = None
 
     def count(self, state: str) -> int:
         """Its units in ``state`` (0 when the view does not count them)."""

@@ -7,12 +7,15 @@ API never waits for a report batch, and never sees half of one.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
+from simrun import db
 from simrun.core.states import TaskCounts, UnitKind, UnitRow, UnitState
 from simrun.runstore.rows import (
     JobRow,
@@ -35,7 +38,7 @@ from simrun.runstore.schema import (
     UNIT_COLUMNS,
 )
 
-__all__ = ["RunReads", "chunks", "marks"]
+__all__ = ["DoneTask", "RunReads", "chunks", "done_in_file", "marks"]
 
 #: Most host parameters in one statement, well below SQLite's limit.
 BATCH = 500
@@ -49,6 +52,43 @@ def chunks(items: Sequence[Any], size: int = BATCH) -> list[Sequence[Any]]:
 def marks(n: int) -> str:
     """``?, ?, …`` for ``n`` parameters."""
     return ", ".join("?" * n)
+
+
+@dataclass(frozen=True)
+class DoneTask:
+    """A done task of some run with a given fingerprint (`simrun.core.reuse`)."""
+
+    fingerprint: str
+    run: str
+    task: str
+    finished_s: float
+
+
+def _done_sql(n: int) -> str:
+    return (
+        "SELECT fingerprint, run_id, name, finished_s FROM tasks"
+        f" WHERE state = 'done' AND fingerprint IN ({marks(n)}) AND finished_s IS NOT NULL"
+        " ORDER BY finished_s DESC"
+    )
+
+
+async def done_in_file(path: Path, fingerprints: Sequence[str]) -> list[DoneTask]:
+    """The done tasks with one of ``fingerprints`` in the store file ``path``, latest
+    first, read without writing (the dry run's reuse forecast): none when the file is not
+    there or is older than fingerprints."""
+    if not fingerprints or not await asyncio.to_thread(path.is_file):
+        return []
+    found: list[DoneTask] = []
+    async with db.session(path) as conn:
+        for part in chunks(list(fingerprints)):
+            try:
+                rows = await conn.execute_fetchall(_done_sql(len(part)), tuple(part))
+            except sqlite3.OperationalError as exc:
+                if "no such column" in str(exc):
+                    return []  # a store from before fingerprints: nothing to reuse
+                raise
+            found += [DoneTask(*r) for r in rows]
+    return found
 
 
 class RunReads:
@@ -86,6 +126,15 @@ class RunReads:
             " ORDER BY created_s DESC, id DESC"
         )
         return [run_of(r) for r in rows]
+
+    async def done_tasks(self, fingerprints: Sequence[str], other_than: str) -> list[DoneTask]:
+        """The done tasks with one of ``fingerprints`` of runs other than ``other_than``,
+        latest first."""
+        found: list[DoneTask] = []
+        for part in chunks(list(fingerprints)):
+            rows = await self._fetch(_done_sql(len(part)), tuple(part))
+            found += [DoneTask(*r) for r in rows if r[1] != other_than]
+        return found
 
     async def tasks(self, run_id: str) -> list[TaskRow]:
         """The tasks of a run in topological order."""

@@ -67,6 +67,10 @@ class NewTask:
     #: The task's own retry fields (``retries``, ``retry_on``, ``retry_delay_s``,
     #: ``timeout_s``) as JSON, None for the service's defaults.
     retry: dict[str, Any] | None = None
+    #: Its `simrun.core.reuse` fingerprint, and whether it may reuse an earlier run's
+    #: outputs (False: forced to run).
+    fingerprint: str | None = None
+    reuse: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,8 @@ class TaskRow(NewTask):
     peak_memory_gb: float | None = None
     frontier: int = 0
     spans_done: int = 0
+    #: The run whose outputs it took instead of running (`simrun.core.reuse`).
+    reused_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -225,6 +231,8 @@ def task_values(run_id: str, task: NewTask) -> dict[str, Any]:
         "depends": json.dumps(list(task.depends)),
         "override": dumps(task.override),
         "retry": dumps(task.retry),
+        "fingerprint": task.fingerprint,
+        "reuse": int(task.reuse),
         "splittable": int(task.splittable),
         "has_merge": int(task.has_merge),
         "state": "waiting",
@@ -274,9 +282,10 @@ def task_of(row: Sequence[Any]) -> TaskRow:
     for name in ("settings", "inputs", "override", "resources", "retry"):
         values[name] = loads(values[name])
     values["depends"] = tuple(json.loads(values["depends"]))
-    values["splittable"], values["has_merge"] = (
+    values["splittable"], values["has_merge"], values["reuse"] = (
         bool(values["splittable"]),
         bool(values["has_merge"]),
+        bool(values["reuse"]),
     )
     return TaskRow(**values)
 

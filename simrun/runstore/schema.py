@@ -182,6 +182,21 @@ MIGRATIONS: tuple[db.Migration, ...] = (
             "ALTER TABLE units ADD COLUMN not_before_s REAL",
         ),
     ),
+    db.Migration(
+        "reuse of unchanged work: a task's fingerprint, whether it may reuse, what it reused",
+        (
+            # `simrun.core.reuse.fingerprint` of the task, known at submission (NULL: a run
+            # submitted before, never reused from).
+            "ALTER TABLE tasks ADD COLUMN fingerprint TEXT",
+            # 0: forced to run (--no-reuse, --rerun, or a forced task upstream).
+            "ALTER TABLE tasks ADD COLUMN reuse INTEGER NOT NULL DEFAULT 0",
+            # The run whose outputs this task took instead of running.
+            "ALTER TABLE tasks ADD COLUMN reused_from TEXT",
+            # The done tasks of a fingerprint, latest first: what a starting task looks for.
+            "CREATE INDEX tasks_by_fingerprint ON tasks (fingerprint, finished_s)"
+            " WHERE state = 'done' AND fingerprint IS NOT NULL",
+        ),
+    ),
 )
 
 #: Most host parameters in one statement, well below SQLite's limit.
@@ -194,7 +209,8 @@ UNIT_COLUMNS = (
 TASK_COLUMNS = (
     "run_id, name, position, type, settings, inputs, depends, override, memory_override_gb,"
     " splittable, has_merge, state, status, queue, resource_key, resources, units,"
-    " started_s, finished_s, kills, requested_gb, peak_memory_gb, frontier, spans_done, retry"
+    " started_s, finished_s, kills, requested_gb, peak_memory_gb, frontier, spans_done, retry,"
+    " fingerprint, reuse, reused_from"
 )
 RUN_COLUMNS = "id, name, model, state, message, document, created_s, updated_s, finished_s"
 JOB_COLUMNS = (

@@ -183,6 +183,27 @@ class RunStore(RunReads):
                 (*params, run_id, task),
             )
 
+    async def reuse_task(
+        self,
+        run_id: str,
+        task: str,
+        from_run: str,
+        status: str,
+        now_s: float,
+        conn: aiosqlite.Connection | None = None,
+    ) -> None:
+        """Mark a task that has not started done with the outputs of the same task of
+        ``from_run`` (`simrun.core.reuse`): no unit, ``status`` says so."""
+        async with self._writing(conn) as c:
+            cursor = await c.execute(
+                "UPDATE tasks SET state = 'done', status = ?, reused_from = ?, started_s = ?,"
+                " finished_s = ? WHERE run_id = ? AND name = ?"
+                f" AND state IN {sql_list(NOT_STARTED_TASK_STATES)}",
+                (status, from_run, now_s, now_s, run_id, task),
+            )
+            if cursor.rowcount != 1:
+                raise ValueError(f"task {task!r} of run {run_id!r} has started, it cannot reuse")
+
     async def start_task(
         self,
         run_id: str,

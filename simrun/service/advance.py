@@ -20,20 +20,26 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
+import shutil
 import threading
 import time
 import traceback
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from simrun.core.clock import Clock
 from simrun.core.intake import InputLimits, run_units_problem, unit_count_problem
+from simrun.core.layout import StoreLayout
+from simrun.core.reuse import Earlier, choose, reused_text
 from simrun.core.states import ACTIVE_TASK_STATES, TaskCounts, next_task_state, run_state
 from simrun.plugins import TaskType, resolve
 from simrun.resources import resource_key
 from simrun.runstore import RunRow, RunStore, TaskRow
+from simrun.runstore.reads import DoneTask
 from simrun.service import decisions
 
 __all__ = [
@@ -43,6 +49,8 @@ __all__ = [
     "UnitCounter",
     "advance_run",
     "failure_message",
+    "link_outputs",
+    "reuse_tasks",
     "start_task",
 ]
 
@@ -214,10 +222,12 @@ class Advance:
         clock: Clock,
         limits: InputLimits | None = None,
         on_task_done: TaskDone | None = None,
+        layout: StoreLayout | None = None,
     ) -> None:
         self.store, self.types, self.marks = store, types, marks
         self.on_end, self.clock = on_end, clock
         self.on_task_done = on_task_done
+        self.layout = layout
         self.limits = limits or InputLimits()
         self.counter = UnitCounter(self.limits.count_timeout_s, marks.mark)
 
@@ -239,6 +249,7 @@ class Advance:
                     self.limits,
                     self.marks.mark,
                     self.on_task_done,
+                    self.layout,
                 ):
                     changed = True
                     after = await self.store.run(run.id)
@@ -259,13 +270,15 @@ async def advance_run(
     limits: InputLimits | None = None,
     again: Callable[[str], None] | None = None,
     on_task_done: TaskDone | None = None,
+    layout: StoreLayout | None = None,
 ) -> bool:
     """Start the tasks of ``run`` whose inputs are done (at most `START_TASKS_PER_STEP`,
     those whose count is known), move its started tasks along their units, and end the run
     when nothing can progress (``now``: seconds since the epoch). True when something
     changed. Without a ``counter``, counts are waited for (a blocking count in a thread).
     ``again(run)`` is called when the run has tasks left to start in the next step;
-    ``on_task_done`` is awaited for each task that is done."""
+    ``on_task_done`` is awaited for each task that is done. With the store's ``layout``, a
+    task that may reuse earlier work takes it instead of starting (`reuse_tasks`)."""
     limits = limits or InputLimits()
     tasks = await store.tasks(run.id)
     states: dict[str, str] = {t.name: t.state for t in tasks}
@@ -278,6 +291,17 @@ async def advance_run(
             if states[t.name] == "waiting" and all(states.get(d) == "done" for d in t.depends)
         ]
         batch = startable[: max(budget, 0)]
+        if batch and layout is not None:
+            reused = await reuse_tasks(store, layout, run, batch, now)
+            for name in reused:
+                states[name] = "done"
+                changed = True
+                if on_task_done is not None:
+                    await on_task_done(run.id, name)
+            batch = [t for t in batch if t.name not in reused]
+            budget -= len(reused)
+            if reused:
+                continue  # their dependents may start (or be reused) in this step
         if batch:
             started = await start_tasks(store, types, run, batch, now, counter, limits)
             budget -= len(batch)
@@ -320,6 +344,73 @@ async def advance_run(
         await store.checkpoint()
         changed = True
     return changed
+
+
+async def reuse_tasks(
+    store: RunStore, layout: StoreLayout, run: RunRow, tasks: list[TaskRow], now: float
+) -> list[str]:
+    """Mark done the ``tasks`` (whose inputs are done) that reuse an earlier run's outputs
+    (`simrun.core.reuse.choose`): their out directory takes that run's outputs (hard links,
+    `link_outputs`). The names of the tasks reused."""
+    candidates = [t for t in tasks if t.reuse and t.fingerprint is not None]
+    if not candidates:
+        return []
+    done = await store.done_tasks([t.fingerprint for t in candidates if t.fingerprint], run.id)
+    reused: list[str] = []
+    for task in candidates:
+        same = [d for d in done if d.fingerprint == task.fingerprint]
+        present = await asyncio.to_thread(_present, layout, same)
+        earlier = [Earlier(d.run, d.finished_s, p) for d, p in zip(same, present, strict=True)]
+        from_run = choose(False, earlier)
+        if from_run is None:
+            continue
+        source_task = next(d.task for d in same if d.run == from_run)
+        try:
+            await asyncio.to_thread(
+                link_outputs,
+                layout.task_out(from_run, source_task),
+                layout.task_out(run.id, task.name),
+            )
+        except OSError as exc:
+            log.warning(
+                "run %s task %s: could not take the outputs of run %s, it runs: %s",
+                run.id,
+                task.name,
+                from_run,
+                exc,
+            )
+            continue
+        await store.reuse_task(run.id, task.name, from_run, reused_text(from_run), now)
+        log.info("run %s task %s: %s", run.id, task.name, reused_text(from_run))
+        reused.append(task.name)
+    return reused
+
+
+def _present(layout: StoreLayout, done: Sequence[DoneTask]) -> list[bool]:
+    """Whether the outputs of each of ``done`` are still there (blocking I/O)."""
+    return [layout.task_out(d.run, d.task).is_dir() for d in done]
+
+
+def link_outputs(source: Path, target: Path) -> None:
+    """Give ``target`` (a task's out directory) the files of ``source`` (an earlier run's):
+    hard links where the file system allows (no space taken, and the earlier run may be
+    deleted later without harm), copies elsewhere; symbolic links are kept as links.
+    Whatever ``target`` held before is replaced (blocking I/O)."""
+    if target.exists():
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".reusing")
+    if partial.exists():
+        shutil.rmtree(partial)
+    shutil.copytree(source, partial, symlinks=True, copy_function=_link_or_copy)
+    partial.rename(target)
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 async def start_tasks(

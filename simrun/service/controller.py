@@ -121,6 +121,7 @@ class Controller:
             clock,
             settings.intake,
             self._task_done,
+            layout=StoreLayout(settings.store),
         )
         self._dispatcher = Dispatcher(
             store, resources, queue, self.types, settings, resolved, clock
@@ -328,6 +329,8 @@ class Controller:
         *,
         base: Path | None = None,
         uploaded: Mapping[str, Path] | None = None,
+        reuse: bool = True,
+        rerun: Sequence[str] = (),
     ) -> str:
         """Create a run of a checked document (``settings_by_task`` is what
         `simrun.workflow.check_workflow` returned) and return its id.
@@ -338,6 +341,10 @@ class Controller:
         into the run's directory first. A document that cannot run (or has more tasks than
         ``settings.intake`` allows) raises `simrun.workflow.WorkflowError` and leaves
         nothing behind.
+
+        A task reuses the outputs of an earlier run of the store when nothing it depends on
+        changed (`simrun.core.reuse`), unless ``reuse`` is False or it is in ``rerun`` or
+        depends on a task that is.
         """
         now = self.clock.now()
         if (why := tasks_problem(len(doc.tasks), self.settings.intake)) is not None:
@@ -350,7 +357,17 @@ class Controller:
         layout = StoreLayout(self.settings.store)
         run_dir = layout.run_dir(run_id)
         new = await asyncio.to_thread(
-            plan_run, run_id, doc, settings_by_task, self.types, layout, sources, text, now
+            plan_run,
+            run_id,
+            doc,
+            settings_by_task,
+            self.types,
+            layout,
+            sources,
+            text,
+            now,
+            reuse=reuse,
+            rerun=rerun,
         )
         try:
             await asyncio.to_thread(copy_sources, layout, run_id, sources)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import secrets
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from simrun.core.layout import StoreLayout
+from simrun.core.reuse import forced_tasks, rerun_problems, task_fingerprints
 from simrun.plugins import TaskType
 from simrun.runstore import NewRun, NewTask
 from simrun.workflow import InputRef, Problem, Workflow, WorkflowError
@@ -65,9 +66,15 @@ def plan_run(
     sources: Mapping[str, Path],
     text: str,
     created_s: float,
+    *,
+    reuse: bool = True,
+    rerun: Sequence[str] = (),
 ) -> NewRun:
-    """The run to store for a checked document. `WorkflowError` when a task's type is not
-    installed in the service or its settings are missing."""
+    """The run to store for a checked document, each task with its fingerprint (the
+    sources' content is hashed here: blocking I/O) and whether it may reuse earlier work
+    (not with ``reuse`` False, nor the tasks of ``rerun`` and what depends on them).
+    `WorkflowError` when a task's type is not installed in the service, its settings are
+    missing, or ``rerun`` names no task of the document."""
     problems = [
         Problem(("tasks", i, "type"), f"task type {spec.type!r} is not installed", task=spec.name)
         for i, spec in enumerate(doc.tasks)
@@ -77,10 +84,18 @@ def plan_run(
         for i, spec in enumerate(doc.tasks)
         if spec.name not in settings_by_task
     ]
+    names = [spec.name for spec in doc.tasks]
+    problems += [Problem(("rerun",), why) for why in rerun_problems(names, rerun)]
     if problems:
         raise WorkflowError(problems, "workflow")
     deps = doc.dependencies()
     order = doc.order()
+    forced = forced_tasks(deps, rerun, reuse)
+    prints = task_fingerprints(
+        order,
+        {t.name: (types[t.type], settings_by_task[t.name], t.inputs) for t in doc.tasks},
+        sources,
+    )
     tasks = []
     for position, name in enumerate(order):
         spec = doc.task(name)
@@ -99,6 +114,8 @@ def plan_run(
                 splittable=task_type.splittable,
                 has_merge=task_type.splittable and task_type.merge is not None,
                 retry=spec.retry_fields(),
+                fingerprint=prints[name],
+                reuse=name not in forced,
                 override=(
                     spec.resources.model_dump(exclude_none=True)
                     if spec.resources is not None

@@ -100,9 +100,10 @@ def test_run_of_the_demo_succeeds_and_writes_its_outputs(heat: HeatRuns) -> None
 @HEAT_GROUP
 def test_second_run_shows_an_eta_learned_from_the_first(heat: HeatRuns) -> None:
     """After one run, the forecast of the same workflow uses what was learned: the seconds
-    per unit and memory come from the store, and the ETA is a number."""
+    per unit and memory come from the store, and the ETA is a number (--no-reuse: the
+    tasks run again rather than reuse the first run's outputs)."""
     assert heat.first.returncode == 0, heat.first.stdout + heat.first.stderr
-    second = simrun("run", "examples/heat.yaml", cwd=heat.home)
+    second = simrun("run", "examples/heat.yaml", "--no-reuse", cwd=heat.home)
     assert second.returncode == 0, second.stdout + second.stderr
     before_start = second.stdout.split("submitted")[0]
     sweep = next(line for line in before_start.splitlines() if line.startswith("sweep"))

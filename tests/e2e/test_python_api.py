@@ -37,6 +37,8 @@ def work(name: str, **settings: object) -> dict[str, object]:
     return {"name": name, "tasks": [{"name": "work", "type": "svc-work", "settings": settings}]}
 
 
+# The tests of this module share one store and submit the same tasks: those that check
+# the units ran give ``reuse=False`` (else they reuse an earlier test's work).
 def assert_done(result: RunResult, units: int) -> None:
     assert isinstance(result, RunResult)
     assert result.state == "succeeded"
@@ -55,7 +57,7 @@ def test_submit_a_path_a_yaml_string_and_a_dict(session: LocalSession, tmp_path:
     text = yaml.safe_dump(work("from-text", units=4))
     given = work("from-dict", units=5)
     for workflow, units in ((path, 3), (str(path), 3), (text, 4), (given, 5)):
-        run = simrun.submit(workflow, url=session.url, plugins=[WORK])
+        run = simrun.submit(workflow, url=session.url, plugins=[WORK], reuse=False)
         result = run.wait(timeout_s=60, progress=False)
         assert_done(result, units)
         assert result.id == run.id
@@ -65,7 +67,9 @@ def test_submit_a_path_a_yaml_string_and_a_dict(session: LocalSession, tmp_path:
 def test_a_local_run_tells_where_its_outputs_are(session: LocalSession) -> None:
     """A run of the embedded session shows each task's output directory in its store,
     where the units wrote."""
-    result = session.submit(work("outputs", units=2)).wait(timeout_s=60, progress=False)
+    result = session.submit(work("outputs", units=2), reuse=False).wait(
+        timeout_s=60, progress=False
+    )
     assert_done(result, 2)
     out = result.outputs()["work"]
     assert out.is_relative_to(session.store)
@@ -78,8 +82,10 @@ def test_sources_are_relative_to_the_file_or_base(session: LocalSession, tmp_pat
     doc = {**work("sources", units=1), "sources": {"data": "data.txt"}}
     path = tmp_path / "wf.yaml"
     path.write_text(yaml.safe_dump(doc))
-    assert_done(session.submit(path).wait(timeout_s=60, progress=False), 1)
-    assert_done(session.submit(doc, base=tmp_path).wait(timeout_s=60, progress=False), 1)
+    assert_done(session.submit(path, reuse=False).wait(timeout_s=60, progress=False), 1)
+    assert_done(
+        session.submit(doc, base=tmp_path, reuse=False).wait(timeout_s=60, progress=False), 1
+    )
     with pytest.raises(WorkflowError, match=r"sources\.data: file not found"):
         session.submit(doc, base=tmp_path / "elsewhere")
 
@@ -115,7 +121,9 @@ def test_the_api_works_where_an_event_loop_runs(session: LocalSession) -> None:
     blocking API still submits and waits."""
 
     async def cell() -> RunResult:
-        return session.submit(work("in-a-loop", units=2)).wait(timeout_s=60, progress=False)
+        return session.submit(work("in-a-loop", units=2), reuse=False).wait(
+            timeout_s=60, progress=False
+        )
 
     assert_done(asyncio.run(cell()), 2)
 
@@ -125,7 +133,7 @@ def test_progress_without_a_terminal_is_plain_lines(
 ) -> None:
     """With progress and no terminal, `wait` prints a line per change of a task and the
     run's last line."""
-    run = session.submit(work("progress", units=2))
+    run = session.submit(work("progress", units=2), reuse=False)
     run.wait(timeout_s=60)
     out = capsys.readouterr().out
     assert "work: done (2/2 units)" in out
@@ -179,3 +187,16 @@ def test_a_type_the_service_does_not_know_is_a_workflow_error(session: LocalSess
         simrun.submit(
             {"tasks": [{"name": "a", "type": "no-such-type"}]}, url=session.url, plugins=[WORK]
         )
+
+
+def test_the_api_reuses_unchanged_work_unless_told_not_to(session: LocalSession) -> None:
+    """A task submitted again unchanged through the API reuses the earlier run's work (its
+    view says from which run); ``rerun`` runs it again."""
+    first = session.submit(work("reuse-1", units=7), reuse=False).wait(60, progress=False)
+    assert_done(first, 7)
+    again = session.submit(work("reuse-2", units=7)).wait(60, progress=False)
+    assert again.succeeded
+    assert again.task("work").reused_from == first.id
+    forced = session.submit(work("reuse-3", units=7), rerun=["work"]).wait(60, progress=False)
+    assert_done(forced, 7)
+    assert forced.task("work").reused_from is None

@@ -34,7 +34,7 @@ async def test_killed_units_retry_with_more_and_the_next_run_learns(
             units1 = await svc.controller.store.units(first, "work")
             key = ResourceKey("svc-work", "", "hog")
             learned = await svc.controller.resources.resolve(key, WORK.hint, None)
-            second = await svc.submit(doc)
+            second = await svc.submit(doc, reuse=False)  # the same tasks: run them again
             run2 = await svc.wait(second, timeout_s=90)
             units2 = await svc.controller.store.units(second, "work")
             view2 = await svc.controller.queries.run(second)

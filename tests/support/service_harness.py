@@ -48,10 +48,14 @@ def settings(store: Path, redis_url: str, prefix: str, **more: Any) -> Controlle
     return ControllerSettings(store=store, redis_url=redis_url, prefix=prefix, **options)
 
 
-async def submit(controller: Controller, text: str, base: Path = REPO / "examples") -> str:
-    """Check and submit a workflow document the way the HTTP API will."""
+async def submit(
+    controller: Controller, text: str, base: Path = REPO / "examples", *, reuse: bool = True
+) -> str:
+    """Check and submit a workflow document the way the HTTP API will (``reuse`` False:
+    every task runs, as ``--no-reuse``)."""
     doc = parse_workflow(text)
-    return await controller.submit(doc, check_workflow(doc, controller.types), text, base=base)
+    settings = check_workflow(doc, controller.types)
+    return await controller.submit(doc, settings, text, base=base, reuse=reuse)
 
 
 class Service:
@@ -62,8 +66,8 @@ class Service:
         self.stop = asyncio.Event()
         self.task = asyncio.ensure_future(controller.run_forever(self.stop))
 
-    async def submit(self, text: str, base: Path = REPO / "examples") -> str:
-        return await submit(self.controller, text, base)
+    async def submit(self, text: str, base: Path = REPO / "examples", *, reuse: bool = True) -> str:
+        return await submit(self.controller, text, base, reuse=reuse)
 
     def check(self) -> None:
         """Fail when the loop died or a step failed for another reason than Redis."""

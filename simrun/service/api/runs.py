@@ -72,7 +72,12 @@ async def submit(request: Request, controller: ControllerDep) -> dict[str, Any] 
         )
         del raw
         run_id = await controller.submit(
-            received.doc, received.settings, received.text, uploaded=received.sources
+            received.doc,
+            received.settings,
+            received.text,
+            uploaded=received.sources,
+            reuse=received.reuse,
+            rerun=received.rerun,
         )
     except WorkflowError as exc:
         return _problems(exc.problems)

@@ -71,11 +71,15 @@ class SourceUpload(BaseModel):
 
 
 class SubmitBody(BaseModel):
-    """A submission: the workflow document as written, and its sources."""
+    """A submission: the workflow document as written, and its sources; ``reuse`` False
+    runs every task, ``rerun`` names tasks that run whatever the store holds
+    (`simrun.core.reuse`)."""
 
     model_config = ConfigDict(extra="forbid")
     workflow: str
     sources: dict[str, SourceUpload] = Field(default_factory=dict)
+    reuse: bool = True
+    rerun: list[str] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,8 @@ class Received:
     settings: dict[str, dict[str, Any]]
     text: str
     sources: dict[str, Path]
+    reuse: bool = True
+    rerun: tuple[str, ...] = ()
 
 
 def _body(raw: bytes) -> SubmitBody:
@@ -220,4 +226,4 @@ def receive_submission(
     if problems:
         raise WorkflowError(problems, "sources")
     sources = write_uploads(body.sources, directory, limits)
-    return Received(doc, settings, body.workflow, sources)
+    return Received(doc, settings, body.workflow, sources, body.reuse, tuple(body.rerun))

@@ -1,0 +1,242 @@
+"""Reuse of unchanged work across the runs of a store: the fingerprint of a task, which
+tasks are forced to run, and which earlier run a task reuses. Pure but for `source_hash`
+and `type_version` (they read files and installed distributions).
+
+A task's **fingerprint** is a SHA-256 of the canonical JSON of: its type (name, version of
+the distributions its code comes from, command template, image), its validated settings,
+and per input port what the input is: ``source:<hash of the source's content>`` or
+``task:<the upstream task's fingerprint>:<port>``. The upstream's fingerprint stands for
+its output (a Merkle chain): big outputs are never hashed again, and a reused upstream
+keeps its fingerprint, so its dependents may be reused too. All the fingerprints of a run
+are known at submission (they follow the static graph).
+
+A task is **forced** (it runs whatever the store holds) when the run was submitted with
+``--no-reuse``, when it is named by ``--rerun``, or when a task it depends on is forced
+(the simplest correct rule: a rerun may write other outputs). Any other task **reuses**
+the latest task of an earlier run with the same fingerprint that is done and whose outputs
+are still present.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simrun.plugins import REFERENCE_FIELDS, TaskType
+
+__all__ = [
+    "Earlier",
+    "TaskIdentity",
+    "choose",
+    "fingerprint",
+    "fingerprints",
+    "forced_tasks",
+    "identities",
+    "rerun_problems",
+    "reused_text",
+    "source_hash",
+    "task_fingerprints",
+    "type_identity",
+    "type_version",
+]
+
+#: Part of every fingerprint: a change of the rule changes every fingerprint (no reuse of
+#: work fingerprinted the old way).
+FINGERPRINT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TaskIdentity:
+    """What a task's fingerprint is made of, before its inputs are resolved: its type's
+    description (`type_identity`), its validated settings, and its inputs (port → the
+    workflow's reference, ``source:NAME`` or ``task.port``)."""
+
+    type: Mapping[str, Any]
+    settings: Mapping[str, Any]
+    inputs: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """A done task of an earlier run with the same fingerprint: its run, when it finished,
+    and whether its outputs are still there."""
+
+    run: str
+    finished_s: float
+    present: bool
+
+
+def _digest(value: object) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def fingerprint(identity: TaskIdentity, resolved_inputs: Mapping[str, str]) -> str:
+    """The fingerprint of a task (``resolved_inputs``: port → ``source:HASH`` or
+    ``task:FINGERPRINT:PORT``)."""
+    return _digest(
+        {
+            "v": FINGERPRINT_VERSION,
+            "type": dict(identity.type),
+            "settings": dict(identity.settings),
+            "inputs": dict(resolved_inputs),
+        }
+    )
+
+
+def fingerprints(
+    order: Sequence[str],
+    identities: Mapping[str, TaskIdentity],
+    source_hashes: Mapping[str, str],
+) -> dict[str, str]:
+    """The fingerprint of every task of ``order`` (topological: a task after the tasks it
+    reads). ``source_hashes``: source name → `source_hash` of its content."""
+    found: dict[str, str] = {}
+    for name in order:
+        identity = identities[name]
+        resolved: dict[str, str] = {}
+        for port, ref in identity.inputs.items():
+            if ref.startswith("source:"):
+                resolved[port] = "source:" + source_hashes[ref.removeprefix("source:")]
+            else:
+                upstream, _, out_port = ref.partition(".")
+                resolved[port] = f"task:{found[upstream]}:{out_port}"
+        found[name] = fingerprint(identity, resolved)
+    return found
+
+
+def forced_tasks(
+    depends: Mapping[str, Collection[str]], rerun: Collection[str], reuse: bool
+) -> set[str]:
+    """The tasks that run whatever the store holds: all without ``reuse``, else those of
+    ``rerun`` and every task that depends on one of them, directly or not. ``depends``:
+    task → the tasks it reads."""
+    if not reuse:
+        return set(depends)
+    forced = set(rerun)
+    changed = True
+    while changed:
+        changed = False
+        for name, deps in depends.items():
+            if name not in forced and forced.intersection(deps):
+                forced.add(name)
+                changed = True
+    return forced
+
+
+def rerun_problems(tasks: Sequence[str], rerun: Collection[str]) -> list[str]:
+    """What is wrong with ``rerun`` for a workflow of ``tasks``: each name that is no task."""
+    return [
+        f"--rerun {name!r}: no such task (the tasks: {', '.join(tasks)})"
+        for name in rerun
+        if name not in tasks
+    ]
+
+
+def choose(forced: bool, earlier: Sequence[Earlier]) -> str | None:
+    """The run a task reuses: None when it is forced or no earlier task with its
+    fingerprint has its outputs present; else the one that finished last."""
+    if forced:
+        return None
+    present = [e for e in earlier if e.present]
+    if not present:
+        return None
+    return max(present, key=lambda e: (e.finished_s, e.run)).run
+
+
+def reused_text(run: str) -> str:
+    """How a reused task is shown: ``reused from RUN``."""
+    return f"reused from {run}"
+
+
+def _distribution_versions(modules: Collection[str]) -> list[str]:
+    by_module = importlib.metadata.packages_distributions()
+    found: set[str] = set()
+    for module in modules:
+        for dist in by_module.get(module.split(".")[0], ()):
+            try:
+                found.add(f"{dist}=={importlib.metadata.version(dist)}")
+            except importlib.metadata.PackageNotFoundError:
+                continue  # listed but not installed: nothing to say of its version
+    return sorted(found)
+
+
+def type_version(task_type: TaskType) -> str:
+    """The versions of the installed distributions the code of ``task_type`` comes from
+    (its settings model and its ``module:function`` references), ``dist==version`` joined
+    by commas; ``unknown`` for code outside any distribution (a ``--plugins`` module of the
+    working directory: editing it is not seen, give ``--rerun``)."""
+    modules = {task_type.settings.__module__}
+    for field_name in REFERENCE_FIELDS:
+        ref = getattr(task_type, field_name)
+        if isinstance(ref, str):
+            modules.add(ref.partition(":")[0])
+    return ",".join(_distribution_versions(modules)) or "unknown"
+
+
+def type_identity(task_type: TaskType, version: str) -> dict[str, Any]:
+    """The part of a fingerprint that is the type's: its name, ``version`` (`type_version`),
+    its command template and image."""
+    return {
+        "name": task_type.name,
+        "version": version,
+        "command": task_type.command,
+        "image": task_type.image,
+    }
+
+
+def identities(
+    tasks: Mapping[str, tuple[TaskType, Mapping[str, Any], Mapping[str, str]]],
+) -> dict[str, TaskIdentity]:
+    """The identity of each task: name → (its type, its validated settings, its inputs as
+    written: port → reference). The service and the dry run both make them here."""
+    versions: dict[str, str] = {}
+    found: dict[str, TaskIdentity] = {}
+    for name, (task_type, settings, inputs) in tasks.items():
+        if task_type.name not in versions:
+            versions[task_type.name] = type_version(task_type)
+        found[name] = TaskIdentity(
+            type_identity(task_type, versions[task_type.name]), dict(settings), dict(inputs)
+        )
+    return found
+
+
+def task_fingerprints(
+    order: Sequence[str],
+    tasks: Mapping[str, tuple[TaskType, Mapping[str, Any], Mapping[str, str]]],
+    sources: Mapping[str, Path],
+) -> dict[str, str]:
+    """The fingerprint of each task of a checked workflow whose types are all installed:
+    ``order`` topological, ``tasks`` as `identities` takes them, ``sources``: name → its
+    file or directory (hashed here: blocking I/O)."""
+    hashes = {name: source_hash(path) for name, path in sources.items()}
+    return fingerprints(order, identities(tasks), hashes)
+
+
+def source_hash(path: Path) -> str:
+    """The SHA-256 of a source's content: a file's bytes, or a directory's files (their
+    relative paths and bytes, in sorted order; symbolic links by their target)."""
+    digest = hashlib.sha256()
+    if path.is_dir():
+        for item in sorted(p for p in path.rglob("*") if p.is_file() or p.is_symlink()):
+            rel = item.relative_to(path).as_posix()
+            digest.update(f"{len(rel)}:{rel}".encode())
+            _feed(digest, item)
+    else:
+        _feed(digest, path)
+    return digest.hexdigest()
+
+
+def _feed(digest: Any, path: Path) -> None:
+    if path.is_symlink() and not path.exists():
+        digest.update(b"link:" + str(path.readlink()).encode())
+        return
+    digest.update(b"file:")
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)

@@ -1,0 +1,98 @@
+"""Reuse of unchanged work through the real ``simrun run`` (issue 14, item 3): the demo run
+twice in one directory reuses both tasks the second time and says so in the forecast, the
+progress and the summary; editing one setting runs that task and what depends on it;
+``--rerun`` and ``--no-reuse`` force work."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO
+from tests.support.cli_harness import run_id_in, simrun
+
+pytestmark = pytest.mark.e2e
+
+TITLE = "Heat sweep of a plate with a heater and a cooling pipe"
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    return result.stdout
+
+
+def ran(output: str) -> set[str]:
+    """The tasks whose units ran, from the progress lines (``summary: done (1/1 units)``)."""
+    return set(re.findall(r"\] (\w+): done \(\d+/\d+ units\)", output))
+
+
+def reused(output: str) -> dict[str, str]:
+    """The tasks the progress says were reused, with their run."""
+    return dict(re.findall(r"\] (\w+): reused from (\S+)", output))
+
+
+def test_the_demo_run_twice_reuses_its_work_and_an_edit_runs_what_it_touches(
+    tmp_path: Path,
+) -> None:
+    """The second run of the demo in one directory reuses both tasks from the first, says
+    so in the dry run's plan (the forecast has nothing to run), the progress and the
+    summary, and dispatches no unit. A new summary title in the file runs the summary
+    only; a new sweep setting runs both; --rerun sweep and --no-reuse run both."""
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    first = ok(simrun("run", "examples/heat.yaml", cwd=tmp_path))
+    first_id = run_id_in(first)
+    assert ran(first) == {"sweep", "summary"}
+
+    dry = ok(simrun("run", "examples/heat.yaml", "--dry-run", cwd=tmp_path))
+    assert f"reused: sweep (from {first_id}), summary (from {first_id})" in dry
+    assert "forecast: nothing to run" in dry
+
+    started = time.monotonic()
+    second = ok(simrun("run", "examples/heat.yaml", cwd=tmp_path))
+    took = time.monotonic() - started
+    second_id = run_id_in(second)
+    assert reused(second) == {"sweep": first_id, "summary": first_id}
+    assert ran(second) == set()
+    table = second.split("submitted")[1]
+    assert table.count(f"reused from {first_id}") >= 2  # progress and summary
+    assert took < 30
+    report = tmp_path / "simrun-store" / "runs" / second_id / "summary" / "out" / "report.md"
+    assert TITLE in report.read_text()
+    status = ok(simrun("status", second_id, cwd=tmp_path))
+    assert f"reused from {first_id}" in status
+
+    workflow = tmp_path / "examples" / "heat.yaml"
+    workflow.write_text(workflow.read_text().replace(TITLE, "A new title"))
+    titled = ok(simrun("run", "examples/heat.yaml", cwd=tmp_path))
+    assert reused(titled) == {"sweep": second_id}
+    assert ran(titled) == {"summary"}
+
+    swept = ok(simrun("run", "examples/heat.yaml", "--set", "sweep.duration=0.2", cwd=tmp_path))
+    assert reused(swept) == {}
+    assert ran(swept) == {"sweep", "summary"}
+
+    rerun = ok(simrun("run", "examples/heat.yaml", "--rerun", "sweep", cwd=tmp_path))
+    assert reused(rerun) == {}
+    assert ran(rerun) == {"sweep", "summary"}
+
+    forced = ok(simrun("run", "examples/heat.yaml", "--no-reuse", cwd=tmp_path))
+    assert reused(forced) == {}
+    assert ran(forced) == {"sweep", "summary"}
+
+
+def test_rerun_of_a_task_that_is_not_there_is_refused(tmp_path: Path) -> None:
+    """--rerun naming no task of the workflow fails before anything starts, naming it and
+    the tasks, without a traceback."""
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    result = simrun("run", "examples/heat.yaml", "--rerun", "swep", cwd=tmp_path)
+    assert result.returncode != 0
+    text = result.stdout + result.stderr
+    assert "--rerun 'swep': no such task (the tasks: sweep, summary)" in text
+    assert "Traceback" not in text
+    assert not (tmp_path / "simrun-store" / "runs").exists()
