@@ -17,13 +17,19 @@ from pathlib import Path
 
 from simrun.core.layout import StoreLayout
 from simrun.core.views import FailureView, RunSummary, RunView
+from simrun.local import lock
 from simrun.local.machine import LocalError
 from simrun.resources import ResourceStore
 from simrun.runstore import RunStore
 from simrun.service.controller import Controller
 from simrun.service.views import failure_view, run_summary, run_view
 
-__all__ = ["StoreReader", "open_store_reader"]
+__all__ = ["INTERRUPTED", "StoreReader", "open_store_reader"]
+
+#: The state a store read from outside its session shows for a run that is running in
+#: SQLite while no session holds the store's lock: its `simrun run` is gone (Ctrl-C,
+#: killed) and nothing goes on with it until ``simrun run --resume`` or ``simrun cancel``.
+INTERRUPTED = "interrupted"
 
 
 class StoreReader:
@@ -53,7 +59,14 @@ class StoreReader:
         row = await self.store.run(run_id)
         if row is None:
             return None
-        return run_view(row, await self.store.tasks(run_id), await self.store.counts(run_id), {})
+        view = run_view(row, await self.store.tasks(run_id), await self.store.counts(run_id), {})
+        return dataclasses.replace(view, state=self._state(view.state))
+
+    def _state(self, state: str) -> str:
+        """``state`` as shown: `INTERRUPTED` for a running run without its session."""
+        if state != "running" or self.controller is not None:
+            return state
+        return INTERRUPTED if lock.holder(self.shown_store) is None else state
 
     def version(self, run_id: str) -> int:
         """The change version of ``run_id`` (`simrun.service.changes.Changes`): read it
@@ -81,7 +94,8 @@ class StoreReader:
         return dataclasses.replace(view, tasks=tasks)
 
     async def runs(self, limit: int = 50) -> list[RunSummary]:
-        return [run_summary(r) for r in await self.store.runs(limit=limit)]
+        summaries = [run_summary(r) for r in await self.store.runs(limit=limit)]
+        return [dataclasses.replace(r, state=self._state(r.state)) for r in summaries]
 
     async def failures(self, run_id: str) -> list[FailureView]:
         return [failure_view(u) for u in await self.store.failures(run_id)]

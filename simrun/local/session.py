@@ -51,6 +51,7 @@ from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S
+from simrun.local import lock as store_lock
 from simrun.local.guard import DONE, REMOVE
 from simrun.local.machine import LocalError, free_socket, last_line
 from simrun.local.reads import StoreReader
@@ -141,6 +142,11 @@ class LocalOptions:
     env: Mapping[str, str] = field(default_factory=dict)
     #: Whether a task of a key with no history probes first (``--no-probe``).
     probe: bool = True
+    #: Whether the runs this session finds interrupted (running in the store, their
+    #: session gone) are left alone (`LocalSession.held`) rather than finished too; the
+    #: run ``go_on_with`` (a resumed or replayed one) is never held.
+    hold_interrupted: bool = False
+    go_on_with: str | None = None
 
 
 @dataclass
@@ -160,6 +166,9 @@ class LocalSession:
         self.logs = StoreLayout(self.store).logs
         self.redis_note = ""
         self.url = ""
+        #: The interrupted runs of the store this session leaves alone (`LocalOptions.
+        #: hold_interrupted`), the latest first.
+        self.held: tuple[str, ...] = ()
         self._controller: Controller | None = None
         self._redis: PrivateRedis | None = None
         self._lock: IO[str] | None = None
@@ -242,6 +251,11 @@ class LocalSession:
             raise LocalError(
                 f"cannot reach Redis at {where}{redact_url(redis_url)}: {exc}"
             ) from exc
+        if opts.hold_interrupted:
+            # before the loop starts: no unit of theirs is dispatched
+            running = await self._controller.store.running_runs()
+            self.held = tuple(r.id for r in running if r.id != opts.go_on_with)
+            self._controller.store.held = frozenset(self.held)
         self._loop_task = asyncio.create_task(
             self._controller.run_forever(self._stop_loop), name="simrun-controller"
         )
@@ -284,23 +298,7 @@ class LocalSession:
             await asyncio.to_thread(guard.wait)
 
     def _take_lock(self) -> None:
-        self.store.mkdir(parents=True, exist_ok=True)
-        lock = StoreLayout(self.store).lock.open("a+")
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "another process"
-            lock.close()
-            raise LocalError(
-                f"the store {self.store} is in use by another `simrun run` ({holder}); "
-                "wait for it to end, or give this one another --store"
-            ) from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"pid {os.getpid()}\n")
-        lock.flush()
-        self._lock = lock
+        self._lock = store_lock.take(self.store)
 
     def _log_to_file(self) -> None:
         path = self.logs / "service.log"

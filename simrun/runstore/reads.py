@@ -59,6 +59,9 @@ class RunReads:
     def __init__(self) -> None:
         self._read: aiosqlite.Connection | None = None
         self._read_lock = asyncio.Lock()
+        #: Running runs this process leaves alone (`running_runs` omits them): the
+        #: interrupted runs an embedded session found and was not asked to go on with.
+        self.held: frozenset[str] = frozenset()
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         if self._read is None:
@@ -80,12 +83,12 @@ class RunReads:
         return [run_of(r) for r in rows]
 
     async def running_runs(self) -> list[RunRow]:
-        """Every run in state running, the latest first."""
+        """Every run in state running but the `held` ones, the latest first."""
         rows = await self._fetch(
             f"SELECT {RUN_COLUMNS} FROM runs WHERE state = 'running'"
             " ORDER BY created_s DESC, id DESC"
         )
-        return [run_of(r) for r in rows]
+        return [run for run in map(run_of, rows) if run.id not in self.held]
 
     async def tasks(self, run_id: str) -> list[TaskRow]:
         """The tasks of a run in topological order."""

@@ -1,0 +1,100 @@
+"""Interrupted runs of `simrun run` through the real command (issue 14): an interrupted run
+shows as `interrupted`, a new `simrun run` on the same store names it and leaves it alone,
+`simrun cancel RUN --store` drops it; the store's lock is checked before the plan."""
+
+from __future__ import annotations
+
+import fcntl
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli_harness import (
+    WORK,
+    run_id_in,
+    simrun,
+    start_simrun,
+    write_work,
+)
+from tests.support.units import calls, done_units
+
+pytestmark = pytest.mark.e2e
+
+
+def wait_for_a_done_unit(proc: subprocess.Popen[str], store: Path, timeout_s: float = 60) -> None:
+    """Return once a unit of a run in ``store`` is done; ``proc`` must run meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while not list(store.glob("runs/*/work/out/unit-*.json")):
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, f"no unit was done within {timeout_s:g} s"
+        time.sleep(0.05)
+
+
+def kill_midway(tmp_path: Path) -> tuple[str, Path]:
+    """A `simrun run` of 20 slow units SIGKILLed after its first done unit: its run id and
+    the task's output directory."""
+    write_work(tmp_path / "slow.yaml", name="slow", units=20, seconds=0.3)
+    proc = start_simrun("run", "slow.yaml", "--plugins", WORK, "--processes", "1", cwd=tmp_path)
+    store = tmp_path / "simrun-store"
+    wait_for_a_done_unit(proc, store)
+    proc.kill()
+    output, _ = proc.communicate(timeout=10)
+    return run_id_in(output), store / "runs" / run_id_in(output) / "work" / "out"
+
+
+def test_an_interrupted_run_is_shown_named_left_alone_and_cancelled(tmp_path: Path) -> None:
+    """A run whose `simrun run` was killed shows as `interrupted` in `simrun status
+    --store` (the list and the run, with the commands that go on or drop it); a new `simrun
+    run` of another workflow on the store names it with `--resume` and `simrun cancel`,
+    and does not compute any of its units; `simrun cancel RUN --store` then cancels it."""
+    old, out = kill_midway(tmp_path)
+    time.sleep(1.0)  # the guard ends the workers
+    before = done_units(out)
+    assert 0 < len(before) < 20
+
+    listed = simrun("status", "--store", "simrun-store", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    line = next(x for x in listed.stdout.splitlines() if old in x)
+    assert " interrupted " in f" {line} ", listed.stdout
+    shown = simrun("status", old, "--store", "simrun-store", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert f"simrun run --resume {old} --store simrun-store" in shown.stdout
+    assert f"simrun cancel {old} --store simrun-store" in shown.stdout
+
+    write_work(tmp_path / "quick.yaml", name="quick", units=2)
+    second = simrun("run", "quick.yaml", "--plugins", WORK, "--processes", "1", cwd=tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    note = next(x for x in second.stdout.splitlines() if x.startswith("note: run"))
+    assert f"run {old} of this store was interrupted" in note
+    assert f"simrun run --resume {old} --store simrun-store --plugins {WORK}" in note
+    assert f"simrun cancel {old} --store simrun-store" in note
+    assert done_units(out) == before, "the interrupted run went on"
+    assert all(n == 1 for n in calls(out).values())
+    again = simrun("status", old, "--store", "simrun-store", "--json", cwd=tmp_path)
+    assert '"state": "interrupted"' in again.stdout, again.stdout
+
+    cancelled = simrun("cancel", old, "--store", "simrun-store", cwd=tmp_path)
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    assert f"run {old} cancelled" in cancelled.stdout
+    after = simrun("status", old, "--store", "simrun-store", "--json", cwd=tmp_path)
+    assert '"state": "cancelled"' in after.stdout, after.stdout
+
+
+def test_the_store_lock_error_comes_before_the_plan(tmp_path: Path) -> None:
+    """`simrun run` on a store another session holds fails with the lock's error before it
+    prints the workflow's plan or forecast; exit non-zero, no traceback."""
+    write_work(tmp_path / "quick.yaml", name="quick", units=2)
+    store = tmp_path / "simrun-store"
+    store.mkdir()
+    with (store / ".simrun.lock").open("a+") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("pid 4242\n")
+        held.flush()
+        result = simrun("run", "quick.yaml", "--plugins", WORK, cwd=tmp_path)
+    assert result.returncode != 0
+    assert "is in use by another `simrun run` (pid 4242)" in result.stderr
+    assert "quick.yaml" not in result.stdout, result.stdout
+    assert "forecast" not in result.stdout.lower(), result.stdout
+    assert "Traceback" not in result.stderr
