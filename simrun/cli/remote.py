@@ -32,11 +32,11 @@ from simrun.cli.options import (
     STORE_HINT,
     TOKEN,
     URL,
-    container_memory_option,
     container_processes_option,
     local_store,
     read_store_option,
     url_args,
+    worker_memory_option,
 )
 from simrun.local.machine import LocalError
 
@@ -175,7 +175,7 @@ def _live_text(pool: tuple[WorkerCapacity, ...] | None) -> str:
 @SET
 @click.option("--workers", type=click.IntRange(1), default=None, help="Pool to forecast on.")
 @container_processes_option("… its processes each.")
-@container_memory_option("--memory-gb", "… its memory each (GiB).")
+@worker_memory_option("… its memory each (GiB).")
 @EVERY_S
 def submit(
     workflow: Path,
@@ -187,7 +187,7 @@ def submit(
     overrides: tuple[SettingOverride, ...],
     workers: int | None,
     processes: int | None,
-    memory_gb: float | None,
+    worker_memory_gb: float | None,
     every_s: float,
 ) -> None:
     """Send WORKFLOW and its source files to the service.
@@ -216,13 +216,13 @@ def submit(
             resolver = summaries_resolver(client.resources())
             rows = asyncio.run(task_plans(prepared.doc, types, resolver))
             pool: tuple[WorkerCapacity, ...] | None
-            if workers is not None or processes is not None or memory_gb is not None:
-                if workers is None or processes is None or memory_gb is None:
+            if workers is not None or processes is not None or worker_memory_gb is not None:
+                if workers is None or processes is None or worker_memory_gb is None:
                     raise click.UsageError(
-                        "a pool to forecast on needs --workers, --processes and --memory-gb"
+                        "a pool to forecast on needs --workers, --processes and --worker-memory-gb"
                     )
-                pool = pool_of(workers, processes, memory_gb)
-                text = f"{pool_text(workers, processes, memory_gb)} (given)"
+                pool = pool_of(workers, processes, worker_memory_gb)
+                text = f"{pool_text(workers, processes, worker_memory_gb)} (given)"
             else:
                 pool = _live_pool(client)
                 text = _live_text(pool)
@@ -356,8 +356,8 @@ def status(
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
               help="With --store: worker containers to start.")  # fmt: skip
 @container_processes_option("With --store: processes per container [default: CPUs / workers].")
-@container_memory_option(
-    "--worker-memory-gb", "With --store: memory per container [default: 80% of free memory]."
+@worker_memory_option(
+    "With --store: memory per container [default: 80% of free memory].", old_name=False
 )
 @EVERY_S
 def replay(

@@ -272,8 +272,8 @@ async def embedded(
         return EXIT_INTERRUPTED
     if outcome.reason == "stuck":
         out.print(f"[red]run {current} cannot go on:[/] {escape(outcome.detail)}")
-        out.print("give the worker containers more memory (--memory-gb) and go on with it:")
-        out.print(f"  {resume_cmd} --memory-gb GIB", markup=False, soft_wrap=True)
+        out.print("give the worker containers more memory and go on with it:")
+        out.print(f"  {resume_cmd} --worker-memory-gb GIB", markup=False, soft_wrap=True)
         return EXIT_FAILED
     out.print(f"[red]the embedded session failed:[/] {escape(outcome.detail)}")
     out.print("the run is kept; once fixed, go on with it:")
@@ -331,8 +331,8 @@ RESUME_HELP = "Go on with an interrupted run of the store instead of submitting 
 @opt.container_processes_option(
     "Worker processes per container [default: this machine's CPUs / workers]."
 )
-@opt.container_memory_option(
-    "--memory-gb", "Memory of each container in GiB [default: 80% of the free memory / workers]."
+@opt.worker_memory_option(
+    "Memory of each worker container in GiB [default: 80% of the free memory / workers]."
 )
 @opt.PLUGINS
 @opt.SET
@@ -350,7 +350,7 @@ def run(
     token: str | None,
     workers: int,
     processes: int | None,
-    memory_gb: float | None,
+    worker_memory_gb: float | None,
     plugins: tuple[str, ...],
     overrides: tuple[SettingOverride, ...],
     dry_run: bool,
@@ -379,7 +379,7 @@ def run(
 
     lock.check_free(shown_store)  # before the plan: the lock's error is the first line
     types = load_types_from_here(plugins)
-    pool = local_pool(workers, processes, memory_gb)
+    pool = local_pool(workers, processes, worker_memory_gb)
     out = console()
     prepared: Prepared | None = None
     if workflow is not None:
@@ -403,7 +403,7 @@ def run(
         if problems:
             raise LocalError(
                 f"this pool cannot run task {problems[0].plan.name!r} ({problems[0].problem}): "
-                "give the worker containers more memory (--memory-gb), or lower the "
+                "give the worker containers more memory (--worker-memory-gb), or lower the "
                 "task's resources in the workflow"
             )
     options = local_options(

@@ -251,6 +251,8 @@ class LocalSession:
             raise LocalError(
                 f"cannot reach Redis at {where}{redact_url(redis_url)}: {exc}"
             ) from exc
+        if private:
+            await self._redispatch_earlier_jobs()
         if opts.hold_interrupted:
             # before the loop starts: no unit of theirs is dispatched
             running = await self._controller.store.running_runs()
@@ -263,6 +265,25 @@ class LocalSession:
             self._redis_watch = asyncio.create_task(self._watch_redis(), name="simrun-redis")
         await self._start_http()
         self._start_workers(redis_url, prefix)
+
+    async def _redispatch_earlier_jobs(self) -> None:
+        """The jobs an earlier session left in flight (it was interrupted) were in its
+        private Redis, gone with it: their units go back to pending, to be dispatched
+        again in this one's (expected, so said at INFO, before the loop would find them
+        missing from Redis and call them lost)."""
+        store = self.controller.store
+        left = await store.jobs()
+        if not left:
+            return
+        units = await store.release_jobs(
+            [j.id for j in left], "its session stopped before it did: dispatched again"
+        )
+        log.info(
+            "%d jobs (%d units) in flight when an earlier session on this store stopped "
+            "are dispatched again (its private Redis went with it)",
+            len(left),
+            units,
+        )
 
     def _start_guard(self) -> None:
         """`simrun.local.guard`: it ends Redis and the workers should this process die without
