@@ -258,6 +258,9 @@ class LocalSession:
             running = await self._controller.store.running_runs()
             self.held = tuple(r.id for r in running if r.id != opts.go_on_with)
             self._controller.store.held = frozenset(self.held)
+        # the runs this session drives go on: their pause (since their session stopped) ends
+        store, now_s = self._controller.store, self._controller.clock.now()
+        await store.resume_runs([r.id for r in await store.running_runs()], now_s)
         self._loop_task = asyncio.create_task(
             self._controller.run_forever(self._stop_loop), name="simrun-controller"
         )
@@ -511,6 +514,11 @@ class LocalSession:
                 await asyncio.wait_for(self._http_task, timeout=10)
             self._http_task = None
         if self._controller is not None:
+            # The runs it drove and did not end are stopped from now: a pause, not run time.
+            store = self._controller.store
+            await store.stop_runs(
+                [r.id for r in await store.running_runs()], self._controller.clock.now()
+            )
             # A run that ended just before the stop: its attempts hashes go now, not
             # left in a shared Redis (those of jobs still queued stay; the next
             # session on this store deletes them once the jobs are gone).

@@ -7,6 +7,7 @@ API never waits for a report batch, and never sees half of one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,23 @@ class RunReads:
 
     async def run(self, run_id: str) -> RunRow | None:
         rows = await self._fetch(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
-        return run_of(rows[0]) if rows else None
+        return (await self._with_pauses([run_of(rows[0])]))[0] if rows else None
+
+    async def _with_pauses(self, runs: list[RunRow]) -> list[RunRow]:
+        """``runs`` with their `RunRow.pauses`."""
+        if not runs:
+            return runs
+        found: dict[str, list[tuple[float, float | None]]] = {}
+        for part in chunks([r.id for r in runs]):
+            for run_id, stopped, resumed in await self._fetch(
+                f"SELECT run_id, stopped_s, resumed_s FROM pauses WHERE run_id IN"
+                f" ({marks(len(part))}) ORDER BY stopped_s",
+                part,
+            ):
+                found.setdefault(run_id, []).append((stopped, resumed))
+        return [
+            dataclasses.replace(r, pauses=tuple(found[r.id])) if r.id in found else r for r in runs
+        ]
 
     async def runs(self, limit: int = 100, states: Sequence[str] = ()) -> list[RunRow]:
         """The latest runs first, optionally only those in ``states``."""
@@ -80,7 +97,7 @@ class RunReads:
             f"SELECT {RUN_COLUMNS} FROM runs {where} ORDER BY created_s DESC, id DESC LIMIT ?",
             (*states, limit),
         )
-        return [run_of(r) for r in rows]
+        return await self._with_pauses([run_of(r) for r in rows])
 
     async def running_runs(self) -> list[RunRow]:
         """Every run in state running but the `held` ones, the latest first."""

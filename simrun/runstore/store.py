@@ -141,6 +141,35 @@ class RunStore(RunReads):
                 (state, message, now_s, finished, run_id),
             )
 
+    async def stop_runs(self, run_ids: Sequence[str], now_s: float) -> None:
+        """``run_ids`` stop at ``now_s`` (their session ends before they did): a pause
+        begins, unless one is open already."""
+        async with self.transaction() as c:
+            for run_id in run_ids:
+                open_ = await c.execute_fetchall(
+                    "SELECT 1 FROM pauses WHERE run_id = ? AND resumed_s IS NULL", (run_id,)
+                )
+                if not list(open_):
+                    await self._pause(c, run_id, now_s, None)
+
+    async def resume_runs(self, run_ids: Sequence[str], now_s: float) -> None:
+        """``run_ids`` go on at ``now_s``: their open pause ends."""
+        async with self.transaction() as c:
+            await c.executemany(
+                "UPDATE pauses SET resumed_s = max(?, stopped_s)"
+                " WHERE run_id = ? AND resumed_s IS NULL",
+                [(now_s, run_id) for run_id in run_ids],
+            )
+
+    @staticmethod
+    async def _pause(
+        c: aiosqlite.Connection, run_id: str, stopped_s: float, resumed_s: float | None
+    ) -> None:
+        await c.execute(
+            "INSERT OR IGNORE INTO pauses (run_id, stopped_s, resumed_s) VALUES (?, ?, ?)",
+            (run_id, stopped_s, resumed_s),
+        )
+
     # -- tasks -----------------------------------------------------------------------------
 
     async def set_task(
@@ -500,6 +529,8 @@ class RunStore(RunReads):
                 " WHERE run_id = ? AND name = ?",
                 [(memory_gb, run_id, t) for t in tasks],
             )
+            if run.finished_s is not None:  # an ended run: the time until now was no run time
+                await self._pause(c, run_id, run.finished_s, now_s)
             await self.set_run_state(run_id, "running", "", now_s, conn=c)
         return len(failed)
 

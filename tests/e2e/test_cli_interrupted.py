@@ -5,6 +5,8 @@ shows as `interrupted`, a new `simrun run` on the same store names it and leaves
 from __future__ import annotations
 
 import fcntl
+import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -98,3 +100,37 @@ def test_the_store_lock_error_comes_before_the_plan(tmp_path: Path) -> None:
     assert "quick.yaml" not in result.stdout, result.stdout
     assert "forecast" not in result.stdout.lower(), result.stdout
     assert "Traceback" not in result.stderr
+
+
+def test_the_time_of_a_run_leaves_out_the_pause_between_ctrl_c_and_resume(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C, a pause of 8 s, then `--resume`: the time the run took ("succeeded in", the
+    `took` of `simrun status --store`, a task's time) counts only while it ran."""
+    write_work(tmp_path / "slow.yaml", name="slow", units=10, seconds=0.3)
+    began = time.monotonic()
+    proc = start_simrun("run", "slow.yaml", "--plugins", WORK, "--processes", "1", cwd=tmp_path)
+    store = tmp_path / "simrun-store"
+    wait_for_a_done_unit(proc, store)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    run_id = run_id_in(output)
+    paused = time.monotonic()
+    time.sleep(8)
+    resumed = time.monotonic()
+    finished = simrun("run", "--resume", run_id, "--plugins", WORK, "--processes", "1",
+                      cwd=tmp_path)  # fmt: skip
+    wall = time.monotonic() - began
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    took = re.search(rf"run {run_id} succeeded in (\d+) s", finished.stdout)
+    assert took is not None, finished.stdout
+    pause = resumed - paused
+    assert int(took.group(1)) <= wall - pause + 1, (took.group(0), wall, pause)
+    listed = simrun("status", "--store", "simrun-store", cwd=tmp_path).stdout
+    row = next(x for x in listed.splitlines() if run_id in x)
+    assert f" {took.group(1)} s " in row or f" {int(took.group(1)) + 1} s " in row, row
+    shown = simrun("status", run_id, "--store", "simrun-store", cwd=tmp_path).stdout
+    task = next(x for x in shown.splitlines() if "│ work" in x)
+    seconds = int(re.search(r"│ (\d+) s", task).group(1))  # type: ignore[union-attr]
+    assert seconds <= wall - pause + 1, (task, wall, pause)
