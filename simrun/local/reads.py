@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from simrun.core.layout import StoreLayout
 from simrun.core.views import FailureView, RunSummary, RunView
@@ -25,6 +26,8 @@ from simrun.service.controller import Controller
 from simrun.service.views import failure_view, run_summary, run_view
 
 __all__ = ["INTERRUPTED", "StoreReader", "open_store_reader"]
+
+Shown = TypeVar("Shown", bound=RunSummary)
 
 #: The state a store read from outside its session shows for a run that is running in
 #: SQLite while no session holds the store's lock: its `simrun run` is gone (Ctrl-C,
@@ -60,13 +63,22 @@ class StoreReader:
         if row is None:
             return None
         view = run_view(row, await self.store.tasks(run_id), await self.store.counts(run_id), {})
-        return dataclasses.replace(view, state=self._state(view.state))
+        return await self._shown(view)
 
-    def _state(self, state: str) -> str:
-        """``state`` as shown: `INTERRUPTED` for a running run without its session."""
-        if state != "running" or self.controller is not None:
-            return state
-        return INTERRUPTED if lock.holder(self.shown_store) is None else state
+    async def _shown(self, view: Shown) -> Shown:
+        """``view`` as shown from outside its session: a running run whose session is
+        gone is `INTERRUPTED`, and stopped since its last activity when its session was
+        killed (it had no time to record its pause)."""
+        if view.state != "running" or self.controller is not None:
+            return view
+        if lock.holder(self.shown_store) is not None:
+            return view
+        pauses = view.pauses
+        if not any(resumed is None for _, resumed in pauses):
+            last = await self.store.last_activity_s(view.id)
+            if last is not None:
+                pauses = (*pauses, (last, None))
+        return dataclasses.replace(view, state=INTERRUPTED, pauses=pauses)
 
     def version(self, run_id: str) -> int:
         """The change version of ``run_id`` (`simrun.service.changes.Changes`): read it
@@ -94,8 +106,7 @@ class StoreReader:
         return dataclasses.replace(view, tasks=tasks)
 
     async def runs(self, limit: int = 50) -> list[RunSummary]:
-        summaries = [run_summary(r) for r in await self.store.runs(limit=limit)]
-        return [dataclasses.replace(r, state=self._state(r.state)) for r in summaries]
+        return [await self._shown(run_summary(r)) for r in await self.store.runs(limit=limit)]
 
     async def failures(self, run_id: str) -> list[FailureView]:
         return [failure_view(u) for u in await self.store.failures(run_id)]

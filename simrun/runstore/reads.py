@@ -52,6 +52,17 @@ def marks(n: int) -> str:
     return ", ".join("?" * n)
 
 
+#: The last time anything of a run (``?`` four times) was recorded.
+LAST_ACTIVITY_SQL = (
+    "SELECT max(t) FROM ("
+    " SELECT max(finished_s) AS t FROM units WHERE run_id = ?"
+    " UNION ALL SELECT max(finished_s) FROM spans WHERE run_id = ?"
+    " UNION ALL SELECT max(max(coalesce(started_s, 0), coalesce(finished_s, 0)))"
+    "  FROM tasks WHERE run_id = ?"
+    " UNION ALL SELECT updated_s FROM runs WHERE id = ?)"
+)
+
+
 class RunReads:
     """Queries of run state; `simrun.runstore.RunStore` adds the writes."""
 
@@ -73,6 +84,13 @@ class RunReads:
     async def run(self, run_id: str) -> RunRow | None:
         rows = await self._fetch(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
         return (await self._with_pauses([run_of(rows[0])]))[0] if rows else None
+
+    async def last_activity_s(self, run_id: str) -> float | None:
+        """The last time anything of ``run_id`` was recorded (a unit or span ended, a task
+        started or ended, the run changed state): when a session that was killed stopped
+        it, near enough. None for an unknown run."""
+        rows = await self._fetch(LAST_ACTIVITY_SQL, (run_id,) * 4)
+        return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
     async def _with_pauses(self, runs: list[RunRow]) -> list[RunRow]:
         """``runs`` with their `RunRow.pauses`."""

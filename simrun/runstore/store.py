@@ -25,7 +25,7 @@ from simrun.core.states import (
 )
 from simrun.runstore.apply import apply_reports as write_reports
 from simrun.runstore.apply import insert_unit_rows, materialize_jobs
-from simrun.runstore.reads import RunReads
+from simrun.runstore.reads import LAST_ACTIVITY_SQL, RunReads
 from simrun.runstore.rows import (
     Applied,
     NewJob,
@@ -153,13 +153,22 @@ class RunStore(RunReads):
                     await self._pause(c, run_id, now_s, None)
 
     async def resume_runs(self, run_ids: Sequence[str], now_s: float) -> None:
-        """``run_ids`` go on at ``now_s``: their open pause ends."""
+        """``run_ids`` go on at ``now_s``: their open pause ends. One without an open pause
+        was stopped by a session that was killed (it had no time to say when): its pause
+        is taken from its last recorded activity (`last_activity_s`)."""
         async with self.transaction() as c:
-            await c.executemany(
-                "UPDATE pauses SET resumed_s = max(?, stopped_s)"
-                " WHERE run_id = ? AND resumed_s IS NULL",
-                [(now_s, run_id) for run_id in run_ids],
-            )
+            for run_id in run_ids:
+                cursor = await c.execute(
+                    "UPDATE pauses SET resumed_s = max(?, stopped_s)"
+                    " WHERE run_id = ? AND resumed_s IS NULL",
+                    (now_s, run_id),
+                )
+                if cursor.rowcount:
+                    continue
+                rows = list(await c.execute_fetchall(LAST_ACTIVITY_SQL, (run_id,) * 4))
+                last = rows[0][0] if rows else None
+                if last is not None and float(last) < now_s:
+                    await self._pause(c, run_id, float(last), now_s)
 
     @staticmethod
     async def _pause(

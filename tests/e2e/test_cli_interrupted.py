@@ -134,3 +134,26 @@ def test_the_time_of_a_run_leaves_out_the_pause_between_ctrl_c_and_resume(
     task = next(x for x in shown.splitlines() if "│ work" in x)
     seconds = int(re.search(r"│ (\d+) s", task).group(1))  # type: ignore[union-attr]
     assert seconds <= wall - pause + 1, (task, wall, pause)
+
+
+def test_the_time_of_a_killed_run_stops_at_its_last_activity(tmp_path: Path) -> None:
+    """A run whose `simrun run` was SIGKILLed (no time to record when it stopped): `simrun
+    status --store` does not count the time since as run time, and after `--resume` the
+    run's time leaves the pause out (from its last recorded activity)."""
+    began = time.monotonic()
+    old, _ = kill_midway(tmp_path)
+    killed = time.monotonic()
+    time.sleep(6)
+    listed = simrun("status", "--store", "simrun-store", cwd=tmp_path).stdout
+    row = next(x for x in listed.splitlines() if old in x)
+    shown = re.search(r" (\d+) s ", row)
+    assert shown is not None, row
+    assert int(shown.group(1)) <= killed - began + 1, (row, killed - began)
+    resumed = time.monotonic()
+    finished = simrun("run", "--resume", old, "--plugins", WORK, "--processes", "2",
+                      cwd=tmp_path)  # fmt: skip
+    wall = time.monotonic() - began
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    took = re.search(rf"run {old} succeeded in (\d+) s", finished.stdout)
+    assert took is not None, finished.stdout
+    assert int(took.group(1)) <= wall - (resumed - killed) + 1, (took.group(0), wall)
