@@ -111,6 +111,11 @@ class FailureView:
         return asdict(self)
 
 
+#: The state a run is shown in while it is `running` in the store and nothing goes on with
+#: it: its `simrun run` is gone (Ctrl-C, killed), or the session that runs now holds it.
+INTERRUPTED = "interrupted"
+
+
 def running_seconds(
     start_s: float, end_s: float, pauses: Sequence[tuple[float, float | None]] = ()
 ) -> float:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from simrun.core.layout import StoreLayout
-from simrun.core.views import FailureView, RunSummary, RunView
+from simrun.core.views import INTERRUPTED, FailureView, RunSummary, RunView
 from simrun.local import lock
 from simrun.local.machine import LocalError
 from simrun.resources import ResourceStore
@@ -28,11 +28,6 @@ from simrun.service.views import failure_view, run_summary, run_view
 __all__ = ["INTERRUPTED", "StoreReader", "open_store_reader"]
 
 Shown = TypeVar("Shown", bound=RunSummary)
-
-#: The state a store read from outside its session shows for a run that is running in
-#: SQLite while no session holds the store's lock: its `simrun run` is gone (Ctrl-C,
-#: killed) and nothing goes on with it until ``simrun run --resume`` or ``simrun cancel``.
-INTERRUPTED = "interrupted"
 
 
 class StoreReader:
@@ -69,8 +64,11 @@ class StoreReader:
         """``view`` as shown from outside its session: a running run whose session is
         gone is `INTERRUPTED`, and stopped since its last activity when its session was
         killed (it had no time to record its pause)."""
-        if view.state != "running" or self.controller is not None:
+        if view.state != "running":
             return view
+        if self.controller is not None:  # the session's own reads: the runs it holds
+            held = view.id in self.controller.store.held
+            return dataclasses.replace(view, state=INTERRUPTED) if held else view
         if lock.holder(self.shown_store) is not None:
             return view
         pauses = view.pauses

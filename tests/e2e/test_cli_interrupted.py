@@ -15,9 +15,11 @@ import pytest
 
 from tests.support.cli_harness import (
     WORK,
+    Output,
     run_id_in,
     simrun,
     start_simrun,
+    stop_process,
     write_work,
 )
 from tests.support.units import calls, done_units
@@ -157,3 +159,28 @@ def test_the_time_of_a_killed_run_stops_at_its_last_activity(tmp_path: Path) -> 
     took = re.search(rf"run {old} succeeded in (\d+) s", finished.stdout)
     assert took is not None, finished.stdout
     assert int(took.group(1)) <= wall - (resumed - killed) + 1, (took.group(0), wall)
+
+
+def test_a_held_run_shows_as_interrupted_through_the_running_session(tmp_path: Path) -> None:
+    """While a new `simrun run` goes on, the interrupted run it leaves alone shows as
+    `interrupted` through its service too (`simrun status OLD --url URL`), and the new
+    run as `running`."""
+    old, _ = kill_midway(tmp_path)
+    time.sleep(1.0)
+    write_work(tmp_path / "next.yaml", name="next", units=8, seconds=0.5)
+    proc = start_simrun("run", "next.yaml", "--plugins", WORK, "--processes", "1", cwd=tmp_path)
+    output = Output(proc)
+    seen: list[str] = []
+
+    def says_url(text: str) -> bool:
+        seen[:] = [text]
+        return "watch it from another shell" in text
+
+    try:
+        output.wait_for(says_url)
+        url = re.search(r"--url (http://\S+)", seen[0])
+        assert url is not None, seen
+        held = simrun("status", old, "--url", url.group(1), "--json", cwd=tmp_path)
+        assert '"state": "interrupted"' in held.stdout, held.stdout + held.stderr
+    finally:
+        stop_process(proc)
