@@ -485,9 +485,24 @@ def parse_workflow_lines(text: str, source: str = "workflow") -> tuple[Workflow,
             loc = tuple(err["loc"])
             message = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
-                message = "unknown field"
+                message = "unknown field" + _field_hint(loc)
             problems.append(Problem(loc, message, _line_for(lines, loc), _task_name_at(raw, loc)))
         raise WorkflowError(problems, source) from exc
+
+
+def _field_hint(loc: Loc) -> str:
+    """`` (did you mean 'tasks'?)`` for an unknown field at ``loc`` close to a field of the
+    document, a task or its resources; else nothing."""
+    owners: dict[int, type[BaseModel]] = {1: Workflow, 3: TaskSpec, 4: ResourceOverride}
+    owner = owners.get(len(loc))
+    if (
+        owner is None
+        or (len(loc) > 1 and loc[0] != "tasks")
+        or (len(loc) == 4 and loc[2] != "resources")
+    ):
+        return ""
+    close = difflib.get_close_matches(str(loc[-1]), list(owner.model_fields), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def load_workflow(path: Path) -> Workflow:

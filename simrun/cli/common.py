@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import sys
@@ -79,17 +80,43 @@ def is_user_error(exc: BaseException) -> bool:
 
 #: Width of the output at least when it is not a terminal (logs, pipes).
 PLAIN_WIDTH = 120
+#: Widest a table may grow off a terminal.
+TABLE_MAX_WIDTH = 1000
 
 
 def console() -> Console:
     """The console of the command's output (stdout): as wide as the terminal, or at least
-    `PLAIN_WIDTH` columns in a log."""
-    from rich.console import Console
-
-    out = Console(highlight=False, soft_wrap=False)
+    `PLAIN_WIDTH` columns in a log, where a table is as wide as its cells (a path is
+    never cut mid-word by a width the log does not have)."""
+    out = _plain_console_class()(highlight=False, soft_wrap=False)
     if not out.is_terminal and out.width < PLAIN_WIDTH:
         out.width = PLAIN_WIDTH
     return out
+
+
+@functools.cache
+def _plain_console_class() -> type[Console]:
+    from rich.console import Console
+    from rich.table import Table
+
+    class PlainConsole(Console):
+        """Off a terminal, prints a table at its natural width when that is wider."""
+
+        def print(self, *objects: Any, **kwargs: Any) -> None:
+            tables = [o for o in objects if isinstance(o, Table)]
+            if self.is_terminal or not tables:
+                super().print(*objects, **kwargs)
+                return
+            wide = self.options.update_width(TABLE_MAX_WIDTH)
+            natural = max(self.measure(t, options=wide).maximum for t in tables)
+            saved = self.width
+            self.width = max(saved, natural)
+            try:
+                super().print(*objects, **kwargs)
+            finally:
+                self.width = saved
+
+    return PlainConsole
 
 
 def err_console() -> Console:

@@ -269,7 +269,7 @@ def print_forecast(
         )
     out.print(f"pool: {pool_text}")
     if result is None:
-        out.print("forecast: no pool known (give one: --workers, --processes, --memory-gb)")
+        out.print("forecast: no pool known (give one: --workers, --processes, --worker-memory-gb)")
         return None
     eta = format_duration(result.eta_s)
     if result.eta_s is None:

@@ -29,7 +29,7 @@ from simrun.cli.progress import (
     summary_table,
 )
 from simrun.client import Client, ClientError, EventsUnavailable, StreamBroken
-from simrun.core.views import FailureView, RunSummary, RunView
+from simrun.core.views import FailureView, RunSummary, RunView, running_seconds
 
 __all__ = [
     "Outcome",
@@ -246,7 +246,7 @@ class RemoteWatch:
 
 
 def _elapsed(run: RunView) -> float:
-    return max(0.0, (run.finished_s or run.updated_s) - run.created_s)
+    return running_seconds(run.created_s, run.finished_s or run.updated_s, run.pauses)
 
 
 def report_end(

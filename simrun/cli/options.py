@@ -31,7 +31,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import click
 
@@ -74,6 +74,7 @@ __all__ = [
     "local_store",
     "read_store_option",
     "url_args",
+    "worker_memory_option",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -251,6 +252,47 @@ def container_memory_option(name: str, help_text: str) -> Callable[[F], F]:
     """``--memory-gb`` (or ``name``): the memory of a worker container in GiB; ``help_text``
     says it for the command and what it defaults to."""
     return click.option(name, type=POSITIVE, default=None, help=help_text)
+
+
+def worker_memory_option(help_text: str, *, old_name: bool = True) -> Callable[[F], F]:
+    """``--worker-memory-gb``: the memory of each worker container a command starts, sizes or
+    forecasts on, in GiB, as parameter ``worker_memory_gb`` (``--memory-gb`` means memory
+    per process wherever it is a command's option). With ``old_name``, the command's former
+    spelling of it, ``--memory-gb``, still works (hidden) with a one-line notice."""
+
+    def decorate(f: F) -> F:
+        if not old_name:
+            return click.option("--worker-memory-gb", type=POSITIVE, default=None, help=help_text)(
+                f
+            )
+
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            old = kwargs.pop("old_memory_gb")
+            if old is not None:
+                if kwargs["worker_memory_gb"] is not None:
+                    raise click.UsageError(
+                        "give --worker-memory-gb only (--memory-gb is its old name)"
+                    )
+                click.echo(
+                    "note: --memory-gb here is the old name of --worker-memory-gb (memory of "
+                    "each worker container); use that: --memory-gb will mean memory per "
+                    "process, as on `simrun replay`",
+                    err=True,
+                )
+                kwargs["worker_memory_gb"] = old
+            return f(*args, **kwargs)
+
+        options = [
+            click.option("--worker-memory-gb", type=POSITIVE, default=None, help=help_text),
+            click.option("--memory-gb", "old_memory_gb", type=POSITIVE, default=None, hidden=True),
+        ]
+        decorated: Any = wrapper
+        for option in reversed(options):
+            decorated = option(decorated)
+        return cast("F", decorated)
+
+    return decorate
 
 
 def container_processes_option(help_text: str) -> Callable[[F], F]:

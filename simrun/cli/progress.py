@@ -30,7 +30,7 @@ from simrun.core.eta import pace_rate, task_eta_s
 from simrun.core.reuse import reused_text
 from simrun.core.sizing import is_probing
 from simrun.core.states import ACTIVE_TASK_STATES, ACTIVE_UNIT_STATES, FINISHED_TASK_STATES
-from simrun.core.views import FailureView, RunView, TaskView
+from simrun.core.views import FailureView, RunView, TaskView, running_seconds
 
 __all__ = [
     "LiveView",
@@ -273,9 +273,13 @@ def _speed_text(line: TaskLine) -> str:
 _STATE_STYLES = {"done": "green", "failed": "red", "blocked": "yellow", "cancelled": "red"}
 
 
-def task_seconds(task: TaskView, now_s: float | None = None) -> float | None:
-    """How long a task took: start to end, or to ``now_s`` while it has units on the way;
-    None when the view does not tell."""
+def task_seconds(
+    task: TaskView,
+    now_s: float | None = None,
+    pauses: Sequence[tuple[float, float | None]] = (),
+) -> float | None:
+    """How long a task took: start to end, or to ``now_s`` while it has units on the way,
+    less the run's ``pauses`` (`running_seconds`); None when the view does not tell."""
     started, finished = task.started_s, task.finished_s
     if started is None:
         return None
@@ -283,7 +287,7 @@ def task_seconds(task: TaskView, now_s: float | None = None) -> float | None:
         if now_s is None or task.state not in ACTIVE_TASK_STATES:
             return None
         finished = now_s
-    return max(0.0, finished - started)
+    return running_seconds(started, finished, pauses)
 
 
 def summary_rows(run: RunView, now_s: float | None = None) -> list[tuple[str, ...]]:
@@ -300,7 +304,7 @@ def summary_rows(run: RunView, now_s: float | None = None) -> list[tuple[str, ..
             (
                 line.name,
                 _summary_units(line),
-                format_duration(task_seconds(task, now_s)),
+                format_duration(task_seconds(task, now_s, run.pauses)),
                 format_gb(requested),
                 format_gb(task.peak_memory_gb),
                 "—" if line.kills is None else str(line.kills),

@@ -34,11 +34,11 @@ from simrun.cli.options import (
     STORE_HINT,
     TOKEN,
     URL,
-    container_memory_option,
     container_processes_option,
     local_store,
     read_store_option,
     url_args,
+    worker_memory_option,
 )
 from simrun.local.machine import LocalError
 
@@ -179,7 +179,7 @@ def _live_text(pool: tuple[WorkerCapacity, ...] | None) -> str:
 @RERUN
 @click.option("--workers", type=click.IntRange(1), default=None, help="Pool to forecast on.")
 @container_processes_option("… its processes each.")
-@container_memory_option("--memory-gb", "… its memory each (GiB).")
+@worker_memory_option("… its memory each (GiB).")
 @EVERY_S
 def submit(
     workflow: Path,
@@ -193,7 +193,7 @@ def submit(
     rerun: tuple[str, ...],
     workers: int | None,
     processes: int | None,
-    memory_gb: float | None,
+    worker_memory_gb: float | None,
     every_s: float,
 ) -> None:
     """Send WORKFLOW and its source files to the service.
@@ -222,13 +222,13 @@ def submit(
             resolver = summaries_resolver(client.resources())
             rows = asyncio.run(task_plans(prepared.doc, types, resolver))
             pool: tuple[WorkerCapacity, ...] | None
-            if workers is not None or processes is not None or memory_gb is not None:
-                if workers is None or processes is None or memory_gb is None:
+            if workers is not None or processes is not None or worker_memory_gb is not None:
+                if workers is None or processes is None or worker_memory_gb is None:
                     raise click.UsageError(
-                        "a pool to forecast on needs --workers, --processes and --memory-gb"
+                        "a pool to forecast on needs --workers, --processes and --worker-memory-gb"
                     )
-                pool = pool_of(workers, processes, memory_gb)
-                text = f"{pool_text(workers, processes, memory_gb)} (given)"
+                pool = pool_of(workers, processes, worker_memory_gb)
+                text = f"{pool_text(workers, processes, worker_memory_gb)} (given)"
             else:
                 pool = _live_pool(client)
                 text = _live_text(pool)
@@ -290,6 +290,7 @@ def status(
         summary_table,
     )
     from simrun.cli.tables import RUN_COLUMNS, run_rows
+    from simrun.local.reads import INTERRUPTED
 
     async def show(reader: Reader) -> int:
         out = console()
@@ -326,6 +327,11 @@ def status(
         out.print(summary_table(data, now_s=now))
         for line in failure_lines(failures):
             out.print(f"  {line}", markup=False, soft_wrap=True)
+        if store is not None and data.state == INTERRUPTED:
+            resume = shell_join(["simrun", "run", "--resume", run_id, "--store", str(store)])
+            drop = shell_join(["simrun", "cancel", run_id, "--store", str(store)])
+            out.print(f"its `simrun run` is gone; go on: {resume}; or drop: {drop}",
+                      markup=False, soft_wrap=True)  # fmt: skip
         return 0
 
     async def main() -> int:
@@ -359,8 +365,8 @@ def status(
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
               help="With --store: worker containers to start.")  # fmt: skip
 @container_processes_option("With --store: processes per container [default: CPUs / workers].")
-@container_memory_option(
-    "--worker-memory-gb", "With --store: memory per container [default: 80% of free memory]."
+@worker_memory_option(
+    "With --store: memory per container [default: 80% of free memory].", old_name=False
 )
 @EVERY_S
 def replay(
@@ -398,7 +404,9 @@ def replay(
 
         types = load_types_from_here(plugins)
         pool = local_pool(workers, processes, worker_memory_gb)
-        options = local_options(store, pool, plugins, types, redis_url=redis_url, token=token)
+        options = local_options(
+            store, pool, plugins, types, redis_url=redis_url, token=token, go_on_with=run_id
+        )
         request = ReplayRequest(task, units, memory_gb, rerun=rerun)
         _exit(asyncio.run(embedded(options, types, store, pool, run_id=run_id, replay=request,
                                    every_s=every_s)))  # fmt: skip
@@ -429,13 +437,43 @@ def replay(
 @click.argument("run_id", metavar="RUN")
 @URL
 @TOKEN
-def cancel(run_id: str, url: str, token: str | None) -> None:
-    """Cancel RUN: nothing more of it is dispatched; queued units are skipped."""
-    from simrun.client import Client
+@read_store_option("Cancel an interrupted run of `simrun run` in this store (no service).")
+def cancel(run_id: str, url: str, token: str | None, store: Path | None) -> None:
+    """Cancel RUN: nothing more of it is dispatched; queued units are skipped.
 
-    with Client(url, token) as client:
-        in_flight = client.cancel(run_id)
+    With --store, RUN is an interrupted run of `simrun run` (its session is gone): it is
+    marked cancelled in the store, its done units kept."""
+    if store is not None:
+        in_flight = asyncio.run(_cancel_in_store(store, run_id))
+    else:
+        from simrun.client import Client
+
+        with Client(url, token) as client:
+            in_flight = client.cancel(run_id)
     console().print(f"run {run_id} cancelled ({in_flight} units were in flight)")
+
+
+async def _cancel_in_store(store: Path, run_id: str) -> int:
+    """Cancel ``run_id`` of the store of `simrun run` at ``store``, holding the store's lock
+    meanwhile (`LocalError` while a session runs on it); the units that were in flight."""
+    from simrun.core.layout import StoreLayout
+    from simrun.local import lock
+    from simrun.runstore import RunStateError, RunStore, UnknownRunError
+
+    db = StoreLayout(store).db
+    if not db.is_file():
+        raise LocalError(f"{store} is not a simrun store (there is no {db})")
+    held = lock.take(store)
+    try:
+        runs = await RunStore.open(db)
+        try:
+            return len(await runs.cancel(run_id, time.time()))
+        except (UnknownRunError, RunStateError) as exc:
+            raise LocalError(f"{exc} (in {store})") from exc
+        finally:
+            await runs.close()
+    finally:
+        held.close()
 
 
 @click.command()

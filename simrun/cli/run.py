@@ -176,11 +176,24 @@ async def _start_run(
         out.print(f"run {run_id}: {count} failed units put back; the done ones are kept")
         return run_id
     out.print(f"run {run_id}: going on where it stopped")
-    latest = await controller.queries.runs(limit=50)
-    others = [r.id for r in latest if r.state == "running" and r.id != run_id]
-    if others:
-        out.print(f"note: unfinished runs of this store go on too: {', '.join(others)}")
     return run_id
+
+
+def held_line(held: tuple[str, ...], store: Path, plugins: tuple[str, ...]) -> str | None:
+    """The line about the interrupted runs a session leaves alone (None without any): which
+    they are, and the commands that go on with one or cancel it."""
+    if not held:
+        return None
+    extra = [a for ref in plugins for a in ("--plugins", ref)]
+    one = held[0] if len(held) == 1 else "RUN"
+    resume = shell_join(["simrun", "run", "--resume", one, "--store", str(store), *extra])
+    cancel = shell_join(["simrun", "cancel", one, "--store", str(store)])
+    runs = "run " + held[0] if len(held) == 1 else "runs " + ", ".join(held)
+    return (
+        f"note: {runs} of this store {'was' if len(held) == 1 else 'were'} interrupted and "
+        f"{'is' if len(held) == 1 else 'are'} left as stopped; go on: {resume}; "
+        f"or drop: {cancel}"
+    )
 
 
 async def embedded(
@@ -221,6 +234,9 @@ async def embedded(
             out.print(f"redis    {escape(session.redis_note)}")
             out.print(f"workers  {pool.text()} (logs in {escape(str(shown_store / 'logs'))})")
             out.print(f"service  {session.url}")
+            note = held_line(session.held, shown_store, options.plugins)
+            if note is not None:
+                out.print(f"[yellow]{escape(note)}[/]", soft_wrap=True)
             current = await _start_run(session, out, prepared, run_id, replay)
             replay_cmd, resume_cmd = _commands(current, shown_store, options.plugins)
             watch = f"simrun status {current} --url {session.url}"
@@ -281,8 +297,8 @@ async def embedded(
         return EXIT_INTERRUPTED
     if outcome.reason == "stuck":
         out.print(f"[red]run {current} cannot go on:[/] {escape(outcome.detail)}")
-        out.print("give the worker containers more memory (--memory-gb) and go on with it:")
-        out.print(f"  {resume_cmd} --memory-gb GIB", markup=False, soft_wrap=True)
+        out.print("give the worker containers more memory and go on with it:")
+        out.print(f"  {resume_cmd} --worker-memory-gb GIB", markup=False, soft_wrap=True)
         return EXIT_FAILED
     out.print(f"[red]the embedded session failed:[/] {escape(outcome.detail)}")
     out.print("the run is kept; once fixed, go on with it:")
@@ -302,9 +318,10 @@ def local_options(
     grace_s: float = DEFAULT_GRACE_S,
     intake: InputLimits | None = None,
     probe: bool = True,
+    go_on_with: str | None = None,
 ) -> LocalOptions:
     """The options of an embedded session over ``store`` (a private Redis without
-    ``redis_url``)."""
+    ``redis_url``). Interrupted runs of the store are left alone, but ``go_on_with``."""
     from simrun.local.session import LocalOptions, images_of
 
     return LocalOptions(
@@ -321,6 +338,8 @@ def local_options(
         grace_s=grace_s,
         intake=intake or InputLimits(),
         probe=probe,
+        hold_interrupted=True,
+        go_on_with=go_on_with,
     )
 
 
@@ -337,8 +356,8 @@ RESUME_HELP = "Go on with an interrupted run of the store instead of submitting 
 @opt.container_processes_option(
     "Worker processes per container [default: this machine's CPUs / workers]."
 )
-@opt.container_memory_option(
-    "--memory-gb", "Memory of each container in GiB [default: 80% of the free memory / workers]."
+@opt.worker_memory_option(
+    "Memory of each worker container in GiB [default: 80% of the free memory / workers]."
 )
 @opt.PLUGINS
 @opt.SET
@@ -358,7 +377,7 @@ def run(
     token: str | None,
     workers: int,
     processes: int | None,
-    memory_gb: float | None,
+    worker_memory_gb: float | None,
     plugins: tuple[str, ...],
     overrides: tuple[SettingOverride, ...],
     reuse: bool,
@@ -389,8 +408,11 @@ def run(
             "--rerun and --no-reuse need a WORKFLOW (a resumed run keeps its own)"
         )
     shown_store = store
+    from simrun.local import lock
+
+    lock.check_free(shown_store)  # before the plan: the lock's error is the first line
     types = load_types_from_here(plugins)
-    pool = local_pool(workers, processes, memory_gb)
+    pool = local_pool(workers, processes, worker_memory_gb)
     out = console()
     prepared: Prepared | None = None
     if workflow is not None:
@@ -416,7 +438,7 @@ def run(
         if problems:
             raise LocalError(
                 f"this pool cannot run task {problems[0].plan.name!r} ({problems[0].problem}): "
-                "give the worker containers more memory (--memory-gb), or lower the "
+                "give the worker containers more memory (--worker-memory-gb), or lower the "
                 "task's resources in the workflow"
             )
     options = local_options(
@@ -430,6 +452,7 @@ def run(
         grace_s=grace_s,
         intake=intake,
         probe=probe,
+        go_on_with=resume,
     )
     code = asyncio.run(
         embedded(

@@ -12,7 +12,7 @@ workers' shape), decides with `simrun.core.scaling.desired_containers`, prints a
   ``simrun-worker-<queue>`` by default, as in deploy/kubernetes/).
 
 The container shape is the live workers' of the queue; while none is live it is the one
-given by ``--processes`` and ``--memory-gb``, else the service's default worker shape
+given by ``--processes`` and ``--worker-memory-gb``, else the service's default worker shape
 (``simrun service --worker-memory-gb/--worker-processes``), else 4 processes x 8 GiB.
 ``--dry-run`` prints the commands instead of running them; ``--watch SECONDS`` repeats the
 whole (an error of one round is printed and the next round tries again).
@@ -38,8 +38,8 @@ from simrun.cli.options import (
     POSITIVE,
     TOKEN,
     URL,
-    container_memory_option,
     container_processes_option,
+    worker_memory_option,
 )
 from simrun.client import Client, ClientError
 from simrun.core.scaling import (
@@ -338,7 +338,7 @@ HELP = {
 @click.option("--max", "max_containers", type=click.IntRange(0), default=10, show_default=True,
               help="Most containers per queue.")  # fmt: skip
 @container_processes_option(HELP["processes"])
-@container_memory_option("--memory-gb", HELP["memory_gb"])
+@worker_memory_option(HELP["memory_gb"])
 @click.option("--default-seconds", type=POSITIVE, default=DEFAULT_SECONDS_PER_UNIT,
               show_default=True, help=HELP["default_seconds"])  # fmt: skip
 @click.option("--apply", type=click.Choice(["compose", "kubernetes"]), help=HELP["apply"])
@@ -355,7 +355,7 @@ def scale(
     min_containers: int,
     max_containers: int,
     processes: int | None,
-    memory_gb: float | None,
+    worker_memory_gb: float | None,
     default_seconds: float,
     apply: str | None,
     queues: tuple[str, ...],
@@ -380,7 +380,14 @@ def scale(
         raise click.BadParameter("only with --apply compose", param_hint="--compose-file")
     policy = ScalePolicy(target_minutes * 60, default_seconds, min_containers, max_containers)
     request = ScaleRequest(
-        policy, memory_gb, processes, apply, queues or ("cpu",), compose_file, deployment, dry_run
+        policy,
+        worker_memory_gb,
+        processes,
+        apply,
+        queues or ("cpu",),
+        compose_file,
+        deployment,
+        dry_run,
     )
     out = console()
     with Client(url, token) as client:

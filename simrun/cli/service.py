@@ -40,6 +40,11 @@ SHAPE_PROCESSES_HELP = (
 )
 
 
+def _say_listening(url: str) -> None:
+    """The line that says where the service answers, on stdout, once it does."""
+    click.echo(f"simrun service listening on {url}")
+
+
 @click.command("service")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(1, 65535))
@@ -96,6 +101,11 @@ def service(
     )
     shape = ContainerShape(memory_gb=worker_memory_gb, processes=worker_processes)
     try:
-        asyncio.run(serve(settings, types, host=host, port=port, token=token, default_shape=shape))
+        asyncio.run(
+            serve(
+                settings, types, host=host, port=port, token=token, default_shape=shape,
+                on_listening=_say_listening,
+            )
+        )  # fmt: skip
     except RedisUnusable as exc:
         raise click.ClickException(str(exc)) from None

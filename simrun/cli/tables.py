@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from simrun.cli.progress import format_duration, format_gb, format_rate
-from simrun.core.views import RunSummary
+from simrun.core.views import RunSummary, running_seconds
 
 __all__ = ["RESOURCE_COLUMNS", "RUN_COLUMNS", "resource_rows", "run_rows"]
 
@@ -27,14 +27,14 @@ def run_rows(runs: Sequence[RunSummary], now_s: float) -> list[tuple[str, ...]]:
     message."""
     rows: list[tuple[str, ...]] = []
     for r in runs:
-        end = r.finished_s or (now_s if r.state == "running" else r.updated_s)
+        end = r.finished_s or (now_s if r.state in ("running", "interrupted") else r.updated_s)
         rows.append(
             (
                 r.id,
                 r.name or "",
                 r.state,
                 _local_time(r.created_s),
-                format_duration(end - r.created_s),
+                format_duration(running_seconds(r.created_s, end, r.pauses)),
                 r.message,
             )
         )

@@ -8,6 +8,7 @@ service does not send has its default (None: the view does not tell, shown as a 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -79,6 +80,8 @@ class RunSummary:
     updated_s: float
     finished_s: float | None
     model: str = ""
+    #: When it was stopped and went on again (None: still stopped): `running_seconds`.
+    pauses: tuple[tuple[float, float | None], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,6 +112,23 @@ class FailureView:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+#: The state a run is shown in while it is `running` in the store and nothing goes on with
+#: it: its `simrun run` is gone (Ctrl-C, killed), or the session that runs now holds it.
+INTERRUPTED = "interrupted"
+
+
+def running_seconds(
+    start_s: float, end_s: float, pauses: Sequence[tuple[float, float | None]] = ()
+) -> float:
+    """The seconds from ``start_s`` to ``end_s`` a run was running: less the parts of its
+    ``pauses`` in between (an open pause, None, lasts to ``end_s``)."""
+    total = max(0.0, end_s - start_s)
+    for stopped, resumed in pauses:
+        overlap = min(end_s, end_s if resumed is None else resumed) - max(start_s, stopped)
+        total -= max(0.0, overlap)
+    return max(0.0, total)
 
 
 _TASK = TypeAdapter(TaskView)

@@ -14,16 +14,20 @@ import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from simrun.core.layout import StoreLayout
-from simrun.core.views import FailureView, RunSummary, RunView
+from simrun.core.views import INTERRUPTED, FailureView, RunSummary, RunView
+from simrun.local import lock
 from simrun.local.machine import LocalError
 from simrun.resources import ResourceStore
 from simrun.runstore import RunStore
 from simrun.service.controller import Controller
 from simrun.service.views import failure_view, run_summary, run_view
 
-__all__ = ["StoreReader", "open_store_reader"]
+__all__ = ["INTERRUPTED", "StoreReader", "open_store_reader"]
+
+Shown = TypeVar("Shown", bound=RunSummary)
 
 
 class StoreReader:
@@ -53,7 +57,26 @@ class StoreReader:
         row = await self.store.run(run_id)
         if row is None:
             return None
-        return run_view(row, await self.store.tasks(run_id), await self.store.counts(run_id), {})
+        view = run_view(row, await self.store.tasks(run_id), await self.store.counts(run_id), {})
+        return await self._shown(view)
+
+    async def _shown(self, view: Shown) -> Shown:
+        """``view`` as shown from outside its session: a running run whose session is
+        gone is `INTERRUPTED`, and stopped since its last activity when its session was
+        killed (it had no time to record its pause)."""
+        if view.state != "running":
+            return view
+        if self.controller is not None:  # the session's own reads: the runs it holds
+            held = view.id in self.controller.store.held
+            return dataclasses.replace(view, state=INTERRUPTED) if held else view
+        if lock.holder(self.shown_store) is not None:
+            return view
+        pauses = view.pauses
+        if not any(resumed is None for _, resumed in pauses):
+            last = await self.store.last_activity_s(view.id)
+            if last is not None:
+                pauses = (*pauses, (last, None))
+        return dataclasses.replace(view, state=INTERRUPTED, pauses=pauses)
 
     def version(self, run_id: str) -> int:
         """The change version of ``run_id`` (`simrun.service.changes.Changes`): read it
@@ -81,7 +104,7 @@ class StoreReader:
         return dataclasses.replace(view, tasks=tasks)
 
     async def runs(self, limit: int = 50) -> list[RunSummary]:
-        return [run_summary(r) for r in await self.store.runs(limit=limit)]
+        return [await self._shown(run_summary(r)) for r in await self.store.runs(limit=limit)]
 
     async def failures(self, run_id: str) -> list[FailureView]:
         return [failure_view(u) for u in await self.store.failures(run_id)]

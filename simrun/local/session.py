@@ -51,6 +51,7 @@ from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S
+from simrun.local import lock as store_lock
 from simrun.local.guard import DONE, REMOVE
 from simrun.local.machine import LocalError, free_socket, last_line
 from simrun.local.reads import StoreReader
@@ -141,6 +142,11 @@ class LocalOptions:
     env: Mapping[str, str] = field(default_factory=dict)
     #: Whether a task of a key with no history probes first (``--no-probe``).
     probe: bool = True
+    #: Whether the runs this session finds interrupted (running in the store, their
+    #: session gone) are left alone (`LocalSession.held`) rather than finished too; the
+    #: run ``go_on_with`` (a resumed or replayed one) is never held.
+    hold_interrupted: bool = False
+    go_on_with: str | None = None
 
 
 @dataclass
@@ -160,6 +166,9 @@ class LocalSession:
         self.logs = StoreLayout(self.store).logs
         self.redis_note = ""
         self.url = ""
+        #: The interrupted runs of the store this session leaves alone (`LocalOptions.
+        #: hold_interrupted`), the latest first.
+        self.held: tuple[str, ...] = ()
         self._controller: Controller | None = None
         self._redis: PrivateRedis | None = None
         self._lock: IO[str] | None = None
@@ -242,6 +251,16 @@ class LocalSession:
             raise LocalError(
                 f"cannot reach Redis at {where}{redact_url(redis_url)}: {exc}"
             ) from exc
+        if private:
+            await self._redispatch_earlier_jobs()
+        if opts.hold_interrupted:
+            # before the loop starts: no unit of theirs is dispatched
+            running = await self._controller.store.running_runs()
+            self.held = tuple(r.id for r in running if r.id != opts.go_on_with)
+            self._controller.store.held = frozenset(self.held)
+        # the runs this session drives go on: their pause (since their session stopped) ends
+        store, now_s = self._controller.store, self._controller.clock.now()
+        await store.resume_runs([r.id for r in await store.running_runs()], now_s)
         self._loop_task = asyncio.create_task(
             self._controller.run_forever(self._stop_loop), name="simrun-controller"
         )
@@ -249,6 +268,25 @@ class LocalSession:
             self._redis_watch = asyncio.create_task(self._watch_redis(), name="simrun-redis")
         await self._start_http()
         self._start_workers(redis_url, prefix)
+
+    async def _redispatch_earlier_jobs(self) -> None:
+        """The jobs an earlier session left in flight (it was interrupted) were in its
+        private Redis, gone with it: their units go back to pending, to be dispatched
+        again in this one's (expected, so said at INFO, before the loop would find them
+        missing from Redis and call them lost)."""
+        store = self.controller.store
+        left = await store.jobs()
+        if not left:
+            return
+        units = await store.release_jobs(
+            [j.id for j in left], "its session stopped before it did: dispatched again"
+        )
+        log.info(
+            "%d jobs (%d units) in flight when an earlier session on this store stopped "
+            "are dispatched again (its private Redis went with it)",
+            len(left),
+            units,
+        )
 
     def _start_guard(self) -> None:
         """`simrun.local.guard`: it ends Redis and the workers should this process die without
@@ -284,23 +322,7 @@ class LocalSession:
             await asyncio.to_thread(guard.wait)
 
     def _take_lock(self) -> None:
-        self.store.mkdir(parents=True, exist_ok=True)
-        lock = StoreLayout(self.store).lock.open("a+")
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "another process"
-            lock.close()
-            raise LocalError(
-                f"the store {self.store} is in use by another `simrun run` ({holder}); "
-                "wait for it to end, or give this one another --store"
-            ) from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"pid {os.getpid()}\n")
-        lock.flush()
-        self._lock = lock
+        self._lock = store_lock.take(self.store)
 
     def _log_to_file(self) -> None:
         path = self.logs / "service.log"
@@ -492,6 +514,11 @@ class LocalSession:
                 await asyncio.wait_for(self._http_task, timeout=10)
             self._http_task = None
         if self._controller is not None:
+            # The runs it drove and did not end are stopped from now: a pause, not run time.
+            store = self._controller.store
+            await store.stop_runs(
+                [r.id for r in await store.running_runs()], self._controller.clock.now()
+            )
             # A run that ended just before the stop: its attempts hashes go now, not
             # left in a shared Redis (those of jobs still queued stay; the next
             # session on this store deletes them once the jobs are gone).

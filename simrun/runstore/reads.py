@@ -7,6 +7,7 @@ API never waits for a report batch, and never sees half of one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -91,6 +92,17 @@ async def done_in_file(path: Path, fingerprints: Sequence[str]) -> list[DoneTask
     return found
 
 
+#: The last time anything of a run (``?`` four times) was recorded.
+LAST_ACTIVITY_SQL = (
+    "SELECT max(t) FROM ("
+    " SELECT max(finished_s) AS t FROM units WHERE run_id = ?"
+    " UNION ALL SELECT max(finished_s) FROM spans WHERE run_id = ?"
+    " UNION ALL SELECT max(max(coalesce(started_s, 0), coalesce(finished_s, 0)))"
+    "  FROM tasks WHERE run_id = ?"
+    " UNION ALL SELECT updated_s FROM runs WHERE id = ?)"
+)
+
+
 class RunReads:
     """Queries of run state; `simrun.runstore.RunStore` adds the writes."""
 
@@ -99,6 +111,9 @@ class RunReads:
     def __init__(self) -> None:
         self._read: aiosqlite.Connection | None = None
         self._read_lock = asyncio.Lock()
+        #: Running runs this process leaves alone (`running_runs` omits them): the
+        #: interrupted runs an embedded session found and was not asked to go on with.
+        self.held: frozenset[str] = frozenset()
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         if self._read is None:
@@ -108,7 +123,30 @@ class RunReads:
 
     async def run(self, run_id: str) -> RunRow | None:
         rows = await self._fetch(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
-        return run_of(rows[0]) if rows else None
+        return (await self._with_pauses([run_of(rows[0])]))[0] if rows else None
+
+    async def last_activity_s(self, run_id: str) -> float | None:
+        """The last time anything of ``run_id`` was recorded (a unit or span ended, a task
+        started or ended, the run changed state): when a session that was killed stopped
+        it, near enough. None for an unknown run."""
+        rows = await self._fetch(LAST_ACTIVITY_SQL, (run_id,) * 4)
+        return float(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    async def _with_pauses(self, runs: list[RunRow]) -> list[RunRow]:
+        """``runs`` with their `RunRow.pauses`."""
+        if not runs:
+            return runs
+        found: dict[str, list[tuple[float, float | None]]] = {}
+        for part in chunks([r.id for r in runs]):
+            for run_id, stopped, resumed in await self._fetch(
+                f"SELECT run_id, stopped_s, resumed_s FROM pauses WHERE run_id IN"
+                f" ({marks(len(part))}) ORDER BY stopped_s",
+                part,
+            ):
+                found.setdefault(run_id, []).append((stopped, resumed))
+        return [
+            dataclasses.replace(r, pauses=tuple(found[r.id])) if r.id in found else r for r in runs
+        ]
 
     async def runs(self, limit: int = 100, states: Sequence[str] = ()) -> list[RunRow]:
         """The latest runs first, optionally only those in ``states``."""
@@ -117,15 +155,15 @@ class RunReads:
             f"SELECT {RUN_COLUMNS} FROM runs {where} ORDER BY created_s DESC, id DESC LIMIT ?",
             (*states, limit),
         )
-        return [run_of(r) for r in rows]
+        return await self._with_pauses([run_of(r) for r in rows])
 
     async def running_runs(self) -> list[RunRow]:
-        """Every run in state running, the latest first."""
+        """Every run in state running but the `held` ones, the latest first."""
         rows = await self._fetch(
             f"SELECT {RUN_COLUMNS} FROM runs WHERE state = 'running'"
             " ORDER BY created_s DESC, id DESC"
         )
-        return [run_of(r) for r in rows]
+        return [run for run in map(run_of, rows) if run.id not in self.held]
 
     async def done_tasks(self, fingerprints: Sequence[str], other_than: str) -> list[DoneTask]:
         """The done tasks with one of ``fingerprints`` of runs other than ``other_than``,

@@ -98,6 +98,9 @@ class RunRow:
     created_s: float
     updated_s: float
     finished_s: float | None
+    #: When it was stopped (its session ended before it did) and went on again (None:
+    #: still stopped), the first first; `simrun.core.views.running_seconds` leaves them out.
+    pauses: tuple[tuple[float, float | None], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -197,6 +197,17 @@ MIGRATIONS: tuple[db.Migration, ...] = (
             " WHERE state = 'done' AND fingerprint IS NOT NULL",
         ),
     ),
+    db.Migration(
+        "the times a run was stopped: its session ended before it did, until one went on",
+        (
+            "CREATE TABLE pauses ("
+            " run_id TEXT NOT NULL REFERENCES runs(id),"
+            " stopped_s REAL NOT NULL,"
+            " resumed_s REAL,"  # NULL: still stopped
+            " PRIMARY KEY (run_id, stopped_s)"
+            ") WITHOUT ROWID",
+        ),
+    ),
 )
 
 #: Most host parameters in one statement, well below SQLite's limit.

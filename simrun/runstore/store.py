@@ -27,7 +27,7 @@ from simrun.core.states import (
 from simrun.graph import downstream
 from simrun.runstore.apply import apply_reports as write_reports
 from simrun.runstore.apply import insert_unit_rows, materialize_jobs
-from simrun.runstore.reads import RunReads
+from simrun.runstore.reads import LAST_ACTIVITY_SQL, RunReads
 from simrun.runstore.rows import (
     Applied,
     NewJob,
@@ -142,6 +142,44 @@ class RunStore(RunReads):
                 " WHERE id = ?",
                 (state, message, now_s, finished, run_id),
             )
+
+    async def stop_runs(self, run_ids: Sequence[str], now_s: float) -> None:
+        """``run_ids`` stop at ``now_s`` (their session ends before they did): a pause
+        begins, unless one is open already."""
+        async with self.transaction() as c:
+            for run_id in run_ids:
+                open_ = await c.execute_fetchall(
+                    "SELECT 1 FROM pauses WHERE run_id = ? AND resumed_s IS NULL", (run_id,)
+                )
+                if not list(open_):
+                    await self._pause(c, run_id, now_s, None)
+
+    async def resume_runs(self, run_ids: Sequence[str], now_s: float) -> None:
+        """``run_ids`` go on at ``now_s``: their open pause ends. One without an open pause
+        was stopped by a session that was killed (it had no time to say when): its pause
+        is taken from its last recorded activity (`last_activity_s`)."""
+        async with self.transaction() as c:
+            for run_id in run_ids:
+                cursor = await c.execute(
+                    "UPDATE pauses SET resumed_s = max(?, stopped_s)"
+                    " WHERE run_id = ? AND resumed_s IS NULL",
+                    (now_s, run_id),
+                )
+                if cursor.rowcount:
+                    continue
+                rows = list(await c.execute_fetchall(LAST_ACTIVITY_SQL, (run_id,) * 4))
+                last = rows[0][0] if rows else None
+                if last is not None and float(last) < now_s:
+                    await self._pause(c, run_id, float(last), now_s)
+
+    @staticmethod
+    async def _pause(
+        c: aiosqlite.Connection, run_id: str, stopped_s: float, resumed_s: float | None
+    ) -> None:
+        await c.execute(
+            "INSERT OR IGNORE INTO pauses (run_id, stopped_s, resumed_s) VALUES (?, ?, ?)",
+            (run_id, stopped_s, resumed_s),
+        )
 
     # -- tasks -----------------------------------------------------------------------------
 
@@ -523,6 +561,8 @@ class RunStore(RunReads):
                 " WHERE run_id = ? AND name = ?",
                 [(memory_gb, run_id, t) for t in tasks],
             )
+            if run.finished_s is not None:  # an ended run: the time until now was no run time
+                await self._pause(c, run_id, run.finished_s, now_s)
             await self.set_run_state(run_id, "running", "", now_s, conn=c)
         return len(failed)
 

@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Iterator
+import socket
+from collections.abc import Callable, Iterator
 
 import uvicorn
 
@@ -28,9 +29,20 @@ class _Server(uvicorn.Server):
     again once the HTTP side has shut down, which would end the process before the
     controller is stopped and closed. `serve` handles the signals instead."""
 
+    #: Called with the URL the server listens on once it does (the port it bound).
+    on_listening: Callable[[str], None] | None = None
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self.on_listening is not None:
+            port = self.config.port
+            if self.servers and self.servers[0].sockets:
+                port = self.servers[0].sockets[0].getsockname()[1]
+            self.on_listening(f"http://{self.config.host}:{port}")
 
 
 async def serve(
@@ -42,18 +54,20 @@ async def serve(
     token: str | None = None,
     log_level: str = "info",
     default_shape: ContainerShape = DEFAULT_SHAPE,
+    on_listening: Callable[[str], None] | None = None,
 ) -> None:
     """Open the controller, drive its loop and answer HTTP until SIGINT/SIGTERM, then stop
     the loop and close the controller (the process then ends normally, status 0). The
     HTTP API answers while the loop waits for Redis at start; `RedisUnusable` (Redis
     refuses the service, or ``redis_wait_s`` passed) ends both and is raised.
     ``default_shape`` is the worker container /metrics assumes for a queue while none of
-    its workers is live."""
+    its workers is live. ``on_listening(url)`` is called once the HTTP API listens."""
     controller = await Controller.open(settings, types)
     stop = asyncio.Event()
     loop_task = asyncio.create_task(controller.run_forever(stop), name="simrun-controller")
     app = create_app(controller, token, default_shape=default_shape)
     server = _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off"))
+    server.on_listening = on_listening
 
     def on_signal() -> None:
         # The first signal shuts down gracefully, a second one without waiting for requests.

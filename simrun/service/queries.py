@@ -7,6 +7,7 @@ its own.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from simrun.core.scaling import (
     ScalePolicy,
 )
 from simrun.core.states import ACTIVE_TASK_STATES, UNFINISHED_UNIT_STATES, TaskCounts
-from simrun.core.views import FailureView, RunView
+from simrun.core.views import INTERRUPTED, FailureView, RunView
 from simrun.plugins import ResourceHint, TaskType
 from simrun.queues import JobQueue
 from simrun.resources import KeySummary, ResourceKey, ResourceStore, resource_key
@@ -141,7 +142,10 @@ class RunQueries:
                 processes[name] += w.processes
         counts = await self.store.counts(run_id)
         observed = self.progress.observe(run_id, row.state == "running", counts)
-        return run_view(row, await self.store.tasks(run_id), counts, processes, observed)
+        view = run_view(row, await self.store.tasks(run_id), counts, processes, observed)
+        if row.id in self.store.held:  # running, and left alone by this service
+            view = dataclasses.replace(view, state=INTERRUPTED)
+        return view
 
     async def failures(self, run_id: str) -> list[FailureView]:
         """The failed units of a run with their tracebacks."""

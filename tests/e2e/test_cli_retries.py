@@ -53,7 +53,7 @@ def test_each_task_retries_by_its_own_rule(tmp_path: Path) -> None:
     wf = tmp_path / "wf.yaml"
     wf.write_text(yaml.safe_dump({"tasks": tasks}, sort_keys=False))
     result = simrun(
-        "run", str(wf), "--plugins", WORK, "--processes", "2", "--memory-gb", "2",
+        "run", str(wf), "--plugins", WORK, "--processes", "2", "--worker-memory-gb", "2",
         "--no-probe", cwd=tmp_path, timeout=90,
     )  # fmt: skip
     assert result.returncode == 1, result.stdout + result.stderr

@@ -75,11 +75,11 @@ def test_dry_run_exits_non_zero_when_a_task_cannot_run_on_the_pool(tmp_path: Pat
     wf = tmp_path / "wf.yaml"
     wf.write_text("tasks:\n  - name: work\n    type: svc-work\n    settings: {units: 2}\n")
     args = ("run", str(wf), "--plugins", WORK, "--dry-run", "--processes", "2")
-    small = simrun(*args, "--memory-gb", "0.1", cwd=tmp_path)
+    small = simrun(*args, "--worker-memory-gb", "0.1", cwd=tmp_path)
     assert small.returncode == 2, small.stdout + small.stderr
     assert "task 'work' cannot run on this pool: needs 0.25 GiB per process" in small.stdout
     assert "dry run failed: the pool cannot run 'work'" in small.stdout
-    fits = simrun(*args, "--memory-gb", "2", cwd=tmp_path)
+    fits = simrun(*args, "--worker-memory-gb", "2", cwd=tmp_path)
     assert fits.returncode == 0, fits.stdout + fits.stderr
 
 
@@ -90,7 +90,7 @@ def test_set_changes_a_setting_typed_and_checked_like_the_file(tmp_path: Path) -
     wf = tmp_path / "wf.yaml"
     wf.write_text("tasks:\n  - name: work\n    type: svc-work\n    settings: {units: 2}\n")
     base = ("run", str(wf), "--plugins", WORK, "--dry-run", "--processes", "1")
-    five = simrun(*base, "--memory-gb", "2", "--set", "work.units=5", cwd=tmp_path)
+    five = simrun(*base, "--worker-memory-gb", "2", "--set", "work.units=5", cwd=tmp_path)
     assert five.returncode == 0, five.stdout + five.stderr
     row = next(line for line in five.stdout.splitlines() if line.startswith("work "))
     assert row.split()[:3] == ["work", "svc-work", "5"]

@@ -135,7 +135,7 @@ def test_submit_dry_run_forecasts_from_the_service_and_submits_nothing(service: 
     write_work(service.home / "dry.yaml", units=40, seconds=0.05, tag="ok")
     dry = service(
         "submit", "dry.yaml", "--dry-run", "--plugins", WORK,
-        "--workers", "1", "--processes", "4", "--memory-gb", "8",
+        "--workers", "1", "--processes", "4", "--worker-memory-gb", "8",
     )  # fmt: skip
     assert dry.returncode == 0, dry.stdout + dry.stderr
     work = next(line for line in dry.stdout.splitlines() if line.startswith("work"))

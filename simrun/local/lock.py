@@ -1,0 +1,70 @@
+"""The lock of a store (``STORE/.simrun.lock``): an embedded session holds it for as long as
+it runs, so two sessions never drive one SQLite file, and a reader of the store tells a run
+that goes on (its session holds the lock) from an interrupted one (the lock is free).
+
+The lock is an advisory ``flock`` on the file, which the kernel releases when its holder
+ends however it ends (SIGKILL included); the file says ``pid N`` of the last holder.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+from typing import IO
+
+from simrun.core.layout import StoreLayout
+from simrun.local.machine import LocalError
+
+__all__ = ["check_free", "holder", "take"]
+
+
+def take(store: Path) -> IO[str]:
+    """Lock ``store`` (created when missing) for this process: the open lock file (closing
+    it releases the lock). `LocalError` when another session holds it."""
+    store.mkdir(parents=True, exist_ok=True)
+    lock = StoreLayout(store).lock.open("a+")
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        who = lock.read().strip() or "another process"
+        lock.close()
+        raise LocalError(_in_use(store, who)) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"pid {os.getpid()}\n")
+    lock.flush()
+    return lock
+
+
+def holder(store: Path) -> str | None:
+    """Who holds the lock of ``store`` (``pid N``), or None when it is free (no session runs
+    on it). Reads only: a store without a lock file is free."""
+    path = StoreLayout(store).lock
+    try:
+        lock = path.open("r")
+    except FileNotFoundError:
+        return None
+    with lock:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return lock.read().strip() or "another process"
+        fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+        return None
+
+
+def check_free(store: Path) -> None:
+    """`LocalError` when a session holds the lock of ``store`` (before anything is printed
+    or started; the session takes the lock itself when it starts)."""
+    who = holder(store)
+    if who is not None:
+        raise LocalError(_in_use(store, who))
+
+
+def _in_use(store: Path, who: str) -> str:
+    return (
+        f"the store {store} is in use by another `simrun run` ({who}); "
+        "wait for it to end, or give this one another --store"
+    )
