@@ -21,6 +21,7 @@ import pytest
 from simrun.cli.progress import plain_lines
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.views import TaskView
+from simrun.local import lock as store_lock
 from simrun.resources import RETRY_FACTOR, ResourceKey
 from simrun.runstore import JobRow
 from simrun.service.controller import Controller
@@ -133,9 +134,12 @@ async def test_a_fresh_key_probes_first_and_the_rest_gets_the_learned_request(
     view = await c.queries.run(run_id)
     assert view is not None
     assert any(task.status in line for line in plain_lines(view, only_active=False))
-    shown = await asyncio.to_thread(
-        simrun, "status", run_id, "--store", str(c.settings.store), cwd=tmp_path
-    )
+    # the store is in use, as by the session of `simrun run` (a free store's running run
+    # reads as interrupted)
+    with store_lock.take(c.settings.store):
+        shown = await asyncio.to_thread(
+            simrun, "status", run_id, "--store", str(c.settings.store), cwd=tmp_path
+        )
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert "probing: 2 units first, the other 38 wait for their memory" in shown.stdout
 
