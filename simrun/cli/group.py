@@ -213,28 +213,13 @@ def types(as_json: bool) -> None:
     checkpoints and each setting with its type and default."""
     found = load_types_from_here()
     if as_json:
-        click.echo(json.dumps([type_record(t) for t in found.values()], indent=2))
+        from simrun.core.views import type_info
+
+        click.echo(json.dumps([type_info(t) for t in found.values()], indent=2))
         return
     for t in found.values():
         for line in type_lines(t):
             click.echo(line)
-
-
-def type_record(t: TaskType) -> dict[str, Any]:
-    """What `simrun types --json` says of a type."""
-    return {
-        "name": t.name,
-        "description": t.description,
-        "inputs": list(t.inputs),
-        "outputs": list(t.outputs),
-        "splittable": t.splittable,
-        "hint": vars(t.hint),
-        "cost_setting": t.cost_setting,
-        "uses_cores": t.uses_cores,
-        "image": t.image,
-        "checkpoints": t.checkpoints,
-        "settings_schema": t.settings.model_json_schema(),
-    }
 
 
 def type_lines(t: TaskType) -> list[str]:

@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from simrun.plugins import TaskType
+
 __all__ = [
     "FailureView",
     "RunSummary",
@@ -23,6 +25,7 @@ __all__ = [
     "parse_run",
     "parse_runs",
     "parse_task",
+    "type_info",
 ]
 
 
@@ -156,3 +159,21 @@ def parse_runs(data: Any) -> list[RunSummary]:
 def parse_failures(data: Any) -> list[FailureView]:
     """The failed units of a run from their JSON (``GET /runs/{id}/failures``)."""
     return _FAILURES.validate_python(data)
+
+
+def type_info(task_type: TaskType) -> dict[str, Any]:
+    """What a client knows of a task type (``GET /types``, ``simrun types --json``, the
+    Editor's palette): its ports, hint, traits and settings schema."""
+    return {
+        "name": task_type.name,
+        "description": task_type.description,
+        "inputs": list(task_type.inputs),
+        "outputs": list(task_type.outputs),
+        "splittable": task_type.splittable,
+        "hint": asdict(task_type.hint),
+        "cost_setting": task_type.cost_setting,
+        "uses_cores": task_type.uses_cores,
+        "image": task_type.image,
+        "checkpoints": task_type.checkpoints,
+        "settings_schema": task_type.settings.model_json_schema(),
+    }
