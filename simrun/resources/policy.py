@@ -85,6 +85,11 @@ __all__ = [
 #   linearly" until the key's own sizes say how; MAX_INPUT_SLOPE = 1.5 bounds a fit on a
 #   few points.
 # - MARGIN = 1.05 only keeps a request off a peak measured to the byte.
+# - CEILING_FACTOR = 1.4 over the P95 from CEILING_SAMPLES = 20 successes is learning v1's
+#   rule, kept as a ceiling: where the normal shape asks more than the rule that ran before,
+#   the shape is the thing in doubt (a key spread over decades, or blind to input sizes).
+# - DRIFT_SAMPLES = 50, a quarter of the window, compared with the fit at two standard
+#   errors: a drift of a few percent over 50 units is seen, noise is not.
 
 #: How many of the latest successful memory observations of a key are summarized.
 WINDOW = 200
