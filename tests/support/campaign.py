@@ -142,24 +142,42 @@ class Campaign:
     ) -> None:
         """Start the service (again, on the same store) and wait until /health says ok (or,
         without ``healthy``, until it answers at all: Redis may not be there yet)."""
-        self.service_starts += 1
-        argv = [
-            sys.executable, "-m", "tests.support.campaign_service", "--store", str(self.store),
-            "--redis-url", self.redis.url, "--prefix", self.prefix, "--port", str(self.port),
-        ]  # fmt: skip
-        if redis_timeout_s is not None:
-            argv += ["--redis-timeout-s", str(redis_timeout_s)]
-        if self.address_space_gb is not None:
-            argv += ["--address-space-gb", str(self.address_space_gb)]
-        with (self.logs / "service.log").open("ab") as out:
-            out.write(f"--- start {self.service_starts}\n".encode())
-            out.flush()
-            self.service = subprocess.Popen(
-                argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        self.service_expected = True
-        answers = self._healthy if healthy else self.health
-        wait_until("the service to answer /health", answers, timeout_s, self.check)
+        for _ in range(3):
+            self.service_starts += 1
+            argv = [
+                sys.executable, "-m", "tests.support.campaign_service", "--store",
+                str(self.store), "--redis-url", self.redis.url, "--prefix", self.prefix,
+                "--port", str(self.port),
+            ]  # fmt: skip
+            if redis_timeout_s is not None:
+                argv += ["--redis-timeout-s", str(redis_timeout_s)]
+            if self.address_space_gb is not None:
+                argv += ["--address-space-gb", str(self.address_space_gb)]
+            log = self.logs / "service.log"
+            with log.open("ab") as out:
+                out.write(f"--- start {self.service_starts}\n".encode())
+                out.flush()
+                start = out.tell()
+                self.service = subprocess.Popen(
+                    argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            self.service_expected = True
+            answers = self._healthy if healthy else self.health
+            try:
+                wait_until("the service to answer /health", answers, timeout_s, self.check)
+                return
+            except CampaignError:
+                with log.open("rb") as f:
+                    f.seek(start)
+                    if b"address already in use" not in f.read():
+                        raise
+            # Another process took the port free_port() chose (tests run in parallel): the
+            # service goes on another one.
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+            self.http.close()
+            self.http = httpx.Client(base_url=self.url, timeout=30.0)
+        raise CampaignError("the service found no free port in 3 tries")
 
     def health(self) -> dict[str, Any] | None:
         """What /health says (None when the service does not answer)."""
