@@ -173,29 +173,13 @@ def validate(workflow: Path, overrides: tuple[SettingOverride, ...]) -> None:
     """Check WORKFLOW against the installed task types and print its tasks in order.
 
     A command whose program is not found here (on PATH, or beside simrun) is an error,
-    unless its type runs in an image of its own."""
-    from simrun.workflow import (
-        WorkflowError,
-        apply_overrides,
-        blame_overrides,
-        check_workflow,
-        load_workflow,
-        program_problems,
-        source_problems,
-    )
+    unless its type runs in an image of its own. The same checks as `simrun run` makes
+    (`simrun.cli.common.prepare`), the types' ``plan`` included."""
+    from simrun.cli.common import prepare
 
     types = load_types_from_here()
-    doc = load_workflow(workflow)
-    if overrides:
-        doc = apply_overrides(doc, list(overrides), str(workflow))
-    text = workflow.read_text(encoding="utf-8")
-    try:
-        settings = check_workflow(doc, types, str(workflow), text)
-    except WorkflowError as exc:
-        raise blame_overrides(exc, doc, list(overrides)) from None
-    missing = source_problems(doc, workflow.parent) + program_problems(doc, types, text)
-    if missing:
-        raise WorkflowError(missing, str(workflow))
+    prepared = prepare(workflow, types, overrides=overrides, programs=True)
+    doc, settings = prepared.doc, prepared.settings
     count = len(doc.tasks)
     click.echo(
         f"{workflow}: ok — model {doc.model or '(none)'!r}, {count} task{'' if count == 1 else 's'}"
