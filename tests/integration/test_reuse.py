@@ -7,34 +7,20 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from simrun.core.layout import StoreLayout
 from simrun.core.reuse import source_hash
-from simrun.plugins import load_types
 from simrun.runstore.reads import done_in_file
 from simrun.service.controller import Controller
 from simrun.workflow import check_workflow, parse_workflow
-from tests.support.service_harness import REFS, REPO, settings
+from tests.support.service_harness import REPO
 
 pytestmark = pytest.mark.redis
 
-TYPES = load_types(list(REFS))
 HEAT = (REPO / "examples" / "heat.yaml").read_text()
-
-
-@pytest.fixture
-async def controller(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> AsyncIterator[Controller]:
-    ctl = await Controller.open(settings(tmp_path / "store", redis_url, redis_prefix), TYPES)
-    try:
-        yield ctl
-    finally:
-        await ctl.close()
 
 
 async def submit(
