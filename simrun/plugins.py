@@ -15,10 +15,11 @@ import keyword
 import math
 import re
 import shlex
+import string
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pydantic import BaseModel
@@ -29,6 +30,7 @@ __all__ = [
     "ResourceHint",
     "TaskPaths",
     "TaskType",
+    "UnitOutputs",
     "command_template_problem",
     "count_units",
     "load_plugin_ref",
@@ -36,6 +38,8 @@ __all__ = [
     "load_types",
     "resolve",
     "task_type_problems",
+    "unit_outputs",
+    "unit_outputs_problems",
 ]
 
 ENTRY_POINT_GROUP = "simrun.task_types"
@@ -174,6 +178,99 @@ class TaskType:
         return self.compute_unit is not None
 
 
+#: The class attribute of a settings model that declares its units' outputs per index.
+UNIT_OUTPUTS_ATTR = "simrun_unit_outputs"
+
+
+@dataclass(frozen=True)
+class UnitOutputs:
+    """What a splittable type declares of its units' outputs to have them reused per unit
+    across runs (opt-in; `TaskType`'s fields are unchanged): the settings model holds one
+    as the class attribute ``simrun_unit_outputs`` (a ``ClassVar``, which pydantic leaves
+    alone)::
+
+        class Settings(BaseModel):
+            simrun_unit_outputs: ClassVar[UnitOutputs] = UnitOutputs(
+                files=("part-{index:05d}.npy",), count_settings=("chunks",)
+            )
+            chunks: int = 100
+            seed: int = 1
+
+    ``files``: the files of unit ``index`` relative to the task's ``out`` directory, each
+    with ``{index}`` (a format spec allowed, ``{index:05d}``); unit ``index`` writes them
+    all and no other unit writes them, and ``merge`` leaves them as they are.
+    ``count_settings``: the settings that change only how many units there are, never what
+    any one unit writes. A unit of a later run is then the same as unit ``index`` of an
+    earlier run when the type, its version, its inputs and every other setting are equal:
+    it takes that unit's files (hard links) instead of running, and the merge runs again.
+    """
+
+    files: tuple[str, ...]
+    count_settings: tuple[str, ...] = ()
+
+    def paths(self, index: int) -> list[str]:
+        """The files of unit ``index``, relative to the task's out directory."""
+        return [pattern.format(index=index) for pattern in self.files]
+
+
+def unit_outputs(task_type: TaskType) -> UnitOutputs | None:
+    """What ``task_type`` declares of its units' outputs (`UnitOutputs`); None for a type
+    that does not, or is not splittable (its units are then never reused one by one)."""
+    found = getattr(task_type.settings, UNIT_OUTPUTS_ATTR, None)
+    if not task_type.splittable or not isinstance(found, UnitOutputs):
+        return None
+    return found
+
+
+def _pattern_problem(pattern: object) -> str | None:
+    """Why ``pattern`` is not a usable `UnitOutputs` file pattern, or None."""
+    if not isinstance(pattern, str) or not pattern.strip():
+        return f"{pattern!r} is not a file name"
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(pattern) if f is not None]
+        first, second = pattern.format(index=0), pattern.format(index=1)
+    except (ValueError, KeyError, IndexError) as exc:
+        return f"{pattern!r} cannot be formatted with an index: {exc}"
+    if any(f != "index" for f in fields) or not fields:
+        return f"{pattern!r} must use {{index}} and no other placeholder"
+    if first == second:
+        return f"{pattern!r} names the same file for every index"
+    path = PurePosixPath(first)
+    if path.is_absolute() or ".." in path.parts or "\\" in first:
+        return f"{pattern!r} must be a relative path inside the out directory, without '..'"
+    return None
+
+
+def unit_outputs_problems(task_type: TaskType) -> list[str]:
+    """What is wrong with the `UnitOutputs` a type's settings model declares, as
+    sentences; empty when it declares none or a usable one."""
+    found = getattr(task_type.settings, UNIT_OUTPUTS_ATTR, None)
+    if found is None:
+        return []
+    where = f"settings {task_type.settings.__name__}.{UNIT_OUTPUTS_ATTR}"
+    if not isinstance(found, UnitOutputs):
+        return [f"{where} is a {type(found).__name__}, not a simrun.plugins.UnitOutputs"]
+    if not task_type.splittable:
+        return [f"{where}: only a splittable type (with a compute_unit) has units to reuse"]
+    problems: list[str] = []
+    declared: Any = found  # plugin values are unchecked at run time: check them here
+    if not isinstance(declared.files, tuple) or not declared.files:
+        problems.append(f"{where}.files must be a non-empty tuple of file patterns")
+    else:
+        problems += [f"{where}.files: {p}" for f in declared.files if (p := _pattern_problem(f))]
+    fields = getattr(task_type.settings, "model_fields", {})
+    if not isinstance(declared.count_settings, tuple):
+        problems.append(f"{where}.count_settings must be a tuple of setting names")
+    else:
+        problems += [
+            f"{where}.count_settings: {name!r} is not a field of the model "
+            f"(fields: {', '.join(sorted(fields)) or 'none'})"
+            for name in found.count_settings
+            if name not in fields
+        ]
+    return problems
+
+
 def _reference_problem(ref: object, form: str = "module:function") -> str | None:
     """Why ``ref`` is not a well-formed ``"module:attribute"`` string, or None; ``form`` is
     how the expected form is shown."""
@@ -310,6 +407,8 @@ def task_type_problems(task_type: object) -> list[str]:
         )
         if not isinstance(hint.gpus, int) or isinstance(hint.gpus, bool) or hint.gpus < 0:
             problems.append("hint.gpus must be an integer >= 0")
+    if isinstance(tt.settings, type) and issubclass(tt.settings, BaseModel):
+        problems.extend(unit_outputs_problems(tt))
     if tt.cost_setting is not None and isinstance(tt.settings, type):
         fields = getattr(tt.settings, "model_fields", {})
         if tt.cost_setting not in fields:

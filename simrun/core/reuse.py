@@ -15,6 +15,16 @@ A task is **forced** (it runs whatever the store holds) when the run was submitt
 (the simplest correct rule: a rerun may write other outputs). Any other task **reuses**
 the latest task of an earlier run with the same fingerprint that is done and whose outputs
 are still present.
+
+**Per unit** (opt-in, `simrun.plugins.UnitOutputs` on the settings model of a splittable
+type): a task that reuses no earlier task whole may still take units one by one. Its
+**unit fingerprint** is the fingerprint made without its ``count_settings`` (the settings
+that change only how many units there are) and with its declared unit files: two tasks of
+one unit fingerprint compute the same files for the same index, since a unit's outputs
+depend on the settings and the index only (the spec of ``compute_unit``). Unit ``i`` of a
+starting task is reused from the latest done task of an earlier run with its unit
+fingerprint when that task had unit ``i`` and every declared file of ``i`` is still in its
+out directory; the other units run, and the merge runs again. A forced task reuses no unit.
 """
 
 from __future__ import annotations
@@ -27,22 +37,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simrun.plugins import REFERENCE_FIELDS, TaskType
+from simrun.plugins import REFERENCE_FIELDS, TaskType, UnitOutputs, unit_outputs
 
 __all__ = [
     "Earlier",
     "TaskIdentity",
+    "UnitStart",
+    "UnitsEarlier",
+    "all_fingerprints",
+    "as_ranges",
     "choose",
+    "choose_units",
     "fingerprint",
     "fingerprints",
     "forced_tasks",
     "identities",
     "rerun_problems",
+    "reusable_units",
     "reused_text",
     "source_hash",
+    "task_all_fingerprints",
     "task_fingerprints",
     "type_identity",
     "type_version",
+    "unit_fingerprint",
+    "unit_start",
+    "units_reused_text",
 ]
 
 #: Part of every fingerprint: a change of the rule changes every fingerprint (no reuse of
@@ -59,6 +79,8 @@ class TaskIdentity:
     type: Mapping[str, Any]
     settings: Mapping[str, Any]
     inputs: Mapping[str, str]
+    #: What its type declares of its units' outputs: it may reuse units one by one.
+    units: UnitOutputs | None = None
 
 
 @dataclass(frozen=True)
@@ -89,25 +111,64 @@ def fingerprint(identity: TaskIdentity, resolved_inputs: Mapping[str, str]) -> s
     )
 
 
+def unit_fingerprint(identity: TaskIdentity, resolved_inputs: Mapping[str, str]) -> str | None:
+    """The unit fingerprint of a task (see the module): None when its type declares no
+    `UnitOutputs`. The same for two tasks that differ only in ``count_settings``."""
+    if identity.units is None:
+        return None
+    counted = set(identity.units.count_settings)
+    return _digest(
+        {
+            "v": FINGERPRINT_VERSION,
+            "unit": list(identity.units.files),
+            "type": dict(identity.type),
+            "settings": {k: v for k, v in identity.settings.items() if k not in counted},
+            "inputs": dict(resolved_inputs),
+        }
+    )
+
+
+def _resolved(
+    identity: TaskIdentity, source_hashes: Mapping[str, str], found: Mapping[str, str]
+) -> dict[str, str]:
+    resolved: dict[str, str] = {}
+    for port, ref in identity.inputs.items():
+        if ref.startswith("source:"):
+            resolved[port] = "source:" + source_hashes[ref.removeprefix("source:")]
+        else:
+            upstream, _, out_port = ref.partition(".")
+            resolved[port] = f"task:{found[upstream]}:{out_port}"
+    return resolved
+
+
+def all_fingerprints(
+    order: Sequence[str],
+    identities: Mapping[str, TaskIdentity],
+    source_hashes: Mapping[str, str],
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The fingerprint of every task of ``order`` (`fingerprints`), and the unit
+    fingerprint of each task whose type declares `UnitOutputs`."""
+    found: dict[str, str] = {}
+    units: dict[str, str] = {}
+    for name in order:
+        identity = identities[name]
+        resolved = _resolved(identity, source_hashes, found)
+        found[name] = fingerprint(identity, resolved)
+        unit_print = unit_fingerprint(identity, resolved)
+        if unit_print is not None:
+            units[name] = unit_print
+    return found, units
+
+
 def fingerprints(
     order: Sequence[str],
     identities: Mapping[str, TaskIdentity],
     source_hashes: Mapping[str, str],
 ) -> dict[str, str]:
     """The fingerprint of every task of ``order`` (topological: a task after the tasks it
-    reads). ``source_hashes``: source name → `source_hash` of its content."""
-    found: dict[str, str] = {}
-    for name in order:
-        identity = identities[name]
-        resolved: dict[str, str] = {}
-        for port, ref in identity.inputs.items():
-            if ref.startswith("source:"):
-                resolved[port] = "source:" + source_hashes[ref.removeprefix("source:")]
-            else:
-                upstream, _, out_port = ref.partition(".")
-                resolved[port] = f"task:{found[upstream]}:{out_port}"
-        found[name] = fingerprint(identity, resolved)
-    return found
+    reads). ``source_hashes``: source name → `source_hash` of its content. The upstream's
+    (whole) fingerprint stands for its output, also in a unit fingerprint."""
+    return all_fingerprints(order, identities, source_hashes)[0]
 
 
 def forced_tasks(
@@ -152,6 +213,78 @@ def choose(forced: bool, earlier: Sequence[Earlier]) -> str | None:
 def reused_text(run: str) -> str:
     """How a reused task is shown: ``reused from RUN``."""
     return f"reused from {run}"
+
+
+def units_reused_text(count: int, run: str) -> str:
+    """How a task that reused some of its units is shown: ``N units reused from RUN``."""
+    return f"{count} unit{'' if count == 1 else 's'} reused from {run}"
+
+
+@dataclass(frozen=True)
+class UnitsEarlier:
+    """A done task of an earlier run with the same unit fingerprint: its run and task, when
+    it finished, and how many units it had."""
+
+    run: str
+    task: str
+    finished_s: float
+    units: int
+
+
+def choose_units(forced: bool, earlier: Sequence[UnitsEarlier]) -> UnitsEarlier | None:
+    """The earlier task whose units a task may take: None when it is forced or there is
+    none with units; else the one that finished last."""
+    candidates = [e for e in earlier if e.units > 0]
+    if forced or not candidates:
+        return None
+    return max(candidates, key=lambda e: (e.finished_s, e.run, e.task))
+
+
+def as_ranges(indices: Collection[int]) -> list[range]:
+    """``indices`` as the fewest ranges of consecutive indices, in order."""
+    out: list[range] = []
+    for i in sorted(set(indices)):
+        if out and out[-1].stop == i:
+            out[-1] = range(out[-1].start, i + 1)
+        else:
+            out.append(range(i, i + 1))
+    return out
+
+
+def reusable_units(count: int, earlier_units: int, present: Sequence[bool]) -> list[range]:
+    """The units of a task of ``count`` units it takes from an earlier task of
+    ``earlier_units`` units with its unit fingerprint, as ranges: each index both had whose
+    files are all still there (``present[i]``, for the indices below both counts)."""
+    shared = min(count, earlier_units)
+    if len(present) < shared:
+        raise ValueError(f"reusable_units: {len(present)} presence flags for {shared} units")
+    return as_ranges([i for i in range(shared) if present[i]])
+
+
+@dataclass(frozen=True)
+class UnitStart:
+    """How a splittable task starts when it reuses ``reused`` units: its frontier (the
+    units at or above it are fresh, pending with no row), the units below it that are
+    pending (rows), and how many it reuses."""
+
+    frontier: int
+    pending: tuple[range, ...]
+    reused: int
+
+
+def unit_start(count: int, reused: Sequence[range]) -> UnitStart:
+    """Where a task of ``count`` units starts when it reuses the units of ``reused``
+    (sorted, disjoint ranges below ``count``): its frontier is past the last unit reused,
+    and the units below it that are not reused are pending."""
+    pending: list[range] = []
+    at = 0
+    for part in reused:
+        if part.step != 1 or part.start < at or part.stop > count or not part:
+            raise ValueError(f"unit_start: {reused!r} are not sorted, disjoint ranges of {count}")
+        if part.start > at:
+            pending.append(range(at, part.start))
+        at = part.stop
+    return UnitStart(at, tuple(pending), sum(len(r) for r in reused))
 
 
 def _distribution_versions(modules: Collection[str]) -> list[str]:
@@ -201,7 +334,10 @@ def identities(
         if task_type.name not in versions:
             versions[task_type.name] = type_version(task_type)
         found[name] = TaskIdentity(
-            type_identity(task_type, versions[task_type.name]), dict(settings), dict(inputs)
+            type_identity(task_type, versions[task_type.name]),
+            dict(settings),
+            dict(inputs),
+            unit_outputs(task_type),
         )
     return found
 
@@ -214,8 +350,18 @@ def task_fingerprints(
     """The fingerprint of each task of a checked workflow whose types are all installed:
     ``order`` topological, ``tasks`` as `identities` takes them, ``sources``: name → its
     file or directory (hashed here: blocking I/O)."""
+    return task_all_fingerprints(order, tasks, sources)[0]
+
+
+def task_all_fingerprints(
+    order: Sequence[str],
+    tasks: Mapping[str, tuple[TaskType, Mapping[str, Any], Mapping[str, str]]],
+    sources: Mapping[str, Path],
+) -> tuple[dict[str, str], dict[str, str]]:
+    """`task_fingerprints` and the unit fingerprints (`all_fingerprints`), the sources
+    hashed once (blocking I/O)."""
     hashes = {name: source_hash(path) for name, path in sources.items()}
-    return fingerprints(order, identities(tasks), hashes)
+    return all_fingerprints(order, identities(tasks), hashes)
 
 
 def source_hash(path: Path) -> str:

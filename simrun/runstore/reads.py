@@ -39,7 +39,15 @@ from simrun.runstore.schema import (
     UNIT_COLUMNS,
 )
 
-__all__ = ["DoneTask", "RunReads", "chunks", "done_in_file", "marks"]
+__all__ = [
+    "DoneTask",
+    "DoneUnits",
+    "RunReads",
+    "chunks",
+    "done_in_file",
+    "done_units_in_file",
+    "marks",
+]
 
 #: Most host parameters in one statement, well below SQLite's limit.
 BATCH = 500
@@ -89,6 +97,45 @@ async def done_in_file(path: Path, fingerprints: Sequence[str]) -> list[DoneTask
                     return []  # a store from before fingerprints: nothing to reuse
                 raise
             found += [DoneTask(*r) for r in rows]
+    return found
+
+
+@dataclass(frozen=True)
+class DoneUnits:
+    """A done splittable task of some run with a given unit fingerprint, and its units
+    (`simrun.core.reuse`, reuse per unit)."""
+
+    unit_fingerprint: str
+    run: str
+    task: str
+    finished_s: float
+    units: int
+
+
+def _done_units_sql(n: int) -> str:
+    return (
+        "SELECT unit_fingerprint, run_id, name, finished_s, units FROM tasks"
+        f" WHERE state = 'done' AND unit_fingerprint IN ({marks(n)})"
+        " AND finished_s IS NOT NULL AND units IS NOT NULL ORDER BY finished_s DESC"
+    )
+
+
+async def done_units_in_file(path: Path, unit_prints: Sequence[str]) -> list[DoneUnits]:
+    """The done tasks with one of ``unit_prints`` in the store file ``path``, latest first,
+    read without writing (the dry run's forecast): none when the file is not there or is
+    older than unit fingerprints."""
+    if not unit_prints or not await asyncio.to_thread(path.is_file):
+        return []
+    found: list[DoneUnits] = []
+    async with db.session(path) as conn:
+        for part in chunks(list(unit_prints)):
+            try:
+                rows = await conn.execute_fetchall(_done_units_sql(len(part)), tuple(part))
+            except sqlite3.OperationalError as exc:
+                if "no such column" in str(exc):
+                    return []  # a store from before unit fingerprints: no unit to reuse
+                raise
+            found += [DoneUnits(*r) for r in rows]
     return found
 
 
@@ -172,6 +219,15 @@ class RunReads:
         for part in chunks(list(fingerprints)):
             rows = await self._fetch(_done_sql(len(part)), tuple(part))
             found += [DoneTask(*r) for r in rows if r[1] != other_than]
+        return found
+
+    async def done_units(self, unit_prints: Sequence[str], other_than: str) -> list[DoneUnits]:
+        """The done tasks with one of ``unit_prints`` of runs other than ``other_than``,
+        latest first (reuse per unit)."""
+        found: list[DoneUnits] = []
+        for part in chunks(list(unit_prints)):
+            rows = await self._fetch(_done_units_sql(len(part)), tuple(part))
+            found += [DoneUnits(*r) for r in rows if r[1] != other_than]
         return found
 
     async def tasks(self, run_id: str) -> list[TaskRow]:

@@ -71,6 +71,9 @@ class NewTask:
     #: outputs (False: forced to run).
     fingerprint: str | None = None
     reuse: bool = False
+    #: Its unit fingerprint (`simrun.core.reuse.unit_fingerprint`), None when its type
+    #: declares no unit outputs.
+    unit_fingerprint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,10 @@ class TaskRow(NewTask):
     spans_done: int = 0
     #: The run whose outputs it took instead of running (`simrun.core.reuse`).
     reused_from: str | None = None
+    #: How many of its units it took from the run ``units_reused_from`` instead of running
+    #: them (reuse per unit, `simrun.core.reuse`).
+    units_reused: int = 0
+    units_reused_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -236,6 +243,7 @@ def task_values(run_id: str, task: NewTask) -> dict[str, Any]:
         "retry": dumps(task.retry),
         "fingerprint": task.fingerprint,
         "reuse": int(task.reuse),
+        "unit_fingerprint": task.unit_fingerprint,
         "splittable": int(task.splittable),
         "has_merge": int(task.has_merge),
         "state": "waiting",

@@ -208,6 +208,20 @@ MIGRATIONS: tuple[db.Migration, ...] = (
             ") WITHOUT ROWID",
         ),
     ),
+    db.Migration(
+        "reuse per unit: a task's unit fingerprint, and the units it took from an earlier run",
+        (
+            # `simrun.core.reuse.unit_fingerprint` of a splittable task whose type declares
+            # its unit outputs (NULL: it reuses no unit, and none is reused from it).
+            "ALTER TABLE tasks ADD COLUMN unit_fingerprint TEXT",
+            # How many of its units it took from the run units_reused_from (spans of their own).
+            "ALTER TABLE tasks ADD COLUMN units_reused INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE tasks ADD COLUMN units_reused_from TEXT",
+            # The done tasks of a unit fingerprint, latest first.
+            "CREATE INDEX tasks_by_unit_fingerprint ON tasks (unit_fingerprint, finished_s)"
+            " WHERE state = 'done' AND unit_fingerprint IS NOT NULL",
+        ),
+    ),
 )
 
 #: Most host parameters in one statement, well below SQLite's limit.
@@ -221,7 +235,7 @@ TASK_COLUMNS = (
     "run_id, name, position, type, settings, inputs, depends, override, memory_override_gb,"
     " splittable, has_merge, state, status, queue, resource_key, resources, units,"
     " started_s, finished_s, kills, requested_gb, peak_memory_gb, frontier, spans_done, retry,"
-    " fingerprint, reuse, reused_from"
+    " fingerprint, reuse, reused_from, unit_fingerprint, units_reused, units_reused_from"
 )
 RUN_COLUMNS = "id, name, model, state, message, document, created_s, updated_s, finished_s"
 JOB_COLUMNS = (

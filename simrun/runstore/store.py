@@ -12,6 +12,7 @@ import aiosqlite
 
 from simrun import db
 from simrun.core.reports import ReportEntry
+from simrun.core.reuse import unit_start
 from simrun.core.states import (
     ACTIVE_TASK_STATES,
     ACTIVE_UNIT_STATES,
@@ -249,10 +250,14 @@ class RunStore(RunReads):
         units: int,
         now_s: float,
         conn: aiosqlite.Connection | None = None,
+        reused: Sequence[range] = (),
+        reused_from: str | None = None,
     ) -> None:
         """Set a task running with its pending units: ``units`` chunk units of a splittable
         task (no row each: its frontier, 0, says every one is pending, so the cost does not
-        grow with ``units``), or its one command unit (``units`` must then be 1)."""
+        grow with ``units``), or its one command unit (``units`` must then be 1). The units
+        of ``reused`` (sorted, disjoint ranges; their outputs were taken from the same units
+        of run ``reused_from``, `simrun.core.reuse`) start done, as spans of their own."""
         async with self._writing(conn) as c:
             rows = list(
                 await c.execute_fetchall(
@@ -274,7 +279,11 @@ class RunStore(RunReads):
                     " frontier = 0, spans_done = 0 WHERE run_id = ? AND name = ?",
                     (units, now_s, run_id, task),
                 )
+                if reused:
+                    await self._reuse_units(c, run_id, task, units, reused, reused_from, now_s)
                 return
+            if reused:
+                raise ValueError(f"task {task!r}: only a splittable task reuses units")
             await c.execute(
                 "INSERT INTO units (run_id, task, idx, kind, state)"
                 " VALUES (?, ?, ?, 'command', 'pending')",
@@ -285,6 +294,39 @@ class RunStore(RunReads):
                 " WHERE run_id = ? AND name = ?",
                 (units, now_s, run_id, task),
             )
+
+    @staticmethod
+    async def _reuse_units(
+        c: aiosqlite.Connection,
+        run_id: str,
+        task: str,
+        units: int,
+        reused: Sequence[range],
+        reused_from: str | None,
+        now_s: float,
+    ) -> None:
+        """Make the units of ``reused`` of a task just started done (a span each, its job
+        ``reused:RUN``, attempt 0, no worker), the units below the last of them that are not
+        reused pending rows, and its frontier past them (`simrun.core.reuse.unit_start`)."""
+        if reused_from is None:
+            raise ValueError(f"task {task!r}: reused units need the run they come from")
+        start = unit_start(units, reused)
+        await c.executemany(
+            "INSERT INTO spans (run_id, task, first_idx, last_idx, attempt, job_id, memory_gb,"
+            " worker, queued_s, started_s, finished_s)"
+            " VALUES (?, ?, ?, ?, 0, ?, NULL, NULL, ?, ?, ?)",
+            [
+                (run_id, task, r.start, r.stop - 1, f"reused:{reused_from}", now_s, now_s, now_s)
+                for r in reused
+            ],
+        )
+        for part in start.pending:
+            await insert_unit_rows(c, run_id, task, part, state="pending")
+        await c.execute(
+            "UPDATE tasks SET frontier = ?, spans_done = ?, units_reused = ?,"
+            " units_reused_from = ? WHERE run_id = ? AND name = ?",
+            (start.frontier, start.reused, start.reused, reused_from, run_id, task),
+        )
 
     async def add_merge_unit(
         self, run_id: str, task: str, conn: aiosqlite.Connection | None = None
@@ -617,7 +659,9 @@ class RunStore(RunReads):
             await c.executemany("DELETE FROM spans WHERE run_id = ? AND task = ?", params)
             await c.executemany(
                 "UPDATE tasks SET state = 'waiting', status = '', units = NULL,"
-                " started_s = NULL, finished_s = NULL, frontier = 0, spans_done = 0"
+                " started_s = NULL, finished_s = NULL, frontier = 0, spans_done = 0,"
+                # Run again means run: no reuse of earlier work, whole or per unit.
+                " reuse = 0, reused_from = NULL, units_reused = 0, units_reused_from = NULL"
                 " WHERE run_id = ? AND name = ?",
                 params,
             )

@@ -34,9 +34,17 @@ from typing import Any
 from simrun.core.clock import Clock
 from simrun.core.intake import InputLimits, run_units_problem, unit_count_problem
 from simrun.core.layout import StoreLayout
-from simrun.core.reuse import Earlier, choose, reused_text
+from simrun.core.reuse import (
+    Earlier,
+    UnitsEarlier,
+    choose,
+    choose_units,
+    reusable_units,
+    reused_text,
+    units_reused_text,
+)
 from simrun.core.states import ACTIVE_TASK_STATES, TaskCounts, next_task_state, run_state
-from simrun.plugins import TaskType, resolve
+from simrun.plugins import TaskType, UnitOutputs, resolve, unit_outputs
 from simrun.resources import resource_key
 from simrun.runstore import RunRow, RunStore, TaskRow
 from simrun.runstore.reads import DoneTask
@@ -52,6 +60,8 @@ __all__ = [
     "link_outputs",
     "reuse_tasks",
     "start_task",
+    "take_units",
+    "unit_reuse",
 ]
 
 log = logging.getLogger(__name__)
@@ -303,7 +313,7 @@ async def advance_run(
             if reused:
                 continue  # their dependents may start (or be reused) in this step
         if batch:
-            started = await start_tasks(store, types, run, batch, now, counter, limits)
+            started = await start_tasks(store, types, run, batch, now, counter, limits, layout)
             budget -= len(batch)
             for name, state in started.items():
                 states[name] = state
@@ -421,9 +431,12 @@ async def start_tasks(
     now: float,
     counter: UnitCounter | None,
     limits: InputLimits,
+    layout: StoreLayout | None = None,
 ) -> dict[str, str]:
     """Start the ``tasks`` of ``run`` whose inputs are done and whose count is known (or
-    fail them), all in one transaction. Returns the new state of each task that moved."""
+    fail them), all in one transaction. Returns the new state of each task that moved.
+    With the store's ``layout``, a splittable task may take some of its units from an
+    earlier run (`unit_reuse`)."""
     counts: dict[str, Counted] = {}
     waiting: list[concurrent.futures.Future[object]] = []
     for task in tasks:
@@ -455,6 +468,14 @@ async def start_tasks(
                 if isinstance(found, Counted):
                     counts[task.name] = found
     in_run = sum(t.units or 0 for t in await store.tasks(run.id))
+    taken: dict[str, tuple[str, list[range]]] = {}
+    if layout is not None:
+        known = {
+            name: c.value
+            for name, c in counts.items()
+            if c.error is None and isinstance(c.value, int) and not isinstance(c.value, bool)
+        }
+        taken = await unit_reuse(store, layout, types, run, tasks, known)
     moved: dict[str, str] = {}
     async with store.transaction() as conn:
         for task in tasks:
@@ -489,12 +510,99 @@ async def start_tasks(
                 )
                 moved[task.name] = "failed"
                 continue
-            await store.start_task(run.id, task.name, units, now, conn=conn)
+            from_run, reused = taken.get(task.name, (None, []))
+            await store.start_task(
+                run.id, task.name, units, now, conn=conn, reused=reused, reused_from=from_run
+            )
             await store.set_task(run.id, task.name, resource_key=key, conn=conn)
             in_run += units
             moved[task.name] = "running"
             log.info("run %s task %s started with %d units", run.id, task.name, units)
+            if from_run is not None and reused:
+                count = sum(len(r) for r in reused)
+                log.info(
+                    "run %s task %s: %s", run.id, task.name, units_reused_text(count, from_run)
+                )
     return moved
+
+
+async def unit_reuse(
+    store: RunStore,
+    layout: StoreLayout,
+    types: Mapping[str, TaskType],
+    run: RunRow,
+    tasks: Sequence[TaskRow],
+    counts: Mapping[str, int],
+) -> dict[str, tuple[str, list[range]]]:
+    """The units the ``tasks`` of ``run`` about to start (``counts``: task → its units)
+    take from an earlier run (`simrun.core.reuse`, reuse per unit), their files already in
+    the task's out directory (`take_units`): task → (the earlier run, the units as ranges).
+    A task that may not reuse, declares no unit outputs, or finds no earlier task with its
+    unit fingerprint takes none."""
+    wanted: dict[str, tuple[TaskRow, UnitOutputs]] = {}
+    for task in tasks:
+        task_type = types.get(task.type)
+        declared = unit_outputs(task_type) if task_type is not None else None
+        if task.reuse and task.unit_fingerprint and declared and counts.get(task.name):
+            wanted[task.name] = (task, declared)
+    if not wanted:
+        return {}
+    done = await store.done_units(
+        sorted({t.unit_fingerprint or "" for t, _ in wanted.values()}), run.id
+    )
+    taken: dict[str, tuple[str, list[range]]] = {}
+    for name, (task, declared) in wanted.items():
+        earlier = choose_units(
+            False,
+            [
+                UnitsEarlier(d.run, d.task, d.finished_s, d.units)
+                for d in done
+                if d.unit_fingerprint == task.unit_fingerprint
+            ],
+        )
+        if earlier is None:
+            continue
+        try:
+            reused = await asyncio.to_thread(
+                take_units,
+                layout.task_out(earlier.run, earlier.task),
+                layout.task_out(run.id, name),
+                declared,
+                counts[name],
+                earlier.units,
+            )
+        except OSError as exc:
+            log.warning(
+                "run %s task %s: could not take units of run %s, they run: %s",
+                run.id,
+                name,
+                earlier.run,
+                exc,
+            )
+            continue
+        if reused:
+            taken[name] = (earlier.run, reused)
+    return taken
+
+
+def take_units(
+    source: Path, target: Path, declared: UnitOutputs, count: int, earlier_units: int
+) -> list[range]:
+    """Give ``target`` (the out directory of a task of ``count`` units) the files of the
+    units of ``source`` (an earlier task's, of ``earlier_units`` units) whose declared
+    files are all there (`simrun.core.reuse.reusable_units`), as hard links (copies where
+    the file system allows none); the units taken, as ranges (blocking I/O)."""
+    shared = min(count, earlier_units)
+    present = [all((source / rel).is_file() for rel in declared.paths(i)) for i in range(shared)]
+    reused = reusable_units(count, earlier_units, present)
+    for part in reused:
+        for i in part:
+            for rel in declared.paths(i):
+                dest = target / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.unlink(missing_ok=True)
+                _link_or_copy(str(source / rel), str(dest))
+    return reused
 
 
 async def start_task(

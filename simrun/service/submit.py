@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from simrun.core.layout import StoreLayout
-from simrun.core.reuse import forced_tasks, rerun_problems, task_fingerprints
+from simrun.core.reuse import forced_tasks, rerun_problems, task_all_fingerprints
 from simrun.plugins import TaskType
 from simrun.runstore import NewRun, NewTask
 from simrun.workflow import InputRef, Problem, Workflow, WorkflowError
@@ -91,7 +91,7 @@ def plan_run(
     deps = doc.dependencies()
     order = doc.order()
     forced = forced_tasks(deps, rerun, reuse)
-    prints = task_fingerprints(
+    prints, unit_prints = task_all_fingerprints(
         order,
         {t.name: (types[t.type], settings_by_task[t.name], t.inputs) for t in doc.tasks},
         sources,
@@ -116,6 +116,7 @@ def plan_run(
                 retry=spec.retry_fields(),
                 fingerprint=prints[name],
                 reuse=name not in forced,
+                unit_fingerprint=unit_prints.get(name),
                 override=(
                     spec.resources.model_dump(exclude_none=True)
                     if spec.resources is not None
