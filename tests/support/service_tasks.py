@@ -9,6 +9,10 @@ indices that have a result file.
 
 ``svc-roomy`` is ``svc-work`` with a larger hint (1 GiB per process).
 
+``svc-parts`` is ``svc-work`` whose units' outputs are declared per index
+(`simrun.plugins.UnitOutputs`: ``unit-<index>.json``, ``units`` only counts them): a later
+run with more or fewer units takes the units an earlier one computed.
+
 ``svc-count`` is splittable without a merge: each computation of a unit appends a line to
 one log when it begins and another when it completes, so tests count both per index.
 """
@@ -20,11 +24,11 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from simrun.plugins import ResourceHint, TaskPaths, TaskType
+from simrun.plugins import ResourceHint, TaskPaths, TaskType, UnitOutputs
 
 MIB = 2**20
 
@@ -115,6 +119,23 @@ ROOMY = _type(
 )
 
 
+class PartsSettings(WorkSettings):
+    """`WorkSettings` whose units write ``unit-<index>.json`` each, whatever ``units``."""
+
+    simrun_unit_outputs: ClassVar[UnitOutputs] = UnitOutputs(
+        files=("unit-{index}.json",), count_settings=("units",)
+    )
+
+
+PARTS = _type(
+    "svc-parts",
+    PartsSettings,
+    "",
+    merge=f"{__name__}:merge",
+    description="svc-work whose units may be reused one by one",
+)
+
+
 class CountSettings(BaseModel):
     """Units that each take ``seconds``."""
 
@@ -154,4 +175,4 @@ COUNT = _type(
     description="units that log when each computation of them begins and ends",
 )
 
-REFS = (f"{__name__}:WORK", f"{__name__}:COUNT", f"{__name__}:ROOMY")
+REFS = (f"{__name__}:WORK", f"{__name__}:COUNT", f"{__name__}:ROOMY", f"{__name__}:PARTS")

@@ -10,12 +10,22 @@ import pytest
 from simrun.core.reuse import (
     Earlier,
     TaskIdentity,
+    UnitsEarlier,
+    UnitStart,
+    all_fingerprints,
+    as_ranges,
     choose,
+    choose_units,
     fingerprints,
     forced_tasks,
     rerun_problems,
+    reusable_units,
     reused_text,
+    unit_fingerprint,
+    unit_start,
+    units_reused_text,
 )
+from simrun.plugins import UnitOutputs
 
 TYPE_A = {"name": "heat", "version": "simrun==0.1.0", "command": None, "image": None}
 TYPE_B = {"name": "report", "version": "simrun==0.1.0", "command": "r {settings}", "image": None}
@@ -136,3 +146,150 @@ def test_rerun_names_must_be_tasks_and_reuse_is_shown_with_its_run() -> None:
     assert "'swep'" in problem
     assert "sweep, summary" in problem
     assert reused_text("20260101-000000-abcdef") == "reused from 20260101-000000-abcdef"
+
+
+# -- reuse per unit ------------------------------------------------------------------------
+
+PARTS = UnitOutputs(files=("part-{index}.json",), count_settings=("units",))
+
+
+def unit_print(
+    settings: dict[str, Any], units: UnitOutputs | None = PARTS, plate: str = "h1"
+) -> str | None:
+    identity = TaskIdentity(TYPE_A, settings, {"plate": "source:plate"}, units)
+    return unit_fingerprint(identity, {"plate": f"source:{plate}"})
+
+
+UNIT_BASE = unit_print({"units": 10, "seed": 1})
+
+
+@pytest.mark.parametrize(
+    ("settings", "units", "plate", "same"),
+    [
+        ({"units": 10, "seed": 1}, PARTS, "h1", True),
+        ({"units": 99, "seed": 1}, PARTS, "h1", True),  # a count setting only counts
+        ({"seed": 1}, PARTS, "h1", True),  # the count setting left out altogether
+        ({"units": 10, "seed": 2}, PARTS, "h1", False),
+        ({"units": 10, "seed": 1, "extra": 0}, PARTS, "h1", False),
+        ({"units": 10, "seed": 1}, PARTS, "h2", False),  # another input
+        ({"units": 10, "seed": 1}, UnitOutputs(("p{index}.json",), ("units",)), "h1", False),
+        ({"units": 10, "seed": 1}, UnitOutputs(("part-{index}.json",)), "h1", False),
+    ],
+)
+def test_a_unit_fingerprint_ignores_only_the_count_settings(
+    settings: dict[str, Any], units: UnitOutputs, plate: str, same: bool
+) -> None:
+    """Two tasks' units are the same per index when the type, inputs and every setting
+    but the declared count settings are equal, and the declared files too."""
+    assert (unit_print(settings, units, plate) == UNIT_BASE) is same
+
+
+def test_a_type_without_unit_outputs_has_no_unit_fingerprint() -> None:
+    """No declaration, no unit fingerprint: its units are never reused one by one; the
+    whole fingerprint still changes with a count setting."""
+    assert unit_print({"units": 10}, None) is None
+    identities = {n: TaskIdentity(TYPE_A, {"units": n}, {}, PARTS) for n in ("a", "b")}
+    identities["b"] = TaskIdentity(TYPE_A, {"units": 11}, {}, PARTS)
+    whole, units = all_fingerprints(["a", "b"], identities, {})
+    assert whole["a"] != whole["b"]
+    assert units["a"] == units["b"]
+
+
+def test_a_unit_fingerprint_follows_the_whole_fingerprint_of_its_upstream() -> None:
+    """A task reading an upstream whose count changed gets another unit fingerprint: the
+    upstream's output may differ."""
+
+    def prints(upstream_units: int) -> str:
+        identities = {
+            "up": TaskIdentity(TYPE_A, {"units": upstream_units}, {}, PARTS),
+            "down": TaskIdentity(TYPE_A, {"units": 3}, {"table": "up.out"}, PARTS),
+        }
+        return all_fingerprints(["up", "down"], identities, {})[1]["down"]
+
+    assert prints(4) == prints(4)
+    assert prints(4) != prints(5)
+
+
+@pytest.mark.parametrize(
+    ("forced", "earlier", "chosen"),
+    [
+        (False, [], None),
+        (True, [UnitsEarlier("r1", "t", 1.0, 5)], None),
+        (False, [UnitsEarlier("r1", "t", 1.0, 0)], None),  # nothing to take
+        (False, [UnitsEarlier("r1", "t", 1.0, 5)], "r1"),
+        (False, [UnitsEarlier("r1", "t", 1.0, 5), UnitsEarlier("r2", "t", 2.0, 3)], "r2"),
+        (False, [UnitsEarlier("r1", "t", 3.0, 5), UnitsEarlier("r2", "t", 2.0, 3)], "r1"),
+    ],
+)
+def test_units_come_from_the_latest_done_task_of_the_unit_fingerprint(
+    forced: bool, earlier: list[UnitsEarlier], chosen: str | None
+) -> None:
+    """A forced task takes no unit; else the latest earlier task with units."""
+    found = choose_units(forced, earlier)
+    assert (found.run if found else None) == chosen
+
+
+@pytest.mark.parametrize(
+    ("count", "earlier_units", "present", "reused"),
+    [
+        (6, 4, [True] * 4, [range(0, 4)]),  # more units: the first four are taken
+        (2, 4, [True] * 2, [range(0, 2)]),  # fewer: those it still has
+        (6, 4, [True, False, True, True], [range(0, 1), range(2, 4)]),  # a file is gone
+        (6, 4, [False] * 4, []),
+        (0, 4, [], []),
+        (3, 0, [], []),
+    ],
+)
+def test_a_unit_is_reused_when_both_tasks_had_it_and_its_files_are_there(
+    count: int, earlier_units: int, present: list[bool], reused: list[range]
+) -> None:
+    """Unit i is taken when i is below both counts and all its files are present."""
+    assert reusable_units(count, earlier_units, present) == reused
+
+
+def test_reusable_units_needs_a_flag_per_shared_unit() -> None:
+    """Fewer presence flags than shared units is a caller's mistake, said at once."""
+    with pytest.raises(ValueError, match="presence flags"):
+        reusable_units(5, 5, [True])
+
+
+@pytest.mark.parametrize(
+    ("count", "reused", "frontier", "pending", "n"),
+    [
+        (10, [], 0, (), 0),
+        (10, [range(0, 4)], 4, (), 4),
+        (10, [range(0, 1), range(2, 4)], 4, (range(1, 2),), 3),
+        (10, [range(3, 5), range(7, 10)], 10, (range(0, 3), range(5, 7)), 5),
+        (4, [range(0, 4)], 4, (), 4),
+    ],
+)
+def test_a_task_that_reuses_units_starts_past_them(
+    count: int, reused: list[range], frontier: int, pending: tuple[range, ...], n: int
+) -> None:
+    """The frontier goes past the last unit reused; the units below it not reused are
+    pending (rows); fresh units stay past the frontier."""
+    assert unit_start(count, reused) == UnitStart(frontier, pending, n)
+
+
+@pytest.mark.parametrize(
+    "reused", [[range(2, 4), range(0, 1)], [range(0, 3), range(2, 4)], [range(8, 11)]]
+)
+def test_unit_start_refuses_ranges_out_of_order_or_past_the_count(reused: list[range]) -> None:
+    """Unsorted, overlapping or too-far ranges are a mistake, said at once."""
+    with pytest.raises(ValueError, match="sorted, disjoint"):
+        unit_start(10, reused)
+
+
+@pytest.mark.parametrize(
+    ("indices", "ranges"),
+    [([], []), ([3], [range(3, 4)]), ([5, 1, 2, 3], [range(1, 4), range(5, 6)])],
+)
+def test_as_ranges(indices: list[int], ranges: list[range]) -> None:
+    """Indices become the fewest runs of consecutive ones, in order."""
+    assert as_ranges(indices) == ranges
+
+
+def test_units_reused_text() -> None:
+    """'N units reused from RUN', singular for one."""
+    assert units_reused_text(3, "r1") == "3 units reused from r1"
+    assert units_reused_text(1, "r1") == "1 unit reused from r1"
