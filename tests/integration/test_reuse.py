@@ -13,6 +13,8 @@ import pytest
 
 from simrun.core.layout import StoreLayout
 from simrun.core.reuse import source_hash
+from simrun.core.states import UnitState
+from simrun.runstore import TaskRow
 from simrun.runstore.reads import done_in_file
 from simrun.service.controller import Controller
 from simrun.workflow import check_workflow, parse_workflow
@@ -166,3 +168,121 @@ async def test_the_dry_run_reads_the_done_tasks_from_the_file(controller: Contro
     found = await done_in_file(StoreLayout(controller.settings.store).db, [sweep])
     assert [(d.run, d.task) for d in found] == [(first, "sweep")]
     assert await done_in_file(controller.settings.store / "nothing.db", [sweep]) == []
+
+
+# -- reuse per unit ------------------------------------------------------------------------
+
+
+#: The states of a unit not done yet (no worker runs: dispatched units stay queued).
+UNDONE: list[UnitState] = ["pending", "queued"]
+
+
+def parts(units: int, seconds: float = 0.0) -> str:
+    """A workflow of one ``svc-parts`` task (its units declared per index)."""
+    task = {"name": "mc", "type": "svc-parts", "settings": {"units": units, "seconds": seconds}}
+    return json.dumps({"tasks": [task]})
+
+
+async def started(c: Controller, run_id: str) -> TaskRow:
+    """The task ``mc`` of ``run_id`` once the controller started it (steps taken)."""
+    for _ in range(20):
+        await c.step()
+        (task,) = await c.store.tasks(run_id)
+        if task.state != "waiting":
+            return task
+    raise AssertionError(f"task mc of {run_id} did not start")
+
+
+async def computed(c: Controller, run_id: str) -> None:
+    """Make task ``mc`` of ``run_id`` done with its unit files, as workers would have."""
+    (task,) = await c.store.tasks(run_id)
+    out = StoreLayout(c.settings.store).task_out(run_id, "mc")
+    out.mkdir(parents=True, exist_ok=True)
+    for i in range(task.units or 0):
+        (out / f"unit-{i}.json").write_text(json.dumps({"run": run_id, "index": i}))
+    (out / "merged.json").write_text("[]")
+    await c.store.set_task(run_id, "mc", state="done", now_s=time.time())
+    await c.store.set_run_state(run_id, "succeeded", "", time.time())
+
+
+async def test_more_units_take_the_units_an_earlier_run_computed(controller: Controller) -> None:
+    """A run with more units than a done one of the same unit fingerprint takes the units
+    both have (their files hard-linked, done as spans, shown as reused) and runs only the
+    others; the merge's output is not taken (the merge runs again)."""
+    first = await submit(controller, parts(4))
+    await started(controller, first)
+    await computed(controller, first)
+    second = await submit(controller, parts(6))
+    task = await started(controller, second)
+    assert (task.state, task.reused_from) == ("running", None)
+    assert (task.units_reused, task.units_reused_from) == (4, first)
+    counts = (await controller.store.counts(second))["mc"]
+    assert (counts.done, counts.pending + counts.queued) == (4, 2)
+    assert [u.index for u in await controller.store.units(second, "mc", UNDONE)] == [4, 5]
+    layout = StoreLayout(controller.settings.store)
+    old, new = layout.task_out(first, "mc"), layout.task_out(second, "mc")
+    for i in range(4):
+        assert (new / f"unit-{i}.json").stat().st_ino == (old / f"unit-{i}.json").stat().st_ino
+    assert not (new / "merged.json").exists()
+    assert not (new / "unit-4.json").exists()
+    done = await controller.store.units(second, "mc", ["done"])
+    assert [u.index for u in done] == [0, 1, 2, 3]
+    assert {u.job_id for u in done} == {f"reused:{first}"}
+
+
+async def test_a_unit_whose_file_is_gone_runs_again(controller: Controller) -> None:
+    """Only the units whose declared files are all still there are taken: a gap becomes a
+    pending unit below the frontier, dispatched like any unit sent back."""
+    first = await submit(controller, parts(4))
+    await started(controller, first)
+    await computed(controller, first)
+    (StoreLayout(controller.settings.store).task_out(first, "mc") / "unit-1.json").unlink()
+    second = await submit(controller, parts(6))
+    task = await started(controller, second)
+    assert task.units_reused == 3
+    undone = await controller.store.units(second, "mc", UNDONE)
+    assert [u.index for u in undone] == [1, 4, 5]
+
+
+async def test_fewer_units_take_them_all_and_merge_again(controller: Controller) -> None:
+    """A run with fewer units takes every one and goes straight to its merge."""
+    first = await submit(controller, parts(4))
+    await started(controller, first)
+    await computed(controller, first)
+    second = await submit(controller, parts(2))
+    task = await started(controller, second)
+    await controller.step()
+    (task,) = await controller.store.tasks(second)
+    assert task.units_reused == 2
+    assert task.state == "merging"
+    assert [u.kind for u in await controller.store.units(second, "mc", UNDONE)] == ["merge"]
+
+
+async def test_another_setting_or_no_reuse_takes_no_unit(controller: Controller) -> None:
+    """A setting other than the count changes the unit fingerprint: nothing is taken; nor
+    with --no-reuse; the same workflow is reused whole, not per unit."""
+    first = await submit(controller, parts(4))
+    await started(controller, first)
+    await computed(controller, first)
+    other = await started(controller, await submit(controller, parts(6, seconds=0.5)))
+    assert other.units_reused == 0
+    forced = await started(controller, await submit(controller, parts(6), reuse=False))
+    assert forced.units_reused == 0
+    whole = await started(controller, await submit(controller, parts(4)))
+    assert (whole.state, whole.reused_from, whole.units_reused) == ("done", first, 0)
+
+
+async def test_a_rerun_of_a_task_that_reused_units_runs_them_all(controller: Controller) -> None:
+    """Running a task again (replay --all) forgets what it reused: every unit runs."""
+    first = await submit(controller, parts(4))
+    await started(controller, first)
+    await computed(controller, first)
+    second = await submit(controller, parts(6))
+    await started(controller, second)
+    jobs = [j.id for j in await controller.store.jobs(second)]
+    await controller.store.release_jobs(jobs, "the test takes them back")
+    await computed(controller, second)
+    await controller.rerun(second, "mc")
+    task = await started(controller, second)
+    assert (task.state, task.units_reused, task.reuse) == ("running", 0, False)
+    assert len(await controller.store.units(second, "mc", UNDONE)) == 6
