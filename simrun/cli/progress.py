@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from simrun.core.eta import pace_rate, task_eta_s
-from simrun.core.reuse import reused_text
+from simrun.core.reuse import reused_text, units_reused_text
 from simrun.core.sizing import is_probing
 from simrun.core.states import ACTIVE_TASK_STATES, ACTIVE_UNIT_STATES, FINISHED_TASK_STATES
 from simrun.core.views import FailureView, RunView, TaskView, running_seconds
@@ -113,6 +113,8 @@ class TaskLine:
     status: str
     eta_guessed: bool = False  # the ETA comes from the pace so far, not from what is learned
     reused_from: str | None = None  # the earlier run whose outputs it took
+    units_reused: int = 0  # units it took from the run units_reused_from (done)
+    units_reused_from: str | None = None
 
 
 def guess_eta(
@@ -137,7 +139,11 @@ def task_line(task: TaskView, now_s: float | None = None) -> TaskLine:
     guessed = False
     learned = task.seconds_per_unit is not None
     if eta is None and not learned and task.state in ACTIVE_TASK_STATES:
-        eta = guess_eta(task.units, task.count("done"), task.count("failed"), task.started_s, now_s)
+        taken = task.units_reused  # done, but not at this pace
+        total = None if task.units is None else task.units - taken
+        eta = guess_eta(
+            total, task.count("done") - taken, task.count("failed"), task.started_s, now_s
+        )
         guessed = eta is not None
     return TaskLine(
         name=task.name,
@@ -155,6 +161,8 @@ def task_line(task: TaskView, now_s: float | None = None) -> TaskLine:
         status=task.status,
         eta_guessed=guessed,
         reused_from=task.reused_from,
+        units_reused=task.units_reused,
+        units_reused_from=task.units_reused_from,
     )
 
 
@@ -163,7 +171,20 @@ def _eta_text(line: TaskLine) -> str:
     return f"~{text}" if line.eta_guessed and not text.startswith("<") else text
 
 
+def _units_reused(line: TaskLine) -> str:
+    """``N units reused from RUN`` of a task that took some units, else empty."""
+    if not line.units_reused or not line.units_reused_from:
+        return ""
+    return units_reused_text(line.units_reused, line.units_reused_from)
+
+
 def _state_text(line: TaskLine) -> str:
+    state = _bare_state_text(line)
+    reused = _units_reused(line)
+    return f"{state} · {reused}" if reused else state
+
+
+def _bare_state_text(line: TaskLine) -> str:
     if line.state == "done" and line.reused_from:
         return reused_text(line.reused_from)
     if line.state == "merging" or (line.merge in ACTIVE_UNIT_STATES and line.state != "done"):
@@ -317,7 +338,10 @@ def summary_rows(run: RunView, now_s: float | None = None) -> list[tuple[str, ..
 def _summary_units(line: TaskLine) -> str:
     if line.reused_from:
         return reused_text(line.reused_from)
-    return "command" if line.command else _units_text(line)
+    if line.command:
+        return "command"
+    reused = _units_reused(line)
+    return f"{_units_text(line)}, {reused}" if reused else _units_text(line)
 
 
 SUMMARY_COLUMNS = ("task", "units", "time", "memory/process", "peak/process", "kills", "outputs")

@@ -65,6 +65,10 @@ class TaskView:
     units_per_s: float | None = None
     #: The run whose outputs it took instead of running (`simrun.core.reuse`).
     reused_from: str | None = None
+    #: How many of its units it took from the run ``units_reused_from`` instead of running
+    #: them (reuse per unit: they count as done).
+    units_reused: int = 0
+    units_reused_from: str | None = None
 
     def count(self, state: str) -> int:
         """Its units in ``state`` (0 when the view does not count them)."""

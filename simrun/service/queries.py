@@ -83,9 +83,15 @@ class ProgressSamples:
         return len(self._runs)
 
     def observe(
-        self, run_id: str, running: bool, counts: Mapping[str, TaskCounts]
+        self,
+        run_id: str,
+        running: bool,
+        counts: Mapping[str, TaskCounts],
+        reused: Mapping[str, int] | None = None,
     ) -> dict[str, ObservedRate]:
-        """Sample a run's tasks now; their observed rates (none once the run ended)."""
+        """Sample a run's tasks now; their observed rates (none once the run ended). The
+        units a task took from an earlier run (``reused``: task → how many) were never
+        computed: they count for no rate."""
         if not running:
             self._runs.pop(run_id, None)
             return {}
@@ -93,7 +99,10 @@ class ProgressSamples:
         self._runs[run_id] = progress
         while len(self._runs) > self.max_runs:
             self._runs.popitem(last=False)
-        finished = {name: c.done + c.failed for name, c in counts.items()}
+        reused = reused or {}
+        finished = {
+            name: max(0, c.done + c.failed - reused.get(name, 0)) for name, c in counts.items()
+        }
         return progress.observe(self.clock.monotonic(), finished)
 
 
@@ -141,8 +150,10 @@ class RunQueries:
             for name in w.queues:
                 processes[name] += w.processes
         counts = await self.store.counts(run_id)
-        observed = self.progress.observe(run_id, row.state == "running", counts)
-        view = run_view(row, await self.store.tasks(run_id), counts, processes, observed)
+        tasks = await self.store.tasks(run_id)
+        reused = {t.name: t.units_reused for t in tasks if t.units_reused}
+        observed = self.progress.observe(run_id, row.state == "running", counts, reused)
+        view = run_view(row, tasks, counts, processes, observed)
         if row.id in self.store.held:  # running, and left alone by this service
             view = dataclasses.replace(view, state=INTERRUPTED)
         return view

@@ -412,3 +412,24 @@ def test_plain_view_prints_state_changes_and_periodic_progress():
         "summary: running (0/1 units)",
         "summary: 0/1 done, 0 running, 0 queued, 0 failed · learning · ETA — · running",
     ]
+
+
+def test_a_task_that_took_units_says_how_many_and_from_which_run():
+    """A task that reused some units (reuse per unit) shows "N units reused from RUN" in
+    its plain line, the live display and the summary; they count as done but not for the
+    pace its ETA is guessed from."""
+    reused = {"units_reused": 8, "units_reused_from": "20250101-000000-aaaaaa"}
+    text = "8 units reused from 20250101-000000-aaaaaa"
+    view = run(task(counts={"done": 12, "queued": 12}, started_s=100.0, **reused))
+    (line,) = plain_lines(view)
+    assert line.endswith(f"· running · {text}")
+    console = Console(width=220, record=True)
+    console.print(render_live(view, 5.0, now_s=1005.0))
+    assert text in console.export_text()
+    done = run(task(state="done", counts={"done": 24}, **reused), state="succeeded")
+    assert summary_rows(done)[0][1] == f"24/24, {text}"
+    # 4 of the 16 it computes done in 12 s: 12 left take 36 s (the 8 reused are no pace).
+    guessed = task_line(task(started_s=100.0, counts={"done": 12}, **reused), now_s=112.0)
+    assert (guessed.eta_s, guessed.eta_guessed) == (36.0, True)
+    plain = task_line(task(started_s=100.0, counts={"done": 12}), now_s=112.0)
+    assert plain.eta_s == 12.0

@@ -196,3 +196,18 @@ def test_progress_samples_keep_running_runs_only():
     assert samples.observe("r1", True, {"a": TaskCounts(pending=2, done=8)}) == {}  # forgotten
     assert samples.observe("r3", False, {}) == {}
     assert len(samples) == 1
+
+
+def test_progress_samples_leave_out_the_units_a_task_reused():
+    """Units a task took from an earlier run (reuse per unit) were never computed: they
+    count for no rate, even when the task's first sample came before it started."""
+    clock = ManualClock(now_s=1000.0)
+    samples = ProgressSamples(clock)
+    samples.observe("r1", True, {"a": TaskCounts(pending=10)})
+    clock.advance(1.0)
+    samples.observe("r1", True, {"a": TaskCounts(pending=90, done=10)}, {"a": 10})
+    clock.advance(1.0)
+    samples.observe("r1", True, {"a": TaskCounts(pending=88, done=12)}, {"a": 10})
+    clock.advance(1.0)
+    rates = samples.observe("r1", True, {"a": TaskCounts(pending=86, done=14)}, {"a": 10})
+    assert rates["a"].units_per_s == 2.0
