@@ -24,23 +24,30 @@ from simrun.cli.progress import format_duration, format_gb, format_rate
 from simrun.core.layout import StoreLayout
 from simrun.core.reuse import (
     Earlier,
+    UnitsEarlier,
     choose,
+    choose_units,
     forced_tasks,
     rerun_problems,
+    reusable_units,
     reused_text,
-    task_fingerprints,
+    task_all_fingerprints,
+    units_reused_text,
 )
 from simrun.core.sizing import WorkerCapacity, queue_name
-from simrun.plugins import ResourceHint, TaskType, count_units
+from simrun.plugins import ResourceHint, TaskType, UnitOutputs, count_units, unit_outputs
 from simrun.resources import ResolvedResources, ResourceKey, ResourceStore, decide, resource_key
-from simrun.runstore.reads import DoneTask, done_in_file
+from simrun.runstore.reads import DoneTask, done_in_file, done_units_in_file
 from simrun.workflow import Problem, ResourceOverride, Workflow, WorkflowError, source_paths
 
 __all__ = [
     "DryRow",
     "Resolver",
+    "ReuseForecast",
+    "UnitSource",
     "print_forecast",
     "reuse_forecast",
+    "reuse_forecasts",
     "store_resolver",
     "summaries_resolver",
     "task_plans",
@@ -62,6 +69,10 @@ class DryRow:
     note: str = ""
     #: The earlier run whose work it reuses (it will not run).
     reused: str | None = None
+    #: How many of its units it would take from the run ``units_from`` (its plan counts
+    #: the others only).
+    units_reused: int = 0
+    units_from: str | None = None
 
 
 #: Resources of a task from its key: (the key, its type's hint, its override).
@@ -113,6 +124,36 @@ def summaries_resolver(summaries: Sequence[Mapping[str, Any]]) -> Resolver:
     return _by_key(from_summary)
 
 
+@dataclass(frozen=True)
+class UnitSource:
+    """Where a task would take units from (reuse per unit): the earlier run, the out
+    directory of its task, how many units it had, and what the type declares."""
+
+    run: str
+    out: Path
+    units: int
+    declared: UnitOutputs
+
+    def reusable(self, count: int) -> list[range]:
+        """The units of a task of ``count`` units it would take now (blocking I/O: the
+        files are looked at, never written)."""
+        shared = min(count, self.units)
+        present = [
+            all((self.out / rel).is_file() for rel in self.declared.paths(i)) for i in range(shared)
+        ]
+        return reusable_units(count, self.units, present)
+
+
+@dataclass(frozen=True)
+class ReuseForecast:
+    """What the tasks of a dry run would reuse: ``whole`` task → the run it takes its
+    outputs from; ``units`` task → where it would take units from (its count decides how
+    many, `task_plans`)."""
+
+    whole: dict[str, str]
+    units: dict[str, UnitSource]
+
+
 async def reuse_forecast(
     prepared: Prepared, types: Mapping[str, TaskType], store: Path
 ) -> dict[str, str]:
@@ -120,17 +161,25 @@ async def reuse_forecast(
     (its ``simrun.db`` read, never written), each with that run: the service's decision
     (`simrun.core.reuse.choose`) on what the store holds now. `WorkflowError` when
     ``--rerun`` names no task; none when a type is not installed here."""
+    return (await reuse_forecasts(prepared, types, store)).whole
+
+
+async def reuse_forecasts(
+    prepared: Prepared, types: Mapping[str, TaskType], store: Path
+) -> ReuseForecast:
+    """`reuse_forecast`, and the tasks that reuse no earlier task whole but could take
+    units of one (`simrun.core.reuse.choose_units`, as the service decides)."""
     doc = prepared.doc
     names = [spec.name for spec in doc.tasks]
     problems = rerun_problems(names, prepared.rerun)
     if problems:
         raise WorkflowError([Problem(("rerun",), why) for why in problems], "workflow")
     if not prepared.reuse or any(spec.type not in types for spec in doc.tasks):
-        return {}
+        return ReuseForecast({}, {})
     layout = StoreLayout(store)
     sources = await asyncio.to_thread(source_paths, doc, prepared.base)
-    prints = await asyncio.to_thread(
-        task_fingerprints,
+    prints, unit_prints = await asyncio.to_thread(
+        task_all_fingerprints,
         doc.order(),
         {t.name: (types[t.type], prepared.settings[t.name], t.inputs) for t in doc.tasks},
         sources,
@@ -149,7 +198,23 @@ async def reuse_forecast(
         run = choose(name in forced, earlier)
         if run is not None:
             found[name] = run
-    return found
+    wanted = {n: u for n, u in unit_prints.items() if n not in found and n not in forced}
+    done_units = await done_units_in_file(layout.db, sorted(set(wanted.values())))
+    units: dict[str, UnitSource] = {}
+    for name, unit_print in wanted.items():
+        declared = unit_outputs(types[doc.task(name).type])
+        chosen = choose_units(
+            False,
+            [
+                UnitsEarlier(d.run, d.task, d.finished_s, d.units)
+                for d in done_units
+                if d.unit_fingerprint == unit_print
+            ],
+        )
+        if chosen is not None and declared is not None:
+            out = layout.task_out(chosen.run, chosen.task)
+            units[name] = UnitSource(chosen.run, out, chosen.units, declared)
+    return ReuseForecast(found, units)
 
 
 async def task_plans(
@@ -157,14 +222,17 @@ async def task_plans(
     types: Mapping[str, TaskType],
     resolve: Resolver,
     reused: Mapping[str, str] | None = None,
+    units_from: Mapping[str, UnitSource] | None = None,
 ) -> list[DryRow]:
     """Each task of ``doc`` in the order it runs, with its units and resources; the units
     of all tasks are counted at once, each in a thread. A task of ``reused`` (task → the
-    run whose work it reuses, `reuse_forecast`) has no plan: it will not run. `WorkflowError`
-    names a task whose ``count_units`` failed."""
+    run whose work it reuses, `reuse_forecast`) has no plan: it will not run; one of
+    ``units_from`` (`reuse_forecasts`) plans the units it would not take only.
+    `WorkflowError` names a task whose ``count_units`` failed."""
     positions = {spec.name: i for i, spec in enumerate(doc.tasks)}
     dependencies = doc.dependencies()
     reused = reused or {}
+    units_from = units_from or {}
 
     async def one(name: str) -> DryRow:
         spec = doc.task(name)
@@ -190,12 +258,15 @@ async def task_plans(
                     ],
                     "dry run",
                 ) from exc
+        taken, source = 0, units_from.get(name)
+        if source is not None and task_type.splittable:
+            taken = sum(len(r) for r in await asyncio.to_thread(source.reusable, units))
         resolved = await resolve(task_type, settings, doc.model, spec.resources)
         plan = TaskPlan(
             name=name,
             type=spec.type,
             kind="chunk" if task_type.splittable else "command",
-            units=units,
+            units=units - taken,
             queue=queue_name(task_type.image, resolved.gpus),
             memory_base_gb=resolved.memory_base_gb,
             memory_per_worker_gb=resolved.memory_per_worker_gb,
@@ -205,9 +276,20 @@ async def task_plans(
             uses_cores=task_type.uses_cores,
             depends=tuple(sorted(d for d in dependencies[name] if d not in reused)),
         )
+        if taken and source is not None:
+            note = units_reused_text(taken, source.run)
+            return DryRow(name, spec.type, plan, note, units_reused=taken, units_from=source.run)
         return DryRow(name, spec.type, plan)
 
     return list(await asyncio.gather(*(one(name) for name in doc.order())))
+
+
+def _units_cell(plan: TaskPlan, row: DryRow) -> str:
+    """The units a task would run (and those it would take, ``+N reused``)."""
+    if plan.kind == "command":
+        return "command"
+    text = "?" if plan.units is None else f"{plan.units:,}"
+    return f"{text} (+{row.units_reused:,} reused)" if row.units_reused else text
 
 
 def _hours(value: float | None) -> str:
@@ -250,7 +332,7 @@ def print_forecast(
             table.add_row(
                 p.name,
                 p.type,
-                "command" if p.kind == "command" else f"{p.units:,}",
+                _units_cell(p, row),
                 queue,
                 format_gb(p.memory_per_worker_gb),
                 p.source,
@@ -266,6 +348,12 @@ def print_forecast(
         out.print(
             f"reused: {', '.join(f'{r.name} (from {r.reused})' for r in reused)}; "
             "the forecast counts the rest (--rerun TASK or --no-reuse to run them)"
+        )
+    partly = [r for r in rows if r.units_reused and r.units_from is not None]
+    if partly:
+        out.print(
+            f"units reused: {', '.join(f'{r.name} ({r.note})' for r in partly)}; "
+            "the forecast counts the units that run and the merge"
         )
     out.print(f"pool: {pool_text}")
     if result is None:

@@ -416,13 +416,13 @@ def run(
     out = console()
     prepared: Prepared | None = None
     if workflow is not None:
-        from simrun.cli.dryrun import print_forecast, reuse_forecast, store_resolver, task_plans
+        from simrun.cli.dryrun import print_forecast, reuse_forecasts, store_resolver, task_plans
 
         prepared = prepare(workflow, types, overrides=overrides, programs=True)
         prepared = replace(prepared, reuse=reuse, rerun=rerun)
-        reused = asyncio.run(reuse_forecast(prepared, types, shown_store))
+        reused = asyncio.run(reuse_forecasts(prepared, types, shown_store))
         rows: list[DryRow] = asyncio.run(
-            task_plans(prepared.doc, types, store_resolver(shown_store), reused)
+            task_plans(prepared.doc, types, store_resolver(shown_store), reused.whole, reused.units)
         )
         name = f" ({prepared.doc.name})" if prepared.doc.name else ""
         model = f", model {prepared.doc.model!r}" if prepared.doc.model else ""

@@ -96,3 +96,33 @@ def test_rerun_of_a_task_that_is_not_there_is_refused(tmp_path: Path) -> None:
     assert "--rerun 'swep': no such task (the tasks: sweep, summary)" in text
     assert "Traceback" not in text
     assert not (tmp_path / "simrun-store" / "runs").exists()
+
+
+PARTS = ("--plugins", "tests.support.service_tasks:PARTS", "--processes", "2")
+
+
+def parts_workflow(path: Path, units: int) -> None:
+    path.write_text(f"tasks:\n  - {{name: mc, type: svc-parts, settings: {{units: {units}}}}}\n")
+
+
+def test_more_units_of_a_type_with_unit_outputs_run_only_the_new_units(tmp_path: Path) -> None:
+    """A type that declares its units' outputs per index (`UnitOutputs`): after a run of 4
+    units, one of 6 takes the first 4 (the dry run plans 2 and says "4 units reused from
+    RUN", the progress and summary too), computes only units 4 and 5, and merges all 6."""
+    wf = tmp_path / "wf.yaml"
+    parts_workflow(wf, 4)
+    first_id = run_id_in(ok(simrun("run", "wf.yaml", *PARTS, cwd=tmp_path)))
+    parts_workflow(wf, 6)
+    text = f"4 units reused from {first_id}"
+    dry = ok(simrun("run", "wf.yaml", "--dry-run", *PARTS, cwd=tmp_path))
+    assert f"units reused: mc ({text})" in dry
+    assert "2 (+4 reused)" in dry
+    second = ok(simrun("run", "wf.yaml", *PARTS, cwd=tmp_path))
+    second_id = run_id_in(second)
+    assert second.split("submitted")[1].count(text) >= 2  # progress and summary
+    out = tmp_path / "simrun-store" / "runs" / second_id / "mc" / "out"
+    assert sorted(p.name for p in out.glob("calls-*.log")) == ["calls-4.log", "calls-5.log"]
+    assert sorted(p.name for p in out.glob("unit-*.json")) == [f"unit-{i}.json" for i in range(6)]
+    assert (out / "merged.json").read_text() == "[0, 1, 2, 3, 4, 5]"
+    status = ok(simrun("status", second_id, cwd=tmp_path))
+    assert text in status
