@@ -215,6 +215,7 @@ def type_lines(t: TaskType) -> list[str]:
         "uses the cores of its pod" if t.uses_cores else "",
         f"image: {t.image}" if t.image else "",
         "checkpoints" if t.checkpoints else "",
+        _unit_outputs_trait(t),
     ]
     lines = [
         f"{t.name:<12} {kind:<10} {t.description}",
@@ -231,6 +232,17 @@ def type_lines(t: TaskType) -> list[str]:
         kind = _schema_type(props.get(info.alias or name, {}), schema.get("$defs", {}))
         lines.append(f"{'':<14}{name}: {kind} {default}")
     return lines
+
+
+def _unit_outputs_trait(t: TaskType) -> str:
+    """``units reused one by one (...)`` of a type declaring `UnitOutputs`, else empty."""
+    from simrun.plugins import unit_outputs
+
+    declared = unit_outputs(t)
+    if declared is None:
+        return ""
+    counted = ", ".join(declared.count_settings) or "none"
+    return f"units reused one by one ({', '.join(declared.files)}; count settings: {counted})"
 
 
 _JSON_TYPES = {"integer": "int", "number": "float", "string": "str", "boolean": "bool"}

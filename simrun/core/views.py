@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from simrun.plugins import TaskType
+from simrun.plugins import TaskType, unit_outputs
 
 __all__ = [
     "FailureView",
@@ -167,7 +167,9 @@ def parse_failures(data: Any) -> list[FailureView]:
 
 def type_info(task_type: TaskType) -> dict[str, Any]:
     """What a client knows of a task type (``GET /types``, ``simrun types --json``, the
-    Editor's palette): its ports, hint, traits and settings schema."""
+    Editor's palette): its ports, hint, traits and settings schema; ``unit_outputs``: what
+    it declares for reuse per unit (`simrun.plugins.UnitOutputs`), None if nothing."""
+    declared = unit_outputs(task_type)
     return {
         "name": task_type.name,
         "description": task_type.description,
@@ -179,5 +181,6 @@ def type_info(task_type: TaskType) -> dict[str, Any]:
         "uses_cores": task_type.uses_cores,
         "image": task_type.image,
         "checkpoints": task_type.checkpoints,
+        "unit_outputs": None if declared is None else asdict(declared),
         "settings_schema": task_type.settings.model_json_schema(),
     }

@@ -70,3 +70,20 @@ def test_a_bad_declaration_is_refused_at_load(declared: Any, splittable: bool, s
     assert len(problems) == 1, problems
     assert "settings Settings.simrun_unit_outputs" in problems[0]
     assert says in problems[0]
+
+
+def test_simrun_types_tells_a_type_reused_per_unit() -> None:
+    """`simrun types` prints the declaration as a trait, and `--json` carries it (None for
+    a type without one)."""
+    from simrun.cli.group import type_lines
+    from simrun.core.views import type_info
+
+    task_type = declaring(UnitOutputs(("part-{index}.npy",), ("units",)))
+    assert "units reused one by one (part-{index}.npy; count settings: units)" in "\n".join(
+        type_lines(task_type)
+    )
+    assert type_info(task_type)["unit_outputs"] == {
+        "files": ("part-{index}.npy",),
+        "count_settings": ("units",),
+    }
+    assert type_info(declaring(None))["unit_outputs"] is None
