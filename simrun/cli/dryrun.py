@@ -147,11 +147,11 @@ class UnitSource:
 @dataclass(frozen=True)
 class ReuseForecast:
     """What the tasks of a dry run would reuse: ``whole`` task → the run it takes its
-    outputs from; ``units`` task → where it would take units from (its count decides how
-    many, `task_plans`)."""
+    outputs from; ``units`` task → where it could take units from, to try in order (its
+    count decides how many, `task_plans`)."""
 
     whole: dict[str, str]
-    units: dict[str, UnitSource]
+    units: dict[str, tuple[UnitSource, ...]]
 
 
 async def reuse_forecast(
@@ -200,10 +200,10 @@ async def reuse_forecasts(
             found[name] = run
     wanted = {n: u for n, u in unit_prints.items() if n not in found and n not in forced}
     done_units = await done_units_in_file(layout.db, sorted(set(wanted.values())))
-    units: dict[str, UnitSource] = {}
+    units: dict[str, tuple[UnitSource, ...]] = {}
     for name, unit_print in wanted.items():
         declared = unit_outputs(types[doc.task(name).type])
-        chosen = choose_units(
+        earlier_units = choose_units(
             False,
             [
                 UnitsEarlier(d.run, d.task, d.finished_s, d.units)
@@ -211,9 +211,11 @@ async def reuse_forecasts(
                 if d.unit_fingerprint == unit_print
             ],
         )
-        if chosen is not None and declared is not None:
-            out = layout.task_out(chosen.run, chosen.task)
-            units[name] = UnitSource(chosen.run, out, chosen.units, declared)
+        if earlier_units and declared is not None:
+            units[name] = tuple(
+                UnitSource(e.run, layout.task_out(e.run, e.task), e.units, declared)
+                for e in earlier_units
+            )
     return ReuseForecast(found, units)
 
 
@@ -222,7 +224,7 @@ async def task_plans(
     types: Mapping[str, TaskType],
     resolve: Resolver,
     reused: Mapping[str, str] | None = None,
-    units_from: Mapping[str, UnitSource] | None = None,
+    units_from: Mapping[str, Sequence[UnitSource]] | None = None,
 ) -> list[DryRow]:
     """Each task of ``doc`` in the order it runs, with its units and resources; the units
     of all tasks are counted at once, each in a thread. A task of ``reused`` (task → the
@@ -258,9 +260,12 @@ async def task_plans(
                     ],
                     "dry run",
                 ) from exc
-        taken, source = 0, units_from.get(name)
-        if source is not None and task_type.splittable:
-            taken = sum(len(r) for r in await asyncio.to_thread(source.reusable, units))
+        taken, source = 0, None
+        for candidate in units_from.get(name, ()) if task_type.splittable else ():
+            taken = sum(len(r) for r in await asyncio.to_thread(candidate.reusable, units))
+            if taken:
+                source = candidate
+                break
         resolved = await resolve(task_type, settings, doc.model, spec.resources)
         plan = TaskPlan(
             name=name,

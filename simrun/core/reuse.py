@@ -23,8 +23,9 @@ that change only how many units there are) and with its declared unit files: two
 one unit fingerprint compute the same files for the same index, since a unit's outputs
 depend on the settings and the index only (the spec of ``compute_unit``). Unit ``i`` of a
 starting task is reused from the latest done task of an earlier run with its unit
-fingerprint when that task had unit ``i`` and every declared file of ``i`` is still in its
-out directory; the other units run, and the merge runs again. A forced task reuses no unit.
+fingerprint (the next latest when none of its files are left) when that task had unit
+``i`` and every declared file of ``i`` is still in its out directory; the other units run,
+and the merge runs again. A forced task reuses no unit.
 """
 
 from __future__ import annotations
@@ -231,13 +232,21 @@ class UnitsEarlier:
     units: int
 
 
-def choose_units(forced: bool, earlier: Sequence[UnitsEarlier]) -> UnitsEarlier | None:
-    """The earlier task whose units a task may take: None when it is forced or there is
-    none with units; else the one that finished last."""
+#: Earlier tasks of a unit fingerprint looked at for units, latest first: the first that
+#: still has files of some unit gives them (an earlier run deleted by hand is skipped).
+UNIT_SOURCES = 3
+
+
+def choose_units(forced: bool, earlier: Sequence[UnitsEarlier]) -> list[UnitsEarlier]:
+    """The earlier tasks whose units a task may take, the one to try first first (the
+    latest done), at most `UNIT_SOURCES`: none when it is forced; tasks without units are
+    left out. A task takes the units of the first one that still has some (all from one
+    run: `reusable_units`)."""
+    if forced:
+        return []
     candidates = [e for e in earlier if e.units > 0]
-    if forced or not candidates:
-        return None
-    return max(candidates, key=lambda e: (e.finished_s, e.run, e.task))
+    candidates.sort(key=lambda e: (e.finished_s, e.run, e.task), reverse=True)
+    return candidates[:UNIT_SOURCES]
 
 
 def as_ranges(indices: Collection[int]) -> list[range]:

@@ -552,7 +552,7 @@ async def unit_reuse(
     )
     taken: dict[str, tuple[str, list[range]]] = {}
     for name, (task, declared) in wanted.items():
-        earlier = choose_units(
+        sources = choose_units(
             False,
             [
                 UnitsEarlier(d.run, d.task, d.finished_s, d.units)
@@ -560,28 +560,28 @@ async def unit_reuse(
                 if d.unit_fingerprint == task.unit_fingerprint
             ],
         )
-        if earlier is None:
-            continue
-        try:
-            reused = await asyncio.to_thread(
-                take_units,
-                layout.task_out(earlier.run, earlier.task),
-                layout.task_out(run.id, name),
-                declared,
-                counts[name],
-                earlier.units,
-            )
-        except OSError as exc:
-            log.warning(
-                "run %s task %s: could not take units of run %s, they run: %s",
-                run.id,
-                name,
-                earlier.run,
-                exc,
-            )
-            continue
-        if reused:
-            taken[name] = (earlier.run, reused)
+        for earlier in sources:
+            try:
+                reused = await asyncio.to_thread(
+                    take_units,
+                    layout.task_out(earlier.run, earlier.task),
+                    layout.task_out(run.id, name),
+                    declared,
+                    counts[name],
+                    earlier.units,
+                )
+            except OSError as exc:
+                log.warning(
+                    "run %s task %s: could not take units of run %s, they run: %s",
+                    run.id,
+                    name,
+                    earlier.run,
+                    exc,
+                )
+                break
+            if reused:
+                taken[name] = (earlier.run, reused)
+                break
     return taken
 
 

@@ -6,6 +6,7 @@ it runs, and what the dry run reads from the file."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -198,8 +199,10 @@ async def computed(c: Controller, run_id: str) -> None:
     (task,) = await c.store.tasks(run_id)
     out = StoreLayout(c.settings.store).task_out(run_id, "mc")
     out.mkdir(parents=True, exist_ok=True)
-    for i in range(task.units or 0):
-        (out / f"unit-{i}.json").write_text(json.dumps({"run": run_id, "index": i}))
+    for i in range(task.units or 0):  # atomically, as the spec asks: a linked file is kept
+        tmp = out / f".unit-{i}.tmp"
+        tmp.write_text(json.dumps({"run": run_id, "index": i}))
+        tmp.replace(out / f"unit-{i}.json")
     (out / "merged.json").write_text("[]")
     await c.store.set_task(run_id, "mc", state="done", now_s=time.time())
     await c.store.set_run_state(run_id, "succeeded", "", time.time())
@@ -286,3 +289,22 @@ async def test_a_rerun_of_a_task_that_reused_units_runs_them_all(controller: Con
     task = await started(controller, second)
     assert (task.state, task.units_reused, task.reuse) == ("running", 0, False)
     assert len(await controller.store.units(second, "mc", UNDONE)) == 6
+
+
+async def test_an_earlier_run_whose_files_are_gone_gives_way_to_the_one_before(
+    controller: Controller,
+) -> None:
+    """The latest earlier task of the unit fingerprint is tried first; when none of its
+    unit files are left (its run deleted by hand), the one before gives its units."""
+    first = await submit(controller, parts(4))
+    await started(controller, first)
+    await computed(controller, first)
+    second = await submit(controller, parts(5))
+    await started(controller, second)
+    jobs = [j.id for j in await controller.store.jobs(second)]
+    await controller.store.release_jobs(jobs, "the test takes them back")
+    await computed(controller, second)
+    layout = StoreLayout(controller.settings.store)
+    shutil.rmtree(layout.task_out(second, "mc"))
+    third = await started(controller, await submit(controller, parts(6)))
+    assert (third.units_reused, third.units_reused_from) == (4, first)

@@ -210,23 +210,26 @@ def test_a_unit_fingerprint_follows_the_whole_fingerprint_of_its_upstream() -> N
     assert prints(4) != prints(5)
 
 
+E1, E2, E3, E4 = (UnitsEarlier(f"r{i}", "t", float(i), 5) for i in (1, 2, 3, 4))
+
+
 @pytest.mark.parametrize(
     ("forced", "earlier", "chosen"),
     [
-        (False, [], None),
-        (True, [UnitsEarlier("r1", "t", 1.0, 5)], None),
-        (False, [UnitsEarlier("r1", "t", 1.0, 0)], None),  # nothing to take
-        (False, [UnitsEarlier("r1", "t", 1.0, 5)], "r1"),
-        (False, [UnitsEarlier("r1", "t", 1.0, 5), UnitsEarlier("r2", "t", 2.0, 3)], "r2"),
-        (False, [UnitsEarlier("r1", "t", 3.0, 5), UnitsEarlier("r2", "t", 2.0, 3)], "r1"),
+        (False, [], []),
+        (True, [E1], []),
+        (False, [UnitsEarlier("r0", "t", 9.0, 0)], []),  # nothing to take
+        (False, [E1], ["r1"]),
+        (False, [E1, E2], ["r2", "r1"]),
+        (False, [E2, E1, E4, E3], ["r4", "r3", "r2"]),  # at most UNIT_SOURCES, latest first
     ],
 )
 def test_units_come_from_the_latest_done_task_of_the_unit_fingerprint(
-    forced: bool, earlier: list[UnitsEarlier], chosen: str | None
+    forced: bool, earlier: list[UnitsEarlier], chosen: list[str]
 ) -> None:
-    """A forced task takes no unit; else the latest earlier task with units."""
-    found = choose_units(forced, earlier)
-    assert (found.run if found else None) == chosen
+    """A forced task takes no unit; else the earlier tasks with units are tried latest
+    first (the next one when none of its files are left), a few at most."""
+    assert [e.run for e in choose_units(forced, earlier)] == chosen
 
 
 @pytest.mark.parametrize(
