@@ -108,7 +108,8 @@ def parts_workflow(path: Path, units: int) -> None:
 def test_more_units_of_a_type_with_unit_outputs_run_only_the_new_units(tmp_path: Path) -> None:
     """A type that declares its units' outputs per index (`UnitOutputs`): after a run of 4
     units, one of 6 takes the first 4 (the dry run plans 2 and says "4 units reused from
-    RUN", the progress and summary too), computes only units 4 and 5, and merges all 6."""
+    RUN", the progress and summary too), computes only units 4 and 5, and merges all 6.
+    A unit whose file was deleted since runs again in the next run, with the new one."""
     wf = tmp_path / "wf.yaml"
     parts_workflow(wf, 4)
     first_id = run_id_in(ok(simrun("run", "wf.yaml", *PARTS, cwd=tmp_path)))
@@ -126,3 +127,10 @@ def test_more_units_of_a_type_with_unit_outputs_run_only_the_new_units(tmp_path:
     assert (out / "merged.json").read_text() == "[0, 1, 2, 3, 4, 5]"
     status = ok(simrun("status", second_id, cwd=tmp_path))
     assert text in status
+    # A unit whose file is gone runs again with the new ones: a gap below the frontier.
+    (out / "unit-2.json").unlink()
+    parts_workflow(wf, 7)
+    third_id = run_id_in(ok(simrun("run", "wf.yaml", *PARTS, cwd=tmp_path)))
+    out = tmp_path / "simrun-store" / "runs" / third_id / "mc" / "out"
+    assert sorted(p.name for p in out.glob("calls-*.log")) == ["calls-2.log", "calls-6.log"]
+    assert (out / "merged.json").read_text() == "[0, 1, 2, 3, 4, 5, 6]"
