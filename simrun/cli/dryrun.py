@@ -25,19 +25,25 @@ from simrun.core.layout import StoreLayout
 from simrun.core.reuse import (
     Earlier,
     UnitsEarlier,
+    best_units,
     choose,
     choose_units,
     forced_tasks,
     rerun_problems,
-    reusable_units,
     reused_text,
     task_all_fingerprints,
+    units_present,
     units_reused_text,
 )
 from simrun.core.sizing import WorkerCapacity, queue_name
 from simrun.plugins import ResourceHint, TaskType, UnitOutputs, count_units, unit_outputs
 from simrun.resources import ResolvedResources, ResourceKey, ResourceStore, decide, resource_key
-from simrun.runstore.reads import DoneTask, done_in_file, done_units_in_file
+from simrun.runstore.reads import (
+    DoneTask,
+    done_in_file,
+    done_ranges_in_file,
+    done_units_in_file,
+)
 from simrun.workflow import Problem, ResourceOverride, Workflow, WorkflowError, source_paths
 
 __all__ = [
@@ -126,22 +132,20 @@ def summaries_resolver(summaries: Sequence[Mapping[str, Any]]) -> Resolver:
 
 @dataclass(frozen=True)
 class UnitSource:
-    """Where a task would take units from (reuse per unit): the earlier run, the out
-    directory of its task, how many units it had, and what the type declares."""
+    """Where a task could take units from (reuse per unit): the earlier run, the out
+    directory of its task, how many units it had, what the type declares, and the units
+    done there (None: all, a done task)."""
 
     run: str
     out: Path
     units: int
     declared: UnitOutputs
+    done: tuple[range, ...] | None = None
 
     def reusable(self, count: int) -> list[range]:
-        """The units of a task of ``count`` units it would take now (blocking I/O: the
-        files are looked at, never written)."""
-        shared = min(count, self.units)
-        present = [
-            all((self.out / rel).is_file() for rel in self.declared.paths(i)) for i in range(shared)
-        ]
-        return reusable_units(count, self.units, present)
+        """The units of a task of ``count`` units it would take now
+        (`simrun.core.reuse.units_present`: blocking I/O, nothing written)."""
+        return units_present(self.out, self.declared, count, self.units, self.done)
 
 
 @dataclass(frozen=True)
@@ -206,15 +210,25 @@ async def reuse_forecasts(
         earlier_units = choose_units(
             False,
             [
-                UnitsEarlier(d.run, d.task, d.finished_s, d.units)
+                UnitsEarlier(d.run, d.task, d.finished_s, d.units, d.state == "done")
                 for d in done_units
                 if d.unit_fingerprint == unit_print
             ],
         )
         if earlier_units and declared is not None:
             units[name] = tuple(
-                UnitSource(e.run, layout.task_out(e.run, e.task), e.units, declared)
-                for e in earlier_units
+                [
+                    UnitSource(
+                        e.run,
+                        layout.task_out(e.run, e.task),
+                        e.units,
+                        declared,
+                        None
+                        if e.done
+                        else tuple(await done_ranges_in_file(layout.db, e.run, e.task)),
+                    )
+                    for e in earlier_units
+                ]
             )
     return ReuseForecast(found, units)
 
@@ -261,11 +275,11 @@ async def task_plans(
                     "dry run",
                 ) from exc
         taken, source = 0, None
-        for candidate in units_from.get(name, ()) if task_type.splittable else ():
-            taken = sum(len(r) for r in await asyncio.to_thread(candidate.reusable, units))
-            if taken:
-                source = candidate
-                break
+        if task_type.splittable and units_from.get(name):
+            options = [(c, await asyncio.to_thread(c.reusable, units)) for c in units_from[name]]
+            best = best_units(options)
+            if best is not None:
+                source, taken = best[0], sum(len(r) for r in best[1])
         resolved = await resolve(task_type, settings, doc.model, spec.resources)
         plan = TaskPlan(
             name=name,

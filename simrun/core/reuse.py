@@ -1,6 +1,6 @@
 """Reuse of unchanged work across the runs of a store: the fingerprint of a task, which
-tasks are forced to run, and which earlier run a task reuses. Pure but for `source_hash`
-and `type_version` (they read files and installed distributions).
+tasks are forced to run, and which earlier run a task reuses. Pure but for `source_hash`,
+`type_version` and `units_present` (they read files and installed distributions).
 
 A task's **fingerprint** is a SHA-256 of the canonical JSON of: its type (name, version of
 the distributions its code comes from, command template, image), its validated settings,
@@ -22,10 +22,11 @@ type): a task that reuses no earlier task whole may still take units one by one.
 that change only how many units there are) and with its declared unit files: two tasks of
 one unit fingerprint compute the same files for the same index, since a unit's outputs
 depend on the settings and the index only (the spec of ``compute_unit``). Unit ``i`` of a
-starting task is reused from the latest done task of an earlier run with its unit
-fingerprint (the next latest when none of its files are left) when that task had unit
-``i`` and every declared file of ``i`` is still in its out directory; the other units run,
-and the merge runs again. A forced task reuses no unit.
+starting task is reused from a finished task of an earlier run with its unit fingerprint
+(done, or failed or cancelled: a unit done there is as good) when unit ``i`` was done there
+and every declared file of ``i`` is still in its out directory; of the latest few such
+tasks, the one that gives the most units. The other units run, and the merge runs again. A
+forced task reuses no unit.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from simrun.plugins import REFERENCE_FIELDS, TaskType, UnitOutputs, unit_outputs
 
@@ -47,12 +48,15 @@ __all__ = [
     "UnitsEarlier",
     "all_fingerprints",
     "as_ranges",
+    "best_units",
     "choose",
     "choose_units",
+    "covered",
     "fingerprint",
     "fingerprints",
     "forced_tasks",
     "identities",
+    "merge_ranges",
     "rerun_problems",
     "reusable_units",
     "reused_text",
@@ -63,8 +67,11 @@ __all__ = [
     "type_version",
     "unit_fingerprint",
     "unit_start",
+    "units_present",
     "units_reused_text",
 ]
+
+T = TypeVar("T")
 
 #: Part of every fingerprint: a change of the rule changes every fingerprint (no reuse of
 #: work fingerprinted the old way).
@@ -223,30 +230,64 @@ def units_reused_text(count: int, run: str) -> str:
 
 @dataclass(frozen=True)
 class UnitsEarlier:
-    """A done task of an earlier run with the same unit fingerprint: its run and task, when
-    it finished, and how many units it had."""
+    """A finished task of an earlier run with the same unit fingerprint: its run and task,
+    when it finished, how many units it had, and whether it was done (all its units done;
+    else it failed or was cancelled, and only its done units may be taken)."""
 
     run: str
     task: str
     finished_s: float
     units: int
+    done: bool = True
 
 
-#: Earlier tasks of a unit fingerprint looked at for units, latest first: the first that
-#: still has files of some unit gives them (an earlier run deleted by hand is skipped).
+#: Earlier tasks of a unit fingerprint looked at for units, latest first; the one that
+#: gives the most wins (an earlier run deleted by hand gives none).
 UNIT_SOURCES = 3
 
 
 def choose_units(forced: bool, earlier: Sequence[UnitsEarlier]) -> list[UnitsEarlier]:
-    """The earlier tasks whose units a task may take, the one to try first first (the
-    latest done), at most `UNIT_SOURCES`: none when it is forced; tasks without units are
-    left out. A task takes the units of the first one that still has some (all from one
-    run: `reusable_units`)."""
+    """The earlier tasks whose units a task may take, latest first, at most
+    `UNIT_SOURCES`: none when it is forced; tasks without units are left out. The task
+    takes the units of one of them (`best_units`)."""
     if forced:
         return []
     candidates = [e for e in earlier if e.units > 0]
     candidates.sort(key=lambda e: (e.finished_s, e.run, e.task), reverse=True)
     return candidates[:UNIT_SOURCES]
+
+
+def best_units(options: Sequence[tuple[T, Sequence[range]]]) -> tuple[T, list[range]] | None:
+    """Of the earlier tasks (in `choose_units`'s order) and the units each would give
+    (`reusable_units`), the one that gives the most (the first of those that give as many);
+    None when none gives any."""
+    best: tuple[T, list[range]] | None = None
+    most = 0
+    for earlier, ranges in options:
+        count = sum(len(r) for r in ranges)
+        if count > most:
+            best, most = (earlier, list(ranges)), count
+    return best
+
+
+def merge_ranges(ranges: Iterable[range]) -> list[range]:
+    """The union of ``ranges`` (step 1) as sorted, disjoint ranges, adjacent ones joined."""
+    out: list[range] = []
+    for part in sorted((r for r in ranges if r), key=lambda r: r.start):
+        if out and part.start <= out[-1].stop:
+            out[-1] = range(out[-1].start, max(out[-1].stop, part.stop))
+        else:
+            out.append(part)
+    return out
+
+
+def covered(ranges: Sequence[range], size: int) -> list[bool]:
+    """For each index below ``size``, whether one of ``ranges`` holds it."""
+    flags = [False] * size
+    for part in ranges:
+        for i in range(max(part.start, 0), min(part.stop, size)):
+            flags[i] = True
+    return flags
 
 
 def as_ranges(indices: Collection[int]) -> list[range]:
@@ -262,12 +303,33 @@ def as_ranges(indices: Collection[int]) -> list[range]:
 
 def reusable_units(count: int, earlier_units: int, present: Sequence[bool]) -> list[range]:
     """The units of a task of ``count`` units it takes from an earlier task of
-    ``earlier_units`` units with its unit fingerprint, as ranges: each index both had whose
-    files are all still there (``present[i]``, for the indices below both counts)."""
+    ``earlier_units`` units with its unit fingerprint, as ranges: each index both had that
+    was done there and whose files are all still there (``present[i]``, for the indices
+    below both counts)."""
     shared = min(count, earlier_units)
     if len(present) < shared:
         raise ValueError(f"reusable_units: {len(present)} presence flags for {shared} units")
     return as_ranges([i for i in range(shared) if present[i]])
+
+
+def units_present(
+    source: Path,
+    declared: UnitOutputs,
+    count: int,
+    earlier_units: int,
+    done: Sequence[range] | None = None,
+) -> list[range]:
+    """The units a task of ``count`` units would take from the out directory ``source`` of
+    an earlier task of ``earlier_units`` units (`reusable_units`): those done there
+    (``done``; None: all, a done task) whose declared files are all there (blocking I/O:
+    the files are looked at, never written)."""
+    shared = min(count, earlier_units)
+    was_done = covered(done, shared) if done is not None else [True] * shared
+    present = [
+        was_done[i] and all((source / rel).is_file() for rel in declared.paths(i))
+        for i in range(shared)
+    ]
+    return reusable_units(count, earlier_units, present)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from typing import Any
 import aiosqlite
 
 from simrun import db
-from simrun.core.states import TaskCounts, UnitKind, UnitRow, UnitState
+from simrun.core.reuse import merge_ranges
+from simrun.core.states import FINISHED_TASK_STATES, TaskCounts, UnitKind, UnitRow, UnitState
 from simrun.runstore.rows import (
     JobRow,
     RunRow,
@@ -37,6 +38,7 @@ from simrun.runstore.schema import (
     SPAN_COLUMNS,
     TASK_COLUMNS,
     UNIT_COLUMNS,
+    sql_list,
 )
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "RunReads",
     "chunks",
     "done_in_file",
+    "done_ranges_in_file",
     "done_units_in_file",
     "marks",
 ]
@@ -102,28 +105,41 @@ async def done_in_file(path: Path, fingerprints: Sequence[str]) -> list[DoneTask
 
 @dataclass(frozen=True)
 class DoneUnits:
-    """A done splittable task of some run with a given unit fingerprint, and its units
-    (`simrun.core.reuse`, reuse per unit)."""
+    """A finished splittable task of some run with a given unit fingerprint (done, failed
+    or cancelled), and its units (`simrun.core.reuse`, reuse per unit)."""
 
     unit_fingerprint: str
     run: str
     task: str
     finished_s: float
     units: int
+    state: str
 
 
 def _done_units_sql(n: int) -> str:
     return (
-        "SELECT unit_fingerprint, run_id, name, finished_s, units FROM tasks"
-        f" WHERE state = 'done' AND unit_fingerprint IN ({marks(n)})"
+        "SELECT unit_fingerprint, run_id, name, finished_s, units, state FROM tasks"
+        f" WHERE state IN {sql_list(FINISHED_TASK_STATES)} AND unit_fingerprint IN ({marks(n)})"
         " AND finished_s IS NOT NULL AND units IS NOT NULL ORDER BY finished_s DESC"
     )
 
 
+#: The done chunk units of a task (``?`` twice: run and task): rows and spans, as ranges.
+DONE_RANGES_SQL = (
+    "SELECT idx, idx FROM units WHERE run_id = ? AND task = ? AND kind = 'chunk'"
+    " AND state = 'done'"
+    " UNION ALL SELECT first_idx, last_idx FROM spans WHERE run_id = ? AND task = ?"
+)
+
+
+def _ranges_of(rows: Sequence[Any]) -> list[range]:
+    return merge_ranges(range(int(first), int(last) + 1) for first, last in rows)
+
+
 async def done_units_in_file(path: Path, unit_prints: Sequence[str]) -> list[DoneUnits]:
-    """The done tasks with one of ``unit_prints`` in the store file ``path``, latest first,
-    read without writing (the dry run's forecast): none when the file is not there or is
-    older than unit fingerprints."""
+    """The finished tasks with one of ``unit_prints`` in the store file ``path``, latest
+    first, read without writing (the dry run's forecast): none when the file is not there
+    or is older than unit fingerprints."""
     if not unit_prints or not await asyncio.to_thread(path.is_file):
         return []
     found: list[DoneUnits] = []
@@ -137,6 +153,14 @@ async def done_units_in_file(path: Path, unit_prints: Sequence[str]) -> list[Don
                 raise
             found += [DoneUnits(*r) for r in rows]
     return found
+
+
+async def done_ranges_in_file(path: Path, run_id: str, task: str) -> list[range]:
+    """The done chunk units of a task in the store file ``path`` (read without writing),
+    as sorted, disjoint ranges."""
+    async with db.session(path) as conn:
+        rows = await conn.execute_fetchall(DONE_RANGES_SQL, (run_id, task) * 2)
+    return _ranges_of(list(rows))
 
 
 #: The last time anything of a run (``?`` four times) was recorded.
@@ -222,13 +246,17 @@ class RunReads:
         return found
 
     async def done_units(self, unit_prints: Sequence[str], other_than: str) -> list[DoneUnits]:
-        """The done tasks with one of ``unit_prints`` of runs other than ``other_than``,
-        latest first (reuse per unit)."""
+        """The finished tasks with one of ``unit_prints`` of runs other than
+        ``other_than``, latest first (reuse per unit)."""
         found: list[DoneUnits] = []
         for part in chunks(list(unit_prints)):
             rows = await self._fetch(_done_units_sql(len(part)), tuple(part))
             found += [DoneUnits(*r) for r in rows if r[1] != other_than]
         return found
+
+    async def done_ranges(self, run_id: str, task: str) -> list[range]:
+        """The done chunk units of a task (rows and spans), as sorted, disjoint ranges."""
+        return _ranges_of(await self._fetch(DONE_RANGES_SQL, (run_id, task) * 2))
 
     async def tasks(self, run_id: str) -> list[TaskRow]:
         """The tasks of a run in topological order."""

@@ -217,9 +217,9 @@ MIGRATIONS: tuple[db.Migration, ...] = (
             # How many of its units it took from the run units_reused_from (spans of their own).
             "ALTER TABLE tasks ADD COLUMN units_reused INTEGER NOT NULL DEFAULT 0",
             "ALTER TABLE tasks ADD COLUMN units_reused_from TEXT",
-            # The done tasks of a unit fingerprint, latest first.
+            # The finished tasks of a unit fingerprint (done, failed or cancelled).
             "CREATE INDEX tasks_by_unit_fingerprint ON tasks (unit_fingerprint, finished_s)"
-            " WHERE state = 'done' AND unit_fingerprint IS NOT NULL",
+            " WHERE unit_fingerprint IS NOT NULL",
         ),
     ),
 )

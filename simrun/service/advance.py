@@ -37,10 +37,11 @@ from simrun.core.layout import StoreLayout
 from simrun.core.reuse import (
     Earlier,
     UnitsEarlier,
+    best_units,
     choose,
     choose_units,
-    reusable_units,
     reused_text,
+    units_present,
     units_reused_text,
 )
 from simrun.core.states import ACTIVE_TASK_STATES, TaskCounts, next_task_state, run_state
@@ -58,9 +59,9 @@ __all__ = [
     "advance_run",
     "failure_message",
     "link_outputs",
+    "link_units",
     "reuse_tasks",
     "start_task",
-    "take_units",
     "unit_reuse",
 ]
 
@@ -536,7 +537,7 @@ async def unit_reuse(
 ) -> dict[str, tuple[str, list[range]]]:
     """The units the ``tasks`` of ``run`` about to start (``counts``: task → its units)
     take from an earlier run (`simrun.core.reuse`, reuse per unit), their files already in
-    the task's out directory (`take_units`): task → (the earlier run, the units as ranges).
+    the task's out directory (`link_units`): task → (the earlier run, the units as ranges).
     A task that may not reuse, declares no unit outputs, or finds no earlier task with its
     unit fingerprint takes none."""
     wanted: dict[str, tuple[TaskRow, UnitOutputs]] = {}
@@ -555,46 +556,56 @@ async def unit_reuse(
         sources = choose_units(
             False,
             [
-                UnitsEarlier(d.run, d.task, d.finished_s, d.units)
+                UnitsEarlier(d.run, d.task, d.finished_s, d.units, d.state == "done")
                 for d in done
                 if d.unit_fingerprint == task.unit_fingerprint
             ],
         )
+        options: list[tuple[UnitsEarlier, list[range]]] = []
         for earlier in sources:
-            try:
-                reused = await asyncio.to_thread(
-                    take_units,
-                    layout.task_out(earlier.run, earlier.task),
-                    layout.task_out(run.id, name),
-                    declared,
-                    counts[name],
-                    earlier.units,
+            ranges = None if earlier.done else await store.done_ranges(earlier.run, earlier.task)
+            options.append(
+                (
+                    earlier,
+                    await asyncio.to_thread(
+                        units_present,
+                        layout.task_out(earlier.run, earlier.task),
+                        declared,
+                        counts[name],
+                        earlier.units,
+                        ranges,
+                    ),
                 )
-            except OSError as exc:
-                log.warning(
-                    "run %s task %s: could not take units of run %s, they run: %s",
-                    run.id,
-                    name,
-                    earlier.run,
-                    exc,
-                )
-                break
-            if reused:
-                taken[name] = (earlier.run, reused)
-                break
+            )
+        best = best_units(options)
+        if best is None:
+            continue
+        earlier, reused = best
+        try:
+            await asyncio.to_thread(
+                link_units,
+                layout.task_out(earlier.run, earlier.task),
+                layout.task_out(run.id, name),
+                declared,
+                reused,
+            )
+        except OSError as exc:
+            log.warning(
+                "run %s task %s: could not take units of run %s, they run: %s",
+                run.id,
+                name,
+                earlier.run,
+                exc,
+            )
+            continue
+        taken[name] = (earlier.run, reused)
     return taken
 
 
-def take_units(
-    source: Path, target: Path, declared: UnitOutputs, count: int, earlier_units: int
-) -> list[range]:
-    """Give ``target`` (the out directory of a task of ``count`` units) the files of the
-    units of ``source`` (an earlier task's, of ``earlier_units`` units) whose declared
-    files are all there (`simrun.core.reuse.reusable_units`), as hard links (copies where
-    the file system allows none); the units taken, as ranges (blocking I/O)."""
-    shared = min(count, earlier_units)
-    present = [all((source / rel).is_file() for rel in declared.paths(i)) for i in range(shared)]
-    reused = reusable_units(count, earlier_units, present)
+def link_units(source: Path, target: Path, declared: UnitOutputs, reused: Sequence[range]) -> None:
+    """Give ``target`` (the out directory of a starting task) the declared files of the
+    units ``reused`` from ``source`` (an earlier task's), as hard links (copies where the
+    file system allows none); a file of the same name there is replaced (blocking I/O)."""
     for part in reused:
         for i in part:
             for rel in declared.paths(i):
@@ -602,7 +613,6 @@ def take_units(
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.unlink(missing_ok=True)
                 _link_or_copy(str(source / rel), str(dest))
-    return reused
 
 
 async def start_task(

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from simrun.core.layout import StoreLayout
+from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.reuse import source_hash
-from simrun.core.states import UnitState
+from simrun.core.states import Limits, UnitState
 from simrun.runstore import TaskRow
-from simrun.runstore.reads import done_in_file
+from simrun.runstore.reads import done_in_file, done_ranges_in_file
 from simrun.service.controller import Controller
 from simrun.workflow import check_workflow, parse_workflow
 from tests.support.service_harness import REPO
@@ -308,3 +309,42 @@ async def test_an_earlier_run_whose_files_are_gone_gives_way_to_the_one_before(
     shutil.rmtree(layout.task_out(second, "mc"))
     third = await started(controller, await submit(controller, parts(6)))
     assert (third.units_reused, third.units_reused_from) == (4, first)
+
+
+async def test_the_done_units_of_a_cancelled_run_are_taken(controller: Controller) -> None:
+    """A cancelled (or failed) task gives the units done in it: of the 4 units of a run
+    cancelled after its first (the probe of a new key) was done, a new run of 6 takes that
+    one (not the others, whose files are there too), and the dry run's reading of the file
+    finds the same."""
+    first = await submit(controller, parts(4))
+    await started(controller, first)
+    (job,) = await controller.store.jobs(first)  # the probe: unit 0 alone
+    assert (job.first_idx, job.last_idx) == (0, 0)
+    report = ReportEntry(
+        job_id=job.id,
+        run=first,
+        task="mc",
+        kind="chunk",
+        attempt=job.attempt,
+        worker_id="w1",
+        outcomes={0: "done"},
+        report=WorkerReport(peak_memory_gb=(0.1,), seconds_per_unit=0.1, units=1, limit_gb=1.0),
+        started=time.time(),
+        finished=time.time(),
+    )
+    async with controller.store.transaction() as conn:
+        await controller.store.apply_reports(
+            [report], conn=conn, limits=Limits(), now_s=time.time()
+        )
+    out = StoreLayout(controller.settings.store).task_out(first, "mc")
+    out.mkdir(parents=True, exist_ok=True)
+    for i in range(4):
+        (out / f"unit-{i}.json").write_text("{}")
+    await controller.cancel(first)
+    (row,) = await controller.store.tasks(first)
+    assert row.state == "cancelled"
+    assert await controller.store.done_ranges(first, "mc") == [range(0, 1)]
+    db_file = StoreLayout(controller.settings.store).db
+    assert await done_ranges_in_file(db_file, first, "mc") == [range(0, 1)]
+    second = await started(controller, await submit(controller, parts(6)))
+    assert (second.units_reused, second.units_reused_from) == (1, first)

@@ -14,10 +14,13 @@ from simrun.core.reuse import (
     UnitStart,
     all_fingerprints,
     as_ranges,
+    best_units,
     choose,
     choose_units,
+    covered,
     fingerprints,
     forced_tasks,
+    merge_ranges,
     rerun_problems,
     reusable_units,
     reused_text,
@@ -296,3 +299,41 @@ def test_units_reused_text() -> None:
     """'N units reused from RUN', singular for one."""
     assert units_reused_text(3, "r1") == "3 units reused from r1"
     assert units_reused_text(1, "r1") == "1 unit reused from r1"
+
+
+@pytest.mark.parametrize(
+    ("options", "chosen"),
+    [
+        ([], None),
+        ([("r3", []), ("r2", [])], None),  # none gives any unit
+        ([("r3", [range(0, 2)]), ("r2", [range(0, 4)])], ("r2", 4)),  # the most wins
+        ([("r3", [range(0, 2), range(3, 5)]), ("r2", [range(0, 4)])], ("r3", 4)),  # tie: first
+        ([("r3", []), ("r2", [range(1, 2)])], ("r2", 1)),  # the latest's files are gone
+    ],
+)
+def test_a_task_takes_its_units_from_the_earlier_task_that_gives_the_most(
+    options: list[tuple[str, list[range]]], chosen: tuple[str, int] | None
+) -> None:
+    """Of the few earlier tasks tried (latest first), the one that gives the most units;
+    the later one when two give as many; none when none gives any."""
+    found = best_units(options)
+    assert (None if found is None else (found[0], sum(len(r) for r in found[1]))) == chosen
+
+
+@pytest.mark.parametrize(
+    ("ranges", "merged"),
+    [
+        ([], []),
+        ([range(0, 1), range(1, 2)], [range(0, 2)]),  # adjacent rows join
+        ([range(5, 9), range(0, 3), range(2, 4)], [range(0, 4), range(5, 9)]),
+        ([range(3, 3), range(4, 6)], [range(4, 6)]),  # empty ones dropped
+    ],
+)
+def test_merge_ranges(ranges: list[range], merged: list[range]) -> None:
+    """The done units of a task (rows and spans) become sorted, disjoint ranges."""
+    assert merge_ranges(ranges) == merged
+
+
+def test_covered() -> None:
+    """Which indices below a size some range holds (those past it are left out)."""
+    assert covered([range(1, 3), range(5, 9)], 6) == [False, True, True, False, False, True]
