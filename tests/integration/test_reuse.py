@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from simrun.cli.common import prepare
+from simrun.cli.dryrun import reuse_forecasts, store_resolver, task_plans
 from simrun.core.layout import StoreLayout
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.reuse import source_hash
@@ -311,11 +313,13 @@ async def test_an_earlier_run_whose_files_are_gone_gives_way_to_the_one_before(
     assert (third.units_reused, third.units_reused_from) == (4, first)
 
 
-async def test_the_done_units_of_a_cancelled_run_are_taken(controller: Controller) -> None:
+async def test_the_done_units_of_a_cancelled_run_are_taken(
+    controller: Controller, tmp_path: Path
+) -> None:
     """A cancelled (or failed) task gives the units done in it: of the 4 units of a run
     cancelled after its first (the probe of a new key) was done, a new run of 6 takes that
     one (not the others, whose files are there too), and the dry run's reading of the file
-    finds the same."""
+    finds the same: the dry run plans the 5 others."""
     first = await submit(controller, parts(4))
     await started(controller, first)
     (job,) = await controller.store.jobs(first)  # the probe: unit 0 alone
@@ -346,5 +350,18 @@ async def test_the_done_units_of_a_cancelled_run_are_taken(controller: Controlle
     assert await controller.store.done_ranges(first, "mc") == [range(0, 1)]
     db_file = StoreLayout(controller.settings.store).db
     assert await done_ranges_in_file(db_file, first, "mc") == [range(0, 1)]
+    wf = tmp_path / "wf.json"
+    wf.write_text(parts(6))
+    prepared = prepare(wf, controller.types)
+    store = controller.settings.store
+    forecast = await reuse_forecasts(prepared, controller.types, store)
+    assert forecast.whole == {}
+    rows = await task_plans(
+        prepared.doc, controller.types, store_resolver(store), units_from=forecast.units
+    )
+    (row,) = rows
+    assert (row.units_reused, row.units_from, row.note) == (1, first, f"1 unit reused from {first}")
+    assert row.plan is not None
+    assert row.plan.units == 5
     second = await started(controller, await submit(controller, parts(6)))
     assert (second.units_reused, second.units_reused_from) == (1, first)
