@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_REDIS_URL",
     "DEFAULT_STORE",
     "DEFAULT_URL",
+    "ENV_ENGINE",
     "ENV_REDIS_URL",
     "ENV_STORE",
     "ENV_TOKEN",
@@ -35,6 +36,9 @@ ENV_REDIS_URL = "REDIS_URL"
 ENV_URL = "SIMRUN_URL"
 ENV_TOKEN = "SIMRUN_TOKEN"
 ENV_STORE = "SIMRUN_STORE"
+#: The container engine (docker, podman, or a path) that runs commands of tasks with an image
+#: on one machine (`simrun.worker.engine`).
+ENV_ENGINE = "SIMRUN_ENGINE"
 #: The worker's local directory (status file, reports kept while Redis is away).
 ENV_WORKER_DIR = "SIMRUN_WORKER_DIR"
 

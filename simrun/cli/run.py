@@ -38,6 +38,7 @@ from simrun.cli.forecast import pool_of, pool_text
 from simrun.cli.progress import make_view, summary_table
 from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
+from simrun.core.sizing import image_queue
 from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S
 from simrun.core.views import RunView
@@ -319,6 +320,7 @@ def local_options(
     intake: InputLimits | None = None,
     probe: bool = True,
     go_on_with: str | None = None,
+    engine: str | None = None,
 ) -> LocalOptions:
     """The options of an embedded session over ``store`` (a private Redis without
     ``redis_url``). Interrupted runs of the store are left alone, but ``go_on_with``."""
@@ -332,6 +334,7 @@ def local_options(
         plugins=plugins,
         python_path=(os.getcwd(),) if plugins else (),
         images=images_of(list(types.values())),
+        engine=engine,
         redis_url=redis_url,
         token=token,
         limits=limits or Limits(),
@@ -370,6 +373,7 @@ RESUME_HELP = "Go on with an interrupted run of the store instead of submitting 
 @opt.EVERY_S
 @opt.intake_options
 @opt.PROBE
+@opt.ENGINE
 def run(
     workflow: Path | None,
     store: Path,
@@ -390,6 +394,7 @@ def run(
     every_s: float,
     intake: InputLimits,
     probe: bool,
+    engine: str | None,
 ) -> None:
     """Run WORKFLOW on this machine: Redis, the service and worker containers are started
     for the run and stopped after it, with live progress.
@@ -415,11 +420,18 @@ def run(
     pool = local_pool(workers, processes, worker_memory_gb)
     out = console()
     prepared: Prepared | None = None
+    from simrun.local.session import image_problem, images_of, local_engine
+
+    found_engine = local_engine(engine)
     if workflow is not None:
         from simrun.cli.dryrun import print_forecast, reuse_forecast, store_resolver, task_plans
 
         prepared = prepare(workflow, types, overrides=overrides, programs=True)
         prepared = replace(prepared, reuse=reuse, rerun=rerun)
+        in_images = [(t.name, types[t.type]) for t in prepared.doc.tasks if t.type in types]
+        engine_line = image_problem(in_images, found_engine)
+        if engine_line is not None and not dry_run:
+            raise LocalError(engine_line)
         reused = asyncio.run(reuse_forecast(prepared, types, shown_store))
         rows: list[DryRow] = asyncio.run(
             task_plans(prepared.doc, types, store_resolver(shown_store), reused)
@@ -428,8 +440,19 @@ def run(
         model = f", model {prepared.doc.model!r}" if prepared.doc.model else ""
         out.print(f"{escape(str(workflow))}{name}: {_tasks(len(rows))}{model}")
         result = print_forecast(
-            out, rows, pool_of(pool.workers, pool.processes, pool.memory_gb), pool.text()
+            out,
+            rows,
+            pool_of(
+                pool.workers,
+                pool.processes,
+                pool.memory_gb,
+                queues=("cpu", "gpu", *(image_queue(i) for i in images_of(list(types.values())))),
+            ),
+            pool.text(),
         )
+        if dry_run and engine_line is not None:
+            out.print(f"[red]{escape(engine_line)}[/]")
+            sys.exit(EXIT_FAILED)
         if dry_run:
             from simrun.cli.dryrun import dry_run_exit
 
@@ -453,6 +476,7 @@ def run(
         intake=intake,
         probe=probe,
         go_on_with=resume,
+        engine=found_engine,
     )
     code = asyncio.run(
         embedded(

@@ -63,9 +63,10 @@ from simrun.service.api import create_app
 from simrun.service.controller import Controller
 from simrun.service.settings import ControllerSettings
 from simrun.worker.container import WorkerFlags, worker_argv
+from simrun.worker.engine import EngineError, find_engine
 
-__all__ = ["LOG_BACKUPS", "LOG_MAX_BYTES", "LocalOptions", "LocalSession", "images_of",
-           "redis_prefix", "rotate_log"]  # fmt: skip
+__all__ = ["LOG_BACKUPS", "LOG_MAX_BYTES", "LocalOptions", "LocalSession", "image_problem",
+           "images_of", "local_engine", "redis_prefix", "rotate_log"]  # fmt: skip
 
 #: Bytes past which a log of the session is rotated, and how many rotated ones are kept.
 LOG_MAX_BYTES = 64 * 2**20
@@ -125,7 +126,8 @@ class _EmbeddedServer(uvicorn.Server):
 class LocalOptions:
     """How to run an embedded session. ``processes`` and ``memory_gb`` are per worker
     container; ``plugins`` are extra task types ("module:ATTRIBUTE") loaded by the service
-    and the workers; ``images`` the task images whose queues the workers serve too."""
+    and the workers; ``images`` the task images whose queues the workers serve too, their
+    commands run inside the image through the container ``engine`` (`local_engine`)."""
 
     store: Path
     workers: int = 1
@@ -134,6 +136,7 @@ class LocalOptions:
     plugins: tuple[str, ...] = ()
     python_path: tuple[str, ...] = ()
     images: tuple[str, ...] = ()
+    engine: str | None = None
     redis_url: str | None = None
     token: str | None = None
     limits: Limits = field(default_factory=Limits)
@@ -367,6 +370,7 @@ class LocalSession:
         return WorkerFlags(
             queues=("cpu", "gpu"),
             images=opts.images,
+            engine=opts.engine if opts.images else None,
             redis_url=redis_url,
             prefix=prefix,
             memory_gb=opts.memory_gb,
@@ -566,3 +570,36 @@ class LocalSession:
 def images_of(types: Sequence[TaskType]) -> tuple[str, ...]:
     """The task images of ``types`` (their queues are served by the embedded workers)."""
     return tuple(sorted({t.image for t in types if t.image}))
+
+
+def local_engine(named: str | None) -> str | None:
+    """The container engine of an embedded session: ``named`` (``--engine`` /
+    ``SIMRUN_ENGINE``; `LocalError` when it is not found), else docker or podman on ``PATH``
+    (None: none)."""
+    try:
+        return find_engine(named)
+    except EngineError as exc:
+        raise LocalError(str(exc)) from None
+
+
+def image_problem(tasks: Sequence[tuple[str, TaskType]], engine: str | None) -> str | None:
+    """Why an embedded session cannot run the (task name, type) pairs of a workflow in
+    their images, in one line; None when it can. A command runs in its image through the
+    container ``engine``; the units of a splittable type are plugin code run by the worker
+    processes, which run in an image only as a worker container of that image."""
+    for name, task_type in tasks:
+        image = task_type.image
+        if image is None:
+            continue
+        if task_type.command is None:
+            return (
+                f"task {name!r} (type {task_type.name!r}) runs its units in image {image!r}: "
+                "on one machine only commands run in an image; run it with a service and "
+                f"a worker container of that image (simrun worker --image {image})"
+            )
+        if engine is None:
+            return (
+                f"task {name!r} runs in image {image!r} and no container engine was found "
+                "(docker or podman on PATH, or --engine / SIMRUN_ENGINE)"
+            )
+    return None

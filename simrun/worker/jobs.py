@@ -210,6 +210,8 @@ class JobHandler:
     #: or "off" (their process tree), and the cap of each of their log files in bytes.
     command_cgroups: str = "auto"
     command_log_cap: int = DEFAULT_COMMAND_LOG_CAP
+    #: The container engine that runs the commands of image jobs in their image (None: here).
+    engine: str | None = None
     _commands: set[asyncio.Task[WorkerReport]] = field(default_factory=set)
     #: The sink of each job's unit logs and the pid of the process it ran in.
     _sinks: dict[str, tuple[UnitLogSink, int]] = field(default_factory=dict)
@@ -294,6 +296,7 @@ class JobHandler:
                     cgroups=self.command_cgroups,
                     log_cap=self.command_log_cap,
                     processes=request_slots(spec.kind, self.capacity.processes, spec.uses_cores),
+                    engine=self.engine,
                 )
             )
             self._commands.add(task)

@@ -1,0 +1,88 @@
+"""Tasks with an image through the real ``simrun run`` (embedded mode): a command runs in its
+image through the container engine found on PATH (the fake engine of
+`tests.support.fake_engine`); with no engine, one line says so before anything starts and
+``--dry-run`` exits non-zero; the units of a splittable type with an image are refused."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli_harness import clean_env, simrun
+from tests.support.fake_engine import calls, install
+
+pytestmark = pytest.mark.e2e
+
+PLUGIN = """
+from pydantic import BaseModel
+from simrun.plugins import ResourceHint, TaskType
+
+class Settings(BaseModel):
+    word: str = "hello"
+
+BOXED = TaskType(
+    "boxed", Settings,
+    command="sh -c 'cat \\"$1\\" > \\"$2/settings.json\\"' sh {settings} {out}",
+    image="example/solver:1",
+    hint=ResourceHint(memory_base_gb=0.25, memory_per_worker_gb=0.25),
+)
+"""
+WORKFLOW = "tasks:\n  - name: solve\n    type: boxed\n    settings: {word: hi}\n"
+
+
+def _setup(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    (tmp_path / "boxed_mod.py").write_text(textwrap.dedent(PLUGIN))
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(WORKFLOW)
+    env = clean_env()
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    return wf, env
+
+
+def test_a_command_with_an_image_runs_through_the_engine_on_path(tmp_path: Path) -> None:
+    """`simrun run` finds the engine (docker) on PATH; the task's command runs as `docker
+    run ... example/solver:1 sh -c ...` with the store mounted and the memory limit given,
+    and writes its output into the store; the run succeeds."""
+    wf, env = _setup(tmp_path)
+    log = tmp_path / "engine.log"
+    install(tmp_path / "bin", log)
+    env["PATH"] = f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"
+    ran = simrun("run", str(wf), "--store", "st", "--plugins", "boxed_mod:BOXED",
+                 "--processes", "1", "--worker-memory-gb", "2", cwd=tmp_path, env=env,
+                 timeout=180)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "succeeded" in ran.stdout
+    outs = list((tmp_path / "st" / "runs").glob("*/solve/out/settings.json"))
+    assert len(outs) == 1
+    assert '"hi"' in outs[0].read_text()
+    runs = [c for c in calls(log) if c[0] == "run"]
+    assert len(runs) == 1
+    store = str((tmp_path / "st").resolve())
+    assert f"{store}:{store}" in runs[0]
+    assert "--memory" in runs[0]
+    assert runs[0][runs[0].index("example/solver:1") + 1 :][:2] == ["sh", "-c"]
+
+
+def test_without_an_engine_run_says_so_in_one_line_and_dry_run_fails(tmp_path: Path) -> None:
+    """With no docker nor podman on PATH, `simrun run` stops before anything starts (no
+    store is made) with one line naming the task and its image; `--dry-run` shows its
+    forecast, says the same and exits non-zero."""
+    wf, env = _setup(tmp_path)
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    env["PATH"] = str(empty)
+    args = ("run", str(wf), "--plugins", "boxed_mod:BOXED", "--processes", "1",
+            "--worker-memory-gb", "2")  # fmt: skip
+    ran = simrun(*args, cwd=tmp_path, env=env)
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    line = "task 'solve' runs in image 'example/solver:1' and no container engine was found"
+    assert line in ran.stdout + ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert "memory" not in (ran.stdout + ran.stderr).replace("--worker-memory-gb", "")
+    assert not (tmp_path / "simrun-store").exists()
+    dry = simrun(*args, "--dry-run", cwd=tmp_path, env=env)
+    assert dry.returncode == 1, dry.stdout + dry.stderr
+    assert line in dry.stdout

@@ -1,0 +1,88 @@
+"""The container engine's command lines and the embedded mode's rule for tasks with an image
+(`simrun.worker.engine`, `simrun.local.session.image_problem`): pure, no engine runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from simrun.local.session import image_problem
+from simrun.plugins import TaskType
+from simrun.worker.engine import inspect_argv, parse_oom, remove_argv, run_argv
+
+
+class _S(BaseModel):
+    pass
+
+
+def test_run_argv_bounds_memory_mounts_paths_as_themselves_and_passes_variables() -> None:
+    """The engine runs the argv in the image under the job's memory limit (and no swap
+    beyond it), each directory mounted at its own path (one inside another is mounted
+    once, through its parent), the task directory as working directory, the variables by
+    value, the image just before the argv."""
+    argv = run_argv(
+        "/usr/bin/docker",
+        "solver:1",
+        ["solve", "--out", "/st/runs/r/t/out"],
+        name="simrun-x",
+        limit_gb=1.5,
+        workdir=Path("/st/runs/r/t"),
+        mounts=[Path("/st"), Path("/st/runs/r/t"), Path("/scratch/t"), Path("/st/runs/r/a/out")],
+        environ={"SIMRUN_PROCESSES": "2", "OMP_NUM_THREADS": "2"},
+    )
+    limit = str(int(1.5 * 2**30)) + "b"
+    assert argv == [
+        "/usr/bin/docker", "run", "--name", "simrun-x", "--memory", limit, "--memory-swap", limit,
+        "-v", "/st:/st", "-v", "/scratch/t:/scratch/t", "-w", "/st/runs/r/t",
+        "-e", "OMP_NUM_THREADS=2", "-e", "SIMRUN_PROCESSES=2",
+        "solver:1", "solve", "--out", "/st/runs/r/t/out",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "oom"),
+    [("true\n", True), ("True", True), ("false\n", False), ("", False), ("garbage", False)],
+)
+def test_only_true_means_oom_killed(text: str, oom: bool) -> None:
+    """`inspect`'s answer is an OOM kill only when it says true."""
+    assert parse_oom(text) is oom
+
+
+def test_inspect_and_remove_name_the_container() -> None:
+    """inspect asks for the OOMKilled state of the container; rm removes it even running."""
+    assert inspect_argv("docker", "c") == [
+        "docker", "inspect", "--format", "{{.State.OOMKilled}}", "c"
+    ]  # fmt: skip
+    assert remove_argv("podman", "c") == ["podman", "rm", "-f", "c"]
+
+
+PLAIN = TaskType("plain", _S, command="true")
+BOXED = TaskType("boxed", _S, command="solve {out}", image="solver:1")
+SPLIT = TaskType("split", _S, image="py:1")
+
+
+@pytest.mark.parametrize(
+    ("tasks", "engine", "expected"),
+    [
+        ([("a", PLAIN)], None, None),
+        ([("a", PLAIN), ("b", BOXED)], "/usr/bin/docker", None),
+        ([("a", PLAIN), ("b", BOXED)], None, "task 'b' runs in image 'solver:1' and no container"),
+        ([("c", SPLIT)], "/usr/bin/docker", "task 'c' (type 'split') runs its units in image"),
+        ([("c", SPLIT)], None, "task 'c' (type 'split') runs its units in image"),
+    ],
+)
+def test_image_problem_table(
+    tasks: list[tuple[str, TaskType]], engine: str | None, expected: str | None
+) -> None:
+    """On one machine a command with an image needs a container engine; the units of a
+    splittable type with an image cannot run in it (a worker container of the image can);
+    tasks without an image need nothing. The problem is one line naming the task."""
+    problem = image_problem(tasks, engine)
+    if expected is None:
+        assert problem is None
+    else:
+        assert problem is not None
+        assert problem.startswith(expected)
+        assert "\n" not in problem
