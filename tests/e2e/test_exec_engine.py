@@ -58,9 +58,11 @@ def test_a_command_with_an_image_runs_through_the_engine_with_its_limit_and_moun
     assert "SIMRUN_PROCESSES=2" in run
     assert run[run.index("solver:1") + 1 :][:2] == ["sh", "-c"]
     name = run[run.index("--name") + 1]
-    assert inspect[0] == "inspect" and inspect[-1] == name
+    assert inspect[0] == "inspect"
+    assert inspect[-1] == name
     assert rm == ["rm", "-f", name]
-    assert result.argv is not None and result.argv[1] == "run"
+    assert result.argv is not None
+    assert result.argv[1] == "run"
 
 
 def test_the_engines_oom_kill_is_a_kill_for_memory(tmp_path: Path) -> None:
