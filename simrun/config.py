@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_REDIS_URL",
     "DEFAULT_STORE",
     "DEFAULT_URL",
+    "ENV_DB",
     "ENV_ENGINE",
     "ENV_REDIS_URL",
     "ENV_STORE",
@@ -36,6 +37,8 @@ ENV_REDIS_URL = "REDIS_URL"
 ENV_URL = "SIMRUN_URL"
 ENV_TOKEN = "SIMRUN_TOKEN"
 ENV_STORE = "SIMRUN_STORE"
+#: The service's SQLite file, apart from the store (which workers share, often over NFS).
+ENV_DB = "SIMRUN_DB"
 #: The container engine (docker, podman, or a path) that runs commands of tasks with an image
 #: on one machine (`simrun.worker.engine`).
 ENV_ENGINE = "SIMRUN_ENGINE"
