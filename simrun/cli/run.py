@@ -42,7 +42,7 @@ from simrun.core.sizing import image_queue
 from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S
 from simrun.core.views import RunView
-from simrun.local.machine import LocalError, default_capacity, machine
+from simrun.local.machine import LocalError, default_capacity, gpu_shares, local_gpus, machine
 from simrun.plugins import TaskType
 
 if TYPE_CHECKING:
@@ -68,16 +68,27 @@ class LocalPool:
     workers: int
     processes: int
     memory_gb: float
+    #: The GPUs of the machine, dealt among the workers (`simrun.local.machine.gpu_shares`).
+    gpu_ids: tuple[str, ...] = ()
 
     def text(self) -> str:
-        return pool_text(self.workers, self.processes, self.memory_gb)
+        text = pool_text(self.workers, self.processes, self.memory_gb)
+        if self.gpu_ids:
+            text += f"; GPUs {', '.join(self.gpu_ids)}"
+        return text
+
+    @property
+    def gpus_per_worker(self) -> int:
+        """The most GPUs one worker gets (the forecast's figure)."""
+        return max((len(s) for s in gpu_shares(self.gpu_ids, self.workers)), default=0)
 
 
 def local_pool(workers: int, processes: int | None, memory_gb: float | None) -> LocalPool:
-    """The pool given, completed from this machine (its cores, 80% of its free memory)."""
+    """The pool given, completed from this machine (its cores, 80% of its free memory, its
+    GPUs: CUDA_VISIBLE_DEVICES, else nvidia-smi -L)."""
     cores, available_gb = machine()
     procs, memory = default_capacity(cores, available_gb, workers, processes, memory_gb)
-    return LocalPool(workers, procs, memory)
+    return LocalPool(workers, procs, memory, local_gpus(os.environ))
 
 
 @dataclass(frozen=True)
@@ -335,6 +346,7 @@ def local_options(
         python_path=(os.getcwd(),) if plugins else (),
         images=images_of(list(types.values())),
         engine=engine,
+        gpu_ids=pool.gpu_ids,
         redis_url=redis_url,
         token=token,
         limits=limits or Limits(),
@@ -446,6 +458,7 @@ def run(
                 pool.workers,
                 pool.processes,
                 pool.memory_gb,
+                gpus=pool.gpus_per_worker,
                 queues=("cpu", "gpu", *(image_queue(i) for i in images_of(list(types.values())))),
             ),
             pool.text(),

@@ -53,7 +53,7 @@ from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S
 from simrun.local import lock as store_lock
 from simrun.local.guard import DONE, REMOVE
-from simrun.local.machine import LocalError, free_socket, last_line
+from simrun.local.machine import LocalError, free_socket, gpu_shares, last_line
 from simrun.local.reads import StoreReader
 from simrun.local.redis import PrivateRedis, find_redis_server
 from simrun.plugins import TaskType
@@ -137,6 +137,8 @@ class LocalOptions:
     python_path: tuple[str, ...] = ()
     images: tuple[str, ...] = ()
     engine: str | None = None
+    #: The machine's GPUs, dealt among the workers (each sees only its own).
+    gpu_ids: tuple[str, ...] = ()
     redis_url: str | None = None
     token: str | None = None
     limits: Limits = field(default_factory=Limits)
@@ -375,6 +377,7 @@ class LocalSession:
             prefix=prefix,
             memory_gb=opts.memory_gb,
             processes=opts.processes,
+            gpus=len(gpu_shares(opts.gpu_ids, opts.workers)[number - 1]),
             worker_id=f"local-{os.getpid()}-{number}",
             grace_s=opts.grace_s,
             plugins=opts.plugins,
@@ -384,6 +387,14 @@ class LocalSession:
             # directory, even when simrun is killed during an outage of its Redis
             local_dir=self.logs / "worker-local",
         )
+
+    def _worker_env(self, env: dict[str, str], number: int) -> dict[str, str]:
+        """The environment of worker ``number``: with GPUs on the machine, only its share
+        of them visible (``CUDA_VISIBLE_DEVICES``), so two workers never use one device."""
+        if not self.options.gpu_ids:
+            return env
+        share = gpu_shares(self.options.gpu_ids, self.options.workers)[number - 1]
+        return {**env, "CUDA_VISIBLE_DEVICES": ",".join(share)}
 
     def _start_workers(self, redis_url: str, prefix: str) -> None:
         env = {**os.environ, **self.options.env, "PYTHONUNBUFFERED": "1"}
@@ -398,7 +409,7 @@ class LocalSession:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    env=env,
+                    env=self._worker_env(env, number),
                     start_new_session=True,  # a Ctrl-C at the terminal reaches us only
                 )
             self._guard_pid(proc.pid)
