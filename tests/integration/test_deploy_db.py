@@ -1,6 +1,7 @@
 """The deployment files keep the service's SQLite file on a volume of its own, apart from the
 store the workers share (issue 15 item 7): compose's local volume, Kubernetes' ReadWriteOnce
-claim, and ``simrun service`` reading its place from SIMRUN_DB."""
+claim, and ``simrun service`` reading its place from SIMRUN_DB; and they show how to add the
+workers of a task image (item 4)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import os
 from pathlib import PurePosixPath
 from unittest import mock
 
+import yaml
+
+from simrun.cli.scale import worker_name
 from simrun.cli.service import service as service_command
+from simrun.core.sizing import image_queue
 from tests.composefile import compose, services
-from tests.integration.test_deploy_files import kube
+from tests.integration.test_deploy_files import ROOT, kube, worker_params
 
 
 def test_compose_gives_the_service_database_a_volume_no_worker_mounts() -> None:
@@ -45,3 +50,17 @@ def test_simrun_service_reads_its_database_path_from_simrun_db() -> None:
         ctx = service_command.make_context("service", [])
     assert str(ctx.params["db"]) == "/var/lib/simrun/simrun.db"
     assert ctx.params["db_on_network_fs"] is False
+
+
+def test_the_image_worker_examples_serve_their_image_under_the_name_scale_uses() -> None:
+    """The Kubernetes example of an image's workers runs `simrun worker --image NAME` under
+    the Deployment name `simrun scale --apply kubernetes` scales for that image's queue;
+    the compose file's commented example names the same service."""
+    path = ROOT / "deploy" / "kubernetes" / "examples" / "worker-image-solver.yaml"
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    args = doc["spec"]["template"]["spec"]["containers"][0]["args"]
+    image = args[args.index("--image") + 1]
+    name = worker_name(image_queue(image))
+    assert doc["metadata"]["name"] == f"simrun-worker-{name}"
+    assert f"# worker-{name}:" in (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
+    assert worker_params(args)["images"] == (image,)
