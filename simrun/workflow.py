@@ -26,7 +26,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -246,6 +246,9 @@ class Workflow(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str | None = None
+    #: The environment image of the run: the tasks whose type has no image of its own run
+    #: in it (None: the service's default, else the cpu and gpu queues' workers).
+    image: Annotated[str, Field(min_length=1, pattern=r"^\S+$")] | None = None
     sources: dict[str, str] = Field(default_factory=dict)
     tasks: list[TaskSpec]
 

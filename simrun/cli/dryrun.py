@@ -196,7 +196,9 @@ async def task_plans(
             type=spec.type,
             kind="chunk" if task_type.splittable else "command",
             units=units,
-            queue=queue_name(task_type.image, resolved.gpus),
+            queue=queue_name(
+                task_type.image if task_type.image is not None else doc.image, resolved.gpus
+            ),
             memory_base_gb=resolved.memory_base_gb,
             memory_per_worker_gb=resolved.memory_per_worker_gb,
             gpus=resolved.gpus,

@@ -332,6 +332,7 @@ def local_options(
     probe: bool = True,
     go_on_with: str | None = None,
     engine: str | None = None,
+    run_image: str | None = None,
 ) -> LocalOptions:
     """The options of an embedded session over ``store`` (a private Redis without
     ``redis_url``). Interrupted runs of the store are left alone, but ``go_on_with``."""
@@ -344,7 +345,7 @@ def local_options(
         memory_gb=pool.memory_gb,
         plugins=plugins,
         python_path=(os.getcwd(),) if plugins else (),
-        images=images_of(list(types.values())),
+        images=images_of(list(types.values()), run_image),
         engine=engine,
         gpu_ids=pool.gpu_ids,
         redis_url=redis_url,
@@ -441,7 +442,8 @@ def run(
         prepared = prepare(workflow, types, overrides=overrides, programs=True)
         prepared = replace(prepared, reuse=reuse, rerun=rerun)
         in_images = [(t.name, types[t.type]) for t in prepared.doc.tasks if t.type in types]
-        engine_line = image_problem(in_images, found_engine)
+        run_images = images_of(list(types.values()), prepared.doc.image)
+        engine_line = image_problem(in_images, found_engine, prepared.doc.image)
         if engine_line is not None and not dry_run:
             raise LocalError(engine_line)
         reused = asyncio.run(reuse_forecast(prepared, types, shown_store))
@@ -459,7 +461,7 @@ def run(
                 pool.processes,
                 pool.memory_gb,
                 gpus=pool.gpus_per_worker,
-                queues=("cpu", "gpu", *(image_queue(i) for i in images_of(list(types.values())))),
+                queues=("cpu", "gpu", *(image_queue(i) for i in run_images)),
             ),
             pool.text(),
         )
@@ -490,6 +492,7 @@ def run(
         probe=probe,
         go_on_with=resume,
         engine=found_engine,
+        run_image=prepared.doc.image if prepared is not None else None,
     )
     code = asyncio.run(
         embedded(

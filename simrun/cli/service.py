@@ -22,7 +22,7 @@ from simrun.cli.options import (
     intake_options,
     limits_options,
 )
-from simrun.config import ENV_DB
+from simrun.config import ENV_DB, ENV_ENVIRONMENT_IMAGE
 from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
 from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
@@ -45,6 +45,10 @@ SHAPE_PROCESSES_HELP = (
 DB_HELP = (
     "The service's SQLite file, on a local volume [default: STORE/simrun.db]. The store is "
     "shared with the workers, often over a network file system, where SQLite's locks may not hold."
+)
+ENVIRONMENT_IMAGE_HELP = (
+    "The environment image of a run whose workflow names none (its `image:`): its tasks "
+    "whose type has no image go to that image's queue [default: none, the cpu and gpu queues]."
 )
 NETWORK_FS_HELP = "Start even when the SQLite file is on a network file system (nfs, cifs, ...)."
 
@@ -81,6 +85,10 @@ def _say_listening(url: str) -> None:
     default=None, help=DB_HELP,
 )  # fmt: skip
 @click.option("--db-on-network-fs", is_flag=True, help=NETWORK_FS_HELP)
+@click.option(
+    "--environment-image", envvar=ENV_ENVIRONMENT_IMAGE, show_envvar=True, default=None,
+    help=ENVIRONMENT_IMAGE_HELP,
+)  # fmt: skip
 def service(
     host: str,
     port: int,
@@ -100,6 +108,7 @@ def service(
     probe: bool,
     db: Path | None,
     db_on_network_fs: bool,
+    environment_image: str | None,
 ) -> None:
     """Run the service: the controller loop and the HTTP API."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -112,6 +121,7 @@ def service(
     settings = ControllerSettings(
         store=store.resolve(),
         db_path=database,
+        environment_image=environment_image or None,
         redis_url=redis_url,
         prefix=prefix,
         limits=Limits(max_retries=max_retries, max_kills=max_kills),

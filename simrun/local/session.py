@@ -578,9 +578,13 @@ class LocalSession:
         self._workers = []
 
 
-def images_of(types: Sequence[TaskType]) -> tuple[str, ...]:
-    """The task images of ``types`` (their queues are served by the embedded workers)."""
-    return tuple(sorted({t.image for t in types if t.image}))
+def images_of(types: Sequence[TaskType], run_image: str | None = None) -> tuple[str, ...]:
+    """The task images of ``types`` and the run's environment image ``run_image`` (their
+    queues are served by the embedded workers)."""
+    found = {t.image for t in types if t.image}
+    if run_image:
+        found.add(run_image)
+    return tuple(sorted(found))
 
 
 def local_engine(named: str | None) -> str | None:
@@ -593,13 +597,16 @@ def local_engine(named: str | None) -> str | None:
         raise LocalError(str(exc)) from None
 
 
-def image_problem(tasks: Sequence[tuple[str, TaskType]], engine: str | None) -> str | None:
+def image_problem(
+    tasks: Sequence[tuple[str, TaskType]], engine: str | None, run_image: str | None = None
+) -> str | None:
     """Why an embedded session cannot run the (task name, type) pairs of a workflow in
-    their images, in one line; None when it can. A command runs in its image through the
-    container ``engine``; the units of a splittable type are plugin code run by the worker
-    processes, which run in an image only as a worker container of that image."""
+    their images (the type's, else the run's ``run_image``), in one line; None when it can.
+    A command runs in its image through the container ``engine``; the units of a
+    splittable type are plugin code run by the worker processes, which run in an image
+    only as a worker container of that image."""
     for name, task_type in tasks:
-        image = task_type.image
+        image = task_type.image if task_type.image is not None else run_image
         if image is None:
             continue
         if task_type.command is None:

@@ -208,6 +208,14 @@ MIGRATIONS: tuple[db.Migration, ...] = (
             ") WITHOUT ROWID",
         ),
     ),
+    db.Migration(
+        "the environment image of a run: where its tasks without an image of their own run",
+        (
+            # The workflow's `image`, else the service's default (NULL: none, the cpu and
+            # gpu queues' own workers).
+            "ALTER TABLE runs ADD COLUMN image TEXT",
+        ),
+    ),
 )
 
 #: Most host parameters in one statement, well below SQLite's limit.
@@ -223,7 +231,7 @@ TASK_COLUMNS = (
     " started_s, finished_s, kills, requested_gb, peak_memory_gb, frontier, spans_done, retry,"
     " fingerprint, reuse, reused_from"
 )
-RUN_COLUMNS = "id, name, model, state, message, document, created_s, updated_s, finished_s"
+RUN_COLUMNS = "id, name, model, state, message, document, created_s, updated_s, finished_s, image"
 JOB_COLUMNS = (
     "id, run_id, task, kind, queue, attempt, units, worker, enqueued_s,"
     " first_idx, last_idx, memory_gb, running, started_s"

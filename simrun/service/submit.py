@@ -69,10 +69,12 @@ def plan_run(
     *,
     reuse: bool = True,
     rerun: Sequence[str] = (),
+    environment_image: str | None = None,
 ) -> NewRun:
     """The run to store for a checked document, each task with its fingerprint (the
     sources' content is hashed here: blocking I/O) and whether it may reuse earlier work
-    (not with ``reuse`` False, nor the tasks of ``rerun`` and what depends on them).
+    (not with ``reuse`` False, nor the tasks of ``rerun`` and what depends on them). The
+    run's environment image is the document's ``image``, else ``environment_image``.
     `WorkflowError` when a task's type is not installed in the service, its settings are
     missing, or ``rerun`` names no task of the document."""
     problems = [
@@ -130,6 +132,7 @@ def plan_run(
         document=text,
         tasks=tuple(tasks),
         created_s=created_s,
+        image=doc.image if doc.image is not None else environment_image,
     )
 
 

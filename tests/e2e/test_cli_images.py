@@ -29,6 +29,11 @@ BOXED = TaskType(
     image="example/solver:1",
     hint=ResourceHint(memory_base_gb=0.25, memory_per_worker_gb=0.25),
 )
+PLAIN = TaskType(
+    "plain", Settings,
+    command="sh -c 'echo plain > \\"$1/plain.txt\\"' sh {out}",
+    hint=ResourceHint(memory_base_gb=0.25, memory_per_worker_gb=0.25),
+)
 """
 WORKFLOW = "tasks:\n  - name: solve\n    type: boxed\n    settings: {word: hi}\n"
 
@@ -86,3 +91,24 @@ def test_without_an_engine_run_says_so_in_one_line_and_dry_run_fails(tmp_path: P
     dry = simrun(*args, "--dry-run", cwd=tmp_path, env=env)
     assert dry.returncode == 1, dry.stdout + dry.stderr
     assert line in dry.stdout
+
+
+def test_a_task_without_an_image_runs_in_the_workflows_environment_image(tmp_path: Path) -> None:
+    """The workflow's `image:` is the run's environment image: a task whose type has no
+    image runs its command in it (through the engine), one with its own image in that."""
+    wf, env = _setup(tmp_path)
+    wf.write_text("image: example/env:2\n" + WORKFLOW + "  - name: other\n    type: plain\n")
+    log = tmp_path / "engine.log"
+    install(tmp_path / "bin", log)
+    env["PATH"] = f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"
+    ran = simrun("run", str(wf), "--store", "st", "--plugins", "boxed_mod:BOXED",
+                 "--plugins", "boxed_mod:PLAIN", "--processes", "1", "--worker-memory-gb", "2",
+                 cwd=tmp_path, env=env, timeout=180)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert list((tmp_path / "st" / "runs").glob("*/other/out/plain.txt"))
+    images = sorted(
+        next(a for a in c if a in ("example/env:2", "example/solver:1"))
+        for c in calls(log)
+        if c[0] == "run"
+    )
+    assert images == ["example/env:2", "example/solver:1"]
