@@ -24,7 +24,7 @@ import copy
 import difflib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -256,6 +256,15 @@ class Workflow(BaseModel):
     def model(self) -> str:
         """The run's model: the name of the first source, empty without sources."""
         return next(iter(self.sources), "")
+
+    def in_run_image(self, task_type: TaskType, default: str | None = None) -> TaskType:
+        """``task_type`` as a task of this run runs it: in its own image, else in the run's
+        environment image (the document's ``image``, else ``default``). What a task's
+        fingerprint is made of, so that a change of the environment image is not reused."""
+        image = self.image if self.image is not None else default
+        if task_type.image is not None or image is None:
+            return task_type
+        return replace(task_type, image=image)
 
     def task(self, name: str) -> TaskSpec:
         """The task called ``name`` (KeyError when there is none)."""

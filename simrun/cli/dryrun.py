@@ -132,7 +132,10 @@ async def reuse_forecast(
     prints = await asyncio.to_thread(
         task_fingerprints,
         doc.order(),
-        {t.name: (types[t.type], prepared.settings[t.name], t.inputs) for t in doc.tasks},
+        {
+            t.name: (doc.in_run_image(types[t.type]), prepared.settings[t.name], t.inputs)
+            for t in doc.tasks
+        },
         sources,
     )
     forced = forced_tasks(doc.dependencies(), prepared.rerun, prepared.reuse)

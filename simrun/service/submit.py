@@ -95,7 +95,14 @@ def plan_run(
     forced = forced_tasks(deps, rerun, reuse)
     prints = task_fingerprints(
         order,
-        {t.name: (types[t.type], settings_by_task[t.name], t.inputs) for t in doc.tasks},
+        {
+            t.name: (
+                doc.in_run_image(types[t.type], environment_image),
+                settings_by_task[t.name],
+                t.inputs,
+            )
+            for t in doc.tasks
+        },
         sources,
     )
     tasks = []

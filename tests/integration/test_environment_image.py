@@ -68,3 +68,16 @@ async def test_the_run_image_is_stored_and_its_jobs_carry_it(tmp_path: Path) -> 
         tmp_path, task, TYPES["report"], RESOLVED, "image:env_2", [range(1)], run_image=run.image
     )
     assert job.spec.image == "env:2"
+
+
+def test_a_new_environment_image_is_not_reused_from_a_run_in_another(tmp_path: Path) -> None:
+    """A task's fingerprint holds the image it runs in: the same workflow in another
+    environment image does not reuse the earlier run's outputs; in the same one it does;
+    a run without one keeps the fingerprint it always had."""
+
+    def prints(image: str | None, default: str | None = None) -> dict[str, str | None]:
+        return {t.name: t.fingerprint for t in _plan(tmp_path, image, default).tasks}
+
+    assert prints("env:2") == prints("env:2") == prints(None, "env:2")
+    assert prints("env:2")["sweep"] != prints("env:3")["sweep"]
+    assert prints("env:2")["sweep"] != prints(None)["sweep"]
