@@ -124,6 +124,22 @@ def _commands(run_id: str, store: Path, plugins: tuple[str, ...]) -> tuple[str, 
     return replay, resume
 
 
+async def stored_run_image(store: Path, run_id: str) -> str | None:
+    """The environment image of run ``run_id`` of ``store`` (None: none, or no such run:
+    `check_run` says so)."""
+    from simrun.runstore import RunStore
+
+    db = StoreLayout(store).db
+    if not db.is_file():
+        return None
+    runs = await RunStore.open(db)
+    try:
+        row = await runs.run(run_id)
+    finally:
+        await runs.close()
+    return None if row is None else row.image
+
+
 async def check_run(store: Path, run_id: str, replay: ReplayRequest | None) -> None:
     """Fail before anything starts when ``run_id`` of ``store`` cannot go on: no such
     store or run, a run that ended with nothing failed, an ended run without a replay."""
@@ -492,7 +508,11 @@ def run(
         probe=probe,
         go_on_with=resume,
         engine=found_engine,
-        run_image=prepared.doc.image if prepared is not None else None,
+        run_image=(
+            prepared.doc.image
+            if prepared is not None
+            else asyncio.run(stored_run_image(shown_store, resume or ""))
+        ),
     )
     code = asyncio.run(
         embedded(

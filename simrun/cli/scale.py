@@ -320,7 +320,7 @@ def _round(client: Client, options: ScaleRequest, out: Console) -> None:
     planned = plan(live, options.policy, given, source)
     out.print(_table(planned))
     for p in planned:
-        out.print(p.decision.reason, markup=False, soft_wrap=True)
+        out.print(p.decision.reason, markup=False, emoji=False, soft_wrap=True)
     if options.apply is None:
         return
     commands = apply_commands(
