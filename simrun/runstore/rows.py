@@ -135,6 +135,8 @@ class TaskRow(NewTask):
     kills: int = 0
     requested_gb: float | None = None
     peak_memory_gb: float | None = None
+    #: The largest memory its reports measured on the GPUs of a job (None: unknown).
+    peak_gpu_memory_gb: float | None = None
     frontier: int = 0
     spans_done: int = 0
     #: The run whose outputs it took instead of running (`simrun.core.reuse`).

@@ -216,6 +216,10 @@ MIGRATIONS: tuple[db.Migration, ...] = (
             "ALTER TABLE runs ADD COLUMN image TEXT",
         ),
     ),
+    db.Migration(
+        "the GPU memory of a task: the largest its reports measured on their GPUs",
+        ("ALTER TABLE tasks ADD COLUMN peak_gpu_memory_gb REAL",),
+    ),
 )
 
 #: Most host parameters in one statement, well below SQLite's limit.
@@ -229,7 +233,7 @@ TASK_COLUMNS = (
     "run_id, name, position, type, settings, inputs, depends, override, memory_override_gb,"
     " splittable, has_merge, state, status, queue, resource_key, resources, units,"
     " started_s, finished_s, kills, requested_gb, peak_memory_gb, frontier, spans_done, retry,"
-    " fingerprint, reuse, reused_from"
+    " fingerprint, reuse, reused_from, peak_gpu_memory_gb"
 )
 RUN_COLUMNS = "id, name, model, state, message, document, created_s, updated_s, finished_s, image"
 JOB_COLUMNS = (

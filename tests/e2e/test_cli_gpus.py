@@ -21,7 +21,8 @@ WORKFLOW = "tasks:\n  - name: train\n    type: gpu-unit\n    settings: {units: 4
 def test_each_process_gets_its_own_gpu_and_its_memory_is_measured(tmp_path: Path) -> None:
     """Two GPUs (fake nvidia-smi -L), one worker container of two processes: the plan puts
     the task on the gpu queue; each unit saw exactly one device, 0 or 1; the worker says it
-    has 2 GPUs; the log of each job names its GPU and the 0.5 GiB its unit held there."""
+    has 2 GPUs; the log of each job names its GPU and the 0.5 GiB its unit held there, and the run's
+    summary shows that peak beside the host memory's."""
     state = tmp_path / "smi"
     install(tmp_path / "bin", state, gpus=2)
     wf = tmp_path / "wf.yaml"
@@ -41,3 +42,4 @@ def test_each_process_gets_its_own_gpu_and_its_memory_is_measured(tmp_path: Path
     log = (tmp_path / "st" / "logs" / "worker-1.log").read_text()
     assert "2 GPUs" in log
     assert "GPU memory 0.5 GiB" in log
+    assert "(GPU 512 MiB)" in ran.stdout  # the summary's peak: host, and on the GPUs
