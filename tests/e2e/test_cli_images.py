@@ -112,3 +112,40 @@ def test_a_task_without_an_image_runs_in_the_workflows_environment_image(tmp_pat
         if c[0] == "run"
     )
     assert images == ["example/env:2", "example/solver:1"]
+
+
+OOM_PLUGIN = """
+from pydantic import BaseModel
+from simrun.plugins import ResourceHint, TaskType
+
+class Settings(BaseModel):
+    pass
+
+HOG = TaskType(
+    "hog", Settings, command="sh -c 'exit 137'", image="example/solver:1",
+    hint=ResourceHint(memory_base_gb=0.25, memory_per_worker_gb=0.25),
+)
+"""
+
+
+def test_the_engines_oom_kill_is_a_kill_for_memory_and_retried_with_more(tmp_path: Path) -> None:
+    """A container the engine's OOM killer ends (the fake engine: exit 137 and inspect says
+    OOMKilled) is a unit killed for memory: it runs again with more memory (the engine's
+    --memory grows) until the kills allowed are spent, and the run fails saying so."""
+    (tmp_path / "hog_mod.py").write_text(textwrap.dedent(OOM_PLUGIN))
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("tasks:\n  - name: hog\n    type: hog\n")
+    env = clean_env()
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    log = tmp_path / "engine.log"
+    install(tmp_path / "bin", log)
+    env["PATH"] = f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"
+    ran = simrun("run", str(wf), "--store", "st", "--plugins", "hog_mod:HOG", "--processes", "1",
+                 "--worker-memory-gb", "2", "--max-kills", "2", cwd=tmp_path, env=env,
+                 timeout=180)  # fmt: skip
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    assert "killed for memory" in ran.stdout, ran.stdout
+    limits = [int(c[c.index("--memory") + 1].rstrip("b")) for c in calls(log) if c[0] == "run"]
+    assert len(limits) >= 2
+    assert limits == sorted(limits)
+    assert limits[-1] > limits[0]
