@@ -710,8 +710,9 @@ def program_problems(
 ) -> list[Problem]:
     """Tasks whose type's command names a program that cannot be started here: not found on
     ``PATH`` nor beside simrun's interpreter (`simrun.core.environment.find_program`, the
-    lookup ``simrun-exec`` makes). A type with an ``image`` runs in that image and is not
-    checked here; nor is a type not installed here. ``text`` gives the problems lines."""
+    lookup ``simrun-exec`` makes). A task that runs in an image (its type's, or the
+    document's environment ``image``) is not checked here; nor is a type not installed
+    here. ``text`` gives the problems lines."""
     lines: Mapping[Loc, int] = {}
     if text is not None:
         try:
@@ -721,8 +722,10 @@ def program_problems(
     problems: list[Problem] = []
     for i, spec in enumerate(doc.tasks):
         task_type = types.get(spec.type)
-        if task_type is None or task_type.command is None or task_type.image is not None:
+        if task_type is None or task_type.command is None:
             continue
+        if doc.in_run_image(task_type).image is not None:
+            continue  # its program lives in the image
         problem = program_problem(task_type.command)
         if problem is not None:
             loc: Loc = ("tasks", i, "type")

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from simrun.local.session import image_problem
 from simrun.plugins import TaskType
 from simrun.worker.engine import inspect_argv, parse_oom, remove_argv, run_argv
+from simrun.workflow import WorkflowError, parse_workflow, program_problems
 
 
 class _S(BaseModel):
@@ -86,3 +87,29 @@ def test_image_problem_table(
         assert problem is not None
         assert problem.startswith(expected)
         assert "\n" not in problem
+
+
+MISSING = TaskType("missing", _S, command="no-such-program-simrun-test {out}")
+
+
+@pytest.mark.parametrize(
+    ("text", "problems"),
+    [
+        ("tasks:\n  - name: a\n    type: missing\n", 1),
+        ("image: env:1\ntasks:\n  - name: a\n    type: missing\n", 0),
+    ],
+)
+def test_a_program_is_looked_for_here_only_when_the_task_runs_here(
+    text: str, problems: int
+) -> None:
+    """A command whose program is not on this machine is a problem, unless the task runs
+    in an image (the workflow's environment image here): its program lives there."""
+    doc = parse_workflow(text)
+    assert len(program_problems(doc, {"missing": MISSING}, text)) == problems
+
+
+def test_an_empty_or_spaced_environment_image_is_refused() -> None:
+    """The workflow's image is a name without blanks."""
+    for bad in ('""', '"a b"'):
+        with pytest.raises(WorkflowError, match="image"):
+            parse_workflow(f"image: {bad}\ntasks:\n  - name: a\n    type: missing\n")
