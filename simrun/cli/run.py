@@ -124,20 +124,32 @@ def _commands(run_id: str, store: Path, plugins: tuple[str, ...]) -> tuple[str, 
     return replay, resume
 
 
-async def stored_run_image(store: Path, run_id: str) -> str | None:
-    """The environment image of run ``run_id`` of ``store`` (None: none, or no such run:
-    `check_run` says so)."""
+async def stored_run_images(
+    store: Path, run_id: str, types: dict[str, TaskType]
+) -> tuple[str | None, tuple[str, ...]]:
+    """The environment image of run ``run_id`` of ``store`` and the images its splittable
+    tasks run in (`simrun.local.session.unit_images`, from its stored document); None and
+    none when there is no such run (`check_run` says so)."""
+    from simrun.local.session import unit_images
     from simrun.runstore import RunStore
+    from simrun.workflow import WorkflowError, parse_workflow
 
     db = StoreLayout(store).db
     if not db.is_file():
-        return None
+        return None, ()
     runs = await RunStore.open(db)
     try:
         row = await runs.run(run_id)
     finally:
         await runs.close()
-    return None if row is None else row.image
+    if row is None:
+        return None, ()
+    try:
+        doc = parse_workflow(row.document)
+    except WorkflowError:
+        return row.image, ()
+    tasks = [(t.name, types[t.type]) for t in doc.tasks if t.type in types]
+    return row.image, unit_images(tasks, row.image)
 
 
 async def check_run(store: Path, run_id: str, replay: ReplayRequest | None) -> None:
@@ -349,6 +361,7 @@ def local_options(
     go_on_with: str | None = None,
     engine: str | None = None,
     run_image: str | None = None,
+    in_image: tuple[str, ...] = (),
 ) -> LocalOptions:
     """The options of an embedded session over ``store`` (a private Redis without
     ``redis_url``). Interrupted runs of the store are left alone, but ``go_on_with``."""
@@ -362,6 +375,7 @@ def local_options(
         plugins=plugins,
         python_path=(os.getcwd(),) if plugins else (),
         images=images_of(list(types.values()), run_image),
+        unit_images=in_image if engine is not None else (),
         engine=engine,
         gpu_ids=pool.gpu_ids,
         redis_url=redis_url,
@@ -449,9 +463,10 @@ def run(
     pool = local_pool(workers, processes, worker_memory_gb)
     out = console()
     prepared: Prepared | None = None
-    from simrun.local.session import image_problem, images_of, local_engine
+    from simrun.local.session import image_problem, images_of, local_engine, unit_images
 
     found_engine = local_engine(engine)
+    in_images: list[tuple[str, TaskType]] = []
     if workflow is not None:
         from simrun.cli.dryrun import print_forecast, reuse_forecast, store_resolver, task_plans
 
@@ -495,6 +510,10 @@ def run(
                 "give the worker containers more memory (--worker-memory-gb), or lower the "
                 "task's resources in the workflow"
             )
+    if prepared is not None:
+        run_image, in_image = prepared.doc.image, unit_images(in_images, prepared.doc.image)
+    else:
+        run_image, in_image = asyncio.run(stored_run_images(shown_store, resume or "", types))
     options = local_options(
         shown_store,
         pool,
@@ -508,11 +527,8 @@ def run(
         probe=probe,
         go_on_with=resume,
         engine=found_engine,
-        run_image=(
-            prepared.doc.image
-            if prepared is not None
-            else asyncio.run(stored_run_image(shown_store, resume or ""))
-        ),
+        run_image=run_image,
+        in_image=in_image,
     )
     code = asyncio.run(
         embedded(

@@ -37,6 +37,7 @@ __all__ = [
     "remove",
     "remove_argv",
     "run_argv",
+    "worker_argv_in_image",
 ]
 
 #: The engines looked for on ``PATH``, in this order, when none is named.
@@ -101,6 +102,32 @@ def run_argv(
     for key in sorted(environ):
         args += ["-e", f"{key}={environ[key]}"]
     return [*args, image, *argv]
+
+
+def worker_argv_in_image(
+    engine: str,
+    image: str,
+    worker_args: Sequence[str],
+    *,
+    name: str,
+    memory_gb: float,
+    workdir: Path,
+    mounts: Sequence[Path],
+    environ: Mapping[str, str],
+) -> list[str]:
+    """The engine's command line that runs ``simrun worker WORKER_ARGS`` inside ``image``
+    (which must hold simrun and the plugins; its entry point is replaced), as container
+    ``name`` removed when it ends: on the host's network (the embedded Redis listens on
+    127.0.0.1), its memory bounded by ``memory_gb`` (the worker's container), each of
+    ``mounts`` at its own path, in ``workdir``, with ``environ`` passed in."""
+    limit = f"{max(1, int(memory_gb * _GIB))}b"
+    args = [engine, "run", "--rm", "--name", name, "--network", "host"]
+    args += ["--memory", limit, "--memory-swap", limit]
+    args += _mounts(mounts)
+    args += ["-w", str(workdir)]
+    for key in sorted(environ):
+        args += ["-e", f"{key}={environ[key]}"]
+    return [*args, "--entrypoint", "simrun", image, "worker", *worker_args]
 
 
 def inspect_argv(engine: str, name: str) -> list[str]:

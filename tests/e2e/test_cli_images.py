@@ -131,7 +131,8 @@ HOG = TaskType(
 def test_the_engines_oom_kill_is_a_kill_for_memory_and_retried_with_more(tmp_path: Path) -> None:
     """A container the engine's OOM killer ends (the fake engine: exit 137 and inspect says
     OOMKilled) is a unit killed for memory: it runs again with more memory (the engine's
-    --memory grows) until the kills allowed are spent, and the run fails saying so."""
+    --memory grows) until the kills allowed are spent or its memory outgrows the workers,
+    and the run ends saying so."""
     (tmp_path / "hog_mod.py").write_text(textwrap.dedent(OOM_PLUGIN))
     wf = tmp_path / "wf.yaml"
     wf.write_text("tasks:\n  - name: hog\n    type: hog\n")
@@ -144,8 +145,70 @@ def test_the_engines_oom_kill_is_a_kill_for_memory_and_retried_with_more(tmp_pat
                  "--worker-memory-gb", "2", "--max-kills", "2", cwd=tmp_path, env=env,
                  timeout=180)  # fmt: skip
     assert ran.returncode == 1, ran.stdout + ran.stderr
-    assert "killed for memory" in ran.stdout, ran.stdout
+    # it ends failed for its kills, or blocked: its next retry needs more than a worker has
+    assert "killed for memory" in ran.stdout or "blocked: needs" in ran.stdout, ran.stdout
     limits = [int(c[c.index("--memory") + 1].rstrip("b")) for c in calls(log) if c[0] == "run"]
     assert len(limits) >= 2
     assert limits == sorted(limits)
     assert limits[-1] > limits[0]
+
+
+UNITS_PLUGIN = """
+import os
+from pydantic import BaseModel
+from simrun.plugins import ResourceHint, TaskType
+
+class Settings(BaseModel):
+    units: int = 3
+
+def count_units(settings):
+    return settings.units
+
+def compute_unit(settings, index, paths):
+    paths.out.mkdir(parents=True, exist_ok=True)
+    (paths.out / f"unit-{index}.txt").write_text(str(os.getppid()))
+
+SPLIT = TaskType(
+    "split", Settings, count_units=f"{__name__}:count_units",
+    compute_unit=f"{__name__}:compute_unit", image="example/py:3",
+    hint=ResourceHint(memory_base_gb=0.1, memory_per_worker_gb=0.1),
+)
+"""
+
+
+def test_the_units_of_a_splittable_type_run_in_a_worker_container_of_its_image(
+    tmp_path: Path,
+) -> None:
+    """On one machine the units of a type with an image run in a worker container started
+    inside the image through the engine (`ENGINE run --rm --network host --memory …
+    --entrypoint simrun IMAGE worker --image IMAGE …`, the store mounted), which serves that
+    image's queue alone; the run succeeds; without an engine it is refused in one line."""
+    (tmp_path / "split_mod.py").write_text(textwrap.dedent(UNITS_PLUGIN))
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("tasks:\n  - name: sweep\n    type: split\n")
+    env = clean_env()
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    log = tmp_path / "engine.log"
+    install(tmp_path / "bin", log)
+    env["PATH"] = f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"
+    args = ("run", str(wf), "--store", "st", "--plugins", "split_mod:SPLIT", "--processes", "1",
+            "--worker-memory-gb", "1")  # fmt: skip
+    ran = simrun(*args, cwd=tmp_path, env=env, timeout=180)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert len(list((tmp_path / "st" / "runs").glob("*/sweep/out/unit-*.txt"))) == 3
+    (run,) = [c for c in calls(log) if c[0] == "run"]
+    store = (tmp_path / "st").resolve()
+    mounts = [Path(run[i + 1].partition(":")[0]) for i, a in enumerate(run) if a == "-v"]
+    assert any(m == store or m in store.parents for m in mounts)  # the store, or above it
+    assert run[run.index("--network") + 1] == "host"
+    assert run[run.index("--memory") + 1] == f"{2**30}b"
+    tail = run[run.index("--entrypoint") :]
+    assert tail[:4] == ["--entrypoint", "simrun", "example/py:3", "worker"]
+    assert tail[tail.index("--image") + 1] == "example/py:3"
+    assert "--queue" not in tail
+    host_log = (tmp_path / "st" / "logs" / "worker-1.log").read_text()
+    assert "image:example" not in host_log.split("serving", 1)[1].splitlines()[0]
+    env["PATH"] = str(tmp_path / "empty")
+    refused = simrun(*args, cwd=tmp_path, env=env)
+    assert refused.returncode == 1
+    assert "task 'sweep' runs in image 'example/py:3' and no container engine" in refused.stderr

@@ -3,10 +3,12 @@
 `install` writes an executable named ``docker`` (or another name) into a directory; it runs
 ``python -m tests.support.fake_engine``, which:
 
-* ``run [--name N] [--memory M] [--memory-swap M] [-v A:B]... [-w DIR] [-e K=V]... IMAGE
-  ARGV...``: appends its argv (JSON, one line) to ``FAKE_ENGINE_LOG``, runs ARGV here in DIR
-  with the ``-e`` variables, and exits as it did. A command that exits with code 137 stands
-  for one the engine's OOM killer ended: ``inspect`` then says ``true``;
+* ``run [--rm] [--name N] [--network NET] [--memory M] [--memory-swap M] [-v A:B]...
+  [-w DIR] [-e K=V]... [--entrypoint E] IMAGE ARGV...``: appends its argv (JSON, one line)
+  to ``FAKE_ENGINE_LOG``, runs [E] ARGV here in DIR with the ``-e`` variables (the
+  entry point ``simrun`` is this Python's simrun), forwards SIGTERM and SIGINT to it, and
+  exits as it did. A command that exits with code 137 stands for one the engine's OOM
+  killer ended: ``inspect`` then says ``true``;
 * ``inspect --format F NAME``: ``true`` or ``false`` (exit 1 for an unknown container);
 * ``rm -f NAME``: forgets the container (its argv is logged too).
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +36,7 @@ def install(bin_dir: Path, log: Path, name: str = "docker") -> Path:
     exe.write_text(
         "#!/bin/sh\n"
         f"export {LOG_VARIABLE}='{log}'\n"
-        f"export PYTHONPATH='{repo}'\n"
+        f"export PYTHONPATH='{repo}'${{PYTHONPATH:+:$PYTHONPATH}}\n"
         f"exec '{sys.executable}' -m tests.support.fake_engine \"$@\"\n"
     )
     exe.chmod(0o755)
@@ -52,9 +55,12 @@ def _state(log: Path, name: str) -> Path:
 
 
 def _run(log: Path, args: list[str]) -> int:
-    name, workdir, env = "", None, dict(os.environ)
+    name, workdir, env, entry = "", None, dict(os.environ), []
     i = 0
     while i < len(args) and args[i].startswith("-"):
+        if args[i] in ("--rm", "-i"):
+            i += 1
+            continue
         flag, value = args[i], args[i + 1]
         if flag == "--name":
             name = value
@@ -63,9 +69,14 @@ def _run(log: Path, args: list[str]) -> int:
         elif flag == "-e":
             key, _, val = value.partition("=")
             env[key] = val
+        elif flag == "--entrypoint":
+            entry = [sys.executable, "-m", "simrun.cli"] if value == "simrun" else [value]
         i += 2
-    argv = args[i + 1 :]  # past the image
-    code = subprocess.run(argv, cwd=workdir, env=env, check=False).returncode
+    argv = [*entry, *args[i + 1 :]]  # past the image
+    child = subprocess.Popen(argv, cwd=workdir, env=env)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+    code = child.wait()
     if name:
         _state(log, name).write_text("true" if code == OOM_EXIT else "false")
     return code

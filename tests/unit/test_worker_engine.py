@@ -8,9 +8,15 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from simrun.local.session import image_problem
+from simrun.local.session import image_problem, unit_images
 from simrun.plugins import TaskType
-from simrun.worker.engine import inspect_argv, parse_oom, remove_argv, run_argv
+from simrun.worker.engine import (
+    inspect_argv,
+    parse_oom,
+    remove_argv,
+    run_argv,
+    worker_argv_in_image,
+)
 from simrun.workflow import WorkflowError, parse_workflow, program_problems
 
 
@@ -62,6 +68,7 @@ def test_inspect_and_remove_name_the_container() -> None:
 PLAIN = TaskType("plain", _S, command="true")
 BOXED = TaskType("boxed", _S, command="solve {out}", image="solver:1")
 SPLIT = TaskType("split", _S, image="py:1")
+SPLIT2 = TaskType("split2", _S)
 
 
 @pytest.mark.parametrize(
@@ -70,16 +77,16 @@ SPLIT = TaskType("split", _S, image="py:1")
         ([("a", PLAIN)], None, None),
         ([("a", PLAIN), ("b", BOXED)], "/usr/bin/docker", None),
         ([("a", PLAIN), ("b", BOXED)], None, "task 'b' runs in image 'solver:1' and no container"),
-        ([("c", SPLIT)], "/usr/bin/docker", "task 'c' (type 'split') runs its units in image"),
-        ([("c", SPLIT)], None, "task 'c' (type 'split') runs its units in image"),
+        ([("c", SPLIT)], "/usr/bin/docker", None),
+        ([("c", SPLIT)], None, "task 'c' runs in image 'py:1' and no container engine"),
     ],
 )
 def test_image_problem_table(
     tasks: list[tuple[str, TaskType]], engine: str | None, expected: str | None
 ) -> None:
-    """On one machine a command with an image needs a container engine; the units of a
-    splittable type with an image cannot run in it (a worker container of the image can);
-    tasks without an image need nothing. The problem is one line naming the task."""
+    """On one machine a task with an image needs a container engine (a command runs in it
+    per job, the units of a splittable type in a worker container of the image); tasks
+    without an image need nothing. The problem is one line naming the task and image."""
     problem = image_problem(tasks, engine)
     if expected is None:
         assert problem is None
@@ -113,3 +120,35 @@ def test_an_empty_or_spaced_environment_image_is_refused() -> None:
     for bad in ('""', '"a b"'):
         with pytest.raises(WorkflowError, match="image"):
             parse_workflow(f"image: {bad}\ntasks:\n  - name: a\n    type: missing\n")
+
+
+def test_image_problem_and_unit_images_follow_the_runs_environment_image() -> None:
+    """A type without an image runs in the run's: it needs the engine, and its units get a
+    worker container of that image; a type's own image wins; commands get none."""
+    assert image_problem([("a", PLAIN)], None, "env:1") is not None
+    assert image_problem([("a", PLAIN)], "/usr/bin/docker", "env:1") is None
+    assert unit_images([("c", SPLIT), ("d", SPLIT2)], "env:1") == ("env:1", "py:1")
+    assert unit_images([("a", PLAIN), ("b", BOXED)], "env:1") == ()
+
+
+def test_a_worker_of_an_image_runs_simrun_worker_inside_it_on_the_hosts_network() -> None:
+    """The worker container of an image: removed when it ends, on the host's network (the
+    embedded Redis listens on 127.0.0.1), bounded by the worker's memory, the store mounted
+    at its own path, simrun as the entry point whatever the image's is."""
+    argv = worker_argv_in_image(
+        "docker",
+        "py:3",
+        ["--image", "py:3", "--store", "/st"],
+        name="simrun-local-1-2",
+        memory_gb=2.0,
+        workdir=Path("/home/u/proj"),
+        mounts=[Path("/st"), Path("/home/u/proj")],
+        environ={"PYTHONUNBUFFERED": "1"},
+    )
+    assert argv == [
+        "docker", "run", "--rm", "--name", "simrun-local-1-2", "--network", "host",
+        "--memory", f"{2**31}b", "--memory-swap", f"{2**31}b",
+        "-v", "/st:/st", "-v", "/home/u/proj:/home/u/proj", "-w", "/home/u/proj",
+        "-e", "PYTHONUNBUFFERED=1", "--entrypoint", "simrun", "py:3",
+        "worker", "--image", "py:3", "--store", "/st",
+    ]  # fmt: skip
