@@ -15,6 +15,9 @@ __all__ = [
     "DEFAULT_REDIS_URL",
     "DEFAULT_STORE",
     "DEFAULT_URL",
+    "ENV_DB",
+    "ENV_ENGINE",
+    "ENV_ENVIRONMENT_IMAGE",
     "ENV_REDIS_URL",
     "ENV_STORE",
     "ENV_TOKEN",
@@ -35,6 +38,13 @@ ENV_REDIS_URL = "REDIS_URL"
 ENV_URL = "SIMRUN_URL"
 ENV_TOKEN = "SIMRUN_TOKEN"
 ENV_STORE = "SIMRUN_STORE"
+#: The service's SQLite file, apart from the store (which workers share, often over NFS).
+ENV_DB = "SIMRUN_DB"
+#: The container engine (docker, podman, or a path) that runs commands of tasks with an image
+#: on one machine (`simrun.worker.engine`).
+ENV_ENGINE = "SIMRUN_ENGINE"
+#: The environment image of a run whose workflow names none (``simrun service``).
+ENV_ENVIRONMENT_IMAGE = "SIMRUN_ENVIRONMENT_IMAGE"
 #: The worker's local directory (status file, reports kept while Redis is away).
 ENV_WORKER_DIR = "SIMRUN_WORKER_DIR"
 

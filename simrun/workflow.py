@@ -24,9 +24,9 @@ import copy
 import difflib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -246,6 +246,9 @@ class Workflow(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str | None = None
+    #: The environment image of the run: the tasks whose type has no image of its own run
+    #: in it (None: the service's default, else the cpu and gpu queues' workers).
+    image: Annotated[str, Field(min_length=1, pattern=r"^\S+$")] | None = None
     sources: dict[str, str] = Field(default_factory=dict)
     tasks: list[TaskSpec]
 
@@ -253,6 +256,15 @@ class Workflow(BaseModel):
     def model(self) -> str:
         """The run's model: the name of the first source, empty without sources."""
         return next(iter(self.sources), "")
+
+    def in_run_image(self, task_type: TaskType, default: str | None = None) -> TaskType:
+        """``task_type`` as a task of this run runs it: in its own image, else in the run's
+        environment image (the document's ``image``, else ``default``). What a task's
+        fingerprint is made of, so that a change of the environment image is not reused."""
+        image = self.image if self.image is not None else default
+        if task_type.image is not None or image is None:
+            return task_type
+        return replace(task_type, image=image)
 
     def task(self, name: str) -> TaskSpec:
         """The task called ``name`` (KeyError when there is none)."""
@@ -698,8 +710,9 @@ def program_problems(
 ) -> list[Problem]:
     """Tasks whose type's command names a program that cannot be started here: not found on
     ``PATH`` nor beside simrun's interpreter (`simrun.core.environment.find_program`, the
-    lookup ``simrun-exec`` makes). A type with an ``image`` runs in that image and is not
-    checked here; nor is a type not installed here. ``text`` gives the problems lines."""
+    lookup ``simrun-exec`` makes). A task that runs in an image (its type's, or the
+    document's environment ``image``) is not checked here; nor is a type not installed
+    here. ``text`` gives the problems lines."""
     lines: Mapping[Loc, int] = {}
     if text is not None:
         try:
@@ -709,8 +722,10 @@ def program_problems(
     problems: list[Problem] = []
     for i, spec in enumerate(doc.tasks):
         task_type = types.get(spec.type)
-        if task_type is None or task_type.command is None or task_type.image is not None:
+        if task_type is None or task_type.command is None:
             continue
+        if doc.in_run_image(task_type).image is not None:
+            continue  # its program lives in the image
         problem = program_problem(task_type.command)
         if problem is not None:
             loc: Loc = ("tasks", i, "type")

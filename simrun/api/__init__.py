@@ -186,6 +186,7 @@ class LocalSession:
             return self
         from simrun.cli.run import local_options, local_pool
         from simrun.local.session import LocalSession as Embedded
+        from simrun.local.session import local_engine
 
         if self.workers < 1:
             raise LocalError(f"workers must be at least 1, not {self.workers}")
@@ -197,6 +198,7 @@ class LocalSession:
             self.types,
             redis_url=self.redis_url,
             grace_s=self.grace_s,
+            engine=local_engine(None),
         )
         bridge = Bridge()
         session = Embedded(options, self.types)

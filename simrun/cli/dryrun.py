@@ -185,7 +185,10 @@ async def reuse_forecasts(
     prints, unit_prints = await asyncio.to_thread(
         task_all_fingerprints,
         doc.order(),
-        {t.name: (types[t.type], prepared.settings[t.name], t.inputs) for t in doc.tasks},
+        {
+            t.name: (doc.in_run_image(types[t.type]), prepared.settings[t.name], t.inputs)
+            for t in doc.tasks
+        },
         sources,
     )
     forced = forced_tasks(doc.dependencies(), prepared.rerun, prepared.reuse)
@@ -286,7 +289,9 @@ async def task_plans(
             type=spec.type,
             kind="chunk" if task_type.splittable else "command",
             units=units - taken,
-            queue=queue_name(task_type.image, resolved.gpus),
+            queue=queue_name(
+                task_type.image if task_type.image is not None else doc.image, resolved.gpus
+            ),
             memory_base_gb=resolved.memory_base_gb,
             memory_per_worker_gb=resolved.memory_per_worker_gb,
             gpus=resolved.gpus,

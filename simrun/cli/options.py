@@ -39,6 +39,7 @@ from simrun.config import (
     DEFAULT_REDIS_URL,
     DEFAULT_STORE,
     DEFAULT_URL,
+    ENV_ENGINE,
     ENV_REDIS_URL,
     ENV_STORE,
     ENV_TOKEN,
@@ -141,6 +142,12 @@ REDIS_URL = click.option(
 EMBEDDED_REDIS_URL = click.option(
     "--redis-url", envvar=ENV_REDIS_URL, show_envvar=True, help=HELP["embedded_redis_url"]
 )
+
+ENGINE = click.option(
+    "--engine", envvar=ENV_ENGINE, show_envvar=True, default=None, metavar="ENGINE",
+    help="Container engine (docker, podman or a path) that runs the commands of tasks with "
+    "an image inside it [default: docker, else podman, on PATH].",
+)  # fmt: skip
 
 PROBE = click.option("--probe/--no-probe", default=True, show_default=True, help=HELP["probe"])
 

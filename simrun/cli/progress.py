@@ -76,6 +76,13 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours // 24} d {hours % 24} h"
 
 
+def peak_text(host_gb: float | None, gpu_gb: float | None) -> str:
+    """The peak memory of a task: per process, and on its GPUs when measured."""
+    if gpu_gb is None:
+        return format_gb(host_gb)
+    return f"{format_gb(host_gb)} (GPU {format_gb(gpu_gb)})"
+
+
 def format_gb(gb: float | None) -> str:
     """Memory for people: ``—``, ``512 MiB`` below a GiB, else ``1.5 GiB``."""
     if gb is None:
@@ -327,7 +334,7 @@ def summary_rows(run: RunView, now_s: float | None = None) -> list[tuple[str, ..
                 _summary_units(line),
                 format_duration(task_seconds(task, now_s, run.pauses)),
                 format_gb(requested),
-                format_gb(task.peak_memory_gb),
+                peak_text(task.peak_memory_gb, task.peak_gpu_memory_gb),
                 "—" if line.kills is None else str(line.kills),
                 task.out or "—",
             )

@@ -400,13 +400,22 @@ def replay(
     if rerun and (task is None or units):
         raise click.UsageError("--all needs --task (the task to run again) and no --unit")
     if store is not None:
-        from simrun.cli.run import ReplayRequest, embedded, local_options, local_pool
+        from simrun.cli.run import (
+            ReplayRequest,
+            embedded,
+            local_options,
+            local_pool,
+            stored_run_images,
+        )
+        from simrun.local.session import local_engine
 
         types = load_types_from_here(plugins)
         pool = local_pool(workers, processes, worker_memory_gb)
+        run_image, in_image = asyncio.run(stored_run_images(store, run_id, types))
         options = local_options(
-            store, pool, plugins, types, redis_url=redis_url, token=token, go_on_with=run_id
-        )
+            store, pool, plugins, types, redis_url=redis_url, token=token, go_on_with=run_id,
+            engine=local_engine(None), run_image=run_image, in_image=in_image,
+        )  # fmt: skip
         request = ReplayRequest(task, units, memory_gb, rerun=rerun)
         _exit(asyncio.run(embedded(options, types, store, pool, run_id=run_id, replay=request,
                                    every_s=every_s)))  # fmt: skip

@@ -38,10 +38,11 @@ from simrun.cli.forecast import pool_of, pool_text
 from simrun.cli.progress import make_view, summary_table
 from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
+from simrun.core.sizing import image_queue
 from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S
 from simrun.core.views import RunView
-from simrun.local.machine import LocalError, default_capacity, machine
+from simrun.local.machine import LocalError, default_capacity, gpu_shares, local_gpus, machine
 from simrun.plugins import TaskType
 
 if TYPE_CHECKING:
@@ -67,16 +68,27 @@ class LocalPool:
     workers: int
     processes: int
     memory_gb: float
+    #: The GPUs of the machine, dealt among the workers (`simrun.local.machine.gpu_shares`).
+    gpu_ids: tuple[str, ...] = ()
 
     def text(self) -> str:
-        return pool_text(self.workers, self.processes, self.memory_gb)
+        text = pool_text(self.workers, self.processes, self.memory_gb)
+        if self.gpu_ids:
+            text += f"; GPUs {', '.join(self.gpu_ids)}"
+        return text
+
+    @property
+    def gpus_per_worker(self) -> int:
+        """The most GPUs one worker gets (the forecast's figure)."""
+        return max((len(s) for s in gpu_shares(self.gpu_ids, self.workers)), default=0)
 
 
 def local_pool(workers: int, processes: int | None, memory_gb: float | None) -> LocalPool:
-    """The pool given, completed from this machine (its cores, 80% of its free memory)."""
+    """The pool given, completed from this machine (its cores, 80% of its free memory, its
+    GPUs: CUDA_VISIBLE_DEVICES, else nvidia-smi -L)."""
     cores, available_gb = machine()
     procs, memory = default_capacity(cores, available_gb, workers, processes, memory_gb)
-    return LocalPool(workers, procs, memory)
+    return LocalPool(workers, procs, memory, local_gpus(os.environ))
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,34 @@ def _commands(run_id: str, store: Path, plugins: tuple[str, ...]) -> tuple[str, 
     replay = shell_join(["simrun", "replay", run_id, "--store", str(store), *extra])
     resume = shell_join(["simrun", "run", "--resume", run_id, "--store", str(store), *extra])
     return replay, resume
+
+
+async def stored_run_images(
+    store: Path, run_id: str, types: dict[str, TaskType]
+) -> tuple[str | None, tuple[str, ...]]:
+    """The environment image of run ``run_id`` of ``store`` and the images its splittable
+    tasks run in (`simrun.local.session.unit_images`, from its stored document); None and
+    none when there is no such run (`check_run` says so)."""
+    from simrun.local.session import unit_images
+    from simrun.runstore import RunStore
+    from simrun.workflow import WorkflowError, parse_workflow
+
+    db = StoreLayout(store).db
+    if not db.is_file():
+        return None, ()
+    runs = await RunStore.open(db)
+    try:
+        row = await runs.run(run_id)
+    finally:
+        await runs.close()
+    if row is None:
+        return None, ()
+    try:
+        doc = parse_workflow(row.document)
+    except WorkflowError:
+        return row.image, ()
+    tasks = [(t.name, types[t.type]) for t in doc.tasks if t.type in types]
+    return row.image, unit_images(tasks, row.image)
 
 
 async def check_run(store: Path, run_id: str, replay: ReplayRequest | None) -> None:
@@ -319,6 +359,9 @@ def local_options(
     intake: InputLimits | None = None,
     probe: bool = True,
     go_on_with: str | None = None,
+    engine: str | None = None,
+    run_image: str | None = None,
+    in_image: tuple[str, ...] = (),
 ) -> LocalOptions:
     """The options of an embedded session over ``store`` (a private Redis without
     ``redis_url``). Interrupted runs of the store are left alone, but ``go_on_with``."""
@@ -331,7 +374,10 @@ def local_options(
         memory_gb=pool.memory_gb,
         plugins=plugins,
         python_path=(os.getcwd(),) if plugins else (),
-        images=images_of(list(types.values())),
+        images=images_of(list(types.values()), run_image),
+        unit_images=in_image if engine is not None else (),
+        engine=engine,
+        gpu_ids=pool.gpu_ids,
         redis_url=redis_url,
         token=token,
         limits=limits or Limits(),
@@ -370,6 +416,7 @@ RESUME_HELP = "Go on with an interrupted run of the store instead of submitting 
 @opt.EVERY_S
 @opt.intake_options
 @opt.PROBE
+@opt.ENGINE
 def run(
     workflow: Path | None,
     store: Path,
@@ -390,6 +437,7 @@ def run(
     every_s: float,
     intake: InputLimits,
     probe: bool,
+    engine: str | None,
 ) -> None:
     """Run WORKFLOW on this machine: Redis, the service and worker containers are started
     for the run and stopped after it, with live progress.
@@ -415,11 +463,20 @@ def run(
     pool = local_pool(workers, processes, worker_memory_gb)
     out = console()
     prepared: Prepared | None = None
+    from simrun.local.session import image_problem, images_of, local_engine, unit_images
+
+    found_engine = local_engine(engine)
+    in_images: list[tuple[str, TaskType]] = []
     if workflow is not None:
         from simrun.cli.dryrun import print_forecast, reuse_forecasts, store_resolver, task_plans
 
         prepared = prepare(workflow, types, overrides=overrides, programs=True)
         prepared = replace(prepared, reuse=reuse, rerun=rerun)
+        in_images = [(t.name, types[t.type]) for t in prepared.doc.tasks if t.type in types]
+        run_images = images_of(list(types.values()), prepared.doc.image)
+        engine_line = image_problem(in_images, found_engine, prepared.doc.image)
+        if engine_line is not None and not dry_run:
+            raise LocalError(engine_line)
         reused = asyncio.run(reuse_forecasts(prepared, types, shown_store))
         rows: list[DryRow] = asyncio.run(
             task_plans(prepared.doc, types, store_resolver(shown_store), reused.whole, reused.units)
@@ -428,8 +485,20 @@ def run(
         model = f", model {prepared.doc.model!r}" if prepared.doc.model else ""
         out.print(f"{escape(str(workflow))}{name}: {_tasks(len(rows))}{model}")
         result = print_forecast(
-            out, rows, pool_of(pool.workers, pool.processes, pool.memory_gb), pool.text()
+            out,
+            rows,
+            pool_of(
+                pool.workers,
+                pool.processes,
+                pool.memory_gb,
+                gpus=pool.gpus_per_worker,
+                queues=("cpu", "gpu", *(image_queue(i) for i in run_images)),
+            ),
+            pool.text(),
         )
+        if dry_run and engine_line is not None:
+            out.print(f"[red]{escape(engine_line)}[/]")
+            sys.exit(EXIT_FAILED)
         if dry_run:
             from simrun.cli.dryrun import dry_run_exit
 
@@ -441,6 +510,10 @@ def run(
                 "give the worker containers more memory (--worker-memory-gb), or lower the "
                 "task's resources in the workflow"
             )
+    if prepared is not None:
+        run_image, in_image = prepared.doc.image, unit_images(in_images, prepared.doc.image)
+    else:
+        run_image, in_image = asyncio.run(stored_run_images(shown_store, resume or "", types))
     options = local_options(
         shown_store,
         pool,
@@ -453,6 +526,9 @@ def run(
         intake=intake,
         probe=probe,
         go_on_with=resume,
+        engine=found_engine,
+        run_image=run_image,
+        in_image=in_image,
     )
     code = asyncio.run(
         embedded(

@@ -11,6 +11,10 @@ workers' shape), decides with `simrun.core.scaling.desired_containers`, prints a
 * ``kubernetes``: ``kubectl scale deployment/NAME --replicas=N`` (``--deployment``,
   ``simrun-worker-<queue>`` by default, as in deploy/kubernetes/).
 
+The workers of a task image's queue (``image:NAME``, ``--image NAME``) are the compose
+service ``worker-image-<name>`` and the Deployment ``simrun-worker-image-<name>``
+(`worker_name`; see the examples in docker-compose.yml and deploy/kubernetes/examples/).
+
 The container shape is the live workers' of the queue; while none is live it is the one
 given by ``--processes`` and ``--worker-memory-gb``, else the service's default worker shape
 (``simrun service --worker-memory-gb/--worker-processes``), else 4 processes x 8 GiB.
@@ -20,6 +24,7 @@ whole (an error of one round is printed and the next round tries again).
 
 from __future__ import annotations
 
+import re
 import shlex
 import signal
 import subprocess
@@ -53,6 +58,7 @@ from simrun.core.scaling import (
     desired_containers,
     work_duration,
 )
+from simrun.core.sizing import image_queue
 
 __all__ = [
     "COMPOSE_SERVICES",
@@ -65,6 +71,7 @@ __all__ = [
     "parse_backlog",
     "plan",
     "scale",
+    "worker_name",
 ]
 
 #: The docker-compose.yml service of each queue, and the profile it needs (if any).
@@ -72,6 +79,18 @@ COMPOSE_SERVICES: Mapping[str, tuple[str, str | None]] = {
     "cpu": ("worker-cpu", None),
     "gpu": ("worker-gpu", "gpu"),
 }
+
+
+def worker_name(queue: str) -> str:
+    """The name of the workers of ``queue`` (a compose service ``worker-…``, a Kubernetes
+    Deployment ``simrun-worker-…``): the queue itself for cpu and gpu; for an image queue
+    ``image:NAME``, ``image-`` and NAME in lower case with every character but letters,
+    digits and ``-`` made ``-`` (``image:solver_2.1`` -> ``image-solver-2-1``), a name that
+    both compose and Kubernetes take."""
+    if not queue.startswith("image:"):
+        return queue
+    slug = re.sub(r"[^a-z0-9-]", "-", queue.removeprefix("image:").lower()).strip("-")
+    return f"image-{slug}"
 
 
 class ScaleError(ClientError):
@@ -204,12 +223,15 @@ def compose_command(desired: Mapping[str, int], compose_file: Path | None) -> li
         argv += ["-f", str(compose_file)]
     scales: list[str] = []
     for queue, count in desired.items():
-        if queue not in COMPOSE_SERVICES:
+        if queue in COMPOSE_SERVICES:
+            service, profile = COMPOSE_SERVICES[queue]
+        elif queue.startswith("image:"):
+            service, profile = f"worker-{worker_name(queue)}", None
+        else:
             raise ScaleError(
                 f"queue {queue!r} has no docker compose service (only "
-                f"{', '.join(COMPOSE_SERVICES)}): scale its workers yourself"
+                f"{', '.join(COMPOSE_SERVICES)} and image queues): scale its workers yourself"
             )
-        service, profile = COMPOSE_SERVICES[queue]
         if profile is not None:
             argv += ["--profile", profile]
         scales += ["--scale", f"{service}={count}"]
@@ -240,7 +262,10 @@ def apply_commands(
         return [compose_command(desired, compose_file)]
     if deployment is not None and len(queues) > 1:
         raise ScaleError("--deployment names one Deployment: give one --queue with it")
-    return [kubectl_command(deployment or f"simrun-worker-{q}", n) for q, n in desired.items()]
+    return [
+        kubectl_command(deployment or f"simrun-worker-{worker_name(q)}", n)
+        for q, n in desired.items()
+    ]
 
 
 def _table(planned: Sequence[Planned]) -> Table:
@@ -295,7 +320,7 @@ def _round(client: Client, options: ScaleRequest, out: Console) -> None:
     planned = plan(live, options.policy, given, source)
     out.print(_table(planned))
     for p in planned:
-        out.print(p.decision.reason, markup=False, soft_wrap=True)
+        out.print(p.decision.reason, markup=False, emoji=False, soft_wrap=True)
     if options.apply is None:
         return
     commands = apply_commands(
@@ -321,7 +346,9 @@ HELP = {
     "[default: the service's --worker-memory-gb, else 8].",
     "default_seconds": "Seconds per unit assumed for keys that learned none yet.",
     "apply": "Set the replica count with docker compose or kubectl [default: only print].",
-    "queue": "Queue to apply the decision to (repeatable) [default: cpu].",
+    "queue": "Queue to apply the decision to (repeatable; cpu, gpu or image:NAME as the "
+    "table lists it) [default: cpu].",
+    "image": "The queue of this task image, as --queue image:NAME (repeatable).",
     "compose_file": "The compose file [default: docker compose's own lookup].",
     "deployment": "The Kubernetes Deployment [default: simrun-worker-cpu, simrun-worker-<queue>].",
     "watch": "Repeat every SECONDS until interrupted.",
@@ -343,6 +370,7 @@ HELP = {
               show_default=True, help=HELP["default_seconds"])  # fmt: skip
 @click.option("--apply", type=click.Choice(["compose", "kubernetes"]), help=HELP["apply"])
 @click.option("--queue", "queues", multiple=True, help=HELP["queue"])
+@click.option("--image", "images", multiple=True, help=HELP["image"])
 @click.option("--compose-file", type=click.Path(dir_okay=False, path_type=Path),
               help=HELP["compose_file"])  # fmt: skip
 @click.option("--deployment", help=HELP["deployment"])
@@ -359,6 +387,7 @@ def scale(
     default_seconds: float,
     apply: str | None,
     queues: tuple[str, ...],
+    images: tuple[str, ...],
     compose_file: Path | None,
     deployment: str | None,
     watch: float | None,
@@ -384,7 +413,7 @@ def scale(
         worker_memory_gb,
         processes,
         apply,
-        queues or ("cpu",),
+        tuple(dict.fromkeys([*queues, *(image_queue(i) for i in images)])) or ("cpu",),
         compose_file,
         deployment,
         dry_run,

@@ -22,11 +22,13 @@ from simrun.cli.options import (
     intake_options,
     limits_options,
 )
+from simrun.config import ENV_DB, ENV_ENVIRONMENT_IMAGE
 from simrun.core.intake import InputLimits
+from simrun.core.layout import StoreLayout
 from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
 from simrun.core.states import Limits
 from simrun.queues.connect import RedisUnusable
-from simrun.service.main import serve
+from simrun.service.main import DatabaseVolumeError, check_database, serve
 from simrun.service.settings import ControllerSettings
 
 __all__ = ["service"]
@@ -38,6 +40,17 @@ SHAPE_MEMORY_HELP = (
 SHAPE_PROCESSES_HELP = (
     "Processes of one worker container, as its --processes (see --worker-memory-gb)."
 )
+
+
+DB_HELP = (
+    "The service's SQLite file, on a local volume [default: STORE/simrun.db]. The store is "
+    "shared with the workers, often over a network file system, where SQLite's locks may not hold."
+)
+ENVIRONMENT_IMAGE_HELP = (
+    "The environment image of a run whose workflow names none (its `image:`): its tasks "
+    "whose type has no image go to that image's queue [default: none, the cpu and gpu queues]."
+)
+NETWORK_FS_HELP = "Start even when the SQLite file is on a network file system (nfs, cifs, ...)."
 
 
 def _say_listening(url: str) -> None:
@@ -67,6 +80,15 @@ def _say_listening(url: str) -> None:
 @REDIS_WAIT_S
 @REDIS_TIMEOUT_S
 @PROBE
+@click.option(
+    "--db", type=click.Path(dir_okay=False, path_type=Path), envvar=ENV_DB, show_envvar=True,
+    default=None, help=DB_HELP,
+)  # fmt: skip
+@click.option("--db-on-network-fs", is_flag=True, help=NETWORK_FS_HELP)
+@click.option(
+    "--environment-image", envvar=ENV_ENVIRONMENT_IMAGE, show_envvar=True, default=None,
+    help=ENVIRONMENT_IMAGE_HELP,
+)  # fmt: skip
 def service(
     host: str,
     port: int,
@@ -84,12 +106,22 @@ def service(
     redis_wait_s: float | None,
     redis_timeout_s: float,
     probe: bool,
+    db: Path | None,
+    db_on_network_fs: bool,
+    environment_image: str | None,
 ) -> None:
     """Run the service: the controller loop and the HTTP API."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    database = db.resolve() if db is not None else StoreLayout(store.resolve()).db
+    try:
+        check_database(database, on_network_fs=db_on_network_fs)
+    except DatabaseVolumeError as exc:
+        raise click.ClickException(str(exc)) from None
     types = load_types_from_here(plugins)
     settings = ControllerSettings(
         store=store.resolve(),
+        db_path=database,
+        environment_image=environment_image or None,
         redis_url=redis_url,
         prefix=prefix,
         limits=Limits(max_retries=max_retries, max_kills=max_kills),

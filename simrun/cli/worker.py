@@ -29,7 +29,7 @@ from simrun.cli.options import (
     container_memory_option,
     container_processes_option,
 )
-from simrun.config import ENV_WORKER_DIR, redact_url
+from simrun.config import ENV_ENGINE, ENV_WORKER_DIR, redact_url
 from simrun.core.outage import RECONNECT_MAX_S
 from simrun.queues.connect import RedisUnusable
 from simrun.worker.container import (
@@ -54,6 +54,11 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOCAL_DIR_HELP = (
     "Local directory of the worker: its status file (read by the health check) and the "
     f"reports it keeps while Redis is away [default: {DEFAULT_LOCAL_DIR}]."
+)
+ENGINE_HELP = (
+    "Container engine (docker, podman or a path) that runs the commands of tasks of an "
+    "--image queue inside their image; without it they run in this container, which is "
+    "then the image's."
 )
 SPOOL_HELP = "MiB of reports kept on disk while Redis is away (after 16 MiB in memory)."
 
@@ -114,6 +119,9 @@ SPOOL_HELP = "MiB of reports kept on disk while Redis is away (after 16 MiB in m
 )  # fmt: skip
 @REDIS_WAIT_S
 @REDIS_TIMEOUT_S
+@click.option(
+    "--engine", envvar=ENV_ENGINE, show_envvar=True, default=None, help=ENGINE_HELP,
+)  # fmt: skip
 def worker(**params: Any) -> None:
     """Run a worker container: take jobs from the queues, run them in a pool of worker
     processes within the container's memory, and report every unit."""

@@ -38,6 +38,8 @@ class WorkerReport(BaseModel):
     container), in GiB. ``seconds_per_unit`` is the wall time of one unit in one process
     (None when no unit completed). ``limit_gb`` is the memory per process the job ran
     under, and ``killed_for_memory`` says whether a process was killed for exceeding it.
+    ``peak_gpu_memory_gb`` is the peak memory used on the GPUs the job was granted (None:
+    no GPU, or ``nvidia-smi`` could not tell; `simrun.worker.gpumem`).
     Every number is finite and >= 0 (`FiniteNonNeg`), checked on construction.
     """
 
@@ -50,6 +52,7 @@ class WorkerReport(BaseModel):
     units: Count
     limit_gb: FiniteNonNeg
     killed_for_memory: Flag = False
+    peak_gpu_memory_gb: FiniteNonNeg | None = None
 
     @classmethod
     def empty(cls, limit_gb: float) -> WorkerReport:
@@ -64,6 +67,7 @@ class WorkerReport(BaseModel):
             "units": self.units,
             "limit_gb": self.limit_gb,
             "killed_for_memory": self.killed_for_memory,
+            "peak_gpu_memory_gb": self.peak_gpu_memory_gb,
         }
 
     @classmethod

@@ -61,6 +61,8 @@ class TaskView:
     kills: int | None = None
     requested_gb: float | None = None
     peak_memory_gb: float | None = None
+    #: The largest memory its jobs used on their GPUs (None: no GPU, or not measured).
+    peak_gpu_memory_gb: float | None = None
     out: str | None = None
     units_per_s: float | None = None
     #: The run whose outputs it took instead of running (`simrun.core.reuse`).

@@ -7,7 +7,10 @@ import contextlib
 import math
 import os
 import socket
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from simrun.worker.capacity import detect_gpu_ids
 
 __all__ = [
     "MEMORY_SHARE",
@@ -104,3 +107,15 @@ def last_line(path: Path) -> str:
             if line.strip():
                 return line.strip()
     return "(no output)"
+
+
+def local_gpus(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The GPU ids of this machine: ``CUDA_VISIBLE_DEVICES`` of ``environ`` when set, else
+    the devices ``nvidia-smi -L`` lists (none without it)."""
+    return detect_gpu_ids(environ)
+
+
+def gpu_shares(ids: Sequence[str], workers: int) -> tuple[tuple[str, ...], ...]:
+    """The GPUs of each of ``workers`` containers on one machine: ``ids`` dealt in turn,
+    so no device is given to two workers (a worker may get none)."""
+    return tuple(tuple(ids[n::workers]) for n in range(workers))

@@ -39,7 +39,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
@@ -53,7 +53,7 @@ from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S
 from simrun.local import lock as store_lock
 from simrun.local.guard import DONE, REMOVE
-from simrun.local.machine import LocalError, free_socket, last_line
+from simrun.local.machine import LocalError, free_socket, gpu_shares, last_line
 from simrun.local.reads import StoreReader
 from simrun.local.redis import PrivateRedis, find_redis_server
 from simrun.plugins import TaskType
@@ -63,9 +63,10 @@ from simrun.service.api import create_app
 from simrun.service.controller import Controller
 from simrun.service.settings import ControllerSettings
 from simrun.worker.container import WorkerFlags, worker_argv
+from simrun.worker.engine import EngineError, find_engine, worker_argv_in_image
 
-__all__ = ["LOG_BACKUPS", "LOG_MAX_BYTES", "LocalOptions", "LocalSession", "images_of",
-           "redis_prefix", "rotate_log"]  # fmt: skip
+__all__ = ["LOG_BACKUPS", "LOG_MAX_BYTES", "LocalOptions", "LocalSession", "image_problem",
+           "images_of", "local_engine", "redis_prefix", "rotate_log", "unit_images"]  # fmt: skip
 
 #: Bytes past which a log of the session is rotated, and how many rotated ones are kept.
 LOG_MAX_BYTES = 64 * 2**20
@@ -125,7 +126,8 @@ class _EmbeddedServer(uvicorn.Server):
 class LocalOptions:
     """How to run an embedded session. ``processes`` and ``memory_gb`` are per worker
     container; ``plugins`` are extra task types ("module:ATTRIBUTE") loaded by the service
-    and the workers; ``images`` the task images whose queues the workers serve too."""
+    and the workers; ``images`` the task images whose queues the workers serve too, their
+    commands run inside the image through the container ``engine`` (`local_engine`)."""
 
     store: Path
     workers: int = 1
@@ -134,6 +136,13 @@ class LocalOptions:
     plugins: tuple[str, ...] = ()
     python_path: tuple[str, ...] = ()
     images: tuple[str, ...] = ()
+    engine: str | None = None
+    #: The machine's GPUs, dealt among the workers (each sees only its own).
+    gpu_ids: tuple[str, ...] = ()
+    #: The images whose queues a worker container running inside the image serves
+    #: (started through the ``engine``; the units of a splittable type run there): the
+    #: other workers do not serve them.
+    unit_images: tuple[str, ...] = ()
     redis_url: str | None = None
     token: str | None = None
     limits: Limits = field(default_factory=Limits)
@@ -364,13 +373,16 @@ class LocalSession:
 
     def _worker_flags(self, number: int, redis_url: str, prefix: str) -> WorkerFlags:
         opts = self.options
+        host_images = tuple(i for i in opts.images if i not in opts.unit_images)
         return WorkerFlags(
             queues=("cpu", "gpu"),
-            images=opts.images,
+            images=host_images,
+            engine=opts.engine if host_images else None,
             redis_url=redis_url,
             prefix=prefix,
             memory_gb=opts.memory_gb,
             processes=opts.processes,
+            gpus=len(self._gpu_share(number)),
             worker_id=f"local-{os.getpid()}-{number}",
             grace_s=opts.grace_s,
             plugins=opts.plugins,
@@ -380,6 +392,18 @@ class LocalSession:
             # directory, even when simrun is killed during an outage of its Redis
             local_dir=self.logs / "worker-local",
         )
+
+    def _worker_env(self, env: dict[str, str], number: int) -> dict[str, str]:
+        """The environment of worker ``number``: with GPUs on the machine, only its share
+        of them visible (``CUDA_VISIBLE_DEVICES``), so two workers never use one device."""
+        if not self.options.gpu_ids:
+            return env
+        return {**env, "CUDA_VISIBLE_DEVICES": ",".join(self._gpu_share(number))}
+
+    def _gpu_share(self, number: int) -> tuple[str, ...]:
+        """The GPUs of worker ``number`` (none for a worker of an image, past the others)."""
+        shares = gpu_shares(self.options.gpu_ids, self.options.workers)
+        return shares[number - 1] if number <= len(shares) else ()
 
     def _start_workers(self, redis_url: str, prefix: str) -> None:
         env = {**os.environ, **self.options.env, "PYTHONUNBUFFERED": "1"}
@@ -394,11 +418,55 @@ class LocalSession:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    env=env,
+                    env=self._worker_env(env, number),
                     start_new_session=True,  # a Ctrl-C at the terminal reaches us only
                 )
             self._guard_pid(proc.pid)
             self._workers.append(_Worker(number, proc, path))
+        for k, image in enumerate(self.options.unit_images, start=self.options.workers + 1):
+            self._start_image_worker(k, image, redis_url, prefix, env)
+
+    def _start_image_worker(
+        self, number: int, image: str, redis_url: str, prefix: str, env: dict[str, str]
+    ) -> None:
+        """Worker container ``number``: ``simrun worker --image IMAGE`` inside that image,
+        through the engine (`simrun.worker.engine.worker_argv_in_image`), the store and the
+        plugins' directories mounted at their own paths, the same size as the others."""
+        opts = self.options
+        assert opts.engine is not None  # `image_problem` refused unit images without one
+        flags = replace(
+            self._worker_flags(number, redis_url, prefix),
+            queues=(),
+            images=(image,),
+            engine=None,
+            gpus=0,
+        )
+        argv = worker_argv_in_image(
+            opts.engine,
+            image,
+            flags.to_argv(),
+            name=f"simrun-local-{os.getpid()}-{number}",
+            memory_gb=opts.memory_gb,
+            workdir=Path.cwd(),
+            mounts=[self.store, Path.cwd(), *(Path(p).resolve() for p in opts.python_path)],
+            environ={"PYTHONUNBUFFERED": "1"},
+        )
+        path = self.logs / f"worker-{number}.log"
+        rotate_log(path)
+        with path.open("ab") as out:
+            out.write(_session_line())
+            out.write(f"image {image} through {opts.engine}\n".encode())
+            out.flush()
+            proc = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        self._guard_pid(proc.pid)
+        self._workers.append(_Worker(number, proc, path))
 
     # -- while running -------------------------------------------------------------------
 
@@ -563,6 +631,52 @@ class LocalSession:
         self._workers = []
 
 
-def images_of(types: Sequence[TaskType]) -> tuple[str, ...]:
-    """The task images of ``types`` (their queues are served by the embedded workers)."""
-    return tuple(sorted({t.image for t in types if t.image}))
+def images_of(types: Sequence[TaskType], run_image: str | None = None) -> tuple[str, ...]:
+    """The task images of ``types`` and the run's environment image ``run_image`` (their
+    queues are served by the embedded workers)."""
+    found = {t.image for t in types if t.image}
+    if run_image:
+        found.add(run_image)
+    return tuple(sorted(found))
+
+
+def local_engine(named: str | None) -> str | None:
+    """The container engine of an embedded session: ``named`` (``--engine`` /
+    ``SIMRUN_ENGINE``; `LocalError` when it is not found), else docker or podman on ``PATH``
+    (None: none)."""
+    try:
+        return find_engine(named)
+    except EngineError as exc:
+        raise LocalError(str(exc)) from None
+
+
+def image_problem(
+    tasks: Sequence[tuple[str, TaskType]], engine: str | None, run_image: str | None = None
+) -> str | None:
+    """Why an embedded session cannot run the (task name, type) pairs of a workflow in
+    their images (the type's, else the run's ``run_image``), in one line; None when it can.
+    Both need the container ``engine``: a command runs in its image through it, the units
+    of a splittable type in a worker container of that image it starts (`unit_images`)."""
+    for name, task_type in tasks:
+        image = task_type.image if task_type.image is not None else run_image
+        if image is None:
+            continue
+        if engine is None:
+            return (
+                f"task {name!r} runs in image {image!r} and no container engine was found "
+                "(docker or podman on PATH, or --engine / SIMRUN_ENGINE)"
+            )
+    return None
+
+
+def unit_images(
+    tasks: Sequence[tuple[str, TaskType]], run_image: str | None = None
+) -> tuple[str, ...]:
+    """The images the units of splittable types of ``tasks`` run in (the type's image,
+    else ``run_image``): each gets a worker container of its own inside the image."""
+    found = {
+        task_type.image if task_type.image is not None else run_image
+        for _, task_type in tasks
+        if task_type.command is None
+    }
+    return tuple(sorted(i for i in found if i is not None))

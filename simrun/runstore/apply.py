@@ -282,25 +282,32 @@ async def _task_facts(
 ) -> None:
     """Add the kills taken to their tasks, and raise their peaks to what was measured."""
     peaks: dict[tuple[str, str], float] = {}
+    gpu_peaks: dict[tuple[str, str], float] = {}
     for entry in entries:
+        task = (entry.run, entry.task)
         peak = observed_peak_gb(entry)
         if peak is not None:
-            task = (entry.run, entry.task)
             peaks[task] = max(peak, peaks.get(task, peak))
+        gpu = entry.report.peak_gpu_memory_gb
+        if gpu is not None:
+            gpu_peaks[task] = max(gpu, gpu_peaks.get(task, gpu))
     params = [
         {
             "run": run,
             "task": task,
             "kills": kills.get((run, task), 0),
             "peak": peaks.get((run, task)),
+            "gpu": gpu_peaks.get((run, task)),
         }
-        for run, task in sorted(set(peaks) | set(kills))
+        for run, task in sorted(set(peaks) | set(kills) | set(gpu_peaks))
     ]
     if params:
         # max() of SQLite is NULL when an argument is: coalesce keeps whichever is known.
         await conn.executemany(
             "UPDATE tasks SET kills = kills + :kills,"
-            " peak_memory_gb = coalesce(max(peak_memory_gb, :peak), peak_memory_gb, :peak)"
+            " peak_memory_gb = coalesce(max(peak_memory_gb, :peak), peak_memory_gb, :peak),"
+            " peak_gpu_memory_gb ="
+            " coalesce(max(peak_gpu_memory_gb, :gpu), peak_gpu_memory_gb, :gpu)"
             " WHERE run_id = :run AND name = :task",
             params,
         )

@@ -86,6 +86,8 @@ class NewRun:
     document: str
     tasks: tuple[NewTask, ...]
     created_s: float
+    #: The environment image of the run (`RunRow.image`).
+    image: str | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,13 @@ class RunRow:
     #: When it was stopped (its session ended before it did) and went on again (None:
     #: still stopped), the first first; `simrun.core.views.running_seconds` leaves them out.
     pauses: tuple[tuple[float, float | None], ...] = ()
+    #: The environment image of the run: its tasks whose type has no image run in it
+    #: (`task_image`); None: on the cpu and gpu queues.
+    image: str | None = None
+
+    def task_image(self, type_image: str | None) -> str | None:
+        """The image a task of this run runs in: its type's, else the run's."""
+        return type_image if type_image is not None else self.image
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +138,8 @@ class TaskRow(NewTask):
     kills: int = 0
     requested_gb: float | None = None
     peak_memory_gb: float | None = None
+    #: The largest memory its reports measured on the GPUs of a job (None: unknown).
+    peak_gpu_memory_gb: float | None = None
     frontier: int = 0
     spans_done: int = 0
     #: The run whose outputs it took instead of running (`simrun.core.reuse`).
@@ -224,6 +235,7 @@ def run_values(run: NewRun) -> dict[str, Any]:
         "model": run.model,
         "state": "running",
         "document": run.document,
+        "image": run.image,
         "created_s": run.created_s,
         "updated_s": run.created_s,
     }

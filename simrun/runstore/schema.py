@@ -222,6 +222,18 @@ MIGRATIONS: tuple[db.Migration, ...] = (
             " WHERE unit_fingerprint IS NOT NULL",
         ),
     ),
+    db.Migration(
+        "the environment image of a run: where its tasks without an image of their own run",
+        (
+            # The workflow's `image`, else the service's default (NULL: none, the cpu and
+            # gpu queues' own workers).
+            "ALTER TABLE runs ADD COLUMN image TEXT",
+        ),
+    ),
+    db.Migration(
+        "the GPU memory of a task: the largest its reports measured on their GPUs",
+        ("ALTER TABLE tasks ADD COLUMN peak_gpu_memory_gb REAL",),
+    ),
 )
 
 #: Most host parameters in one statement, well below SQLite's limit.
@@ -235,9 +247,10 @@ TASK_COLUMNS = (
     "run_id, name, position, type, settings, inputs, depends, override, memory_override_gb,"
     " splittable, has_merge, state, status, queue, resource_key, resources, units,"
     " started_s, finished_s, kills, requested_gb, peak_memory_gb, frontier, spans_done, retry,"
-    " fingerprint, reuse, reused_from, unit_fingerprint, units_reused, units_reused_from"
+    " fingerprint, reuse, reused_from, unit_fingerprint, units_reused, units_reused_from,"
+    " peak_gpu_memory_gb"
 )
-RUN_COLUMNS = "id, name, model, state, message, document, created_s, updated_s, finished_s"
+RUN_COLUMNS = "id, name, model, state, message, document, created_s, updated_s, finished_s, image"
 JOB_COLUMNS = (
     "id, run_id, task, kind, queue, attempt, units, worker, enqueued_s,"
     " first_idx, last_idx, memory_gb, running, started_s"

@@ -368,6 +368,7 @@ class Controller:
             now,
             reuse=reuse,
             rerun=rerun,
+            environment_image=self.settings.environment_image,
         )
         try:
             await asyncio.to_thread(copy_sources, layout, run_id, sources)

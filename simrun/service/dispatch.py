@@ -164,7 +164,7 @@ class Dispatcher:
         if task_type is None:
             return False  # _start failed the task; a restarted service may have lost a plugin
         resolved = await self.resolve(run, task, task_type)
-        queue = sizing.queue_name(task_type.image, resolved.gpus)
+        queue = sizing.queue_name(run.task_image(task_type.image), resolved.gpus)
         room = s.window_jobs - in_flight.get(queue, 0)
         if room <= 0:
             return False
@@ -205,7 +205,9 @@ class Dispatcher:
         if not chunks:
             return False
         timeout_s = (task.retry or {}).get("timeout_s") or s.unit_timeout_s
-        planned = build_jobs(s.store, task, task_type, resolved, queue, chunks, timeout_s)
+        planned = build_jobs(
+            s.store, task, task_type, resolved, queue, chunks, timeout_s, run_image=run.image
+        )
         problem = next(
             filter(None, (self._fit(d, queue, task_type, capacities) for d in planned)), None
         )

@@ -8,6 +8,7 @@ import logging
 import signal
 import socket
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import uvicorn
 
@@ -15,8 +16,33 @@ from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
 from simrun.plugins import TaskType
 from simrun.service.api import create_app
 from simrun.service.controller import Controller, ControllerSettings
+from simrun.service.dbvolume import db_volume_problem
 
-__all__ = ["serve"]
+__all__ = ["DatabaseVolumeError", "check_database", "serve"]
+
+
+class DatabaseVolumeError(ValueError):
+    """The service's SQLite file cannot be used where it is; the message says why."""
+
+
+def check_database(
+    database: Path, *, on_network_fs: bool = False, mounts_file: Path = Path("/proc/mounts")
+) -> None:
+    """Refuse (`DatabaseVolumeError`, one line) a SQLite file on a network file system (as
+    ``mounts_file`` tells) unless ``on_network_fs`` (then say it in the log); make its
+    directory."""
+    problem = db_volume_problem(database, mounts_file)
+    if problem is not None and not on_network_fs:
+        raise DatabaseVolumeError(problem)
+    if problem is not None:
+        log.warning("going on (--db-on-network-fs): %s", problem)
+    try:
+        database.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DatabaseVolumeError(
+            f"cannot make the directory of the service's database {database}: {exc}"
+        ) from None
+
 
 log = logging.getLogger(__name__)
 

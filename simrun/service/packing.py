@@ -56,6 +56,7 @@ def build_jobs(
     queue: str,
     chunks: Sequence[Sequence[UnitRow] | range],
     timeout_s: float | None = None,
+    run_image: str | None = None,
 ) -> list[Dispatch]:
     """One job per chunk of pending units of ``task`` (chunk units, its command unit, or its
     merge unit, one kind per chunk), each with an attempt above every unit's current one.
@@ -65,6 +66,7 @@ def build_jobs(
     A chunk or command job runs under the resolved memory per process, a merge under the
     resolved base memory; a unit killed for memory before gets at least `RETRY_FACTOR`
     times the limit of its last attempt (`retry_memory_gb`), the most of its chunk.
+    A job runs in its type's image, else in ``run_image`` (the run's environment image).
     """
     paths = JobPaths.of(task_paths(store, task))
     out: list[Dispatch] = []
@@ -117,7 +119,7 @@ def build_jobs(
             checkpoints=task_type.checkpoints,
             timeout_s=timeout_s,
             command=task_type.command if kind == "command" else None,
-            image=task_type.image,
+            image=task_type.image if task_type.image is not None else run_image,
         )
         job = NewJob(
             id=spec.job_id,

@@ -205,7 +205,7 @@ class RunQueries:
                 left = task_counts.unfinished + merge_left
                 if task.state in ACTIVE_TASK_STATES and left > 0 and task_type is not None:
                     resolved = await resolver.resolve(run, task, task_type)
-                    queue = sizing.queue_name(task_type.image, resolved.gpus)
+                    queue = sizing.queue_name(run.task_image(task_type.image), resolved.gpus)
                     key = (
                         ResourceKey.from_text(task.resource_key)
                         if task.resource_key

@@ -59,6 +59,10 @@ class ControllerSettings:
     redis_wait_s: float | None = None
     #: Bound of one Redis call and connection attempt: ``--redis-timeout-s``.
     redis_timeout_s: float = REDIS_TIMEOUT_S
+    #: The environment image of a run whose workflow names none (``--environment-image``):
+    #: its tasks without an image of their own go to that image's queue. None: the cpu and
+    #: gpu queues, whose workers' image is the environment.
+    environment_image: str | None = None
 
     @property
     def redis_timeouts(self) -> RedisTimeouts:

@@ -69,10 +69,12 @@ def plan_run(
     *,
     reuse: bool = True,
     rerun: Sequence[str] = (),
+    environment_image: str | None = None,
 ) -> NewRun:
     """The run to store for a checked document, each task with its fingerprint (the
     sources' content is hashed here: blocking I/O) and whether it may reuse earlier work
-    (not with ``reuse`` False, nor the tasks of ``rerun`` and what depends on them).
+    (not with ``reuse`` False, nor the tasks of ``rerun`` and what depends on them). The
+    run's environment image is the document's ``image``, else ``environment_image``.
     `WorkflowError` when a task's type is not installed in the service, its settings are
     missing, or ``rerun`` names no task of the document."""
     problems = [
@@ -93,7 +95,14 @@ def plan_run(
     forced = forced_tasks(deps, rerun, reuse)
     prints, unit_prints = task_all_fingerprints(
         order,
-        {t.name: (types[t.type], settings_by_task[t.name], t.inputs) for t in doc.tasks},
+        {
+            t.name: (
+                doc.in_run_image(types[t.type], environment_image),
+                settings_by_task[t.name],
+                t.inputs,
+            )
+            for t in doc.tasks
+        },
         sources,
     )
     tasks = []
@@ -131,6 +140,7 @@ def plan_run(
         document=text,
         tasks=tuple(tasks),
         created_s=created_s,
+        image=doc.image if doc.image is not None else environment_image,
     )
 
 

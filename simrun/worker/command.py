@@ -155,11 +155,13 @@ async def run_command(
     cgroups: str = "auto",
     log_cap: int = DEFAULT_COMMAND_LOG_CAP,
     processes: int = 1,
+    engine: str | None = None,
 ) -> WorkerReport:
     """Run the command job ``spec``; records the unit "command" and returns the measurements.
     ``cgroups`` ("auto" or "off"), ``log_cap`` (bytes per log file) and ``processes`` (what
     the command was sized for: its ``SIMRUN_PROCESSES`` and thread counts) go to
-    simrun-exec (`CommandSpec`); what bounded the command is logged."""
+    simrun-exec (`CommandSpec`); what bounded the command is logged. With an ``engine``, a
+    job of an image runs inside it (`simrun.worker.engine`)."""
     assert spec.command is not None  # JobSpec checks a command job has one
     paths = spec.paths.task_paths()
     command_spec = CommandSpec(
@@ -173,6 +175,8 @@ async def run_command(
         cgroups="off" if cgroups == "off" else "auto",
         log_cap=log_cap,
         processes=processes,
+        image=spec.image if engine is not None else None,
+        engine=engine,
     )
     result = await run_command_job(
         command_spec,

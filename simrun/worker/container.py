@@ -60,6 +60,7 @@ from simrun.worker.admission import AdmissionGate
 from simrun.worker.arq_worker import OutageWorker
 from simrun.worker.capacity import Capacity, detect_capacity
 from simrun.worker.cgroups import CgroupSupport, WorkerCgroups, detect
+from simrun.worker.engine import EngineError, find_engine
 from simrun.worker.heartbeat import Heartbeat
 from simrun.worker.jobs import JobHandler
 from simrun.worker.link import (
@@ -146,6 +147,9 @@ class WorkerOptions:
     redis_wait_s: float | None = None
     #: Bound of one Redis call or connection attempt (a Redis that stopped answering).
     redis_timeout_s: float = REDIS_TIMEOUT_S
+    #: The container engine's executable that runs the commands of image tasks inside
+    #: their image (`simrun.worker.engine`); None: they run in this container.
+    engine: str | None = None
 
 
 class WorkerContainer:
@@ -336,6 +340,7 @@ class WorkerContainer:
             spool=self.spool,
             command_cgroups=self.options.cgroups,
             command_log_cap=self.options.command_log_cap,
+            engine=self.options.engine,
         )
         link = self._link = handler.link = RedisLink(
             redis,
@@ -533,6 +538,7 @@ class WorkerFlags:
     command_log_cap: int = DEFAULT_COMMAND_LOG_CAP
     redis_wait_s: float | None = None
     redis_timeout_s: float = REDIS_TIMEOUT_S
+    engine: str | None = None
 
     def to_argv(self) -> list[str]:
         """The arguments of ``simrun worker`` that give these flags. Every value is written
@@ -575,6 +581,10 @@ class WorkerFlags:
             )
         except ValueError as exc:
             raise ValueError(f"capacity: {exc}") from None
+        try:
+            engine = None if self.engine is None else find_engine(self.engine)
+        except EngineError as exc:
+            raise ValueError(str(exc)) from None
         return WorkerOptions(
             redis_url=self.redis_url,
             capacity=capacity,
@@ -598,6 +608,7 @@ class WorkerFlags:
             command_log_cap=self.command_log_cap,
             redis_wait_s=self.redis_wait_s,
             redis_timeout_s=self.redis_timeout_s,
+            engine=engine,
         )
 
 

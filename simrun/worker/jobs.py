@@ -44,6 +44,7 @@ from simrun.core.sizing import request_gb, request_gpus, request_slots
 from simrun.core.unitlogs import FAILED, UnitLogHeader, attempt_paths, write_atomic
 from simrun.core.wire import PayloadError, UnitKey
 from simrun.queues import Keys, current_attempts
+from simrun.worker import gpumem
 from simrun.worker.admission import AdmissionClosed, AdmissionGate, Grant, Refused, Request
 from simrun.worker.capacity import Capacity
 from simrun.worker.command import run_command
@@ -210,6 +211,8 @@ class JobHandler:
     #: or "off" (their process tree), and the cap of each of their log files in bytes.
     command_cgroups: str = "auto"
     command_log_cap: int = DEFAULT_COMMAND_LOG_CAP
+    #: The container engine that runs the commands of image jobs in their image (None: here).
+    engine: str | None = None
     _commands: set[asyncio.Task[WorkerReport]] = field(default_factory=set)
     #: The sink of each job's unit logs and the pid of the process it ran in.
     _sinks: dict[str, tuple[UnitLogSink, int]] = field(default_factory=dict)
@@ -274,11 +277,29 @@ class JobHandler:
         try:
             if self.stop_now:
                 return empty, "the worker stopped before the job started; handed back"
-            return await self._execute(spec, ledger, grant, limit_gb, view), None
+            if not grant.gpu_ids:
+                return await self._execute(spec, ledger, grant, limit_gb, view), None
+            return await self._execute_on_gpus(spec, ledger, grant, limit_gb, view), None
         except PoolError as exc:
             return empty, f"no worker process: {exc}"
         finally:
             self.gate.release(grant)
+
+    async def _execute_on_gpus(
+        self, spec: JobSpec, ledger: Ledger, grant: Grant, limit_gb: float, view: StaleView
+    ) -> WorkerReport:
+        """`_execute`, the memory of the granted GPUs measured (`simrun.worker.gpumem`) and
+        reported next to the host memory."""
+        report, gpu_gb = await gpumem.measure(
+            grant.gpu_ids, self._execute(spec, ledger, grant, limit_gb, view)
+        )
+        host = ", ".join(f"{p:.3g}" for p in report.peak_memory_gb) or "-"
+        gpu = "unknown (no answer from nvidia-smi)" if gpu_gb is None else f"{gpu_gb:.3g} GiB"
+        log.info(
+            "job %s on GPUs %s: peak memory %s GiB, GPU memory %s",
+            spec.job_id, ",".join(grant.gpu_ids), host, gpu,
+        )  # fmt: skip
+        return report.model_copy(update={"peak_gpu_memory_gb": gpu_gb})
 
     async def _execute(
         self, spec: JobSpec, ledger: Ledger, grant: Grant, limit_gb: float, view: StaleView
@@ -294,6 +315,7 @@ class JobHandler:
                     cgroups=self.command_cgroups,
                     log_cap=self.command_log_cap,
                     processes=request_slots(spec.kind, self.capacity.processes, spec.uses_cores),
+                    engine=self.engine,
                 )
             )
             self._commands.add(task)

@@ -158,8 +158,9 @@ def test_dry_run_commands_follow_the_options(
 
 
 def test_errors_are_one_line(service: Service, tmp_path: Path) -> None:
-    """A wrong token, a service that is not there, and an image queue for compose each end
-    with status 1 and one line on stderr, no traceback."""
+    """A wrong token, a service that is not there, and a queue compose has no service for
+    (neither cpu, gpu nor an image's) each end with status 1 and one line on stderr, no
+    traceback."""
     wrong = service.scale(token="nope")
     gone = subprocess.run(
         [sys.executable, "-m", "simrun.cli.scale", "--url", f"http://127.0.0.1:{free_port()}"],
@@ -170,7 +171,7 @@ def test_errors_are_one_line(service: Service, tmp_path: Path) -> None:
         timeout=60,
         check=False,
     )
-    image = service.scale("--apply", "compose", "--queue", "image:x", "--dry-run")
+    image = service.scale("--apply", "compose", "--queue", "tpu", "--dry-run")
     for done, words in [
         (wrong, "401"),
         (gone, "cannot reach the simrun service"),
@@ -180,6 +181,15 @@ def test_errors_are_one_line(service: Service, tmp_path: Path) -> None:
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert words in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_an_image_queue_scales_its_workers_service(service: Service) -> None:
+    """`--image NAME` (or `--queue image:…`) applies the decision to the compose service
+    worker-image-<name>; the queue's name is printed as it is (no emoji made of it)."""
+    done = service.scale("--apply", "compose", "--image", "x", "--dry-run")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "would run: docker compose up -d --scale worker-image-x=0 --no-recreate" in done.stdout
+    assert "image:x: empty backlog" in done.stdout
 
 
 def test_watch_repeats_until_interrupted(service: Service) -> None:

@@ -36,10 +36,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from simrun.core.environment import find_program, program_dirs, with_threads
+from simrun.core.environment import find_program, program_dirs, thread_environment, with_threads
 from simrun.core.layout import task_logs
 from simrun.core.reports import WorkerReport
 from simrun.plugins import TaskPaths
+from simrun.worker import engine as container_engine
 from simrun.worker.cgroups import KERNEL_LIMIT_FACTOR
 from simrun.worker.exec.argv import expand_argv
 from simrun.worker.exec.bounds import CommandBounds
@@ -208,6 +209,58 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def in_container(spec: CommandSpec, argv: list[str], name: str) -> list[str]:
+    """``argv`` run inside the spec's image through its engine, as container ``name``: the
+    store, the scratch and every input mounted at their own paths, the task directory the
+    working directory, the job's memory limit the engine's, and the variables simrun gives
+    a command (``SIMRUN_PROCESSES``, the thread counts, the granted GPUs) passed in."""
+    assert spec.engine is not None
+    assert spec.image is not None
+    paths = spec.paths
+    environ = with_threads(thread_environment(spec.processes), spec.processes)
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        environ["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    return container_engine.run_argv(
+        spec.engine,
+        spec.image,
+        argv,
+        name=name,
+        limit_gb=spec.limit_gb,
+        workdir=paths.task_dir,
+        mounts=[paths.store, paths.task_dir, paths.scratch, *paths.inputs.values()],
+        environ=environ,
+    )
+
+
+def _end_container(spec: CommandSpec, name: str) -> bool:
+    """Whether the engine's OOM killer ended the container ``name``; removes it."""
+    assert spec.engine is not None
+    oom = container_engine.inspect_oom(spec.engine, name)
+    problem = container_engine.remove(spec.engine, name)
+    if problem is not None:
+        log.warning("the command's container was not removed: %s", problem)
+    return bool(oom)
+
+
+def engine_oom_result(spec: CommandSpec, result: CommandResult) -> CommandResult:
+    """``result`` of a command whose container the engine's OOM killer ended: killed for
+    memory at the job's limit (the engine held the container to it)."""
+    report = result.report.model_copy(
+        update={
+            "killed_for_memory": True,
+            "units": 0,
+            "seconds_per_unit": None,
+            "peak_memory_gb": (max((*result.report.peak_memory_gb, spec.limit_gb)),),
+        }
+    )
+    how = f"exit code {result.exit_code}" if result.exit_code is not None else result.signal
+    error = (
+        f"the container engine's OOM killer ended the command's container at its memory "
+        f"limit of {spec.limit_gb:g} GiB ({how})"
+    )
+    return result.model_copy(update={"outcome": "killed", "error": error, "report": report})
+
+
 class CommandRun:
     """One run of a `CommandSpec`: `run` does it, `request_stop` (from any thread, or from a
     signal handler) ends it early as ``killed``.
@@ -311,6 +364,10 @@ class CommandRun:
             _prepare(spec)
         except _PrepareError as exc:
             return not_started(spec, str(exc), started).model_copy(update={"argv": tuple(argv)})
+        container, oom = None, False
+        if spec.image is not None and spec.engine is not None:
+            container = container_engine.container_name()
+            argv = in_container(spec, argv, container)
         out_log, err_log = log_paths(paths, spec.attempt)
         logs = {"stdout": str(out_log), "stderr": str(err_log)}
         bounds = self._bounds = CommandBounds.open(spec.cgroups, spec.limit_gb)
@@ -324,9 +381,13 @@ class CommandRun:
             )
         finally:
             bounds.close()
+            if container is not None:
+                oom = _end_container(spec, container)
         result = result.model_copy(
             update={"argv": tuple(argv), "logs": logs, "isolation": bounds.description}
         )
+        if container is not None and oom:
+            result = engine_oom_result(spec, result)
         if result.outcome != "done":
             tail = stderr_tail(err_log)
             if tail:

@@ -157,6 +157,9 @@ class CommandSpec(_VersionedFile):
     head and tail are kept; 0: no bound). ``processes`` is what the command was sized for
     (all the slots of its worker for a type that ``uses_cores``, else 1): the command gets
     it as ``SIMRUN_PROCESSES`` and as its thread counts (`simrun.core.environment`).
+    ``image`` with ``engine`` (the container engine's executable) runs the command inside
+    that image through the engine (`simrun.worker.engine`); without an engine the command
+    runs here, as if this were the image's container.
 
     Relative paths are taken relative to the working directory of ``simrun-exec``.
     Construction checks every value (a `pydantic.ValidationError`); `from_dict` raises
@@ -181,6 +184,8 @@ class CommandSpec(_VersionedFile):
     cgroups: Literal["auto", "off"] = "auto"
     log_cap: Annotated[int, Field(strict=True, ge=0)] = DEFAULT_COMMAND_LOG_CAP
     processes: Annotated[int, Field(strict=True, ge=1)] = 1
+    image: Annotated[str, Field(strict=True, pattern=r"\S")] | None = None
+    engine: Annotated[str, Field(strict=True, pattern=r"\S")] | None = None
 
 
 # --- the result ---------------------------------------------------------------------------

@@ -1,0 +1,179 @@
+"""Running a command inside a task's image through a container engine (docker or podman).
+
+A task whose type has an ``image`` runs in that image. In a deployment (compose,
+Kubernetes) a worker container started from the image serves the image's queue and runs the
+command as any other. On one machine (`simrun run`), the embedded workers are given a
+container engine (``--engine``): ``simrun-exec`` then runs the command as
+
+    ENGINE run --name simrun-<id> --memory <limit> --memory-swap <limit>
+        -v STORE:STORE [-v SCRATCH:SCRATCH] -w TASK_DIR -e SIMRUN_PROCESSES=... IMAGE ARGV...
+
+so that every path the argv names (the store's, the scratch's) is the same inside the
+container, the engine's kernel limit is the job's memory limit, and the command's output
+reaches simrun-exec's pipes as before. After the container ends, ``ENGINE inspect`` tells
+whether the engine's OOM killer ended it (``{{.State.OOMKilled}}``: a kill for memory),
+then ``ENGINE rm`` removes it. Everything here but `inspect_oom` and `remove` is pure.
+
+An engine is found (`find_engine`) as the ``SIMRUN_ENGINE`` setting names it, else
+``docker`` then ``podman`` on ``PATH``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = [
+    "ENGINE_NAMES",
+    "EngineError",
+    "container_name",
+    "find_engine",
+    "inspect_argv",
+    "inspect_oom",
+    "parse_oom",
+    "remove",
+    "remove_argv",
+    "run_argv",
+    "worker_argv_in_image",
+]
+
+#: The engines looked for on ``PATH``, in this order, when none is named.
+ENGINE_NAMES = ("docker", "podman")
+#: Seconds an ``inspect`` or ``rm`` of the engine may take.
+_ENGINE_CALL_S = 30.0
+_GIB = 2**30
+
+
+class EngineError(ValueError):
+    """The engine named cannot be used; the message says which and why."""
+
+
+def find_engine(named: str | None, path: str | None = None) -> str | None:
+    """The engine's executable: ``named`` (a name on ``path`` or a path; `EngineError` when
+    it is neither), else the first of `ENGINE_NAMES` found on ``path`` (None: none)."""
+    if named:
+        found = shutil.which(named, path=path)
+        if found is None:
+            raise EngineError(f"container engine {named!r} not found (SIMRUN_ENGINE / --engine)")
+        return found
+    for name in ENGINE_NAMES:
+        found = shutil.which(name, path=path)
+        if found is not None:
+            return found
+    return None
+
+
+def container_name() -> str:
+    """A fresh name for one command's container."""
+    return f"simrun-{uuid.uuid4().hex[:16]}"
+
+
+def _mounts(dirs: Sequence[Path]) -> list[str]:
+    """``-v D:D`` for each directory, none inside another listed one, in order."""
+    kept: list[Path] = []
+    for d in sorted({Path(d) for d in dirs}, key=lambda p: (len(p.parts), str(p))):
+        if not any(k == d or k in d.parents for k in kept):
+            kept.append(d)
+    return [a for d in kept for a in ("-v", f"{d}:{d}")]
+
+
+def run_argv(
+    engine: str,
+    image: str,
+    argv: Sequence[str],
+    *,
+    name: str,
+    limit_gb: float,
+    workdir: Path,
+    mounts: Sequence[Path],
+    environ: Mapping[str, str],
+) -> list[str]:
+    """The engine's command line that runs ``argv`` in ``image``: named ``name`` (kept after
+    it ends, for `inspect_argv`), its memory (and memory with swap) bounded by ``limit_gb``,
+    each of ``mounts`` at its own path, ``workdir`` its working directory, and ``environ``
+    (the variables simrun sets for a command, e.g. ``SIMRUN_PROCESSES``) passed by name."""
+    limit = f"{max(1, int(limit_gb * _GIB))}b"
+    args = [engine, "run", "--name", name, "--memory", limit, "--memory-swap", limit]
+    args += _mounts(mounts)
+    args += ["-w", str(workdir)]
+    for key in sorted(environ):
+        args += ["-e", f"{key}={environ[key]}"]
+    return [*args, image, *argv]
+
+
+def worker_argv_in_image(
+    engine: str,
+    image: str,
+    worker_args: Sequence[str],
+    *,
+    name: str,
+    memory_gb: float,
+    workdir: Path,
+    mounts: Sequence[Path],
+    environ: Mapping[str, str],
+) -> list[str]:
+    """The engine's command line that runs ``simrun worker WORKER_ARGS`` inside ``image``
+    (which must hold simrun and the plugins; its entry point is replaced), as container
+    ``name`` removed when it ends: on the host's network (the embedded Redis listens on
+    127.0.0.1), its memory bounded by ``memory_gb`` (the worker's container), each of
+    ``mounts`` at its own path, in ``workdir``, with ``environ`` passed in."""
+    limit = f"{max(1, int(memory_gb * _GIB))}b"
+    args = [engine, "run", "--rm", "--name", name, "--network", "host"]
+    args += ["--memory", limit, "--memory-swap", limit]
+    args += _mounts(mounts)
+    args += ["-w", str(workdir)]
+    for key in sorted(environ):
+        args += ["-e", f"{key}={environ[key]}"]
+    return [*args, "--entrypoint", "simrun", image, "worker", *worker_args]
+
+
+def inspect_argv(engine: str, name: str) -> list[str]:
+    """The command line that prints whether the engine's OOM killer ended ``name``."""
+    return [engine, "inspect", "--format", "{{.State.OOMKilled}}", name]
+
+
+def remove_argv(engine: str, name: str) -> list[str]:
+    """The command line that removes the container ``name``."""
+    return [engine, "rm", "-f", name]
+
+
+def parse_oom(text: str) -> bool:
+    """Whether ``inspect``'s output says the container was OOM-killed (``true``)."""
+    return text.strip().lower() == "true"
+
+
+def inspect_oom(engine: str, name: str) -> bool | None:
+    """Whether the container ``name`` was OOM-killed; None when the engine cannot tell."""
+    try:
+        done = subprocess.run(
+            inspect_argv(engine, name),
+            capture_output=True,
+            text=True,
+            timeout=_ENGINE_CALL_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return parse_oom(done.stdout)
+
+
+def remove(engine: str, name: str) -> str | None:
+    """Remove the container ``name``; None when done, else one line saying what failed."""
+    try:
+        done = subprocess.run(
+            remove_argv(engine, name),
+            capture_output=True,
+            text=True,
+            timeout=_ENGINE_CALL_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{engine} rm {name}: {exc}"
+    if done.returncode != 0:
+        return f"{engine} rm {name}: exit code {done.returncode}: {done.stderr.strip()[-200:]}"
+    return None
