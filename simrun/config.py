@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_STORE",
     "DEFAULT_URL",
     "ENV_REDIS_URL",
+    "ENV_SCRATCH_DIR",
     "ENV_STORE",
     "ENV_TOKEN",
     "ENV_URL",
@@ -37,6 +38,8 @@ ENV_TOKEN = "SIMRUN_TOKEN"
 ENV_STORE = "SIMRUN_STORE"
 #: The worker's local directory (status file, reports kept while Redis is away).
 ENV_WORKER_DIR = "SIMRUN_WORKER_DIR"
+#: The worker's local directory of the tasks' scratch and staged inputs.
+ENV_SCRATCH_DIR = "SIMRUN_SCRATCH_DIR"
 
 #: The limits of what a client may ask of the service (`simrun.core.intake.InputLimits`,
 #: whose defaults they override): field -> environment variable (and option ``--field``).

@@ -308,10 +308,43 @@ def summary_rows(run: RunView, now_s: float | None = None) -> list[tuple[str, ..
                 format_gb(requested),
                 format_gb(task.peak_memory_gb),
                 "—" if line.kills is None else str(line.kills),
+                staged_text(task),
+                scratch_text(task),
                 task.out or "—",
             )
         )
     return rows
+
+
+def staged_text(task: TaskView) -> str:
+    """What staging a task's inputs took: "12.5 MiB in 0.3 s", or "—" for none."""
+    if not task.staged_bytes and not task.staged_s:
+        return "—"
+    return f"{format_bytes(task.staged_bytes)} in {task.staged_s:.2g} s"
+
+
+def scratch_text(task: TaskView) -> str:
+    """The most local scratch a task used, against what it asked for: "0.4 of 2 GiB",
+    "3.1 GiB, over 2 GiB asked", or "—" when not measured."""
+    if task.scratch_peak_gb is None:
+        return "—"
+    asked = float((task.resources or {}).get("scratch_gb") or 0.0)
+    used = f"{task.scratch_peak_gb:.2g}"
+    if asked <= 0:
+        return f"{used} GiB" if task.scratch_peak_gb > 0 else "—"
+    if task.scratch_peak_gb > asked:
+        return f"{used} GiB, over {asked:g} GiB asked"
+    return f"{used} of {asked:g} GiB"
+
+
+def format_bytes(size: int) -> str:
+    """A size in bytes as text with a binary unit: "512 B", "1.5 MiB"."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
 
 
 def _summary_units(line: TaskLine) -> str:
@@ -320,7 +353,17 @@ def _summary_units(line: TaskLine) -> str:
     return "command" if line.command else _units_text(line)
 
 
-SUMMARY_COLUMNS = ("task", "units", "time", "memory/process", "peak/process", "kills", "outputs")
+SUMMARY_COLUMNS = (
+    "task",
+    "units",
+    "time",
+    "memory/process",
+    "peak/process",
+    "kills",
+    "staged",
+    "scratch",
+    "outputs",
+)
 
 
 def summary_table(run: RunView, now_s: float | None = None) -> Table:

@@ -50,6 +50,12 @@ class WorkerReport(BaseModel):
     units: Count
     limit_gb: FiniteNonNeg
     killed_for_memory: Flag = False
+    #: Bytes this job copied into the task's local scratch to stage its inputs, and the
+    #: seconds that took (0 when they were staged already on this worker).
+    staged_bytes: Count = 0
+    staged_s: FiniteNonNeg = 0.0
+    #: The most local scratch the task used while the job ran (GiB; None: not measured).
+    scratch_gb: FiniteNonNeg | None = None
 
     @classmethod
     def empty(cls, limit_gb: float) -> WorkerReport:
@@ -64,6 +70,9 @@ class WorkerReport(BaseModel):
             "units": self.units,
             "limit_gb": self.limit_gb,
             "killed_for_memory": self.killed_for_memory,
+            "staged_bytes": self.staged_bytes,
+            "staged_s": self.staged_s,
+            "scratch_gb": self.scratch_gb,
         }
 
     @classmethod
@@ -207,7 +216,8 @@ class RunningJob(BaseModel):
 class WorkerInfo(BaseModel):
     """What a worker container says about itself in its heartbeat (JSON).
 
-    ``running`` lists the jobs it holds (`RunningJob`).
+    ``running`` lists the jobs it holds (`RunningJob`); ``free_scratch_gb`` is the free
+    space of its local scratch directory (None: an older worker that does not say).
     """
 
     model_config = _WIRE
@@ -225,6 +235,7 @@ class WorkerInfo(BaseModel):
     started: float
     updated: float
     stopping: bool = False
+    free_scratch_gb: float | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json()

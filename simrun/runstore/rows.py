@@ -71,6 +71,8 @@ class NewTask:
     #: outputs (False: forced to run).
     fingerprint: str | None = None
     reuse: bool = False
+    #: The input ports staged into the task's local scratch (the workflow's ``stage``).
+    staged: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,11 @@ class TaskRow(NewTask):
     spans_done: int = 0
     #: The run whose outputs it took instead of running (`simrun.core.reuse`).
     reused_from: str | None = None
+    #: Bytes and seconds its workers spent staging its inputs, and the most local scratch
+    #: a job of it was measured to use (GiB).
+    staged_bytes: int = 0
+    staged_s: float = 0.0
+    scratch_peak_gb: float | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +241,7 @@ def task_values(run_id: str, task: NewTask) -> dict[str, Any]:
         "depends": json.dumps(list(task.depends)),
         "override": dumps(task.override),
         "retry": dumps(task.retry),
+        "staged": dumps(list(task.staged)) if task.staged else None,
         "fingerprint": task.fingerprint,
         "reuse": int(task.reuse),
         "splittable": int(task.splittable),
@@ -285,6 +293,7 @@ def task_of(row: Sequence[Any]) -> TaskRow:
     for name in ("settings", "inputs", "override", "resources", "retry"):
         values[name] = loads(values[name])
     values["depends"] = tuple(json.loads(values["depends"]))
+    values["staged"] = tuple(loads(values["staged"]) or ())
     values["splittable"], values["has_merge"], values["reuse"] = (
         bool(values["splittable"]),
         bool(values["has_merge"]),

@@ -118,6 +118,7 @@ def build_jobs(
             timeout_s=timeout_s,
             command=task_type.command if kind == "command" else None,
             image=task_type.image,
+            staged=tuple(task.staged),
         )
         job = NewJob(
             id=spec.job_id,

@@ -120,6 +120,7 @@ def plan_run(
                 splittable=task_type.splittable,
                 has_merge=task_type.splittable and task_type.merge is not None,
                 retry=spec.retry_fields(),
+                staged=tuple(sorted(spec.stage)),
                 fingerprint=prints[name],
                 reuse=name not in forced,
                 override=(

@@ -71,6 +71,7 @@ from simrun.worker.link import (
 )
 from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP, DEFAULT_UNIT_LOG_CAP
 from simrun.worker.pool.processes import ProcessPool
+from simrun.worker.scratch import ScratchSpace
 from simrun.worker.spool import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, MIB, ReportSpool, SpoolBounds
 
 __all__ = [
@@ -146,6 +147,14 @@ class WorkerOptions:
     redis_wait_s: float | None = None
     #: Bound of one Redis call or connection attempt (a Redis that stopped answering).
     redis_timeout_s: float = REDIS_TIMEOUT_S
+    #: The local scratch directory of the tasks (`simrun.worker.scratch`); None:
+    #: ``local_dir / "scratch"``.
+    scratch_dir: Path | None = None
+
+    @property
+    def scratch_root(self) -> Path:
+        """Where the tasks' local scratch lives."""
+        return self.scratch_dir if self.scratch_dir is not None else self.local_dir / "scratch"
 
 
 class WorkerContainer:
@@ -179,6 +188,9 @@ class WorkerContainer:
         self.isolation = "the process tree"
         self._cgroups: WorkerCgroups | None = None
         self.gate = AdmissionGate(options.capacity, options.admission_patience_s)
+        self.scratch = ScratchSpace(options.scratch_root)
+        #: Free space of the scratch directory in GiB, as last measured (the heartbeat's).
+        self.free_scratch_gb: float | None = None
         self.started = now_s()
         self.stopping = False
         self._arq: list[OutageWorker] = []
@@ -213,6 +225,7 @@ class WorkerContainer:
             started=self.started,
             updated=now_s(),
             stopping=self.stopping,
+            free_scratch_gb=self.free_scratch_gb,
         )
 
     # -- running -----------------------------------------------------------------------------
@@ -336,7 +349,9 @@ class WorkerContainer:
             spool=self.spool,
             command_cgroups=self.options.cgroups,
             command_log_cap=self.options.command_log_cap,
+            scratch=self.scratch,
         )
+        self.free_scratch_gb = await asyncio.to_thread(self.scratch.free_gb)
         link = self._link = handler.link = RedisLink(
             redis,
             redact_url(self.options.redis_url),
@@ -356,6 +371,7 @@ class WorkerContainer:
         )
         link.on_back = heartbeat.beat
         heartbeat_task: asyncio.Task[None] | None = None
+        scratch_task: asyncio.Task[None] | None = None
         try:
             for queue in self.options.queues:
                 pool = self._client()
@@ -365,6 +381,7 @@ class WorkerContainer:
             await link.learn_server()
             link.write_status()
             heartbeat_task = asyncio.get_running_loop().create_task(heartbeat.run())
+            scratch_task = asyncio.get_running_loop().create_task(self._scratch_loop(redis, link))
             log.info(
                 "worker %s serving %s with %g GiB, %d processes, %d GPUs; memory bounded by %s",
                 self.worker_id,
@@ -388,6 +405,8 @@ class WorkerContainer:
         finally:
             if heartbeat_task is not None:
                 await cancel_and_wait(heartbeat_task)
+            if scratch_task is not None:
+                await cancel_and_wait(scratch_task)
             for worker in self._arq:
                 with contextlib.suppress(*LINK_ERRORS):
                     await worker.close()
@@ -396,6 +415,31 @@ class WorkerContainer:
             with contextlib.suppress(RedisError, OSError):
                 await heartbeat.clear(self.worker_id)
             self.spool.discard()
+
+    async def _scratch_loop(self, redis: ArqRedis, link: RedisLink) -> None:
+        """Every heartbeat interval: measure the free scratch space (for the heartbeat) and
+        remove the scratch of tasks that ended or have been idle long
+        (`simrun.worker.scratch.ScratchSpace.sweep`)."""
+
+        async def ended(tasks: list[tuple[str, str]]) -> set[tuple[str, str]]:
+            if not link.is_up:
+                return set()
+            async with redis.pipeline(transaction=False) as pipe:
+                for run, task in tasks:
+                    pipe.exists(self.keys.task_ended(run, task))
+                found = await pipe.execute()
+            return {t for t, n in zip(tasks, found, strict=True) if n}
+
+        while True:
+            await asyncio.sleep(self.options.heartbeat_s)
+            try:
+                removed = await self.scratch.sweep(ended)
+            except LINK_ERRORS as exc:
+                link.lost(exc)
+                removed = 0
+            if removed:
+                log.info("removed the local scratch of %d task(s) that ended", removed)
+            self.free_scratch_gb = await asyncio.to_thread(self.scratch.free_gb)
 
     async def _run_arq(self, worker: OutageWorker, link: RedisLink) -> None:
         """Run an arq worker; one that ends on a Redis error is started again once Redis
@@ -533,6 +577,7 @@ class WorkerFlags:
     command_log_cap: int = DEFAULT_COMMAND_LOG_CAP
     redis_wait_s: float | None = None
     redis_timeout_s: float = REDIS_TIMEOUT_S
+    scratch_dir: Path | None = None
 
     def to_argv(self) -> list[str]:
         """The arguments of ``simrun worker`` that give these flags. Every value is written
@@ -598,6 +643,7 @@ class WorkerFlags:
             command_log_cap=self.command_log_cap,
             redis_wait_s=self.redis_wait_s,
             redis_timeout_s=self.redis_timeout_s,
+            scratch_dir=self.scratch_dir,
         )
 
 

@@ -28,6 +28,7 @@ an outcome for each of its units; it is written here, by the job itself, never b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -52,6 +53,7 @@ from simrun.worker.link import LINK_ERRORS, RedisLink
 from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP, UnitLogSink
 from simrun.worker.pool.processes import PoolError, ProcessPool
 from simrun.worker.pool.runner import run_chunk, run_merge
+from simrun.worker.scratch import GIB, ScratchSpace, Staged, scratch_limit_gb
 from simrun.worker.spool import ReportSpool
 
 if TYPE_CHECKING:
@@ -63,6 +65,8 @@ log = logging.getLogger(__name__)
 
 #: How old the view of the current attempts may be when a unit is about to start.
 STALE_REFRESH_S = 0.5
+#: Seconds between two measurements of a task's local scratch while a job of it runs.
+SCRATCH_SAMPLE_S = 1.0
 #: The most headers of failed units without output one job writes (a setup that fails
 #: fails every unit of its chunk with the same message: the first ones say it).
 MAX_FAILED_HEADERS = 20
@@ -148,6 +152,13 @@ def _log_entry(entry: ReportEntry) -> None:
     log.log(level, "job %s: %s%s%s", entry.job_id, summary, memory, note)
 
 
+def _with_scratch(report: WorkerReport, staged: Staged, peak_gb: float) -> WorkerReport:
+    """``report`` with what staging took and the peak of the task's local scratch."""
+    return report.model_copy(
+        update={"staged_bytes": staged.bytes, "staged_s": staged.seconds, "scratch_gb": peak_gb}
+    )
+
+
 class StaleView:
     """Which units of a job were dispatched again with a newer attempt.
 
@@ -210,6 +221,8 @@ class JobHandler:
     #: or "off" (their process tree), and the cap of each of their log files in bytes.
     command_cgroups: str = "auto"
     command_log_cap: int = DEFAULT_COMMAND_LOG_CAP
+    #: The local scratch of the tasks (None: the paths the service sent, as they are).
+    scratch: ScratchSpace | None = None
     _commands: set[asyncio.Task[WorkerReport]] = field(default_factory=set)
     #: The sink of each job's unit logs and the pid of the process it ran in.
     _sinks: dict[str, tuple[UnitLogSink, int]] = field(default_factory=dict)
@@ -262,6 +275,10 @@ class JobHandler:
     ) -> tuple[WorkerReport, str | None]:
         """Wait for admission and run; the report and a job-level error, if any."""
         empty = WorkerReport.empty(limit_gb)
+        short = await self._scratch_short(spec)
+        if short is not None:
+            ledger.close_rest("refused")
+            return empty, f"refused by worker {self.worker_id}: {short}"
         try:
             grant = await self.gate.acquire(request)
         except Refused as exc:
@@ -274,11 +291,101 @@ class JobHandler:
         try:
             if self.stop_now:
                 return empty, "the worker stopped before the job started; handed back"
-            return await self._execute(spec, ledger, grant, limit_gb, view), None
+            if self.scratch is None:
+                return await self._execute(spec, ledger, grant, limit_gb, view), None
+            return await self._in_scratch(self.scratch, spec, ledger, grant, limit_gb, view)
         except PoolError as exc:
             return empty, f"no worker process: {exc}"
         finally:
             self.gate.release(grant)
+
+    async def _scratch_short(self, spec: JobSpec) -> str | None:
+        """Why this worker's local scratch can never hold what the job's task asks for, or
+        None (no scratch asked, or enough free besides what the task holds here already)."""
+        need = spec.resources.scratch_gb
+        if self.scratch is None or need <= 0:
+            return None
+        free = await asyncio.to_thread(self.scratch.free_gb)
+        if free is None:
+            return None
+        held = await asyncio.to_thread(self.scratch.used_bytes, spec) / GIB
+        if need <= free + held + 1e-9:
+            return None
+        return (
+            f"the task asks for {need:g} GiB of local scratch and {self.scratch.root} has "
+            f"{free:.3g} GiB free"
+        )
+
+    async def _in_scratch(
+        self,
+        scratch: ScratchSpace,
+        spec: JobSpec,
+        ledger: Ledger,
+        grant: Grant,
+        limit_gb: float,
+        view: StaleView,
+    ) -> tuple[WorkerReport, str | None]:
+        """Run the job with its scratch on this worker's disk and its staged inputs copied
+        there; the scratch is measured meanwhile, reported past the task's ``scratch_gb``
+        and the job stopped past `scratch_limit_gb`."""
+        local = scratch.localize(spec)
+        try:
+            staged = await scratch.prepare(local)
+        except OSError as exc:
+            ledger.close_rest("failed", f"cannot stage the inputs of the task: {exc}")
+            return WorkerReport.empty(limit_gb), f"staging failed on {self.worker_id}: {exc}"
+        try:
+            run = asyncio.ensure_future(self._execute(local, ledger, grant, limit_gb, view))
+            try:
+                peak, over = await self._watch_scratch(scratch, local, run)
+            except BaseException:
+                run.cancel()  # the job itself was cancelled: so is its run
+                with contextlib.suppress(BaseException):
+                    await run
+                raise
+            error = None
+            try:
+                report = await run
+            except asyncio.CancelledError:
+                if over is None:
+                    raise
+                ledger.close_rest("failed", over)
+                report, error = WorkerReport.empty(limit_gb), over
+        finally:
+            scratch.end(local)
+        return _with_scratch(report, staged, peak), error
+
+    async def _watch_scratch(
+        self, scratch: ScratchSpace, spec: JobSpec, run: asyncio.Future[WorkerReport]
+    ) -> tuple[float, str | None]:
+        """Measure the task's scratch until ``run`` ends: the peak in GiB, and why ``run``
+        was stopped (its scratch past the hard limit), or None."""
+        asked = spec.resources.scratch_gb
+        peak = 0.0
+        warned = False
+        while True:
+            used = await asyncio.to_thread(scratch.used_bytes, spec) / GIB
+            peak = max(peak, used)
+            if asked > 0 and used > asked and not warned:
+                warned = True
+                log.warning(
+                    "task %s/%s uses %.3g GiB of local scratch, more than its scratch_gb %g",
+                    spec.run,
+                    spec.task,
+                    used,
+                    asked,
+                )
+            if asked > 0 and used > scratch_limit_gb(asked):
+                run.cancel()
+                return peak, (
+                    f"stopped: the task wrote {used:.3g} GiB to its local scratch, past "
+                    f"{scratch_limit_gb(asked):.3g} GiB (its scratch_gb {asked:g} with the "
+                    "margin); ask for more with resources: {scratch_gb: ...}"
+                )
+            done, _ = await asyncio.wait({run}, timeout=SCRATCH_SAMPLE_S)
+            if done:
+                final = await asyncio.to_thread(scratch.used_bytes, spec) / GIB
+                return max(peak, final), None
 
     async def _execute(
         self, spec: JobSpec, ledger: Ledger, grant: Grant, limit_gb: float, view: StaleView
