@@ -317,24 +317,25 @@ def summary_rows(run: RunView, now_s: float | None = None) -> list[tuple[str, ..
 
 
 def staged_text(task: TaskView) -> str:
-    """What staging a task's inputs took: "12.5 MiB in 0.3 s", or "—" for none."""
+    """What staging a task's inputs took: "12.5 MiB in 0.30 s", or "—" for none."""
     if not task.staged_bytes and not task.staged_s:
         return "—"
-    return f"{format_bytes(task.staged_bytes)} in {task.staged_s:.2g} s"
+    took = "<0.01 s" if task.staged_s < 0.01 else f"{task.staged_s:.2f} s"
+    return f"{format_bytes(task.staged_bytes)} in {took}"
 
 
 def scratch_text(task: TaskView) -> str:
-    """The most local scratch a task used, against what it asked for: "0.4 of 2 GiB",
-    "3.1 GiB, over 2 GiB asked", or "—" when not measured."""
-    if task.scratch_peak_gb is None:
+    """The most local scratch a task used, against what it asked for: "410 MiB of 2 GiB",
+    "3.1 GiB, over 2 GiB asked", or "—" when not measured (or nothing used, nothing asked)."""
+    peak = task.scratch_peak_gb
+    if peak is None:
         return "—"
     asked = float((task.resources or {}).get("scratch_gb") or 0.0)
-    used = f"{task.scratch_peak_gb:.2g}"
     if asked <= 0:
-        return f"{used} GiB" if task.scratch_peak_gb > 0 else "—"
-    if task.scratch_peak_gb > asked:
-        return f"{used} GiB, over {asked:g} GiB asked"
-    return f"{used} of {asked:g} GiB"
+        return format_gb(peak) if peak > 0 else "—"
+    if peak > asked:
+        return f"{format_gb(peak)}, over {format_gb(asked)} asked"
+    return f"{format_gb(peak)} of {format_gb(asked)}"
 
 
 def format_bytes(size: int) -> str:

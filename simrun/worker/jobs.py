@@ -330,7 +330,7 @@ class JobHandler:
         and the job stopped past `scratch_limit_gb`."""
         local = scratch.localize(spec)
         try:
-            staged = await scratch.prepare(local)
+            staged = await scratch.prepare(spec)  # from the store's paths
         except OSError as exc:
             ledger.close_rest("failed", f"cannot stage the inputs of the task: {exc}")
             return WorkerReport.empty(limit_gb), f"staging failed on {self.worker_id}: {exc}"

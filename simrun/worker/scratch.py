@@ -153,7 +153,8 @@ class ScratchSpace:
 
     async def prepare(self, spec: JobSpec) -> Staged:
         """Make the task's scratch and stage its inputs there (once per task on this
-        worker); what this call copied. `OSError` when a copy fails. The job counts as
+        worker), ``spec`` being the job as sent (its inputs in the store); what this call
+        copied. `OSError` when a copy fails. The job counts as
         running here until `end` (its scratch is never removed meanwhile)."""
         key = (spec.run, spec.task)
         lock = self._locks.setdefault(key, asyncio.Lock())

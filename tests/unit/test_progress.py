@@ -296,7 +296,7 @@ def test_a_service_view_fills_every_summary_column_but_outputs():
     [
         (0, 0.0, None, None, "—", "—"),  # nothing staged, scratch not measured
         (3 * 1024**2, 0.25, 0.0, None, "3.0 MiB in 0.25 s", "—"),
-        (512, 0.01, 0.5, 2.0, "512 B in 0.01 s", "0.5 of 2 GiB"),
+        (512, 0.001, 0.5, 2.0, "512 B in <0.01 s", "512 MiB of 2 GiB"),
         (0, 0.0, 3.0, 2.0, "—", "3 GiB, over 2 GiB asked"),  # past its scratch_gb
         (0, 0.0, 1.5, None, "—", "1.5 GiB"),  # measured, nothing asked
     ],
