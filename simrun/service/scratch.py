@@ -32,9 +32,9 @@ __all__ = ["ENDED_TTL_S", "mark_task_ended", "remove_scratch"]
 
 log = logging.getLogger(__name__)
 
-#: How long the mark of a task that ended stays in Redis (a worker away longer removes
-#: the scratch as idle).
-ENDED_TTL_S = 24 * 3600
+#: How long the mark of a task that ended stays in Redis: the workers look at every
+#: heartbeat; one away longer removes the scratch as idle.
+ENDED_TTL_S = 300
 
 
 async def mark_task_ended(redis: Redis, keys: Keys, run: str, task: str) -> None:
