@@ -115,3 +115,30 @@ def test_a_task_asking_for_more_scratch_than_any_worker_has_is_blocked(tmp_path:
     assert ran.returncode != 0, out
     assert "needs 100000 GiB of local scratch" in out, out
     assert "GiB free" in out, out
+
+
+def test_a_unit_writing_far_past_its_scratch_gb_is_stopped(tmp_path: Path) -> None:
+    """A unit that writes far more local scratch than its task's scratch_gb (past the hard
+    margin) is stopped, and fails with a message saying how much it wrote and how to ask
+    for more."""
+    (tmp_path / "data.txt").write_text("hello\n")
+    (tmp_path / "wf.yaml").write_text(
+        textwrap.dedent(
+            """
+            sources: {data: data.txt}
+            tasks:
+              - name: hog
+                type: stage-units
+                settings: {units: 1, write_kb: 307200, hold_s: 30}
+                inputs: {data: "source:data"}
+                resources: {scratch_gb: 0.001}
+                retries: 0
+            """
+        )
+    )
+    ran = simrun("run", "wf.yaml", "--store", "st", *PLUGINS, *POOL, cwd=tmp_path, timeout=300)
+    out = ran.stdout + ran.stderr
+    assert ran.returncode != 0, out
+    assert "GiB to its local scratch, past 0.251 GiB" in out, out
+    assert "ask for more with resources: {scratch_gb: ...}" in out, out
+    assert "for memory" not in out, out  # it was the scratch, not the memory

@@ -3,7 +3,7 @@
 * ``stage-units`` (splittable): unit i reads ``data.txt`` from its ``data`` input (a
   directory) and writes ``unit-<i>.json`` saying where it read it, whether that was under
   the task's scratch, and whether the scratch existed before the unit; it also writes
-  ``write_kb`` KiB into the scratch (``fill-<i>.bin``).
+  ``write_kb`` KiB into the scratch (``fill-<i>.bin``), then sleeps ``hold_s`` seconds.
 * ``resume`` (splittable, ``checkpoints=True``): unit i does ``steps`` steps, keeping the
   last step done in its checkpoint directory (`TaskPaths.checkpoint`); on its first
   attempt it dies (SIGKILL, as an eviction would end it) after ``crash_after`` steps. Its
@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -29,6 +30,7 @@ HINT = ResourceHint(memory_base_gb=0.1, memory_per_worker_gb=0.2)
 class StageSettings(BaseModel):
     units: int = 2
     write_kb: int = 0
+    hold_s: float = 0.0
 
 
 class ResumeSettings(BaseModel):
@@ -56,7 +58,10 @@ def stage_unit(settings: StageSettings, index: int, paths: TaskPaths) -> None:
     port = paths.inputs["data"]
     text = (port / "data.txt").read_text()
     if settings.write_kb:
-        (paths.scratch / f"fill-{index}.bin").write_bytes(b"\0" * (settings.write_kb * 1024))
+        with (paths.scratch / f"fill-{index}.bin").open("wb") as fh:
+            for _ in range(settings.write_kb):  # a KiB at a time: little memory
+                fh.write(b"\0" * 1024)
+    time.sleep(settings.hold_s)
     _write(
         paths.out / f"unit-{index}.json",
         {
