@@ -216,8 +216,9 @@ class RunningJob(BaseModel):
 class WorkerInfo(BaseModel):
     """What a worker container says about itself in its heartbeat (JSON).
 
-    ``running`` lists the jobs it holds (`RunningJob`); ``free_scratch_gb`` is the free
-    space of its local scratch directory (None: an older worker that does not say).
+    ``running`` lists the jobs it holds (`RunningJob`); ``free_scratch_gb`` is the room of
+    its local scratch directory: the free space of its file system and what the tasks'
+    scratch there holds, freed when they end (None: an older worker that does not say).
     """
 
     model_config = _WIRE

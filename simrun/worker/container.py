@@ -71,7 +71,7 @@ from simrun.worker.link import (
 )
 from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP, DEFAULT_UNIT_LOG_CAP
 from simrun.worker.pool.processes import ProcessPool
-from simrun.worker.scratch import ScratchSpace
+from simrun.worker.scratch import GIB, ScratchSpace, room_gb
 from simrun.worker.spool import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, MIB, ReportSpool, SpoolBounds
 
 __all__ = [
@@ -351,7 +351,7 @@ class WorkerContainer:
             command_log_cap=self.options.command_log_cap,
             scratch=self.scratch,
         )
-        self.free_scratch_gb = await asyncio.to_thread(self.scratch.free_gb)
+        self.free_scratch_gb = await asyncio.to_thread(self._scratch_room)
         link = self._link = handler.link = RedisLink(
             redis,
             redact_url(self.options.redis_url),
@@ -439,7 +439,11 @@ class WorkerContainer:
                 removed = 0
             if removed:
                 log.info("removed the local scratch of %d task(s) that ended", removed)
-            self.free_scratch_gb = await asyncio.to_thread(self.scratch.free_gb)
+            self.free_scratch_gb = await asyncio.to_thread(self._scratch_room)
+
+    def _scratch_room(self) -> float | None:
+        """The scratch this worker advertises (`simrun.worker.scratch.room_gb`; blocking)."""
+        return room_gb(self.scratch.free_gb(), self.scratch.held_bytes() / GIB)
 
     async def _run_arq(self, worker: OutageWorker, link: RedisLink) -> None:
         """Run an arq worker; one that ends on a Redis error is started again once Redis

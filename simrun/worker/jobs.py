@@ -53,7 +53,13 @@ from simrun.worker.link import LINK_ERRORS, RedisLink
 from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP, UnitLogSink
 from simrun.worker.pool.processes import PoolError, ProcessPool
 from simrun.worker.pool.runner import run_chunk, run_merge
-from simrun.worker.scratch import GIB, ScratchSpace, Staged, scratch_limit_gb
+from simrun.worker.scratch import (
+    GIB,
+    ScratchSpace,
+    Staged,
+    scratch_admission,
+    scratch_limit_gb,
+)
 from simrun.worker.spool import ReportSpool
 
 if TYPE_CHECKING:
@@ -301,20 +307,36 @@ class JobHandler:
 
     async def _scratch_short(self, spec: JobSpec) -> str | None:
         """Why this worker's local scratch can never hold what the job's task asks for, or
-        None (no scratch asked, or enough free besides what the task holds here already)."""
+        None once it can (`scratch_admission`): at once, or after waiting for the scratch
+        of other tasks here to be freed (looked at every `SCRATCH_SAMPLE_S`; a stop of the
+        worker ends the wait, the job then goes on to be handed back)."""
         need = spec.resources.scratch_gb
-        if self.scratch is None or need <= 0:
+        scratch = self.scratch
+        if scratch is None or need <= 0:
             return None
-        free = await asyncio.to_thread(self.scratch.free_gb)
-        if free is None:
-            return None
-        held = await asyncio.to_thread(self.scratch.used_bytes, spec) / GIB
-        if need <= free + held + 1e-9:
-            return None
-        return (
-            f"the task asks for {need:g} GiB of local scratch and {self.scratch.root} has "
-            f"{free:.3g} GiB free"
-        )
+        said = False
+        while not self.stop_now:
+            free = await asyncio.to_thread(scratch.free_gb)
+            task = await asyncio.to_thread(scratch.used_bytes, spec) / GIB
+            held = await asyncio.to_thread(scratch.held_bytes) / GIB
+            decision = scratch_admission(need, free, task, held)
+            if decision == "run":
+                return None
+            if decision == "refuse":
+                return (
+                    f"the task asks for {need:g} GiB of local scratch and {scratch.root} has "
+                    f"{free or 0.0:.3g} GiB free, {held:.3g} GiB more held by tasks here"
+                )
+            if not said:
+                said = True
+                log.info(
+                    "job %s waits for %g GiB of local scratch (%.3g GiB free)",
+                    spec.job_id,
+                    need,
+                    free or 0.0,
+                )
+            await asyncio.sleep(SCRATCH_SAMPLE_S)
+        return None
 
     async def _in_scratch(
         self,

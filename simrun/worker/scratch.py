@@ -36,6 +36,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from simrun.core.jobs import JobPaths, JobSpec
 
@@ -67,6 +68,32 @@ def scratch_limit_gb(asked_gb: float) -> float:
     """The scratch (GiB) past which a task asking for ``asked_gb`` has its job stopped:
     `HARD_MARGIN` times it, and at least `HARD_MARGIN_MIN_GB` above it."""
     return max(asked_gb * HARD_MARGIN, asked_gb + HARD_MARGIN_MIN_GB)
+
+
+def scratch_admission(
+    need_gb: float, free_gb: float | None, held_task_gb: float, held_all_gb: float
+) -> Literal["run", "wait", "refuse"]:
+    """Whether a job whose task asks for ``need_gb`` of scratch may start on this worker now
+    ("run"), once other tasks' scratch here is freed ("wait"), or never ("refuse").
+
+    ``free_gb`` is the free space of the scratch file system (None: unknown, "run"),
+    ``held_task_gb`` what the job's own task holds here already (it counts towards its
+    need), ``held_all_gb`` what every task's scratch here holds (freed when they end).
+    """
+    if need_gb <= 0 or free_gb is None:
+        return "run"
+    if need_gb <= free_gb + held_task_gb + 1e-9:
+        return "run"
+    if need_gb <= free_gb + held_all_gb + 1e-9:
+        return "wait"
+    return "refuse"
+
+
+def room_gb(free_gb: float | None, held_all_gb: float) -> float | None:
+    """The scratch a worker advertises (`simrun.core.reports.WorkerInfo.free_scratch_gb`):
+    the free space of its scratch file system and what the tasks' scratch there holds
+    (freed when they end), None when the free space is unknown."""
+    return None if free_gb is None else free_gb + held_all_gb
 
 
 @dataclass(frozen=True)
@@ -187,6 +214,10 @@ class ScratchSpace:
             seconds,
         )
         return Staged(copied, seconds)
+
+    def held_bytes(self) -> int:
+        """What every task's scratch here holds (staged copies included)."""
+        return usage_bytes(self.root)
 
     def used_bytes(self, spec: JobSpec) -> int:
         """What the task wrote into its scratch here, its staged copies left out."""

@@ -11,7 +11,7 @@ from simrun.core.jobs import JobPaths, JobResources, JobSpec
 from simrun.core.wire import PayloadError
 from simrun.plugins import TaskPaths
 from simrun.worker import scratch as scratch_mod
-from simrun.worker.scratch import ScratchSpace, scratch_limit_gb, usage_bytes
+from simrun.worker.scratch import ScratchSpace, usage_bytes
 
 
 def job(store: Path, staged: tuple[str, ...] = ("data",), run: str = "r1") -> JobSpec:
@@ -115,11 +115,3 @@ def test_a_job_staging_a_port_it_has_not_is_refused(tmp_path: Path) -> None:
     data = job(tmp_path).to_dict()
     with pytest.raises(PayloadError, match="'staged' names a port"):
         JobSpec.from_dict({**data, "staged": ["nope"]})
-
-
-@pytest.mark.parametrize(
-    ("asked", "limit"), [(0.001, 0.251), (1.0, 1.5), (10.0, 15.0), (0.2, 0.45)]
-)
-def test_scratch_limit(asked: float, limit: float) -> None:
-    """A task's job is stopped past 1.5 times its scratch_gb, and at least 0.25 GiB above."""
-    assert scratch_limit_gb(asked) == pytest.approx(limit)
