@@ -36,6 +36,7 @@ import contextlib
 import logging
 import math
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -147,14 +148,9 @@ class WorkerOptions:
     redis_wait_s: float | None = None
     #: Bound of one Redis call or connection attempt (a Redis that stopped answering).
     redis_timeout_s: float = REDIS_TIMEOUT_S
-    #: The local scratch directory of the tasks (`simrun.worker.scratch`); None:
-    #: ``local_dir / "scratch"``.
+    #: The local scratch directory of the tasks (`simrun.worker.scratch`), one per worker
+    #: container; None: ``local_dir / "scratch" / <worker id>``, removed at exit.
     scratch_dir: Path | None = None
-
-    @property
-    def scratch_root(self) -> Path:
-        """Where the tasks' local scratch lives."""
-        return self.scratch_dir if self.scratch_dir is not None else self.local_dir / "scratch"
 
 
 class WorkerContainer:
@@ -188,7 +184,11 @@ class WorkerContainer:
         self.isolation = "the process tree"
         self._cgroups: WorkerCgroups | None = None
         self.gate = AdmissionGate(options.capacity, options.admission_patience_s)
-        self.scratch = ScratchSpace(options.scratch_root)
+        #: Without --scratch-dir, a directory of this container's own under the local
+        #: directory (which several containers of a host may share), removed at exit.
+        self._own_scratch = options.scratch_dir is None
+        root = options.scratch_dir or options.local_dir / "scratch" / self.worker_id
+        self.scratch = ScratchSpace(root)
         #: Free space of the scratch directory in GiB, as last measured (the heartbeat's).
         self.free_scratch_gb: float | None = None
         self.started = now_s()
@@ -316,6 +316,8 @@ class WorkerContainer:
                 await redis.aclose()
         finally:
             await self.pool.close()
+            if self._own_scratch:
+                await asyncio.to_thread(shutil.rmtree, self.scratch.root, True)
             if self._cgroups is not None:
                 await asyncio.to_thread(self._cgroups.close)
             if handle_signals:
@@ -351,6 +353,11 @@ class WorkerContainer:
             command_log_cap=self.options.command_log_cap,
             scratch=self.scratch,
         )
+        # what an earlier incarnation left in a --scratch-dir (an emptyDir outlives a
+        # container's restart) is swept like the scratch of idle tasks
+        adopted = await asyncio.to_thread(self.scratch.adopt)
+        if adopted:
+            log.info("found the local scratch of %d task(s) in %s", adopted, self.scratch.root)
         self.free_scratch_gb = await asyncio.to_thread(self._scratch_room)
         link = self._link = handler.link = RedisLink(
             redis,

@@ -2,8 +2,9 @@
 
 A task's scratch directory (`simrun.plugins.TaskPaths.scratch`) lives on the worker's own
 disk, not on the shared store: ``<scratch root>/<run>/<task>/`` (``simrun worker
---scratch-dir``, ``SIMRUN_SCRATCH_DIR``; by default ``<local dir>/scratch``; an
-``emptyDir`` in the Kubernetes example, a local volume in the compose file). Every job of
+--scratch-dir``, ``SIMRUN_SCRATCH_DIR``, one per worker container: an ``emptyDir`` in the
+Kubernetes example, an anonymous volume in the compose file; by default
+``<local dir>/scratch/<worker id>``, removed when the container exits). Every job of
 the task on this worker gets its paths rewritten to it (`ScratchSpace.localize`) and finds
 it made before ``setup``, ``compute_unit``, ``merge`` or the command start.
 
@@ -214,6 +215,22 @@ class ScratchSpace:
             seconds,
         )
         return Staged(copied, seconds)
+
+    def adopt(self) -> int:
+        """Take the task directories found under the root (left by an earlier incarnation
+        of this worker) as those of idle tasks, swept as theirs (blocking); how many."""
+        found = 0
+        with contextlib.suppress(OSError):
+            for run in self.root.iterdir():
+                if not run.is_dir():
+                    continue
+                for task in run.iterdir():
+                    key = (run.name, task.name)
+                    if task.is_dir() and key not in self._active:
+                        self._active[key] = 0
+                        self._last[key] = time.monotonic()
+                        found += 1
+        return found
 
     def held_bytes(self) -> int:
         """What every task's scratch here holds (staged copies included)."""

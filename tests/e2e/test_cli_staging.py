@@ -58,7 +58,13 @@ def test_staged_ports_scratch_and_checkpoints_end_to_end(tmp_path: Path) -> None
     assert ran.returncode == 0, ran.stdout + ran.stderr
     rd = run_dir(tmp_path / "st")
     run_id = rd.name
-    local = tmp_path / "st" / "logs" / "worker-local" / "scratch" / run_id
+    # the embedded worker's scratch: a directory of its own under its local directory,
+    # <root>/<run>/<task>, removed when the worker exited
+    first = json.loads((rd / "units" / "out" / "unit-0.json").read_text())
+    local = Path(first["scratch"]).parent
+    assert local.name == run_id
+    assert local.parent.parent == tmp_path / "st" / "logs" / "worker-local" / "scratch"
+    assert not local.parent.exists()
 
     # the splittable task read its staged copy, a directory under its local scratch
     for i in range(3):

@@ -115,3 +115,17 @@ def test_a_job_staging_a_port_it_has_not_is_refused(tmp_path: Path) -> None:
     data = job(tmp_path).to_dict()
     with pytest.raises(PayloadError, match="'staged' names a port"):
         JobSpec.from_dict({**data, "staged": ["nope"]})
+
+
+async def test_scratch_left_by_an_earlier_worker_is_adopted_and_swept(tmp_path: Path) -> None:
+    """Task directories found in the scratch directory at start (an emptyDir that outlived
+    the container's restart) are taken as idle tasks: removed once said to have ended."""
+    (tmp_path / "scratch" / "r0" / "old" / "x").mkdir(parents=True)
+    space = ScratchSpace(tmp_path / "scratch")
+    assert space.adopt() == 1
+
+    async def ended(tasks: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        return set(tasks)
+
+    assert await space.sweep(ended) == 1
+    assert not (tmp_path / "scratch" / "r0").exists()
