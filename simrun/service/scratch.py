@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,7 +29,7 @@ from simrun.queues import Keys
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["ENDED_TTL_S", "mark_task_ended", "remove_scratch"]
+__all__ = ["ENDED_TTL_S", "mark_task_ended", "remove_scratch", "unmark_tasks_ended"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,18 @@ async def mark_task_ended(redis: Redis, keys: Keys, run: str, task: str) -> None
         await redis.set(keys.task_ended(run, task), "1", ex=ENDED_TTL_S)
     except RedisError as exc:
         log.warning("cannot tell the workers that task %s/%s ended: %s", run, task, exc)
+
+
+async def unmark_tasks_ended(redis: Redis, keys: Keys, run: str, tasks: Sequence[str]) -> None:
+    """Take back the marks of ``tasks`` of run ``run`` (they run again: `simrun rerun`), so
+    that workers do not remove their new scratch between two jobs; a Redis error is logged
+    (the mark expires within `ENDED_TTL_S`)."""
+    if not tasks:
+        return
+    try:
+        await redis.delete(*(keys.task_ended(run, task) for task in tasks))
+    except RedisError as exc:
+        log.warning("cannot take back the end marks of %s/%s: %s", run, list(tasks), exc)
 
 
 def remove_scratch(store: Path, run: str, task: str) -> bool:
