@@ -28,7 +28,6 @@ an outcome for each of its units; it is written here, by the job itself, never b
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -45,6 +44,7 @@ from simrun.core.sizing import request_gb, request_gpus, request_slots
 from simrun.core.unitlogs import FAILED, UnitLogHeader, attempt_paths, write_atomic
 from simrun.core.wire import PayloadError, UnitKey
 from simrun.queues import Keys, current_attempts
+from simrun.queues.connect import cancel_and_wait
 from simrun.worker.admission import AdmissionClosed, AdmissionGate, Grant, Refused, Request
 from simrun.worker.capacity import Capacity
 from simrun.worker.command import run_command
@@ -361,9 +361,7 @@ class JobHandler:
             try:
                 peak, over = await self._watch_scratch(scratch, local, run)
             except BaseException:
-                run.cancel()  # the job itself was cancelled: so is its run
-                with contextlib.suppress(BaseException):
-                    await run
+                await cancel_and_wait(run)  # the job itself was cancelled: so is its run
                 raise
             error = None
             try:
