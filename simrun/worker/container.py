@@ -444,6 +444,9 @@ class WorkerContainer:
             except LINK_ERRORS as exc:
                 link.lost(exc)
                 removed = 0
+            except Exception:  # a bug here must not end the sweeps (nor the container)
+                log.exception("the sweep of the local scratch failed; trying again later")
+                removed = 0
             if removed:
                 log.info("removed the local scratch of %d task(s) that ended", removed)
             self.free_scratch_gb = await asyncio.to_thread(self._scratch_room)
