@@ -204,6 +204,7 @@ async def task_plans(
             source=resolved.source,
             uses_cores=task_type.uses_cores,
             depends=tuple(sorted(d for d in dependencies[name] if d not in reused)),
+            scratch_gb=resolved.scratch_gb,
         )
         return DryRow(name, spec.type, plan)
 

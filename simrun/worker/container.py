@@ -36,7 +36,6 @@ import contextlib
 import logging
 import math
 import os
-import shutil
 import signal
 import socket
 import sys
@@ -72,7 +71,7 @@ from simrun.worker.link import (
 )
 from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP, DEFAULT_UNIT_LOG_CAP
 from simrun.worker.pool.processes import ProcessPool
-from simrun.worker.scratch import GIB, ScratchSpace, room_gb
+from simrun.worker.scratch import GIB, ScratchSpace, room_gb, scratch_root
 from simrun.worker.spool import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, MIB, ReportSpool, SpoolBounds
 
 __all__ = [
@@ -148,8 +147,8 @@ class WorkerOptions:
     redis_wait_s: float | None = None
     #: Bound of one Redis call or connection attempt (a Redis that stopped answering).
     redis_timeout_s: float = REDIS_TIMEOUT_S
-    #: The local scratch directory of the tasks (`simrun.worker.scratch`), one per worker
-    #: container; None: ``local_dir / "scratch" / <worker id>``, removed at exit.
+    #: The local directory of the tasks' scratch (`simrun.worker.scratch`; None:
+    #: ``local_dir / "scratch"``): each container keeps its own ``<worker id>/`` in it.
     scratch_dir: Path | None = None
 
 
@@ -184,11 +183,12 @@ class WorkerContainer:
         self.isolation = "the process tree"
         self._cgroups: WorkerCgroups | None = None
         self.gate = AdmissionGate(options.capacity, options.admission_patience_s)
-        #: Without --scratch-dir, a directory of this container's own under the local
-        #: directory (which several containers of a host may share), removed at exit.
-        self._own_scratch = options.scratch_dir is None
-        root = options.scratch_dir or options.local_dir / "scratch" / self.worker_id
-        self.scratch = ScratchSpace(root)
+        #: A directory of this container's own in the scratch directory (which several
+        #: containers may share), kept at exit (what a failed task left, for debugging)
+        #: until a worker starting later finds it is not alive (`ScratchSpace.remove_dead`).
+        self.scratch = ScratchSpace(
+            scratch_root(options.scratch_dir or options.local_dir / "scratch", self.worker_id)
+        )
         #: Free space of the scratch directory in GiB, as last measured (the heartbeat's).
         self.free_scratch_gb: float | None = None
         self.started = now_s()
@@ -316,8 +316,6 @@ class WorkerContainer:
                 await redis.aclose()
         finally:
             await self.pool.close()
-            if self._own_scratch:
-                await asyncio.to_thread(shutil.rmtree, self.scratch.root, True)
             if self._cgroups is not None:
                 await asyncio.to_thread(self._cgroups.close)
             if handle_signals:
@@ -353,11 +351,23 @@ class WorkerContainer:
             command_log_cap=self.options.command_log_cap,
             scratch=self.scratch,
         )
-        # what an earlier incarnation left in a --scratch-dir (an emptyDir outlives a
-        # container's restart) is swept like the scratch of idle tasks
-        adopted = await asyncio.to_thread(self.scratch.adopt)
-        if adopted:
-            log.info("found the local scratch of %d task(s) in %s", adopted, self.scratch.root)
+        # what workers gone left in the scratch directory (an earlier incarnation of this
+        # container: an emptyDir outlives a container's restart) goes
+
+        async def alive(ids: list[str]) -> set[str]:
+            async with redis.pipeline(transaction=False) as pipe:
+                for other in ids:
+                    pipe.exists(self.keys.worker(other))
+                found = await pipe.execute()
+            return {i for i, n in zip(ids, found, strict=True) if n}
+
+        try:
+            gone = await self.scratch.remove_dead(alive)
+        except LINK_ERRORS as exc:
+            log.warning("cannot tell which scratch directories are of live workers: %s", exc)
+            gone = 0
+        if gone:
+            log.info("removed the scratch of %d worker(s) gone", gone)
         self.free_scratch_gb = await asyncio.to_thread(self._scratch_room)
         link = self._link = handler.link = RedisLink(
             redis,

@@ -1,12 +1,15 @@
 """Local scratch and staged inputs on a worker container.
 
 A task's scratch directory (`simrun.plugins.TaskPaths.scratch`) lives on the worker's own
-disk, not on the shared store: ``<scratch root>/<run>/<task>/`` (``simrun worker
---scratch-dir``, ``SIMRUN_SCRATCH_DIR``, one per worker container: an ``emptyDir`` in the
-Kubernetes example, an anonymous volume in the compose file; by default
-``<local dir>/scratch/<worker id>``, removed when the container exits). Every job of
-the task on this worker gets its paths rewritten to it (`ScratchSpace.localize`) and finds
-it made before ``setup``, ``compute_unit``, ``merge`` or the command start.
+disk, not on the shared store: ``<scratch dir>/<worker id>/<run>/<task>/``. The scratch
+directory is ``simrun worker --scratch-dir`` / ``SIMRUN_SCRATCH_DIR`` (an ``emptyDir`` in
+the Kubernetes example, an anonymous volume in the compose file), by default
+``<local dir>/scratch``; several containers may share it: each keeps to its own
+``<worker id>/`` (`scratch_root`), and at start removes those of workers without a
+heartbeat (one that exited, or an earlier incarnation of itself whose emptyDir outlived it).
+Every job of the task on this worker gets its paths rewritten to it
+(`ScratchSpace.localize`) and finds it made before ``setup``, ``compute_unit``, ``merge``
+or the command start.
 
 A *staged* input port (the workflow's ``stage: [port]``) is copied from the store into
 ``<scratch>/<port>`` once per task on this worker, before its first job runs, and read
@@ -48,6 +51,7 @@ __all__ = [
     "ScratchSpace",
     "Staged",
     "scratch_limit_gb",
+    "scratch_root",
     "usage_bytes",
 ]
 
@@ -63,6 +67,12 @@ HARD_MARGIN_MIN_GB = 0.25
 IDLE_REMOVE_S = 3600.0
 #: The prefix of a copy being made (never read by a task).
 _PARTIAL = ".staging-"
+
+
+def scratch_root(directory: Path, worker_id: str) -> Path:
+    """The scratch root of worker ``worker_id`` in the scratch directory ``directory``
+    (shared by the containers of a host, or one per container): ``<directory>/<id>``."""
+    return directory / worker_id.replace("/", "_").replace("\0", "_")
 
 
 def scratch_limit_gb(asked_gb: float) -> float:
@@ -216,21 +226,20 @@ class ScratchSpace:
         )
         return Staged(copied, seconds)
 
-    def adopt(self) -> int:
-        """Take the task directories found under the root (left by an earlier incarnation
-        of this worker) as those of idle tasks, swept as theirs (blocking); how many."""
-        found = 0
-        with contextlib.suppress(OSError):
-            for run in self.root.iterdir():
-                if not run.is_dir():
-                    continue
-                for task in run.iterdir():
-                    key = (run.name, task.name)
-                    if task.is_dir() and key not in self._active:
-                        self._active[key] = 0
-                        self._last[key] = time.monotonic()
-                        found += 1
-        return found
+    async def remove_dead(self, alive: Callable[[list[str]], Awaitable[set[str]]]) -> int:
+        """Remove the directories of the other workers in the scratch directory (the parent
+        of ``root``) that ``alive`` does not say are alive; how many."""
+        parent = self.root.parent
+        try:
+            others = [p.name for p in parent.iterdir() if p.is_dir() and p != self.root]
+        except OSError:
+            return 0
+        if not others:
+            return 0
+        dead = sorted(set(others) - await alive(others))
+        for name in dead:
+            await asyncio.to_thread(shutil.rmtree, parent / name, True)
+        return len(dead)
 
     def held_bytes(self) -> int:
         """What every task's scratch here holds (staged copies included)."""

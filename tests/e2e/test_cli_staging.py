@@ -59,12 +59,11 @@ def test_staged_ports_scratch_and_checkpoints_end_to_end(tmp_path: Path) -> None
     rd = run_dir(tmp_path / "st")
     run_id = rd.name
     # the embedded worker's scratch: a directory of its own under its local directory,
-    # <root>/<run>/<task>, removed when the worker exited
+    # <scratch dir>/<worker id>/<run>/<task>; the tasks done, theirs were removed
     first = json.loads((rd / "units" / "out" / "unit-0.json").read_text())
     local = Path(first["scratch"]).parent
     assert local.name == run_id
     assert local.parent.parent == tmp_path / "st" / "logs" / "worker-local" / "scratch"
-    assert not local.parent.exists()
 
     # the splittable task read its staged copy, a directory under its local scratch
     for i in range(3):
@@ -97,9 +96,10 @@ def test_staged_ports_scratch_and_checkpoints_end_to_end(tmp_path: Path) -> None
 
 
 def test_a_task_asking_for_more_scratch_than_any_worker_has_is_blocked(tmp_path: Path) -> None:
-    """A task whose scratch_gb no worker's local scratch has free is blocked, with a
-    message naming the scratch asked for and the most a worker has; `simrun run` ends
-    saying so instead of waiting for ever."""
+    """A task whose scratch_gb no worker's local scratch has room for cannot run: `simrun
+    run --dry-run` and `simrun run` say so before anything starts (exit non-zero), naming
+    the scratch asked for and the most a worker has free. (The service's own block of such
+    a task, from the workers' heartbeats: tests/integration/test_controller.py.)"""
     (tmp_path / "data.txt").write_text("hello\n")
     (tmp_path / "wf.yaml").write_text(
         textwrap.dedent(
@@ -113,14 +113,16 @@ def test_a_task_asking_for_more_scratch_than_any_worker_has_is_blocked(tmp_path:
             """
         )
     )
-    ran = simrun(
-        "run", "wf.yaml", "--store", "st", *PLUGINS, *POOL, cwd=tmp_path, timeout=300,
-        env=clean_env(),
-    )  # fmt: skip
-    out = ran.stdout + ran.stderr
-    assert ran.returncode != 0, out
-    assert "needs 100000 GiB of local scratch" in out, out
-    assert "GiB free" in out, out
+    for dry in (("--dry-run",), ()):
+        ran = simrun(
+            "run", "wf.yaml", "--store", "st", *PLUGINS, *POOL, *dry, cwd=tmp_path,
+            timeout=300, env=clean_env(),
+        )  # fmt: skip
+        out = ran.stdout + ran.stderr
+        assert ran.returncode != 0, out
+        assert "needs 100000 GiB of local scratch" in out, out
+        assert "GiB free" in out, out
+    assert not (tmp_path / "st" / "runs").exists()  # nothing ran
 
 
 def test_a_unit_writing_far_past_its_scratch_gb_is_stopped(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ async def test_scratch_is_removed_after_success_and_kept_after_failure(
     it (told through Redis, at a heartbeat); once it failed, the directory and what its
     units left there are kept."""
     store = tmp_path / "store"
-    local = tmp_path / "scratch"
+    local = tmp_path / "scratch" / "w-scratch"  # the worker's own in the scratch directory
     controller = await Controller.open(
         settings(store, redis_url, redis_prefix, limits=RETRY_ONCE), load_types(REFS)
     )
@@ -44,7 +44,7 @@ async def test_scratch_is_removed_after_success_and_kept_after_failure(
     flags = WorkerFlags(
         redis_url=redis_url, prefix=redis_prefix, plugins=REFS, python_path=(str(REPO),),
         poll_delay_s=0.01, processes=2, memory_gb=2.0, heartbeat_s=0.2, heartbeat_ttl_s=1.0,
-        scratch_dir=local,
+        scratch_dir=tmp_path / "scratch", worker_id="w-scratch",
     )  # fmt: skip
     worker = spawn(worker_argv(flags), start_new_session=True)
     try:

@@ -11,7 +11,7 @@ from simrun.core.jobs import JobPaths, JobResources, JobSpec
 from simrun.core.wire import PayloadError
 from simrun.plugins import TaskPaths
 from simrun.worker import scratch as scratch_mod
-from simrun.worker.scratch import ScratchSpace, usage_bytes
+from simrun.worker.scratch import ScratchSpace, scratch_root, usage_bytes
 
 
 def job(store: Path, staged: tuple[str, ...] = ("data",), run: str = "r1") -> JobSpec:
@@ -117,15 +117,21 @@ def test_a_job_staging_a_port_it_has_not_is_refused(tmp_path: Path) -> None:
         JobSpec.from_dict({**data, "staged": ["nope"]})
 
 
-async def test_scratch_left_by_an_earlier_worker_is_adopted_and_swept(tmp_path: Path) -> None:
-    """Task directories found in the scratch directory at start (an emptyDir that outlived
-    the container's restart) are taken as idle tasks: removed once said to have ended."""
-    (tmp_path / "scratch" / "r0" / "old" / "x").mkdir(parents=True)
-    space = ScratchSpace(tmp_path / "scratch")
-    assert space.adopt() == 1
+async def test_the_scratch_of_workers_gone_is_removed_and_of_live_ones_kept(
+    tmp_path: Path,
+) -> None:
+    """Several workers may share a scratch directory, each in its own ``<worker id>/``;
+    at start a worker removes the directories of the workers that are not alive (no
+    heartbeat: an earlier incarnation of itself), and keeps those of live ones."""
+    shared = tmp_path / "scratch"
+    mine = ScratchSpace(scratch_root(shared, "w-new"))
+    (shared / "w-old" / "r0" / "t").mkdir(parents=True)
+    (shared / "w-live" / "r0" / "t").mkdir(parents=True)
+    (mine.root / "r1").mkdir(parents=True)
 
-    async def ended(tasks: list[tuple[str, str]]) -> set[tuple[str, str]]:
-        return set(tasks)
+    async def alive(ids: list[str]) -> set[str]:
+        return {"w-live"} & set(ids)
 
-    assert await space.sweep(ended) == 1
-    assert not (tmp_path / "scratch" / "r0").exists()
+    assert await mine.remove_dead(alive) == 1
+    assert sorted(p.name for p in shared.iterdir()) == ["w-live", "w-new"]
+    assert scratch_root(shared, "a/b") == shared / "a_b"  # an id is one directory
