@@ -210,6 +210,16 @@ def test_workers_have_a_local_scratch_volume_each() -> None:
         assert scratch != spec["environment"]["SIMRUN_STORE"]
 
 
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_the_images_give_the_worker_user_its_scratch_directory(dockerfile: Path) -> None:
+    """The worker images make the compose file's SIMRUN_SCRATCH_DIR, owned by the worker's
+    user: an anonymous volume mounted there starts as a copy of it (else root's)."""
+    scratch = services(compose())["worker-cpu"]["environment"]["SIMRUN_SCRATCH_DIR"]
+    text = dockerfile.read_text()
+    assert f"mkdir -p /store {scratch}" in text
+    assert f"chown simrun:simrun /store {scratch}" in text
+
+
 def test_every_service_has_a_health_check_and_a_restart_policy() -> None:
     """Every service has a health check that is not disabled and restarts on failure."""
     for name, spec in services(compose()).items():
