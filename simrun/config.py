@@ -19,6 +19,7 @@ __all__ = [
     "ENV_ENGINE",
     "ENV_ENVIRONMENT_IMAGE",
     "ENV_REDIS_URL",
+    "ENV_SCRATCH_DIR",
     "ENV_STORE",
     "ENV_TOKEN",
     "ENV_URL",
@@ -47,6 +48,8 @@ ENV_ENGINE = "SIMRUN_ENGINE"
 ENV_ENVIRONMENT_IMAGE = "SIMRUN_ENVIRONMENT_IMAGE"
 #: The worker's local directory (status file, reports kept while Redis is away).
 ENV_WORKER_DIR = "SIMRUN_WORKER_DIR"
+#: The worker's local directory of the tasks' scratch and staged inputs.
+ENV_SCRATCH_DIR = "SIMRUN_SCRATCH_DIR"
 
 #: The limits of what a client may ask of the service (`simrun.core.intake.InputLimits`,
 #: whose defaults they override): field -> environment variable (and option ``--field``).

@@ -138,6 +138,15 @@ class TaskPaths:
             scratch=scratch if scratch is not None else task_dir / "scratch",
         )
 
+    def checkpoint(self, index: int) -> Path:
+        """Where unit ``index`` of a type with ``checkpoints=True`` keeps what it needs to
+        resume: ``task_dir / "checkpoints" / "<index>"``, in the store, so that the next
+        attempt of a unit killed or evicted finds it on whatever worker it runs. The worker
+        makes it before the unit runs and removes it once the unit is done; the unit writes
+        its files there atomically (a temporary name, then a rename) and reads them back
+        first thing."""
+        return self.task_dir / "checkpoints" / str(index)
+
 
 @dataclass(frozen=True)
 class TaskType:

@@ -14,6 +14,10 @@ and its ``tasks``, each of an installed task type, wired output port to input po
         type: report
         inputs: {table: "sweep.out"}
 
+A task may list input ports under ``stage``: each is copied from the shared store into the
+task's local scratch before its units or command start, and read there (`TaskPaths.inputs`
+points at ``<scratch>/<port>``, and ``{input}`` of a command gives ``<port>=<scratch>/<port>``).
+
 Checking collects every problem of a document, each naming the task and field (and the
 line, when the document came from a file), instead of stopping at the first.
 """
@@ -192,6 +196,19 @@ class TaskSpec(BaseModel):
     retry_delay_s: float | None = None
     #: Longest a unit (or the command) may run before it is stopped as timed out.
     timeout_s: float | None = None
+    #: Input ports copied into the task's local scratch before it runs, and read there
+    #: (``<scratch>/<port>``): for inputs read at random, slow on a shared store.
+    stage: list[str] = Field(default_factory=list)
+
+    @field_validator("stage")
+    @classmethod
+    def _stage(cls, value: list[str]) -> list[str]:
+        for port in value:
+            if not isinstance(port, str) or not port.isidentifier():
+                raise ValueError(f"{port!r} is not an input port name")
+        if len(set(value)) != len(value):
+            raise ValueError("names a port twice")
+        return value
 
     @field_validator("retries")
     @classmethod
@@ -654,6 +671,14 @@ def validate_workflow(
                 if port not in spec.inputs:
                     message = f"input port {port!r} of type {task_type.name!r} is not connected"
                     add(("tasks", i, "inputs"), message, spec.name)
+        for j, port in enumerate(spec.stage):
+            if port not in spec.inputs:
+                connected = ", ".join(sorted(spec.inputs)) or "none"
+                message = (
+                    f"stage names {port!r}, which is not a connected input port of the task "
+                    f"(its inputs: {connected})"
+                )
+                add(("tasks", i, "stage", j), message, spec.name)
         for port, ref in spec.inputs.items():
             message_or_none = _input_message(spec, ref, doc, by_name, types)
             if message_or_none is not None:

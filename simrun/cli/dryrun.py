@@ -299,6 +299,7 @@ async def task_plans(
             source=resolved.source,
             uses_cores=task_type.uses_cores,
             depends=tuple(sorted(d for d in dependencies[name] if d not in reused)),
+            scratch_gb=resolved.scratch_gb,
         )
         if taken and source is not None:
             note = units_reused_text(taken, source.run)

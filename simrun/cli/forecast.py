@@ -58,6 +58,8 @@ class TaskPlan:
     source: str
     uses_cores: bool = False
     depends: tuple[str, ...] = ()
+    #: The local scratch it asks of a worker (GiB).
+    scratch_gb: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -126,10 +128,12 @@ def pool_of(
     memory_gb: float,
     gpus: int = 0,
     queues: Sequence[str] = ("cpu", "gpu"),
+    scratch_gb: float | None = None,
 ) -> tuple[WorkerCapacity, ...]:
-    """A pool of ``workers`` identical worker containers."""
+    """A pool of ``workers`` identical worker containers (``scratch_gb``: the room of each
+    one's local scratch, None when not known)."""
     return tuple(
-        WorkerCapacity(f"worker-{i + 1}", tuple(queues), memory_gb, processes, gpus)
+        WorkerCapacity(f"worker-{i + 1}", tuple(queues), memory_gb, processes, gpus, scratch_gb)
         for i in range(workers)
     )
 
@@ -164,6 +168,20 @@ def slots_for(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> int:
     return total
 
 
+def pool_advice(problem: str) -> str:
+    """What to do about a task the embedded pool cannot run, for its ``problem``
+    (`fit_problem`'s sentence)."""
+    if "local scratch" in problem:
+        return (
+            "give the workers a bigger disk for their scratch (SIMRUN_SCRATCH_DIR), or lower "
+            "the task's scratch_gb in the workflow (resources: {scratch_gb: ...})"
+        )
+    return (
+        "give the worker containers more memory (--worker-memory-gb), or lower the "
+        "task's resources in the workflow"
+    )
+
+
 def _problem(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> str | None:
     if not any(plan.queue in w.queues for w in pool):
         return f"no worker of the pool serves the {plan.queue} queue"
@@ -175,6 +193,7 @@ def _problem(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> str | None:
         plan.gpus,
         plan.uses_cores,
         pool,
+        scratch_gb=plan.scratch_gb,
     )
 
 

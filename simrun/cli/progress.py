@@ -336,10 +336,44 @@ def summary_rows(run: RunView, now_s: float | None = None) -> list[tuple[str, ..
                 format_gb(requested),
                 peak_text(task.peak_memory_gb, task.peak_gpu_memory_gb),
                 "—" if line.kills is None else str(line.kills),
+                staged_text(task),
+                scratch_text(task),
                 task.out or "—",
             )
         )
     return rows
+
+
+def staged_text(task: TaskView) -> str:
+    """What staging a task's inputs took: "12.5 MiB in 0.30 s", or "—" for none."""
+    if not task.staged_bytes and not task.staged_s:
+        return "—"
+    took = "<0.01 s" if task.staged_s < 0.01 else f"{task.staged_s:.2f} s"
+    return f"{format_bytes(task.staged_bytes)} in {took}"
+
+
+def scratch_text(task: TaskView) -> str:
+    """The most local scratch a task used, against what it asked for: "410 MiB of 2 GiB",
+    "3.1 GiB, over 2 GiB asked", or "—" when not measured (or nothing used, nothing asked)."""
+    peak = task.scratch_peak_gb
+    if peak is None:
+        return "—"
+    asked = float((task.resources or {}).get("scratch_gb") or 0.0)
+    if asked <= 0:
+        return format_gb(peak) if peak > 0 else "—"
+    if peak > asked:
+        return f"{format_gb(peak)}, over {format_gb(asked)} asked"
+    return f"{format_gb(peak)} of {format_gb(asked)}"
+
+
+def format_bytes(size: int) -> str:
+    """A size in bytes as text with a binary unit: "512 B", "1.5 MiB"."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
 
 
 def _summary_units(line: TaskLine) -> str:
@@ -351,7 +385,17 @@ def _summary_units(line: TaskLine) -> str:
     return f"{_units_text(line)}, {reused}" if reused else _units_text(line)
 
 
-SUMMARY_COLUMNS = ("task", "units", "time", "memory/process", "peak/process", "kills", "outputs")
+SUMMARY_COLUMNS = (
+    "task",
+    "units",
+    "time",
+    "memory/process",
+    "peak/process",
+    "kills",
+    "staged",
+    "scratch",
+    "outputs",
+)
 
 
 def summary_table(run: RunView, now_s: float | None = None) -> Table:

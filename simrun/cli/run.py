@@ -34,15 +34,23 @@ from simrun.cli.common import (
     shell_join,
 )
 from simrun.cli.follow import STUCK_AFTER_S, follow, report_end
-from simrun.cli.forecast import pool_of, pool_text
+from simrun.cli.forecast import pool_advice, pool_of, pool_text
 from simrun.cli.progress import make_view, summary_table
+from simrun.config import ENV_SCRATCH_DIR
 from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
 from simrun.core.sizing import image_queue
 from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S
 from simrun.core.views import RunView
-from simrun.local.machine import LocalError, default_capacity, gpu_shares, local_gpus, machine
+from simrun.local.machine import (
+    LocalError,
+    default_capacity,
+    gpu_shares,
+    local_gpus,
+    local_scratch_gb,
+    machine,
+)
 from simrun.plugins import TaskType
 
 if TYPE_CHECKING:
@@ -484,6 +492,8 @@ def run(
         name = f" ({prepared.doc.name})" if prepared.doc.name else ""
         model = f", model {prepared.doc.model!r}" if prepared.doc.model else ""
         out.print(f"{escape(str(workflow))}{name}: {_tasks(len(rows))}{model}")
+        # the workers' scratch: SIMRUN_SCRATCH_DIR, which they read, else under the store
+        room = local_scratch_gb(Path(os.environ.get(ENV_SCRATCH_DIR) or shown_store))
         result = print_forecast(
             out,
             rows,
@@ -492,6 +502,7 @@ def run(
                 pool.processes,
                 pool.memory_gb,
                 gpus=pool.gpus_per_worker,
+                scratch_gb=room,
                 queues=("cpu", "gpu", *(image_queue(i) for i in run_images)),
             ),
             pool.text(),
@@ -505,10 +516,10 @@ def run(
             sys.exit(dry_run_exit(out, result, "dry run: nothing was started, enqueued or written"))
         problems = [t for t in result.tasks if t.problem] if result is not None else []
         if problems:
+            problem = problems[0].problem or ""
             raise LocalError(
-                f"this pool cannot run task {problems[0].plan.name!r} ({problems[0].problem}): "
-                "give the worker containers more memory (--worker-memory-gb), or lower the "
-                "task's resources in the workflow"
+                f"this pool cannot run task {problems[0].plan.name!r} ({problem}): "
+                f"{pool_advice(problem)}"
             )
     if prepared is not None:
         run_image, in_image = prepared.doc.image, unit_images(in_images, prepared.doc.image)

@@ -29,7 +29,7 @@ from simrun.cli.options import (
     container_memory_option,
     container_processes_option,
 )
-from simrun.config import ENV_ENGINE, ENV_WORKER_DIR, redact_url
+from simrun.config import ENV_ENGINE, ENV_SCRATCH_DIR, ENV_WORKER_DIR, redact_url
 from simrun.core.outage import RECONNECT_MAX_S
 from simrun.queues.connect import RedisUnusable
 from simrun.worker.container import (
@@ -116,6 +116,12 @@ SPOOL_HELP = "MiB of reports kept on disk while Redis is away (after 16 MiB in m
     show_default=True, help="Bytes of each log file of a command (its stdout and its "
     "stderr, in the task's logs/): the head and tail are kept, a line says how many bytes "
     "were dropped between them (0: no bound).",
+)  # fmt: skip
+@click.option(
+    "--scratch-dir", type=click.Path(file_okay=False, path_type=Path), envvar=ENV_SCRATCH_DIR,
+    show_envvar=True, default=None, help="The local directory of the tasks' scratch and "
+    "staged inputs, on the container's own disk (an emptyDir, a local volume), never the "
+    "shared store [default: LOCAL_DIR/scratch].",
 )  # fmt: skip
 @REDIS_WAIT_S
 @REDIS_TIMEOUT_S

@@ -148,6 +148,8 @@ class JobSpec(BaseModel):
     timeout_s: FiniteNonNeg | None = None
     command: NonEmptyStr | None = None
     image: NonEmptyStr | None = None
+    #: Input ports the worker copies into the task's local scratch before it runs.
+    staged: tuple[PortName, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
@@ -160,6 +162,8 @@ class JobSpec(BaseModel):
             raise PayloadError(f"{where}: field 'indices' names a unit twice")
         if self.kind == "command" and not self.command:
             raise PayloadError(f"{where}: a command job needs its command template")
+        if not set(self.staged) <= set(self.paths.inputs):
+            raise PayloadError(f"{where}: field 'staged' names a port the job has no input for")
         if self.timeout_s is not None and not self.timeout_s > 0:
             raise PayloadError(f"{where}: field 'timeout_s' must be > 0 or null")
         return self
@@ -195,7 +199,8 @@ class JobSpec(BaseModel):
         ``attempt`` int >= 1, ``ranges`` [[first, last]] (the indices as inclusive
         ranges: a chunk of a thousand units is a few bytes, not a few kilobytes, in the
         queue and in arq's result), ``uses_cores``, ``checkpoints`` bool, ``timeout_s``
-        float|null, ``command`` str|null, ``image`` str|null. A payload with ``indices``
+        float|null, ``command`` str|null, ``image`` str|null, ``staged`` [str] (input
+        ports staged into local scratch). A payload with ``indices``
         [int] instead of ``ranges`` is read too.
         """
         data = self.model_dump()

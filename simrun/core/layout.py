@@ -9,7 +9,9 @@
       runs/<run>/               one run
         sources/<name>/...      the copies of its sources
         <task>/out/             the output of a task (`simrun.plugins.TaskPaths`)
-        <task>/scratch/
+        <task>/scratch/         scratch of tasks run by older workers (now on the worker's
+                                local disk: `simrun.worker.scratch`)
+        <task>/checkpoints/<i>/ what unit i of a checkpointing type keeps to resume
         <task>/logs/            the logs of a command task's attempts (attempt-<n>.out/.err)
         <task>/logs/units/      the logs of units that printed or failed (`core.unitlogs`)
 

@@ -53,6 +53,12 @@ class WorkerReport(BaseModel):
     limit_gb: FiniteNonNeg
     killed_for_memory: Flag = False
     peak_gpu_memory_gb: FiniteNonNeg | None = None
+    #: Bytes this job copied into the task's local scratch to stage its inputs, and the
+    #: seconds that took (0 when they were staged already on this worker).
+    staged_bytes: Count = 0
+    staged_s: FiniteNonNeg = 0.0
+    #: The most local scratch the task used while the job ran (GiB; None: not measured).
+    scratch_gb: FiniteNonNeg | None = None
 
     @classmethod
     def empty(cls, limit_gb: float) -> WorkerReport:
@@ -68,6 +74,9 @@ class WorkerReport(BaseModel):
             "limit_gb": self.limit_gb,
             "killed_for_memory": self.killed_for_memory,
             "peak_gpu_memory_gb": self.peak_gpu_memory_gb,
+            "staged_bytes": self.staged_bytes,
+            "staged_s": self.staged_s,
+            "scratch_gb": self.scratch_gb,
         }
 
     @classmethod
@@ -211,7 +220,9 @@ class RunningJob(BaseModel):
 class WorkerInfo(BaseModel):
     """What a worker container says about itself in its heartbeat (JSON).
 
-    ``running`` lists the jobs it holds (`RunningJob`).
+    ``running`` lists the jobs it holds (`RunningJob`); ``free_scratch_gb`` is the room of
+    its local scratch directory: the free space of its file system and what the tasks'
+    scratch there holds, freed when they end (None: an older worker that does not say).
     """
 
     model_config = _WIRE
@@ -229,6 +240,7 @@ class WorkerInfo(BaseModel):
     started: float
     updated: float
     stopping: bool = False
+    free_scratch_gb: float | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json()

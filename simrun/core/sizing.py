@@ -39,6 +39,7 @@ __all__ = [
     "request_gpus",
     "request_slots",
     "retry_memory_gb",
+    "scratch_fits",
     "split",
     "split_range",
 ]
@@ -77,13 +78,15 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class WorkerCapacity:
     """What one live worker container can run: memory in GiB, process slots, GPUs, the
-    queues it serves."""
+    queues it serves, and the free space of its local scratch directory in GiB (None: not
+    said, taken as enough)."""
 
     id: str
     queues: tuple[str, ...]
     memory_gb: float
     processes: int
     gpus: int
+    scratch_gb: float | None = None
 
 
 def image_queue(image: str) -> str:
@@ -202,20 +205,34 @@ def fit_problem(
     gpus: int,
     uses_cores: bool,
     workers: Sequence[WorkerCapacity],
+    scratch_gb: float = 0.0,
 ) -> str | None:
     """Why no live worker of ``queue`` can ever run this job, or None when one can (or when
     none is live yet: jobs then wait in the queue for one to come).
 
     The message names the request and the largest worker: "needs 40 GiB per process; the
-    largest cpu worker has 16 GiB".
+    largest cpu worker has 16 GiB", or, for the local scratch a task asks for
+    (``scratch_gb``), "needs 50 GiB of local scratch; the cpu worker with the most has
+    12 GiB free".
     """
     serving = [w for w in workers if queue in w.queues]
     if not serving:
         return None
     for w in serving:
         need = request_gb(kind, base_gb, per_worker_gb, w.processes, uses_cores)
-        if need <= w.memory_gb + 1e-9 and request_gpus(kind, gpus) <= w.gpus:
+        if (
+            need <= w.memory_gb + 1e-9
+            and request_gpus(kind, gpus) <= w.gpus
+            and scratch_fits(scratch_gb, w.scratch_gb)
+        ):
             return None
+    if not any(scratch_fits(scratch_gb, w.scratch_gb) for w in serving):
+        most = max(w.scratch_gb or 0.0 for w in serving)
+        return (
+            f"needs {scratch_gb:g} GiB of local scratch; the {queue} worker with the most has "
+            f"{most:.3g} GiB free"
+        )
+    serving = [w for w in serving if scratch_fits(scratch_gb, w.scratch_gb)]
     largest = max(serving, key=lambda w: w.memory_gb)
     need = request_gb(kind, base_gb, per_worker_gb, largest.processes, uses_cores)
     if need > largest.memory_gb + 1e-9:
@@ -226,6 +243,12 @@ def fit_problem(
         )
     most = max(w.gpus for w in serving)
     return f"needs {gpus} GPU(s); the {queue} worker with the most has {most}"
+
+
+def scratch_fits(need_gb: float, free_gb: float | None) -> bool:
+    """Whether a worker whose local scratch has ``free_gb`` free (None: not said) can give a
+    task the ``need_gb`` of scratch it asks for."""
+    return need_gb <= 0 or free_gb is None or need_gb <= free_gb + 1e-9
 
 
 def retry_memory_gb(

@@ -71,6 +71,11 @@ class TaskView:
     #: them (reuse per unit: they count as done).
     units_reused: int = 0
     units_reused_from: str | None = None
+    #: Bytes its workers copied to stage its inputs, and the seconds that took.
+    staged_bytes: int = 0
+    staged_s: float = 0.0
+    #: The most local scratch a job of it was measured to use (GiB; None: not measured).
+    scratch_peak_gb: float | None = None
 
     def count(self, state: str) -> int:
         """Its units in ``state`` (0 when the view does not count them)."""

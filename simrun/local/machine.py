@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shutil
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ __all__ = [
     "free_port",
     "free_socket",
     "last_line",
+    "local_scratch_gb",
     "machine",
     "parse_meminfo_available",
 ]
@@ -67,6 +69,19 @@ def machine() -> tuple[int, float]:
         limit, _ = detect_memory_bytes(Path("/sys/fs/cgroup"), Path("/proc"))
         available = min(available, limit / 2**30)
     return max(1, cores), available
+
+
+def local_scratch_gb(store: Path) -> float | None:
+    """The free space (GiB) of the disk at ``store`` (the embedded workers keep their local
+    scratch under its ``logs/``, or in the directory given instead), or of its nearest
+    existing parent when it does not exist yet; None when it cannot be read."""
+    here = store.absolute()
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    try:
+        return shutil.disk_usage(here).free / 2**30
+    except OSError:
+        return None
 
 
 def default_capacity(

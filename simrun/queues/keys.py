@@ -51,6 +51,12 @@ class Keys:
         """Hash of the current attempt of each unit of a task (see `unit_field`)."""
         return f"{self.prefix}:attempts:{run}:{task}"
 
+    def task_ended(self, run: str, task: str) -> str:
+        """Set (with an expiry) when task ``task`` of run ``run`` ended: workers remove its
+        local scratch (`simrun.worker.scratch`). ``task`` "*" stands for every task of a run
+        that ended."""
+        return f"{self.prefix}:ended:{run}:{task}"
+
     @property
     def attempts_pattern(self) -> str:
         """The SCAN pattern of every attempts hash of this namespace (the prefix's glob

@@ -311,6 +311,33 @@ async def _task_facts(
             " WHERE run_id = :run AND name = :task",
             params,
         )
+    await _scratch_facts(conn, entries)
+
+
+async def _scratch_facts(conn: aiosqlite.Connection, entries: Sequence[ReportEntry]) -> None:
+    """Add what staging took to the tasks, and raise their scratch peaks to what was
+    measured."""
+    facts: dict[tuple[str, str], tuple[int, float, float | None]] = {}
+    for entry in entries:
+        r = entry.report
+        if not r.staged_bytes and not r.staged_s and r.scratch_gb is None:
+            continue
+        key = (entry.run, entry.task)
+        size, seconds, peak = facts.get(key, (0, 0.0, None))
+        if r.scratch_gb is not None:
+            peak = r.scratch_gb if peak is None else max(peak, r.scratch_gb)
+        facts[key] = (size + r.staged_bytes, seconds + r.staged_s, peak)
+    if facts:
+        await conn.executemany(
+            "UPDATE tasks SET staged_bytes = staged_bytes + :size,"
+            " staged_s = staged_s + :seconds,"
+            " scratch_peak_gb = coalesce(max(scratch_peak_gb, :peak), scratch_peak_gb, :peak)"
+            " WHERE run_id = :run AND name = :task",
+            [
+                {"run": run, "task": task, "size": size, "seconds": seconds, "peak": peak}
+                for (run, task), (size, seconds, peak) in sorted(facts.items())
+            ],
+        )
 
 
 async def _unit_rows(

@@ -74,6 +74,8 @@ class NewTask:
     #: Its unit fingerprint (`simrun.core.reuse.unit_fingerprint`), None when its type
     #: declares no unit outputs.
     unit_fingerprint: str | None = None
+    #: The input ports staged into the task's local scratch (the workflow's ``stage``).
+    staged: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,11 @@ class TaskRow(NewTask):
     #: them (reuse per unit, `simrun.core.reuse`).
     units_reused: int = 0
     units_reused_from: str | None = None
+    #: Bytes and seconds its workers spent staging its inputs, and the most local scratch
+    #: a job of it was measured to use (GiB).
+    staged_bytes: int = 0
+    staged_s: float = 0.0
+    scratch_peak_gb: float | None = None
 
 
 @dataclass(frozen=True)
@@ -253,6 +260,7 @@ def task_values(run_id: str, task: NewTask) -> dict[str, Any]:
         "depends": json.dumps(list(task.depends)),
         "override": dumps(task.override),
         "retry": dumps(task.retry),
+        "staged": dumps(list(task.staged)) if task.staged else None,
         "fingerprint": task.fingerprint,
         "reuse": int(task.reuse),
         "unit_fingerprint": task.unit_fingerprint,
@@ -305,6 +313,7 @@ def task_of(row: Sequence[Any]) -> TaskRow:
     for name in ("settings", "inputs", "override", "resources", "retry"):
         values[name] = loads(values[name])
     values["depends"] = tuple(json.loads(values["depends"]))
+    values["staged"] = tuple(loads(values["staged"]) or ())
     values["splittable"], values["has_merge"], values["reuse"] = (
         bool(values["splittable"]),
         bool(values["has_merge"]),

@@ -234,6 +234,18 @@ MIGRATIONS: tuple[db.Migration, ...] = (
         "the GPU memory of a task: the largest its reports measured on their GPUs",
         ("ALTER TABLE tasks ADD COLUMN peak_gpu_memory_gb REAL",),
     ),
+    db.Migration(
+        "staged inputs and local scratch: which ports a task stages, what staging and scratch took",
+        (
+            # JSON list of the input ports copied into the task's local scratch (NULL: none).
+            "ALTER TABLE tasks ADD COLUMN staged TEXT",
+            # Bytes copied and seconds spent staging, summed over the workers of the task.
+            "ALTER TABLE tasks ADD COLUMN staged_bytes INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE tasks ADD COLUMN staged_s REAL NOT NULL DEFAULT 0",
+            # The most local scratch a job of the task was measured to use, in GiB.
+            "ALTER TABLE tasks ADD COLUMN scratch_peak_gb REAL",
+        ),
+    ),
 )
 
 #: Most host parameters in one statement, well below SQLite's limit.
@@ -248,7 +260,8 @@ TASK_COLUMNS = (
     " splittable, has_merge, state, status, queue, resource_key, resources, units,"
     " started_s, finished_s, kills, requested_gb, peak_memory_gb, frontier, spans_done, retry,"
     " fingerprint, reuse, reused_from, unit_fingerprint, units_reused, units_reused_from,"
-    " peak_gpu_memory_gb"
+    " peak_gpu_memory_gb,"
+    " staged, staged_bytes, staged_s, scratch_peak_gb"
 )
 RUN_COLUMNS = "id, name, model, state, message, document, created_s, updated_s, finished_s, image"
 JOB_COLUMNS = (

@@ -61,7 +61,7 @@ from simrun.service.forget import FORGET_EVERY_S, EndedRuns
 from simrun.service.ingest import Ingest, is_oom
 from simrun.service.liveness import Liveness
 from simrun.service.queries import RunQueries
-from simrun.service.scratch import remove_scratch
+from simrun.service.scratch import mark_task_ended, remove_scratch, unmark_tasks_ended
 from simrun.service.settings import ControllerSettings
 from simrun.service.submit import copy_sources, new_run_id, plan_run, remove_run_dir
 from simrun.workflow import Problem, Workflow, WorkflowError, source_paths, uploaded_sources
@@ -162,7 +162,10 @@ class Controller:
         self.resources.close()
 
     async def _task_done(self, run: str, task: str) -> None:
-        """A task is done: its scratch directory goes (`simrun.service.scratch`)."""
+        """A task is done: the workers remove its local scratch (told through Redis,
+        `simrun.service.scratch.mark_task_ended`), and a scratch directory an older worker
+        left in the store goes."""
+        await mark_task_ended(self.queue.redis, self.queue.keys, run, task)
         await asyncio.to_thread(remove_scratch, self.settings.store, run, task)
 
     # -- the loop ---------------------------------------------------------------------------
@@ -419,6 +422,7 @@ class Controller:
                 await forget_attempts(self.queue.redis, self.queue.keys, run_id, tasks)
             except RedisError as exc:  # a unit whose old attempt stays is dispatched again
                 log.warning("run %s: the attempts of %s stay in Redis (%s)", run_id, tasks, exc)
+            await unmark_tasks_ended(self.queue.redis, self.queue.keys, run_id, tasks)
             self._marks.mark(run_id)
             self.changes.notify(run_id)
             self._wake.set()

@@ -94,7 +94,9 @@ class Dispatcher:
         """Send out pending units of every running run, within the window of each queue."""
         in_flight = await self.store.jobs_in_flight()
         capacities = [
-            sizing.WorkerCapacity(w.id, w.queues, w.memory_gb, w.processes, w.gpus)
+            sizing.WorkerCapacity(
+                w.id, w.queues, w.memory_gb, w.processes, w.gpus, w.free_scratch_gb
+            )
             for w in workers
             if not w.stopping
         ]
@@ -299,4 +301,5 @@ class Dispatcher:
             res.gpus,
             task_type.uses_cores,
             capacities,
+            scratch_gb=res.scratch_gb,
         )

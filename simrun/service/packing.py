@@ -120,6 +120,7 @@ def build_jobs(
             timeout_s=timeout_s,
             command=task_type.command if kind == "command" else None,
             image=task_type.image if task_type.image is not None else run_image,
+            staged=tuple(task.staged),
         )
         job = NewJob(
             id=spec.job_id,

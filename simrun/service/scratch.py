@@ -1,37 +1,77 @@
-"""Scratch directories of tasks that ended: removed when a task is done, kept when it failed.
+"""The scratch of tasks that ended: the workers are told, so that they remove it.
 
-A task's scratch directory (`simrun.plugins.TaskPaths.scratch`, ``STORE/runs/<run>/<task>/
-scratch``) lives in the run store, next to its output, so every worker of the task sees the
-same one; only the service knows when the task ends (`simrun.service.advance`), so it is
-the service that removes it, in a thread, when the task is done. A failed (or cancelled)
-task keeps it for debugging; delete ``STORE/runs/<run>/<task>/scratch`` by hand once done
-with it (it is never read again: a task that runs again starts a new run).
+A task's scratch directory (`simrun.plugins.TaskPaths.scratch`) lives on the local disk of
+each worker that ran a job of it (`simrun.worker.scratch`), where the service cannot reach
+it. Only the service knows when a task ends (`simrun.service.advance`): it marks the task
+in Redis (`mark_task_ended`, a key that expires after `ENDED_TTL_S`), and each worker, at
+its heartbeat, removes the scratch of the marked tasks it holds no job of. A task that
+failed or was cancelled is not marked: its workers remove its scratch once no job of it
+came for `simrun.worker.scratch.IDLE_REMOVE_S`.
+
+Stores written by workers before scratch was local hold ``STORE/runs/<run>/<task>/scratch``:
+`remove_scratch` removes it when the task is done, with what is left of the checkpoints of
+its units (``<task>/checkpoints/``, `simrun.plugins.TaskPaths.checkpoint`).
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from redis.exceptions import RedisError
 
 from simrun.core.layout import StoreLayout
+from simrun.queues import Keys
 
-__all__ = ["remove_scratch"]
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+__all__ = ["ENDED_TTL_S", "mark_task_ended", "remove_scratch", "unmark_tasks_ended"]
 
 log = logging.getLogger(__name__)
 
+#: How long the mark of a task that ended stays in Redis: the workers look at every
+#: heartbeat; one away longer removes the scratch as idle.
+ENDED_TTL_S = 300
+
+
+async def mark_task_ended(redis: Redis, keys: Keys, run: str, task: str) -> None:
+    """Tell the workers that task ``task`` of run ``run`` ended (its scratch may go); a
+    Redis error is logged: the workers then remove the scratch as idle."""
+    try:
+        await redis.set(keys.task_ended(run, task), "1", ex=ENDED_TTL_S)
+    except RedisError as exc:
+        log.warning("cannot tell the workers that task %s/%s ended: %s", run, task, exc)
+
+
+async def unmark_tasks_ended(redis: Redis, keys: Keys, run: str, tasks: Sequence[str]) -> None:
+    """Take back the marks of ``tasks`` of run ``run`` (they run again: `simrun rerun`), so
+    that workers do not remove their new scratch between two jobs; a Redis error is logged
+    (the mark expires within `ENDED_TTL_S`)."""
+    if not tasks:
+        return
+    try:
+        await redis.delete(*(keys.task_ended(run, task) for task in tasks))
+    except RedisError as exc:
+        log.warning("cannot take back the end marks of %s/%s: %s", run, list(tasks), exc)
+
 
 def remove_scratch(store: Path, run: str, task: str) -> bool:
-    """Remove the scratch directory of task ``task`` of run ``run`` (blocking: call it in a
-    thread); whether it existed. A failure is logged, never raised: the task is done."""
-    scratch = StoreLayout(store).task_paths(run, task).scratch
-    if not scratch.exists():
-        return False
-    try:
-        shutil.rmtree(scratch)
-    except OSError as exc:
-        log.warning(
-            "cannot remove the scratch directory %s of a task that is done: %s", scratch, exc
-        )
-        return False
-    return True
+    """Remove the scratch directory of task ``task`` of run ``run`` that an older worker left
+    in the store (blocking: call it in a thread); whether it existed. A failure is logged,
+    never raised: the task is done."""
+    paths = StoreLayout(store).task_paths(run, task)
+    found = False
+    # what an older worker left, and the checkpoints of units (`TaskPaths.checkpoint`)
+    for directory in (paths.scratch, paths.checkpoint(0).parent):
+        if not directory.exists():
+            continue
+        found = True
+        try:
+            shutil.rmtree(directory)
+        except OSError as exc:
+            log.warning("cannot remove %s of a task that is done: %s", directory, exc)
+    return found

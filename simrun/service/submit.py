@@ -4,8 +4,12 @@ copy of its sources in the run's directory.
 Sources are copied into ``STORE/runs/<run_id>/sources/<name>/`` at submission, so that
 workers (in containers that only see the store) read them there, and a run keeps reading
 the files it was submitted with even when the originals change. A source port of a task
-reads that copy; a ``task.port`` input reads the upstream task's output directory
-(``<task>/out``, or ``<task>/out/<port>`` for a port other than ``out``).
+reads the source's directory ``sources/<name>/`` (`TaskPaths.inputs` is a directory, as
+the spec says), which holds the copy under the original's own name: the file of
+``sources: {plate: plate.json}`` is ``paths.inputs["plate"] / "plate.json"``, and the one
+entry of that directory whatever its name (`source_copy`). A ``task.port`` input reads
+the upstream task's output directory (``<task>/out``, or ``<task>/out/<port>`` for a port
+other than ``out``).
 """
 
 from __future__ import annotations
@@ -52,7 +56,9 @@ def input_path(layout: StoreLayout, run: str, ref: str, sources: Mapping[str, Pa
     if parsed is None:
         raise ValueError(f"input {ref!r} is neither 'task.port' nor 'source:name'")
     if parsed.kind == "source":
-        return source_copy(layout, run, parsed.name, sources[parsed.name])
+        # The source's directory (the spec: "the directory of the output it reads"); the
+        # copy is its one entry, under the original's name.
+        return source_copy(layout, run, parsed.name, sources[parsed.name]).parent
     out = layout.task_out(run, parsed.name)
     return out if parsed.port == "out" else out / parsed.port
 
@@ -123,6 +129,7 @@ def plan_run(
                 splittable=task_type.splittable,
                 has_merge=task_type.splittable and task_type.merge is not None,
                 retry=spec.retry_fields(),
+                staged=tuple(sorted(spec.stage)),
                 fingerprint=prints[name],
                 reuse=name not in forced,
                 unit_fingerprint=unit_prints.get(name),

@@ -72,6 +72,7 @@ from simrun.worker.link import (
 )
 from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP, DEFAULT_UNIT_LOG_CAP
 from simrun.worker.pool.processes import ProcessPool
+from simrun.worker.scratch import GIB, ScratchSpace, room_gb, scratch_root
 from simrun.worker.spool import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, MIB, ReportSpool, SpoolBounds
 
 __all__ = [
@@ -150,6 +151,9 @@ class WorkerOptions:
     #: The container engine's executable that runs the commands of image tasks inside
     #: their image (`simrun.worker.engine`); None: they run in this container.
     engine: str | None = None
+    #: The local directory of the tasks' scratch (`simrun.worker.scratch`; None:
+    #: ``local_dir / "scratch"``): each container keeps its own ``<worker id>/`` in it.
+    scratch_dir: Path | None = None
 
 
 class WorkerContainer:
@@ -183,6 +187,14 @@ class WorkerContainer:
         self.isolation = "the process tree"
         self._cgroups: WorkerCgroups | None = None
         self.gate = AdmissionGate(options.capacity, options.admission_patience_s)
+        #: A directory of this container's own in the scratch directory (which several
+        #: containers may share), kept at exit (what a failed task left, for debugging)
+        #: until a worker starting later finds it is not alive (`ScratchSpace.remove_dead`).
+        self.scratch = ScratchSpace(
+            scratch_root(options.scratch_dir or options.local_dir / "scratch", self.worker_id)
+        )
+        #: Free space of the scratch directory in GiB, as last measured (the heartbeat's).
+        self.free_scratch_gb: float | None = None
         self.started = now_s()
         self.stopping = False
         self._arq: list[OutageWorker] = []
@@ -217,6 +229,7 @@ class WorkerContainer:
             started=self.started,
             updated=now_s(),
             stopping=self.stopping,
+            free_scratch_gb=self.free_scratch_gb,
         )
 
     # -- running -----------------------------------------------------------------------------
@@ -341,7 +354,26 @@ class WorkerContainer:
             command_cgroups=self.options.cgroups,
             command_log_cap=self.options.command_log_cap,
             engine=self.options.engine,
+            scratch=self.scratch,
         )
+        # what workers gone left in the scratch directory (an earlier incarnation of this
+        # container: an emptyDir outlives a container's restart) goes
+
+        async def alive(ids: list[str]) -> set[str]:
+            async with redis.pipeline(transaction=False) as pipe:
+                for other in ids:
+                    pipe.exists(self.keys.worker(other))
+                found = await pipe.execute()
+            return {i for i, n in zip(ids, found, strict=True) if n}
+
+        try:
+            gone = await self.scratch.remove_dead(alive)
+        except LINK_ERRORS as exc:
+            log.warning("cannot tell which scratch directories are of live workers: %s", exc)
+            gone = 0
+        if gone:
+            log.info("removed the scratch of %d worker(s) gone", gone)
+        self.free_scratch_gb = await asyncio.to_thread(self._scratch_room)
         link = self._link = handler.link = RedisLink(
             redis,
             redact_url(self.options.redis_url),
@@ -361,6 +393,7 @@ class WorkerContainer:
         )
         link.on_back = heartbeat.beat
         heartbeat_task: asyncio.Task[None] | None = None
+        scratch_task: asyncio.Task[None] | None = None
         try:
             for queue in self.options.queues:
                 pool = self._client()
@@ -370,6 +403,7 @@ class WorkerContainer:
             await link.learn_server()
             link.write_status()
             heartbeat_task = asyncio.get_running_loop().create_task(heartbeat.run())
+            scratch_task = asyncio.get_running_loop().create_task(self._scratch_loop(redis, link))
             log.info(
                 "worker %s serving %s with %g GiB, %d processes, %d GPUs; memory bounded by %s",
                 self.worker_id,
@@ -393,6 +427,8 @@ class WorkerContainer:
         finally:
             if heartbeat_task is not None:
                 await cancel_and_wait(heartbeat_task)
+            if scratch_task is not None:
+                await cancel_and_wait(scratch_task)
             for worker in self._arq:
                 with contextlib.suppress(*LINK_ERRORS):
                     await worker.close()
@@ -401,6 +437,38 @@ class WorkerContainer:
             with contextlib.suppress(RedisError, OSError):
                 await heartbeat.clear(self.worker_id)
             self.spool.discard()
+
+    async def _scratch_loop(self, redis: ArqRedis, link: RedisLink) -> None:
+        """Every heartbeat interval: measure the free scratch space (for the heartbeat) and
+        remove the scratch of tasks that ended or have been idle long
+        (`simrun.worker.scratch.ScratchSpace.sweep`)."""
+
+        async def ended(tasks: list[tuple[str, str]]) -> set[tuple[str, str]]:
+            if not link.is_up:
+                return set()
+            async with redis.pipeline(transaction=False) as pipe:
+                for run, task in tasks:
+                    pipe.exists(self.keys.task_ended(run, task))
+                found = await pipe.execute()
+            return {t for t, n in zip(tasks, found, strict=True) if n}
+
+        while True:
+            await asyncio.sleep(self.options.heartbeat_s)
+            try:
+                removed = await self.scratch.sweep(ended)
+            except LINK_ERRORS as exc:
+                link.lost(exc)
+                removed = 0
+            except Exception:  # a bug here must not end the sweeps (nor the container)
+                log.exception("the sweep of the local scratch failed; trying again later")
+                removed = 0
+            if removed:
+                log.info("removed the local scratch of %d task(s) that ended", removed)
+            self.free_scratch_gb = await asyncio.to_thread(self._scratch_room)
+
+    def _scratch_room(self) -> float | None:
+        """The scratch this worker advertises (`simrun.worker.scratch.room_gb`; blocking)."""
+        return room_gb(self.scratch.free_gb(), self.scratch.held_bytes() / GIB)
 
     async def _run_arq(self, worker: OutageWorker, link: RedisLink) -> None:
         """Run an arq worker; one that ends on a Redis error is started again once Redis
@@ -539,6 +607,7 @@ class WorkerFlags:
     redis_wait_s: float | None = None
     redis_timeout_s: float = REDIS_TIMEOUT_S
     engine: str | None = None
+    scratch_dir: Path | None = None
 
     def to_argv(self) -> list[str]:
         """The arguments of ``simrun worker`` that give these flags. Every value is written
@@ -609,6 +678,7 @@ class WorkerFlags:
             redis_wait_s=self.redis_wait_s,
             redis_timeout_s=self.redis_timeout_s,
             engine=engine,
+            scratch_dir=self.scratch_dir,
         )
 
 

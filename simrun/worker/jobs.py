@@ -44,6 +44,7 @@ from simrun.core.sizing import request_gb, request_gpus, request_slots
 from simrun.core.unitlogs import FAILED, UnitLogHeader, attempt_paths, write_atomic
 from simrun.core.wire import PayloadError, UnitKey
 from simrun.queues import Keys, current_attempts
+from simrun.queues.connect import cancel_and_wait
 from simrun.worker import gpumem
 from simrun.worker.admission import AdmissionClosed, AdmissionGate, Grant, Refused, Request
 from simrun.worker.capacity import Capacity
@@ -53,6 +54,13 @@ from simrun.worker.link import LINK_ERRORS, RedisLink
 from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP, UnitLogSink
 from simrun.worker.pool.processes import PoolError, ProcessPool
 from simrun.worker.pool.runner import run_chunk, run_merge
+from simrun.worker.scratch import (
+    GIB,
+    ScratchSpace,
+    Staged,
+    scratch_admission,
+    scratch_limit_gb,
+)
 from simrun.worker.spool import ReportSpool
 
 if TYPE_CHECKING:
@@ -64,6 +72,8 @@ log = logging.getLogger(__name__)
 
 #: How old the view of the current attempts may be when a unit is about to start.
 STALE_REFRESH_S = 0.5
+#: Seconds between two measurements of a task's local scratch while a job of it runs.
+SCRATCH_SAMPLE_S = 1.0
 #: The most headers of failed units without output one job writes (a setup that fails
 #: fails every unit of its chunk with the same message: the first ones say it).
 MAX_FAILED_HEADERS = 20
@@ -149,6 +159,13 @@ def _log_entry(entry: ReportEntry) -> None:
     log.log(level, "job %s: %s%s%s", entry.job_id, summary, memory, note)
 
 
+def _with_scratch(report: WorkerReport, staged: Staged, peak_gb: float) -> WorkerReport:
+    """``report`` with what staging took and the peak of the task's local scratch."""
+    return report.model_copy(
+        update={"staged_bytes": staged.bytes, "staged_s": staged.seconds, "scratch_gb": peak_gb}
+    )
+
+
 class StaleView:
     """Which units of a job were dispatched again with a newer attempt.
 
@@ -213,6 +230,8 @@ class JobHandler:
     command_log_cap: int = DEFAULT_COMMAND_LOG_CAP
     #: The container engine that runs the commands of image jobs in their image (None: here).
     engine: str | None = None
+    #: The local scratch of the tasks (None: the paths the service sent, as they are).
+    scratch: ScratchSpace | None = None
     _commands: set[asyncio.Task[WorkerReport]] = field(default_factory=set)
     #: The sink of each job's unit logs and the pid of the process it ran in.
     _sinks: dict[str, tuple[UnitLogSink, int]] = field(default_factory=dict)
@@ -265,6 +284,10 @@ class JobHandler:
     ) -> tuple[WorkerReport, str | None]:
         """Wait for admission and run; the report and a job-level error, if any."""
         empty = WorkerReport.empty(limit_gb)
+        short = await self._scratch_short(spec)
+        if short is not None:
+            ledger.close_rest("refused")
+            return empty, f"refused by worker {self.worker_id}: {short}"
         try:
             grant = await self.gate.acquire(request)
         except Refused as exc:
@@ -277,13 +300,21 @@ class JobHandler:
         try:
             if self.stop_now:
                 return empty, "the worker stopped before the job started; handed back"
-            if not grant.gpu_ids:
-                return await self._execute(spec, ledger, grant, limit_gb, view), None
-            return await self._execute_on_gpus(spec, ledger, grant, limit_gb, view), None
+            if self.scratch is None:
+                return await self._run(spec, ledger, grant, limit_gb, view), None
+            return await self._in_scratch(self.scratch, spec, ledger, grant, limit_gb, view)
         except PoolError as exc:
             return empty, f"no worker process: {exc}"
         finally:
             self.gate.release(grant)
+
+    async def _run(
+        self, spec: JobSpec, ledger: Ledger, grant: Grant, limit_gb: float, view: StaleView
+    ) -> WorkerReport:
+        """`_execute`, measuring the memory of the job's GPUs when it was granted some."""
+        if not grant.gpu_ids:
+            return await self._execute(spec, ledger, grant, limit_gb, view)
+        return await self._execute_on_gpus(spec, ledger, grant, limit_gb, view)
 
     async def _execute_on_gpus(
         self, spec: JobSpec, ledger: Ledger, grant: Grant, limit_gb: float, view: StaleView
@@ -300,6 +331,108 @@ class JobHandler:
             spec.job_id, ",".join(grant.gpu_ids), host, gpu,
         )  # fmt: skip
         return report.model_copy(update={"peak_gpu_memory_gb": gpu_gb})
+
+    async def _scratch_short(self, spec: JobSpec) -> str | None:
+        """Why this worker's local scratch can never hold what the job's task asks for, or
+        None once it can (`scratch_admission`): at once, or after waiting for the scratch
+        of other tasks here to be freed (looked at every `SCRATCH_SAMPLE_S`; a stop of the
+        worker ends the wait, the job then goes on to be handed back)."""
+        need = spec.resources.scratch_gb
+        scratch = self.scratch
+        if scratch is None or need <= 0:
+            return None
+        said = False
+        while not self.stop_now:
+            free = await asyncio.to_thread(scratch.free_gb)
+            task = await asyncio.to_thread(scratch.used_bytes, spec) / GIB
+            held = await asyncio.to_thread(scratch.held_bytes) / GIB
+            decision = scratch_admission(need, free, task, held)
+            if decision == "run":
+                return None
+            if decision == "refuse":
+                return (
+                    f"the task asks for {need:g} GiB of local scratch and {scratch.root} has "
+                    f"{free or 0.0:.3g} GiB free, {held:.3g} GiB more held by tasks here"
+                )
+            if not said:
+                said = True
+                log.info(
+                    "job %s waits for %g GiB of local scratch (%.3g GiB free)",
+                    spec.job_id,
+                    need,
+                    free or 0.0,
+                )
+            await asyncio.sleep(SCRATCH_SAMPLE_S)
+        return None
+
+    async def _in_scratch(
+        self,
+        scratch: ScratchSpace,
+        spec: JobSpec,
+        ledger: Ledger,
+        grant: Grant,
+        limit_gb: float,
+        view: StaleView,
+    ) -> tuple[WorkerReport, str | None]:
+        """Run the job with its scratch on this worker's disk and its staged inputs copied
+        there; the scratch is measured meanwhile, reported past the task's ``scratch_gb``
+        and the job stopped past `scratch_limit_gb`."""
+        local = scratch.localize(spec)
+        try:
+            staged = await scratch.prepare(spec)  # from the store's paths
+        except OSError as exc:
+            ledger.close_rest("failed", f"cannot stage the inputs of the task: {exc}")
+            return WorkerReport.empty(limit_gb), f"staging failed on {self.worker_id}: {exc}"
+        try:
+            run = asyncio.ensure_future(self._run(local, ledger, grant, limit_gb, view))
+            try:
+                peak, over = await self._watch_scratch(scratch, local, run)
+            except BaseException:
+                await cancel_and_wait(run)  # the job itself was cancelled: so is its run
+                raise
+            error = None
+            try:
+                report = await run
+            except asyncio.CancelledError:
+                if over is None:
+                    raise
+                ledger.close_rest("failed", over)
+                report, error = WorkerReport.empty(limit_gb), over
+        finally:
+            scratch.end(local)
+        return _with_scratch(report, staged, peak), error
+
+    async def _watch_scratch(
+        self, scratch: ScratchSpace, spec: JobSpec, run: asyncio.Future[WorkerReport]
+    ) -> tuple[float, str | None]:
+        """Measure the task's scratch until ``run`` ends: the peak in GiB, and why ``run``
+        was stopped (its scratch past the hard limit), or None."""
+        asked = spec.resources.scratch_gb
+        peak = 0.0
+        warned = False
+        while True:
+            used = await asyncio.to_thread(scratch.used_bytes, spec) / GIB
+            peak = max(peak, used)
+            if asked > 0 and used > asked and not warned:
+                warned = True
+                log.warning(
+                    "task %s/%s uses %.3g GiB of local scratch, more than its scratch_gb %g",
+                    spec.run,
+                    spec.task,
+                    used,
+                    asked,
+                )
+            if asked > 0 and used > scratch_limit_gb(asked):
+                run.cancel()
+                return peak, (
+                    f"stopped: the task wrote {used:.3g} GiB to its local scratch, past "
+                    f"{scratch_limit_gb(asked):.3g} GiB (its scratch_gb {asked:g} with the "
+                    "margin); ask for more with resources: {scratch_gb: ...}"
+                )
+            done, _ = await asyncio.wait({run}, timeout=SCRATCH_SAMPLE_S)
+            if done:
+                final = await asyncio.to_thread(scratch.used_bytes, spec) / GIB
+                return max(peak, final), None
 
     async def _execute(
         self, spec: JobSpec, ledger: Ledger, grant: Grant, limit_gb: float, view: StaleView

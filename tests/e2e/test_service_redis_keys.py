@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 
 from simrun.local.session import redis_prefix as local_prefix
 from simrun.queues import Keys
+from simrun.service.scratch import ENDED_TTL_S
 from simrun.worker.container import KEEP_RESULT_S
 from tests.support.cli_harness import WORK, clean_env, simrun, write_work
 from tests.support.service_harness import (
@@ -64,10 +65,12 @@ async def no_attempts_left(svc: Service, run_id: str) -> None:
 
 def only_results(found: dict[str, int], prefix: str, run_id: str) -> None:
     """What may remain of a finished run: arq's results of its jobs, each expiring within
-    `KEEP_RESULT_S`."""
-    others = [k for k in found if not k.startswith(f"arq:result:{prefix}:{run_id}:")]
+    `KEEP_RESULT_S`, and the marks of its tasks that are done (telling the workers their
+    local scratch may go, `simrun.service.scratch`), expiring within `ENDED_TTL_S`."""
+    ended = Keys(prefix).task_ended(run_id, "")
+    others = [k for k in found if not k.startswith((f"arq:result:{prefix}:{run_id}:", ended))]
     assert others == []
-    assert all(0 < ttl <= KEEP_RESULT_S * 1000 for ttl in found.values()), found
+    assert all(0 < ttl <= max(KEEP_RESULT_S, ENDED_TTL_S) * 1000 for ttl in found.values()), found
 
 
 async def test_a_failed_run_leaves_no_attempts_and_its_replay_still_works(

@@ -1,8 +1,10 @@
-"""The scratch directory of a task is removed when the task ends done, and kept when it
-fails, for debugging (issue 11, item 10). A real controller, a real worker container."""
+"""The scratch directory of a task lives on the worker's local disk (``--scratch-dir``), not
+in the store; it is removed when the task ends done, and kept when it fails, for debugging
+(issue 11, item 10; issue 15, item 2). A real controller, a real worker container."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -29,9 +31,12 @@ def scratch_doc(name: str, **settings_: object) -> str:
 async def test_scratch_is_removed_after_success_and_kept_after_failure(
     redis_url: str, redis_prefix: str, tmp_path: Path
 ) -> None:
-    """A task whose units write into its scratch directory: once it is done the directory
-    is gone; once it failed, the directory and what its units left there are kept."""
+    """A task whose units write into its scratch directory: the directory is the worker's
+    (under its --scratch-dir), never in the store; once the task is done the worker removes
+    it (told through Redis, at a heartbeat); once it failed, the directory and what its
+    units left there are kept."""
     store = tmp_path / "store"
+    local = tmp_path / "scratch" / "w-scratch"  # the worker's own in the scratch directory
     controller = await Controller.open(
         settings(store, redis_url, redis_prefix, limits=RETRY_ONCE), load_types(REFS)
     )
@@ -39,6 +44,7 @@ async def test_scratch_is_removed_after_success_and_kept_after_failure(
     flags = WorkerFlags(
         redis_url=redis_url, prefix=redis_prefix, plugins=REFS, python_path=(str(REPO),),
         poll_delay_s=0.01, processes=2, memory_gb=2.0, heartbeat_s=0.2, heartbeat_ttl_s=1.0,
+        scratch_dir=tmp_path / "scratch", worker_id="w-scratch",
     )  # fmt: skip
     worker = spawn(worker_argv(flags), start_new_session=True)
     try:
@@ -46,12 +52,19 @@ async def test_scratch_is_removed_after_success_and_kept_after_failure(
         bad = await service.submit(scratch_doc("bad", units=3, fail_indices=[1]))
         assert (await service.wait(ok)).state == "succeeded"
         assert (await service.wait(bad)).state == "failed"
+
+        async def removed() -> bool:
+            return not (local / ok / "work").exists()
+
+        with contextlib.suppress(TimeoutError):  # the assertion below says what is left
+            await service.until(removed, timeout_s=10)
     finally:
         stop_worker(worker)
         await service.close()
     layout = StoreLayout(store)
     done = layout.task_paths(ok, "work")
     assert sorted(p.name for p in done.out.iterdir()) == ["unit-0.txt", "unit-1.txt", "unit-2.txt"]
-    assert not done.scratch.exists(), sorted(done.scratch.iterdir())
-    failed = layout.task_paths(bad, "work")
-    assert (failed.scratch / "tmp-1.bin").exists()
+    assert not done.scratch.exists()  # nothing in the store
+    assert not (local / ok / "work").exists(), sorted((local / ok / "work").iterdir())
+    assert (local / bad / "work" / "tmp-1.bin").exists()
+    assert not layout.task_paths(bad, "work").scratch.exists()

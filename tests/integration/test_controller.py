@@ -72,11 +72,13 @@ async def submit_heat(c: Controller, text: str | None = None) -> str:
     return await c.submit(doc, check_workflow(doc, TYPES), text, base=HEAT.parent)
 
 
-async def beat(c: Controller, worker_id: str, memory_gb: float, queues=("cpu",), processes=2):
+async def beat(
+    c: Controller, worker_id: str, memory_gb: float, queues=("cpu",), processes=2, **more
+):
     now = time.time()
     info = worker_info(
         worker_id, queues=tuple(queues), memory_gb=memory_gb, processes=processes,
-        started=now, updated=now,
+        started=now, updated=now, **more,
     )  # fmt: skip
     await Heartbeat(c.queue.redis, c.queue.keys, lambda: info, interval_s=1, ttl_s=30).beat()
 
@@ -133,6 +135,33 @@ async def test_request_no_worker_fits_blocks_the_task(heat_controller: Controlle
     assert view is not None
     assert (view.tasks[0].state, view.tasks[0].status) == ("running", "")
     assert len(await heat_controller.queue.queued_job_ids("cpu")) == 10
+
+
+async def test_scratch_no_worker_has_blocks_the_task(heat_controller: Controller):
+    """A task asking for more local scratch than every live worker of its queue has room
+    for is blocked with a status naming both (as for memory); a worker with the room
+    appearing lifts it and the units go out."""
+    text = HEAT.read_text().replace(
+        "    inputs:\n      plate:",
+        "    resources: {scratch_gb: 50}\n    inputs:\n      plate:",
+    )
+    await beat(heat_controller, "small", 16.0, free_scratch_gb=10.0)
+    run_id = await submit_heat(heat_controller, text)
+    await heat_controller.step()
+    view = await heat_controller.queries.run(run_id)
+    assert view is not None
+    assert (view.tasks[0].state, view.tasks[0].status) == (
+        "blocked",
+        "needs 50 GiB of local scratch; the cpu worker with the most has 10 GiB free",
+    )
+    assert await heat_controller.queue.queued_job_ids("cpu") == []
+    await beat(heat_controller, "roomy", 16.0, free_scratch_gb=200.0)
+    await heat_controller.step()
+    view = await heat_controller.queries.run(run_id)
+    assert view is not None
+    assert (view.tasks[0].state, view.tasks[0].status) == ("running", "")
+    queued = await heat_controller.queue.queued_job_ids("cpu")
+    assert len(queued) == 10
 
 
 async def test_jobs_lost_from_redis_are_dispatched_again(heat_controller: Controller):

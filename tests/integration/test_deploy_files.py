@@ -193,11 +193,31 @@ def test_one_store_volume_is_shared() -> None:
     for name in ("service", *WORKERS):
         spec = services(doc)[name]
         store = spec["environment"]["SIMRUN_STORE"]
-        found = [v.split(":")[0] for v in spec["volumes"] if v.split(":")[1] == store]
+        found = [v.split(":")[0] for v in spec["volumes"] if v.split(":")[1:2] == [store]]
         assert len(found) == 1, (name, spec["volumes"])
         mounts[name] = found[0]
     assert set(mounts.values()) == {"store"}
     assert "store" in doc["volumes"]
+
+
+def test_workers_have_a_local_scratch_volume_each() -> None:
+    """Every worker container keeps its tasks' scratch (SIMRUN_SCRATCH_DIR) on a volume of
+    its own, an anonymous one (one per container, also when scaled), not the store."""
+    for name in WORKERS:
+        spec = services(compose())[name]
+        scratch = spec["environment"]["SIMRUN_SCRATCH_DIR"]
+        assert scratch in spec["volumes"], (name, spec["volumes"])
+        assert scratch != spec["environment"]["SIMRUN_STORE"]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_the_images_give_the_worker_user_its_scratch_directory(dockerfile: Path) -> None:
+    """The worker images make the compose file's SIMRUN_SCRATCH_DIR, owned by the worker's
+    user: an anonymous volume mounted there starts as a copy of it (else root's)."""
+    scratch = services(compose())["worker-cpu"]["environment"]["SIMRUN_SCRATCH_DIR"]
+    text = dockerfile.read_text()
+    assert f"mkdir -p /store {scratch}" in text
+    assert f"chown simrun:simrun /store {scratch}" in text
 
 
 def test_every_service_has_a_health_check_and_a_restart_policy() -> None:
@@ -400,9 +420,27 @@ def test_kubernetes_worker_matches_its_flags() -> None:
     assert "secretKeyRef" in env["REDIS_URL"]["valueFrom"]
     mount = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mount["store"] == env["SIMRUN_STORE"]["value"]
-    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]}
+    claims = {
+        v["name"]: v["persistentVolumeClaim"]["claimName"]
+        for v in pod["volumes"]
+        if "persistentVolumeClaim" in v
+    }
     assert claims["store"] == "simrun-store"
     assert pod["securityContext"]["runAsNonRoot"] is True
+
+
+def test_kubernetes_worker_scratch_is_an_empty_dir() -> None:
+    """The Kubernetes worker keeps its tasks' scratch (SIMRUN_SCRATCH_DIR) on an emptyDir of
+    the pod, with room asked for as ephemeral storage."""
+    deployment = kube("Deployment", "simrun-worker-cpu")
+    container = _container(deployment)
+    env = {e["name"]: e for e in container["env"]}
+    scratch = env["SIMRUN_SCRATCH_DIR"]["value"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert "emptyDir" in volumes[mounts[scratch]]
+    size = kube_bytes(volumes[mounts[scratch]]["emptyDir"]["sizeLimit"])
+    assert kube_bytes(container["resources"]["requests"]["ephemeral-storage"]) == size
 
 
 def test_kubernetes_service_is_a_single_writer() -> None:

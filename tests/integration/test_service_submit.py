@@ -38,7 +38,9 @@ def test_plan_wires_inputs_to_copies_and_outputs(tmp_path: Path):
     _, _, run_dir, run = planned(tmp_path)
     assert [t.name for t in run.tasks] == ["sweep", "summary"]
     sweep, summary = run.tasks
-    assert sweep.inputs == {"plate": str(run_dir / "sources" / "plate" / "plate.json")}
+    # a source port reads the source's directory (the spec's "directory of the output it
+    # reads"); the file is in it under its own name
+    assert sweep.inputs == {"plate": str(run_dir / "sources" / "plate")}
     assert summary.inputs == {"table": str(run_dir / "sweep" / "out")}
     assert (sweep.splittable, sweep.has_merge, summary.splittable) == (True, True, False)
     assert summary.depends == ("sweep",)
@@ -47,10 +49,14 @@ def test_plan_wires_inputs_to_copies_and_outputs(tmp_path: Path):
 
 
 def test_sources_are_copied(tmp_path: Path):
-    """Copying puts every source where the tasks' inputs point, with the same bytes."""
+    """Copying puts every source in the directory the tasks' inputs point to, under the
+    original's name, with the same bytes: the input is a directory, the file inside it."""
     _, sources, _, run = planned(tmp_path)
     copy_sources(StoreLayout(tmp_path), "r1", sources)
-    copied = Path(run.tasks[0].inputs["plate"])
+    port = Path(run.tasks[0].inputs["plate"])
+    assert port.is_dir()
+    assert [p.name for p in port.iterdir()] == ["plate.json"]
+    copied = port / "plate.json"
     assert copied.read_bytes() == (REPO / "examples" / "plate.json").read_bytes()
 
 

@@ -21,6 +21,7 @@ from simrun.core.sizing import (
     request_gpus,
     request_slots,
     retry_memory_gb,
+    scratch_fits,
     split,
     split_range,
 )
@@ -121,6 +122,47 @@ def test_request_gb(kind, uses_cores, expected):
 CPU16 = WorkerCapacity("a", ("cpu",), 16.0, 4, 0)
 CPU8 = WorkerCapacity("b", ("cpu",), 8.0, 2, 0)
 GPU = WorkerCapacity("g", ("gpu",), 32.0, 2, 1)
+
+
+SCRATCH_SMALL = WorkerCapacity("s", ("cpu",), 16.0, 4, 0, scratch_gb=10.0)
+SCRATCH_BIG = WorkerCapacity("t", ("cpu",), 8.0, 2, 0, scratch_gb=100.0)
+SCRATCH_UNTOLD = WorkerCapacity("u", ("cpu",), 16.0, 4, 0)
+
+
+@pytest.mark.parametrize(
+    ("per_worker", "scratch", "workers", "expected"),
+    [
+        (4.0, 0.0, [SCRATCH_SMALL], None),  # no scratch asked
+        (4.0, 10.0, [SCRATCH_SMALL], None),  # exactly what is free
+        (4.0, 50.0, [SCRATCH_SMALL, SCRATCH_BIG], None),  # the big disk fits
+        (
+            4.0,
+            500.0,
+            [SCRATCH_SMALL, SCRATCH_BIG],
+            "needs 500 GiB of local scratch; the cpu worker with the most has 100 GiB free",
+        ),
+        # the one with the scratch lacks the memory: memory is the reason, among those
+        (12.0, 50.0, [SCRATCH_SMALL, SCRATCH_BIG], "needs 12 GiB per process; the largest "
+         "cpu worker has 8 GiB"),
+        (4.0, 500.0, [SCRATCH_UNTOLD], None),  # an older worker that does not say: fits
+    ],
+)  # fmt: skip
+def test_fit_problem_scratch(per_worker, scratch, workers, expected):
+    """A task whose scratch_gb no live worker of its queue has free is named with the most
+    free scratch of a worker; memory is judged among the workers with the scratch; a worker
+    that does not tell its free scratch is taken as having enough."""
+    found = fit_problem("chunk", "cpu", 1.0, per_worker, 0, False, workers, scratch_gb=scratch)
+    assert found == expected
+
+
+@pytest.mark.parametrize(
+    ("need", "free", "fits"),
+    [(0.0, None, True), (0.0, 0.0, True), (5.0, None, True), (5.0, 4.0, False), (5.0, 5.0, True)],
+)
+def test_scratch_fits(need, free, fits):
+    """Scratch fits when none is asked, when the worker does not say, or when enough is
+    free."""
+    assert scratch_fits(need, free) is fits
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from simrun.cli.forecast import (
     forecast,
     forecast_task,
     live_pool,
+    pool_advice,
     pool_of,
     pool_text,
     resolved_from_summary,
@@ -228,3 +229,23 @@ def test_live_pool_from_a_services_backlog():
     assert slots_for(plan(), pool) == 8
     assert slots_for(plan(queue="gpu", gpus=1), pool) == 2
     assert live_pool({"queues": []}) == ()
+
+
+@pytest.mark.parametrize(
+    ("scratch", "room", "problem"),
+    [
+        (0.0, 10.0, None),
+        (5.0, 10.0, None),
+        (5.0, None, None),  # the room is not known: not judged here
+        (50.0, 10.0, "needs 50 GiB of local scratch; the cpu worker with the most has 10 GiB free"),
+    ],
+)
+def test_forecast_names_a_task_no_workers_scratch_holds(scratch, room, problem):
+    """A task asking more local scratch than the pool's workers have room for cannot run,
+    and the advice is about scratch, not memory."""
+    result = forecast_task(plan(scratch_gb=scratch), pool_of(2, 4, 16.0, scratch_gb=room))
+    assert result.problem == problem
+    if problem is not None:
+        assert "scratch_gb" in pool_advice(problem)
+        assert "--worker-memory-gb" not in pool_advice(problem)
+    assert "--worker-memory-gb" in pool_advice("needs 40 GiB per process; the largest ...")

@@ -244,8 +244,8 @@ def test_summary_rows_per_task():
         state="succeeded",
     )
     assert summary_rows(view) == [
-        ("sweep", "24/24", "8 s", "1 GiB", "26 MiB", "2", "store/runs/r/sweep/out"),
-        ("summary", "command", "—", "512 MiB", "—", "—", "—"),
+        ("sweep", "24/24", "8 s", "1 GiB", "26 MiB", "2", "—", "—", "store/runs/r/sweep/out"),
+        ("summary", "command", "—", "512 MiB", "—", "—", "—", "—", "—"),
     ]
 
 
@@ -281,7 +281,7 @@ def test_a_service_view_fills_every_summary_column_but_outputs():
     runrow = RunRow("r1", None, "plate", "running", "", "doc", 99.0, 99.0, None)
     view = run_view(runrow, [row], {"sweep": TaskCounts(pending=4, done=20)}, {})
     assert summary_rows(view, now_s=160.0) == [
-        ("sweep", "20/24", "1 min 00 s", "768 MiB", "307 MiB", "3", "—")
+        ("sweep", "20/24", "1 min 00 s", "768 MiB", "307 MiB", "3", "—", "—", "—")
     ]
     console = Console(width=200, record=True)
     console.print(summary_table(view, now_s=160.0))
@@ -289,6 +289,31 @@ def test_a_service_view_fills_every_summary_column_but_outputs():
     assert [c.strip() for c in header.split("┃")[1:-1]] == [
         "task", "units", "time", "memory/process", "peak/process", "kills"
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("staged", "seconds", "peak", "asked", "staged_text", "scratch_text"),
+    [
+        (0, 0.0, None, None, "—", "—"),  # nothing staged, scratch not measured
+        (3 * 1024**2, 0.25, 0.0, None, "3.0 MiB in 0.25 s", "—"),
+        (512, 0.001, 0.5, 2.0, "512 B in <0.01 s", "512 MiB of 2 GiB"),
+        (0, 0.0, 3.0, 2.0, "—", "3 GiB, over 2 GiB asked"),  # past its scratch_gb
+        (0, 0.0, 1.5, None, "—", "1.5 GiB"),  # measured, nothing asked
+    ],
+)
+def test_summary_shows_staging_and_scratch(staged, seconds, peak, asked, staged_text, scratch_text):
+    """The summary says what staging a task's inputs took (bytes and seconds) and the most
+    local scratch it used against its scratch_gb, saying when it went over."""
+    resources = {"memory_per_worker_gb": 1.0, **({"scratch_gb": asked} if asked else {})}
+    view = run(
+        task(
+            state="done", counts={"done": 1}, resources=resources, staged_bytes=staged,
+            staged_s=seconds, scratch_peak_gb=peak,
+        ),
+        state="succeeded",
+    )  # fmt: skip
+    row = summary_rows(view)[0]
+    assert (row[6], row[7]) == (staged_text, scratch_text)
 
 
 def test_summary_table_leaves_out_columns_the_view_does_not_tell():

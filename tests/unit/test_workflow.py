@@ -152,6 +152,38 @@ def test_bad_references_name_the_task_and_port(ref: str, expected: str) -> None:
     assert expected in problem.message
 
 
+def test_stage_names_connected_input_ports() -> None:
+    """A task may stage its connected input ports; the parsed task keeps them."""
+    text = GOOD.replace(
+        '    inputs: {plate: "source:plate"}',
+        '    inputs: {plate: "source:plate"}\n    stage: [plate]',
+    )
+    assert problems_of(text) == []
+    assert parse_workflow(text, "wf.yaml").task("hot").stage == ["plate"]
+
+
+@pytest.mark.parametrize(
+    ("stage", "expected"),
+    [
+        ("[plat]", "stage names 'plat', which is not a connected input port of the task "
+         "(its inputs: plate)"),
+        ("[plate, plate]", "names a port twice"),
+        ("['not a port']", "'not a port' is not an input port name"),
+    ],
+)  # fmt: skip
+def test_bad_stage_is_named(stage: str, expected: str) -> None:
+    """Staging a port the task does not connect, a port twice, or a name that is no port is
+    an error naming the task and the field."""
+    text = GOOD.replace(
+        '    inputs: {plate: "source:plate"}',
+        f'    inputs: {{plate: "source:plate"}}\n    stage: {stage}',
+    )
+    problem = only_problem(text)
+    assert problem.task == "hot"
+    assert "stage" in problem.where()
+    assert expected in problem.message
+
+
 def test_duplicate_task_names() -> None:
     """Two tasks with one name are refused."""
     text = GOOD + "  - name: hot\n    type: mesh\n"

@@ -27,6 +27,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import shutil
 import signal
 import sys
 import time
@@ -313,6 +314,8 @@ class Child:
         self._tasks[key] = current  # most recent last
         while len(self._tasks) > MAX_TASKS:
             del self._tasks[next(iter(self._tasks))]
+        # the task's scratch exists before its setup and each of its units (`_unit`)
+        current.paths.scratch.mkdir(parents=True, exist_ok=True)
         if message.get("setup") and not current.set_up:
             current.paths.out.mkdir(parents=True, exist_ok=True)
             if current.task_type.setup is not None:
@@ -329,7 +332,13 @@ class Child:
         ctx = self._current()
         if ctx.task_type.compute_unit is None:
             raise PluginError(f"task type {ctx.task_type.name!r} has no compute_unit")
+        ctx.paths.scratch.mkdir(parents=True, exist_ok=True)
+        checkpoint = ctx.paths.checkpoint(index) if ctx.task_type.checkpoints else None
+        if checkpoint is not None:
+            checkpoint.mkdir(parents=True, exist_ok=True)
         self.function(ctx.task_type.compute_unit)(ctx.settings, index, ctx.paths)
+        if checkpoint is not None:  # the unit is done: nothing to resume any more
+            shutil.rmtree(checkpoint, ignore_errors=True)
 
     def _merge(self) -> None:
         ctx = self._current()
