@@ -65,7 +65,7 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
         cwd=home,
     )  # fmt: skip
     worker = start_simrun(
-        "worker", *common, "--plugins", WORK, "--processes", "2", "--memory-gb", "2",
+        "worker", *common, "--plugins", WORK, "--processes", "2", "--worker-memory-gb", "2",
         "--poll-delay-s", "0.01", cwd=home,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
