@@ -145,6 +145,16 @@ class UnitLogSink:
     attempt: int
     written: dict[UnitKey, int] = field(default_factory=dict)
     orphan_unit: UnitKey | None = None
+    #: The last output of a process that died, read before the runner said which unit it
+    #: died in (its output pipe may reach its end first): `settle_orphan` writes it.
+    orphan_output: bytes = b""
+
+    def settle_orphan(self) -> None:
+        """Write the last output of a process that died to the unit it died in, once that
+        is known (blocking: call it in a thread); output no unit can own is dropped."""
+        data, self.orphan_output = self.orphan_output, b""
+        if data and self.orphan_unit is not None:
+            self.write(self.orphan_unit, data)
 
     def write(self, unit: UnitKey, data: bytes) -> None:
         """Write ``data`` as the output of ``unit`` (blocking: call it in a thread); a unit
@@ -188,9 +198,11 @@ class CappedLog:
             async with self._lock:
                 await asyncio.to_thread(write_all, self.fd, data)
 
-    async def _deliver(self, unit: UnitKey | None) -> None:
+    async def _deliver(self, unit: UnitKey | None, ended: bool = False) -> None:
         """The segment that just ended was ``unit``'s (None: no unit's, or the last output
-        of a process that died): its captured bytes go to the sink."""
+        of a process that died): its captured bytes go to the sink. The last output of a
+        process (``ended``) whose unit is not known yet waits in the sink for the runner
+        to say it (`UnitLogSink.settle_orphan`)."""
         if not self._captured:
             return  # the unit printed nothing (the common case): no work at all
         data = bytes(self._captured)
@@ -198,6 +210,9 @@ class CappedLog:
         sink = self.sink
         if unit is None and sink is not None:
             unit = sink.orphan_unit
+            if unit is None and ended:
+                sink.orphan_output += data
+                return
         if data and sink is not None and unit is not None:
             await asyncio.to_thread(sink.write, unit, data)
 
@@ -229,7 +244,7 @@ class CappedLog:
             held = await self._take(held + data)
         await self._write(self.segment.feed(held))
         await self._write(self.segment.end("the worker process's last output"))
-        await self._deliver(None)
+        await self._deliver(None, ended=True)
 
     async def _take(self, data: bytes) -> bytes:
         """Feed ``data`` up to its markers, ending a segment at each; returns the bytes held
