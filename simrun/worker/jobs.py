@@ -364,6 +364,7 @@ class JobHandler:
             worker_id=self.worker_id,
             outcomes=dict(ledger.outcomes),
             errors=dict(ledger.errors),
+            exceptions=dict(ledger.exceptions),
             report=report,
             started=started,
             finished=now_s(),
