@@ -117,8 +117,9 @@ SPOOL_HELP = "MiB of reports kept on disk while Redis is away (after 16 MiB in m
 )  # fmt: skip
 @click.option(
     "--unit-log-cap", type=click.IntRange(min=0), default=DEFAULT_UNIT_LOG_CAP,
-    show_default=True, help="Bytes of output one unit may put into the worker's log "
-    "(its head and tail are kept, the rest counted as dropped; 0: no bound).",
+    show_default=True, help="Bytes of output one unit keeps in its log in the run's "
+    "directory (its head and tail are kept, the rest counted as dropped; 0: no bound); the "
+    "worker's log gets one line per unit that printed, saying where.",
 )  # fmt: skip
 @click.option(
     "--local-dir", type=click.Path(file_okay=False, path_type=Path), envvar=ENV_WORKER_DIR,

@@ -1,8 +1,11 @@
-"""What worker processes print, on its way to the worker's log, capped per unit.
+"""What worker processes print, on its way to the units' logs, capped per unit.
 
 A worker process's stdout and stderr (plugin code's, and its children's) go through a pipe
-to the worker container, which copies them to its own stderr (the worker log). One unit may
-put at most ``cap`` bytes there (`DEFAULT_UNIT_LOG_CAP`): the first half of the cap as it
+to the worker container. While a job runs, each unit's output goes to the unit's own log in
+the run's directory, and the worker's log (the container's stderr) gets one line per unit
+that printed, saying how many bytes and where; what a process prints outside a job's units
+goes to the worker's log itself. One unit may keep at most ``cap`` bytes
+(`DEFAULT_UNIT_LOG_CAP`): the first half of the cap as it
 comes, then only the last half is kept, and when the unit ends (its reply arrives, or the
 process ends) a line says how many bytes were dropped, followed by the tail kept. The
 bookkeeping (`CappedSegment`) is pure; `CappedLog` reads on the event loop (it only moves
@@ -16,14 +19,14 @@ counted toward the next one. Output a plugin's own child writes to the pipe afte
 marker is counted toward what comes next; the bound holds all the same, one cap per unit
 (and one more for what a process prints outside units).
 
-Each unit's capped output is also kept in the run's directory (`simrun.core.unitlogs`):
-while a job runs, its `UnitLogSink` is the log's ``sink``, and a unit whose segment holds
-anything (the head, the note, the tail: what the worker's log got of it) is written to its
-own file as the segment ends. A unit that printed nothing writes no file (a task of a
-million no-op units costs no file at all). At the end of a batch the runner waits for the
-marker of its last unit (`CappedLog.settle`), so a unit's output never lands in the next
-job's sink. What a process printed when it died (no marker) goes to the unit the runner
-says it died in (`UnitLogSink.orphan_unit`).
+Each unit's capped output is kept in the run's directory (`simrun.core.unitlogs`): while a
+job runs, its `UnitLogSink` is the log's ``sink``, and a unit whose segment holds anything
+(the head, the note, the tail) is written to its own file as the segment ends. A unit that
+printed nothing writes no file (a task of a million no-op units costs no file at all). At
+the end of a batch the runner waits for the marker of its last unit (`CappedLog.settle`),
+so a unit's output never lands in the next job's sink. What a process printed when it died
+(no marker) goes to the unit the runner says it died in (`UnitLogSink.orphan_unit`), once
+it says it (`UnitLogSink.settle_orphan`).
 
 ``simrun-exec`` caps the stdout and the stderr of a command the same way, one segment per
 stream (`copy_capped`, in a thread per stream, `DEFAULT_COMMAND_LOG_CAP` each).
@@ -55,7 +58,7 @@ __all__ = [
     "write_all",
 ]
 
-#: Bytes of output one unit may put into the worker log (head and tail together).
+#: Bytes of output one unit may keep in its log (head and tail together).
 DEFAULT_UNIT_LOG_CAP = 2**20
 #: Bytes of each of a command's log files, stdout and stderr (head and tail together).
 DEFAULT_COMMAND_LOG_CAP = 64 * 2**20
@@ -192,17 +195,24 @@ class CappedLog:
         self._marker = asyncio.Event()
 
     async def _write(self, data: bytes) -> None:
+        """The capped output of the open segment: held for the unit's own log while a job's
+        units have one (``sink``), else written to the worker's log."""
         if data:
             if self.sink is not None:
                 self._captured += data
-            async with self._lock:
-                await asyncio.to_thread(write_all, self.fd, data)
+                return
+            await self._to_fd(data)
 
-    async def _deliver(self, unit: UnitKey | None, ended: bool = False) -> None:
-        """The segment that just ended was ``unit``'s (None: no unit's, or the last output
-        of a process that died): its captured bytes go to the sink. The last output of a
-        process (``ended``) whose unit is not known yet waits in the sink for the runner
-        to say it (`UnitLogSink.settle_orphan`)."""
+    async def _to_fd(self, data: bytes) -> None:
+        async with self._lock:
+            await asyncio.to_thread(write_all, self.fd, data)
+
+    async def _deliver(self, unit: UnitKey | None, label: str, ended: bool = False) -> None:
+        """The segment of ``label`` that just ended was ``unit``'s (None: no unit's, or the
+        last output of a process that died): its captured bytes go to the unit's log, and
+        one line saying where goes to the worker's log. The last output of a process
+        (``ended``) whose unit is not known yet waits in the sink for the runner to say it
+        (`UnitLogSink.settle_orphan`); output of no unit goes to the worker's log."""
         if not self._captured:
             return  # the unit printed nothing (the common case): no work at all
         data = bytes(self._captured)
@@ -212,9 +222,17 @@ class CappedLog:
             unit = sink.orphan_unit
             if unit is None and ended:
                 sink.orphan_output += data
+                await self._to_fd(
+                    f"[simrun: {label}: {len(data)} bytes, kept in the log of the unit its "
+                    "process died in]\n".encode()
+                )
                 return
-        if data and sink is not None and unit is not None:
-            await asyncio.to_thread(sink.write, unit, data)
+        if sink is None or unit is None:
+            await self._to_fd(data)
+            return
+        await asyncio.to_thread(sink.write, unit, data)
+        path = attempt_paths(sink.task_logs, unit, sink.attempt)[1]
+        await self._to_fd(f"[simrun: {label}: {len(data)} bytes of output in {path}]\n".encode())
 
     async def settle(self, index: int, timeout_s: float = SETTLE_S) -> bool:
         """Wait until the marker of unit ``index`` was read (at most ``timeout_s``); whether
@@ -243,8 +261,9 @@ class CappedLog:
                 break
             held = await self._take(held + data)
         await self._write(self.segment.feed(held))
-        await self._write(self.segment.end("the worker process's last output"))
-        await self._deliver(None, ended=True)
+        last = "the worker process's last output"
+        await self._write(self.segment.end(last))
+        await self._deliver(None, last, ended=True)
 
     async def _take(self, data: bytes) -> bytes:
         """Feed ``data`` up to its markers, ending a segment at each; returns the bytes held
@@ -268,8 +287,9 @@ class CappedLog:
                 data = data[1:]
                 continue
             index = int(digits)
-            await self._write(self.segment.end(self.label_of(index)))
-            await self._deliver(index)
+            label = self.label_of(index)
+            await self._write(self.segment.end(label))
+            await self._deliver(index, label)
             self._marked.append(index)
             self._marker.set()
             data = data[close + 1 :]
@@ -279,7 +299,7 @@ class CappedLog:
         """The unit ``label`` ended without its marker (its process died, or it was the
         batch's reply): write what its segment held back (to ``unit``'s log too)."""
         await self._write(self.segment.end(label))
-        await self._deliver(unit)
+        await self._deliver(unit, label)
 
 
 def _partial_mark(data: bytes) -> int:
