@@ -151,11 +151,16 @@ class UnitLogSink:
     #: The last output of a process that died, read before the runner said which unit it
     #: died in (its output pipe may reach its end first): `settle_orphan` writes it.
     orphan_output: bytes = b""
+    #: The unit whose log got that output live (it may not be the one the runner names).
+    orphan_live: UnitKey | None = None
 
     def settle_orphan(self) -> None:
         """Write the last output of a process that died to the unit it died in, once that
         is known (blocking: call it in a thread); output no unit can own is dropped."""
         data, self.orphan_output = self.orphan_output, b""
+        live, self.orphan_live = self.orphan_live, None
+        if live is not None and live != self.orphan_unit:
+            self.drop_live(live)
         if data and self.orphan_unit is not None:
             self.write(self.orphan_unit, data)
 
@@ -167,6 +172,23 @@ class UnitLogSink:
             data = path.read_bytes() + data
         write_atomic(path, data)
         self.written[unit] = len(data)
+
+    def write_live(self, unit: UnitKey, data: bytes, fresh: bool) -> None:
+        """Write ``data`` to the log of ``unit`` while it runs (blocking: call it in a
+        thread): the file anew when ``fresh``, else appended. What is written live is
+        always the start of what `write` writes once the unit ended, so a reader that
+        follows the file by offset reads on into the final one."""
+        path = attempt_paths(self.task_logs, unit, self.attempt)[1]
+        if fresh:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("wb" if fresh else "ab") as f:
+            f.write(data)
+
+    def drop_live(self, unit: UnitKey) -> None:
+        """Remove what was written live to the log of ``unit``, which was not its output
+        after all (blocking: call it in a thread); a unit with output of its own keeps it."""
+        if unit not in self.written:
+            attempt_paths(self.task_logs, unit, self.attempt)[1].unlink(missing_ok=True)
 
 
 #: The most markers a log remembers for `CappedLog.settle` (more than a batch holds).
@@ -188,20 +210,56 @@ class CappedLog:
         self._lock = asyncio.Lock()
         #: The label of unit ``index`` of the batch running ("unit 4 of job ...").
         self.label_of: Callable[[int], str] = lambda index: f"unit {index}"
-        self.sink: UnitLogSink | None = None
+        #: The unit whose output the open segment is, given the index of the last marker
+        #: read (None: not known for sure, as in a batch sent ahead): its output is
+        #: written to its log as it comes (`UnitLogSink.write_live`).
+        self.open_unit: Callable[[int | None], UnitKey | None] = lambda last: None
+        self._sink: UnitLogSink | None = None
         self._captured = bytearray()
+        self._last_mark: int | None = None
+        #: The unit whose log holds the open segment so far, and how many bytes of it.
+        self._live_unit: UnitKey | None = None
+        self._live_bytes = 0
         #: The markers read since the runner last asked (`settle`), in order.
         self._marked: deque[int] = deque(maxlen=_MARKS_KEPT)
         self._marker = asyncio.Event()
 
+    @property
+    def sink(self) -> UnitLogSink | None:
+        """Where the units' logs of the job running go (None: no job)."""
+        return self._sink
+
+    @sink.setter
+    def sink(self, sink: UnitLogSink | None) -> None:
+        self._sink = sink
+        self._last_mark = None  # a marker of an earlier job says nothing of this one's
+        self._live_unit, self._live_bytes = None, 0
+
     async def _write(self, data: bytes) -> None:
         """The capped output of the open segment: held for the unit's own log while a job's
-        units have one (``sink``), else written to the worker's log."""
+        units have one (``sink``), and written to that log as it comes when the unit is
+        known; else written to the worker's log."""
         if data:
             if self.sink is not None:
                 self._captured += data
+                await self._live(self.sink)
                 return
             await self._to_fd(data)
+
+    async def _live(self, sink: UnitLogSink) -> None:
+        """Bring the log of the unit running up to date with what its segment holds."""
+        unit = self.open_unit(self._last_mark)
+        if unit is None:
+            return
+        fresh = unit != self._live_unit
+        if fresh and self._live_unit is not None:
+            await asyncio.to_thread(sink.drop_live, self._live_unit)
+        data = bytes(self._captured) if fresh else bytes(self._captured[self._live_bytes :])
+        self._live_unit, self._live_bytes = unit, len(self._captured)
+        try:
+            await asyncio.to_thread(sink.write_live, unit, data, fresh)
+        except OSError:  # the unit's log is written whole at its end all the same
+            self._live_unit, self._live_bytes = None, 0
 
     async def _to_fd(self, data: bytes) -> None:
         async with self._lock:
@@ -213,6 +271,7 @@ class CappedLog:
         one line saying where goes to the worker's log. The last output of a process
         (``ended``) whose unit is not known yet waits in the sink for the runner to say it
         (`UnitLogSink.settle_orphan`); output of no unit goes to the worker's log."""
+        live, self._live_unit, self._live_bytes = self._live_unit, None, 0
         if not self._captured:
             return  # the unit printed nothing (the common case): no work at all
         data = bytes(self._captured)
@@ -222,11 +281,14 @@ class CappedLog:
             unit = sink.orphan_unit
             if unit is None and ended:
                 sink.orphan_output += data
+                sink.orphan_live = live
                 await self._to_fd(
                     f"[simrun: {label}: {len(data)} bytes, kept in the log of the unit its "
                     "process died in]\n".encode()
                 )
                 return
+        if sink is not None and live is not None and live != unit:
+            await asyncio.to_thread(sink.drop_live, live)
         if sink is None or unit is None:
             await self._to_fd(data)
             return
@@ -290,6 +352,7 @@ class CappedLog:
             label = self.label_of(index)
             await self._write(self.segment.end(label))
             await self._deliver(index, label)
+            self._last_mark = index
             self._marked.append(index)
             self._marker.set()
             data = data[close + 1 :]

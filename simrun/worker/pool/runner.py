@@ -349,6 +349,7 @@ async def run_merge(
         reply = await worker.call(task_message(spec, setup=False))
         await _after_reply(worker, reply, f"the task request of job {spec.job_id}")
         if reply["ok"]:
+            worker.live_unit = "merge"  # what it prints from now on is the merge's
             reply = await worker.call({"op": "merge"})
             await _after_reply(worker, reply, f"the merge of job {spec.job_id}", "merge")
         ledger.record(
@@ -365,5 +366,6 @@ async def run_merge(
             worker.log.sink.orphan_unit = "merge"
         ledger.record("merge", death_outcome(worker.kill_reason), error=message)
     finally:
+        worker.live_unit = None
         peak_gb = await asyncio.to_thread(sampler.stop)
     return _result(worker, peak_gb, kill_at)
