@@ -52,6 +52,7 @@ __all__ = [
     "store_live_unit_logs",
     "store_unit_logs",
     "unit_stem",
+    "whole_utf8",
     "write_atomic",
 ]
 
@@ -373,14 +374,14 @@ class LiveAttempt:
         )
 
 
-def _whole_utf8(data: bytes) -> int:
+def whole_utf8(data: bytes) -> int:
     """How many bytes of ``data`` end on a character's end (a UTF-8 sequence cut at the
     end of ``data`` is left for later; bytes that are no UTF-8 at all count as they are)."""
     for back in range(1, min(4, len(data)) + 1):
         byte = data[-back]
         if byte & 0xC0 == 0x80:  # a continuation byte: look further back
             continue
-        if byte & 0x80 == 0:
+        if byte & 0x80 == 0 or byte >= 0xF8:  # ASCII, or no lead byte of UTF-8
             return len(data)
         need = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4
         return len(data) if back >= need else len(data) - back
@@ -396,7 +397,7 @@ def _read_from(path: Path, offset: int) -> tuple[int, str] | None:
             data = f.read(LIVE_READ_MAX)
     except FileNotFoundError:
         return None
-    whole = _whole_utf8(data)
+    whole = whole_utf8(data)
     return offset + whole, data[:whole].decode("utf-8", errors="replace")
 
 
