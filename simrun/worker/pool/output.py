@@ -394,5 +394,6 @@ def copy_capped(
         if not data:
             break
         sink.write(segment.feed(data))
+        sink.flush()  # `simrun logs --follow` reads the file as it grows
     sink.write(segment.end(label))
     sink.flush()
