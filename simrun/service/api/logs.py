@@ -92,6 +92,6 @@ async def live_unit_logs(
         found = await asyncio.to_thread(
             store_live_unit_logs, controller.settings.store, run_id, task, key, offsets
         )
-    except LogNotFound as exc:
-        raise HTTPException(status_code=404, detail=str(exc)) from exc
+    except LogNotFound:
+        found = []  # a known run (`known_run`) whose directory is not made yet
     return {"run": run_id, "task": task, "unit": key, "attempts": [a.to_dict() for a in found]}
