@@ -237,6 +237,10 @@ def store_unit_logs(
     found = read_unit_logs(logs, run, task, unit)
     what = f"unit {unit} of task {task!r} of run {run!r}"
     if not found.attempts:
+        if _output_files(logs, unit):
+            raise LogNotFound(
+                f"{what} is running: its log is written as it goes (--follow prints it as it comes)"
+            )
         raise LogNotFound(
             f"{what} has no log (a unit keeps one when it printed something or did not end "
             "well; see `simrun logs RUN TASK` for the units that have one)"

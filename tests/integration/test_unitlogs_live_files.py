@@ -5,7 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from simrun.core.unitlogs import UnitLogHeader, attempt_paths, live_unit_logs, write_atomic
+import pytest
+
+from simrun.core.layout import StoreLayout, task_logs
+from simrun.core.unitlogs import (
+    LogNotFound,
+    UnitLogHeader,
+    attempt_paths,
+    live_unit_logs,
+    store_unit_logs,
+    write_atomic,
+)
 
 
 def _header(unit: int | str, attempt: int, outcome: str) -> UnitLogHeader:
@@ -42,3 +52,17 @@ def test_a_commands_streams_and_attempts_are_read_from_their_offsets(tmp_path: P
     [merge] = live_unit_logs(logs, "merge")
     assert [c.text for c in merge.chunks] == ["merging\n"]
     assert live_unit_logs(logs, 3) == []
+
+
+def test_a_running_unit_without_a_header_is_said_to_be_running(tmp_path: Path) -> None:
+    """`simrun logs RUN TASK UNIT` of a unit whose log is being written (no header yet)
+    says it is running and that --follow prints it, rather than that it has no log."""
+    layout = StoreLayout(tmp_path)
+    logs = task_logs(layout.task_dir("r", "t"))
+    log = attempt_paths(logs, 2, 1)[1]
+    log.parent.mkdir(parents=True)
+    log.write_text("so far\n")
+    with pytest.raises(LogNotFound, match=r"is running.*--follow"):
+        store_unit_logs(tmp_path, "r", "t", 2)
+    with pytest.raises(LogNotFound, match="has no log"):
+        store_unit_logs(tmp_path, "r", "t", 3)
