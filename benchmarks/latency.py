@@ -169,7 +169,7 @@ def main() -> None:
             ))  # fmt: skip
             procs.append(subprocess.Popen(
                 [exe, "worker", *common, "--plugins", NOOP_REF, "--processes", "1",
-                 "--memory-gb", MEMORY_GB],
+                 "--worker-memory-gb", MEMORY_GB],
                 cwd=REPO, env=env(), stdout=logs[1], stderr=subprocess.STDOUT,
             ))  # fmt: skip
             procs.append(subprocess.Popen(

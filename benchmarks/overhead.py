@@ -239,7 +239,7 @@ def start_simrun(redis_url: str, tmp: Path) -> Simrun:
     procs = []
     for name, args in (
         ("service", ["service", "--port", str(port)]),
-        ("worker", ["worker", "--processes", str(PROCESSES), "--memory-gb", str(MEMORY_GB),
+        ("worker", ["worker", "--processes", str(PROCESSES), "--worker-memory-gb", str(MEMORY_GB),
                     "--python-path", str(HERE), "--log-level", "WARNING"]),
     ):  # fmt: skip
         with (tmp / f"{name}.log").open("wb") as log:

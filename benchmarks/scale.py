@@ -291,7 +291,7 @@ def measure(args: argparse.Namespace, size: int, repeat: int, tmp: Path) -> Meas
             root, env, service_log,
         )  # fmt: skip
         worker = spawn(
-            ["worker", "--queue", "cpu", "--processes", str(PROCESSES), "--memory-gb",
+            ["worker", "--queue", "cpu", "--processes", str(PROCESSES), "--worker-memory-gb",
              str(MEMORY_GB), "--plugins", PLUGIN, "--python-path", str(BENCH), "--prefix",
              prefix, "--redis-url", redis_url, "--log-level", "WARNING"],
             root, env, worker_log,

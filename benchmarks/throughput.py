@@ -325,7 +325,7 @@ def spawn_worker(url: str, prefix: str, log: Path) -> subprocess.Popen[bytes]:
     """``python -m simrun.cli worker`` serving the no-op type, its output in ``log``."""
     argv = [
         sys.executable, "-m", "simrun.cli", "worker", "--queue", "cpu",
-        "--processes", str(PROCESSES), "--memory-gb", str(MEMORY_GB),
+        "--processes", str(PROCESSES), "--worker-memory-gb", str(MEMORY_GB),
         "--plugins", NOOP_REF, "--python-path", str(REPO),
         "--prefix", prefix, "--redis-url", url, "--poll-delay-s", "0.01", "--log-level", "WARNING",
     ]  # fmt: skip

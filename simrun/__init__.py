@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from simrun.api import (
+        InterruptedRuns,
         LocalError,
         LocalSession,
         Run,
@@ -40,6 +41,7 @@ _PLUGINS = (
     "resolve",
 )
 _API = (
+    "InterruptedRuns",
     "LocalError",
     "LocalSession",
     "Run",
@@ -52,6 +54,7 @@ _API = (
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "InterruptedRuns",
     "LocalError",
     "LocalSession",
     "ResourceHint",

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
-from simrun.core.unitlogs import UnitLogHeader, UnitLogs
+from simrun.core.unitlogs import LiveAttempt, UnitLogHeader, UnitLogs
 from simrun.core.views import (
     FailureView,
     RunSummary,
@@ -382,6 +382,20 @@ class Client:
         try:
             return UnitLogs.from_dict(data, f"GET {path}")
         except ValueError as exc:
+            raise ClientError(f"GET {path}: the answer is not understood: {exc}") from exc
+
+    def unit_live_logs(
+        self, run_id: str, task: str, unit: int | str, since: Mapping[str, int] | None = None
+    ) -> list[LiveAttempt]:
+        """What each attempt of a unit printed past the offsets ``since`` (by file name), a
+        running one's too, and the header of each that ended (``GET
+        /runs/{id}/logs/{task}/{unit}/live``); `ClientError` with the service's line."""
+        path = f"/runs/{quote(run_id, safe='')}/logs/{quote(task, safe='')}/{unit}/live"
+        query = "&".join(f"since={quote(f'{k}:{v}', safe='')}" for k, v in (since or {}).items())
+        data = self._logs_answer(f"{path}?{query}" if query else path)
+        try:
+            return [LiveAttempt.from_dict(a, f"GET {path}") for a in data["attempts"]]
+        except (KeyError, TypeError, ValueError) as exc:
             raise ClientError(f"GET {path}: the answer is not understood: {exc}") from exc
 
     def _logs_answer(self, path: str) -> Any:

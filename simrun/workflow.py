@@ -226,9 +226,12 @@ class TaskSpec(BaseModel):
             raise ValueError("is empty: leave it out to retry everything, or set retries: 0")
         kinds = ", ".join(RETRY_KINDS)
         for item in value:
-            if item not in RETRY_KINDS and not (item.isidentifier() and item[:1].isupper()):
+            parts = item.split(".")
+            named = all(p.isidentifier() for p in parts) and parts[-1][:1].isupper()
+            if item not in RETRY_KINDS and not named:
                 raise ValueError(
-                    f"{item!r} is neither {kinds} nor an exception type name (such as ValueError)"
+                    f"{item!r} is neither {kinds} nor an exception type name (such as ValueError, "
+                    "OSError for its subclasses too, or mypkg.errors.Flaky)"
                 )
         return value
 

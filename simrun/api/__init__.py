@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from simrun.plugins import TaskType
 
 __all__ = [
+    "InterruptedRuns",
     "LocalError",
     "LocalSession",
     "Run",
@@ -51,6 +53,11 @@ __all__ = [
     "run_local",
     "submit",
 ]
+
+
+class InterruptedRuns(UserWarning):
+    """A local session found interrupted runs in its store and leaves them alone; the
+    message names them, with the commands that go on with one or drop it."""
 
 
 def _store(store: str | os.PathLike[str] | None) -> Path:
@@ -140,8 +147,13 @@ class LocalSession:
             result = session.submit("examples/heat.yaml").wait()
 
     A run that has not ended when the session stops stays in the store; ``simrun run
-    --resume RUN --store STORE`` goes on with it. `LocalError` when the session cannot
-    start (no ``redis-server``, the store in use by another session)."""
+    --resume RUN --store STORE`` (or ``resume=RUN`` here, then `LocalSession.run`) goes on
+    with it. Like ``simrun run``, a session leaves the interrupted runs it finds in the
+    store alone (none of their units is computed), but ``resume``, and says so: an
+    `InterruptedRuns` warning naming them, with the commands that go on with one or drop
+    it; `LocalSession.held` lists them. `LocalError` when the session cannot start (no
+    ``redis-server``, the store in use by another session, ``resume`` not a run of the
+    store that can go on)."""
 
     def __init__(
         self,
@@ -153,8 +165,10 @@ class LocalSession:
         plugins: Sequence[str] = (),
         redis_url: str | None = None,
         grace_s: float = DEFAULT_GRACE_S,
+        resume: str | None = None,
     ) -> None:
         self.store = _store(store).resolve()
+        self.resume = resume
         self.workers = workers
         self.processes = processes
         self.memory_gb = memory_gb
@@ -173,6 +187,12 @@ class LocalSession:
         return self._types
 
     @property
+    def held(self) -> tuple[str, ...]:
+        """The interrupted runs of the store the started session leaves alone, the latest
+        first (``resume`` is never one)."""
+        return self._session.held if self._session is not None else ()
+
+    @property
     def url(self) -> str:
         """The URL of the session's service (for `simrun.submit`, ``simrun status``)."""
         if self._session is None:
@@ -184,7 +204,7 @@ class LocalSession:
         nothing)."""
         if self._session is not None:
             return self
-        from simrun.cli.run import local_options, local_pool
+        from simrun.cli.run import check_run, held_line, local_options, local_pool
         from simrun.local.session import LocalSession as Embedded
         from simrun.local.session import local_engine
 
@@ -199,8 +219,15 @@ class LocalSession:
             redis_url=self.redis_url,
             grace_s=self.grace_s,
             engine=local_engine(None),
+            go_on_with=self.resume,
         )
         bridge = Bridge()
+        if self.resume is not None:
+            try:
+                bridge.call(check_run(self.store, self.resume, None))
+            except BaseException:
+                bridge.close()
+                raise
         session = Embedded(options, self.types)
         try:
             bridge.call(session.start())
@@ -211,6 +238,9 @@ class LocalSession:
                 bridge.close()
             raise
         self._bridge, self._session = bridge, session
+        note = held_line(session.held, self.store, self.plugins)
+        if note is not None:
+            warnings.warn(note, InterruptedRuns, stacklevel=3)
         return self
 
     def stop(self) -> None:
@@ -276,9 +306,20 @@ class LocalSession:
         )
         return Run(run_id, LocalBackend(self._session, self.store), self._bridge)
 
+    def run(self, run_id: str | None = None) -> Run:
+        """The `Run` of ``run_id`` of the session's store (default: the run ``resume``
+        named), to `Run.wait` for; the session goes on with it only when it is ``resume``
+        (an interrupted run it leaves alone stays as it is)."""
+        run_id = run_id if run_id is not None else self.resume
+        if run_id is None:
+            raise LocalError("give the id of a run (or start the session with resume=RUN)")
+        if self._session is None or self._bridge is None:
+            raise LocalError("the session is not started: use it in a `with` block")
+        return Run(run_id, LocalBackend(self._session, self.store), self._bridge)
+
 
 def run_local(
-    workflow: WorkflowInput,
+    workflow: WorkflowInput | None = None,
     *,
     store: str | os.PathLike[str] | None = None,
     base: str | os.PathLike[str] | None = None,
@@ -290,14 +331,28 @@ def run_local(
     timeout_s: float | None = None,
     reuse: bool = True,
     rerun: Sequence[str] = (),
+    resume: str | None = None,
 ) -> RunResult:
     """Run ``workflow`` on this machine as ``simrun run`` does (a `LocalSession` started
-    for it and stopped after it) and return its last view. The workflow is checked before
-    anything starts (`WorkflowError`); `RunTimeout` after ``timeout_s``, the run kept in
-    the store to go on with ``simrun run --resume RUN``."""
+    for it and stopped after it) and return its last view; or, with ``resume`` instead of a
+    workflow, go on with that interrupted run of the store (``simrun run --resume RUN``).
+    The workflow is checked before anything starts (`WorkflowError`); `RunTimeout` after
+    ``timeout_s``, the run kept in the store to go on with ``resume=RUN``. Interrupted runs
+    of the store other than ``resume`` are left alone, with an `InterruptedRuns` warning
+    that names them."""
+    if (workflow is None) == (resume is None):
+        raise TypeError("run_local needs a workflow to run, or resume=RUN to go on with one")
     session = LocalSession(
-        store, workers=workers, processes=processes, memory_gb=memory_gb, plugins=plugins
+        store,
+        workers=workers,
+        processes=processes,
+        memory_gb=memory_gb,
+        plugins=plugins,
+        resume=resume,
     )
+    if workflow is None:
+        with session:
+            return session.run().wait(timeout_s, progress=progress)
     prepared = session.prepare(workflow, base=base)  # before anything starts
     with session:
         return session.submit(prepared, reuse=reuse, rerun=rerun).wait(timeout_s, progress=progress)

@@ -3,7 +3,8 @@
 ``RUN`` lists the units with a log, task by task, the ones that did not end well first;
 ``RUN TASK`` only that task's; ``RUN TASK UNIT`` prints the unit's attempts, each with its
 header (worker, process, memory, times, outcome), its output and its traceback;
-``--follow`` prints the attempts of a unit as they appear until one ends well or the run
+``--follow`` prints what a unit prints as it is written, attempt after attempt (with each
+one's header and traceback once it ended), until one ends well, or its task or the run
 ends. The logs are read from the store (``--store``, or ``./simrun-store`` /
 ``SIMRUN_STORE`` when it is one and no ``--url`` is given) or asked of the service. Where
 they live and which units have one: `simrun.core.unitlogs`.
@@ -22,10 +23,18 @@ import click
 
 from simrun.cli.options import STORE_HINT, TOKEN, URL, local_store, read_store_option
 from simrun.core.layout import StoreLayout
-from simrun.core.unitlogs import FAILED, UnitAttempt, UnitLogHeader, UnitLogs, parse_unit
+from simrun.core.unitlogs import (
+    FAILED,
+    LiveAttempt,
+    UnitAttempt,
+    UnitLogHeader,
+    UnitLogs,
+    parse_unit,
+)
 
 if TYPE_CHECKING:
     from simrun.client import Client
+    from simrun.core.views import RunView
 
 __all__ = ["attempt_lines", "listing_lines", "logs", "logs_command"]
 
@@ -33,6 +42,8 @@ __all__ = ["attempt_lines", "listing_lines", "logs", "logs_command"]
 FOLLOW_POLL_S = 1.0
 #: The states of a run that can still give a unit a new attempt.
 _GOING = frozenset({"pending", "running"})
+#: The states of a task that give none of its units a new attempt.
+_TASK_OVER = frozenset({"done", "failed", "cancelled"})
 
 
 def logs_command(run: str, task: str, unit: int | str, where: list[str] | None = None) -> str:
@@ -49,7 +60,11 @@ class LogSource(Protocol):
 
     def unit_logs(self, run: str, task: str, unit: int | str, attempt: int | None) -> UnitLogs: ...
 
-    def run_state(self, run: str) -> str | None: ...
+    def unit_live_logs(
+        self, run: str, task: str, unit: int | str, since: dict[str, int]
+    ) -> list[LiveAttempt]: ...
+
+    def states(self, run: str, task: str) -> tuple[str | None, str | None]: ...
 
 
 class StoreSource:
@@ -75,15 +90,21 @@ class StoreSource:
 
         return store_unit_logs(self.root, run, task, unit, attempt)
 
-    def run_state(self, run: str) -> str | None:
+    def unit_live_logs(
+        self, run: str, task: str, unit: int | str, since: dict[str, int]
+    ) -> list[LiveAttempt]:
+        from simrun.core.unitlogs import store_live_unit_logs
+
+        return store_live_unit_logs(self.root, run, task, unit, since)
+
+    def states(self, run: str, task: str) -> tuple[str | None, str | None]:
         from simrun.local.reads import open_store_reader
 
-        async def state() -> str | None:
+        async def read() -> RunView | None:
             async with open_store_reader(self.root) as reader:
-                view = await reader.run(run)
-                return view.state if view is not None else None
+                return await reader.run(run)
 
-        return asyncio.run(state())
+        return _states(asyncio.run(read()), task)
 
 
 class ServiceSource:
@@ -98,8 +119,21 @@ class ServiceSource:
     def unit_logs(self, run: str, task: str, unit: int | str, attempt: int | None) -> UnitLogs:
         return self.client.unit_logs(run, task, unit, attempt)
 
-    def run_state(self, run: str) -> str | None:
-        return self.client.run(run).state
+    def unit_live_logs(
+        self, run: str, task: str, unit: int | str, since: dict[str, int]
+    ) -> list[LiveAttempt]:
+        return self.client.unit_live_logs(run, task, unit, since)
+
+    def states(self, run: str, task: str) -> tuple[str | None, str | None]:
+        return _states(self.client.run(run), task)
+
+
+def _states(view: RunView | None, task: str) -> tuple[str | None, str | None]:
+    """The state of the run of ``view`` and of its task ``task`` (None: not known)."""
+    if view is None:
+        return None, None
+    found = next((t.state for t in view.tasks if t.name == task), None)
+    return view.state, found
 
 
 def _when(seconds: float) -> str:
@@ -157,6 +191,57 @@ def _show_unit(found: UnitLogs, total: int, echo: Callable[[str], None]) -> None
             echo(line)
 
 
+def attempt_end_lines(header: UnitLogHeader, of: int) -> list[str]:
+    """What `attempt_lines` says of an attempt but its output: printed after the output a
+    follow showed as it came."""
+    process = f"process {header.pid}" if header.pid is not None else "simrun-exec"
+    limit = f" of {header.limit_gb:g} GiB" if header.limit_gb else ""
+    unit = _unit_word(header.unit)
+    lines = [
+        f"=== {header.task} {unit}, attempt {header.attempt} of {of}: {header.outcome} ===",
+        f"worker {header.worker} · {process} · job {header.job_id}",
+        f"memory: peak {header.peak_gb:.3f} GiB{limit} (the job's process)",
+        f"job ran {_when(header.started)} → {_when(header.finished)} "
+        f"({header.finished - header.started:.1f} s)"
+        + (f"; the unit took {header.seconds:.3f} s" if header.seconds is not None else ""),
+    ]
+    if header.error:
+        lines.append("--- traceback ---" if "Traceback" in header.error else "--- error ---")
+        lines.append(header.error.rstrip("\n"))
+    return lines
+
+
+class _Printer:
+    """Prints what a follow reads: output as it comes (a heading when the file changes),
+    whole lines around it."""
+
+    def __init__(self, echo: Callable[[str], None], write: Callable[[str], None]) -> None:
+        self.echo, self.write = echo, write
+        self.file: str | None = None
+        self.open_line = False
+
+    def output(self, name: str, text: str) -> None:
+        if not text:
+            return
+        if name != self.file:
+            self.close()
+            self.echo(f"--- output ({name}) ---")
+            self.file = name
+        self.write(text)
+        self.open_line = not text.endswith("\n")
+
+    def close(self) -> None:
+        if self.open_line:
+            self.write("\n")
+            self.open_line = False
+
+    def lines(self, lines: list[str]) -> None:
+        self.close()
+        self.file = None
+        for line in lines:
+            self.echo(line)
+
+
 def _follow(
     source: LogSource,
     run: str,
@@ -164,31 +249,57 @@ def _follow(
     unit: int | str,
     echo: Callable[[str], None],
     poll_s: float = FOLLOW_POLL_S,
+    write: Callable[[str], None] | None = None,
 ) -> None:
-    """Print the unit's attempts as they appear, until one ends well or the run ends."""
+    """Print the unit's attempts as they run: each one's output as it is written, its
+    header, traceback and outcome once it ended; until an attempt ends well, the task or
+    the run ends."""
     from simrun.core.unitlogs import LogNotFound
 
-    shown: set[int] = set()
+    printer = _Printer(echo, write or (lambda text: click.echo(text, nl=False)))
+    offsets: dict[str, int] = {}
+    started: set[int] = set()
+    ended: set[int] = set()
     waiting_said = False
     while True:
         try:
-            found = source.unit_logs(run, task, unit, None)
-        except LogNotFound:
-            found = UnitLogs(run, task, unit, ())
-        for attempt in found.attempts:
-            if attempt.header.attempt not in shown:
-                shown.add(attempt.header.attempt)
-                for line in attempt_lines(attempt, len(found.attempts)):
-                    echo(line)
-        if any(a.header.outcome == "done" for a in found.attempts):
+            attempts = source.unit_live_logs(run, task, unit, offsets)
+        except LogNotFound as exc:
+            if source.states(run, task)[0] is None:
+                raise click.ClickException(str(exc)) from None
+            attempts = []  # a run of the store whose directory is not there yet
+        of = len(attempts)
+        for attempt in attempts:
+            n, header = attempt.attempt, attempt.header
+            if n in ended:
+                continue
+            if n not in started:
+                started.add(n)
+                if header is None:
+                    printer.lines([f"=== {task} {_unit_word(unit)}, attempt {n}: running ==="])
+            for chunk in attempt.chunks:
+                printer.output(chunk.name, chunk.text)
+                offsets[chunk.name] = chunk.offset
+            if header is not None:
+                ended.add(n)
+                if not any(offsets.get(c.name) for c in attempt.chunks):
+                    printer.lines(["(nothing printed)"])
+                printer.lines(attempt_end_lines(header, of))
+                if header.outcome == "done":
+                    return
+        run_state, task_state = source.states(run, task)
+        live = any(a.header is None for a in attempts)
+        if run_state not in _GOING or (task_state in _TASK_OVER and not live):
+            printer.close()
+            if not attempts:
+                if run_state in _GOING:
+                    what = f"task {task} is {task_state}"
+                else:
+                    what = f"run {run} is {run_state or 'unknown'}"
+                echo(f"{what}: {_unit_word(unit)} left no log")
             return
-        state = source.run_state(run)
-        if state is None or state not in _GOING:
-            if not found.attempts:
-                echo(f"run {run} is {state or 'unknown'}: {_unit_word(unit)} left no log")
-            return
-        if not waiting_said:
-            echo(f"(following {task} {_unit_word(unit)}: an attempt's log appears as it ends)")
+        if not waiting_said and not attempts:
+            echo(f"(following {task} {_unit_word(unit)}: its output appears as it is written)")
             waiting_said = True
         time.sleep(poll_s)
 
@@ -230,7 +341,8 @@ def show_logs(
 @click.option(
     "--follow",
     is_flag=True,
-    help="Print UNIT's attempts as they end, until one ends well or the run ends.",
+    help="Print UNIT's output as it is written, attempt after attempt, until one ends well "
+    "or its task or the run ends.",
 )
 @URL
 @TOKEN

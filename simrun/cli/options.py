@@ -68,7 +68,6 @@ __all__ = [
     "TOKEN",
     "URL",
     "WORKER_HEARTBEAT_TTL_S",
-    "container_memory_option",
     "container_processes_option",
     "intake_options",
     "limits_options",
@@ -253,12 +252,6 @@ def local_store(store: Path | None, store_hint: Path) -> Path | None:
     from simrun.core.layout import StoreLayout
 
     return store_hint if not named and StoreLayout(store_hint).is_store() else None
-
-
-def container_memory_option(name: str, help_text: str) -> Callable[[F], F]:
-    """``--memory-gb`` (or ``name``): the memory of a worker container in GiB; ``help_text``
-    says it for the command and what it defaults to."""
-    return click.option(name, type=POSITIVE, default=None, help=help_text)
 
 
 def worker_memory_option(help_text: str, *, old_name: bool = True) -> Callable[[F], F]:

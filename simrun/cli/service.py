@@ -34,7 +34,7 @@ from simrun.service.settings import ControllerSettings
 __all__ = ["service"]
 
 SHAPE_MEMORY_HELP = (
-    "Memory (GiB) of one worker container, as its --memory-gb: what /metrics decides the "
+    "Memory (GiB) of one worker container, as its --worker-memory-gb: what /metrics decides the "
     "desired workers of a queue with while none of its workers is live."
 )
 SHAPE_PROCESSES_HELP = (

@@ -20,13 +20,13 @@ from simrun.cli.options import (
     GRACE_S,
     HEARTBEAT_INTERVAL_S,
     PLUGINS,
+    POSITIVE,
     PREFIX,
     REDIS_TIMEOUT_S,
     REDIS_URL,
     REDIS_WAIT_S,
     STORE,
     WORKER_HEARTBEAT_TTL_S,
-    container_memory_option,
     container_processes_option,
 )
 from simrun.config import ENV_ENGINE, ENV_SCRATCH_DIR, ENV_WORKER_DIR, redact_url
@@ -60,6 +60,25 @@ ENGINE_HELP = (
     "--image queue inside their image; without it they run in this container, which is "
     "then the image's."
 )
+OLD_MEMORY_GB = (
+    "--memory-gb is now --worker-memory-gb on `simrun worker` (the memory of the container, "
+    "as on run/submit/scale); give that"
+)
+
+
+class _OldFlag(click.ClickException):
+    """A flag given by a former name: one line, exit status 2 (as a usage error)."""
+
+    exit_code = 2
+
+
+def refuse_old_memory_gb(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    """The former spelling of ``--worker-memory-gb`` errors with one line naming the new
+    (exit status 2, as a usage error, without the usage lines)."""
+    if value is not None:
+        raise _OldFlag(OLD_MEMORY_GB)
+
+
 SPOOL_HELP = "MiB of reports kept on disk while Redis is away (after 16 MiB in memory)."
 
 
@@ -70,7 +89,14 @@ SPOOL_HELP = "MiB of reports kept on disk while Redis is away (after 16 MiB in m
 @click.option("--image", "images", multiple=True, help="Serve the queue of this task image.")
 @REDIS_URL
 @PREFIX
-@container_memory_option("--memory-gb", "Memory of the container in GiB [default: detected].")
+@click.option(
+    "--worker-memory-gb", "memory_gb", type=POSITIVE, default=None,
+    help="Memory of this worker container in GiB [default: detected].",
+)  # fmt: skip
+@click.option(
+    "--memory-gb", "old_memory_gb", type=POSITIVE, default=None, hidden=True,
+    expose_value=False, callback=refuse_old_memory_gb, is_eager=True,
+)  # fmt: skip
 @container_processes_option("Worker processes [default: the CPUs available].")
 @click.option("--gpus", type=click.IntRange(min=0), default=None, help=GPUS_HELP)
 @click.option("--id", "worker_id", default=None, help="Worker id [default: host-pid-random].")
@@ -96,8 +122,9 @@ SPOOL_HELP = "MiB of reports kept on disk while Redis is away (after 16 MiB in m
 )  # fmt: skip
 @click.option(
     "--unit-log-cap", type=click.IntRange(min=0), default=DEFAULT_UNIT_LOG_CAP,
-    show_default=True, help="Bytes of output one unit may put into the worker's log "
-    "(its head and tail are kept, the rest counted as dropped; 0: no bound).",
+    show_default=True, help="Bytes of output one unit keeps in its log in the run's "
+    "directory (its head and tail are kept, the rest counted as dropped; 0: no bound); the "
+    "worker's log gets one line per unit that printed, saying where.",
 )  # fmt: skip
 @click.option(
     "--local-dir", type=click.Path(file_okay=False, path_type=Path), envvar=ENV_WORKER_DIR,

@@ -121,7 +121,9 @@ class ReportEntry(BaseModel):
     not_run (handed back: never started, or cut short by a stop or by an earlier unit's
     process dying), stale (a newer attempt was dispatched) or refused (this worker can
     never run it; ``error`` says why). ``error`` is a message about the whole job.
-    ``started``/``finished`` are unix seconds.
+    ``exceptions`` holds, for a failed unit that raised, the qualified names of the
+    exception's type and of its bases (`simrun.core.states.exception_names`): what the
+    task's ``retry_on`` is matched against. ``started``/``finished`` are unix seconds.
     """
 
     model_config = _WIRE
@@ -138,13 +140,16 @@ class ReportEntry(BaseModel):
     finished: float
     errors: dict[UnitKey, str] = Field(default_factory=dict)
     error: str | None = None
+    exceptions: dict[UnitKey, tuple[str, ...]] = Field(default_factory=dict)
 
     def to_fields(self) -> dict[str, str]:
         """The stream entry (XADD): string fields ``v`` ("1"), ``job_id``, ``run``, ``task``,
         ``kind``, ``attempt``, ``worker_id``, ``started``, ``finished`` (unix seconds as
         decimal text), ``outcomes`` (JSON {"<index>"|"merge"|"command": outcome}),
         ``errors`` (JSON, same keys, traceback text), ``report`` (JSON of
-        WorkerReport.to_dict) and ``error`` ("" for none)."""
+        WorkerReport.to_dict), ``error`` ("" for none) and ``exceptions`` (JSON, same keys,
+        lists of exception type names; left out when empty, and read as empty when
+        absent: an entry of an older worker)."""
         return {
             "v": "1",
             "job_id": self.job_id,
@@ -159,7 +164,11 @@ class ReportEntry(BaseModel):
             "errors": json.dumps({unit_field(k): v for k, v in self.errors.items()}),
             "report": json.dumps(self.report.to_dict()),
             "error": self.error or "",
-        }
+        } | (
+            {"exceptions": json.dumps({unit_field(k): list(v) for k, v in self.exceptions.items()})}
+            if self.exceptions
+            else {}
+        )
 
     @classmethod
     def from_fields(cls, raw: Mapping[bytes, bytes] | Mapping[str, str]) -> ReportEntry:
@@ -170,6 +179,11 @@ class ReportEntry(BaseModel):
         }
         where = f"report entry {data.get('job_id', '?')!r}"
         values: dict[str, Any] = {"error": data.get("error") or None}
+        if data.get("exceptions"):
+            try:
+                values["exceptions"] = _unit_map(data["exceptions"])
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise PayloadError(f"{where}: bad field 'exceptions': {exc}") from None
         for name, parse in _STREAM_FIELDS.items():
             if name not in data:
                 raise PayloadError(f"{where}: the field {name!r} is missing")

@@ -115,7 +115,7 @@ class ContainerShape:
 
 #: The worker container assumed while no worker of a queue is live and nothing else names
 #: one (``simrun service --worker-memory-gb/--worker-processes``, ``simrun scale``): the
-#: shape of deploy/kubernetes/worker-cpu.yaml (``--memory-gb 8 --processes 4``).
+#: shape of deploy/kubernetes/worker-cpu.yaml (``--worker-memory-gb 8 --processes 4``).
 DEFAULT_SHAPE = ContainerShape(memory_gb=8.0, processes=4)
 
 

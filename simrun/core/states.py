@@ -13,7 +13,7 @@ units (index 0…n-1) or the one ``command`` unit of an unsplit task, plus one `
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
@@ -42,6 +42,8 @@ __all__ = [
     "UnitKind",
     "UnitRow",
     "UnitState",
+    "exception_matches",
+    "exception_names",
     "exception_type",
     "next_task_state",
     "run_state",
@@ -160,20 +162,38 @@ class RetryRule:
             retry_delay_s=float(delay) if isinstance(delay, int | float) else 0.0,
         )
 
-    def retries_on(self, kind: str, exception: str | None = None) -> bool:
+    def retries_on(self, kind: str, exceptions: Sequence[str] = ()) -> bool:
         """Whether an outcome of ``kind`` ("memory", "timeout" or "error", with the
-        ``exception`` type an error raised) is retried at all."""
+        ``exceptions`` an error raised: its type and the types it derives from, see
+        `exception_matches`) is retried at all."""
         if self.retry_on is None:
             return True
         if kind in self.retry_on:
             return True
-        return kind == "error" and exception is not None and exception in self.retry_on
+        return kind == "error" and exception_matches(self.retry_on, exceptions)
 
     def delay_s(self, errors: int) -> float:
         """The wait before the retry that follows a unit's ``errors``-th error (>= 1)."""
         if self.retry_delay_s <= 0:
             return 0.0
         return min(MAX_RETRY_DELAY_S, self.retry_delay_s * RETRY_BACKOFF ** max(0, errors - 1))
+
+
+def exception_names(error: type[BaseException]) -> tuple[str, ...]:
+    """What a failure report says of an exception of type ``error``: the qualified name
+    (``module.QualName``) of its type and of each type it derives from, its own first,
+    without ``object`` (``FileNotFoundError`` → ``builtins.FileNotFoundError``,
+    ``builtins.OSError``, ``builtins.Exception``, ``builtins.BaseException``)."""
+    return tuple(f"{t.__module__}.{t.__qualname__}" for t in error.__mro__ if t is not object)
+
+
+def exception_matches(retry_on: Sequence[str], exceptions: Sequence[str]) -> bool:
+    """Whether ``retry_on`` names one of ``exceptions`` (qualified names, as
+    `exception_names` gives them, or a bare name read from a traceback): a name matches a
+    qualified one equal to it (``mypkg.errors.Flaky``) or whose last dotted part it is
+    (``OSError`` matches ``builtins.OSError``, so it matches a ``FileNotFoundError``)."""
+    wanted = set(retry_on)
+    return any(name in wanted or name.rsplit(".", 1)[-1] in wanted for name in exceptions)
 
 
 def exception_type(error: str | None) -> str | None:
@@ -190,6 +210,10 @@ def exception_type(error: str | None) -> str | None:
     if head and all(part.isidentifier() for part in head.split(".")) and name[:1].isupper():
         return name
     return None
+
+
+def _named(name: str | None) -> tuple[str, ...]:
+    return (name,) if name is not None else ()
 
 
 @dataclass(frozen=True)
@@ -234,6 +258,7 @@ def unit_after_outcome(
     now_s: float,
     started_s: float | None = None,
     rule: RetryRule | None = None,
+    exceptions: Sequence[str] = (),
 ) -> UnitRow | None:
     """The unit after a worker reported ``outcome`` for it at ``attempt``; None to ignore.
 
@@ -248,8 +273,9 @@ def unit_after_outcome(
       once when the task's ``rule`` does not retry "memory".
     * ``failed`` and ``timeout``: back to pending, or failed past the task's ``retries``
       (``limits.max_retries`` without), or at once when its ``retry_on`` does not name the
-      outcome ("timeout"; "error" or the exception's type); back to pending waits the
-      rule's delay (``not_before_s``).
+      outcome ("timeout"; "error" or one of ``exceptions``, the types the worker process
+      reported for the error, `exception_names`; without them, the type read from the
+      traceback's last line); back to pending waits the rule's delay (``not_before_s``).
     * ``not_run`` and ``refused``: back to pending without counting against the unit.
 
     ``started_s`` (when the worker started the job) fills the start time of a unit that
@@ -288,7 +314,8 @@ def unit_after_outcome(
         text = error or ("timed out" if outcome == "timeout" else "failed without a message")
         kind = "timeout" if outcome == "timeout" else "error"
         allowed = limits.max_retries if rule.retries is None else rule.retries
-        if errors > allowed or not rule.retries_on(kind, exception_type(error)):
+        raised = tuple(exceptions) if exceptions else _named(exception_type(error))
+        if errors > allowed or not rule.retries_on(kind, raised):
             return replace(back, state="failed", errors=errors, error=text)
         delay = rule.delay_s(errors)
         return replace(

@@ -8,6 +8,11 @@ The worker writes them, the command line and the service read them (the store is
     <task>/logs/units/command.attempt-<n>.json        the header of a command's attempt,
     <task>/logs/attempt-<n>.out / .err                beside what the command printed
 
+While a unit runs, what it prints is written to its ``.log`` as it comes (when the worker
+knows for sure which unit prints); once it ended, the whole ``.log`` is written again,
+starting with the same bytes, then its header. `live_unit_logs` reads what an attempt
+wrote from given offsets on, for ``simrun logs --follow``.
+
 Only a unit that printed something or did not end well gets files: a unit that printed
 nothing and succeeded costs nothing (a task of a million no-op units writes none). The
 output of a unit is bounded as in the worker's log (`simrun.worker.pool.output`): the head
@@ -22,6 +27,7 @@ import json
 import os
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -31,17 +37,22 @@ from simrun.core.layout import StoreLayout, task_logs
 __all__ = [
     "FAILED",
     "UNITS_DIR",
+    "LiveAttempt",
+    "LiveChunk",
     "LogNotFound",
     "UnitAttempt",
     "UnitLogHeader",
     "UnitLogs",
     "attempt_paths",
     "list_unit_logs",
+    "live_unit_logs",
     "parse_unit",
     "read_unit_logs",
     "run_logs",
+    "store_live_unit_logs",
     "store_unit_logs",
     "unit_stem",
+    "whole_utf8",
     "write_atomic",
 ]
 
@@ -226,6 +237,10 @@ def store_unit_logs(
     found = read_unit_logs(logs, run, task, unit)
     what = f"unit {unit} of task {task!r} of run {run!r}"
     if not found.attempts:
+        if _output_files(logs, unit):
+            raise LogNotFound(
+                f"{what} is running: its log is written as it goes (--follow prints it as it comes)"
+            )
         raise LogNotFound(
             f"{what} has no log (a unit keeps one when it printed something or did not end "
             "well; see `simrun logs RUN TASK` for the units that have one)"
@@ -306,3 +321,148 @@ def list_unit_logs(task_logs: Path) -> list[UnitLogHeader]:
         last.values(),
         key=lambda h: (h.outcome not in FAILED, isinstance(h.unit, str), str(h.unit).zfill(20)),
     )
+
+
+#: The most bytes of one file `live_unit_logs` reads at a time.
+LIVE_READ_MAX = 256 * 1024
+_COMMAND_NAME = re.compile(r"^attempt-(?P<n>\d+)\.(out|err)$")
+
+
+@dataclass(frozen=True)
+class LiveChunk:
+    """What one output file of an attempt holds from the offset asked on: ``text``, and
+    ``offset``, the byte offset to ask from next time (a character cut at the end of what
+    was read waits for the next read)."""
+
+    name: str
+    offset: int
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LiveAttempt:
+    """One attempt of a unit as it is now: its new output, and its header once it ended
+    (None while it runs)."""
+
+    attempt: int
+    header: UnitLogHeader | None
+    chunks: tuple[LiveChunk, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "header": self.header.to_dict() if self.header is not None else None,
+            "chunks": [c.to_dict() for c in self.chunks],
+        }
+
+    @classmethod
+    def from_dict(cls, data: object, where: str) -> LiveAttempt:
+        """The attempt in ``data`` (`to_dict`'s form); ValueError naming ``where``."""
+        if not isinstance(data, dict) or not isinstance(data.get("attempt"), int):
+            raise ValueError(f"{where}: not a unit's live attempt")
+        header = data.get("header")
+        chunks = data.get("chunks")
+        if not isinstance(chunks, list):
+            raise ValueError(f"{where}: chunks is not a list")
+        return cls(
+            data["attempt"],
+            UnitLogHeader.from_dict(header, where) if header is not None else None,
+            tuple(
+                LiveChunk(str(c["name"]), int(c["offset"]), str(c["text"]))
+                for c in chunks
+                if isinstance(c, dict)
+            ),
+        )
+
+
+def whole_utf8(data: bytes) -> int:
+    """How many bytes of ``data`` end on a character's end (a UTF-8 sequence cut at the
+    end of ``data`` is left for later; bytes that are no UTF-8 at all count as they are)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0x80:  # a continuation byte: look further back
+            continue
+        if byte & 0x80 == 0 or byte >= 0xF8:  # ASCII, or no lead byte of UTF-8
+            return len(data)
+        need = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4
+        return len(data) if back >= need else len(data) - back
+    return len(data)
+
+
+def _read_from(path: Path, offset: int) -> tuple[int, str] | None:
+    """The text of ``path`` from byte ``offset`` on (at most `LIVE_READ_MAX` bytes) and the
+    offset after it; None when the file is not there."""
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            data = f.read(LIVE_READ_MAX)
+    except FileNotFoundError:
+        return None
+    whole = whole_utf8(data)
+    return offset + whole, data[:whole].decode("utf-8", errors="replace")
+
+
+def _output_files(task_logs: Path, unit: int | str) -> dict[int, list[Path]]:
+    """The output files of each attempt of ``unit`` there are, by attempt."""
+    found: dict[int, list[Path]] = {}
+    if unit == "command":
+        if task_logs.is_dir():
+            for path in sorted(task_logs.iterdir()):
+                match = _COMMAND_NAME.match(path.name)
+                if match:
+                    found.setdefault(int(match["n"]), []).append(path)
+        return found
+    directory = units_dir(task_logs)
+    if directory.is_dir():
+        stem = f"{unit_stem(unit)}.attempt-"
+        for path in directory.iterdir():
+            if path.name.startswith(stem) and path.name.endswith(".log"):
+                number = path.name[len(stem) : -len(".log")]
+                if number.isdigit():
+                    found.setdefault(int(number), []).append(path)
+    return found
+
+
+def live_unit_logs(
+    task_logs: Path, unit: int | str, since: Mapping[str, int] | None = None
+) -> list[LiveAttempt]:
+    """Every attempt of ``unit`` with an output file or a header, first attempt first:
+    what its files hold past the offsets of ``since`` (by file name; 0 for a file not in
+    it), and its header once it ended. Its header is read before its output, so the
+    output of an attempt with a header is whole."""
+    since = since or {}
+    headers: dict[int, UnitLogHeader] = {}
+    wanted = unit_stem(unit)
+    for path in _headers(task_logs):
+        match = _NAME.match(path.name)
+        assert match is not None
+        if (match["word"] or f"unit-{match['index']}") != wanted:
+            continue
+        try:
+            headers[int(match["n"])] = UnitLogHeader.from_dict(
+                json.loads(path.read_text()), str(path)
+            )
+        except (OSError, ValueError):
+            continue  # being replaced: the next look finds it
+    files = _output_files(task_logs, unit)
+    attempts: list[LiveAttempt] = []
+    for n in sorted(set(headers) | set(files)):
+        chunks = []
+        for path in files.get(n, []):
+            got = _read_from(path, since.get(path.name, 0))
+            if got is not None:
+                chunks.append(LiveChunk(path.name, got[0], got[1]))
+        attempts.append(LiveAttempt(n, headers.get(n), tuple(chunks)))
+    return attempts
+
+
+def store_live_unit_logs(
+    root: Path, run: str, task: str, unit: int | str, since: Mapping[str, int] | None = None
+) -> list[LiveAttempt]:
+    """`live_unit_logs` of a unit of the store at ``root``; `LogNotFound` for an unknown
+    run; a task with no files yet (not started) has no attempts."""
+    _run_dir(root, run)
+    return live_unit_logs(task_logs(StoreLayout(root).task_dir(run, task)), unit, since)

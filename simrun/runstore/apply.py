@@ -244,6 +244,7 @@ async def _apply_by_unit(
                 now_s=now_s,
                 started_s=entry.started,
                 rule=rules.get((entry.run, entry.task)),
+                exceptions=entry.exceptions.get(key, ()),
             )
             if after is None:
                 continue

@@ -60,6 +60,7 @@ from simrun.service.dispatch import Dispatcher
 from simrun.service.forget import FORGET_EVERY_S, EndedRuns
 from simrun.service.ingest import Ingest, is_oom
 from simrun.service.liveness import Liveness
+from simrun.service.outputs import clear_outputs
 from simrun.service.queries import RunQueries
 from simrun.service.scratch import mark_task_ended, remove_scratch, unmark_tasks_ended
 from simrun.service.settings import ControllerSettings
@@ -413,11 +414,14 @@ class Controller:
     ) -> tuple[list[str], int]:
         """Run ``task`` again from the start (its done units too) and every task that reads
         its outputs, as `simrun.runstore.RunStore.rerun` says; the run runs again. Their
-        attempts hashes go (their units start again at attempt 1, current for a worker).
+        outputs go before any of their units is dispatched (`simrun.service.outputs`), and
+        their attempts hashes too (their units start again at attempt 1, current for a
+        worker).
         Returns the tasks reset and the units they had; `simrun.runstore.RunStateError`
         says why it cannot be done, `simrun.runstore.UnknownRunError` that there is no run."""
         async with self._lock:
             tasks, units = await self.store.rerun(run_id, task, self.clock.now(), memory_gb)
+            await asyncio.to_thread(clear_outputs, self.settings.store, run_id, tasks)
             try:
                 await forget_attempts(self.queue.redis, self.queue.keys, run_id, tasks)
             except RedisError as exc:  # a unit whose old attempt stays is dispatched again

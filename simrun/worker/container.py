@@ -683,7 +683,12 @@ class WorkerFlags:
 
 
 #: The flags of `WorkerFlags` fields whose names are not the flag's.
-_FLAG_NAMES = {"queues": "queue", "images": "image", "worker_id": "id"}
+_FLAG_NAMES = {
+    "queues": "queue",
+    "images": "image",
+    "worker_id": "id",
+    "memory_gb": "worker_memory_gb",
+}
 
 
 def worker_argv(flags: WorkerFlags, python: str = sys.executable) -> list[str]:

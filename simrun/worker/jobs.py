@@ -89,6 +89,8 @@ def write_unit_headers(
     """Write the header of each unit of the job that printed something (``sink``) or did
     not end well (at most `MAX_FAILED_HEADERS` of those without output), and of a
     command's attempt (blocking: call it in a thread). Returns how many were written."""
+    if sink is not None:
+        sink.settle_orphan()  # the last output of a process that died, to its unit
     written = dict(sink.written) if sink is not None else {}
     logs = task_logs(Path(spec.paths.task_dir))
     failed_only = 0
@@ -489,7 +491,7 @@ class JobHandler:
         """Write the headers of the job's unit logs; a store that cannot be written is
         logged, the report goes out all the same."""
         sink, pid = self._sinks.pop(spec.job_id, (None, None))
-        printed = sink is not None and bool(sink.written)
+        printed = sink is not None and bool(sink.written or sink.orphan_output)
         if not printed and spec.kind != "command" and not ledger.errors:
             return  # nothing printed, nothing failed: no thread, no file
         try:
@@ -517,6 +519,7 @@ class JobHandler:
             worker_id=self.worker_id,
             outcomes=dict(ledger.outcomes),
             errors=dict(ledger.errors),
+            exceptions=dict(ledger.exceptions),
             report=report,
             started=started,
             finished=now_s(),

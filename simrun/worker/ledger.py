@@ -33,6 +33,8 @@ class Ledger:
         self._members = frozenset(self.units)
         self.outcomes: dict[UnitKey, Outcome] = {}
         self.errors: dict[UnitKey, str] = {}
+        #: The exception types a failed unit raised (`simrun.core.states.exception_names`).
+        self.exceptions: dict[UnitKey, tuple[str, ...]] = {}
         self.seconds: dict[UnitKey, float] = {}
 
     def record(
@@ -42,8 +44,10 @@ class Ledger:
         *,
         seconds: float | None = None,
         error: str | None = None,
+        exceptions: tuple[str, ...] = (),
     ) -> None:
-        """The outcome of ``unit``; each unit gets one, once."""
+        """The outcome of ``unit``; each unit gets one, once (``exceptions``: the types a
+        failed unit raised, its own first)."""
         if unit not in self._members:
             raise KeyError(f"unit {unit!r} is not part of this job")
         if unit in self.outcomes:
@@ -51,6 +55,8 @@ class Ledger:
         self.outcomes[unit] = outcome
         if error:
             self.errors[unit] = error
+        if exceptions and outcome != "done":
+            self.exceptions[unit] = exceptions
         if outcome == "done" and seconds is not None:
             self.seconds[unit] = seconds
 
@@ -59,10 +65,15 @@ class Ledger:
         """Units without an outcome yet, in order."""
         return [u for u in self.units if u not in self.outcomes]
 
-    def close_rest(self, outcome: Outcome = "not_run", error: str | None = None) -> None:
+    def close_rest(
+        self,
+        outcome: Outcome = "not_run",
+        error: str | None = None,
+        exceptions: tuple[str, ...] = (),
+    ) -> None:
         """Give every unit without an outcome this one."""
         for unit in self.pending:
-            self.record(unit, outcome, error=error)
+            self.record(unit, outcome, error=error, exceptions=exceptions)
 
     @property
     def done(self) -> int:

@@ -48,7 +48,7 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
               str(home / "store"), "--plugins", WORK]  # fmt: skip
     svc = start_simrun("service", "--port", str(port), *common, cwd=home)
     log = Output(svc)
-    worker = start_simrun("worker", *common, "--processes", "1", "--memory-gb", "2",
+    worker = start_simrun("worker", *common, "--processes", "1", "--worker-memory-gb", "2",
                           "--poll-delay-s", "0.01", cwd=home)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:

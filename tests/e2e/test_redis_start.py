@@ -181,7 +181,7 @@ def test_a_redis_that_refuses_the_credentials_fails_at_once(
     password hidden) and why, rather than waiting (or retrying) for ever."""
     url = _wrong_password(private_redis.url)
     args = {
-        "worker": ["worker", "--processes", "1", "--memory-gb", "1", "--cgroups", "off",
+        "worker": ["worker", "--processes", "1", "--worker-memory-gb", "1", "--cgroups", "off",
                    "--local-dir", str(tmp_path / "local")],
         "service": ["service", "--store", str(tmp_path / "store"), "--port", str(free_port())],
     }[command]  # fmt: skip

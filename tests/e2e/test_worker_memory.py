@@ -150,12 +150,13 @@ async def test_a_kernel_oom_kill_is_a_kill_for_memory_with_the_limit(
     assert "OOM" in entry.errors[0], entry.errors[0]
 
 
-def test_what_units_print_is_capped_in_the_worker_log(
+def test_what_units_print_is_capped_in_their_logs_and_one_line_each_in_the_worker_log(
     redis_url: str, redis_prefix: str, tmp_path: Path
 ) -> None:
-    """Four units writing 4 MiB to stdout and 4 MiB to stderr each grow the log of a worker
-    container by about its per-unit cap (1 MiB by default) each, not 32 MiB: each unit's
-    output keeps its head and its tail and a line says how many bytes were dropped."""
+    """Four units writing 4 MiB to stdout and 4 MiB to stderr each keep about the per-unit
+    cap (1 MiB by default) in their own logs, not 8 MiB: each unit's output keeps its head
+    and its tail and a line says how many bytes were dropped. The worker container's log
+    gets one line per unit, naming the unit's log, and none of the output."""
     store = tmp_path / "store"
     specs = [
         make_spec(store, f"chatty-{i}", "mem-chatty", [i], {"mb": 4}, run=redis_prefix)
@@ -183,10 +184,14 @@ def test_what_units_print_is_capped_in_the_worker_log(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    size = log_path.stat().st_size
     text = log_path.read_bytes()
-    assert size < 4 * 1.1 * 2**20 + 64 * 1024, f"the worker log grew by {size} bytes"
-    for i in range(4):
-        assert f"HEAD out {i}\n".encode() in text
-        assert f"TAIL err {i}\n".encode() in text
-    assert text.count(b"dropped") >= 4
+    assert log_path.stat().st_size < 64 * 1024, f"the worker log grew by {len(text)} bytes"
+    assert b"HEAD out" not in text
+    for i, spec in enumerate(specs):
+        (unit_log,) = (Path(spec.paths.task_dir) / "logs" / "units").glob("unit-*.log")
+        kept = unit_log.read_bytes()
+        assert len(kept) < 1.1 * 2**20, f"unit {i} kept {len(kept)} bytes"
+        assert f"HEAD out {i}\n".encode() in kept
+        assert f"TAIL err {i}\n".encode() in kept
+        assert b"dropped" in kept
+        assert text.count(str(unit_log).encode()) == 1, text[-2000:]

@@ -58,7 +58,7 @@ async def test_sigterm_finishes_within_grace_then_hands_back(
         redis_prefix,
         "--id",
         "stopper",
-        "--memory-gb",
+        "--worker-memory-gb",
         "2",
         "--processes",
         "2",

@@ -159,7 +159,7 @@ def test_redis_persists_and_takes_its_password_from_the_environment() -> None:
 @pytest.mark.parametrize("name", WORKERS)
 def test_worker_memory_limit_matches_memory_gb(name: str, memory_gb: str | None) -> None:
     """A worker container's memory limit is the memory its worker packs units into
-    (--memory-gb GiB), whatever .env sets, and swap is off (memswap_limit = mem_limit)."""
+    (--worker-memory-gb GiB), whatever .env sets, and swap is off (memswap_limit = mem_limit)."""
     variable = "WORKER_CPU_MEMORY_GB" if name == "worker-cpu" else "WORKER_GPU_MEMORY_GB"
     spec = services(compose(**({variable: memory_gb} if memory_gb else {})))[name]
     params = worker_params(spec["command"])
@@ -308,7 +308,7 @@ def heartbeat_ttl_s(worker_args: list[str]) -> float:
 )
 def test_service_default_shape_is_the_cpu_workers(env: dict[str, str]) -> None:
     """The worker shape the service's /metrics decides with while no worker is live
-    (--worker-memory-gb, --worker-processes) is worker-cpu's --memory-gb and --processes,
+    (--worker-memory-gb, --worker-processes) is worker-cpu's --worker-memory-gb and --processes,
     whatever .env sets them to."""
     svc = services(compose(**env))
     service = service_params(svc["service"]["command"])
@@ -336,7 +336,7 @@ def test_service_heartbeat_ttl_covers_the_workers(name: str) -> None:
 
 
 def test_kubernetes_service_matches_its_workers() -> None:
-    """The Kubernetes service's worker shape is the worker Deployment's --memory-gb and
+    """The Kubernetes service's worker shape is the worker Deployment's --worker-memory-gb and
     --processes, and its heartbeat TTL covers the worker's."""
     service = service_params(_container(kube("Deployment", "simrun-service"))["args"])
     args = _container(kube("Deployment", "simrun-worker-cpu"))["args"]
@@ -403,7 +403,7 @@ def _container(deployment: Mapping[str, Any]) -> dict[str, Any]:
 
 def test_kubernetes_worker_matches_its_flags() -> None:
     """The Kubernetes worker's args parse with ``simrun worker``; its memory limit is its
-    --memory-gb; its grace period covers --grace-s; its liveness probe is the health
+    --worker-memory-gb; its grace period covers --grace-s; its liveness probe is the health
     module; it mounts the store PVC at SIMRUN_STORE."""
     deployment = kube("Deployment", "simrun-worker-cpu")
     container = _container(deployment)

@@ -44,6 +44,7 @@ class WorkSettings(BaseModel):
     fail_indices: list[int] = []
     fail_exception: str = "RuntimeError"  # the builtin exception type a failing unit raises
     say_indices: list[int] = []  # the units that print a line (to their unit log)
+    say_before: bool = False  # those units also print a line before their sleep
     tag: str = ""  # a cost setting: runs with another tag learn apart
 
 
@@ -56,6 +57,8 @@ def compute_unit(settings: WorkSettings, index: int, paths: TaskPaths) -> None:
     paths.out.mkdir(parents=True, exist_ok=True)
     with (paths.out / f"calls-{index}.log").open("a") as fh:
         fh.write(f"{os.getpid()} {start}\n")
+    if settings.say_before and index in settings.say_indices:
+        print(f"unit {index} starts in process {os.getpid()}", flush=True)
     time.sleep(settings.seconds)
     if index in settings.say_indices:
         print(f"unit {index} says hello from process {os.getpid()}", flush=True)

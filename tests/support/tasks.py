@@ -129,8 +129,12 @@ def flaky_unit(settings: Settings, index: int, paths: TaskPaths) -> None:
 
 
 def crash_unit(settings: Settings, index: int, paths: TaskPaths) -> None:
-    """Ends its own process for the units in ``crash_indices``."""
+    """Ends its own process for the units in ``crash_indices`` (after printing a line to
+    stdout and one to stderr, flushed, when in ``print_indices``)."""
     start = time.time()
+    if index in settings.print_indices:
+        print(f"unit {index} says hello on stdout", flush=True)
+        print(f"unit {index} says hello on stderr", file=sys.stderr, flush=True)
     if index in settings.crash_indices:
         if settings.crash_how == "segv":
             os.kill(os.getpid(), signal.SIGSEGV)

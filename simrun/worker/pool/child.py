@@ -40,6 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from simrun.core.states import exception_names
 from simrun.plugins import (
     ENTRY_POINT_GROUP,
     PluginError,
@@ -190,8 +191,13 @@ def _timed(call: Callable[[], None], leftovers: Leftovers | None = None) -> dict
     start = time.perf_counter()
     try:
         call()
-    except Exception:  # noqa: BLE001  # plugin errors go back to the container as text
-        reply = {"ok": False, "seconds": time.perf_counter() - start, "error": _error_text()}
+    except Exception as exc:  # noqa: BLE001  # plugin errors go back to the container as text
+        reply = {
+            "ok": False,
+            "seconds": time.perf_counter() - start,
+            "error": _error_text(),
+            "exception": list(exception_names(type(exc))),
+        }
     else:
         reply = {"ok": True, "seconds": time.perf_counter() - start, "error": None}
     _flush()
@@ -285,7 +291,9 @@ class Child:
                 yield {"units": outcomes, "oom_kill": index, "end": True}
                 return
             _end_output(index)
-            outcomes.append([index, reply["ok"], reply["seconds"], reply["error"]])
+            outcomes.append(
+                [index, reply["ok"], reply["seconds"], reply["error"], reply.get("exception", [])]
+            )
             if reply["ok"]:
                 done_s += reply["seconds"]
             else:  # sent before the slot moves on: an unsent unit past the slot ended well

@@ -1,8 +1,11 @@
-"""What worker processes print, on its way to the worker's log, capped per unit.
+"""What worker processes print, on its way to the units' logs, capped per unit.
 
 A worker process's stdout and stderr (plugin code's, and its children's) go through a pipe
-to the worker container, which copies them to its own stderr (the worker log). One unit may
-put at most ``cap`` bytes there (`DEFAULT_UNIT_LOG_CAP`): the first half of the cap as it
+to the worker container. While a job runs, each unit's output goes to the unit's own log in
+the run's directory, and the worker's log (the container's stderr) gets one line per unit
+that printed, saying how many bytes and where; what a process prints outside a job's units
+goes to the worker's log itself. One unit may keep at most ``cap`` bytes
+(`DEFAULT_UNIT_LOG_CAP`): the first half of the cap as it
 comes, then only the last half is kept, and when the unit ends (its reply arrives, or the
 process ends) a line says how many bytes were dropped, followed by the tail kept. The
 bookkeeping (`CappedSegment`) is pure; `CappedLog` reads on the event loop (it only moves
@@ -16,14 +19,14 @@ counted toward the next one. Output a plugin's own child writes to the pipe afte
 marker is counted toward what comes next; the bound holds all the same, one cap per unit
 (and one more for what a process prints outside units).
 
-Each unit's capped output is also kept in the run's directory (`simrun.core.unitlogs`):
-while a job runs, its `UnitLogSink` is the log's ``sink``, and a unit whose segment holds
-anything (the head, the note, the tail: what the worker's log got of it) is written to its
-own file as the segment ends. A unit that printed nothing writes no file (a task of a
-million no-op units costs no file at all). At the end of a batch the runner waits for the
-marker of its last unit (`CappedLog.settle`), so a unit's output never lands in the next
-job's sink. What a process printed when it died (no marker) goes to the unit the runner
-says it died in (`UnitLogSink.orphan_unit`).
+Each unit's capped output is kept in the run's directory (`simrun.core.unitlogs`): while a
+job runs, its `UnitLogSink` is the log's ``sink``, and a unit whose segment holds anything
+(the head, the note, the tail) is written to its own file as the segment ends. A unit that
+printed nothing writes no file (a task of a million no-op units costs no file at all). At
+the end of a batch the runner waits for the marker of its last unit (`CappedLog.settle`),
+so a unit's output never lands in the next job's sink. What a process printed when it died
+(no marker) goes to the unit the runner says it died in (`UnitLogSink.orphan_unit`), once
+it says it (`UnitLogSink.settle_orphan`).
 
 ``simrun-exec`` caps the stdout and the stderr of a command the same way, one segment per
 stream (`copy_capped`, in a thread per stream, `DEFAULT_COMMAND_LOG_CAP` each).
@@ -55,7 +58,7 @@ __all__ = [
     "write_all",
 ]
 
-#: Bytes of output one unit may put into the worker log (head and tail together).
+#: Bytes of output one unit may keep in its log (head and tail together).
 DEFAULT_UNIT_LOG_CAP = 2**20
 #: Bytes of each of a command's log files, stdout and stderr (head and tail together).
 DEFAULT_COMMAND_LOG_CAP = 64 * 2**20
@@ -145,6 +148,21 @@ class UnitLogSink:
     attempt: int
     written: dict[UnitKey, int] = field(default_factory=dict)
     orphan_unit: UnitKey | None = None
+    #: The last output of a process that died, read before the runner said which unit it
+    #: died in (its output pipe may reach its end first): `settle_orphan` writes it.
+    orphan_output: bytes = b""
+    #: The unit whose log got that output live (it may not be the one the runner names).
+    orphan_live: UnitKey | None = None
+
+    def settle_orphan(self) -> None:
+        """Write the last output of a process that died to the unit it died in, once that
+        is known (blocking: call it in a thread); output no unit can own is dropped."""
+        data, self.orphan_output = self.orphan_output, b""
+        live, self.orphan_live = self.orphan_live, None
+        if live is not None and live != self.orphan_unit:
+            self.drop_live(live)
+        if data and self.orphan_unit is not None:
+            self.write(self.orphan_unit, data)
 
     def write(self, unit: UnitKey, data: bytes) -> None:
         """Write ``data`` as the output of ``unit`` (blocking: call it in a thread); a unit
@@ -154,6 +172,23 @@ class UnitLogSink:
             data = path.read_bytes() + data
         write_atomic(path, data)
         self.written[unit] = len(data)
+
+    def write_live(self, unit: UnitKey, data: bytes, fresh: bool) -> None:
+        """Write ``data`` to the log of ``unit`` while it runs (blocking: call it in a
+        thread): the file anew when ``fresh``, else appended. What is written live is
+        always the start of what `write` writes once the unit ended, so a reader that
+        follows the file by offset reads on into the final one."""
+        path = attempt_paths(self.task_logs, unit, self.attempt)[1]
+        if fresh:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("wb" if fresh else "ab") as f:
+            f.write(data)
+
+    def drop_live(self, unit: UnitKey) -> None:
+        """Remove what was written live to the log of ``unit``, which was not its output
+        after all (blocking: call it in a thread); a unit with output of its own keeps it."""
+        if unit not in self.written:
+            attempt_paths(self.task_logs, unit, self.attempt)[1].unlink(missing_ok=True)
 
 
 #: The most markers a log remembers for `CappedLog.settle` (more than a batch holds).
@@ -175,22 +210,68 @@ class CappedLog:
         self._lock = asyncio.Lock()
         #: The label of unit ``index`` of the batch running ("unit 4 of job ...").
         self.label_of: Callable[[int], str] = lambda index: f"unit {index}"
-        self.sink: UnitLogSink | None = None
+        #: The unit whose output the open segment is, given the index of the last marker
+        #: read (None: not known for sure, as in a batch sent ahead): its output is
+        #: written to its log as it comes (`UnitLogSink.write_live`).
+        self.open_unit: Callable[[int | None], UnitKey | None] = lambda last: None
+        self._sink: UnitLogSink | None = None
         self._captured = bytearray()
+        self._last_mark: int | None = None
+        #: The unit whose log holds the open segment so far, and how many bytes of it.
+        self._live_unit: UnitKey | None = None
+        self._live_bytes = 0
         #: The markers read since the runner last asked (`settle`), in order.
         self._marked: deque[int] = deque(maxlen=_MARKS_KEPT)
         self._marker = asyncio.Event()
 
+    @property
+    def sink(self) -> UnitLogSink | None:
+        """Where the units' logs of the job running go (None: no job)."""
+        return self._sink
+
+    @sink.setter
+    def sink(self, sink: UnitLogSink | None) -> None:
+        self._sink = sink
+        self._last_mark = None  # a marker of an earlier job says nothing of this one's
+        self._live_unit, self._live_bytes = None, 0
+
     async def _write(self, data: bytes) -> None:
+        """The capped output of the open segment: held for the unit's own log while a job's
+        units have one (``sink``), and written to that log as it comes when the unit is
+        known; else written to the worker's log."""
         if data:
             if self.sink is not None:
                 self._captured += data
-            async with self._lock:
-                await asyncio.to_thread(write_all, self.fd, data)
+                await self._live(self.sink)
+                return
+            await self._to_fd(data)
 
-    async def _deliver(self, unit: UnitKey | None) -> None:
-        """The segment that just ended was ``unit``'s (None: no unit's, or the last output
-        of a process that died): its captured bytes go to the sink."""
+    async def _live(self, sink: UnitLogSink) -> None:
+        """Bring the log of the unit running up to date with what its segment holds."""
+        unit = self.open_unit(self._last_mark)
+        if unit is None:
+            return
+        fresh = unit != self._live_unit
+        if fresh and self._live_unit is not None:
+            await asyncio.to_thread(sink.drop_live, self._live_unit)
+        data = bytes(self._captured) if fresh else bytes(self._captured[self._live_bytes :])
+        self._live_unit, self._live_bytes = unit, len(self._captured)
+        try:
+            await asyncio.to_thread(sink.write_live, unit, data, fresh)
+        except OSError:  # the unit's log is written whole at its end all the same
+            self._live_unit, self._live_bytes = None, 0
+
+    async def _to_fd(self, data: bytes) -> None:
+        async with self._lock:
+            await asyncio.to_thread(write_all, self.fd, data)
+
+    async def _deliver(self, unit: UnitKey | None, label: str, ended: bool = False) -> None:
+        """The segment of ``label`` that just ended was ``unit``'s (None: no unit's, or the
+        last output of a process that died): its captured bytes go to the unit's log, and
+        one line saying where goes to the worker's log. The last output of a process
+        (``ended``) whose unit is not known yet waits in the sink for the runner to say it
+        (`UnitLogSink.settle_orphan`); output of no unit goes to the worker's log."""
+        live, self._live_unit, self._live_bytes = self._live_unit, None, 0
         if not self._captured:
             return  # the unit printed nothing (the common case): no work at all
         data = bytes(self._captured)
@@ -198,8 +279,22 @@ class CappedLog:
         sink = self.sink
         if unit is None and sink is not None:
             unit = sink.orphan_unit
-        if data and sink is not None and unit is not None:
-            await asyncio.to_thread(sink.write, unit, data)
+            if unit is None and ended:
+                sink.orphan_output += data
+                sink.orphan_live = live
+                await self._to_fd(
+                    f"[simrun: {label}: {len(data)} bytes, kept in the log of the unit its "
+                    "process died in]\n".encode()
+                )
+                return
+        if sink is not None and live is not None and live != unit:
+            await asyncio.to_thread(sink.drop_live, live)
+        if sink is None or unit is None:
+            await self._to_fd(data)
+            return
+        await asyncio.to_thread(sink.write, unit, data)
+        path = attempt_paths(sink.task_logs, unit, sink.attempt)[1]
+        await self._to_fd(f"[simrun: {label}: {len(data)} bytes of output in {path}]\n".encode())
 
     async def settle(self, index: int, timeout_s: float = SETTLE_S) -> bool:
         """Wait until the marker of unit ``index`` was read (at most ``timeout_s``); whether
@@ -228,8 +323,9 @@ class CappedLog:
                 break
             held = await self._take(held + data)
         await self._write(self.segment.feed(held))
-        await self._write(self.segment.end("the worker process's last output"))
-        await self._deliver(None)
+        last = "the worker process's last output"
+        await self._write(self.segment.end(last))
+        await self._deliver(None, last, ended=True)
 
     async def _take(self, data: bytes) -> bytes:
         """Feed ``data`` up to its markers, ending a segment at each; returns the bytes held
@@ -253,8 +349,10 @@ class CappedLog:
                 data = data[1:]
                 continue
             index = int(digits)
-            await self._write(self.segment.end(self.label_of(index)))
-            await self._deliver(index)
+            label = self.label_of(index)
+            await self._write(self.segment.end(label))
+            await self._deliver(index, label)
+            self._last_mark = index
             self._marked.append(index)
             self._marker.set()
             data = data[close + 1 :]
@@ -264,7 +362,7 @@ class CappedLog:
         """The unit ``label`` ended without its marker (its process died, or it was the
         batch's reply): write what its segment held back (to ``unit``'s log too)."""
         await self._write(self.segment.end(label))
-        await self._deliver(unit)
+        await self._deliver(unit, label)
 
 
 def _partial_mark(data: bytes) -> int:
@@ -296,5 +394,6 @@ def copy_capped(
         if not data:
             break
         sink.write(segment.feed(data))
+        sink.flush()  # `simrun logs --follow` reads the file as it grows
     sink.write(segment.end(label))
     sink.flush()

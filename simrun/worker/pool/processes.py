@@ -177,8 +177,11 @@ class WorkerProcess:
         self.outer = outer
         self.log = log
         self._log_task: asyncio.Task[None] | None = None
+        #: The unit this process runs outside a batch ("merge" during a merge).
+        self.live_unit: UnitKey | None = None
         if log is not None:
             log.label_of = self.unit_label
+            log.open_unit = self.open_unit
         if log is not None and proc.stderr is not None:
             self._log_task = asyncio.get_running_loop().create_task(log.copy(proc.stderr))
         self.killed_by_kernel = False
@@ -213,6 +216,21 @@ class WorkerProcess:
         in flight."""
         job = f" of job {self.batch[1]}" if self.batch is not None else ""
         return f"unit {index}{job}"
+
+    def open_unit(self, last_mark: int | None) -> UnitKey | None:
+        """The unit whose output the process writes now, given the index of the last
+        unit-end marker its log read: the merge during a merge; in the batch in flight, the
+        unit after the one marked (the first while none of it is); None when not known for
+        sure (its last unit is marked: a batch sent ahead runs, or nothing does)."""
+        if self.live_unit is not None:
+            return self.live_unit
+        if self.batch is None:
+            return None
+        units = self.batch[2]
+        if last_mark is None or last_mark not in units:
+            return units[0] if units else None
+        after = units.index(last_mark) + 1
+        return units[after] if after < len(units) else None
 
     @property
     def alive(self) -> bool:

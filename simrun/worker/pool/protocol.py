@@ -11,9 +11,11 @@ Requests (container → process):
   run it for this task yet. One reply.
 * ``{"op": "units", "indices": [int, ...], "batch": int}``: compute these units of the
   current task, in order; a failing unit does not stop the others. The outcomes come back
-  batched, not one message per unit: ``{"units": [[index, ok, seconds, error], ...], "end":
-  bool}``, sent at once after a unit that failed and at the end of the batch (``"end":
-  true``, the last message of the request). A unit whose leftovers the kernel's OOM killer
+  batched, not one message per unit: ``{"units": [[index, ok, seconds, error, exception],
+  ...], "end": bool}`` (``exception``: the qualified names of the type a failed unit raised
+  and of its bases, `simrun.core.states.exception_names`; [] when it ended well), sent at
+  once after a unit that failed and at the end of the batch (``"end": true``, the last
+  message of the request). A unit whose leftovers the kernel's OOM killer
   ended stops the batch: the last message names it (``"oom_kill": index``) instead of
   listing it. A request without a list of indices gets ``{"ok": false, "index": null,
   "error": ..., "units": [], "end": true}``.
@@ -25,9 +27,10 @@ Requests (container → process):
   output after the unit (`simrun.worker.pool.output.unit_end_marker`).
 * ``{"op": "merge"}``: run the merge of the current task. One reply.
 
-A reply is ``{"ok": bool, "seconds": float, "error": str | None}``; ``seconds`` is the
-wall time of the plugin call alone. At start the process sends ``{"ok": bool, "pid": int,
-"error": str | None, "baseline_bytes": int}`` once it has loaded the plugins it was given;
+A reply is ``{"ok": bool, "seconds": float, "error": str | None}`` (and ``"exception"``,
+the names above, when it raised); ``seconds`` is the wall time of the plugin call alone.
+At start the process sends ``{"ok": bool, "pid": int, "error": str | None,
+"baseline_bytes": int}`` once it has loaded the plugins it was given;
 ``baseline_bytes`` is its anonymous memory measured once they are loaded, before any task
 ran (0 when unknown).
 """

@@ -231,7 +231,7 @@ async def run_chunk(
         await _after_reply(worker, reply, f"the setup of job {spec.job_id}")
         if not reply["ok"]:
             message = f"the setup of task {spec.task!r} failed:\n{reply['error']}"
-            ledger.close_rest("failed", message)
+            ledger.close_rest("failed", message, _names(reply.get("exception")))
         pending, position = ledger.pending, 0
         task_key = (spec.run, spec.task)
         known = worker.pace is not None and worker.pace[0] == task_key
@@ -272,12 +272,16 @@ async def run_chunk(
             current, what = batch[0], f"computing unit {batch[0]}"
             while True:
                 got = await worker.receive_batch(spec.timeout_s, begun)
-                for index, ok, seconds, error in got.get("units", ()):
+                for index, ok, seconds, error, *raised in got.get("units", ()):
                     if received >= len(batch) or index != batch[received]:
                         raise ProtocolError(f"an outcome for unit {index!r}, out of order")
                     received += 1
                     ledger.record(
-                        index, "done" if ok else "failed", seconds=float(seconds), error=error
+                        index,
+                        "done" if ok else "failed",
+                        seconds=float(seconds),
+                        error=error,
+                        exceptions=_names(raised[0] if raised else None),
                     )
                     if ok:
                         received_s += float(seconds)
@@ -326,6 +330,13 @@ async def run_chunk(
     return _result(worker, peak_gb, kill_at)
 
 
+def _names(raised: object) -> tuple[str, ...]:
+    """The exception type names of a reply (a list of strings; anything else: none)."""
+    if not isinstance(raised, list | tuple):
+        return ()
+    return tuple(str(name) for name in raised)
+
+
 async def run_merge(
     worker: WorkerProcess, spec: JobSpec, ledger: Ledger, *, limit_gb: float | None
 ) -> RunResult:
@@ -338,6 +349,7 @@ async def run_merge(
         reply = await worker.call(task_message(spec, setup=False))
         await _after_reply(worker, reply, f"the task request of job {spec.job_id}")
         if reply["ok"]:
+            worker.live_unit = "merge"  # what it prints from now on is the merge's
             reply = await worker.call({"op": "merge"})
             await _after_reply(worker, reply, f"the merge of job {spec.job_id}", "merge")
         ledger.record(
@@ -345,6 +357,7 @@ async def run_merge(
             "done" if reply["ok"] else "failed",
             seconds=float(reply["seconds"]),
             error=reply["error"],
+            exceptions=_names(reply.get("exception")),
         )
     except ProcessGone as gone:
         worker.note_death()
@@ -353,5 +366,6 @@ async def run_merge(
             worker.log.sink.orphan_unit = "merge"
         ledger.record("merge", death_outcome(worker.kill_reason), error=message)
     finally:
+        worker.live_unit = None
         peak_gb = await asyncio.to_thread(sampler.stop)
     return _result(worker, peak_gb, kill_at)
