@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.support.cli_harness import clean_env, simrun
+from tests.support.fake_engine import calls, install
 from tests.support.staging_tasks import REFS
 
 pytestmark = pytest.mark.e2e
@@ -93,6 +95,44 @@ def test_staged_ports_scratch_and_checkpoints_end_to_end(tmp_path: Path) -> None
     assert "scratch" in ran.stdout, ran.stdout
     assert "over 1 MiB asked" in ran.stdout, ran.stdout
     assert " B in " in ran.stdout, ran.stdout
+
+
+def test_staging_scratch_an_image_and_checkpoints_in_one_workflow(tmp_path: Path) -> None:
+    """Issue 15's workflow in the embedded mode: a staged port read by a splittable task
+    with a scratch_gb, a checkpointing splittable task killed once midway, and a command in
+    an image of its own, run through the container engine on PATH (the fake engine), whose
+    staged port's ``{input}`` part is ``table=<scratch>/table`` in the engine's argv, as
+    the spec says, with the local scratch mounted into the container."""
+    (tmp_path / "data.txt").write_text("hello\n")
+    (tmp_path / "wf.yaml").write_text(
+        textwrap.dedent(WORKFLOW).replace("type: stage-cmd", "type: stage-cmd-image")
+    )
+    log = tmp_path / "engine.log"
+    install(tmp_path / "bin", log)
+    env = clean_env()
+    env["PATH"] = f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"
+    ran = simrun(
+        "run", "wf.yaml", "--store", "st", *PLUGINS, *POOL, cwd=tmp_path, timeout=300, env=env
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    rd = run_dir(tmp_path / "st")
+    first = json.loads((rd / "units" / "out" / "unit-0.json").read_text())
+    local = Path(first["scratch"]).parent
+    assert first["input"] == str(local / "units" / "data")
+    assert first["text"] == "hello\n"
+    for i in range(2):
+        unit = json.loads((rd / "resume" / "out" / f"unit-{i}.json").read_text())
+        assert (unit["resumed_from"], unit["steps_this_attempt"]) == (2, 3), unit
+    assert "over 1 MiB asked" in ran.stdout, ran.stdout
+    (engine_run,) = [argv for argv in calls(log) if "run" in argv[:2]]
+    assert "example/stage:1" in engine_run, engine_run
+    staged = local / "cmd" / "table"
+    assert f"table={staged}" in engine_run, engine_run
+    mounts = {engine_run[i + 1] for i, a in enumerate(engine_run) if a == "-v"}
+    assert any(staged.is_relative_to(m.split(":")[0]) for m in mounts), mounts
+    argv = (rd / "cmd" / "out" / "argv.txt").read_text().splitlines()
+    assert argv == [f"table={staged}"]
+    assert len(list((rd / "cmd" / "out" / "copied").iterdir())) == 3
 
 
 def test_a_task_asking_for_more_scratch_than_any_worker_has_is_blocked(tmp_path: Path) -> None:

@@ -51,6 +51,12 @@ def _environment(spec: dict[str, Any], redis_url: str, store: Path) -> dict[str,
     env = {**clean_env(), **spec["environment"]}
     env["REDIS_URL"] = redis_url
     env["SIMRUN_STORE"] = str(store)
+    # the container's own local paths (the database's volume, the scratch volume) are
+    # directories of this test outside a container
+    for name, local in (("SIMRUN_DB", "db/simrun.db"), ("SIMRUN_SCRATCH_DIR", "scratch")):
+        if name in env:
+            env[name] = str(store.parent / f"{store.name}-{local}")
+            Path(env[name]).parent.mkdir(parents=True, exist_ok=True)
     return env
 
 
@@ -125,7 +131,13 @@ def test_compose_service_and_worker_run_the_readme_submit(
 
     service_spec = doc["service"]
     assert service_spec["entrypoint"] == ["tini", "--", "simrun", "service"]
-    assert set(service_spec["environment"]) == {"REDIS_URL", "SIMRUN_STORE", "SIMRUN_TOKEN"}
+    assert set(service_spec["environment"]) == {
+        "REDIS_URL",
+        "SIMRUN_STORE",
+        "SIMRUN_TOKEN",
+        "SIMRUN_DB",
+        "SIMRUN_SCRATCH_DIR",
+    }
     service_env = _environment(service_spec, redis_url, store)
     assert service_env["SIMRUN_TOKEN"] == ENV["SIMRUN_TOKEN"]
     command = _replace(
@@ -160,7 +172,7 @@ def test_compose_service_and_worker_run_the_readme_submit(
     assert samples[("simrun_desired_workers_memory_gib", cpu)] == 6
 
     worker_spec = doc["worker-cpu"]
-    assert set(worker_spec["environment"]) == {"REDIS_URL", "SIMRUN_STORE"}
+    assert set(worker_spec["environment"]) == {"REDIS_URL", "SIMRUN_STORE", "SIMRUN_SCRATCH_DIR"}
     worker_env = _environment(worker_spec, redis_url, store)
     worker = start_simrun(
         "worker", *worker_spec["command"], "--prefix", redis_prefix, cwd=tmp_path, env=worker_env
@@ -207,4 +219,6 @@ def test_compose_service_and_worker_run_the_readme_submit(
     # The compose file's --heartbeat-ttl-s reached the controller.
     ttl_s = float(service_spec["command"][service_spec["command"].index("--heartbeat-ttl-s") + 1])
     assert f"heartbeats live {ttl_s:g} s; worker containers of 3 processes, 6 GiB" in output
-    assert os.path.exists(store / "simrun.db")
+    # the database on the service's own volume (SIMRUN_DB), not in the shared store
+    assert os.path.exists(service_env["SIMRUN_DB"])
+    assert not os.path.exists(store / "simrun.db")

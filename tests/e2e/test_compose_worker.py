@@ -48,9 +48,10 @@ async def test_compose_worker_runs_units_is_healthy_and_stops(
     SIGTERM exits 0 within stop_grace_period, after which the health check fails."""
     spec = services(compose())["worker-cpu"]
     env = {**os.environ, **spec["environment"]}
-    assert set(spec["environment"]) == {"REDIS_URL", "SIMRUN_STORE"}
+    assert set(spec["environment"]) == {"REDIS_URL", "SIMRUN_STORE", "SIMRUN_SCRATCH_DIR"}
     env["REDIS_URL"] = redis_url
     env["SIMRUN_STORE"] = str(tmp_path)
+    env["SIMRUN_SCRATCH_DIR"] = str(tmp_path / "local-scratch")  # the container's volume
     prefix = ["--prefix", redis_prefix]
     proc = _start(
         [sys.executable, "-m", "simrun.cli", "worker", *spec["command"], *prefix], env, tmp_path

@@ -9,7 +9,8 @@
   attempt it dies (SIGKILL, as an eviction would end it) after ``crash_after`` steps. Its
   ``unit-<i>.json`` says where it resumed from and how many steps this attempt did.
 * ``stage-cmd`` (command): records its argv into ``out/argv.txt`` (one part a line) and
-  copies the files of its staged ``table`` input into ``out/copied/``.
+  copies the files of its staged ``table`` input into ``out/copied/``;
+  ``stage-cmd-image`` is the same in an image (through the container engine).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import os
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -125,4 +127,7 @@ COMMAND = TaskType(
     command=f"sh -c '{_RECORD}' sh {{out}} {{input}}",
 )
 
-REFS = tuple(f"{__name__}:{name}" for name in ("UNITS", "RESUME", "COMMAND"))
+#: ``stage-cmd`` in an image of its own: it runs through the container engine.
+IMAGE_COMMAND = replace(COMMAND, name="stage-cmd-image", image="example/stage:1")
+
+REFS = tuple(f"{__name__}:{name}" for name in ("UNITS", "RESUME", "COMMAND", "IMAGE_COMMAND"))
