@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,18 +88,25 @@ async def done_in_file(path: Path, fingerprints: Sequence[str]) -> list[DoneTask
     """The done tasks with one of ``fingerprints`` in the store file ``path``, latest
     first, read without writing (the dry run's reuse forecast): none when the file is not
     there or is older than fingerprints."""
-    if not fingerprints or not await asyncio.to_thread(path.is_file):
+    rows = await _rows_in_file(path, fingerprints, _done_sql)
+    return [DoneTask(*r) for r in rows]
+
+
+async def _rows_in_file(path: Path, keys: Sequence[str], sql: Callable[[int], str]) -> list[Any]:
+    """The rows of ``sql(n)`` for ``keys`` (in chunks) in the store file ``path``, read
+    without writing: none when the file is not there, or is older than the columns the
+    query reads (a store from before reuse: nothing to reuse)."""
+    if not keys or not await asyncio.to_thread(path.is_file):
         return []
-    found: list[DoneTask] = []
+    found: list[Any] = []
     async with db.session(path) as conn:
-        for part in chunks(list(fingerprints)):
+        for part in chunks(list(keys)):
             try:
-                rows = await conn.execute_fetchall(_done_sql(len(part)), tuple(part))
+                found += await conn.execute_fetchall(sql(len(part)), tuple(part))
             except sqlite3.OperationalError as exc:
                 if "no such column" in str(exc):
-                    return []  # a store from before fingerprints: nothing to reuse
+                    return []
                 raise
-            found += [DoneTask(*r) for r in rows]
     return found
 
 
@@ -140,19 +147,8 @@ async def done_units_in_file(path: Path, unit_prints: Sequence[str]) -> list[Don
     """The finished tasks with one of ``unit_prints`` in the store file ``path``, latest
     first, read without writing (the dry run's forecast): none when the file is not there
     or is older than unit fingerprints."""
-    if not unit_prints or not await asyncio.to_thread(path.is_file):
-        return []
-    found: list[DoneUnits] = []
-    async with db.session(path) as conn:
-        for part in chunks(list(unit_prints)):
-            try:
-                rows = await conn.execute_fetchall(_done_units_sql(len(part)), tuple(part))
-            except sqlite3.OperationalError as exc:
-                if "no such column" in str(exc):
-                    return []  # a store from before unit fingerprints: no unit to reuse
-                raise
-            found += [DoneUnits(*r) for r in rows]
-    return found
+    rows = await _rows_in_file(path, unit_prints, _done_units_sql)
+    return [DoneUnits(*r) for r in rows]
 
 
 async def done_ranges_in_file(path: Path, run_id: str, task: str) -> list[range]:

@@ -145,35 +145,29 @@ def parse_oom(text: str) -> bool:
     return text.strip().lower() == "true"
 
 
+def _call(argv: list[str]) -> subprocess.CompletedProcess[str] | str:
+    """Run one short engine call; what it did, or why it could not run."""
+    try:
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=_ENGINE_CALL_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+
+
 def inspect_oom(engine: str, name: str) -> bool | None:
     """Whether the container ``name`` was OOM-killed; None when the engine cannot tell."""
-    try:
-        done = subprocess.run(
-            inspect_argv(engine, name),
-            capture_output=True,
-            text=True,
-            timeout=_ENGINE_CALL_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
+    done = _call(inspect_argv(engine, name))
+    if isinstance(done, str) or done.returncode != 0:
         return None
     return parse_oom(done.stdout)
 
 
 def remove(engine: str, name: str) -> str | None:
     """Remove the container ``name``; None when done, else one line saying what failed."""
-    try:
-        done = subprocess.run(
-            remove_argv(engine, name),
-            capture_output=True,
-            text=True,
-            timeout=_ENGINE_CALL_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{engine} rm {name}: {exc}"
+    done = _call(remove_argv(engine, name))
+    if isinstance(done, str):
+        return f"{engine} rm {name}: {done}"
     if done.returncode != 0:
         return f"{engine} rm {name}: exit code {done.returncode}: {done.stderr.strip()[-200:]}"
     return None
