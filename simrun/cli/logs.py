@@ -5,7 +5,8 @@
 header (worker, process, memory, times, outcome), its output and its traceback;
 ``--follow`` prints what a unit prints as it is written, attempt after attempt (with each
 one's header and traceback once it ended), until one ends well, or its task or the run
-ends. The logs are read from the store (``--store``, or ``./simrun-store`` /
+ends; without UNIT it prints the listing's line of each unit log as it ends, until the run
+(or TASK) ends. The logs are read from the store (``--store``, or ``./simrun-store`` /
 ``SIMRUN_STORE`` when it is one and no ``--url`` is given) or asked of the service. Where
 they live and which units have one: `simrun.core.unitlogs`.
 """
@@ -156,11 +157,54 @@ def listing_lines(
             "or did not end well)"
         ]
     rows.sort(key=lambda h: (h.outcome not in FAILED, h.task))
-    return [
+    return [_unit_line(h, run, where) for h in rows]
+
+
+def _unit_line(h: UnitLogHeader, run: str, where: list[str] | None) -> str:
+    return (
         f"{h.task} {_unit_word(h.unit)}: attempt {h.attempt} {h.outcome} on {h.worker}"
         f" at {_when(h.finished)} · {logs_command(run, h.task, h.unit, where)}"
-        for h in rows
-    ]
+    )
+
+
+def _follow_listing(
+    source: LogSource,
+    run: str,
+    task: str | None,
+    where: list[str] | None,
+    echo: Callable[[str], None],
+    poll_s: float = FOLLOW_POLL_S,
+) -> None:
+    """Print a line per unit attempt that kept a log (the listing's line), as they end,
+    until the run (or ``task``) ends: what `simrun logs RUN [TASK] --follow` shows."""
+    from simrun.core.unitlogs import LogNotFound
+
+    seen: set[tuple[str, int | str, int]] = set()
+    said = False
+    while True:
+        run_state, task_state = source.states(run, task or "")
+        if run_state is None:
+            raise click.ClickException(f"no run {run}")
+        over = run_state not in _GOING or (task is not None and task_state in _TASK_OVER)
+        try:
+            found = source.run_logs(run, task)
+        except LogNotFound:
+            found = {}  # its directory (or the task's) is not made yet
+        new = [h for hs in found.values() for h in hs if (h.task, h.unit, h.attempt) not in seen]
+        for h in sorted(new, key=lambda h: h.finished):
+            seen.add((h.task, h.unit, h.attempt))
+            echo(_unit_line(h, run, where))
+        if over:
+            ended = f"run {run} is {run_state}" if run_state not in _GOING else ""
+            echo(ended or f"task {task} is {task_state}")
+            return
+        if not said:
+            said = True
+            echo(
+                f"(following {'task ' + task if task else 'run ' + run}: a line per unit "
+                "that prints something or does not end well, as it ends)"
+            )
+        time.sleep(poll_s)
 
 
 def attempt_lines(attempt: UnitAttempt, of: int) -> list[str]:
@@ -315,6 +359,9 @@ def show_logs(
     echo: Callable[[str], None] = click.echo,
 ) -> None:
     """What ``simrun logs`` prints, from ``source``."""
+    if follow and unit is None:
+        _follow_listing(source, run, task, where, echo)
+        return
     if unit is None or task is None:
         for line in listing_lines(source.run_logs(run, task), run, where):
             echo(line)
@@ -342,7 +389,8 @@ def show_logs(
     "--follow",
     is_flag=True,
     help="Print UNIT's output as it is written, attempt after attempt, until one ends well "
-    "or its task or the run ends.",
+    "or its task or the run ends; without UNIT, a line per unit log of the run (or TASK) "
+    "as it ends, until it ends.",
 )
 @URL
 @TOKEN
@@ -367,8 +415,8 @@ def logs(
     from --store; without it and without --url, from ./simrun-store (SIMRUN_STORE) when it
     is a store; else from the service.
     """
-    if (attempt is not None or follow) and unit is None:
-        raise click.UsageError("--attempt and --follow need a TASK and a UNIT")
+    if attempt is not None and unit is None:
+        raise click.UsageError("--attempt needs a TASK and a UNIT")
     if attempt is not None and follow:
         raise click.UsageError("--follow prints every attempt; leave out --attempt")
     store = local_store(store, store_hint)

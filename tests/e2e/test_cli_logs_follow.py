@@ -78,3 +78,31 @@ def test_follow_of_an_ended_run_prints_its_attempts_and_exits(tmp_path: Path) ->
     assert "unit 1 says hello" in followed.stdout
     assert "attempt 1 of 1: done" in followed.stdout
     assert time.monotonic() - started < 20
+
+
+def test_follow_of_a_run_prints_each_unit_log_as_it_ends(tmp_path: Path) -> None:
+    """`simrun logs RUN --follow`, started while the run's units sleep, prints the listing's
+    line of each unit that printed (units 0 and 2, not 1) as it ends, and exits 0 once the
+    run ended, saying how it ended."""
+    write_work(tmp_path / "wf.yaml", units=3, seconds=4, say_indices=[0, 2])
+    run = start_simrun("run", "wf.yaml", "--plugins", WORK, "--processes", "1", cwd=tmp_path)
+    follow = None
+    try:
+        seen = Output(run)
+        seen.wait_for(lambda text: "submitted" in text, timeout_s=60)
+        run_id = run_id_in(seen.text(timeout_s=0.1))
+        follow = start_simrun("logs", run_id, "--follow", "--store", "simrun-store", cwd=tmp_path)
+        followed = Output(follow)
+        followed.wait_for(lambda text: "following run" in text, timeout_s=30)
+        assert "work unit 0" not in followed.text(timeout_s=0.1)  # not ended yet
+        assert follow.wait(timeout=120) == 0, followed.text()
+        text = followed.text()
+        assert "work unit 0: attempt 1 done" in text, text
+        assert "work unit 2: attempt 1 done" in text, text
+        assert "work unit 1:" not in text, text
+        assert text.rstrip().endswith(f"run {run_id} is succeeded"), text
+        assert run.wait(timeout=60) == 0
+    finally:
+        for left in (follow, run):
+            if left is not None and left.poll() is None:
+                stop_process(left)
