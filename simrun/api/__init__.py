@@ -176,6 +176,9 @@ class LocalSession:
         self.redis_url = redis_url
         self.grace_s = grace_s
         self._types: dict[str, TaskType] | None = None
+        #: The workflow `run_local` starts the session for: its environment image and the
+        #: images of its splittable tasks get workers of their own (`start`).
+        self._for: Prepared | None = None
         self._bridge: Bridge | None = None
         self._session: EmbeddedSession | None = None
 
@@ -206,11 +209,18 @@ class LocalSession:
             return self
         from simrun.cli.run import check_run, held_line, local_options, local_pool
         from simrun.local.session import LocalSession as Embedded
-        from simrun.local.session import local_engine
+        from simrun.local.session import local_engine, unit_images
 
         if self.workers < 1:
             raise LocalError(f"workers must be at least 1, not {self.workers}")
         pool = local_pool(self.workers, self.processes, self.memory_gb)
+        engine = local_engine(None)
+        run_image: str | None = None
+        in_image: tuple[str, ...] = ()
+        if self._for is not None:
+            run_image = self._for.doc.image
+            in_image = unit_images(_in_images(self._for, self.types), run_image)
+            _check_images(self._for, self.types, engine, run_image, in_image)
         options = local_options(
             self.store,
             pool,
@@ -218,8 +228,10 @@ class LocalSession:
             self.types,
             redis_url=self.redis_url,
             grace_s=self.grace_s,
-            engine=local_engine(None),
+            engine=engine,
             go_on_with=self.resume,
+            run_image=run_image,
+            in_image=in_image,
         )
         bridge = Bridge()
         if self.resume is not None:
@@ -294,6 +306,14 @@ class LocalSession:
         prepared = workflow if isinstance(workflow, Prepared) else self.prepare(workflow, base=base)
         if self._session is None or self._bridge is None:
             raise LocalError("the session is not started: use it in a `with` block")
+        options = self._session.options
+        _check_images(
+            prepared,
+            self.types,
+            options.engine,
+            prepared.doc.image if prepared.doc.image in options.images else None,
+            options.unit_images,
+        )
         run_id = self._bridge.call(
             self._session.controller.submit(
                 prepared.doc,
@@ -316,6 +336,41 @@ class LocalSession:
         if self._session is None or self._bridge is None:
             raise LocalError("the session is not started: use it in a `with` block")
         return Run(run_id, LocalBackend(self._session, self.store), self._bridge)
+
+
+def _in_images(prepared: Prepared, types: dict[str, TaskType]) -> list[tuple[str, TaskType]]:
+    return [(t.name, types[t.type]) for t in prepared.doc.tasks if t.type in types]
+
+
+def _check_images(
+    prepared: Prepared,
+    types: dict[str, TaskType],
+    engine: str | None,
+    served_image: str | None,
+    in_image: Sequence[str],
+) -> None:
+    """`LocalError` when a session with the container ``engine`` (None: none), serving the
+    environment image ``served_image`` and with workers inside ``in_image``, cannot run
+    ``prepared``'s tasks in their images, naming the first that it cannot (as `simrun run`
+    refuses it before anything starts)."""
+    from simrun.local.session import image_problem, unit_images
+
+    tasks = _in_images(prepared, types)
+    problem = image_problem(tasks, engine, prepared.doc.image)
+    if problem is not None:
+        raise LocalError(problem)
+    if prepared.doc.image is not None and prepared.doc.image != served_image:
+        raise LocalError(
+            f"this session has no worker for the workflow's environment image "
+            f"{prepared.doc.image!r}: run it with simrun.run_local(workflow), which starts "
+            "one for it"
+        )
+    missing = sorted(set(unit_images(tasks, prepared.doc.image)) - set(in_image))
+    if missing:
+        raise LocalError(
+            f"the units of this workflow run in image {missing[0]!r} and this session has no "
+            "worker inside it: run it with simrun.run_local(workflow), which starts one"
+        )
 
 
 def run_local(
@@ -354,5 +409,6 @@ def run_local(
         with session:
             return session.run().wait(timeout_s, progress=progress)
     prepared = session.prepare(workflow, base=base)  # before anything starts
+    session._for = prepared  # its images get the workers they need
     with session:
         return session.submit(prepared, reuse=reuse, rerun=rerun).wait(timeout_s, progress=progress)

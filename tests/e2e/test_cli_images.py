@@ -6,6 +6,8 @@ image through the container engine found on PATH (the fake engine of
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -212,3 +214,65 @@ def test_the_units_of_a_splittable_type_run_in_a_worker_container_of_its_image(
     refused = simrun(*args, cwd=tmp_path, env=env)
     assert refused.returncode == 1
     assert "task 'sweep' runs in image 'example/py:3' and no container engine" in refused.stderr
+
+
+API_SCRIPT = """
+import sys, simrun
+from simrun import LocalError
+wf, store = sys.argv[1], sys.argv[2]
+try:
+    result = simrun.run_local(wf, store=store, plugins=["boxed_mod:BOXED", "boxed_mod:PLAIN"],
+                              processes=1, memory_gb=2, progress=False)
+    print("state", result.state)
+except LocalError as exc:
+    print("refused:", exc)
+if len(sys.argv) > 3:  # without redis-server on PATH: no session
+    sys.exit(0)
+with simrun.LocalSession(store + "-session", plugins=["boxed_mod:BOXED", "boxed_mod:PLAIN"],
+                         processes=1, memory_gb=2) as session:
+    try:
+        session.submit(wf)
+        print("submitted")
+    except LocalError as exc:
+        print("session refused:", exc)
+"""
+
+
+def test_the_python_api_runs_images_as_simrun_run_does(tmp_path: Path) -> None:
+    """`simrun.run_local` runs a workflow with an environment image through the engine on
+    PATH, as `simrun run` does (a worker for the image started with the session); without an
+    engine it raises `LocalError` naming the task before anything starts; a `LocalSession`
+    started without the workflow refuses to submit one whose environment image it has no
+    worker for, saying to use run_local."""
+    wf, env = _setup(tmp_path)
+    wf.write_text("image: example/env:2\n" + WORKFLOW + "  - name: other\n    type: plain\n")
+    (tmp_path / "api.py").write_text(API_SCRIPT)
+    log = tmp_path / "engine.log"
+    install(tmp_path / "bin", log)
+    with_engine = {**env, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"}
+    ran = subprocess.run(
+        [sys.executable, "api.py", str(wf), "st"], cwd=tmp_path, env=with_engine,
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "state succeeded" in ran.stdout, ran.stdout + ran.stderr
+    assert "session refused: this session has no worker for the workflow's environment" in (
+        ran.stdout
+    ), ran.stdout
+    assert "example/env:2" in ran.stdout.split("session refused:")[1], ran.stdout
+    images = {a for c in calls(log) if c[0] == "run" for a in c if a.startswith("example/")}
+    assert images == {"example/env:2", "example/solver:1"}
+
+    empty = tmp_path / "empty-bin"  # no engine (this machine may have a docker client)
+    empty.mkdir()
+    without = subprocess.run(
+        [sys.executable, "api.py", str(wf), "st-none", "no-session"], cwd=tmp_path,
+        env={**env, "PATH": str(empty)},
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert without.returncode == 0, without.stdout + without.stderr
+    assert "refused: task 'solve' runs in image 'example/solver:1'" in without.stdout or (
+        "refused: task 'other' runs in image 'example/env:2'" in without.stdout
+    ), without.stdout
+    assert "no container engine was found" in without.stdout
+    assert not (tmp_path / "st-none").exists()  # refused before anything started
