@@ -33,6 +33,7 @@ from simrun.cli.common import (
     prepare,
     shell_join,
 )
+from simrun.cli.dashboard import dashboard_url, open_dashboard
 from simrun.cli.follow import STUCK_AFTER_S, follow, report_end
 from simrun.cli.forecast import pool_of, pool_text
 from simrun.cli.progress import make_view, summary_table
@@ -206,8 +207,11 @@ async def embedded(
     run_id: str | None = None,
     replay: ReplayRequest | None = None,
     every_s: float = opt.DEFAULT_EVERY_S,
+    open_browser: bool = False,
 ) -> int:
-    """Run (or go on with) one run in an embedded session; the exit status."""
+    """Run (or go on with) one run in an embedded session; the exit status. With
+    ``open_browser``, the run's dashboard opens in the browser, and the service stays up
+    after the run until Ctrl-C (so the page can still be read)."""
     if run_id is not None:
         await check_run(shown_store, run_id, replay)
     out, err = console(), err_console()
@@ -238,6 +242,12 @@ async def embedded(
             if note is not None:
                 out.print(f"[yellow]{escape(note)}[/]", soft_wrap=True)
             current = await _start_run(session, out, prepared, run_id, replay)
+            page = dashboard_url(session.url, current)
+            out.print(f"dashboard {page}", soft_wrap=True)
+            if open_browser:
+                problem = open_dashboard(page)
+                if problem is not None:
+                    err.print(f"[yellow]{escape(problem)}[/]", soft_wrap=True)
             replay_cmd, resume_cmd = _commands(current, shown_store, options.plugins)
             watch = f"simrun status {current} --url {session.url}"
             out.print(f"watch it from another shell: {watch}", soft_wrap=True)
@@ -274,6 +284,9 @@ async def embedded(
                 await session.drain()
             final = await fetch()
             failures = await reader.failures(current)
+            if open_browser and outcome.reason == "ended":
+                out.print(f"the dashboard stays up at {page}: Ctrl-C to stop", soft_wrap=True)
+                await interrupted.wait()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
@@ -370,6 +383,10 @@ RESUME_HELP = "Go on with an interrupted run of the store instead of submitting 
 @opt.EVERY_S
 @opt.intake_options
 @opt.PROBE
+@click.option(
+    "--open", "open_browser", is_flag=True,
+    help="Open the run's dashboard in the browser (and keep it up after the run, to Ctrl-C).",
+)  # fmt: skip
 def run(
     workflow: Path | None,
     store: Path,
@@ -390,6 +407,7 @@ def run(
     every_s: float,
     intake: InputLimits,
     probe: bool,
+    open_browser: bool,
 ) -> None:
     """Run WORKFLOW on this machine: Redis, the service and worker containers are started
     for the run and stopped after it, with live progress.
@@ -456,7 +474,14 @@ def run(
     )
     code = asyncio.run(
         embedded(
-            options, types, shown_store, pool, prepared=prepared, run_id=resume, every_s=every_s
+            options,
+            types,
+            shown_store,
+            pool,
+            prepared=prepared,
+            run_id=resume,
+            every_s=every_s,
+            open_browser=open_browser,
         )
     )
     sys.exit(code)

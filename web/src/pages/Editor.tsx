@@ -18,6 +18,7 @@ import { SettingsForm } from "../components/SettingsForm";
 import { count, duration, gb } from "../format";
 import { schemaFields } from "../schemaForm";
 import {
+  autoLayout,
   freshName,
   fromYaml,
   parseRef,
@@ -377,6 +378,14 @@ function EditorCanvas(): JSX.Element {
         <div className="toolbar">
           <input aria-label="workflow name" value={wf.name ?? ""} onChange={(e) => setWf({ ...wf, name: e.target.value })} />
           <button onClick={addSource}>Add source</button>
+          <button
+            onClick={() => {
+              setWf((w) => autoLayout(w));
+              setTimeout(() => void flow.fitView({ maxZoom: 1 }), 50);
+            }}
+          >
+            Arrange
+          </button>
           <button onClick={() => void check(false)}>Validate</button>
           <button onClick={() => void check(true)}>Forecast</button>
           <button className="primary" onClick={() => void run()}>

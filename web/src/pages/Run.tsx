@@ -251,7 +251,7 @@ export function RunPage(props: { runId: string }): JSX.Element {
         {notice && <span role="status">{notice}</span>}
       </div>
       <div className="graph" aria-label="task graph">
-        <ReactFlow nodes={graph.nodes} edges={graph.edges} nodeTypes={nodeTypes} fitView proOptions={{ hideAttribution: true }}
+        <ReactFlow nodes={graph.nodes} edges={graph.edges} nodeTypes={nodeTypes} fitView fitViewOptions={{ maxZoom: 1 }} proOptions={{ hideAttribution: true }}
           onNodeClick={(_, n) => setOpenTask(n.id)} nodesDraggable={false} nodesConnectable={false}>
           <Background />
           <Controls showInteractive={false} />
