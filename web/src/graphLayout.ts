@@ -30,12 +30,13 @@ export function layered(tasks: GraphTask[], dx = 260, dy = 110): Record<string, 
   return out;
 }
 
-/** Failures grouped by their error's last line (the exception and its message). */
+/** Failures grouped by their error's last line (the exception and its message), its
+ * numbers left out: "unit 3 failed" and "unit 7 failed" are one error. */
 export function groupFailures<T extends { error: string | null }>(failures: T[]): { error: string; units: T[] }[] {
   const groups = new Map<string, T[]>();
   for (const f of failures) {
     const lines = (f.error ?? "").trim().split("\n");
-    const key = lines[lines.length - 1] || "(no message)";
+    const key = (lines[lines.length - 1] || "(no message)").replace(/\d+(\.\d+)?/g, "#");
     groups.set(key, [...(groups.get(key) ?? []), f]);
   }
   return [...groups.entries()]

@@ -28,16 +28,16 @@ describe("layered", () => {
 });
 
 describe("groupFailures", () => {
-  it("groups by the error's last line, the largest group first", () => {
+  it("groups by the error's last line, numbers aside, the largest group first", () => {
     const groups = groupFailures([
-      { error: "Traceback\nValueError: x" },
-      { error: "Traceback\nKeyError: 1" },
-      { error: "Other\nValueError: x" },
+      { error: "Traceback\nValueError: unit 3 at 0.5" },
+      { error: "Traceback\nKeyError: x" },
+      { error: "Other\nValueError: unit 7 at 1.25" },
       { error: null },
     ]);
     expect(groups.map((g) => [g.error, g.units.length])).toEqual([
-      ["ValueError: x", 2],
-      ["KeyError: 1", 1],
+      ["ValueError: unit # at #", 2],
+      ["KeyError: x", 1],
       ["(no message)", 1],
     ]);
   });

@@ -172,6 +172,8 @@ export function RunPage(props: { runId: string }): JSX.Element {
   const [unit, setUnit] = useState<{ task: string; unit: string | number } | null>(null);
   const [memory, setMemory] = useState("");
   const [notice, setNotice] = useState<string | null>(null);
+  // Bumped by a replay: the stream of an ended run closed, and the run goes on again.
+  const [generation, setGeneration] = useState(0);
   useEffect(() => {
     let ended = false;
     return follow(
@@ -183,7 +185,7 @@ export function RunPage(props: { runId: string }): JSX.Element {
       },
       { reconnect: () => !ended },
     );
-  }, [runId]);
+  }, [runId, generation]);
   const failedCount = view?.tasks.reduce((n, t) => n + (t.counts.failed ?? 0), 0) ?? 0;
   useEffect(() => {
     getJson<Failure[]>(`/runs/${runId}/failures`).then(setFailures).catch(() => setFailures([]));
@@ -213,6 +215,7 @@ export function RunPage(props: { runId: string }): JSX.Element {
     try {
       const answer = await postJson(`/runs/${runId}/${what}`, body);
       setNotice(what === "cancel" ? "cancelled" : `replayed ${answer.replayed} unit(s)`);
+      setGeneration((g) => g + 1);
     } catch (e) {
       setNotice(e instanceof ApiError ? e.message : String(e));
     }
