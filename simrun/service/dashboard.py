@@ -24,6 +24,7 @@ __all__ = [
     "forecast_rows",
     "keep_run",
     "page_of",
+    "pending_page",
     "run_line",
     "slots_on",
     "unit_line",
@@ -98,6 +99,33 @@ def page_of(units: Sequence[UnitRow], offset: int, limit: int) -> dict[str, Any]
         "total": len(units),
         "offset": offset,
         "units": [unit_line(u) for u in units[offset : offset + limit]],
+    }
+
+
+def pending_page(
+    rows: Sequence[UnitRow],
+    fresh: range,
+    total: int,
+    where: tuple[str, str],
+    offset: int,
+    limit: int,
+) -> dict[str, Any]:
+    """The page of a task's pending units from ``offset`` without a listing of them all:
+    the units sent back first (``rows``: at least the first ``offset + limit`` of them by
+    index, all below the frontier; ``total - len(fresh)`` in all), then the ``fresh`` ones
+    (never dispatched) made up from their range. ``where`` is (run, task)."""
+    offset = max(0, offset)
+    limit = max(1, min(limit, MAX_PAGE))
+    sent_back = max(0, total - len(fresh))
+    wanted = list(rows[offset : offset + limit])
+    skip = max(0, offset - sent_back)
+    wanted += [
+        UnitRow(*where, i, "chunk", "pending") for i in fresh[skip : skip + limit - len(wanted)]
+    ]
+    return {
+        "total": total,
+        "offset": offset,
+        "units": [unit_line(u) for u in wanted],
     }
 
 

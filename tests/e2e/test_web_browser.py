@@ -338,7 +338,7 @@ def test_the_pages_of_a_run_of_a_million_units_load_within_a_second(
         strip = page.get_by_label("units of big")
         strip.get_by_role("tab", name="pending 1,000,000").click()
         expect(strip.locator(".chip")).to_have_count(200)
-        expect(strip).to_contain_text("1–200 of 1,000,000")
+        expect(strip).to_contain_text("200 of 1,000,000")
     finally:
         with stack.api() as api:
             api.post(f"/runs/{run_id}/cancel")
@@ -354,4 +354,3 @@ def test_the_runs_and_run_pages_fit_a_phone(browser: Any, stack: Stack, page: An
     page.locator("table.runs tbody tr").first.click()
     page.get_by_role("progressbar", name="run progress").wait_for()
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
-

@@ -58,6 +58,7 @@ from simrun.service.dashboard import (
     forecast_rows,
     keep_run,
     page_of,
+    pending_page,
     run_line,
 )
 from simrun.workflow import (
@@ -159,9 +160,17 @@ async def units(
     known = {t.name for t in await controller.queries.store.tasks(run_id)}
     if task not in known:
         raise HTTPException(status_code=404, detail=f"run {run_id!r} has no task {task!r}")
-    wanted: UnitState = state  # type: ignore[assignment]  # checked against UNIT_STATES
-    found = await controller.queries.store.units(run_id, task, states=(wanted,))
-    page = page_of(found, offset, min(limit, MAX_PAGE))
+    store = controller.queries.store
+    limit = min(limit, MAX_PAGE)
+    if state == "pending":  # the fresh ones as a range: a million-unit task costs a page
+        rows = await store.pending_rows(run_id, task, max(0, offset) + limit)
+        fresh = await store.fresh_units(run_id, task)
+        counts = (await store.counts(run_id)).get(task)
+        total = counts.pending if counts is not None else len(rows) + len(fresh)
+        page = pending_page(rows, fresh, total, (run_id, task), offset, limit)
+    else:
+        wanted: UnitState = state  # type: ignore[assignment]  # checked against UNIT_STATES
+        page = page_of(await store.units(run_id, task, states=(wanted,)), offset, limit)
     return {"run": run_id, "task": task, "state": state, **page}
 
 
