@@ -162,6 +162,12 @@ def test_a_workflow_built_in_the_editor_validates_forecasts_and_runs_live(
     report.focus()
     page.keyboard.press("Enter")  # the keyboard adds a type too
     palette.get_by_label("search task types").fill("")
+    # the keyboard: Enter adds a type (selected), Delete removes the selected task
+    palette.get_by_role("button", name="type svc-work").press("Enter")
+    added = page.get_by_label("task svc_work", exact=True)
+    added.wait_for()
+    page.keyboard.press("Delete")
+    expect(added).to_have_count(0)
     canvas = page.get_by_label("canvas")
     heat.drag_to(canvas, target_position={"x": 150, "y": 120})
     heat_node = page.get_by_label("task heat", exact=True)
@@ -282,8 +288,15 @@ def test_a_failed_unit_s_log_its_replay_and_the_memory_plot_of_its_key(
     page.screenshot(path=str(SCREENSHOTS / "run.png"), full_page=True)
 
     flag.unlink()
-    page.get_by_role("button", name="Replay failed (2)").click()
-    page.get_by_role("status").get_by_text("replayed 2").wait_for()
+    # one chosen unit first, with more memory; then the other failed one
+    strip.get_by_role("button", name="3", exact=True).click(modifiers=["Control"])
+    page.get_by_label("replay memory").fill("0.5")
+    strip.get_by_role("button", name="Replay chosen (1)").click()
+    page.get_by_role("status").get_by_text("replayed 1").wait_for()
+    page.get_by_role("button", name="Replay failed (1)").wait_for(timeout=60_000)
+    page.get_by_label("replay memory").fill("")
+    page.get_by_role("button", name="Replay failed (1)").click()
+    page.get_by_role("status").get_by_text("replayed 1").wait_for()
     page.wait_for_function(
         "document.querySelector('[aria-label=\"run progress\"]')"
         "?.getAttribute('aria-valuenow') === '100'",
@@ -298,6 +311,25 @@ def test_a_failed_unit_s_log_its_replay_and_the_memory_plot_of_its_key(
     plot.wait_for()
     assert plot.locator("circle.peak").count() > 0
     assert plot.locator("line.request").count() == 1
+
+
+def test_an_example_yaml_opens_in_the_editor_with_a_layout(page: Any) -> None:
+    """examples/heat.yaml, imported, shows its source and tasks wired as written, laid out
+    from the graph; the source it names is to be uploaded, which the check says."""
+    page.goto(page.url.split("#", 1)[0] + "#/editor")
+    page.get_by_role("button", name="Import YAML").click()
+    page.get_by_label("workflow yaml").fill((REPO / "examples" / "heat.yaml").read_text())
+    page.get_by_role("button", name="Open this YAML").click()
+    for name in ("task sweep", "task summary", "source plate"):
+        page.get_by_label(name, exact=True).wait_for()
+    page.wait_for_function("document.querySelectorAll('.react-flow__edge').length === 2")
+    sweep = page.get_by_label("task sweep", exact=True).bounding_box()
+    summary = page.get_by_label("task summary", exact=True).bounding_box()
+    assert sweep["x"] < summary["x"]  # the summary reads the sweep: right of it
+    expect(
+        page.get_by_role("alert").filter(has_text="source 'plate' is not uploaded")
+    ).to_have_count(1)
+    assert page.get_by_label("workflow name").input_value() == "heat-demo"
 
 
 def test_the_pages_of_a_run_of_a_million_units_load_within_a_second(

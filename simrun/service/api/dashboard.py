@@ -76,6 +76,9 @@ router = APIRouter()
 #: Seconds between two reads of the runs list while nothing was notified (a submission
 #: notifies its own run only, which the list's follower does not wait on).
 LIST_POLL_S = 1.0
+#: Seconds after a wake-up before the list is read again: a busy controller notifies every
+#: step, and the list reads every listed run (at most ~1/LIST_MIN_GAP_S reads a second).
+LIST_MIN_GAP_S = 0.25
 
 
 async def runs_lines(
@@ -125,7 +128,8 @@ async def list_events(
             quiet_since = time.monotonic()
         if disconnected is not None and await disconnected.is_disconnected():
             return
-        await changes.wait("", version, LIST_POLL_S)
+        if await changes.wait("", version, LIST_POLL_S) > version:
+            await asyncio.sleep(LIST_MIN_GAP_S)  # a burst of steps is read once
 
 
 @router.get("/dashboard/runs/events", response_model=None)

@@ -99,7 +99,7 @@ function SourceNode(props: { data: any; selected?: boolean }): JSX.Element {
     <div className={`source-node ${uploaded ? "" : "invalid"} ${props.selected ? "selected" : ""}`} aria-label={`source ${source.name}`}>
       <strong>{source.name}</strong>
       <div className="muted small">{uploaded ? uploaded.filename : `${source.path} — not uploaded`}</div>
-      <Handle type="source" position={Position.Right} id="source" aria-label={`source ${source.name}`} />
+      <Handle type="source" position={Position.Right} id="source" aria-label={`output of source ${source.name}`} />
     </div>
   );
 }

@@ -107,9 +107,15 @@ function UnitLog(props: { runId: string; task: string; unit: string | number; on
   );
 }
 
-function Strip(props: { runId: string; task: TaskView; onUnit: (u: string | number) => void }): JSX.Element {
+function Strip(props: {
+  runId: string;
+  task: TaskView;
+  onUnit: (u: string | number) => void;
+  onReplay: (units: number[]) => void;
+}): JSX.Element {
   const { task } = props;
   const [state, setState] = useState<string | null>(task.counts.failed ? "failed" : null);
+  const [chosen, setChosen] = useState<number[]>([]);
   const [page, setPage] = useState<any>(null);
   const [offset, setOffset] = useState(0);
   useEffect(() => {
@@ -145,7 +151,13 @@ function Strip(props: { runId: string; task: TaskView; onUnit: (u: string | numb
                 className="chip"
                 title={u.error ?? `${u.state}, attempt ${u.attempt}`}
                 style={{ background: u.kills ? stateColor("killed") : stateColor(u.state) }}
-                onClick={() => props.onUnit(u.unit)}
+                aria-pressed={chosen.includes(u.index)}
+                onClick={(e) => {
+                  if (e.ctrlKey || e.metaKey || e.shiftKey) {
+                    if (typeof u.unit !== "number") return;
+                    setChosen((c) => (c.includes(u.index) ? c.filter((i) => i !== u.index) : [...c, u.index]));
+                  } else props.onUnit(u.unit);
+                }}
               >
                 {String(u.unit)}
               </button>
@@ -156,6 +168,20 @@ function Strip(props: { runId: string; task: TaskView; onUnit: (u: string | numb
             {page.offset > 0 && <button onClick={() => setOffset(Math.max(0, offset - 200))}>previous</button>}
             {page.offset + page.units.length < page.total && (
               <button onClick={() => setOffset(offset + 200)}>next</button>
+            )}
+            {state === "failed" && (
+              <>
+                {" · Ctrl-click units to choose them "}
+                <button
+                  disabled={!chosen.length}
+                  onClick={() => {
+                    props.onReplay(chosen);
+                    setChosen([]);
+                  }}
+                >
+                  Replay chosen ({chosen.length})
+                </button>
+              </>
             )}
           </div>
         </>
@@ -309,7 +335,15 @@ export function RunPage(props: { runId: string }): JSX.Element {
           </tbody>
         </table>
       </div>
-      {shown && <Strip key={shown.name} runId={runId} task={shown} onUnit={(u) => setUnit({ task: shown.name, unit: u })} />}
+      {shown && (
+        <Strip
+          key={shown.name}
+          runId={runId}
+          task={shown}
+          onUnit={(u) => setUnit({ task: shown.name, unit: u })}
+          onReplay={(units) => act("replay", { task: shown.name, units, memory_gb: memoryGb })}
+        />
+      )}
       {unit && (
         <UnitLog
           runId={runId}
