@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
 from simrun.client import plan_tasks
+from simrun.core.intake import InputLimits, tasks_problem
 from simrun.core.scaling import ContainerShape, QueueBacklog, desired_containers
 from simrun.core.sizing import queue_name
 from simrun.core.states import UNIT_STATES, UnitState
@@ -231,12 +232,15 @@ class CheckBody(BaseModel):
 
 
 def check_text(
-    text: str, types: Mapping[str, TaskType], uploaded: list[str]
+    text: str, types: Mapping[str, TaskType], uploaded: list[str], limits: InputLimits
 ) -> tuple[Workflow, dict[str, dict[str, Any]]]:
-    """``simrun validate``'s checks of ``text`` (the types' plans included): the planned
-    document and its settings; `WorkflowError` with every problem. Blocking (plugin code):
-    run in a thread."""
+    """``simrun validate``'s checks of ``text`` (the types' plans included) within the
+    service's limits of a submission: the planned document and its settings;
+    `WorkflowError` with every problem. Blocking (plugin code): run in a thread."""
     doc, lines = parse_workflow_lines(text, "workflow")
+    too_many = tasks_problem(len(doc.tasks), limits)
+    if too_many is not None:
+        raise WorkflowError([Problem(("tasks",), too_many)], "workflow")
     check_workflow(doc, types, "workflow", lines=lines)
     planned = plan_tasks(doc, types)
     settings = check_workflow(planned, types, "workflow")
@@ -291,7 +295,7 @@ async def check(body: CheckBody, controller: ControllerDep) -> dict[str, Any]:
     filled in), or the problems; with ``forecast``, the forecast table too."""
     try:
         doc, settings = await asyncio.to_thread(
-            check_text, body.workflow, controller.types, body.sources
+            check_text, body.workflow, controller.types, body.sources, controller.settings.intake
         )
     except WorkflowError as exc:
         return {"ok": False, "errors": exc.as_dicts()}

@@ -14,6 +14,8 @@ interface Evidence {
 const W = 640;
 const H = 260;
 const PAD = 40;
+/** Room for the axis labels ("1.25 GiB"). */
+const LEFT = 70;
 
 /** The peaks of a key (oldest first, left to right), the request drawn across them, each
  * kill marked at its limit, and the histogram of the peaks beside. */
@@ -22,18 +24,18 @@ export function MemoryPlot(props: { evidence: Evidence }): JSX.Element {
   const top = niceTop(Math.max(explanation.requested_gb, ...peaks, ...kills.map((k) => k[1]), 0.001) * 1.1);
   const y = (v: number) => H - PAD - ((H - 2 * PAD) * v) / top;
   const n = peaks.length + kills.length;
-  const x = (i: number) => PAD + ((W - 2 * PAD - 120) * (i + 0.5)) / Math.max(n, 1);
+  const x = (i: number) => LEFT + ((W - LEFT - PAD - 120) * (i + 0.5)) / Math.max(n, 1);
   const bins = histogram(peaks, top, 20);
   const most = Math.max(1, ...bins.map((b) => b.count));
   const histX = W - PAD - 110;
   return (
     <svg className="plot" viewBox={`0 0 ${W} ${H}`} role="img" aria-label={`memory plot of ${props.evidence.key}`}>
-      <line x1={PAD} y1={H - PAD} x2={W - PAD} y2={H - PAD} stroke="#94a3b8" />
-      <line x1={PAD} y1={PAD} x2={PAD} y2={H - PAD} stroke="#94a3b8" />
+      <line x1={LEFT} y1={H - PAD} x2={W - PAD} y2={H - PAD} stroke="#94a3b8" />
+      <line x1={LEFT} y1={PAD} x2={LEFT} y2={H - PAD} stroke="#94a3b8" />
       {[0, 0.25, 0.5, 0.75, 1].map((f) => (
         <g key={f}>
-          <line x1={PAD - 4} x2={W - PAD} y1={y(f * top)} y2={y(f * top)} stroke="#e2e8f0" />
-          <text x={PAD - 6} y={y(f * top) + 4} textAnchor="end" fontSize="10">
+          <line x1={LEFT - 4} x2={W - PAD} y1={y(f * top)} y2={y(f * top)} stroke="#e2e8f0" />
+          <text x={LEFT - 6} y={y(f * top) + 4} textAnchor="end" fontSize="10">
             {gb(f * top)}
           </text>
         </g>
@@ -57,7 +59,7 @@ export function MemoryPlot(props: { evidence: Evidence }): JSX.Element {
       ))}
       <line
         className="request"
-        x1={PAD}
+        x1={LEFT}
         x2={W - PAD}
         y1={y(explanation.requested_gb)}
         y2={y(explanation.requested_gb)}
@@ -65,7 +67,7 @@ export function MemoryPlot(props: { evidence: Evidence }): JSX.Element {
         strokeDasharray="6 4"
         strokeWidth={2}
       />
-      <text x={PAD + 4} y={y(explanation.requested_gb) - 4} fontSize="11" fill="#16a34a">
+      <text x={LEFT + 4} y={y(explanation.requested_gb) - 4} fontSize="11" fill="#16a34a">
         request {gb(explanation.requested_gb)} ({explanation.source})
       </text>
       {bins.map((b, i) => (
@@ -81,7 +83,7 @@ export function MemoryPlot(props: { evidence: Evidence }): JSX.Element {
       <text x={histX} y={PAD - 8} fontSize="10">
         histogram of peaks
       </text>
-      <text x={PAD} y={H - 10} fontSize="10">
+      <text x={LEFT} y={H - 10} fontSize="10">
         peaks of the window, oldest first · ✕ kills at their limit
       </text>
     </svg>

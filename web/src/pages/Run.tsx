@@ -22,6 +22,8 @@ interface TaskView {
   requested_gb: number | null;
   peak_memory_gb: number | null;
   reused_from: string | null;
+  seconds_per_unit: number | null;
+  units_per_s: number | null;
 }
 
 interface RunView {
@@ -295,6 +297,7 @@ export function RunPage(props: { runId: string }): JSX.Element {
               <th>Units</th>
               <th>Memory used / requested</th>
               <th>Kills</th>
+              <th>Speed</th>
               <th>ETA</th>
             </tr>
           </thead>
@@ -329,6 +332,10 @@ export function RunPage(props: { runId: string }): JSX.Element {
                   <MemoryBar requested={t.requested_gb} peak={t.peak_memory_gb} />
                 </td>
                 <td className={t.kills ? "bad" : ""}>{count(t.kills ?? 0)}</td>
+                <td title="seconds per unit (learned), units per second (observed)">
+                  {t.seconds_per_unit === null ? "—" : `${t.seconds_per_unit.toPrecision(2)} s/unit`}
+                  {t.units_per_s ? <div className="muted small">{t.units_per_s.toPrecision(2)} units/s</div> : null}
+                </td>
                 <td>{t.state === "running" ? duration(t.eta_s) : "—"}</td>
               </tr>
             ))}

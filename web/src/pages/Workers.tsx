@@ -65,13 +65,20 @@ export function WorkersPage(): JSX.Element {
                 processes {w.processes - w.free_processes} busy of {w.processes}
                 {w.gpus ? ` · ${w.gpus} GPU` : ""}
               </div>
-              <div className="membar" title={`${gb(used)} in use of ${gb(w.memory_gb)}`}>
+              <div className="membar" title={`${gb(used)} reserved by running jobs of ${gb(w.memory_gb)}`}>
                 <span className="use" style={{ width: `${(100 * used) / Math.max(w.memory_gb, 1e-9)}%` }} />
                 <em>
-                  {gb(used)} of {gb(w.memory_gb)}
+                  {gb(used)} reserved of {gb(w.memory_gb)}
                 </em>
               </div>
-              <div className="small muted">{w.running.length} job(s) running{w.stopping ? " · stopping" : ""}</div>
+              <div className="small muted">
+                {w.running.length} job(s){w.stopping ? " · stopping" : ""}
+                {w.running.slice(0, 5).map((j: any) => (
+                  <div key={j.job_id}>
+                    <a href={`#/runs/${j.run}`}>{j.task}</a> {j.state} · units {j.indices.length}
+                  </div>
+                ))}
+              </div>
             </div>
           );
         })}
