@@ -21,7 +21,11 @@ const LEFT = 70;
  * kill marked at its limit, and the histogram of the peaks beside. */
 export function MemoryPlot(props: { evidence: Evidence }): JSX.Element {
   const { peaks_gb: peaks, kills, explanation } = props.evidence;
-  const top = niceTop(Math.max(explanation.requested_gb, ...peaks, ...kills.map((k) => k[1]), 0.001) * 1.1);
+  const measured = Math.max(explanation.requested_gb, ...peaks, ...kills.map((k) => k[1]), 0.001);
+  // The hint is drawn when it is near what was measured; far above, it would flatten the
+  // peaks (the text above the plot tells it).
+  const showHint = explanation.hint_gb <= 2 * measured;
+  const top = niceTop(Math.max(measured, showHint ? explanation.hint_gb : 0) * 1.1);
   const y = (v: number) => H - PAD - ((H - 2 * PAD) * v) / top;
   const n = peaks.length + kills.length;
   const x = (i: number) => LEFT + ((W - LEFT - PAD - 120) * (i + 0.5)) / Math.max(n, 1);
@@ -70,6 +74,22 @@ export function MemoryPlot(props: { evidence: Evidence }): JSX.Element {
       <text x={LEFT + 4} y={y(explanation.requested_gb) - 4} fontSize="11" fill="#16a34a">
         request {gb(explanation.requested_gb)} ({explanation.source})
       </text>
+      {showHint && (
+      <line
+        className="hint"
+        x1={LEFT}
+        x2={W - PAD}
+        y1={y(explanation.hint_gb)}
+        y2={y(explanation.hint_gb)}
+        stroke="#94a3b8"
+        strokeDasharray="2 3"
+      />
+      )}
+      {showHint && (
+      <text x={LEFT + 4} y={y(explanation.hint_gb) - 4} fontSize="10" fill="#64748b">
+        hint {gb(explanation.hint_gb)}
+      </text>
+      )}
       {bins.map((b, i) => (
         <rect
           key={`h${i}`}
