@@ -378,6 +378,18 @@ def test_the_pages_of_a_run_of_a_million_units_load_within_a_second(
             api.post(f"/runs/{run_id}/cancel")
 
 
+def test_the_workers_page_shows_the_live_worker_and_its_queue(page: Any, stack: Stack) -> None:
+    """The workers page (live: an event stream) shows the worker container with its
+    processes and memory, and the cpu queue with its backlog and what scale would ask."""
+    page.get_by_role("navigation").get_by_role("link", name="Workers").click()
+    card = page.locator(".card").first
+    card.wait_for()
+    assert "processes" in card.inner_text()
+    assert "of 2" in card.inner_text()
+    row = page.locator("table.queues tr", has_text="cpu")
+    expect(row).to_contain_text("container(s)")
+
+
 def test_the_runs_and_run_pages_fit_a_phone(stack: Stack, page: Any) -> None:
     """At a phone's width (390 px) the runs list and a run page do not scroll sideways as
     a whole (wide tables scroll in their own box)."""

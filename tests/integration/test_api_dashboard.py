@@ -178,3 +178,33 @@ async def test_the_workers_route_without_workers(api: httpx.AsyncClient) -> None
     (cpu,) = found["backlog"]["queues"]
     assert cpu["queue"] == "cpu"
     assert cpu["scale"]["desired"] == 0
+
+
+async def test_the_workers_stream_sends_the_workers_and_ends_with_the_service(
+    controller: Controller,
+) -> None:
+    """``/workers/events`` (over a real HTTP server) sends the workers document at once and
+    ends when the service stops."""
+    received: list[dict[str, object]] = []
+
+    async def follow(url: str) -> None:
+        headers = {"Authorization": f"Bearer {EVENTS_TOKEN}"}
+        async with (
+            httpx.AsyncClient(base_url=url, headers=headers, timeout=10) as client,
+            client.stream("GET", "/workers/events") as answer,
+        ):
+            name = None
+            async for line in answer.aiter_lines():
+                if line.startswith("event: "):
+                    name = line[7:]
+                if line.startswith("data: ") and name == "workers":
+                    received.append(json.loads(line[6:]))
+
+    async with serving(controller) as url:
+        task = asyncio.ensure_future(follow(url))
+        for _ in range(250):
+            if received:
+                break
+            await asyncio.sleep(0.02)
+    await asyncio.wait_for(task, 10)  # the stream ended with the service
+    assert received[0]["workers"] == []

@@ -13,6 +13,8 @@ page itself):
     GET  /workers                                    the live worker containers and, per
                                                      queue, the backlog and what
                                                      ``simrun scale`` would ask for
+    GET  /workers/events                             the same as server-sent events
+                                                     (event ``workers``) when it changed
     GET  /dashboard/types                            the installed types (as ``/types``)
                                                      with the package providing each
     POST /dashboard/check                            {"workflow": text, "sources": [names],
@@ -179,16 +181,12 @@ async def units(
     return {"run": run_id, "task": task, "state": state, **page}
 
 
-@router.get("/workers")
-async def workers(request: Request, controller: ControllerDep) -> dict[str, Any]:
+async def workers_document(controller: Controller, default: ContainerShape) -> dict[str, Any]:
     """The live workers (their heartbeats) and the backlog per queue with what scale
-    would ask for (the document of ``GET /backlog``)."""
-    try:
-        live = await controller.queries.live_workers()
-    except (RedisError, OSError) as exc:
-        raise HTTPException(status_code=503, detail=f"Redis unreachable: {exc}") from exc
+    would ask for (the document of ``GET /backlog`` and, per queue, ``scale``); raises
+    when Redis does not answer."""
+    live = await controller.queries.live_workers()
     found = await controller.queries.backlog()
-    default: ContainerShape = request.app.state.default_shape
     pools = metrics.pools_of(live)
     document = metrics.backlog_document(found.queues, pools, default)
     for entry in document["queues"]:
@@ -202,6 +200,57 @@ async def workers(request: Request, controller: ControllerDep) -> dict[str, Any]
             "work_s": decision.work_s,
         }
     return {"workers": [json.loads(w.to_json()) for w in live], "backlog": document}
+
+
+@router.get("/workers")
+async def workers(request: Request, controller: ControllerDep) -> dict[str, Any]:
+    """The live workers and the queues (`workers_document`); 503 when Redis is away."""
+    try:
+        return await workers_document(controller, request.app.state.default_shape)
+    except (RedisError, OSError) as exc:
+        raise HTTPException(status_code=503, detail=f"Redis unreachable: {exc}") from exc
+
+
+#: Seconds between two reads of the workers: heartbeats notify nothing, so their stream
+#: reads on a timer (and on the controller's changes, which move the backlog).
+WORKERS_POLL_S = 1.0
+
+
+async def workers_events(
+    controller: Controller, default: ContainerShape, disconnected: Request | None = None
+) -> AsyncIterator[bytes]:
+    """`workers_document` as events named ``workers``: at once, then each time it changed
+    (read every `WORKERS_POLL_S` and on the controller's changes); while Redis is away, an
+    event ``unavailable`` with the reason. Ends when the service stops or the client left."""
+    changes = controller.changes
+    sent: str | None = None
+    quiet_since = time.monotonic()
+    while not changes.closed:
+        version = changes.version("")
+        try:
+            name, data = "workers", await workers_document(controller, default)
+        except (RedisError, OSError) as exc:
+            name, data = "unavailable", {"detail": f"Redis unreachable: {exc}"}
+        text = json.dumps(data, separators=(",", ":"))
+        if text != sent:
+            yield event(name, text)
+            sent, quiet_since = text, time.monotonic()
+        elif time.monotonic() - quiet_since >= KEEPALIVE_S:
+            yield b": keep-alive\n\n"
+            quiet_since = time.monotonic()
+        if disconnected is not None and await disconnected.is_disconnected():
+            return
+        if await changes.wait("", version, WORKERS_POLL_S) > version:
+            await asyncio.sleep(LIST_MIN_GAP_S)
+
+
+@router.get("/workers/events", response_model=None)
+async def workers_stream(request: Request, controller: ControllerDep) -> StreamingResponse:
+    return StreamingResponse(
+        workers_events(controller, request.app.state.default_shape, request),
+        media_type=EVENT_STREAM,
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
 
 
 def package_of(task_type: TaskType, owners: Mapping[str, list[str]]) -> str:

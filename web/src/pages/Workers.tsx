@@ -1,22 +1,20 @@
 import { useEffect, useState } from "react";
-import { getJson } from "../api";
+import { follow } from "../api";
 import { count, duration, gb } from "../format";
 
 export function WorkersPage(): JSX.Element {
   const [data, setData] = useState<any>(null);
   const [error, setError] = useState<string | null>(null);
-  useEffect(() => {
-    const load = () =>
-      getJson("/workers")
-        .then((d) => {
+  useEffect(
+    () =>
+      follow("/workers/events", (name, d) => {
+        if (name === "workers") {
           setData(d);
           setError(null);
-        })
-        .catch((e: Error) => setError(e.message));
-    load();
-    const timer = setInterval(load, 2000);
-    return () => clearInterval(timer);
-  }, []);
+        } else setError(d.detail);
+      }),
+    [],
+  );
   if (!data) return <p className="muted">{error ?? "Loading…"}</p>;
   const queues: any[] = data.backlog?.queues ?? [];
   return (
