@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from simrun.local.machine import free_port
 from tests.support.cli_harness import (
     WORK,
     Output,
@@ -22,6 +23,7 @@ from tests.support.cli_harness import (
     stop_process,
     write_work,
 )
+from tests.support.redis_server import key_prefix
 
 pytestmark = pytest.mark.e2e
 
@@ -68,3 +70,24 @@ def test_open_opens_the_page_and_keeps_it_up_until_ctrl_c(tmp_path: Path) -> Non
         assert proc.wait(timeout=60) == 0, output.text()
     finally:
         stop_process(proc)
+
+
+def test_the_service_prints_its_dashboard_and_serves_it(tmp_path: Path, redis_url: str) -> None:
+    """`simrun service` prints the address of its web app, which answers with the page
+    (without the token: the page holds no data) while the data routes need the token."""
+    port = free_port()
+    svc = start_simrun(
+        "service", "--port", str(port), "--redis-url", redis_url, "--token", "t0ken",
+        "--prefix", key_prefix("dash"), "--store", str(tmp_path / "store"), cwd=tmp_path,
+    )  # fmt: skip
+    output = Output(svc)
+    line = f"dashboard http://127.0.0.1:{port}/"
+    try:
+        output.wait_for(lambda text: line in text, timeout_s=30)
+        assert line in output.text(timeout_s=0.1)
+        page = httpx.get(f"http://127.0.0.1:{port}/", timeout=10)
+        assert page.status_code == 200
+        assert "<script" in page.text
+        assert httpx.get(f"http://127.0.0.1:{port}/dashboard/runs", timeout=10).status_code == 401
+    finally:
+        stop_process(svc)
