@@ -150,7 +150,8 @@ def test_a_workflow_built_in_the_editor_validates_forecasts_and_runs_live(
     plate uploaded as a source and the ports wired; a bad setting shows the service's
     message on the node and its field, and it goes away once fixed; Forecast shows the
     units and the memory's source; Run opens the run page, whose progress reaches 100 %
-    without a reload. The Editor's screenshot is the README's."""
+    without a reload, and its workflow opens in the Editor again. The Editor's screenshot
+    is the README's."""
     page.get_by_role("navigation").get_by_role("link", name="Editor").click()
     palette = page.get_by_role("complementary", name="palette")
     heat = palette.get_by_role("button", name="type heat")
@@ -237,6 +238,13 @@ def test_a_workflow_built_in_the_editor_validates_forecasts_and_runs_live(
         view = api.get(f"/runs/{run_id}").json()
     assert [t["name"] for t in view["tasks"]] == ["heat", "report"]
     assert "simrun-editor-layout" in exported
+
+    # the run's workflow opens in the Editor again, laid out as it was
+    page.get_by_role("link", name="Open in Editor").click()
+    page.wait_for_url(f"**/#/editor/{run_id}")
+    for name in ("task heat", "task report", "source model"):
+        page.get_by_label(name, exact=True).wait_for()
+    page.wait_for_function("document.querySelectorAll('.react-flow__edge').length === 2")
 
 
 def test_a_failed_unit_s_log_its_replay_and_the_memory_plot_of_its_key(

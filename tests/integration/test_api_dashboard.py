@@ -208,3 +208,15 @@ async def test_the_workers_stream_sends_the_workers_and_ends_with_the_service(
             await asyncio.sleep(0.02)
     await asyncio.wait_for(task, 10)  # the stream ended with the service
     assert received[0]["workers"] == []
+
+
+async def test_a_run_s_document_is_given_back_as_submitted(
+    controller: Controller, api: httpx.AsyncClient
+) -> None:
+    """``/runs/{id}/document`` gives the workflow text the run was submitted with (the
+    Editor's layout comment included); an unknown run answers 404."""
+    text = work_doc("again", units=2) + "\n# simrun-editor-layout: {}\n"
+    run_id = await submit(controller, text)
+    found = (await api.get(f"/runs/{run_id}/document")).json()
+    assert found["workflow"] == text
+    assert (await api.get("/runs/nope/document")).status_code == 404

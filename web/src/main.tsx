@@ -57,7 +57,7 @@ function App(): JSX.Element {
   const [head, ...rest] = route;
   let page: JSX.Element;
   if (head === "runs" && rest[0]) page = <RunPage runId={rest[0]} />;
-  else if (head === "editor") page = <EditorPage />;
+  else if (head === "editor") page = <EditorPage key={rest[0] ?? ""} fromRun={rest[0] || undefined} />;
   else if (head === "resources" && rest.length) page = <ResourcePage resourceKey={rest.join("/")} />;
   else if (head === "workers") page = <WorkersPage />;
   else page = <RunsPage />;

@@ -10,6 +10,8 @@ page itself):
                                                      a page of a task's units in one state
                                                      (the strip of the run page: no unit
                                                      is sent before a strip is opened)
+    GET  /runs/{id}/document                         the run's workflow as submitted (the
+                                                     Editor opens it)
     GET  /workers                                    the live worker containers and, per
                                                      queue, the backlog and what
                                                      ``simrun scale`` would ask for
@@ -200,6 +202,15 @@ async def workers_document(controller: Controller, default: ContainerShape) -> d
             "work_s": decision.work_s,
         }
     return {"workers": [json.loads(w.to_json()) for w in live], "backlog": document}
+
+
+@router.get("/runs/{run_id}/document", dependencies=[Depends(known_run)])
+async def document(run_id: str, controller: ControllerDep) -> dict[str, Any]:
+    """The workflow document of a run as it was submitted (the Editor opens it)."""
+    row = await controller.queries.store.run(run_id)
+    if row is None:
+        raise HTTPException(status_code=404, detail=f"there is no run {run_id!r}")
+    return {"run": run_id, "workflow": row.document}
 
 
 @router.get("/workers")

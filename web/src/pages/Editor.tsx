@@ -162,7 +162,7 @@ function readBase64(file: File): Promise<string> {
   });
 }
 
-function EditorCanvas(): JSX.Element {
+function EditorCanvas(props: { fromRun?: string }): JSX.Element {
   const [types, setTypes] = useState<TypeInfo[]>([]);
   const [wf, setWf] = useState<EditorWorkflow>(() => {
     const draft = sessionStorage.getItem(DRAFT_KEY);
@@ -186,6 +186,17 @@ function EditorCanvas(): JSX.Element {
     getJson<TypeInfo[]>("/dashboard/types").then(setTypes).catch(() => setTypes([]));
   }, []);
   useEffect(() => sessionStorage.setItem(DRAFT_KEY, toYaml(wf)), [wf]);
+  // #/editor/RUN: the workflow of an earlier run, to change and run again.
+  useEffect(() => {
+    if (!props.fromRun) return;
+    getJson(`/runs/${encodeURIComponent(props.fromRun)}/document`)
+      .then((d) => {
+        setWf(fromYaml(d.workflow));
+        setSelected(null);
+        setMessage(`opened the workflow of run ${props.fromRun}`);
+      })
+      .catch((e: Error) => setMessage(e.message));
+  }, [props.fromRun]);
 
   const check = useCallback(
     async (withForecast: boolean) => {
@@ -545,10 +556,10 @@ function EditorCanvas(): JSX.Element {
   );
 }
 
-export function EditorPage(): JSX.Element {
+export function EditorPage(props: { fromRun?: string }): JSX.Element {
   return (
     <ReactFlowProvider>
-      <EditorCanvas />
+      <EditorCanvas fromRun={props.fromRun} />
     </ReactFlowProvider>
   );
 }

@@ -279,6 +279,7 @@ export function RunPage(props: { runId: string }): JSX.Element {
         <button disabled={view.state !== "running"} onClick={() => act("cancel", {})}>
           Cancel run
         </button>
+        <a href={`#/editor/${runId}`}>Open in Editor</a>
         {notice && <span role="status">{notice}</span>}
       </div>
       <div className="graph" aria-label="task graph">
