@@ -16,11 +16,13 @@ from typing import Any
 from simrun.core.eta import TaskEta, learned_eta_s, run_eta_s
 from simrun.core.states import UnitRow
 from simrun.core.views import RunView, running_seconds
+from simrun.runstore.rows import span_units
 
 __all__ = [
     "MAX_PAGE",
     "PlanRow",
     "PoolWorker",
+    "done_page",
     "forecast_rows",
     "keep_run",
     "page_of",
@@ -127,6 +129,34 @@ def pending_page(
         "offset": offset,
         "units": [unit_line(u) for u in wanted],
     }
+
+
+def done_page(
+    rows: Sequence[UnitRow], spans: Sequence[Sequence[Any]], offset: int, limit: int
+) -> dict[str, Any]:
+    """The page of a task's done units from ``offset``, by index, from the units with a
+    row (``rows``) and the spans (``(run, task, first, last, ...)`` rows, whose units
+    `simrun.runstore.rows.span_units` makes): only the spans the page reaches are made
+    into units."""
+    offset = max(0, offset)
+    limit = max(1, min(limit, MAX_PAGE))
+    parts: list[tuple[int, int, UnitRow | Sequence[Any]]] = [(u.index, 1, u) for u in rows]
+    parts += [(int(s[2]), int(s[3]) - int(s[2]) + 1, s) for s in spans]
+    parts.sort(key=lambda part: part[0])
+    total = sum(size for _, size, _ in parts)
+    wanted: list[UnitRow] = []
+    seen = 0
+    for _, size, part in parts:
+        if len(wanted) >= limit:
+            break
+        if seen + size <= offset:
+            seen += size
+            continue
+        units = [part] if isinstance(part, UnitRow) else span_units(part)
+        skip = max(0, offset - seen)
+        wanted += units[skip : skip + limit - len(wanted)]
+        seen += size
+    return {"total": total, "offset": offset, "units": [unit_line(u) for u in wanted]}
 
 
 @dataclass(frozen=True)

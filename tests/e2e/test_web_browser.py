@@ -294,6 +294,10 @@ def test_a_failed_unit_s_log_its_replay_and_the_memory_plot_of_its_key(
     strip = page.get_by_label("units of work")
     assert strip.get_by_role("tab", name="failed 2").get_attribute("aria-selected") == "true"
     page.screenshot(path=str(SCREENSHOTS / "run.png"), full_page=True)
+    strip.get_by_role("tab", name="done 10").click()
+    expect(strip.locator(".chip")).to_have_count(10)
+    strip.get_by_role("tab", name="failed 2").click()
+    expect(strip.locator(".chip")).to_have_count(2)
 
     flag.unlink()
     # one chosen unit first, with more memory; then the other failed one

@@ -12,6 +12,7 @@ from simrun.service.dashboard import (
     MAX_PAGE,
     PlanRow,
     PoolWorker,
+    done_page,
     forecast_rows,
     keep_run,
     page_of,
@@ -155,3 +156,34 @@ def test_the_forecast_on_the_live_pool() -> None:
     assert none["tasks"][0]["problem"] == "no live worker serves the cpu queue"
     assert none["eta_s"] is None
     assert none["core_hours"] is None
+
+
+def _span(first: int, last: int) -> tuple[Any, ...]:
+    return ("r", "t", first, last, 1, "job", 0.5, "w", 1.0, 2.0, 3.0)
+
+
+@pytest.mark.parametrize(
+    ("rows", "spans", "offset", "limit", "indices", "total"),
+    [
+        ([], [(0, 9)], 0, 3, [0, 1, 2], 10),
+        ([], [(0, 9), (10, 999_999)], 999_997, 5, [999_997, 999_998, 999_999], 1_000_000),
+        ([5], [(0, 4), (6, 9)], 3, 4, [3, 4, 5, 6], 10),
+        ([0, 1], [], 1, 10, [1], 2),
+        ([], [], 0, 10, [], 0),
+        ([3], [(10, 19)], 0, 3, [3, 10, 11], 11),
+    ],
+)
+def test_a_page_of_done_units_is_made_from_their_spans(
+    rows: list[int],
+    spans: list[tuple[int, int]],
+    offset: int,
+    limit: int,
+    indices: list[int],
+    total: int,
+) -> None:
+    """Done units: those with a row and the spans, by index; only the spans the page
+    reaches become units (a million done units cost a page)."""
+    own = [UnitRow("r", "t", i, "chunk", "done") for i in rows]
+    page = done_page(own, [_span(a, b) for a, b in spans], offset, limit)
+    assert [u["index"] for u in page["units"]] == indices
+    assert page["total"] == total

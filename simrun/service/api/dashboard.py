@@ -60,6 +60,7 @@ from simrun.service.dashboard import (
     MAX_PAGE,
     PlanRow,
     PoolWorker,
+    done_page,
     forecast_rows,
     keep_run,
     page_of,
@@ -177,6 +178,9 @@ async def units(
         counts = (await store.counts(run_id)).get(task)
         total = counts.pending if counts is not None else len(rows) + len(fresh)
         page = pending_page(rows, fresh, total, (run_id, task), offset, limit)
+    elif state == "done":  # the spans made into units for the page only
+        rows, spans = await store.done_parts(run_id, task)
+        page = done_page(rows, spans, offset, limit)
     else:
         wanted: UnitState = state  # type: ignore[assignment]  # checked against UNIT_STATES
         page = page_of(await store.units(run_id, task, states=(wanted,)), offset, limit)
