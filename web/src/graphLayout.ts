@@ -32,7 +32,9 @@ export function layered(tasks: GraphTask[], dx = 260, dy = 110): Record<string, 
 
 /** Failures grouped by their error's last line (the exception and its message), its
  * numbers left out: "unit 3 failed" and "unit 7 failed" are one error. */
-export function groupFailures<T extends { error: string | null }>(failures: T[]): { error: string; units: T[] }[] {
+export function groupFailures<T extends { error: string | null }>(
+  failures: T[],
+): { error: string; units: T[] }[] {
   const groups = new Map<string, T[]>();
   for (const f of failures) {
     const lines = (f.error ?? "").trim().split("\n");

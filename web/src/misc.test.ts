@@ -7,7 +7,7 @@ import { duration, gb } from "./format";
 describe("SseParser", () => {
   it("gives events whole, across chunks, without keep-alive comments", () => {
     const p = new SseParser();
-    expect(p.push("event: run\ndata: {\"a\"")).toEqual([]);
+    expect(p.push('event: run\ndata: {"a"')).toEqual([]);
     expect(p.push(":1}\n\n: keep-alive\n\nevent: run\r\ndata: 2\r\n\r\n")).toEqual([
       { event: "run", data: '{"a":1}' },
       { event: "run", data: "2" },

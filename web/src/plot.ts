@@ -10,7 +10,11 @@ export interface Bin {
 /** ``values`` in ``bins`` equal bins from 0 to ``top`` (the last bin holds ``top``). */
 export function histogram(values: number[], top: number, bins = 20): Bin[] {
   const width = top > 0 ? top / bins : 1;
-  const out: Bin[] = Array.from({ length: bins }, (_, i) => ({ from: i * width, to: (i + 1) * width, count: 0 }));
+  const out: Bin[] = Array.from({ length: bins }, (_, i) => ({
+    from: i * width,
+    to: (i + 1) * width,
+    count: 0,
+  }));
   for (const v of values) {
     const i = Math.min(bins - 1, Math.max(0, Math.floor(v / width)));
     out[i].count += 1;

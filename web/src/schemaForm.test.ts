@@ -23,8 +23,21 @@ describe("schemaFields: a settings schema as form fields", () => {
   const byName = Object.fromEntries(fields.map((f) => [f.name, f]));
 
   it("keeps the schema's order, titles, defaults and descriptions", () => {
-    expect(fields.map((f) => f.name)).toEqual(["grid", "diffusivities", "duration", "scheme", "label", "verbose", "extra"]);
-    expect(byName.grid).toMatchObject({ kind: "integer", default: 64, description: "cells per side", minimum: 4 });
+    expect(fields.map((f) => f.name)).toEqual([
+      "grid",
+      "diffusivities",
+      "duration",
+      "scheme",
+      "label",
+      "verbose",
+      "extra",
+    ]);
+    expect(byName.grid).toMatchObject({
+      kind: "integer",
+      default: 64,
+      description: "cells per side",
+      minimum: 4,
+    });
     expect(byName.duration.kind).toBe("number");
   });
 

@@ -116,7 +116,10 @@ export function parseValue(field: Field, text: string): Parsed {
       return found === undefined ? { error: `choose one of ${field.options?.join(", ")}` } : { value: found };
     }
     case "list": {
-      const parts = trimmed.split(",").map((p) => p.trim()).filter((p) => p !== "");
+      const parts = trimmed
+        .split(",")
+        .map((p) => p.trim())
+        .filter((p) => p !== "");
       if (field.items === "string") return { value: parts };
       const values: number[] = [];
       for (const p of parts) {

@@ -34,7 +34,8 @@ describe("YAML round trip", () => {
   });
 
   it("keeps the fields the Editor does not edit (retries, timeout_s)", () => {
-    const text = "tasks:\n  - name: a\n    type: t\n    retries: 1\n    timeout_s: 5\n    resources:\n      memory_per_worker_gb: 2\n";
+    const text =
+      "tasks:\n  - name: a\n    type: t\n    retries: 1\n    timeout_s: 5\n    resources:\n      memory_per_worker_gb: 2\n";
     expect(parse(toYaml(fromYaml(text)))).toEqual(parse(text));
   });
 

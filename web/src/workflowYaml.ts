@@ -71,14 +71,20 @@ export function toDocument(wf: EditorWorkflow): Record<string, unknown> {
 /** The YAML the Editor writes: the document, then the layout in one comment line. */
 export function toYaml(wf: EditorWorkflow): string {
   const layout = {
-    tasks: Object.fromEntries(wf.tasks.map((t) => [t.name, [Math.round(t.position.x), Math.round(t.position.y)]])),
-    sources: Object.fromEntries(wf.sources.map((s) => [s.name, [Math.round(s.position.x), Math.round(s.position.y)]])),
+    tasks: Object.fromEntries(
+      wf.tasks.map((t) => [t.name, [Math.round(t.position.x), Math.round(t.position.y)]]),
+    ),
+    sources: Object.fromEntries(
+      wf.sources.map((s) => [s.name, [Math.round(s.position.x), Math.round(s.position.y)]]),
+    ),
   };
   const body = stringify(toDocument(wf), { lineWidth: 0 });
   return `${body}${LAYOUT_MARK} ${JSON.stringify(layout)}\n`;
 }
 
-function readLayout(text: string): { tasks: Record<string, number[]>; sources: Record<string, number[]> } | null {
+function readLayout(
+  text: string,
+): { tasks: Record<string, number[]>; sources: Record<string, number[]> } | null {
   for (const line of text.split("\n")) {
     if (line.startsWith(LAYOUT_MARK)) {
       try {
@@ -196,7 +202,9 @@ export function removeTask(wf: EditorWorkflow, name: string): EditorWorkflow {
       .filter((t) => t.name !== name)
       .map((t) => ({
         ...t,
-        inputs: Object.fromEntries(Object.entries(t.inputs).filter(([, ref]) => parseRef(ref)?.task !== name)),
+        inputs: Object.fromEntries(
+          Object.entries(t.inputs).filter(([, ref]) => parseRef(ref)?.task !== name),
+        ),
       })),
   };
 }

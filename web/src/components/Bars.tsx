@@ -19,7 +19,11 @@ export function stateColor(state: string): string {
 }
 
 /** A bar of a task's (or run's) units by state. */
-export function UnitsBar(props: { counts: Record<string, number>; total: number; label?: string }): JSX.Element {
+export function UnitsBar(props: {
+  counts: Record<string, number>;
+  total: number;
+  label?: string;
+}): JSX.Element {
   const { counts, total } = props;
   const order = ["done", "running", "queued", "failed"];
   const done = counts.done ?? 0;

@@ -13,7 +13,10 @@ function FieldInput(props: {
   const { field } = props;
   const [text, setText] = useState(showValue(field, props.value));
   const [local, setLocal] = useState<string | undefined>();
-  useEffect(() => setText(props.value === undefined ? "" : showValue(field, props.value)), [props.value, field]);
+  useEffect(
+    () => setText(props.value === undefined ? "" : showValue(field, props.value)),
+    [props.value, field],
+  );
   const id = `${props.idPrefix}-${field.name}`;
   const commit = (t: string) => {
     const parsed = parseValue(field, t);
@@ -24,9 +27,16 @@ function FieldInput(props: {
   const error = local ?? props.error;
   let input: JSX.Element;
   if (field.kind === "boolean" || field.kind === "enum") {
-    const options = field.kind === "boolean" ? [true, false] : field.options ?? [];
+    const options = field.kind === "boolean" ? [true, false] : (field.options ?? []);
     input = (
-      <select id={id} value={text} onChange={(e) => { setText(e.target.value); commit(e.target.value); }}>
+      <select
+        id={id}
+        value={text}
+        onChange={(e) => {
+          setText(e.target.value);
+          commit(e.target.value);
+        }}
+      >
         <option value="">{placeholder || "(not set)"}</option>
         {options.map((o) => (
           <option key={String(o)} value={String(o)}>
@@ -55,7 +65,8 @@ function FieldInput(props: {
     <div className={`field ${error ? "has-error" : ""}`}>
       <label htmlFor={id}>
         {field.title}
-        {field.required && " *"} <span className="muted small">{field.kind === "list" ? `list of ${field.items}` : field.kind}</span>
+        {field.required && " *"}{" "}
+        <span className="muted small">{field.kind === "list" ? `list of ${field.items}` : field.kind}</span>
       </label>
       {input}
       {field.description && <div className="muted small">{field.description}</div>}

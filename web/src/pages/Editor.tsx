@@ -60,7 +60,10 @@ const DRAFT_KEY = "simrun-editor-draft";
 function TaskNode(props: { data: any; selected?: boolean }): JSX.Element {
   const { task, info, problems } = props.data;
   return (
-    <div className={`task-node ${problems.length ? "invalid" : ""} ${props.selected ? "selected" : ""}`} aria-label={`task ${task.name}`}>
+    <div
+      className={`task-node ${problems.length ? "invalid" : ""} ${props.selected ? "selected" : ""}`}
+      aria-label={`task ${task.name}`}
+    >
       <div className="node-title">
         <strong>{task.name}</strong> <span className="muted small">{task.type}</span>
       </div>
@@ -68,7 +71,12 @@ function TaskNode(props: { data: any; selected?: boolean }): JSX.Element {
         <div>
           {(info?.inputs ?? []).map((port: string) => (
             <div className="port in" key={port}>
-              <Handle type="target" position={Position.Left} id={port} aria-label={`input ${port} of ${task.name}`} />
+              <Handle
+                type="target"
+                position={Position.Left}
+                id={port}
+                aria-label={`input ${port} of ${task.name}`}
+              />
               {port}
             </div>
           ))}
@@ -77,7 +85,12 @@ function TaskNode(props: { data: any; selected?: boolean }): JSX.Element {
           {(info?.outputs ?? []).map((port: string) => (
             <div className="port out" key={port}>
               {port}
-              <Handle type="source" position={Position.Right} id={port} aria-label={`output ${port} of ${task.name}`} />
+              <Handle
+                type="source"
+                position={Position.Right}
+                id={port}
+                aria-label={`output ${port} of ${task.name}`}
+              />
             </div>
           ))}
         </div>
@@ -96,10 +109,18 @@ function TaskNode(props: { data: any; selected?: boolean }): JSX.Element {
 function SourceNode(props: { data: any; selected?: boolean }): JSX.Element {
   const { source, uploaded } = props.data;
   return (
-    <div className={`source-node ${uploaded ? "" : "invalid"} ${props.selected ? "selected" : ""}`} aria-label={`source ${source.name}`}>
+    <div
+      className={`source-node ${uploaded ? "" : "invalid"} ${props.selected ? "selected" : ""}`}
+      aria-label={`source ${source.name}`}
+    >
       <strong>{source.name}</strong>
       <div className="muted small">{uploaded ? uploaded.filename : `${source.path} — not uploaded`}</div>
-      <Handle type="source" position={Position.Right} id="source" aria-label={`output of source ${source.name}`} />
+      <Handle
+        type="source"
+        position={Position.Right}
+        id="source"
+        aria-label={`output of source ${source.name}`}
+      />
     </div>
   );
 }
@@ -114,7 +135,13 @@ function Palette(props: { types: TypeInfo[]; onAdd: (type: string) => void }): J
   const packages = [...new Set(shown.map((t) => t.package))].sort();
   return (
     <aside className="palette" aria-label="palette">
-      <input type="search" aria-label="search task types" placeholder="Search types" value={search} onChange={(e) => setSearch(e.target.value)} />
+      <input
+        type="search"
+        aria-label="search task types"
+        placeholder="Search types"
+        value={search}
+        onChange={(e) => setSearch(e.target.value)}
+      />
       {packages.map((pkg) => (
         <div key={pkg}>
           <h4>{pkg}</h4>
@@ -183,7 +210,9 @@ function EditorCanvas(props: { fromRun?: string }): JSX.Element {
   const byType = useMemo(() => new Map(types.map((t) => [t.name, t])), [types]);
 
   useEffect(() => {
-    getJson<TypeInfo[]>("/dashboard/types").then(setTypes).catch(() => setTypes([]));
+    getJson<TypeInfo[]>("/dashboard/types")
+      .then(setTypes)
+      .catch(() => setTypes([]));
   }, []);
   useEffect(() => sessionStorage.setItem(DRAFT_KEY, toYaml(wf)), [wf]);
   // #/editor/RUN: the workflow of an earlier run, to change and run again.
@@ -206,7 +235,7 @@ function EditorCanvas(props: { fromRun?: string }): JSX.Element {
         forecast: withForecast,
       });
       setProblems(answer.errors);
-      setForecast(withForecast ? answer.forecast ?? null : null);
+      setForecast(withForecast ? (answer.forecast ?? null) : null);
       return answer;
     },
     [wf, uploads],
@@ -259,7 +288,10 @@ function EditorCanvas(props: { fromRun?: string }): JSX.Element {
 
   const addTask = (type: string, at?: Point) => {
     setWf((w) => {
-      const name = freshName(type, w.tasks.map((t) => t.name));
+      const name = freshName(
+        type,
+        w.tasks.map((t) => t.name),
+      );
       const position = at ?? { x: 80 + 40 * (w.tasks.length % 6), y: 60 + 140 * w.tasks.length };
       setSelected(`task:${name}`);
       return { ...w, tasks: [...w.tasks, { name, type, settings: {}, inputs: {}, position }] };
@@ -267,9 +299,18 @@ function EditorCanvas(props: { fromRun?: string }): JSX.Element {
   };
   const addSource = () => {
     setWf((w) => {
-      const name = freshName("model", w.sources.map((s) => s.name));
+      const name = freshName(
+        "model",
+        w.sources.map((s) => s.name),
+      );
       setSelected(`source:${name}`);
-      return { ...w, sources: [...w.sources, { name, path: `${name}.dat`, position: { x: 0, y: 40 + 120 * w.sources.length } }] };
+      return {
+        ...w,
+        sources: [
+          ...w.sources,
+          { name, path: `${name}.dat`, position: { x: 0, y: 40 + 120 * w.sources.length } },
+        ],
+      };
     });
   };
   const removeNode = (id: string) => {
@@ -309,14 +350,18 @@ function EditorCanvas(props: { fromRun?: string }): JSX.Element {
       setWf((w) => ({
         ...w,
         tasks: w.tasks.map((t) =>
-          t.name === task ? { ...t, inputs: Object.fromEntries(Object.entries(t.inputs).filter(([p]) => p !== port)) } : t,
+          t.name === task
+            ? { ...t, inputs: Object.fromEntries(Object.entries(t.inputs).filter(([p]) => p !== port)) }
+            : t,
         ),
       }));
     }
   };
   const onConnect = (c: Connection) => {
     if (!c.targetHandle || !c.target.startsWith("task:")) return;
-    const ref = c.source.startsWith("source:") ? sourceRef(c.source.slice(7)) : taskRef(c.source.slice(5), c.sourceHandle ?? "");
+    const ref = c.source.startsWith("source:")
+      ? sourceRef(c.source.slice(7))
+      : taskRef(c.source.slice(5), c.sourceHandle ?? "");
     const target = c.target.slice(5);
     const port = c.targetHandle;
     setWf((w) => ({
@@ -366,8 +411,12 @@ function EditorCanvas(props: { fromRun?: string }): JSX.Element {
     }
   };
 
-  const task = selected?.startsWith("task:") ? wf.tasks.find((t) => `task:${t.name}` === selected) : undefined;
-  const source = selected?.startsWith("source:") ? wf.sources.find((s) => `source:${s.name}` === selected) : undefined;
+  const task = selected?.startsWith("task:")
+    ? wf.tasks.find((t) => `task:${t.name}` === selected)
+    : undefined;
+  const source = selected?.startsWith("source:")
+    ? wf.sources.find((s) => `source:${s.name}` === selected)
+    : undefined;
   const info = task ? byType.get(task.type) : undefined;
   const fields = info ? schemaFields(info.settings_schema) : [];
   const fieldErrors: Record<string, string> = {};
@@ -387,7 +436,11 @@ function EditorCanvas(props: { fromRun?: string }): JSX.Element {
       <Palette types={types} onAdd={(t) => addTask(t)} />
       <div className="canvas-column">
         <div className="toolbar">
-          <input aria-label="workflow name" value={wf.name ?? ""} onChange={(e) => setWf({ ...wf, name: e.target.value })} />
+          <input
+            aria-label="workflow name"
+            value={wf.name ?? ""}
+            onChange={(e) => setWf({ ...wf, name: e.target.value })}
+          />
           <button onClick={addSource}>Add source</button>
           <button
             onClick={() => {
@@ -411,13 +464,23 @@ function EditorCanvas(props: { fromRun?: string }): JSX.Element {
         </div>
         {yamlText !== null && (
           <div className="yaml-box">
-            <textarea aria-label="workflow yaml" value={yamlText} onChange={(e) => setYamlText(e.target.value)} rows={10} />
+            <textarea
+              aria-label="workflow yaml"
+              value={yamlText}
+              onChange={(e) => setYamlText(e.target.value)}
+              rows={10}
+            />
             <div>
               <button onClick={() => importYaml(yamlText)}>Open this YAML</button>
-              <input type="file" aria-label="open yaml file" accept=".yaml,.yml" onChange={async (e) => {
-                const f = e.target.files?.[0];
-                if (f) importYaml(await f.text());
-              }} />
+              <input
+                type="file"
+                aria-label="open yaml file"
+                accept=".yaml,.yml"
+                onChange={async (e) => {
+                  const f = e.target.files?.[0];
+                  if (f) importYaml(await f.text());
+                }}
+              />
             </div>
           </div>
         )}
@@ -430,7 +493,16 @@ function EditorCanvas(props: { fromRun?: string }): JSX.Element {
             ))}
           </ul>
         )}
-        <div className="canvas" ref={wrapper} onDragOver={(e) => { e.preventDefault(); e.dataTransfer.dropEffect = "move"; }} onDrop={onDrop} aria-label="canvas">
+        <div
+          className="canvas"
+          ref={wrapper}
+          onDragOver={(e) => {
+            e.preventDefault();
+            e.dataTransfer.dropEffect = "move";
+          }}
+          onDrop={onDrop}
+          aria-label="canvas"
+        >
           <ReactFlow
             nodes={nodes}
             edges={edges}
@@ -476,30 +548,44 @@ function EditorCanvas(props: { fromRun?: string }): JSX.Element {
             </table>
             <p className="small">
               On the live pool ({forecast.pool.workers} worker(s), {forecast.pool.processes} processes): ETA{" "}
-              {duration(forecast.eta_s)}, {forecast.core_hours === null ? "—" : forecast.core_hours.toPrecision(2)} core-hours
+              {duration(forecast.eta_s)},{" "}
+              {forecast.core_hours === null ? "—" : forecast.core_hours.toPrecision(2)} core-hours
             </p>
           </div>
         )}
       </div>
       <aside className="side" aria-label="settings panel">
-        {!task && !source && <p className="muted">Select a task to edit it; drag a type from the palette (or press Enter on it) to add one.</p>}
+        {!task && !source && (
+          <p className="muted">
+            Select a task to edit it; drag a type from the palette (or press Enter on it) to add one.
+          </p>
+        )}
         {task && (
           <>
             <h3>{task.type}</h3>
             <p className="muted small">{info?.description}</p>
             <div className="field">
               <label htmlFor="task-name">name</label>
-              <input id="task-name" key={task.name} defaultValue={task.name} onBlur={(e) => {
-                const to = e.target.value.trim();
-                if (to && to !== task.name && !wf.tasks.some((t) => t.name === to)) {
-                  setWf((w) => renameTask(w, task.name, to));
-                  setSelected(`task:${to}`);
-                }
-              }} />
+              <input
+                id="task-name"
+                key={task.name}
+                defaultValue={task.name}
+                onBlur={(e) => {
+                  const to = e.target.value.trim();
+                  if (to && to !== task.name && !wf.tasks.some((t) => t.name === to)) {
+                    setWf((w) => renameTask(w, task.name, to));
+                    setSelected(`task:${to}`);
+                  }
+                }}
+              />
             </div>
-            {taskProblems(task.name).filter((p) => !(p.loc[2] === "settings" && p.loc.length > 3)).map((p, i) => (
-              <div key={i} className="error small" role="alert">{p.message}</div>
-            ))}
+            {taskProblems(task.name)
+              .filter((p) => !(p.loc[2] === "settings" && p.loc.length > 3))
+              .map((p, i) => (
+                <div key={i} className="error small" role="alert">
+                  {p.message}
+                </div>
+              ))}
             <h4>Settings</h4>
             <SettingsForm
               idPrefix={`setting-${task.name}`}
@@ -519,7 +605,12 @@ function EditorCanvas(props: { fromRun?: string }): JSX.Element {
             {(["memory_per_worker_gb", "memory_base_gb"] as const).map((k) => (
               <div className="field" key={k}>
                 <label htmlFor={`res-${k}`}>{k}</label>
-                <input id={`res-${k}`} inputMode="decimal" placeholder="learned" defaultValue={task.resources?.[k] ?? ""} key={`${task.name}-${k}`}
+                <input
+                  id={`res-${k}`}
+                  inputMode="decimal"
+                  placeholder="learned"
+                  defaultValue={task.resources?.[k] ?? ""}
+                  key={`${task.name}-${k}`}
                   onBlur={(e) => {
                     const v = e.target.value.trim();
                     setTask((t) => {
@@ -528,7 +619,8 @@ function EditorCanvas(props: { fromRun?: string }): JSX.Element {
                       else resources[k] = Number(v);
                       return { ...t, resources: Object.keys(resources).length ? resources : undefined };
                     });
-                  }} />
+                  }}
+                />
               </div>
             ))}
             <button onClick={() => removeNode(`task:${task.name}`)}>Delete task</button>
@@ -539,14 +631,23 @@ function EditorCanvas(props: { fromRun?: string }): JSX.Element {
             <h3>Source {source.name}</h3>
             <div className="field">
               <label htmlFor="source-file">file</label>
-              <input id="source-file" type="file" onChange={async (e) => {
-                const f = e.target.files?.[0];
-                if (!f) return;
-                const content_b64 = await readBase64(f);
-                setUploads((u) => ({ ...u, [source.name]: { filename: f.name, content_b64 } }));
-                setWf((w) => ({ ...w, sources: w.sources.map((s) => (s === source ? { ...s, path: f.name } : s)) }));
-              }} />
-              <div className="muted small">{uploads[source.name] ? `uploaded: ${uploads[source.name].filename}` : "not uploaded yet"}</div>
+              <input
+                id="source-file"
+                type="file"
+                onChange={async (e) => {
+                  const f = e.target.files?.[0];
+                  if (!f) return;
+                  const content_b64 = await readBase64(f);
+                  setUploads((u) => ({ ...u, [source.name]: { filename: f.name, content_b64 } }));
+                  setWf((w) => ({
+                    ...w,
+                    sources: w.sources.map((s) => (s === source ? { ...s, path: f.name } : s)),
+                  }));
+                }}
+              />
+              <div className="muted small">
+                {uploads[source.name] ? `uploaded: ${uploads[source.name].filename}` : "not uploaded yet"}
+              </div>
             </div>
             <button onClick={() => removeNode(`source:${source.name}`)}>Delete source</button>
           </>

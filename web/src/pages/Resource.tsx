@@ -5,7 +5,14 @@ import { histogram, niceTop } from "../plot";
 
 interface Evidence {
   key: string;
-  explanation: { requested_gb: number; source: string; samples: number; runs: number; hint_gb: number; reasons: string[] };
+  explanation: {
+    requested_gb: number;
+    source: string;
+    samples: number;
+    runs: number;
+    hint_gb: number;
+    reasons: string[];
+  };
   peaks_gb: number[];
   kills: [number, number][];
   observations: number;
@@ -33,7 +40,12 @@ export function MemoryPlot(props: { evidence: Evidence }): JSX.Element {
   const most = Math.max(1, ...bins.map((b) => b.count));
   const histX = W - PAD - 110;
   return (
-    <svg className="plot" viewBox={`0 0 ${W} ${H}`} role="img" aria-label={`memory plot of ${props.evidence.key}`}>
+    <svg
+      className="plot"
+      viewBox={`0 0 ${W} ${H}`}
+      role="img"
+      aria-label={`memory plot of ${props.evidence.key}`}
+    >
       <line x1={LEFT} y1={H - PAD} x2={W - PAD} y2={H - PAD} stroke="#94a3b8" />
       <line x1={LEFT} y1={PAD} x2={LEFT} y2={H - PAD} stroke="#94a3b8" />
       {[0, 0.25, 0.5, 0.75, 1].map((f) => (
@@ -75,20 +87,20 @@ export function MemoryPlot(props: { evidence: Evidence }): JSX.Element {
         request {gb(explanation.requested_gb)} ({explanation.source})
       </text>
       {showHint && (
-      <line
-        className="hint"
-        x1={LEFT}
-        x2={W - PAD}
-        y1={y(explanation.hint_gb)}
-        y2={y(explanation.hint_gb)}
-        stroke="#94a3b8"
-        strokeDasharray="2 3"
-      />
+        <line
+          className="hint"
+          x1={LEFT}
+          x2={W - PAD}
+          y1={y(explanation.hint_gb)}
+          y2={y(explanation.hint_gb)}
+          stroke="#94a3b8"
+          strokeDasharray="2 3"
+        />
       )}
       {showHint && (
-      <text x={LEFT + 4} y={y(explanation.hint_gb) - 4} fontSize="10" fill="#64748b">
-        hint {gb(explanation.hint_gb)}
-      </text>
+        <text x={LEFT + 4} y={y(explanation.hint_gb) - 4} fontSize="10" fill="#64748b">
+          hint {gb(explanation.hint_gb)}
+        </text>
       )}
       {bins.map((b, i) => (
         <rect

@@ -78,7 +78,12 @@ function MemoryBar(props: { requested: number | null; peak: number | null }): JS
   );
 }
 
-function UnitLog(props: { runId: string; task: string; unit: string | number; onReplay: () => void }): JSX.Element {
+function UnitLog(props: {
+  runId: string;
+  task: string;
+  unit: string | number;
+  onReplay: () => void;
+}): JSX.Element {
   const [logs, setLogs] = useState<any>(null);
   const [error, setError] = useState<string | null>(null);
   useEffect(() => {
@@ -123,7 +128,9 @@ function Strip(props: {
   useEffect(() => {
     if (!state) return;
     const q = new URLSearchParams({ task: task.name, state, offset: String(offset), limit: "200" });
-    getJson(`/runs/${props.runId}/units?${q}`).then(setPage).catch(() => setPage(null));
+    getJson(`/runs/${props.runId}/units?${q}`)
+      .then(setPage)
+      .catch(() => setPage(null));
   }, [props.runId, task.name, state, offset, task.counts[state ?? ""]]);
   return (
     <div className="strip" aria-label={`units of ${task.name}`}>
@@ -157,7 +164,9 @@ function Strip(props: {
                 onClick={(e) => {
                   if (e.ctrlKey || e.metaKey || e.shiftKey) {
                     if (typeof u.unit !== "number") return;
-                    setChosen((c) => (c.includes(u.index) ? c.filter((i) => i !== u.index) : [...c, u.index]));
+                    setChosen((c) =>
+                      c.includes(u.index) ? c.filter((i) => i !== u.index) : [...c, u.index],
+                    );
                   } else props.onUnit(u.unit);
                 }}
               >
@@ -166,8 +175,12 @@ function Strip(props: {
             ))}
           </div>
           <div className="small muted">
-            {page.total === 0 ? "none" : `${page.offset + 1}–${page.offset + page.units.length} of ${count(page.total)}`}{" "}
-            {page.offset > 0 && <button onClick={() => setOffset(Math.max(0, offset - 200))}>previous</button>}
+            {page.total === 0
+              ? "none"
+              : `${page.offset + 1}–${page.offset + page.units.length} of ${count(page.total)}`}{" "}
+            {page.offset > 0 && (
+              <button onClick={() => setOffset(Math.max(0, offset - 200))}>previous</button>
+            )}
             {page.offset + page.units.length < page.total && (
               <button onClick={() => setOffset(offset + 200)}>next</button>
             )}
@@ -216,7 +229,9 @@ export function RunPage(props: { runId: string }): JSX.Element {
   }, [runId, generation]);
   const failedCount = view?.tasks.reduce((n, t) => n + (t.counts.failed ?? 0), 0) ?? 0;
   useEffect(() => {
-    getJson<Failure[]>(`/runs/${runId}/failures`).then(setFailures).catch(() => setFailures([]));
+    getJson<Failure[]>(`/runs/${runId}/failures`)
+      .then(setFailures)
+      .catch(() => setFailures([]));
   }, [runId, failedCount]);
   const graph = useMemo(() => {
     if (!view) return { nodes: [] as Node[], edges: [] as Edge[] };
@@ -231,7 +246,12 @@ export function RunPage(props: { runId: string }): JSX.Element {
         connectable: false,
       })),
       edges: view.tasks.flatMap((t) =>
-        t.depends.map((d) => ({ id: `${d}->${t.name}`, source: d, target: t.name, animated: t.state === "running" })),
+        t.depends.map((d) => ({
+          id: `${d}->${t.name}`,
+          source: d,
+          target: t.name,
+          animated: t.state === "running",
+        })),
       ),
     };
   }, [view]);
@@ -256,7 +276,8 @@ export function RunPage(props: { runId: string }): JSX.Element {
         <h1>{view.name ?? view.id}</h1>
         <StateBadge state={view.state} />
         <span className="muted">
-          {view.id} · started {when(view.created_s)} · ETA {view.state === "running" ? duration(view.eta_s) : "—"}
+          {view.id} · started {when(view.created_s)} · ETA{" "}
+          {view.state === "running" ? duration(view.eta_s) : "—"}
         </span>
       </div>
       {view.message && <p className="muted">{view.message}</p>}
@@ -283,8 +304,17 @@ export function RunPage(props: { runId: string }): JSX.Element {
         {notice && <span role="status">{notice}</span>}
       </div>
       <div className="graph" aria-label="task graph">
-        <ReactFlow nodes={graph.nodes} edges={graph.edges} nodeTypes={nodeTypes} fitView fitViewOptions={{ maxZoom: 1 }} proOptions={{ hideAttribution: true }}
-          onNodeClick={(_, n) => setOpenTask(n.id)} nodesDraggable={false} nodesConnectable={false}>
+        <ReactFlow
+          nodes={graph.nodes}
+          edges={graph.edges}
+          nodeTypes={nodeTypes}
+          fitView
+          fitViewOptions={{ maxZoom: 1 }}
+          proOptions={{ hideAttribution: true }}
+          onNodeClick={(_, n) => setOpenTask(n.id)}
+          nodesDraggable={false}
+          nodesConnectable={false}
+        >
           <Background />
           <Controls showInteractive={false} />
         </ReactFlow>
@@ -306,7 +336,11 @@ export function RunPage(props: { runId: string }): JSX.Element {
             {view.tasks.map((t) => (
               <tr key={t.name} className={openTask === t.name ? "open" : ""}>
                 <td>
-                  <button className="link" aria-expanded={openTask === t.name} onClick={() => setOpenTask(openTask === t.name ? null : t.name)}>
+                  <button
+                    className="link"
+                    aria-expanded={openTask === t.name}
+                    onClick={() => setOpenTask(openTask === t.name ? null : t.name)}
+                  >
                     {t.name}
                   </button>
                   <div className="muted small">
@@ -321,7 +355,9 @@ export function RunPage(props: { runId: string }): JSX.Element {
                 </td>
                 <td>
                   <StateBadge state={t.state} />
-                  <div className="muted small">{t.reused_from ? `reused from ${t.reused_from}` : t.status}</div>
+                  <div className="muted small">
+                    {t.reused_from ? `reused from ${t.reused_from}` : t.status}
+                  </div>
                 </td>
                 <td className="wide">
                   <UnitsBar counts={t.counts} total={t.units ?? 0} label={`progress of ${t.name}`} />
@@ -335,7 +371,9 @@ export function RunPage(props: { runId: string }): JSX.Element {
                 <td className={t.kills ? "bad" : ""}>{count(t.kills ?? 0)}</td>
                 <td title="seconds per unit (learned), units per second (observed)">
                   {t.seconds_per_unit === null ? "—" : `${t.seconds_per_unit.toPrecision(2)} s/unit`}
-                  {t.units_per_s ? <div className="muted small">{t.units_per_s.toPrecision(2)} units/s</div> : null}
+                  {t.units_per_s ? (
+                    <div className="muted small">{t.units_per_s.toPrecision(2)} units/s</div>
+                  ) : null}
                 </td>
                 <td>{t.state === "running" ? duration(t.eta_s) : "—"}</td>
               </tr>
@@ -358,7 +396,11 @@ export function RunPage(props: { runId: string }): JSX.Element {
           task={unit.task}
           unit={unit.unit}
           onReplay={() =>
-            act("replay", { task: unit.task, units: typeof unit.unit === "number" ? [unit.unit] : [], memory_gb: memoryGb })
+            act("replay", {
+              task: unit.task,
+              units: typeof unit.unit === "number" ? [unit.unit] : [],
+              memory_gb: memoryGb,
+            })
           }
         />
       )}
@@ -372,8 +414,15 @@ export function RunPage(props: { runId: string }): JSX.Element {
               </summary>
               <div className="chips">
                 {g.units.map((f) => (
-                  <button key={`${f.task}/${f.unit}`} className="chip" style={{ background: stateColor(f.kills ? "killed" : "failed") }}
-                    onClick={() => { setOpenTask(f.task); setUnit({ task: f.task, unit: f.unit }); }}>
+                  <button
+                    key={`${f.task}/${f.unit}`}
+                    className="chip"
+                    style={{ background: stateColor(f.kills ? "killed" : "failed") }}
+                    onClick={() => {
+                      setOpenTask(f.task);
+                      setUnit({ task: f.task, unit: f.unit });
+                    }}
+                  >
                     {f.task}/{String(f.unit)}
                   </button>
                 ))}
