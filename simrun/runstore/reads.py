@@ -315,6 +315,16 @@ class RunReads:
         )
         return [unit_of(r) for r in rows], list(spans)
 
+    async def killed_units(self, run_id: str, task: str) -> list[UnitRow]:
+        """A task's units killed for memory at least once, whatever became of them (a kill
+        gives a unit a row of its own), by index."""
+        rows = await self._fetch(
+            f"SELECT {UNIT_COLUMNS} FROM units WHERE run_id = ? AND task = ? AND kills > 0"
+            " ORDER BY idx",
+            (run_id, task),
+        )
+        return [unit_of(r) for r in rows]
+
     async def _range_jobs(
         self, run_id: str, scope: str = "", params: Sequence[Any] = ()
     ) -> list[JobRow]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -323,6 +324,39 @@ def test_a_failed_unit_s_log_its_replay_and_the_memory_plot_of_its_key(
     plot.wait_for()
     assert plot.locator("circle.peak").count() > 0
     assert plot.locator("line.request").count() == 1
+
+
+def test_a_unit_killed_for_memory_shows_in_its_strip_and_on_the_plot(
+    page: Any, stack: Stack
+) -> None:
+    """A unit that uses more memory than its process was given is killed, then retried
+    with more: the task's strip lists it under "killed", and the key's plot marks the
+    kill at its limit."""
+    doc = {
+        "name": "hungry",
+        "tasks": [
+            {
+                "name": "eat", "type": "svc-work",
+                "settings": {"units": 4, "hog_mb": 600, "hog_indices": [1], "tag": "hungry"},
+            }
+        ],
+    }  # fmt: skip
+    with stack.api() as api:
+        answer = api.post("/runs", json={"workflow": json.dumps(doc)})
+        assert answer.status_code == 201, answer.text
+        run_id = answer.json()["run"]
+    page.goto(f"{stack.url}/#/runs/{run_id}")
+    page.get_by_text("succeeded").first.wait_for(timeout=120_000)
+    page.get_by_role("button", name="eat").click()
+    strip = page.get_by_label("units of eat")
+    strip.get_by_role("tab", name=re.compile(r"^killed [1-9]")).click()
+    expect(strip.get_by_role("button", name="1", exact=True)).to_have_count(1)
+    key = page.locator("table.tasks a[href^='#/resources/']").first
+    key_text = key.inner_text()
+    key.click()
+    plot = page.get_by_role("img", name=f"memory plot of {key_text}")
+    plot.wait_for()
+    assert plot.locator("g.kill").count() >= 1
 
 
 def test_an_example_yaml_opens_in_the_editor_with_a_layout(page: Any) -> None:

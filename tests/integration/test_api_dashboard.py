@@ -140,6 +140,8 @@ async def test_a_task_s_units_come_in_pages_of_one_state(
     assert missing.status_code == 404
     wrong = await api.get(f"/runs/{run_id}/units", params={"task": "work", "state": "odd"})
     assert wrong.status_code == 422
+    killed = await api.get(f"/runs/{run_id}/units", params={"task": "work", "state": "killed"})
+    assert killed.json()["total"] == 0  # nothing killed for memory
 
 
 async def test_the_palette_tells_each_type_s_package_and_schema(api: httpx.AsyncClient) -> None:

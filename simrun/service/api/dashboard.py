@@ -8,6 +8,7 @@ page itself):
                                                      (event ``runs``), sent when it changed
     GET  /runs/{id}/units?task=T&state=S&offset=O&limit=N
                                                      a page of a task's units in one state
+                                                     (or ``killed``: killed for memory)
                                                      (the strip of the run page: no unit
                                                      is sent before a strip is opened)
     GET  /runs/{id}/document                         the run's workflow as submitted (the
@@ -78,6 +79,11 @@ from simrun.workflow import (
 __all__ = ["CheckBody", "router", "runs_lines"]
 
 router = APIRouter()
+
+#: Units killed for memory at least once (not a state: they went on, or failed).
+KILLED = "killed"
+#: What a task's strip pages: a state, or the killed units.
+STRIP_STATES = (*UNIT_STATES, KILLED)
 
 #: Seconds between two reads of the runs list while nothing was notified (a submission
 #: notifies its own run only, which the list's follower does not wait on).
@@ -162,10 +168,11 @@ async def units(
     offset: int = 0,
     limit: int = 100,
 ) -> dict[str, Any]:
-    """A page of ``task``'s units in ``state`` (by index), with their total."""
-    if state not in UNIT_STATES:
+    """A page of ``task``'s units in ``state`` (by index), or of its units killed for
+    memory (``killed``), with their total."""
+    if state not in STRIP_STATES:
         raise HTTPException(
-            status_code=422, detail=f"state {state!r} is none of {', '.join(UNIT_STATES)}"
+            status_code=422, detail=f"state {state!r} is none of {', '.join(STRIP_STATES)}"
         )
     known = {t.name for t in await controller.queries.store.tasks(run_id)}
     if task not in known:
@@ -178,6 +185,8 @@ async def units(
         counts = (await store.counts(run_id)).get(task)
         total = counts.pending if counts is not None else len(rows) + len(fresh)
         page = pending_page(rows, fresh, total, (run_id, task), offset, limit)
+    elif state == KILLED:  # killed for memory at least once: each has a row
+        page = page_of(await store.killed_units(run_id, task), offset, limit)
     elif state == "done":  # the spans made into units for the page only
         rows, spans = await store.done_parts(run_id, task)
         page = done_page(rows, spans, offset, limit)

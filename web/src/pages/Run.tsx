@@ -47,7 +47,8 @@ interface Failure {
   error: string | null;
 }
 
-const STRIP_STATES = ["done", "running", "queued", "pending", "failed"];
+// The states of a task's strip, and its units killed for memory at least once.
+const STRIP_STATES = ["done", "running", "queued", "pending", "failed", "killed"];
 
 function TaskNode(props: { data: { task: TaskView } }): JSX.Element {
   const t = props.data.task;
@@ -147,7 +148,7 @@ function Strip(props: {
               setOffset(0);
             }}
           >
-            {s} {count(task.counts[s] ?? 0)}
+            {s} {count(s === "killed" ? (task.kills ?? 0) : (task.counts[s] ?? 0))}
           </button>
         ))}
       </div>
