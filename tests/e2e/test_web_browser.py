@@ -383,7 +383,7 @@ def test_the_pages_of_a_run_of_a_million_units_load_within_a_second(
 ) -> None:
     """With a run of 1,000,000 units in the store (held back: its memory fits no worker),
     the runs list and the run's page show within a second: no unit is sent before a strip
-    is opened, and then a page of them."""
+    is opened, and then a page of them. The page's Cancel button cancels it."""
     doc = {
         "name": "million",
         "tasks": [
@@ -419,6 +419,9 @@ def test_the_pages_of_a_run_of_a_million_units_load_within_a_second(
         strip.get_by_role("tab", name="pending 1,000,000").click()
         expect(strip.locator(".chip")).to_have_count(200)
         expect(strip).to_contain_text("200 of 1,000,000")
+        page.get_by_role("button", name="Cancel run").click()  # the button cancels it
+        page.get_by_role("status").get_by_text("cancelled").wait_for()
+        expect(page.locator(".toolbar .badge")).to_have_text("cancelled")
     finally:
         with stack.api() as api:
             api.post(f"/runs/{run_id}/cancel")
