@@ -93,17 +93,33 @@ LIST_POLL_S = 1.0
 LIST_MIN_GAP_S = 0.25
 
 
+#: The lines of ended runs a follower of the list has read, by run id, with the run's
+#: ``updated_s`` then (a replay changes it): an ended run's line does not change.
+EndedLines = dict[str, tuple[float, dict[str, Any]]]
+
+
 async def runs_lines(
-    controller: Controller, state: str | None, text: str | None, limit: int
+    controller: Controller,
+    state: str | None,
+    text: str | None,
+    limit: int,
+    ended: EndedLines | None = None,
 ) -> list[dict[str, Any]]:
-    """The runs list under a filter, the latest first."""
+    """The runs list under a filter, the latest first. With ``ended`` (a follower's own),
+    the lines of ended runs are read once and kept there."""
     now = time.time()
     out = []
     for row in await controller.queries.runs(limit=max(1, min(limit, 1000))):
-        view = await controller.queries.run(row.id)
-        if view is None:
-            continue
-        line = run_line(view, now)
+        kept = ended.get(row.id) if ended is not None else None
+        if kept is not None and kept[0] == row.updated_s:
+            line = kept[1]
+        else:
+            view = await controller.queries.run(row.id)
+            if view is None:
+                continue
+            line = run_line(view, now)
+            if ended is not None and row.state != "running":
+                ended[row.id] = (row.updated_s, line)
         if keep_run(line, state, text):
             out.append(line)
     return out
@@ -127,10 +143,11 @@ async def list_events(
     after `KEEPALIVE_S` without one; ends when the service stops or the client left."""
     changes = controller.changes
     sent: str | None = None
+    ended: EndedLines = {}
     quiet_since = time.monotonic()
     while not changes.closed:
         version = changes.version("")  # grows with every step that changed something
-        lines = await runs_lines(controller, state, text, limit)
+        lines = await runs_lines(controller, state, text, limit, ended)
         data = json.dumps(lines, separators=(",", ":"))
         if data != sent:
             yield event("runs", data)
