@@ -2,6 +2,9 @@ import { percent } from "../format";
 
 export const STATE_COLORS: Record<string, string> = {
   done: "#16a34a",
+  succeeded: "#16a34a",
+  ready: "#a855f7",
+  merging: "#2563eb",
   running: "#2563eb",
   queued: "#a855f7",
   pending: "#cbd5e1",

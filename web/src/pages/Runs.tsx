@@ -18,7 +18,9 @@ interface RunLine {
   killed: number;
 }
 
-const STATES = ["", "running", "done", "failed", "cancelled", "interrupted"];
+// A run's states (simrun.core.states.RunState), and "interrupted" (running in the store,
+// nothing goes on with it).
+const STATES = ["", "running", "succeeded", "failed", "cancelled", "interrupted"];
 
 export function RunsPage(): JSX.Element {
   const [state, setState] = useState("");
