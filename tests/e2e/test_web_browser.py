@@ -448,6 +448,12 @@ def test_the_workers_page_shows_the_live_worker_and_its_queue(page: Any, stack: 
     expect(row).to_contain_text("container(s)")
 
 
+def test_an_unknown_run_s_page_says_so(page: Any, stack: Stack) -> None:
+    """The page of a run the service does not know says so (once: no reconnecting)."""
+    page.goto(f"{stack.url}/#/runs/no-such-run")
+    expect(page.locator("main")).to_contain_text("there is no run 'no-such-run'")
+
+
 def test_the_runs_and_run_pages_fit_a_phone(stack: Stack, page: Any) -> None:
     """At a phone's width (390 px) the runs list and a run page do not scroll sideways as
     a whole (wide tables scroll in their own box)."""

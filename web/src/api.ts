@@ -90,6 +90,12 @@ export function follow(
           askToken();
           return;
         }
+        if (answer.status === 404) {
+          // an unknown run: said once as an event named "missing", not asked again
+          const body = await answer.json().catch(() => ({}));
+          onEvent("missing", body);
+          return;
+        }
         if (!answer.ok || !answer.body) throw new Error(`HTTP ${answer.status}`);
         const reader = answer.body.getReader();
         const decoder = new TextDecoder();

@@ -214,6 +214,7 @@ export function RunPage(props: { runId: string }): JSX.Element {
   const [unit, setUnit] = useState<{ task: string; unit: string | number } | null>(null);
   const [memory, setMemory] = useState("");
   const [notice, setNotice] = useState<string | null>(null);
+  const [missing, setMissing] = useState<string | null>(null);
   // Bumped by a replay: the stream of an ended run closed, and the run goes on again.
   const [generation, setGeneration] = useState(0);
   useEffect(() => {
@@ -221,6 +222,7 @@ export function RunPage(props: { runId: string }): JSX.Element {
     return follow(
       `/runs/${runId}/events`,
       (name, data) => {
+        if (name === "missing") setMissing(data?.detail ?? `there is no run ${runId}`);
         if (name !== "run") return;
         setView(data as RunView);
         ended = data.state !== "running";
@@ -256,7 +258,7 @@ export function RunPage(props: { runId: string }): JSX.Element {
       ),
     };
   }, [view]);
-  if (!view) return <p className="muted">Loading run {runId}…</p>;
+  if (!view) return <p className="muted">{missing ?? `Loading run ${runId}…`}</p>;
   const total = view.tasks.reduce((n, t) => n + (t.units ?? 0), 0);
   const counts: Record<string, number> = {};
   for (const t of view.tasks) for (const [k, v] of Object.entries(t.counts)) counts[k] = (counts[k] ?? 0) + v;
