@@ -41,7 +41,7 @@ from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S
-from simrun.core.views import RunView
+from simrun.core.views import FailureView, RunView
 from simrun.local.machine import LocalError, default_capacity, machine
 from simrun.plugins import TaskType
 
@@ -197,6 +197,29 @@ def held_line(held: tuple[str, ...], store: Path, plugins: tuple[str, ...]) -> s
     )
 
 
+def _report_ended(
+    out: Console,
+    final: RunView,
+    failures: list[FailureView],
+    replay_cmd: str,
+    shown_store: Path,
+    current: str,
+) -> int:
+    """Print the end of a run that ended (its summary, what failed and how to replay it,
+    where the learned resources are); its exit status."""
+    code = report_end(
+        out,
+        final,
+        failures,
+        replay_cmd,
+        str(StoreLayout(shown_store).run_dir(current)),
+        logs_where=["--store", str(shown_store)],
+    )
+    learned = shell_join(["simrun", "resources", "--store", str(shown_store)])
+    out.print(f"[dim]what was learned for the next runs: {escape(learned)}[/]", soft_wrap=True)
+    return code
+
+
 async def embedded(
     options: LocalOptions,
     types: dict[str, TaskType],
@@ -284,24 +307,16 @@ async def embedded(
                 await session.drain()
             final = await fetch()
             failures = await reader.failures(current)
-            if open_browser and outcome.reason == "ended":
+            if open_browser and outcome.reason == "ended":  # the end first, then the page
+                code = _report_ended(out, final, failures, replay_cmd, shown_store, current)
                 out.print(f"the dashboard stays up at {page}: Ctrl-C to stop", soft_wrap=True)
                 await interrupted.wait()
+                return code
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
     if outcome.reason == "ended":
-        code = report_end(
-            out,
-            final,
-            failures,
-            replay_cmd,
-            str(StoreLayout(shown_store).run_dir(current)),
-            logs_where=["--store", str(shown_store)],
-        )
-        learned = shell_join(["simrun", "resources", "--store", str(shown_store)])
-        out.print(f"[dim]what was learned for the next runs: {escape(learned)}[/]", soft_wrap=True)
-        return code
+        return _report_ended(out, final, failures, replay_cmd, shown_store, current)
     out.print(summary_table(final, now_s=time.time()))
     if outcome.reason == "interrupted":
         out.print(f"[yellow]interrupted:[/] the workers are stopped; run {current} is kept.")

@@ -42,8 +42,9 @@ def test_run_prints_the_dashboard_url_of_its_run(tmp_path: Path) -> None:
 
 
 def test_open_opens_the_page_and_keeps_it_up_until_ctrl_c(tmp_path: Path) -> None:
-    """With --open, the browser is given the run's page; after the run, the page and the
-    run's data are still served, until SIGINT ends the command with the run's status."""
+    """With --open, the browser is given the run's page; after the run (its summary
+    printed), the page and the run's data are still served, until SIGINT ends the command
+    with the run's status."""
     seen = tmp_path / "opened.txt"
     browser = tmp_path / "browser.sh"
     browser.write_text(f'#!/bin/sh\necho "$1" > {seen}\n')
@@ -57,6 +58,8 @@ def test_open_opens_the_page_and_keeps_it_up_until_ctrl_c(tmp_path: Path) -> Non
     try:
         output.wait_for(lambda text: "the dashboard stays up" in text, timeout_s=120)
         assert proc.poll() is None, output.text()
+        so_far = output.text(timeout_s=0.1)
+        assert so_far.index("succeeded in") < so_far.index("the dashboard stays up")
         found = URL_LINE.search(output.text(timeout_s=0.1))
         assert found is not None
         url, run_id = found.group(1), found.group(2)
