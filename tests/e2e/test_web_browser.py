@@ -111,11 +111,19 @@ def browser(stack: Stack) -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any, stack: Stack) -> Iterator[Any]:
-    """A page at 1280x800 that gave the token once (the prompt the page shows on a 401)."""
+    """A page at 1280x800 that gave the token once (the prompt the page shows on a 401);
+    afterwards, no script error happened and nothing was asked of another host."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    elsewhere: list[str] = []  # the page works with no network: nothing from another host
+
+    def request(r: Any) -> None:
+        if not r.url.startswith((stack.url, "data:", "blob:", "about:")):
+            elsewhere.append(r.url)
+
+    page.on("request", request)
     page.goto(f"{stack.url}/#/runs")
     prompt = page.get_by_role("dialog", name="token")
     prompt.wait_for()
@@ -125,6 +133,7 @@ def page(browser: Any, stack: Stack) -> Iterator[Any]:
     yield page
     context.close()
     assert errors == [], errors
+    assert elsewhere == [], elsewhere
 
 
 def expect(locator: Any) -> Any:
