@@ -602,13 +602,13 @@ function EditorCanvas(props: { fromRun?: string }): JSX.Element {
               }
             />
             <h4>Resources (override)</h4>
-            {(["memory_per_worker_gb", "memory_base_gb"] as const).map((k) => (
+            {(["memory_per_worker_gb", "memory_base_gb", "scratch_gb", "gpus"] as const).map((k) => (
               <div className="field" key={k}>
                 <label htmlFor={`res-${k}`}>{k}</label>
                 <input
                   id={`res-${k}`}
                   inputMode="decimal"
-                  placeholder="learned"
+                  placeholder="learned or the hint"
                   defaultValue={task.resources?.[k] ?? ""}
                   key={`${task.name}-${k}`}
                   onBlur={(e) => {
