@@ -33,6 +33,7 @@ from simrun.cli.common import (
     prepare,
     shell_join,
 )
+from simrun.cli.dashboard import dashboard_url, open_dashboard
 from simrun.cli.follow import STUCK_AFTER_S, follow, report_end
 from simrun.cli.forecast import pool_advice, pool_of, pool_text
 from simrun.cli.progress import make_view, summary_table
@@ -42,7 +43,7 @@ from simrun.core.layout import StoreLayout
 from simrun.core.sizing import image_queue
 from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S
-from simrun.core.views import RunView
+from simrun.core.views import FailureView, RunView
 from simrun.local.machine import (
     LocalError,
     default_capacity,
@@ -244,6 +245,29 @@ def held_line(held: tuple[str, ...], store: Path, plugins: tuple[str, ...]) -> s
     )
 
 
+def _report_ended(
+    out: Console,
+    final: RunView,
+    failures: list[FailureView],
+    replay_cmd: str,
+    shown_store: Path,
+    current: str,
+) -> int:
+    """Print the end of a run that ended (its summary, what failed and how to replay it,
+    where the learned resources are); its exit status."""
+    code = report_end(
+        out,
+        final,
+        failures,
+        replay_cmd,
+        str(StoreLayout(shown_store).run_dir(current)),
+        logs_where=["--store", str(shown_store)],
+    )
+    learned = shell_join(["simrun", "resources", "--store", str(shown_store)])
+    out.print(f"[dim]what was learned for the next runs: {escape(learned)}[/]", soft_wrap=True)
+    return code
+
+
 async def embedded(
     options: LocalOptions,
     types: dict[str, TaskType],
@@ -254,8 +278,11 @@ async def embedded(
     run_id: str | None = None,
     replay: ReplayRequest | None = None,
     every_s: float = opt.DEFAULT_EVERY_S,
+    open_browser: bool = False,
 ) -> int:
-    """Run (or go on with) one run in an embedded session; the exit status."""
+    """Run (or go on with) one run in an embedded session; the exit status. With
+    ``open_browser``, the run's dashboard opens in the browser, and the service stays up
+    after the run until Ctrl-C (so the page can still be read)."""
     if run_id is not None:
         await check_run(shown_store, run_id, replay)
     out, err = console(), err_console()
@@ -286,6 +313,12 @@ async def embedded(
             if note is not None:
                 out.print(f"[yellow]{escape(note)}[/]", soft_wrap=True)
             current = await _start_run(session, out, prepared, run_id, replay)
+            page = dashboard_url(session.url, current)
+            out.print(f"dashboard {page}", soft_wrap=True)
+            if open_browser:
+                problem = open_dashboard(page)
+                if problem is not None:
+                    err.print(f"[yellow]{escape(problem)}[/]", soft_wrap=True)
             replay_cmd, resume_cmd = _commands(current, shown_store, options.plugins)
             watch = f"simrun status {current} --url {session.url}"
             out.print(f"watch it from another shell: {watch}", soft_wrap=True)
@@ -322,21 +355,16 @@ async def embedded(
                 await session.drain()
             final = await fetch()
             failures = await reader.failures(current)
+            if open_browser and outcome.reason == "ended":  # the end first, then the page
+                code = _report_ended(out, final, failures, replay_cmd, shown_store, current)
+                out.print(f"the dashboard stays up at {page}: Ctrl-C to stop", soft_wrap=True)
+                await interrupted.wait()
+                return code
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
     if outcome.reason == "ended":
-        code = report_end(
-            out,
-            final,
-            failures,
-            replay_cmd,
-            str(StoreLayout(shown_store).run_dir(current)),
-            logs_where=["--store", str(shown_store)],
-        )
-        learned = shell_join(["simrun", "resources", "--store", str(shown_store)])
-        out.print(f"[dim]what was learned for the next runs: {escape(learned)}[/]", soft_wrap=True)
-        return code
+        return _report_ended(out, final, failures, replay_cmd, shown_store, current)
     out.print(summary_table(final, now_s=time.time()))
     if outcome.reason == "interrupted":
         out.print(f"[yellow]interrupted:[/] the workers are stopped; run {current} is kept.")
@@ -425,6 +453,10 @@ RESUME_HELP = "Go on with an interrupted run of the store instead of submitting 
 @opt.intake_options
 @opt.PROBE
 @opt.ENGINE
+@click.option(
+    "--open", "open_browser", is_flag=True,
+    help="Open the run's dashboard in the browser (and keep it up after the run, to Ctrl-C).",
+)  # fmt: skip
 def run(
     workflow: Path | None,
     store: Path,
@@ -446,6 +478,7 @@ def run(
     intake: InputLimits,
     probe: bool,
     engine: str | None,
+    open_browser: bool,
 ) -> None:
     """Run WORKFLOW on this machine: Redis, the service and worker containers are started
     for the run and stopped after it, with live progress.
@@ -543,7 +576,14 @@ def run(
     )
     code = asyncio.run(
         embedded(
-            options, types, shown_store, pool, prepared=prepared, run_id=resume, every_s=every_s
+            options,
+            types,
+            shown_store,
+            pool,
+            prepared=prepared,
+            run_id=resume,
+            every_s=every_s,
+            open_browser=open_browser,
         )
     )
     sys.exit(code)

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from simrun.cli.common import load_types_from_here
+from simrun.cli.dashboard import dashboard_url
 from simrun.cli.options import (
     PLUGINS,
     PREFIX,
@@ -54,8 +55,10 @@ NETWORK_FS_HELP = "Start even when the SQLite file is on a network file system (
 
 
 def _say_listening(url: str) -> None:
-    """The line that says where the service answers, on stdout, once it does."""
+    """The lines that say where the service answers, and its web app, on stdout, once it
+    does."""
     click.echo(f"simrun service listening on {url}")
+    click.echo(f"dashboard {dashboard_url(url)}")
 
 
 @click.command("service")

@@ -380,6 +380,31 @@ class RunReads:
         out.sort(key=lambda u: (u.task, u.index))
         return out
 
+    async def done_parts(self, run_id: str, task: str) -> tuple[list[UnitRow], list[Any]]:
+        """A task's done units without an object per unit (a page of a large task costs a
+        page): those with a row of their own, and its spans (rows of ``SELECT
+        {SPAN_COLUMNS}``, whose units `span_units` makes), each by index."""
+        rows = await self._fetch(
+            f"SELECT {UNIT_COLUMNS} FROM units WHERE run_id = ? AND task = ? AND state = 'done'"
+            " ORDER BY idx",
+            (run_id, task),
+        )
+        spans = await self._fetch(
+            f"SELECT {SPAN_COLUMNS} FROM spans WHERE run_id = ? AND task = ? ORDER BY first_idx",
+            (run_id, task),
+        )
+        return [unit_of(r) for r in rows], list(spans)
+
+    async def killed_units(self, run_id: str, task: str) -> list[UnitRow]:
+        """A task's units killed for memory at least once, whatever became of them (a kill
+        gives a unit a row of its own), by index."""
+        rows = await self._fetch(
+            f"SELECT {UNIT_COLUMNS} FROM units WHERE run_id = ? AND task = ? AND kills > 0"
+            " ORDER BY idx",
+            (run_id, task),
+        )
+        return [unit_of(r) for r in rows]
+
     async def _range_jobs(
         self, run_id: str, scope: str = "", params: Sequence[Any] = ()
     ) -> list[JobRow]:

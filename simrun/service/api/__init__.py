@@ -21,6 +21,10 @@ Routes (JSON in and out; a bearer token is required when the service has one):
                                       the live workers' count and shape (`simrun scale`)
     GET  /metrics                     Prometheus text format 0.0.4 (`simrun.service.metrics`)
     GET  /openapi.json                the schema of these routes
+    GET  /dashboard/..., /workers, /runs/{id}/units
+                                      what the web app's pages need
+                                      (`simrun.service.api.dashboard`)
+    GET  /, /assets/...               the web app (`simrun.service.web`): open, no data
 
 A rejected document creates nothing and answers 422 with every problem; an unknown run
 or resource key answers 404, a replay or cancel its state does not allow 409.
@@ -55,7 +59,17 @@ from fastapi import FastAPI
 
 from simrun import __version__
 from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
-from simrun.service.api import events, guard, logs, monitoring, resources, runs, types
+from simrun.service import web
+from simrun.service.api import (
+    dashboard,
+    events,
+    guard,
+    logs,
+    monitoring,
+    resources,
+    runs,
+    types,
+)
 from simrun.service.controller import Controller
 
 __all__ = ["create_app"]
@@ -87,4 +101,6 @@ def create_app(
     app.include_router(logs.router)
     app.include_router(resources.router)
     app.include_router(monitoring.router)
+    app.include_router(dashboard.router)
+    app.include_router(web.router)
     return app

@@ -3,7 +3,8 @@
 It is ASGI middleware rather than a dependency of each router, so that
 
 * a route added later (FastAPI's own /openapi.json included) needs the token without
-  anyone remembering it: only `OPEN_PATHS` are open;
+  anyone remembering it: only `OPEN_PATHS` and the web app's files
+  (`simrun.service.web.is_static`: they hold no data) are open;
 * a request without the token is refused before its body is read, and a body past its
   limit (`simrun.core.intake.body_limit`) is refused from its ``Content-Length`` before a
   byte of it is read, or as soon as the bytes received pass the limit when it gave none
@@ -24,6 +25,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from simrun.core.intake import InputLimits, body_limit, body_too_large, is_submission
+from simrun.service.web import is_static
 
 __all__ = ["OPEN_PATHS", "BodyTooLarge", "Guard", "token_matches"]
 
@@ -86,7 +88,8 @@ class Guard:
             return
         headers = Headers(scope=scope)
         path: str = scope["path"]
-        if path not in OPEN_PATHS and not token_matches(headers.get("authorization"), self.token):
+        is_open = path in OPEN_PATHS or is_static(path)  # the web app's files hold no data
+        if not is_open and not token_matches(headers.get("authorization"), self.token):
             await _answer(send, 401, UNAUTHORIZED, [(b"www-authenticate", b"Bearer")])
             return
         limit = body_limit(scope["method"], path, self.limits)

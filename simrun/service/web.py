@@ -1,0 +1,83 @@
+"""The web app's files: the page at ``/`` and its bundle under ``/assets/``.
+
+The bundle is built from the top-level ``web/`` folder (``npm run build``) into
+``simrun/service/static/`` and shipped inside the Python package, so a service needs no
+Node.js and the page no network (no asset from a CDN). The files hold no data: they are
+served without the token (`is_static`); every data route and event stream stays behind it
+(`simrun.service.api.guard`), and the page asks the user for the token once and keeps it
+for the browser session.
+
+The page routes with the URL's fragment (``/#/runs/RUN``), so the service serves one
+document, ``/``, and the API keeps all its paths.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+from pathlib import Path
+
+from fastapi import APIRouter, HTTPException
+from fastapi.responses import FileResponse, HTMLResponse
+
+__all__ = ["ASSETS_PREFIX", "STATIC", "is_static", "router"]
+
+#: Where the built bundle lives inside the package.
+STATIC = Path(__file__).resolve().parent / "static"
+#: The URL prefix of the bundle's files (scripts, styles).
+ASSETS_PREFIX = "/assets/"
+#: The page's own paths (the document and its icon).
+PAGE_PATHS = frozenset({"/", "/index.html", "/favicon.svg"})
+
+#: A page shown when the package was installed without its bundle (a source tree whose
+#: ``web/`` was never built): one clear line, no traceback.
+MISSING = (
+    "<!doctype html><title>simrun</title><p>The web app's bundle is missing from this "
+    "installation: build it with <code>cd web &amp;&amp; npm ci &amp;&amp; npm run build"
+    "</code>.</p>"
+)
+
+router = APIRouter(include_in_schema=False)
+
+
+def is_static(path: str) -> bool:
+    """Whether ``path`` is one of the page's files (served without the token)."""
+    return path in PAGE_PATHS or path.startswith(ASSETS_PREFIX)
+
+
+def asset_path(root: Path, name: str) -> Path | None:
+    """The file ``name`` under ``root``/assets, or None when there is none (or ``name``
+    would lead out of it)."""
+    base = (root / "assets").resolve()
+    found = (base / name).resolve()
+    if not found.is_relative_to(base) or not found.is_file():
+        return None
+    return found
+
+
+@router.get("/", response_model=None)
+@router.get("/index.html", response_model=None)
+async def page() -> FileResponse | HTMLResponse:
+    index = STATIC / "index.html"
+    if not index.is_file():
+        return HTMLResponse(MISSING, status_code=503)
+    return FileResponse(index, media_type="text/html", headers={"Cache-Control": "no-cache"})
+
+
+@router.get("/favicon.svg")
+async def favicon() -> FileResponse:
+    icon = STATIC / "favicon.svg"
+    if not icon.is_file():
+        raise HTTPException(status_code=404, detail="no icon")
+    return FileResponse(icon, media_type="image/svg+xml")
+
+
+@router.get("/assets/{name:path}")
+async def asset(name: str) -> FileResponse:
+    found = asset_path(STATIC, name)
+    if found is None:
+        raise HTTPException(status_code=404, detail=f"no asset {name!r}")
+    media = mimetypes.guess_type(found.name)[0] or "application/octet-stream"
+    # The bundle's names carry a hash of their content: a name is never reused.
+    return FileResponse(
+        found, media_type=media, headers={"Cache-Control": "public, max-age=31536000, immutable"}
+    )

@@ -1,0 +1,189 @@
+"""The web app's decisions (`simrun.service.dashboard`), as tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from simrun.core.states import UnitRow
+from simrun.core.views import RunView, TaskView
+from simrun.service.dashboard import (
+    MAX_PAGE,
+    PlanRow,
+    PoolWorker,
+    done_page,
+    forecast_rows,
+    keep_run,
+    page_of,
+    pending_page,
+    run_line,
+    slots_on,
+)
+
+
+def _task(name: str, units: int, kills: int = 0, **counts: int) -> TaskView:
+    return TaskView(
+        name=name, type="t", state="running", status="", queue="cpu", resources=None,
+        units=units, counts=counts, merge=None, seconds_per_unit=None, eta_s=None, kills=kills,
+    )  # fmt: skip
+
+
+def test_a_run_s_line_adds_up_its_tasks_and_leaves_pauses_out() -> None:
+    """A run's line counts its units done of all, running, failed and killed over its
+    tasks; its running time is up to now (or its end) less its pauses."""
+    view = RunView(
+        id="r", name="n", state="running", message="", created_s=100.0, updated_s=0.0,
+        finished_s=None, pauses=((110.0, 130.0),),
+        tasks=(_task("a", 10, kills=1, done=4, failed=1), _task("b", 5, running=2)),
+    )  # fmt: skip
+    line = run_line(view, now_s=200.0)
+    assert (line["units"], line["done"], line["running"], line["failed"]) == (15, 4, 2, 1)
+    assert line["killed"] == 1
+    assert line["running_s"] == pytest.approx(80.0)
+
+
+LINE = {"id": "20261201-1-abc", "name": "Heat sweep", "model": "plate", "state": "running"}
+
+
+@pytest.mark.parametrize(
+    ("state", "text", "kept"),
+    [
+        (None, None, True),
+        ("running", None, True),
+        ("failed", None, False),
+        (None, "heat", True),
+        (None, "PLATE", True),
+        (None, "abc", True),
+        (None, "  ", True),
+        ("running", "other", False),
+    ],
+)
+def test_the_runs_filter(state: str | None, text: str | None, kept: bool) -> None:
+    """The runs list keeps a run in the state asked (any without one) whose id, name or
+    model holds the text, case ignored (any without one)."""
+    assert keep_run(LINE, state, text) is kept
+
+
+def _units(n: int, state: Any = "done") -> list[UnitRow]:
+    return [UnitRow("r", "t", i, "chunk", state) for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("count", "offset", "limit", "indices", "total"),
+    [
+        (10, 0, 3, [0, 1, 2], 10),
+        (10, 8, 5, [8, 9], 10),
+        (10, 20, 5, [], 10),
+        (10, -4, 2, [0, 1], 10),
+        (2000, 0, 10_000, list(range(MAX_PAGE)), 2000),
+    ],
+)
+def test_a_page_of_units(
+    count: int, offset: int, limit: int, indices: list[int], total: int
+) -> None:
+    """A page holds the units from its offset (never below 0), at most `MAX_PAGE`, with the
+    total of the state."""
+    page = page_of(_units(count), offset, limit)
+    assert [u["index"] for u in page["units"]] == indices
+    assert page["total"] == total
+
+
+@pytest.mark.parametrize(
+    ("sent_back", "fresh", "offset", "limit", "indices"),
+    [
+        ([2, 5], range(10, 1_000_000), 0, 4, [2, 5, 10, 11]),
+        ([2, 5], range(10, 1_000_000), 1, 2, [5, 10]),
+        ([2, 5], range(10, 1_000_000), 4, 2, [12, 13]),
+        ([], range(0, 1_000_000), 999_998, 5, [999_998, 999_999]),
+        ([7], range(0), 0, 5, [7]),
+    ],
+)
+def test_a_page_of_pending_units_is_made_from_the_frontier(
+    sent_back: list[int], fresh: range, offset: int, limit: int, indices: list[int]
+) -> None:
+    """Pending units: those sent back first, then the fresh ones from the frontier, made up
+    for the page only (a million of them cost a page)."""
+    rows = [UnitRow("r", "t", i, "chunk", "pending") for i in sent_back]
+    total = len(sent_back) + len(fresh)
+    page = pending_page(rows[: offset + limit], fresh, total, ("r", "t"), offset, limit)
+    assert [u["index"] for u in page["units"]] == indices
+    assert page["total"] == total
+
+
+def _plan(**more: Any) -> PlanRow:
+    fields: dict[str, Any] = {
+        "name": "t", "type": "x", "splittable": True, "units": 100, "queue": "cpu",
+        "memory_per_worker_gb": 1.0, "memory_base_gb": 0.5, "gpus": 0,
+        "seconds_per_unit": 2.0, "source": "learned",
+    }  # fmt: skip
+    return PlanRow(**{**fields, **more})
+
+
+CPU4 = PoolWorker(("cpu",), memory_gb=8.0, processes=4)
+SMALL = PoolWorker(("cpu",), memory_gb=2.0, processes=4)
+GPU = PoolWorker(("gpu",), memory_gb=32.0, processes=4, gpus=2)
+
+
+@pytest.mark.parametrize(
+    ("plan", "pool", "slots"),
+    [
+        (_plan(), [CPU4], 4),
+        (_plan(), [CPU4, SMALL], 6),  # memory leaves 2 of SMALL's processes
+        (_plan(memory_per_worker_gb=16.0), [CPU4], 0),
+        (_plan(queue="gpu", gpus=1), [GPU, CPU4], 2),
+        (_plan(splittable=False), [CPU4], 1),
+        (_plan(splittable=False, memory_base_gb=8.0), [CPU4], 0),
+        (_plan(), [], 0),
+    ],
+)
+def test_slots_on_the_live_pool(plan: PlanRow, pool: list[PoolWorker], slots: int) -> None:
+    """Units run at once: per worker of the task's queue, its processes that memory (and
+    GPUs) allow; a command runs once where its whole memory fits."""
+    assert slots_on(plan, pool) == slots
+
+
+def test_the_forecast_on_the_live_pool() -> None:
+    """Core-hours are units x seconds per unit; the ETA is in waves of the slots; a task
+    no worker serves says so; the run's ETA is unknown while a task's is."""
+    found = forecast_rows([_plan()], [CPU4])
+    (task,) = found["tasks"]
+    assert task["core_hours"] == pytest.approx(100 * 2.0 / 3600)
+    assert task["eta_s"] == pytest.approx(25 * 2.0)
+    assert task["problem"] is None
+    assert found["eta_s"] == pytest.approx(50.0)
+    none = forecast_rows([_plan(seconds_per_unit=None)], [])
+    assert none["tasks"][0]["problem"] == "no live worker serves the cpu queue"
+    assert none["eta_s"] is None
+    assert none["core_hours"] is None
+
+
+def _span(first: int, last: int) -> tuple[Any, ...]:
+    return ("r", "t", first, last, 1, "job", 0.5, "w", 1.0, 2.0, 3.0)
+
+
+@pytest.mark.parametrize(
+    ("rows", "spans", "offset", "limit", "indices", "total"),
+    [
+        ([], [(0, 9)], 0, 3, [0, 1, 2], 10),
+        ([], [(0, 9), (10, 999_999)], 999_997, 5, [999_997, 999_998, 999_999], 1_000_000),
+        ([5], [(0, 4), (6, 9)], 3, 4, [3, 4, 5, 6], 10),
+        ([0, 1], [], 1, 10, [1], 2),
+        ([], [], 0, 10, [], 0),
+        ([3], [(10, 19)], 0, 3, [3, 10, 11], 11),
+    ],
+)
+def test_a_page_of_done_units_is_made_from_their_spans(
+    rows: list[int],
+    spans: list[tuple[int, int]],
+    offset: int,
+    limit: int,
+    indices: list[int],
+    total: int,
+) -> None:
+    """Done units: those with a row and the spans, by index; only the spans the page
+    reaches become units (a million done units cost a page)."""
+    own = [UnitRow("r", "t", i, "chunk", "done") for i in rows]
+    page = done_page(own, [_span(a, b) for a, b in spans], offset, limit)
+    assert [u["index"] for u in page["units"]] == indices
+    assert page["total"] == total
