@@ -146,7 +146,8 @@ class KeyEvidence:
     does, and the measurements behind it.
 
     ``explanation`` is `policy.explain` on the key's history; ``peaks_gb`` are the peaks of
-    the window of successes (one per worker process), oldest first; ``kills`` are the
+    the window of successes (one per worker process), oldest first, and ``peaks_s`` when
+    each was recorded (Unix time; the plots put them on a time axis); ``kills`` are the
     latest `EVIDENCE_KILLS` kills for memory as (Unix time recorded, limit in GiB), oldest
     first, pending or not; ``observations`` counts every observation ever recorded of the
     key (0: the key is unknown, and the explanation is the hint's).
@@ -157,6 +158,7 @@ class KeyEvidence:
     peaks_gb: tuple[float, ...]
     kills: tuple[tuple[float, float], ...]
     observations: int
+    peaks_s: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data, as JSON reads back: the key as its text, tuples as lists."""
@@ -164,6 +166,7 @@ class KeyEvidence:
             "key": self.key.text(),
             "explanation": {**asdict(self.explanation), "reasons": list(self.explanation.reasons)},
             "peaks_gb": list(self.peaks_gb),
+            "peaks_s": list(self.peaks_s),
             "kills": [list(kill) for kill in self.kills],
             "observations": self.observations,
         }
@@ -390,10 +393,18 @@ class ResourceStore:
             total = await conn.execute_fetchall(
                 "SELECT count(*) FROM observations WHERE key = ?", (key.text(),)
             )
+            times = await conn.execute_fetchall(  # the window's, as _HISTORY picks them
+                "SELECT recorded_s FROM observations WHERE key = ? AND oom = 0"
+                " ORDER BY id DESC LIMIT ?",
+                (key.text(), WINDOW),
+            )
+        peaks_gb = tuple(o.memory_gb for o in history if not o.oom)
+        peaks_s = tuple(float(t) for (t,) in reversed(list(times)))
         return KeyEvidence(
             key=key,
             explanation=explain(history, hint),
-            peaks_gb=tuple(o.memory_gb for o in history if not o.oom),
+            peaks_gb=peaks_gb,
+            peaks_s=peaks_s if len(peaks_s) == len(peaks_gb) else (),
             kills=tuple((float(s), float(gb)) for s, gb in reversed(list(kills))),
             observations=int(next(iter(total))[0]),
         )

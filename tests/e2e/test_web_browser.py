@@ -342,6 +342,8 @@ def test_a_failed_unit_s_log_its_replay_and_the_memory_plot_of_its_key(
     plot.wait_for()
     assert plot.locator("circle.peak").count() > 0
     assert plot.locator("line.request").count() == 1
+    # a time axis: each peak where it was recorded
+    assert "over time" in (plot.text_content() or "")
 
 
 def test_a_unit_killed_for_memory_shows_in_its_strip_and_on_the_plot(

@@ -22,9 +22,10 @@ async def test_evidence_lists_the_window_the_kills_and_the_policys_explanation(
     tmp_path: Path,
 ) -> None:
     """The peaks are the window's successes oldest first (older successes and kills left
-    out), the kills are the latest `EVIDENCE_KILLS` of the key oldest first with their
-    limits and times, the count is every observation, and the explanation is the policy's on
-    the history the store resolves from (its request is what `resolve` requests)."""
+    out), each with the time it was recorded, the kills are the latest `EVIDENCE_KILLS` of
+    the key oldest first with their limits and times, the count is every observation, and
+    the explanation is the policy's on the history the store resolves from (its request is
+    what `resolve` requests)."""
     async with ResourceStore(tmp_path / "simrun.db") as store:
         before = time.time()
         for i in range(EVIDENCE_KILLS + 2):  # kills older than the window
@@ -40,6 +41,9 @@ async def test_evidence_lists_the_window_the_kills_and_the_policys_explanation(
         got = await store.evidence(KEY, HINT)
         assert got.key == KEY
         assert got.peaks_gb == tuple(window)
+        assert len(got.peaks_s) == len(window)  # each peak's time, for the plot's time axis
+        assert list(got.peaks_s) == sorted(got.peaks_s)
+        assert before <= got.peaks_s[0] <= got.peaks_s[-1] <= after
         limits = [*(0.5 + i / 100 for i in range(3, EVIDENCE_KILLS + 2)), 3.0]
         assert [gb for _, gb in got.kills] == limits
         times = [s for s, _ in got.kills]
@@ -56,6 +60,7 @@ async def test_evidence_lists_the_window_the_kills_and_the_policys_explanation(
         data = json.loads(json.dumps(got.to_dict()))  # plain JSON, the key as its text
         assert data["key"] == "heat/plate/64"
         assert data["peaks_gb"] == list(window)
+        assert data["peaks_s"] == list(got.peaks_s)
         assert data["kills"][-1][1] == 3.0
         assert data["explanation"]["requested_gb"] == resolved.memory_per_worker_gb
         assert data["explanation"]["reasons"] == list(got.explanation.reasons)

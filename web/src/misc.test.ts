@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { SseParser } from "./sse";
 import { groupFailures, layered } from "./graphLayout";
-import { histogram, niceTop } from "./plot";
+import { histogram, niceTop, timeAxis } from "./plot";
 import { duration, gb } from "./format";
 
 describe("SseParser", () => {
@@ -69,5 +69,20 @@ describe("format", () => {
   it("gb", () => {
     expect(gb(0.5)).toBe("512 MiB");
     expect(gb(2)).toBe("2.00 GiB");
+  });
+});
+
+describe("timeAxis", () => {
+  it("places points by their time from the first to the last", () => {
+    const at = timeAxis([100, 150, 200], [300], 4);
+    expect(at(0, 100)).toBeCloseTo(0.02);
+    expect(at(3, 300)).toBeCloseTo(0.98);
+    expect(at(1, 150)).toBeCloseTo(0.02 + 0.96 * 0.25);
+  });
+  it("spreads points by order when they share one time or none is known", () => {
+    for (const at of [timeAxis([5, 5], [], 2), timeAxis([], [], 2)]) {
+      expect(at(0)).toBeCloseTo(0.25);
+      expect(at(1)).toBeCloseTo(0.75);
+    }
   });
 });

@@ -29,3 +29,16 @@ export function niceTop(value: number): number {
   for (const step of [1, 2, 2.5, 5, 10]) if (step * power >= value) return step * power;
   return 10 * power;
 }
+
+/** The x position (0..1) of each of ``times`` on a time axis from the first to the last of
+ * ``times`` and ``others`` (the kills' times): by time, or spread evenly by order when
+ * they all share one time or none is known (``times`` empty of values). */
+export function timeAxis(times: number[], others: number[], n: number): (i: number, t?: number) => number {
+  const all = [...times, ...others].filter((t) => t > 0);
+  const first = Math.min(...all);
+  const last = Math.max(...all);
+  if (all.length === 0 || !(last > first)) {
+    return (i: number) => (i + 0.5) / Math.max(n, 1);
+  }
+  return (_i: number, t?: number) => (t === undefined ? 0.5 : 0.02 + (0.96 * (t - first)) / (last - first));
+}

@@ -1,7 +1,7 @@
 import { useEffect, useState } from "react";
 import { getJson } from "../api";
 import { gb, when } from "../format";
-import { histogram, niceTop } from "../plot";
+import { histogram, niceTop, timeAxis } from "../plot";
 
 interface Evidence {
   key: string;
@@ -14,6 +14,8 @@ interface Evidence {
     reasons: string[];
   };
   peaks_gb: number[];
+  /** When each peak was recorded (Unix seconds; empty from an older service). */
+  peaks_s?: number[];
   kills: [number, number][];
   observations: number;
 }
@@ -24,8 +26,9 @@ const PAD = 40;
 /** Room for the axis labels ("1.25 GiB"). */
 const LEFT = 70;
 
-/** The peaks of a key (oldest first, left to right), the request drawn across them, each
- * kill marked at its limit, and the histogram of the peaks beside. */
+/** The peaks of a key over time (when each was recorded, left to right), the request drawn
+ * across them, each kill marked at its limit when it happened, and the histogram of the
+ * peaks beside. */
 export function MemoryPlot(props: { evidence: Evidence }): JSX.Element {
   const { peaks_gb: peaks, kills, explanation } = props.evidence;
   const measured = Math.max(explanation.requested_gb, ...peaks, ...kills.map((k) => k[1]), 0.001);
@@ -35,7 +38,10 @@ export function MemoryPlot(props: { evidence: Evidence }): JSX.Element {
   const top = niceTop(Math.max(measured, showHint ? explanation.hint_gb : 0) * 1.1);
   const y = (v: number) => H - PAD - ((H - 2 * PAD) * v) / top;
   const n = peaks.length + kills.length;
-  const x = (i: number) => LEFT + ((W - LEFT - PAD - 120) * (i + 0.5)) / Math.max(n, 1);
+  const times = props.evidence.peaks_s ?? [];
+  const timed = times.length === peaks.length && times.length > 0;
+  const pos = timeAxis(timed ? times : [], timed ? kills.map((k) => k[0]) : [], n);
+  const x = (i: number, t?: number) => LEFT + (W - LEFT - PAD - 120) * pos(i, timed ? t : undefined);
   const bins = histogram(peaks, top, 20);
   const most = Math.max(1, ...bins.map((b) => b.count));
   const histX = W - PAD - 110;
@@ -57,14 +63,25 @@ export function MemoryPlot(props: { evidence: Evidence }): JSX.Element {
         </g>
       ))}
       {peaks.map((p, i) => (
-        <circle key={`p${i}`} className="peak" cx={x(i)} cy={y(p)} r={3} fill="#2563eb" opacity={0.7}>
-          <title>peak {gb(p)}</title>
+        <circle
+          key={`p${i}`}
+          className="peak"
+          cx={x(i, times[i])}
+          cy={y(p)}
+          r={3}
+          fill="#2563eb"
+          opacity={0.7}
+        >
+          <title>
+            peak {gb(p)}
+            {timed ? ` (${when(times[i])})` : ""}
+          </title>
         </circle>
       ))}
       {kills.map(([at, limit], i) => (
         <g key={`k${i}`} className="kill">
           <path
-            d={`M${x(peaks.length + i) - 5},${y(limit) - 5}l10,10m0,-10l-10,10`}
+            d={`M${x(peaks.length + i, at) - 5},${y(limit) - 5}l10,10m0,-10l-10,10`}
             stroke="#dc2626"
             strokeWidth={2}
           />
@@ -116,7 +133,10 @@ export function MemoryPlot(props: { evidence: Evidence }): JSX.Element {
         histogram of peaks
       </text>
       <text x={LEFT} y={H - 10} fontSize="10">
-        peaks of the window, oldest first · ✕ kills at their limit
+        {timed
+          ? `peaks of the window over time, ${when(Math.min(...times, ...kills.map((k) => k[0])))} to ${when(Math.max(...times, ...kills.map((k) => k[0])))}`
+          : "peaks of the window, oldest first"}{" "}
+        · ✕ kills at their limit
       </text>
     </svg>
   );
