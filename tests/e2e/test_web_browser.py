@@ -398,12 +398,14 @@ def test_an_example_yaml_opens_in_the_editor_with_a_layout(page: Any) -> None:
     assert page.get_by_label("workflow name").input_value() == "heat-demo"
 
 
-def test_the_pages_of_a_run_of_a_million_units_load_within_a_second(
+def test_the_pages_of_a_run_of_a_million_units_send_no_unit_until_a_strip_opens(
     page: Any, stack: Stack
 ) -> None:
     """With a run of 1,000,000 units in the store (held back: its memory fits no worker),
-    the runs list and the run's page show within a second: no unit is sent before a strip
-    is opened, and then a page of them. The page's Cancel button cancels it."""
+    the runs list and the run's page show without any unit being sent: the run's view (what
+    its event stream sends) stays a few KB, and opening a strip sends one page of 200 units.
+    The page's Cancel button cancels it. (How fast the pages load, against a run of ten
+    units: benchmarks/dashboard.py.)"""
     doc = {
         "name": "million",
         "tasks": [
@@ -421,19 +423,15 @@ def test_the_pages_of_a_run_of_a_million_units_load_within_a_second(
         while not (api.get(f"/runs/{run_id}").json()["tasks"][0]["units"] or 0):
             assert time.monotonic() < deadline, "the task did not start"
             time.sleep(0.2)
+        assert len(api.get(f"/runs/{run_id}").content) < 4096  # no unit in the view
     try:
         for fragment, ready in (
             ("#/runs", "table.runs tbody tr"),
             (f"#/runs/{run_id}", "[aria-label='run progress']"),
         ):
-            times = []
-            for _ in range(3):  # the best of three: the machine is shared with other tests
-                page.goto("about:blank")
-                started = time.monotonic()
-                page.goto(f"{stack.url}/{fragment}")
-                page.locator(ready).first.wait_for()
-                times.append(time.monotonic() - started)
-            assert min(times) < 1.0, f"{fragment} took {min(times):.2f} s at best"
+            page.goto("about:blank")
+            page.goto(f"{stack.url}/{fragment}")
+            page.locator(ready).first.wait_for()
         page.get_by_role("button", name="big").click()
         strip = page.get_by_label("units of big")
         strip.get_by_role("tab", name="pending 1,000,000").click()
