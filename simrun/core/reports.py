@@ -237,6 +237,9 @@ class WorkerInfo(BaseModel):
     ``running`` lists the jobs it holds (`RunningJob`); ``free_scratch_gb`` is the room of
     its local scratch directory: the free space of its file system and what the tasks'
     scratch there holds, freed when they end (None: an older worker that does not say).
+    ``free_memory_gb`` is what its admission has not reserved for running jobs;
+    ``used_memory_gb`` what its processes (worker processes, commands and their children)
+    hold in fact, as last measured (anonymous resident memory; None: not measured yet).
     """
 
     model_config = _WIRE
@@ -255,6 +258,7 @@ class WorkerInfo(BaseModel):
     updated: float
     stopping: bool = False
     free_scratch_gb: float | None = None
+    used_memory_gb: float | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json()

@@ -56,6 +56,7 @@ from simrun.core.timing import DEFAULT_GRACE_S, HEARTBEAT_S, HEARTBEAT_TTL_S, TT
 from simrun.core.wire import deserialize, serialize
 from simrun.queues import DEFAULT_PREFIX, JOB_FUNCTION, Keys
 from simrun.queues.connect import RedisTimeouts, cancel_and_wait, open_redis, wait_for_redis
+from simrun.worker import proctree
 from simrun.worker.admission import AdmissionGate
 from simrun.worker.arq_worker import OutageWorker
 from simrun.worker.capacity import Capacity, detect_capacity
@@ -156,6 +157,12 @@ class WorkerOptions:
     scratch_dir: Path | None = None
 
 
+def memory_in_use_gb() -> float:
+    """The anonymous resident memory of this container's processes but its own (the
+    worker processes, the commands and their children), in GiB (blocking: walks /proc)."""
+    return proctree.anon_bytes_of(proctree.descendants(os.getpid())) / GIB
+
+
 class WorkerContainer:
     """One ``simrun worker``: `run` it; `request_stop` (or a signal) ends it gracefully."""
 
@@ -195,6 +202,8 @@ class WorkerContainer:
         )
         #: Free space of the scratch directory in GiB, as last measured (the heartbeat's).
         self.free_scratch_gb: float | None = None
+        #: The memory its processes hold, as last measured (the heartbeat's).
+        self.used_memory_gb: float | None = None
         self.started = now_s()
         self.stopping = False
         self._arq: list[OutageWorker] = []
@@ -230,6 +239,7 @@ class WorkerContainer:
             updated=now_s(),
             stopping=self.stopping,
             free_scratch_gb=self.free_scratch_gb,
+            used_memory_gb=self.used_memory_gb,
         )
 
     # -- running -----------------------------------------------------------------------------
@@ -403,7 +413,7 @@ class WorkerContainer:
             await link.learn_server()
             link.write_status()
             heartbeat_task = asyncio.get_running_loop().create_task(heartbeat.run())
-            scratch_task = asyncio.get_running_loop().create_task(self._scratch_loop(redis, link))
+            scratch_task = asyncio.get_running_loop().create_task(self._upkeep_loop(redis, link))
             log.info(
                 "worker %s serving %s with %g GiB, %d processes, %d GPUs; memory bounded by %s",
                 self.worker_id,
@@ -438,10 +448,10 @@ class WorkerContainer:
                 await heartbeat.clear(self.worker_id)
             self.spool.discard()
 
-    async def _scratch_loop(self, redis: ArqRedis, link: RedisLink) -> None:
-        """Every heartbeat interval: measure the free scratch space (for the heartbeat) and
-        remove the scratch of tasks that ended or have been idle long
-        (`simrun.worker.scratch.ScratchSpace.sweep`)."""
+    async def _upkeep_loop(self, redis: ArqRedis, link: RedisLink) -> None:
+        """Every heartbeat interval: measure the free scratch space and the memory the
+        container's processes hold (for the heartbeat), and remove the scratch of tasks that
+        ended or have been idle long (`simrun.worker.scratch.ScratchSpace.sweep`)."""
 
         async def ended(tasks: list[tuple[str, str]]) -> set[tuple[str, str]]:
             if not link.is_up:
@@ -465,6 +475,7 @@ class WorkerContainer:
             if removed:
                 log.info("removed the local scratch of %d task(s) that ended", removed)
             self.free_scratch_gb = await asyncio.to_thread(self._scratch_room)
+            self.used_memory_gb = await asyncio.to_thread(memory_in_use_gb)
 
     def _scratch_room(self) -> float | None:
         """The scratch this worker advertises (`simrun.worker.scratch.room_gb`; blocking)."""

@@ -447,12 +447,16 @@ def test_the_pages_of_a_run_of_a_million_units_send_no_unit_until_a_strip_opens(
 
 def test_the_workers_page_shows_the_live_worker_and_its_queue(page: Any, stack: Stack) -> None:
     """The workers page (live: an event stream) shows the worker container with its
-    processes and memory, and the cpu queue with its backlog and what scale would ask."""
+    processes and the memory its processes hold (measured by the worker) against its
+    capacity, and the cpu queue with its backlog and what scale would ask."""
     page.get_by_role("navigation").get_by_role("link", name="Workers").click()
     card = page.locator(".card").first
     card.wait_for()
     assert "processes" in card.inner_text()
     assert "of 2" in card.inner_text()
+    # a measured figure, not the dash of a worker that does not say
+    measured = re.compile(r"\d+(\.\d+)? [MG]iB in use")
+    expect(card.get_by_label("memory in use")).to_contain_text(measured)
     row = page.locator("table.queues tr", has_text="cpu")
     expect(row).to_contain_text("container(s)")
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from simrun.cli.worker import worker
+from simrun.core.reports import WorkerInfo
 from simrun.queues import JobQueue
-from tests.support.harness import start_worker_process
+from tests.support.harness import make_spec, start_worker_process
 
 pytestmark = pytest.mark.e2e
 
@@ -75,3 +78,45 @@ async def test_a_worker_beats_as_its_options_say(
         await queue.close()
     assert min(ttls) > 0, "the heartbeat expired while the worker ran"
     assert ttl_ms - 250 < max(ttls) <= ttl_ms, max(ttls)
+
+
+async def test_the_heartbeat_says_how_much_memory_the_workers_processes_hold(
+    redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    """A real worker's heartbeat carries the memory its processes hold in fact
+    (``used_memory_gb``, measured every beat), next to what admission reserved: while a
+    unit holds 300 MiB it reads at least that much, and it falls back once the unit ended
+    (the dashboard's workers page shows it against the container's capacity)."""
+    proc = start_worker_process(
+        redis_url, redis_prefix, "--id", "measured", "--heartbeat-s", "0.2",
+        "--processes", "1", "--worker-memory-gb", "2",
+    )  # fmt: skip
+    queue = await JobQueue.connect(redis_url, redis_prefix)
+
+    async def used() -> float | None:
+        raw = await queue.redis.get(queue.keys.worker("measured"))
+        return None if raw is None else WorkerInfo.from_json(raw).used_memory_gb
+
+    async def wait_for(rule: Callable[[float], bool], what: str) -> float:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, "the worker ended"
+            found = await used()
+            if found is not None and rule(found):
+                return found
+            assert time.monotonic() < deadline, f"{what}: last read {found}"
+            await asyncio.sleep(0.05)
+
+    try:
+        idle = await wait_for(lambda gb: gb >= 0, "no memory in the heartbeat")
+        job = make_spec(
+            tmp_path, "hold", "test-hog", [0], {"hog_mb": 300, "seconds": 4}, memory_gb=1
+        )
+        assert await queue.enqueue(job)
+        held = await wait_for(lambda gb: gb >= idle + 0.25, "the unit's 300 MiB not seen")
+        after = await wait_for(lambda gb: gb < held - 0.2, "the memory did not fall back")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        await queue.close()
+    assert after >= 0

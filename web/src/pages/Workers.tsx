@@ -54,7 +54,9 @@ export function WorkersPage(): JSX.Element {
       {data.workers.length === 0 && <p className="muted">No live worker.</p>}
       <div className="cards">
         {data.workers.map((w: any) => {
-          const used = w.memory_gb - w.free_memory_gb;
+          const reserved = w.memory_gb - w.free_memory_gb;
+          // measured by the worker every beat (null from a worker that does not say)
+          const inUse: number | null = w.used_memory_gb ?? null;
           return (
             <div className="card" key={w.id} aria-label={`worker ${w.id}`}>
               <b>{w.id}</b> <span className="muted small">{w.host}</span>
@@ -63,10 +65,17 @@ export function WorkersPage(): JSX.Element {
                 processes {w.processes - w.free_processes} busy of {w.processes}
                 {w.gpus ? ` · ${w.gpus} GPU` : ""}
               </div>
-              <div className="membar" title={`${gb(used)} reserved by running jobs of ${gb(w.memory_gb)}`}>
-                <span className="use" style={{ width: `${(100 * used) / Math.max(w.memory_gb, 1e-9)}%` }} />
+              <div
+                className="membar"
+                aria-label="memory in use"
+                title={`${inUse === null ? "not measured yet" : `${gb(inUse)} held by its processes`}, ${gb(reserved)} reserved by running jobs, of ${gb(w.memory_gb)}`}
+              >
+                <span
+                  className="use"
+                  style={{ width: `${(100 * (inUse ?? reserved)) / Math.max(w.memory_gb, 1e-9)}%` }}
+                />
                 <em>
-                  {gb(used)} reserved of {gb(w.memory_gb)}
+                  {inUse === null ? "—" : gb(inUse)} in use of {gb(w.memory_gb)} · {gb(reserved)} reserved
                 </em>
               </div>
               <div className="small muted">
