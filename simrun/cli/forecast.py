@@ -13,13 +13,12 @@ tasks' (taken to run one after the other).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from simrun.core.eta import TaskEta, learned_eta_s, run_eta_s
-from simrun.core.sizing import WorkerCapacity, fit_problem, request_gb
+from simrun.core.sizing import WorkerCapacity, fit_problem, parallel_slots, request_gb
 from simrun.plugins import ResourceHint
 from simrun.resources import ResolvedResources
 from simrun.workflow import ResourceOverride
@@ -36,9 +35,6 @@ __all__ = [
     "resolved_from_summary",
     "slots_for",
 ]
-
-#: Rounding slack of memory comparisons (0.1 + 0.2 GiB fits in 0.3 GiB).
-EPS_GB = 1e-9
 
 
 @dataclass(frozen=True)
@@ -139,33 +135,16 @@ def pool_of(
 
 
 def slots_for(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> int:
-    """How many units of ``plan`` the pool runs at once: per worker of its queue, the
-    processes whose memory (and GPUs) fit in the container; one for a command that some
-    worker can run, else none."""
-    serving = [w for w in pool if plan.queue in w.queues]
-    if plan.kind == "command":
-        fits = any(
-            request_gb(
-                "command",
-                plan.memory_base_gb,
-                plan.memory_per_worker_gb,
-                w.processes,
-                plan.uses_cores,
-            )
-            <= w.memory_gb + EPS_GB
-            and plan.gpus <= w.gpus
-            for w in serving
-        )
-        return 1 if fits else 0
-    total = 0
-    for w in serving:
-        slots = w.processes
-        if plan.memory_per_worker_gb > 0:
-            slots = min(slots, math.floor(w.memory_gb / plan.memory_per_worker_gb + EPS_GB))
-        if plan.gpus > 0:
-            slots = min(slots, w.gpus // plan.gpus)
-        total += max(0, slots)
-    return total
+    """How many units of ``plan`` the pool runs at once (`simrun.core.sizing.parallel_slots`)."""
+    return parallel_slots(
+        plan.kind,
+        plan.queue,
+        plan.memory_base_gb,
+        plan.memory_per_worker_gb,
+        plan.gpus,
+        plan.uses_cores,
+        pool,
+    )
 
 
 def pool_advice(problem: str) -> str:

@@ -197,6 +197,42 @@ def request_gb(
     return base_gb + per_worker_gb * request_slots(kind, processes, uses_cores)
 
 
+#: Rounding slack of memory comparisons (0.1 + 0.2 GiB fits in 0.3 GiB).
+SLACK_GB = 1e-9
+
+
+def parallel_slots(
+    kind: str,
+    queue: str,
+    base_gb: float,
+    per_worker_gb: float,
+    gpus: int,
+    uses_cores: bool,
+    workers: Sequence[WorkerCapacity],
+) -> int:
+    """How many units of a task ``workers`` run at once: per worker of ``queue``, the
+    processes whose memory (and GPUs) fit in the container; one for a command that some
+    worker can hold, else none. The dry run's and the Editor's forecasts both count so."""
+    serving = [w for w in workers if queue in w.queues]
+    if kind == "command":
+        fits = any(
+            request_gb("command", base_gb, per_worker_gb, w.processes, uses_cores)
+            <= w.memory_gb + SLACK_GB
+            and gpus <= w.gpus
+            for w in serving
+        )
+        return 1 if fits else 0
+    total = 0
+    for w in serving:
+        slots = w.processes
+        if per_worker_gb > 0:
+            slots = min(slots, math.floor(w.memory_gb / per_worker_gb + SLACK_GB))
+        if gpus > 0:
+            slots = min(slots, w.gpus // gpus)
+        total += max(0, slots)
+    return total
+
+
 def fit_problem(
     kind: str,
     queue: str,

@@ -8,12 +8,12 @@ check them as tables (``tests/unit/test_dashboard.py``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from simrun.core.eta import TaskEta, learned_eta_s, run_eta_s
+from simrun.core.sizing import WorkerCapacity, parallel_slots
 from simrun.core.states import UnitRow
 from simrun.core.views import RunView, running_seconds
 from simrun.runstore.rows import span_units
@@ -21,7 +21,6 @@ from simrun.runstore.rows import span_units
 __all__ = [
     "MAX_PAGE",
     "PlanRow",
-    "PoolWorker",
     "done_page",
     "forecast_rows",
     "keep_run",
@@ -160,16 +159,6 @@ def done_page(
 
 
 @dataclass(frozen=True)
-class PoolWorker:
-    """A live worker container as the forecast sees it: its queues and its shape."""
-
-    queues: tuple[str, ...]
-    memory_gb: float
-    processes: int
-    gpus: int = 0
-
-
-@dataclass(frozen=True)
 class PlanRow:
     """A task of the Editor's workflow as it would be dispatched."""
 
@@ -184,32 +173,24 @@ class PlanRow:
     seconds_per_unit: float | None
     source: str
     depends: tuple[str, ...] = ()
+    uses_cores: bool = False
 
 
-def slots_on(row: PlanRow, pool: Sequence[PoolWorker]) -> int:
-    """How many units of ``row`` the pool runs at once: per worker of its queue, its
-    processes whose memory (and GPUs) fit in the container; one for a command that some
-    worker holds."""
-    serving = [w for w in pool if row.queue in w.queues]
-    if not row.splittable:
-        fits = any(
-            row.memory_base_gb + row.memory_per_worker_gb <= w.memory_gb + 1e-9
-            and row.gpus <= w.gpus
-            for w in serving
-        )
-        return 1 if fits else 0
-    total = 0
-    for w in serving:
-        slots = w.processes
-        if row.memory_per_worker_gb > 0:
-            slots = min(slots, math.floor(w.memory_gb / row.memory_per_worker_gb + 1e-9))
-        if row.gpus > 0:
-            slots = min(slots, w.gpus // row.gpus)
-        total += max(0, slots)
-    return total
+def slots_on(row: PlanRow, pool: Sequence[WorkerCapacity]) -> int:
+    """How many units of ``row`` the live pool runs at once (the dry run's rule,
+    `simrun.core.sizing.parallel_slots`)."""
+    return parallel_slots(
+        "chunk" if row.splittable else "command",
+        row.queue,
+        row.memory_base_gb,
+        row.memory_per_worker_gb,
+        row.gpus,
+        row.uses_cores,
+        pool,
+    )
 
 
-def forecast_rows(rows: Sequence[PlanRow], pool: Sequence[PoolWorker]) -> dict[str, Any]:
+def forecast_rows(rows: Sequence[PlanRow], pool: Sequence[WorkerCapacity]) -> dict[str, Any]:
     """The Editor's forecast table: per task its units, the memory a process is given and
     where that comes from, its core-hours and its ETA on ``pool``; the run's totals (the
     run's ETA by `simrun.core.eta.run_eta_s`). An unknown figure is None."""

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
+from simrun.core.sizing import WorkerCapacity
 from simrun.core.states import UnitRow
 from simrun.core.views import RunView, TaskView
 from simrun.service.dashboard import (
     MAX_PAGE,
     PlanRow,
-    PoolWorker,
     done_page,
     forecast_rows,
     keep_run,
@@ -120,9 +120,9 @@ def _plan(**more: Any) -> PlanRow:
     return PlanRow(**{**fields, **more})
 
 
-CPU4 = PoolWorker(("cpu",), memory_gb=8.0, processes=4)
-SMALL = PoolWorker(("cpu",), memory_gb=2.0, processes=4)
-GPU = PoolWorker(("gpu",), memory_gb=32.0, processes=4, gpus=2)
+CPU4 = WorkerCapacity("cpu4", ("cpu",), memory_gb=8.0, processes=4, gpus=0)
+SMALL = WorkerCapacity("small", ("cpu",), memory_gb=2.0, processes=4, gpus=0)
+GPU = WorkerCapacity("gpu", ("gpu",), memory_gb=32.0, processes=4, gpus=2)
 
 
 @pytest.mark.parametrize(
@@ -134,12 +134,20 @@ GPU = PoolWorker(("gpu",), memory_gb=32.0, processes=4, gpus=2)
         (_plan(queue="gpu", gpus=1), [GPU, CPU4], 2),
         (_plan(splittable=False), [CPU4], 1),
         (_plan(splittable=False, memory_base_gb=8.0), [CPU4], 0),
+        # a command that uses the cores asks for every process of the container
+        (_plan(splittable=False, memory_base_gb=0.5, memory_per_worker_gb=2.0), [CPU4], 1),
+        (
+            _plan(splittable=False, memory_base_gb=0.5, memory_per_worker_gb=2.0, uses_cores=True),
+            [CPU4],
+            0,
+        ),
         (_plan(), [], 0),
     ],
 )
-def test_slots_on_the_live_pool(plan: PlanRow, pool: list[PoolWorker], slots: int) -> None:
+def test_slots_on_the_live_pool(plan: PlanRow, pool: list[WorkerCapacity], slots: int) -> None:
     """Units run at once: per worker of the task's queue, its processes that memory (and
-    GPUs) allow; a command runs once where its whole memory fits."""
+    GPUs) allow; a command runs once where its whole memory fits (every process's worth
+    for one that uses the cores): the dry run's rule."""
     assert slots_on(plan, pool) == slots
 
 

@@ -48,7 +48,7 @@ from redis.exceptions import RedisError
 from simrun.client import plan_tasks
 from simrun.core.intake import InputLimits, tasks_problem
 from simrun.core.scaling import ContainerShape, QueueBacklog, desired_containers
-from simrun.core.sizing import queue_name
+from simrun.core.sizing import WorkerCapacity, queue_name
 from simrun.core.states import UNIT_STATES, UnitState
 from simrun.core.views import type_info
 from simrun.plugins import TaskType, count_units
@@ -60,7 +60,6 @@ from simrun.service.controller import Controller
 from simrun.service.dashboard import (
     MAX_PAGE,
     PlanRow,
-    PoolWorker,
     done_page,
     forecast_rows,
     keep_run,
@@ -367,13 +366,14 @@ async def plan_rows(
                 type=spec.type,
                 splittable=task_type.splittable,
                 units=count,
-                queue=queue_name(task_type.image, resolved.gpus),
+                queue=queue_name(doc.in_run_image(task_type).image, resolved.gpus),
                 memory_per_worker_gb=resolved.memory_per_worker_gb,
                 memory_base_gb=resolved.memory_base_gb,
                 gpus=resolved.gpus,
                 seconds_per_unit=resolved.seconds_per_unit,
                 source=resolved.source,
                 depends=tuple(sorted(deps[name])),
+                uses_cores=task_type.uses_cores,
             )
         )
     return rows
@@ -407,6 +407,8 @@ async def check(body: CheckBody, controller: ControllerDep) -> dict[str, Any]:
             live = await controller.queries.live_workers()
         except (RedisError, OSError):
             live = []
-        pool = [PoolWorker(tuple(w.queues), w.memory_gb, w.processes, w.gpus) for w in live]
+        pool = [
+            WorkerCapacity(w.id, tuple(w.queues), w.memory_gb, w.processes, w.gpus) for w in live
+        ]
         out["forecast"] = forecast_rows(rows, pool)
     return out
