@@ -180,7 +180,8 @@ def main() -> None:
             cases = {
                 "arq client: enqueue 1, wait": [python, "-c", f"URL = {redis_url!r}\n{ARQ_CLIENT}"],
                 "simrun submit --wait (1 unit)": [
-                    exe, "submit", "lat.yaml", "--wait", "--url", url, "--plugins", NOOP_REF,
+                    exe, "submit", "lat.yaml", "--wait", "--no-reuse", "--url", url,
+                    "--plugins", NOOP_REF,
                 ],
                 "simrun --help": [exe, "--help"],
                 "simrun status --help": [exe, "status", "--help"],

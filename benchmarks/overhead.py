@@ -297,7 +297,7 @@ def simrun_case(sim: Simrun, units: int, unit_s: float, label: str) -> tuple[flo
         ],
     }
     with Client(sim.url) as client:
-        run_id = client.submit(json.dumps(doc))
+        run_id = client.submit(json.dumps(doc), reuse=False)  # work, not reuse
         while True:
             sim.check()
             view = client.run(run_id)

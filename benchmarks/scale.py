@@ -312,7 +312,7 @@ def measure(args: argparse.Namespace, size: int, repeat: int, tmp: Path) -> Meas
         view: dict[str, Any] = {}
         with RssSampler(service.pid) as rss, httpx.Client(base_url=url, timeout=600) as client:
             posted = time.perf_counter()
-            answer = client.post("/runs", json={"workflow": json.dumps(doc)})
+            answer = client.post("/runs", json={"workflow": json.dumps(doc), "reuse": False})
             f["post_s"] = time.perf_counter() - posted
             if answer.status_code >= 300:
                 sys.exit(f"POST /runs answered {answer.status_code}: {answer.text[:2000]}")

@@ -110,7 +110,7 @@ def main() -> None:
                 text = big_workflow(args.big_mib)
                 with HealthProbe(url) as probe:
                     start = time.perf_counter()
-                    answer = client.post("/runs", json={"workflow": text})
+                    answer = client.post("/runs", json={"workflow": text, "reuse": False})
                     took = time.perf_counter() - start
                 print(
                     f"big ({len(text) / 2**20:.1f} MiB): POST {answer.status_code} in "
@@ -120,7 +120,7 @@ def main() -> None:
                 text = many_tasks(args.tasks)
                 with HealthProbe(url) as probe:
                     start = time.perf_counter()
-                    answer = client.post("/runs", json={"workflow": text})
+                    answer = client.post("/runs", json={"workflow": text, "reuse": False})
                     took = time.perf_counter() - start
                     run_id = answer.json().get("run")
                     start = time.perf_counter()

@@ -203,7 +203,7 @@ async def simrun_case(
             "name": f"throughput-{label}",
             "tasks": [{"name": "noop", "type": TASK_TYPE, "settings": {"units": units}}],
         }
-        run_id = await service.submit(json.dumps(doc))
+        run_id = await service.submit(json.dumps(doc), reuse=False)  # work, not reuse
         row = await until_ended(service, run_id, timeout_s)
         assert row.state == "succeeded", row
         assert row.finished_s is not None
