@@ -31,6 +31,7 @@ forced task reuses no unit.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -359,15 +360,32 @@ def unit_start(count: int, reused: Sequence[range]) -> UnitStart:
 
 
 def _distribution_versions(modules: Collection[str]) -> list[str]:
-    by_module = importlib.metadata.packages_distributions()
-    found: set[str] = set()
-    for module in modules:
-        for dist in by_module.get(module.split(".")[0], ()):
-            try:
-                found.add(f"{dist}=={importlib.metadata.version(dist)}")
-            except importlib.metadata.PackageNotFoundError:
-                continue  # listed but not installed: nothing to say of its version
+    owners = _owners()
+    found = {
+        f"{dist}=={version}"
+        for module in modules
+        for dist in owners.get(module.split(".")[0], ())
+        if (version := _version(dist)) is not None
+    }
     return sorted(found)
+
+
+# Read once per process: scanning every installed distribution takes tens of milliseconds,
+# too slow for each submission. A package upgraded under a running service is seen after
+# its restart, as is its code (the service and its workers run what they loaded).
+@functools.cache
+def _owners() -> Mapping[str, list[str]]:
+    """The distributions that provide each top-level module."""
+    return importlib.metadata.packages_distributions()
+
+
+@functools.cache
+def _version(dist: str) -> str | None:
+    """The installed version of ``dist`` (None: listed but not installed)."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def type_version(task_type: TaskType) -> str:
