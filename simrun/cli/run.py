@@ -398,6 +398,7 @@ def local_options(
     engine: str | None = None,
     run_image: str | None = None,
     in_image: tuple[str, ...] = (),
+    scratch_dir: Path | None = None,
 ) -> LocalOptions:
     """The options of an embedded session over ``store`` (a private Redis without
     ``redis_url``). Interrupted runs of the store are left alone, but ``go_on_with``."""
@@ -413,6 +414,7 @@ def local_options(
         images=images_of(list(types.values()), run_image),
         unit_images=in_image if engine is not None else (),
         engine=engine,
+        scratch_dir=scratch_dir,
         gpu_ids=pool.gpu_ids,
         redis_url=redis_url,
         token=token,
@@ -454,6 +456,12 @@ RESUME_HELP = "Go on with an interrupted run of the store instead of submitting 
 @opt.PROBE
 @opt.ENGINE
 @click.option(
+    "--scratch-dir", type=click.Path(file_okay=False, path_type=Path), envvar=ENV_SCRATCH_DIR,
+    show_envvar=True, default=None, help="The workers' local directory of the tasks' scratch "
+    "and staged inputs (each worker keeps its own <worker id>/ in it) "
+    "[default: STORE/logs/worker-local/scratch].",
+)  # fmt: skip
+@click.option(
     "--open", "open_browser", is_flag=True,
     help="Open the run's dashboard in the browser (and keep it up after the run, to Ctrl-C).",
 )  # fmt: skip
@@ -478,6 +486,7 @@ def run(
     intake: InputLimits,
     probe: bool,
     engine: str | None,
+    scratch_dir: Path | None,
     open_browser: bool,
 ) -> None:
     """Run WORKFLOW on this machine: Redis, the service and worker containers are started
@@ -497,6 +506,7 @@ def run(
             "--rerun and --no-reuse need a WORKFLOW (a resumed run keeps its own)"
         )
     shown_store = store
+    scratch_dir = scratch_dir.resolve() if scratch_dir is not None else None
     from simrun.local import lock
 
     lock.check_free(shown_store)  # before the plan: the lock's error is the first line
@@ -525,8 +535,8 @@ def run(
         name = f" ({prepared.doc.name})" if prepared.doc.name else ""
         model = f", model {prepared.doc.model!r}" if prepared.doc.model else ""
         out.print(f"{escape(str(workflow))}{name}: {_tasks(len(rows))}{model}")
-        # the workers' scratch: SIMRUN_SCRATCH_DIR, which they read, else under the store
-        room = local_scratch_gb(Path(os.environ.get(ENV_SCRATCH_DIR) or shown_store))
+        # the workers' scratch: --scratch-dir (SIMRUN_SCRATCH_DIR), else under the store
+        room = local_scratch_gb(scratch_dir or shown_store)
         result = print_forecast(
             out,
             rows,
@@ -571,6 +581,7 @@ def run(
         probe=probe,
         go_on_with=resume,
         engine=found_engine,
+        scratch_dir=scratch_dir,
         run_image=run_image,
         in_image=in_image,
     )

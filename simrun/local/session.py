@@ -137,6 +137,8 @@ class LocalOptions:
     python_path: tuple[str, ...] = ()
     images: tuple[str, ...] = ()
     engine: str | None = None
+    #: The host workers' local scratch directory (None: their default, under the logs).
+    scratch_dir: Path | None = None
     #: The machine's GPUs, dealt among the workers (each sees only its own).
     gpu_ids: tuple[str, ...] = ()
     #: The images whose queues a worker container running inside the image serves
@@ -391,6 +393,7 @@ class LocalSession:
             # beside its log: nothing of the session is left in the machine's temporary
             # directory, even when simrun is killed during an outage of its Redis
             local_dir=self.logs / "worker-local",
+            scratch_dir=opts.scratch_dir,
         )
 
     def _worker_env(self, env: dict[str, str], number: int) -> dict[str, str]:

@@ -190,3 +190,34 @@ def test_a_unit_writing_far_past_its_scratch_gb_is_stopped(tmp_path: Path) -> No
     assert "GiB to its local scratch, past 0.251 GiB" in out, out
     assert "ask for more with resources: {scratch_gb: ...}" in out, out
     assert "for memory" not in out, out  # it was the scratch, not the memory
+
+
+def test_simrun_run_puts_the_scratch_where_scratch_dir_says(tmp_path: Path) -> None:
+    """`simrun run --scratch-dir DIR` gives its workers DIR as their local scratch
+    directory: a unit's scratch and its staged input are under DIR/<worker id>/<run>/<task>
+    (not under the store), and the forecast's room is DIR's."""
+    (tmp_path / "data.txt").write_text("hello\n")
+    (tmp_path / "wf.yaml").write_text(
+        textwrap.dedent(
+            """
+            sources: {data: data.txt}
+            tasks:
+              - name: units
+                type: stage-units
+                settings: {units: 2}
+                inputs: {data: "source:data"}
+                stage: [data]
+            """
+        )
+    )
+    ran = simrun(
+        "run", "wf.yaml", "--store", "st", "--scratch-dir", "local-disk", *PLUGINS, *POOL,
+        cwd=tmp_path, timeout=300, env=clean_env(),
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    rd = run_dir(tmp_path / "st")
+    unit = json.loads((rd / "units" / "out" / "unit-0.json").read_text())
+    scratch = Path(unit["scratch"])
+    assert scratch.is_relative_to(tmp_path / "local-disk"), scratch
+    assert (scratch.parent.name, scratch.name) == (rd.name, "units")
+    assert unit["input"] == str(scratch / "data")
