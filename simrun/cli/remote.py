@@ -411,10 +411,11 @@ def replay(
 
         types = load_types_from_here(plugins)
         pool = local_pool(workers, processes, worker_memory_gb)
-        run_image, in_image = asyncio.run(stored_run_images(store, run_id, types))
+        engine = local_engine(None)
+        run_image, in_image = asyncio.run(stored_run_images(store, run_id, types, engine))
         options = local_options(
             store, pool, plugins, types, redis_url=redis_url, token=token, go_on_with=run_id,
-            engine=local_engine(None), run_image=run_image, in_image=in_image,
+            engine=engine, run_image=run_image, in_image=in_image,
         )  # fmt: skip
         request = ReplayRequest(task, units, memory_gb, rerun=rerun)
         _exit(asyncio.run(embedded(options, types, store, pool, run_id=run_id, replay=request,

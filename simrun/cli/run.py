@@ -134,12 +134,14 @@ def _commands(run_id: str, store: Path, plugins: tuple[str, ...]) -> tuple[str, 
 
 
 async def stored_run_images(
-    store: Path, run_id: str, types: dict[str, TaskType]
+    store: Path, run_id: str, types: dict[str, TaskType], engine: str | None
 ) -> tuple[str | None, tuple[str, ...]]:
     """The environment image of run ``run_id`` of ``store`` and the images its splittable
     tasks run in (`simrun.local.session.unit_images`, from its stored document); None and
-    none when there is no such run (`check_run` says so)."""
-    from simrun.local.session import unit_images
+    none when there is no such run (`check_run` says so). `LocalError` when a task of it
+    runs in an image and there is no container ``engine``, before anything starts (as for
+    a new run)."""
+    from simrun.local.session import image_problem, unit_images
     from simrun.runstore import RunStore
     from simrun.workflow import WorkflowError, parse_workflow
 
@@ -158,6 +160,9 @@ async def stored_run_images(
     except WorkflowError:
         return row.image, ()
     tasks = [(t.name, types[t.type]) for t in doc.tasks if t.type in types]
+    problem = image_problem(tasks, engine, row.image)
+    if problem is not None:
+        raise LocalError(problem)
     return row.image, unit_images(tasks, row.image)
 
 
@@ -567,7 +572,9 @@ def run(
     if prepared is not None:
         run_image, in_image = prepared.doc.image, unit_images(in_images, prepared.doc.image)
     else:
-        run_image, in_image = asyncio.run(stored_run_images(shown_store, resume or "", types))
+        run_image, in_image = asyncio.run(
+            stored_run_images(shown_store, resume or "", types, found_engine)
+        )
     options = local_options(
         shown_store,
         pool,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli_harness import clean_env, simrun
+from tests.support.cli_harness import clean_env, run_id_in, simrun
 from tests.support.fake_engine import calls, install
 
 pytestmark = pytest.mark.e2e
@@ -284,3 +284,31 @@ def test_the_python_api_runs_images_as_simrun_run_does(tmp_path: Path) -> None:
     ), without.stdout
     assert "no container engine was found" in without.stdout
     assert not (tmp_path / "st-none").exists()  # refused before anything started
+
+
+def test_a_replay_of_a_run_with_an_image_needs_an_engine_too(tmp_path: Path) -> None:
+    """A run whose task has an image, replayed on this machine (`simrun replay RUN --task
+    T --all --store`) where no container engine is found, stops before anything starts
+    with the one line a new run gives; the task's output is left as it was."""
+    wf, env = _setup(tmp_path)
+    log = tmp_path / "engine.log"
+    install(tmp_path / "bin", log)
+    with_engine = {**env, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"}
+    ran = simrun("run", str(wf), "--store", "st", "--plugins", "boxed_mod:BOXED",
+                 "--processes", "1", "--worker-memory-gb", "2", cwd=tmp_path,
+                 env=with_engine, timeout=180)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    run_id = run_id_in(ran.stdout)
+    (out,) = (tmp_path / "st" / "runs").glob("*/solve/out/settings.json")
+    before = out.stat().st_mtime_ns
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    replayed = simrun("replay", run_id, "--task", "solve", "--all", "--store", "st",
+                      "--plugins", "boxed_mod:BOXED", cwd=tmp_path,
+                      env={**env, "PATH": str(empty)}, timeout=120)  # fmt: skip
+    assert replayed.returncode == 1, replayed.stdout + replayed.stderr
+    line = "task 'solve' runs in image 'example/solver:1' and no container engine was found"
+    assert line in replayed.stderr, replayed.stderr
+    assert "Traceback" not in replayed.stderr
+    assert out.exists()
+    assert out.stat().st_mtime_ns == before
