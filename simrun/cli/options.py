@@ -41,6 +41,7 @@ from simrun.config import (
     DEFAULT_URL,
     ENV_ENGINE,
     ENV_REDIS_URL,
+    ENV_SCRATCH_DIR,
     ENV_STORE,
     ENV_TOKEN,
     ENV_URL,
@@ -252,6 +253,22 @@ def local_store(store: Path | None, store_hint: Path) -> Path | None:
     from simrun.core.layout import StoreLayout
 
     return store_hint if not named and StoreLayout(store_hint).is_store() else None
+
+
+def scratch_dir_option(default_text: str) -> Callable[[F], F]:
+    """``--scratch-dir`` (``SIMRUN_SCRATCH_DIR``): the workers' local directory of the
+    tasks' scratch and staged inputs, as parameter ``scratch_dir``; ``default_text`` says
+    where it is when not given."""
+    return click.option(
+        "--scratch-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar=ENV_SCRATCH_DIR,
+        show_envvar=True,
+        default=None,
+        help="The local directory of the tasks' scratch and staged inputs, on the workers' "
+        "own disk (an emptyDir, a local volume), never the shared store; each worker keeps "
+        f"its own <worker id>/ in it [default: {default_text}].",
+    )
 
 
 def worker_memory_option(help_text: str, *, old_name: bool = True) -> Callable[[F], F]:

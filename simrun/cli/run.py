@@ -37,7 +37,6 @@ from simrun.cli.dashboard import dashboard_url, open_dashboard
 from simrun.cli.follow import STUCK_AFTER_S, follow, report_end
 from simrun.cli.forecast import pool_advice, pool_of, pool_text
 from simrun.cli.progress import make_view, summary_table
-from simrun.config import ENV_SCRATCH_DIR
 from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
 from simrun.core.sizing import image_queue
@@ -460,12 +459,7 @@ RESUME_HELP = "Go on with an interrupted run of the store instead of submitting 
 @opt.intake_options
 @opt.PROBE
 @opt.ENGINE
-@click.option(
-    "--scratch-dir", type=click.Path(file_okay=False, path_type=Path), envvar=ENV_SCRATCH_DIR,
-    show_envvar=True, default=None, help="The workers' local directory of the tasks' scratch "
-    "and staged inputs (each worker keeps its own <worker id>/ in it) "
-    "[default: STORE/logs/worker-local/scratch].",
-)  # fmt: skip
+@opt.scratch_dir_option("STORE/logs/worker-local/scratch")
 @click.option(
     "--open", "open_browser", is_flag=True,
     help="Open the run's dashboard in the browser (and keep it up after the run, to Ctrl-C).",

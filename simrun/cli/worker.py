@@ -28,8 +28,9 @@ from simrun.cli.options import (
     STORE,
     WORKER_HEARTBEAT_TTL_S,
     container_processes_option,
+    scratch_dir_option,
 )
-from simrun.config import ENV_ENGINE, ENV_SCRATCH_DIR, ENV_WORKER_DIR, redact_url
+from simrun.config import ENV_ENGINE, ENV_WORKER_DIR, redact_url
 from simrun.core.outage import RECONNECT_MAX_S
 from simrun.queues.connect import RedisUnusable
 from simrun.worker.container import (
@@ -144,12 +145,7 @@ SPOOL_HELP = "MiB of reports kept on disk while Redis is away (after 16 MiB in m
     "stderr, in the task's logs/): the head and tail are kept, a line says how many bytes "
     "were dropped between them (0: no bound).",
 )  # fmt: skip
-@click.option(
-    "--scratch-dir", type=click.Path(file_okay=False, path_type=Path), envvar=ENV_SCRATCH_DIR,
-    show_envvar=True, default=None, help="The local directory of the tasks' scratch and "
-    "staged inputs, on the container's own disk (an emptyDir, a local volume), never the "
-    "shared store [default: LOCAL_DIR/scratch].",
-)  # fmt: skip
+@scratch_dir_option("LOCAL_DIR/scratch")
 @REDIS_WAIT_S
 @REDIS_TIMEOUT_S
 @click.option(
