@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.latency import env, row, stop
+from benchmarks.latency import env, row, stop, wait_ready
 from simrun.local.machine import free_port
 from simrun.local.redis import PrivateRedis
 
@@ -94,6 +94,7 @@ def main() -> None:
     parser.add_argument("--units", type=int, default=1_000_000, help="units of the big run")
     parser.add_argument("--chromium", default="/usr/bin/chromium")
     args = parser.parse_args()
+    from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
     exe = str(Path(sys.executable).parent / "simrun")
@@ -117,16 +118,7 @@ def main() -> None:
                 cwd=REPO, env=env(), stdout=logs[1], stderr=subprocess.STDOUT,
             ))  # fmt: skip
             headers = {"Authorization": f"Bearer {TOKEN}"}
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(f"{url}/health", timeout=1).json().get("workers") == 1:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                    raise SystemExit("the service or the worker did not start")
-                time.sleep(0.1)
+            wait_ready(url, procs)
             with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
                 big = submit(api, "big", args.units)
                 small = submit(api, "small", 10)
@@ -149,7 +141,7 @@ def main() -> None:
                         ):
                             try:
                                 received.append(len(response.body()))
-                            except Exception:  # noqa: BLE001  # a body gone with its page
+                            except PlaywrightError:  # a body gone with its page (the next goto)
                                 received.append(0)
 
                     page.on("response", answered)

@@ -58,6 +58,7 @@ __all__ = [
     "forced_tasks",
     "identities",
     "merge_ranges",
+    "module_owners",
     "rerun_problems",
     "reusable_units",
     "reused_text",
@@ -360,7 +361,7 @@ def unit_start(count: int, reused: Sequence[range]) -> UnitStart:
 
 
 def _distribution_versions(modules: Collection[str]) -> list[str]:
-    owners = _owners()
+    owners = module_owners()
     found = {
         f"{dist}=={version}"
         for module in modules
@@ -374,8 +375,9 @@ def _distribution_versions(modules: Collection[str]) -> list[str]:
 # too slow for each submission. A package upgraded under a running service is seen after
 # its restart, as is its code (the service and its workers run what they loaded).
 @functools.cache
-def _owners() -> Mapping[str, list[str]]:
-    """The distributions that provide each top-level module."""
+def module_owners() -> Mapping[str, list[str]]:
+    """The distributions that provide each top-level module (blocking the first time;
+    the Editor's palette groups the types by them too)."""
     return importlib.metadata.packages_distributions()
 
 

@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from simrun.local.machine import free_port
@@ -26,6 +24,7 @@ from tests.support.cli_harness import (
     simrun,
     start_simrun,
     stop_process,
+    wait_for_workers,
     write_work,
 )
 from tests.support.redis_server import key_prefix
@@ -70,17 +69,7 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert svc.poll() is None, svc.communicate()[0]
-            assert worker.poll() is None, worker.communicate()[0]
-            try:
-                if httpx.get(f"{url}/health", timeout=1).json().get("workers") == 1:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the service or the worker did not start"
-            time.sleep(0.1)
+        wait_for_workers(url, [svc, worker], timeout_s=30)
         write_work(home / "ok.yaml", units=4, seconds=0.05, tag="ok")
         first = simrun("submit", "ok.yaml", "--wait", "--plugins", WORK, "--url", url, cwd=home)
         yield Service(url, home, first)

@@ -23,7 +23,7 @@ import pytest
 
 from simrun.local.machine import free_port
 from tests.support import REPO
-from tests.support.cli_harness import WORK, start_simrun, stop_process
+from tests.support.cli_harness import WORK, start_simrun, stop_process, wait_for_workers
 from tests.support.redis_server import key_prefix
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("web-browser")]
@@ -81,17 +81,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert svc.poll() is None, svc.communicate()[0]
-            assert worker.poll() is None, worker.communicate()[0]
-            try:
-                if httpx.get(f"{url}/health", timeout=1).json().get("workers") == 1:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the service or the worker did not start"
-            time.sleep(0.1)
+        wait_for_workers(url, [svc, worker], timeout_s=60)
         yield Stack(url, home)
     finally:
         stop_process(worker)

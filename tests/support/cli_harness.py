@@ -163,3 +163,23 @@ class Output:
         """All it wrote, once its stdout ended (at most ``timeout_s`` from now)."""
         self._thread.join(timeout_s)
         return "".join(self._lines)
+
+
+def wait_for_workers(
+    url: str, procs: list[subprocess.Popen[str]], workers: int = 1, timeout_s: float = 60
+) -> None:
+    """Until the service at ``url`` answers /health with ``workers`` live workers; fails at
+    once when one of ``procs`` (the service, the workers) ended, with what it printed."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for proc in procs:
+            assert proc.poll() is None, proc.communicate()[0]
+        try:
+            if httpx.get(f"{url}/health", timeout=1).json().get("workers") == workers:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "the service or the worker did not start"
+        time.sleep(0.1)

@@ -37,7 +37,6 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Mapping
-from importlib import metadata
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -47,6 +46,7 @@ from redis.exceptions import RedisError
 
 from simrun.client import plan_tasks
 from simrun.core.intake import InputLimits, tasks_problem
+from simrun.core.reuse import module_owners
 from simrun.core.scaling import ContainerShape, QueueBacklog, desired_containers
 from simrun.core.sizing import WorkerCapacity, queue_name
 from simrun.core.states import UNIT_STATES, UnitState
@@ -303,7 +303,7 @@ def package_of(task_type: TaskType, owners: Mapping[str, list[str]]) -> str:
 
 @router.get("/dashboard/types")
 async def palette(controller: ControllerDep) -> list[dict[str, Any]]:
-    owners = await asyncio.to_thread(metadata.packages_distributions)
+    owners = await asyncio.to_thread(module_owners)
     return [
         {**type_info(t), "package": package_of(t, owners)}
         for t in sorted(controller.types.values(), key=lambda t: t.name)

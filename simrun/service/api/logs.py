@@ -48,10 +48,7 @@ async def logs(run_id: str, controller: ControllerDep, task: str | None = None) 
 async def unit_logs(
     run_id: str, task: str, unit: str, controller: ControllerDep, attempt: int | None = None
 ) -> dict[str, Any]:
-    try:
-        key = parse_unit(unit)
-    except ValueError as exc:
-        raise HTTPException(status_code=404, detail=str(exc)) from exc
+    key = _unit_key(unit)
     try:
         found = await asyncio.to_thread(
             store_unit_logs, controller.settings.store, run_id, task, key, attempt
@@ -59,6 +56,14 @@ async def unit_logs(
     except LogNotFound as exc:
         raise HTTPException(status_code=404, detail=str(exc)) from exc
     return found.to_dict()
+
+
+def _unit_key(unit: str) -> int | str:
+    """The unit of a path (an index, or ``merge``/``command``); 404 naming a bad one."""
+    try:
+        return parse_unit(unit)
+    except ValueError as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from exc
 
 
 def parse_since(items: list[str]) -> dict[str, int]:
@@ -80,10 +85,7 @@ async def live_unit_logs(
     controller: ControllerDep,
     since: list[str] = Query(default=[]),  # noqa: B008  # FastAPI's way to repeat a parameter
 ) -> dict[str, Any]:
-    try:
-        key = parse_unit(unit)
-    except ValueError as exc:
-        raise HTTPException(status_code=404, detail=str(exc)) from exc
+    key = _unit_key(unit)
     try:
         offsets = parse_since(since)
     except ValueError as exc:
