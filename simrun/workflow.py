@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -60,6 +60,7 @@ __all__ = [
     "check_workflow",
     "load_workflow",
     "name_problem",
+    "not_uploaded",
     "parse_override",
     "parse_workflow",
     "parse_workflow_lines",
@@ -784,14 +785,19 @@ def source_paths(
     return found
 
 
-def uploaded_sources(doc: Workflow, uploaded: Mapping[str, Path]) -> dict[str, Path]:
-    """Each source's uploaded file or directory; `WorkflowError` names every source of
-    ``doc`` that was not uploaded (a path the document names is never read instead)."""
-    problems = [
+def not_uploaded(doc: Workflow, uploaded: Collection[str]) -> list[Problem]:
+    """A problem for each source of ``doc`` whose name is not among ``uploaded``."""
+    return [
         Problem(("sources", name), f"source {name!r} was not uploaded")
         for name in doc.sources
         if name not in uploaded
     ]
+
+
+def uploaded_sources(doc: Workflow, uploaded: Mapping[str, Path]) -> dict[str, Path]:
+    """Each source's uploaded file or directory; `WorkflowError` names every source of
+    ``doc`` that was not uploaded (a path the document names is never read instead)."""
+    problems = not_uploaded(doc, uploaded)
     if problems:
         raise WorkflowError(problems, "workflow")
     return {name: uploaded[name] for name in doc.sources}

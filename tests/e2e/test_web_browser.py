@@ -383,7 +383,7 @@ def test_an_example_yaml_opens_in_the_editor_with_a_layout(page: Any) -> None:
     summary = page.get_by_label("task summary", exact=True).bounding_box()
     assert sweep["x"] < summary["x"]  # the summary reads the sweep: right of it
     expect(
-        page.get_by_role("alert").filter(has_text="source 'plate' is not uploaded")
+        page.get_by_role("alert").filter(has_text="source 'plate' was not uploaded")
     ).to_have_count(1)
     assert page.get_by_label("workflow name").input_value() == "heat-demo"
 

@@ -72,6 +72,7 @@ from simrun.workflow import (
     Workflow,
     WorkflowError,
     check_workflow,
+    not_uploaded,
     parse_workflow_lines,
 )
 
@@ -333,11 +334,7 @@ def check_text(
     check_workflow(doc, types, "workflow", lines=lines)
     planned = plan_tasks(doc, types)
     settings = check_workflow(planned, types, "workflow")
-    missing = [
-        Problem(("sources", name), f"source {name!r} is not uploaded")
-        for name in doc.sources
-        if name not in uploaded
-    ]
+    missing = not_uploaded(doc, uploaded)
     if missing:
         raise WorkflowError(missing, "workflow")
     return planned, settings
