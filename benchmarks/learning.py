@@ -57,21 +57,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from simrun.core.reports import WorkerReport
 from simrun.core.sizing import probe_units
 from simrun.plugins import ResourceHint
-from simrun.resources import (
-    KILL_Z,
-    MARGIN,
-    PRIOR_SPREAD,
-    RETRY_FACTOR,
-    WINDOW,
-    Observation,
-    ResourceKey,
-    ResourceStore,
-    decide,
-    percentile,
-)
-from simrun.worker import WorkerReport
+from simrun.resources import MARGIN, RETRY_FACTOR, WINDOW, ResourceKey, ResourceStore
+from simrun.resources.policy import KILL_Z, PRIOR_SPREAD, Observation, decide, percentile
 
 MIB_IN_GB = 1 / 1024
 MAX_ATTEMPTS = 60

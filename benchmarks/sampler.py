@@ -23,8 +23,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from simrun.worker import MemorySampler
-from simrun.worker.sampler import CHILDREN_FILES, _own_anon_bytes, descendants
+from simrun.worker.proctree import CHILDREN_FILES, descendants
+from simrun.worker.sampler import MemorySampler, _own_anon_bytes
 
 HOLD = "import sys; x = b'1' * (20 * 2**20); sys.stdin.read()"
 TREE = (

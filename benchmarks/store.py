@@ -24,10 +24,10 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from simrun.core.reports import WorkerReport
 from simrun.plugins import ResourceHint
-from simrun.resources import WINDOW, Record, ResourceKey, ResourceStore
-from simrun.resources.store import _HISTORY
-from simrun.worker import WorkerReport
+from simrun.resources import WINDOW, ResourceKey, ResourceStore
+from simrun.resources.store import _HISTORY, Record
 
 HINT = ResourceHint()
 

@@ -66,8 +66,8 @@ from simrun.core.jobs import JobSpec
 from simrun.core.reports import ReportEntry
 from simrun.local.redis import PrivateRedis
 from simrun.plugins import load_types
-from simrun.queues import JobQueue
-from simrun.runstore import RunRow
+from simrun.queues.client import JobQueue
+from simrun.runstore.rows import RunRow
 from simrun.service.controller import Controller, ControllerSettings
 from tests.support.service_harness import Service, stop_worker
 

@@ -41,7 +41,7 @@ from arq_peer import raw_arq
 
 from simrun.core.reports import ReportEntry
 from simrun.local.redis import PrivateRedis
-from simrun.queues import JobQueue
+from simrun.queues.client import JobQueue
 from simrun.worker.container import WorkerContainer
 from tests.support.harness import make_spec, options
 

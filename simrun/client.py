@@ -35,18 +35,8 @@ if TYPE_CHECKING:
 # The workflow's models and YAML are imported by the functions that prepare a submission:
 # the commands that only read a run (`simrun status`) start without them.
 
-__all__ = [
-    "Client",
-    "ClientError",
-    "EventsUnavailable",
-    "Rejected",
-    "StreamBroken",
-    "UnknownKey",
-    "directory_files",
-    "plan_tasks",
-    "source_upload",
-    "submission_text",
-]
+#: The spec's name here; the rest of the module is the command line's and the API's client.
+__all__ = ["plan_tasks"]
 
 T = TypeVar("T")
 

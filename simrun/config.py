@@ -11,23 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
-__all__ = [
-    "DEFAULT_REDIS_URL",
-    "DEFAULT_STORE",
-    "DEFAULT_URL",
-    "ENV_DB",
-    "ENV_ENGINE",
-    "ENV_ENVIRONMENT_IMAGE",
-    "ENV_REDIS_URL",
-    "ENV_SCRATCH_DIR",
-    "ENV_STORE",
-    "ENV_TOKEN",
-    "ENV_URL",
-    "ENV_WORKER_DIR",
-    "INTAKE_ENV",
-    "redact_url",
-]
-
 #: Redis of the service and the workers when ``--redis-url`` / ``REDIS_URL`` gives none.
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 #: The service the client commands talk to when ``--url`` / ``SIMRUN_URL`` gives none.

@@ -30,19 +30,6 @@ from typing import Any
 
 import aiosqlite
 
-__all__ = [
-    "DEFAULT_BUSY_TIMEOUT_S",
-    "WAL_LIMIT_BYTES",
-    "FileKeeper",
-    "Migration",
-    "SchemaError",
-    "component_version",
-    "connect",
-    "migrate",
-    "session",
-    "transaction",
-]
-
 #: How long a connection waits for another writer before SQLITE_BUSY, seconds.
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import graphlib
 from collections.abc import Collection, Iterable, Mapping
 
-__all__ = ["CycleError", "downstream", "find_cycle", "ready_tasks", "topological_order"]
-
 Graph = Mapping[str, Collection[str]]
 
 

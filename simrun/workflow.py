@@ -38,40 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from simrun.core.environment import program_problem
 from simrun.core.states import MAX_RETRY_DELAY_S, RETRY_KINDS
 from simrun.core.wire import is_finite_nonneg
-from simrun.graph import CycleError, find_cycle, ready_tasks, topological_order
+from simrun.graph import find_cycle, topological_order
 from simrun.plugins import TaskType
-
-__all__ = [
-    "MAX_GPUS",
-    "MAX_MEMORY_GB",
-    "MAX_SCRATCH_GB",
-    "MAX_YAML_DEPTH",
-    "MAX_YAML_VALUES",
-    "CycleError",
-    "InputRef",
-    "Problem",
-    "ResourceOverride",
-    "SettingOverride",
-    "TaskSpec",
-    "Workflow",
-    "WorkflowError",
-    "apply_overrides",
-    "blame_overrides",
-    "check_workflow",
-    "load_workflow",
-    "name_problem",
-    "not_uploaded",
-    "parse_override",
-    "parse_workflow",
-    "parse_workflow_lines",
-    "program_problems",
-    "ready_tasks",
-    "source_paths",
-    "source_problems",
-    "topological_order",
-    "uploaded_sources",
-    "validate_workflow",
-]
 
 #: Bounds past which an override is taken for a typo rather than a request.
 MAX_MEMORY_GB = 4096.0

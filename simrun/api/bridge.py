@@ -16,8 +16,6 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["Bridge"]
-
 T = TypeVar("T")
 
 #: Seconds `Bridge.close` waits for the loop's thread to end.

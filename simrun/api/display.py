@@ -17,8 +17,6 @@ from typing import Any, Protocol
 from simrun.cli.progress import PlainView, make_view, render_live, run_header
 from simrun.core.views import RunView
 
-__all__ = ["Display", "NotebookDisplay", "TerminalDisplay", "in_notebook", "make_display"]
-
 #: Width of a notebook's display, in characters.
 NOTEBOOK_WIDTH = 110
 #: Seconds between two progress lines when the output is no terminal.

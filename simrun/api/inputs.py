@@ -27,8 +27,6 @@ if TYPE_CHECKING:
     from simrun.plugins import TaskType
     from simrun.workflow import Workflow
 
-__all__ = ["Prepared", "WorkflowInput", "prepare", "read_input", "task_types_of"]
-
 #: What the API accepts as a workflow: a path (`pathlib.Path`, or a one-line string with no
 #: ``: `` that does not start with ``{``), the document itself as YAML or JSON text, or
 #: the document as a dict.

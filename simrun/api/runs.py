@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from simrun.client import Client
     from simrun.local.session import LocalSession as EmbeddedSession
 
-__all__ = ["LocalBackend", "RemoteBackend", "Run", "RunResult", "RunTimeout"]
-
 #: Seconds between two looks of `Run.wait` at its display and its deadline.
 TICK_S = 0.1
 #: Seconds between two reads of a run when nothing says it changed.

@@ -4,6 +4,5 @@ shares (`options`), embedded runs (`run`), the commands that talk to a service (
 progress (`progress`), tables (`tables`), following a run (`follow`), the forecast and the
 dry run (`forecast`, `dryrun`)."""
 
-from simrun.cli.group import cli, main
-
-__all__ = ["cli", "main"]
+from simrun.cli.group import cli as cli
+from simrun.cli.group import main as main

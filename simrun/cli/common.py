@@ -22,22 +22,6 @@ if TYPE_CHECKING:
 # workflow's pydantic models) is imported by the functions that use it, so that a command
 # pays for what it uses (`simrun --help` starts in a tenth of a second).
 
-__all__ = [
-    "EXIT_FAILED",
-    "EXIT_INTERRUPTED",
-    "EXIT_USAGE",
-    "USER_ERRORS",
-    "Prepared",
-    "console",
-    "err_console",
-    "exit_code_of",
-    "is_user_error",
-    "load_types_from_here",
-    "load_types_of",
-    "prepare",
-    "shell_join",
-]
-
 #: The run failed (or was cancelled, or cannot go on); a service or worker problem.
 EXIT_FAILED = 1
 #: A mistake in the command or the workflow.

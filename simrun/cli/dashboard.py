@@ -9,8 +9,6 @@ from __future__ import annotations
 import webbrowser
 from urllib.parse import quote
 
-__all__ = ["dashboard_url", "open_dashboard"]
-
 
 def dashboard_url(service_url: str, run_id: str | None = None) -> str:
     """The page of ``run_id`` (the runs list without one) on the service at

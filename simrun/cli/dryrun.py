@@ -37,7 +37,8 @@ from simrun.core.reuse import (
 )
 from simrun.core.sizing import WorkerCapacity, queue_name
 from simrun.plugins import ResourceHint, TaskType, UnitOutputs, count_units, unit_outputs
-from simrun.resources import ResolvedResources, ResourceKey, ResourceStore, decide, resource_key
+from simrun.resources import ResolvedResources, ResourceKey, ResourceStore, resource_key
+from simrun.resources.policy import decide
 from simrun.runstore.reads import (
     DoneTask,
     done_in_file,
@@ -45,19 +46,6 @@ from simrun.runstore.reads import (
     done_units_in_file,
 )
 from simrun.workflow import Problem, ResourceOverride, Workflow, WorkflowError, source_paths
-
-__all__ = [
-    "DryRow",
-    "Resolver",
-    "ReuseForecast",
-    "UnitSource",
-    "print_forecast",
-    "reuse_forecast",
-    "reuse_forecasts",
-    "store_resolver",
-    "summaries_resolver",
-    "task_plans",
-]
 
 #: The resources of a task: (its type, its settings, the run's model, its override).
 Resolver = Callable[

@@ -20,18 +20,6 @@ from typing import Any
 
 from simrun.cli.progress import format_gb
 
-__all__ = [
-    "LOG_SPAN",
-    "ROWS",
-    "Bin",
-    "Histogram",
-    "PlotUnavailable",
-    "evidence_lines",
-    "histogram",
-    "histogram_lines",
-    "write_plot",
-]
-
 #: Bins of the histogram at most (fewer when the peaks have fewer distinct values).
 ROWS = 10
 #: The bins are log-spaced when the largest peak is more than this times the smallest

@@ -31,15 +31,6 @@ from simrun.cli.progress import (
 from simrun.client import Client, ClientError, EventsUnavailable, StreamBroken
 from simrun.core.views import FailureView, RunSummary, RunView, running_seconds
 
-__all__ = [
-    "Outcome",
-    "Reader",
-    "RemoteReader",
-    "RemoteWatch",
-    "follow",
-    "report_end",
-]
-
 #: How long a run must stay stuck before embedded mode gives up on it.
 STUCK_AFTER_S = 3.0
 

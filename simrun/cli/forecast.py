@@ -23,19 +23,6 @@ from simrun.plugins import ResourceHint
 from simrun.resources import ResolvedResources
 from simrun.workflow import ResourceOverride
 
-__all__ = [
-    "Forecast",
-    "TaskForecast",
-    "TaskPlan",
-    "forecast",
-    "forecast_task",
-    "live_pool",
-    "pool_of",
-    "pool_text",
-    "resolved_from_summary",
-    "slots_for",
-]
-
 
 @dataclass(frozen=True)
 class TaskPlan:

@@ -28,8 +28,6 @@ from simrun.cli.options import SET
 if TYPE_CHECKING:  # the command line imports plugins only when a command needs them
     from simrun.plugins import TaskType
 
-__all__ = ["LAZY_COMMANDS", "cli", "main"]
-
 
 #: Commands in modules of their own, imported only when they are used (``simrun --help``
 #: and ``simrun types`` should not wait for the imports of the service, the HTTP client or

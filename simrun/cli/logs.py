@@ -37,8 +37,6 @@ if TYPE_CHECKING:
     from simrun.client import Client
     from simrun.core.views import RunView
 
-__all__ = ["attempt_lines", "listing_lines", "logs", "logs_command"]
-
 #: Seconds between two looks at a followed unit.
 FOLLOW_POLL_S = 1.0
 #: The states of a run that can still give a unit a new attempt.

@@ -52,32 +52,6 @@ from simrun.core.outage import REDIS_TIMEOUT_S as _REDIS_TIMEOUT_S
 from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S, HEARTBEAT_S, HEARTBEAT_TTL_S
 
-__all__ = [
-    "DEFAULT_EVERY_S",
-    "EMBEDDED_REDIS_URL",
-    "EVERY_S",
-    "GRACE_S",
-    "HEARTBEAT_INTERVAL_S",
-    "PLUGINS",
-    "POSITIVE",
-    "PREFIX",  # noqa: F822  (made by __getattr__)
-    "PROBE",
-    "REDIS_URL",
-    "SERVICE_HEARTBEAT_TTL_S",
-    "STORE",
-    "STORE_HINT",
-    "TOKEN",
-    "URL",
-    "WORKER_HEARTBEAT_TTL_S",
-    "container_processes_option",
-    "intake_options",
-    "limits_options",
-    "local_store",
-    "read_store_option",
-    "url_args",
-    "worker_memory_option",
-]
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: Seconds between two progress lines when the output is not a terminal.
@@ -191,7 +165,7 @@ class _Decorator(Protocol):
 
 def _prefix_option() -> _Decorator:
     # `simrun.queues` imports arq and redis: only the commands with --prefix pay for it.
-    from simrun.queues import DEFAULT_PREFIX
+    from simrun.queues.keys import DEFAULT_PREFIX
 
     return click.option("--prefix", default=DEFAULT_PREFIX, show_default=True, help=HELP["prefix"])
 

@@ -32,27 +32,6 @@ from simrun.core.sizing import is_probing
 from simrun.core.states import ACTIVE_TASK_STATES, ACTIVE_UNIT_STATES, FINISHED_TASK_STATES
 from simrun.core.views import FailureView, RunView, TaskView, running_seconds
 
-__all__ = [
-    "LiveView",
-    "PlainView",
-    "ProgressView",
-    "TaskLine",
-    "error_line",
-    "failure_lines",
-    "format_duration",
-    "format_gb",
-    "format_rate",
-    "make_view",
-    "plain_lines",
-    "render_live",
-    "run_header",
-    "stuck_reason",
-    "summary_rows",
-    "summary_table",
-    "task_line",
-    "task_seconds",
-]
-
 #: Failed units listed at most at the end of a run (the rest are counted).
 MAX_FAILURES_SHOWN = 20
 

@@ -54,8 +54,6 @@ if TYPE_CHECKING:
 # The commands import what they use when they run (the HTTP client, rich's tables, the
 # progress views): `simrun status --help` does not wait for them.
 
-__all__ = ["cancel", "replay", "resources", "status", "submit"]
-
 #: Seconds between two views of a followed run without news: a redraw, and a poll when
 #: the run is read from a store or a service without an event stream.
 POLL_S = 1.0
@@ -290,7 +288,7 @@ def status(
         summary_table,
     )
     from simrun.cli.tables import RUN_COLUMNS, run_rows
-    from simrun.local.reads import INTERRUPTED
+    from simrun.core.views import INTERRUPTED
 
     async def show(reader: Reader) -> int:
         out = console()
@@ -468,7 +466,8 @@ async def _cancel_in_store(store: Path, run_id: str) -> int:
     meanwhile (`LocalError` while a session runs on it); the units that were in flight."""
     from simrun.core.layout import StoreLayout
     from simrun.local import lock
-    from simrun.runstore import RunStateError, RunStore, UnknownRunError
+    from simrun.runstore.rows import RunStateError, UnknownRunError
+    from simrun.runstore.store import RunStore
 
     db = StoreLayout(store).db
     if not db.is_file():

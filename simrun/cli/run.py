@@ -63,8 +63,6 @@ if TYPE_CHECKING:
 # The embedded session (the service, uvicorn, Redis's client) and the dry run's imports are
 # imported when a run starts: `simrun run --help` does not wait for them.
 
-__all__ = ["LocalPool", "ReplayRequest", "embedded", "local_pool", "run"]
-
 #: Seconds after a change before the run is read again (a burst of steps is read once).
 CHANGE_GAP_S = 0.02
 
@@ -141,7 +139,7 @@ async def stored_run_images(
     runs in an image and there is no container ``engine``, before anything starts (as for
     a new run)."""
     from simrun.local.session import image_problem, unit_images
-    from simrun.runstore import RunStore
+    from simrun.runstore.store import RunStore
     from simrun.workflow import WorkflowError, parse_workflow
 
     db = StoreLayout(store).db
@@ -168,7 +166,7 @@ async def stored_run_images(
 async def check_run(store: Path, run_id: str, replay: ReplayRequest | None) -> None:
     """Fail before anything starts when ``run_id`` of ``store`` cannot go on: no such
     store or run, a run that ended with nothing failed, an ended run without a replay."""
-    from simrun.runstore import RunStore
+    from simrun.runstore.store import RunStore
 
     db = StoreLayout(store).db
     if not db.is_file():

@@ -60,20 +60,6 @@ from simrun.core.scaling import (
 )
 from simrun.core.sizing import image_queue
 
-__all__ = [
-    "COMPOSE_SERVICES",
-    "LiveQueue",
-    "Planned",
-    "ScaleError",
-    "apply_commands",
-    "compose_command",
-    "kubectl_command",
-    "parse_backlog",
-    "plan",
-    "scale",
-    "worker_name",
-]
-
 #: The docker-compose.yml service of each queue, and the profile it needs (if any).
 COMPOSE_SERVICES: Mapping[str, tuple[str, str | None]] = {
     "cpu": ("worker-cpu", None),

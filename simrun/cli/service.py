@@ -32,8 +32,6 @@ from simrun.queues.connect import RedisUnusable
 from simrun.service.main import DatabaseVolumeError, check_database, serve
 from simrun.service.settings import ControllerSettings
 
-__all__ = ["service"]
-
 SHAPE_MEMORY_HELP = (
     "Memory (GiB) of one worker container, as its --worker-memory-gb: what /metrics decides the "
     "desired workers of a queue with while none of its workers is live."

@@ -10,8 +10,6 @@ from typing import Any
 from simrun.cli.progress import format_duration, format_gb, format_rate
 from simrun.core.views import RunSummary, running_seconds
 
-__all__ = ["RESOURCE_COLUMNS", "RUN_COLUMNS", "resource_rows", "run_rows"]
-
 RUN_COLUMNS = ("run", "name", "state", "submitted", "took", "message")
 RESOURCE_COLUMNS = (
     "key", "samples", "typical/process", "requested", "speed", "source", "last kill",

@@ -45,8 +45,6 @@ from simrun.worker.container import (
 )
 from simrun.worker.pool.processes import PoolError
 
-__all__ = ["worker"]
-
 QUEUE_HELP = "Queue to serve (repeatable; cpu when neither --queue nor --image is given)."
 GPUS_HELP = "GPUs [default: CUDA_VISIBLE_DEVICES, else nvidia-smi -L]."
 PREFETCH_HELP = "Jobs held per queue beyond the process slots [default: the slots]."

@@ -12,8 +12,6 @@ import asyncio
 import time
 from typing import Protocol
 
-__all__ = ["SYSTEM_CLOCK", "Clock", "ManualClock", "SystemClock"]
-
 
 class Clock(Protocol):
     """What reads or waits for the time."""

@@ -27,17 +27,6 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = [
-    "PROCESSES_VARIABLE",
-    "THREAD_VARIABLES",
-    "command_program",
-    "find_program",
-    "program_dirs",
-    "program_problem",
-    "thread_environment",
-    "with_threads",
-]
-
 #: The variable telling a command how many processes it was sized for.
 PROCESSES_VARIABLE = "SIMRUN_PROCESSES"
 

@@ -38,20 +38,6 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = [
-    "ETA_RULES",
-    "EtaRules",
-    "ObservedRate",
-    "ProgressSampler",
-    "RunProgress",
-    "TaskEta",
-    "learned_eta_s",
-    "observed_weight",
-    "pace_rate",
-    "run_eta_s",
-    "task_eta_s",
-]
-
 
 @dataclass(frozen=True)
 class EtaRules:

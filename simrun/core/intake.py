@@ -15,22 +15,6 @@ import math
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-__all__ = [
-    "SMALL_BODY_BYTES",
-    "InputLimits",
-    "body_limit",
-    "body_too_large",
-    "decoded_size",
-    "file_count_problem",
-    "file_size_problem",
-    "is_submission",
-    "run_units_problem",
-    "tasks_problem",
-    "unit_count_problem",
-    "upload_path_problem",
-    "workflow_size_problem",
-]
-
 MiB = 2**20
 
 #: The body of every request but ``POST /runs`` (a replay or a cancel is a few bytes).

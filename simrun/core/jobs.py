@@ -27,17 +27,6 @@ from simrun.core.wire import (
 )
 from simrun.plugins import TaskPaths
 
-__all__ = [
-    "MAX_JOB_UNITS",
-    "JobPaths",
-    "JobResources",
-    "JobSpec",
-    "PathText",
-    "PortName",
-    "path_text",
-    "queue_for",
-]
-
 
 def path_text(value: object) -> str:
     """The text of a path (a string or a `os.PathLike`): non-empty and without NUL;

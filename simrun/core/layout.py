@@ -27,8 +27,6 @@ from pathlib import Path
 
 from simrun.plugins import TaskPaths
 
-__all__ = ["DB_NAME", "StoreLayout", "task_logs"]
-
 #: The name of the service's SQLite file in a store.
 DB_NAME = "simrun.db"
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["RECONNECT_FIRST_S", "RECONNECT_MAX_S", "REDIS_TIMEOUT_S", "LinkState", "backoff_s"]
-
 #: The pause after the first failed try.
 RECONNECT_FIRST_S = 0.1
 #: The longest pause between two tries (``simrun worker --redis-retry-max-s``). The

@@ -25,8 +25,6 @@ from simrun.core.wire import (
     unit_field,
 )
 
-__all__ = ["ReportEntry", "RunningJob", "StreamReport", "WorkerInfo", "WorkerReport", "now_s"]
-
 _WIRE = ConfigDict(frozen=True, extra="ignore")
 
 

@@ -42,37 +42,6 @@ from typing import Any, TypeVar
 
 from simrun.plugins import REFERENCE_FIELDS, TaskType, UnitOutputs, unit_outputs
 
-__all__ = [
-    "Earlier",
-    "TaskIdentity",
-    "UnitStart",
-    "UnitsEarlier",
-    "all_fingerprints",
-    "as_ranges",
-    "best_units",
-    "choose",
-    "choose_units",
-    "covered",
-    "fingerprint",
-    "fingerprints",
-    "forced_tasks",
-    "identities",
-    "merge_ranges",
-    "module_owners",
-    "rerun_problems",
-    "reusable_units",
-    "reused_text",
-    "source_hash",
-    "task_all_fingerprints",
-    "task_fingerprints",
-    "type_identity",
-    "type_version",
-    "unit_fingerprint",
-    "unit_start",
-    "units_present",
-    "units_reused_text",
-]
-
 T = TypeVar("T")
 
 #: Part of every fingerprint: a change of the rule changes every fingerprint (no reuse of

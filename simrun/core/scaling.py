@@ -32,20 +32,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-__all__ = [
-    "DEFAULT_SECONDS_PER_UNIT",
-    "DEFAULT_SHAPE",
-    "DEFAULT_TARGET_DRAIN_S",
-    "BacklogEntry",
-    "ContainerShape",
-    "Decision",
-    "QueueBacklog",
-    "ScalePolicy",
-    "desired_containers",
-    "slots_per_container",
-    "work_duration",
-]
-
 #: Seconds assumed for one unit of a key that has no learned ``seconds_per_unit`` yet.
 DEFAULT_SECONDS_PER_UNIT = 60.0
 #: How long the queued work should take to drain: ten minutes.

@@ -19,31 +19,6 @@ from typing import TypeVar
 
 from simrun.core.wire import PayloadError
 
-__all__ = [
-    "DEFAULT_MAX_CHUNK",
-    "DEFAULT_TARGET_JOB_S",
-    "PROBE_MAX_UNITS",
-    "PROBE_MAX_WAIT_S",
-    "PROBE_MIN_UNITS",
-    "PROBE_MIN_WAVES",
-    "PROBING",
-    "WorkerCapacity",
-    "chunk_size",
-    "fit_problem",
-    "image_queue",
-    "is_probing",
-    "probe_status",
-    "probe_units",
-    "queue_name",
-    "request_gb",
-    "request_gpus",
-    "request_slots",
-    "retry_memory_gb",
-    "scratch_fits",
-    "split",
-    "split_range",
-]
-
 #: About this much work per job once the seconds of a unit are known: a job costs a few
 #: milliseconds of its own (a report, a pickup, a process checkout), and the last job of a
 #: task decides when it ends, so the tail of a task is tapered instead (`split`).

@@ -17,41 +17,6 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-__all__ = [
-    "ACTIVE_TASK_STATES",
-    "ACTIVE_UNIT_STATES",
-    "COMMAND_INDEX",
-    "ENDED_RUN_STATES",
-    "FINISHED_TASK_STATES",
-    "FINISHED_UNIT_STATES",
-    "MAX_RETRY_DELAY_S",
-    "MERGE_INDEX",
-    "NOT_STARTED_TASK_STATES",
-    "RETRY_BACKOFF",
-    "RETRY_KINDS",
-    "RUN_STATES",
-    "TASK_STATES",
-    "UNFINISHED_UNIT_STATES",
-    "UNIT_KINDS",
-    "UNIT_STATES",
-    "Limits",
-    "RetryRule",
-    "RunState",
-    "TaskCounts",
-    "TaskState",
-    "UnitKind",
-    "UnitRow",
-    "UnitState",
-    "exception_matches",
-    "exception_names",
-    "exception_type",
-    "next_task_state",
-    "run_state",
-    "unit_after_outcome",
-    "unit_index",
-    "unit_key",
-]
-
 RunState = Literal["running", "succeeded", "failed", "cancelled"]
 TaskState = Literal[
     "waiting", "ready", "running", "merging", "done", "failed", "blocked", "cancelled"

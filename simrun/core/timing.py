@@ -9,8 +9,6 @@ than one TTL. Both sides read these defaults from here; ``simrun worker --heartb
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_GRACE_S", "HEARTBEAT_S", "HEARTBEAT_TTL_S", "TTL_PER_INTERVAL"]
-
 HEARTBEAT_S = 2.0
 HEARTBEAT_TTL_S = 8.0
 #: The heartbeat TTL as a multiple of the interval, kept when only the interval is given.

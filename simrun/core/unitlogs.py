@@ -34,28 +34,6 @@ from typing import Any
 
 from simrun.core.layout import StoreLayout, task_logs
 
-__all__ = [
-    "FAILED",
-    "UNITS_DIR",
-    "LiveAttempt",
-    "LiveChunk",
-    "LogNotFound",
-    "UnitAttempt",
-    "UnitLogHeader",
-    "UnitLogs",
-    "attempt_paths",
-    "list_unit_logs",
-    "live_unit_logs",
-    "parse_unit",
-    "read_unit_logs",
-    "run_logs",
-    "store_live_unit_logs",
-    "store_unit_logs",
-    "unit_stem",
-    "whole_utf8",
-    "write_atomic",
-]
-
 #: The directory of the units' logs, under a task's logs directory.
 UNITS_DIR = "units"
 _NAME = re.compile(r"^(unit-(?P<index>\d+)|(?P<word>merge|command))\.attempt-(?P<n>\d+)\.json$")

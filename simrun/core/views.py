@@ -16,18 +16,6 @@ from pydantic import TypeAdapter
 
 from simrun.plugins import TaskType, unit_outputs
 
-__all__ = [
-    "FailureView",
-    "RunSummary",
-    "RunView",
-    "TaskView",
-    "parse_failures",
-    "parse_run",
-    "parse_runs",
-    "parse_task",
-    "type_info",
-]
-
 
 @dataclass(frozen=True)
 class TaskView:

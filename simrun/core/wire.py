@@ -13,30 +13,6 @@ import msgpack
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
-__all__ = [
-    "JOB_KINDS",
-    "OUTCOMES",
-    "RUN_ID",
-    "Attempt",
-    "Count",
-    "FiniteNonNeg",
-    "FinitePositive",
-    "Flag",
-    "JobKind",
-    "NonEmptyStr",
-    "Outcome",
-    "PayloadError",
-    "UnitKey",
-    "deserialize",
-    "expand_ranges",
-    "explain",
-    "index_ranges",
-    "is_finite_nonneg",
-    "job_id",
-    "serialize",
-    "unit_field",
-]
-
 JobKind = Literal["chunk", "merge", "command"]
 Outcome = Literal["done", "failed", "killed", "timeout", "not_run", "stale", "refused"]
 #: A unit index of a chunk, or "merge" / "command" for the one piece of those jobs.

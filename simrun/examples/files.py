@@ -10,8 +10,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JsonFileError", "read_json", "write_atomic"]
-
 
 class JsonFileError(ValueError):
     """A JSON file that could not be read (``unreadable``) or is not valid JSON; ``detail``

@@ -36,24 +36,6 @@ from simrun.examples.plate import (
 )
 from simrun.plugins import ResourceHint, TaskPaths, TaskType
 
-__all__ = [
-    "MAX_GRID",
-    "SUMMARY_COLUMNS",
-    "SUMMARY_NAME",
-    "TASK_TYPE",
-    "HeatSettings",
-    "MissingPointsError",
-    "clear_cache",
-    "compute_unit",
-    "count_units",
-    "field_name",
-    "merge",
-    "point_name",
-    "setup",
-    "simulate",
-    "steps_needed",
-]
-
 MAX_GRID = 1024
 MAX_VALUES = 1000
 SUMMARY_NAME = "summary.csv"

@@ -28,17 +28,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from simrun.examples.files import JsonFileError, read_json
 
-__all__ = [
-    "ABSOLUTE_ZERO_C",
-    "FixedRegion",
-    "PlateError",
-    "PlateGrid",
-    "PlateSpec",
-    "build_grid",
-    "load_plate",
-    "plate_file",
-]
-
 ABSOLUTE_ZERO_C = -273.15
 
 Temperature = Annotated[float, Field(ge=ABSOLUTE_ZERO_C, allow_inf_nan=False)]

@@ -26,21 +26,6 @@ from simrun.examples.files import JsonFileError, read_json, write_atomic
 from simrun.examples.heat import SUMMARY_COLUMNS, SUMMARY_NAME
 from simrun.plugins import ResourceHint, TaskType
 
-__all__ = [
-    "PLOT_NAME",
-    "PROG",
-    "REPORT_NAME",
-    "TASK_TYPE",
-    "BadInput",
-    "Invocation",
-    "Point",
-    "ReportSettings",
-    "main",
-    "parse_argv",
-    "read_summary",
-    "render",
-]
-
 PROG = "simrun-heat-report"
 USAGE = f"usage: {PROG} SETTINGS_JSON OUT_DIR table=HEAT_OUTPUT_DIR"
 REPORT_NAME = "report.md"

@@ -19,8 +19,6 @@ import sys
 import time
 from collections.abc import Iterable
 
-__all__ = ["DONE", "REMOVE", "watch"]
-
 DONE = "done"
 REMOVE = "rm "
 #: How long the guard waits for the processes to end before it removes the directories.

@@ -16,8 +16,6 @@ from typing import IO
 from simrun.core.layout import StoreLayout
 from simrun.local.machine import LocalError
 
-__all__ = ["check_free", "holder", "take"]
-
 
 def take(store: Path) -> IO[str]:
     """Lock ``store`` (created when missing) for this process: the open lock file (closing

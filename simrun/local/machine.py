@@ -13,18 +13,6 @@ from pathlib import Path
 
 from simrun.worker.capacity import detect_gpu_ids
 
-__all__ = [
-    "MEMORY_SHARE",
-    "LocalError",
-    "default_capacity",
-    "free_port",
-    "free_socket",
-    "last_line",
-    "local_scratch_gb",
-    "machine",
-    "parse_meminfo_available",
-]
-
 #: Share of the available memory the worker containers get by default.
 MEMORY_SHARE = 0.8
 

@@ -21,11 +21,9 @@ from simrun.core.views import INTERRUPTED, FailureView, RunSummary, RunView
 from simrun.local import lock
 from simrun.local.machine import LocalError
 from simrun.resources import ResourceStore
-from simrun.runstore import RunStore
+from simrun.runstore.store import RunStore
 from simrun.service.controller import Controller
 from simrun.service.views import failure_view, run_summary, run_view
-
-__all__ = ["INTERRUPTED", "StoreReader", "open_store_reader"]
 
 Shown = TypeVar("Shown", bound=RunSummary)
 

@@ -11,8 +11,6 @@ from pathlib import Path
 
 from simrun.local.machine import LocalError, free_port, last_line
 
-__all__ = ["REDIS_MISSING", "PrivateRedis", "find_redis_server"]
-
 REDIS_MISSING = (
     "no redis-server on the PATH and REDIS_URL is not set: install one "
     "(Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis) "

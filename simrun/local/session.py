@@ -57,16 +57,13 @@ from simrun.local.machine import LocalError, free_socket, gpu_shares, last_line
 from simrun.local.reads import StoreReader
 from simrun.local.redis import PrivateRedis, find_redis_server
 from simrun.plugins import TaskType
-from simrun.queues import DEFAULT_PREFIX
 from simrun.queues.connect import RedisUnusable
+from simrun.queues.keys import DEFAULT_PREFIX
 from simrun.service.api import create_app
 from simrun.service.controller import Controller
 from simrun.service.settings import ControllerSettings
 from simrun.worker.container import WorkerFlags, worker_argv
 from simrun.worker.engine import EngineError, find_engine, worker_argv_in_image
-
-__all__ = ["LOG_BACKUPS", "LOG_MAX_BYTES", "LocalOptions", "LocalSession", "image_problem",
-           "images_of", "local_engine", "redis_prefix", "rotate_log", "unit_images"]  # fmt: skip
 
 #: Bytes past which a log of the session is rotated, and how many rotated ones are kept.
 LOG_MAX_BYTES = 64 * 2**20

@@ -4,23 +4,3 @@ the service uses to enqueue, watch queues, drop jobs, list live workers and read
 arq is imported here and in the worker's setup only. The wire types themselves live in
 `simrun.core`.
 """
-
-from simrun.queues.client import (
-    JobQueue,
-    attempts_by_run,
-    current_attempts,
-    forget_attempts,
-    set_current_attempts,
-)
-from simrun.queues.keys import DEFAULT_PREFIX, JOB_FUNCTION, Keys
-
-__all__ = [
-    "DEFAULT_PREFIX",
-    "JOB_FUNCTION",
-    "JobQueue",
-    "Keys",
-    "attempts_by_run",
-    "current_attempts",
-    "forget_attempts",
-    "set_current_attempts",
-]

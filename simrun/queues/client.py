@@ -21,14 +21,6 @@ if TYPE_CHECKING:
     from arq.connections import ArqRedis
     from redis.asyncio import Redis
 
-__all__ = [
-    "JobQueue",
-    "attempts_by_run",
-    "current_attempts",
-    "forget_attempts",
-    "set_current_attempts",
-]
-
 
 async def set_current_attempts(
     redis: Redis,

@@ -44,17 +44,6 @@ from simrun.core.wire import deserialize, serialize
 if TYPE_CHECKING:
     from arq.connections import ArqRedis
 
-__all__ = [
-    "REDIS_TIMEOUT_S",
-    "RedisTimeouts",
-    "RedisUnusable",
-    "cancel_and_wait",
-    "describe",
-    "open_redis",
-    "start_failure",
-    "wait_for_redis",
-]
-
 log = logging.getLogger(__name__)
 
 #: Error replies of a server that is there but not ready yet (wait for it).

@@ -7,8 +7,6 @@ from dataclasses import dataclass
 
 from simrun.core.wire import RUN_ID, PayloadError
 
-__all__ = ["DEFAULT_PREFIX", "JOB_FUNCTION", "Keys"]
-
 DEFAULT_PREFIX = "simrun"
 #: The name under which the worker registers its one arq job function.
 JOB_FUNCTION = "simrun_job"

@@ -15,46 +15,15 @@ The parts: `keys` (the key and how a task's key is derived), `policy` (the pure 
 """
 
 from simrun.resources.keys import ResourceKey, resource_key
-from simrun.resources.policy import (
-    KILL_Z,
-    MARGIN,
-    MIN_MEMORY_PER_WORKER_GB,
-    PERCENTILE,
-    PERCENTILE_METHOD,
-    PRIOR_SPREAD,
-    RETRY_FACTOR,
-    WINDOW,
-    Explanation,
-    Learned,
-    Observation,
-    ResolvedResources,
-    decide,
-    explain,
-    learn,
-    percentile,
-)
-from simrun.resources.store import KeySummary, Record, ResourceStore
+from simrun.resources.policy import MARGIN, RETRY_FACTOR, WINDOW, ResolvedResources
+from simrun.resources.store import ResourceStore
 
 __all__ = [
-    "KILL_Z",
     "MARGIN",
-    "MIN_MEMORY_PER_WORKER_GB",
-    "PERCENTILE",
-    "PERCENTILE_METHOD",
-    "PRIOR_SPREAD",
     "RETRY_FACTOR",
     "WINDOW",
-    "Explanation",
-    "KeySummary",
-    "Learned",
-    "Observation",
-    "Record",
     "ResolvedResources",
     "ResourceKey",
     "ResourceStore",
-    "decide",
-    "explain",
-    "learn",
-    "percentile",
     "resource_key",
 ]

@@ -13,8 +13,6 @@ from pydantic import ValidationError
 
 from simrun.plugins import TaskType
 
-__all__ = ["KEY_SEPARATOR", "ResourceKey", "resource_key", "unknown_key_message"]
-
 #: Separates the parts of a key's text: ``task_type/model`` or ``task_type/model/variant``.
 KEY_SEPARATOR = "/"
 

@@ -48,30 +48,6 @@ from typing import Any, Literal
 from simrun.plugins import ResourceHint
 from simrun.workflow import ResourceOverride
 
-__all__ = [
-    "CEILING_FACTOR",
-    "KILL_Z",
-    "MARGIN",
-    "MAX_INPUT_SLOPE",
-    "MIN_MEMORY_PER_WORKER_GB",
-    "PERCENTILE",
-    "PERCENTILE_METHOD",
-    "PRIOR_INPUT_SLOPE",
-    "PRIOR_SPREAD",
-    "RETRY_FACTOR",
-    "WINDOW",
-    "Explanation",
-    "Learned",
-    "Observation",
-    "PercentileMethod",
-    "ResolvedResources",
-    "decide",
-    "explain",
-    "learn",
-    "percentile",
-    "source_of",
-]
-
 # The constants are chosen by reasoning, then checked on both shipped traces (python
 # benchmarks/learning.py; figures in its output and in the closing note of issue 13), not
 # searched on one:

@@ -43,17 +43,6 @@ from simrun.resources.policy import (
 )
 from simrun.workflow import ResourceOverride
 
-__all__ = [
-    "COMPONENT",
-    "EVIDENCE_KILLS",
-    "MIGRATIONS",
-    "KeyEvidence",
-    "KeySummary",
-    "Record",
-    "ResourceStore",
-    "rows_of",
-]
-
 #: The component of the database file that this store owns (see `simrun.db.migrate`).
 COMPONENT = "resources"
 

@@ -21,32 +21,3 @@ committed state without waiting for the writer. Batches use ``executemany`` and 
 lists, never one round trip per unit; a report whose units are all done is one update of
 their index ranges (`simrun.runstore.ingest`, `simrun.runstore.apply`).
 """
-
-from simrun.runstore.rows import (
-    Applied,
-    JobRow,
-    NewJob,
-    NewRun,
-    NewTask,
-    RunRow,
-    RunStateError,
-    TaskRow,
-    UnknownRunError,
-)
-from simrun.runstore.schema import COMPONENT, MIGRATIONS
-from simrun.runstore.store import RunStore
-
-__all__ = [
-    "COMPONENT",
-    "MIGRATIONS",
-    "Applied",
-    "JobRow",
-    "NewJob",
-    "NewRun",
-    "NewTask",
-    "RunRow",
-    "RunStateError",
-    "RunStore",
-    "TaskRow",
-    "UnknownRunError",
-]

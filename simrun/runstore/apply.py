@@ -23,12 +23,11 @@ from simrun.core.states import (
     unit_after_outcome,
     unit_index,
 )
-from simrun.runstore.ingest import all_done, index_ranges, observed_peak_gb, split_reports
+from simrun.core.wire import index_ranges
+from simrun.runstore.ingest import all_done, observed_peak_gb, split_reports
 from simrun.runstore.reads import chunks, marks
 from simrun.runstore.rows import UPDATE_UNIT, Applied, unit_of, unit_values
 from simrun.runstore.schema import UNIT_COLUMNS, sql_list
-
-__all__ = ["apply_reports", "done_whole", "insert_unit_rows", "materialize_jobs"]
 
 
 async def apply_reports(

@@ -16,9 +16,6 @@ from collections.abc import Sequence
 
 from simrun.core.reports import ReportEntry
 from simrun.core.states import unit_index
-from simrun.core.wire import index_ranges
-
-__all__ = ["all_done", "index_ranges", "observed_peak_gb", "split_reports"]
 
 
 def all_done(entry: ReportEntry) -> bool:

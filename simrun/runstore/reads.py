@@ -41,17 +41,6 @@ from simrun.runstore.schema import (
     sql_list,
 )
 
-__all__ = [
-    "DoneTask",
-    "DoneUnits",
-    "RunReads",
-    "chunks",
-    "done_in_file",
-    "done_ranges_in_file",
-    "done_units_in_file",
-    "marks",
-]
-
 #: Most host parameters in one statement, well below SQLite's limit.
 BATCH = 500
 

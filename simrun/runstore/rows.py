@@ -12,34 +12,6 @@ from simrun.core.reports import ReportEntry
 from simrun.core.states import RunState, TaskCounts, TaskState, UnitKind, UnitRow
 from simrun.runstore.schema import JOB_COLUMNS, RUN_COLUMNS, TASK_COLUMNS
 
-__all__ = [
-    "UPDATE_UNIT",
-    "Applied",
-    "Job",
-    "JobRow",
-    "NewJob",
-    "NewRun",
-    "NewTask",
-    "RunRow",
-    "RunStateError",
-    "TaskRow",
-    "UnknownRunError",
-    "counts_of",
-    "dumps",
-    "insert",
-    "job_indices",
-    "job_of",
-    "job_unit",
-    "job_values",
-    "run_of",
-    "run_values",
-    "span_units",
-    "task_of",
-    "task_values",
-    "unit_of",
-    "unit_values",
-]
-
 
 class UnknownRunError(LookupError):
     """There is no run of that id (the HTTP API answers 404)."""

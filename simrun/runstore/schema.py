@@ -7,17 +7,6 @@ from collections.abc import Iterable
 from simrun import db
 from simrun.core.states import RUN_STATES, TASK_STATES, UNIT_KINDS, UNIT_STATES
 
-__all__ = [
-    "COMPONENT",
-    "JOB_COLUMNS",
-    "MIGRATIONS",
-    "RUN_COLUMNS",
-    "SPAN_COLUMNS",
-    "TASK_COLUMNS",
-    "UNIT_COLUMNS",
-    "sql_list",
-]
-
 COMPONENT = "runs"
 
 

@@ -47,8 +47,6 @@ from simrun.runstore.schema import (
     sql_list,
 )
 
-__all__ = ["RunStore"]
-
 
 class RunStore(RunReads):
     """Run state in the SQLite file ``path`` (created on `open`)."""

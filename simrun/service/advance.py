@@ -47,23 +47,10 @@ from simrun.core.reuse import (
 from simrun.core.states import ACTIVE_TASK_STATES, TaskCounts, next_task_state, run_state
 from simrun.plugins import TaskType, UnitOutputs, resolve, unit_outputs
 from simrun.resources import resource_key
-from simrun.runstore import RunRow, RunStore, TaskRow
 from simrun.runstore.reads import DoneTask
+from simrun.runstore.rows import RunRow, TaskRow
+from simrun.runstore.store import RunStore
 from simrun.service import decisions
-
-__all__ = [
-    "START_TASKS_PER_STEP",
-    "Advance",
-    "RunsToAdvance",
-    "UnitCounter",
-    "advance_run",
-    "failure_message",
-    "link_outputs",
-    "link_units",
-    "reuse_tasks",
-    "start_task",
-    "unit_reuse",
-]
 
 log = logging.getLogger(__name__)
 

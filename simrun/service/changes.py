@@ -20,8 +20,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-__all__ = ["Changes"]
-
 
 class Changes:
     """Per-run version counters and the event their waiters wait on (one event loop)."""

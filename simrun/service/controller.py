@@ -49,15 +49,16 @@ from simrun.core.intake import tasks_problem
 from simrun.core.layout import StoreLayout
 from simrun.core.outage import RECONNECT_MAX_S, LinkState, backoff_s
 from simrun.plugins import TaskType
-from simrun.queues import JobQueue, forget_attempts, set_current_attempts
+from simrun.queues.client import JobQueue, forget_attempts, set_current_attempts
 from simrun.queues.connect import cancel_and_wait, wait_for_redis
 from simrun.resources import ResolvedResources, ResourceStore
-from simrun.runstore import RunRow, RunStore, UnknownRunError
+from simrun.runstore.rows import RunRow, UnknownRunError
+from simrun.runstore.store import RunStore
 from simrun.service import decisions
 from simrun.service.advance import Advance, RunsToAdvance
 from simrun.service.changes import Changes
 from simrun.service.dispatch import Dispatcher
-from simrun.service.forget import FORGET_EVERY_S, EndedRuns
+from simrun.service.forget import EndedRuns
 from simrun.service.ingest import Ingest, is_oom
 from simrun.service.liveness import Liveness
 from simrun.service.outputs import clear_outputs
@@ -67,7 +68,8 @@ from simrun.service.settings import ControllerSettings
 from simrun.service.submit import copy_sources, new_run_id, plan_run, remove_run_dir
 from simrun.workflow import Problem, Workflow, WorkflowError, source_paths, uploaded_sources
 
-__all__ = ["FORGET_EVERY_S", "Controller", "ControllerSettings", "is_oom"]
+#: The spec names `is_oom` here; it is decided where reports are read (`ingest`).
+__all__ = ["is_oom"]
 
 log = logging.getLogger(__name__)
 

@@ -18,19 +18,6 @@ from simrun.core.states import UnitRow
 from simrun.core.views import RunView, running_seconds
 from simrun.runstore.rows import span_units
 
-__all__ = [
-    "MAX_PAGE",
-    "PlanRow",
-    "done_page",
-    "forecast_rows",
-    "keep_run",
-    "page_of",
-    "pending_page",
-    "run_line",
-    "slots_on",
-    "unit_line",
-]
-
 #: The most units one page of a strip holds.
 MAX_PAGE = 500
 

@@ -12,14 +12,6 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
-__all__ = [
-    "NETWORK_FS_TYPES",
-    "db_volume_problem",
-    "mount_type",
-    "network_fs_type",
-    "parse_mounts",
-]
-
 #: File system types (as ``/proc/mounts`` names them) on which SQLite's locking is not safe.
 NETWORK_FS_TYPES = frozenset(
     {

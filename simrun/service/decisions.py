@@ -14,21 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from simrun.core.states import ENDED_RUN_STATES
-from simrun.runstore.ingest import index_ranges
-
-__all__ = [
-    "AttemptsVerdict",
-    "FlightJob",
-    "abandoned_jobs",
-    "attempts_verdict",
-    "dead_worker_jobs",
-    "failure_message",
-    "job_attempt",
-    "judging_workers",
-    "lost_jobs",
-    "reconnect_grace_s",
-    "run_of_job",
-]
+from simrun.core.wire import index_ranges
 
 
 def job_attempt(unit_attempts: Iterable[int]) -> int:

@@ -32,14 +32,13 @@ from simrun.core.clock import SYSTEM_CLOCK, Clock
 from simrun.core.reports import WorkerInfo
 from simrun.core.states import ACTIVE_TASK_STATES, TaskState, UnitKind, UnitRow
 from simrun.plugins import TaskType
-from simrun.queues import JobQueue, set_current_attempts
+from simrun.queues.client import JobQueue, set_current_attempts
 from simrun.resources import ResolvedResources, ResourceKey, ResourceStore, resource_key
-from simrun.runstore import RunRow, RunStore, TaskRow
+from simrun.runstore.rows import RunRow, TaskRow
+from simrun.runstore.store import RunStore
 from simrun.service.packing import Dispatch, build_jobs, memory_groups, task_paths
 from simrun.service.settings import ControllerSettings
 from simrun.workflow import ResourceOverride
-
-__all__ = ["Dispatcher", "input_bytes"]
 
 log = logging.getLogger(__name__)
 

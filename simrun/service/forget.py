@@ -14,12 +14,10 @@ from collections.abc import Sequence
 
 from simrun.core.clock import SYSTEM_CLOCK, Clock
 from simrun.core.reports import WorkerInfo
-from simrun.queues import JobQueue, attempts_by_run, forget_attempts
-from simrun.runstore import RunStore
+from simrun.queues.client import JobQueue, attempts_by_run, forget_attempts
+from simrun.runstore.store import RunStore
 from simrun.service import decisions
 from simrun.service.liveness import listed_jobs
-
-__all__ = ["FORGET_EVERY_S", "EndedRuns"]
 
 log = logging.getLogger(__name__)
 

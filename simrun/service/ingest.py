@@ -12,13 +12,13 @@ from collections.abc import Mapping, Sequence
 
 from simrun.core.clock import Clock
 from simrun.core.reports import ReportEntry, WorkerReport
-from simrun.queues import JobQueue
-from simrun.resources import Record, ResolvedResources, ResourceKey, ResourceStore
-from simrun.runstore import RunStore, TaskRow
+from simrun.queues.client import JobQueue
+from simrun.resources import ResolvedResources, ResourceKey, ResourceStore
+from simrun.resources.store import Record
+from simrun.runstore.rows import TaskRow
+from simrun.runstore.store import RunStore
 from simrun.service.advance import RunsToAdvance
 from simrun.service.settings import ControllerSettings
-
-__all__ = ["Ingest", "is_oom", "record_of"]
 
 log = logging.getLogger(__name__)
 

@@ -20,14 +20,13 @@ from collections.abc import Mapping, Sequence
 
 from simrun.core.clock import Clock
 from simrun.core.reports import WorkerInfo
-from simrun.queues import JobQueue
-from simrun.runstore import JobRow, RunStore
+from simrun.queues.client import JobQueue
+from simrun.runstore.rows import JobRow
+from simrun.runstore.store import RunStore
 from simrun.service import decisions
 from simrun.service.advance import RunsToAdvance
 from simrun.service.ingest import Ingest
 from simrun.service.settings import ControllerSettings
-
-__all__ = ["Liveness", "flight", "listed_jobs"]
 
 log = logging.getLogger(__name__)
 

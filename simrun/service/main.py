@@ -15,10 +15,9 @@ import uvicorn
 from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
 from simrun.plugins import TaskType
 from simrun.service.api import create_app
-from simrun.service.controller import Controller, ControllerSettings
+from simrun.service.controller import Controller
 from simrun.service.dbvolume import db_volume_problem
-
-__all__ = ["DatabaseVolumeError", "check_database", "serve"]
+from simrun.service.settings import ControllerSettings
 
 
 class DatabaseVolumeError(ValueError):

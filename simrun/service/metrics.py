@@ -65,30 +65,6 @@ from simrun.core.scaling import (
     desired_containers,
 )
 
-__all__ = [
-    "CONTENT_TYPE",
-    "METRICS_POLICY",
-    "QUEUE_FAMILIES",
-    "SERVICE_FAMILIES",
-    "FamiliesCollector",
-    "Family",
-    "LiveWorkers",
-    "Metrics",
-    "QueueFamily",
-    "QueueMetrics",
-    "ReportLag",
-    "ServiceFamily",
-    "UnitTotals",
-    "backlog_document",
-    "backlog_seconds",
-    "families",
-    "pools_of",
-    "queue_metrics",
-    "render",
-    "render_families",
-    "shape_of",
-]
-
 #: The media type of the text exposition format 0.0.4, which `generate_latest` writes (the
 #: client's ``CONTENT_TYPE_LATEST`` names a newer version in recent releases).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

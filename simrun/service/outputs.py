@@ -17,8 +17,6 @@ from pathlib import Path
 
 from simrun.core.layout import StoreLayout
 
-__all__ = ["clear_outputs"]
-
 log = logging.getLogger(__name__)
 
 

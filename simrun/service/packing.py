@@ -17,10 +17,8 @@ from simrun.core.sizing import retry_memory_gb
 from simrun.core.states import UnitKind, UnitRow
 from simrun.plugins import TaskPaths, TaskType
 from simrun.resources import RETRY_FACTOR, ResolvedResources
-from simrun.runstore import NewJob, TaskRow
+from simrun.runstore.rows import NewJob, TaskRow
 from simrun.service.decisions import job_attempt
-
-__all__ = ["Dispatch", "build_jobs", "memory_groups", "task_paths"]
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,11 @@ from simrun.core.scaling import (
 from simrun.core.states import ACTIVE_TASK_STATES, UNFINISHED_UNIT_STATES, TaskCounts
 from simrun.core.views import INTERRUPTED, FailureView, RunView
 from simrun.plugins import ResourceHint, TaskType
-from simrun.queues import JobQueue
-from simrun.resources import KeySummary, ResourceKey, ResourceStore, resource_key
-from simrun.resources.store import KeyEvidence
-from simrun.runstore import RunRow, RunStore
+from simrun.queues.client import JobQueue
+from simrun.resources import ResourceKey, ResourceStore, resource_key
+from simrun.resources.store import KeyEvidence, KeySummary
+from simrun.runstore.rows import RunRow
+from simrun.runstore.store import RunStore
 from simrun.service.dispatch import Dispatcher
 from simrun.service.metrics import (
     METRICS_POLICY,
@@ -44,8 +45,6 @@ from simrun.service.metrics import (
 )
 from simrun.service.settings import ControllerSettings
 from simrun.service.views import failure_view, run_view
-
-__all__ = ["Backlog", "ProgressSamples", "RunQueries"]
 
 #: Runs whose progress is sampled at most (the least recently viewed are forgotten first).
 MAX_SAMPLED_RUNS = 256

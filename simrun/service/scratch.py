@@ -24,12 +24,10 @@ from typing import TYPE_CHECKING
 from redis.exceptions import RedisError
 
 from simrun.core.layout import StoreLayout
-from simrun.queues import Keys
+from simrun.queues.keys import Keys
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
-
-__all__ = ["ENDED_TTL_S", "mark_task_ended", "remove_scratch", "unmark_tasks_ended"]
 
 log = logging.getLogger(__name__)
 

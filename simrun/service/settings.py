@@ -11,10 +11,8 @@ from simrun.core.layout import StoreLayout
 from simrun.core.outage import REDIS_TIMEOUT_S
 from simrun.core.states import Limits
 from simrun.core.timing import HEARTBEAT_TTL_S
-from simrun.queues import DEFAULT_PREFIX
 from simrun.queues.connect import RedisTimeouts
-
-__all__ = ["ControllerSettings"]
+from simrun.queues.keys import DEFAULT_PREFIX
 
 
 @dataclass(frozen=True)

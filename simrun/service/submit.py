@@ -24,17 +24,8 @@ from typing import Any
 from simrun.core.layout import StoreLayout
 from simrun.core.reuse import forced_tasks, rerun_problems, task_all_fingerprints
 from simrun.plugins import TaskType
-from simrun.runstore import NewRun, NewTask
+from simrun.runstore.rows import NewRun, NewTask
 from simrun.workflow import InputRef, Problem, Workflow, WorkflowError
-
-__all__ = [
-    "copy_sources",
-    "input_path",
-    "new_run_id",
-    "plan_run",
-    "remove_run_dir",
-    "source_copy",
-]
 
 
 def new_run_id(now_s: float | None = None, token: str | None = None) -> str:

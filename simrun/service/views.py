@@ -9,9 +9,7 @@ from typing import Any
 from simrun.core.eta import ObservedRate, TaskEta, run_eta_s, task_eta_s
 from simrun.core.states import FINISHED_TASK_STATES, TaskCounts, UnitRow
 from simrun.core.views import FailureView, RunSummary, RunView, TaskView
-from simrun.runstore import RunRow, TaskRow
-
-__all__ = ["failure_view", "run_summary", "run_view", "task_view"]
+from simrun.runstore.rows import RunRow, TaskRow
 
 
 def _shared(row: Any, view: type[Any]) -> dict[str, Any]:

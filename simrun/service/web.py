@@ -19,8 +19,6 @@ from pathlib import Path
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse
 
-__all__ = ["ASSETS_PREFIX", "STATIC", "is_static", "router"]
-
 #: Where the built bundle lives inside the package.
 STATIC = Path(__file__).resolve().parent / "static"
 #: The URL prefix of the bundle's files (scripts, styles).

@@ -22,19 +22,6 @@ from typing import Literal
 
 from simrun.worker.capacity import Capacity
 
-__all__ = [
-    "AdmissionClosed",
-    "AdmissionGate",
-    "Decision",
-    "Grant",
-    "Refused",
-    "Request",
-    "Usage",
-    "Waiter",
-    "decide",
-    "pick",
-]
-
 #: Rounding slack so that 0.1 + 0.2 GiB fits in 0.3 GiB.
 EPS_GB = 1e-9
 

@@ -30,8 +30,6 @@ from redis.exceptions import ResponseError, WatchError
 
 from simrun.worker.link import LINK_ERRORS, RedisLink
 
-__all__ = ["OutageWorker"]
-
 
 class OutageWorker(Worker):
     """An arq `Worker` that waits out Redis outages with ``link`` instead of ending."""

@@ -21,18 +21,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = [
-    "Capacity",
-    "cgroup_paths",
-    "detect_capacity",
-    "parse_cgroup_v1_memory",
-    "parse_cgroup_v2_memory",
-    "parse_cpu_max",
-    "parse_cuda_visible_devices",
-    "parse_meminfo_total",
-    "parse_nvidia_smi",
-]
-
 GIB = 2**30
 #: Memory kept back for the worker container's own process when memory is detected.
 RESERVE_GB = 0.25

@@ -41,26 +41,6 @@ from pathlib import Path
 
 from simrun.worker.proctree import GIB, kill_pids, living
 
-__all__ = [
-    "KERNEL_LIMIT_FACTOR",
-    "Cgroup",
-    "CgroupSupport",
-    "Mount",
-    "WorkerCgroups",
-    "cgroup_dir",
-    "detect",
-    "kernel_limit_bytes",
-    "limit_text",
-    "oom_killed",
-    "owner_of",
-    "parse_limit",
-    "parse_memory_events",
-    "parse_mountinfo",
-    "parse_oom_control",
-    "parse_proc_cgroup",
-    "sweep",
-]
-
 log = logging.getLogger(__name__)
 
 #: The kernel's limit of a cgroup (a worker process's, a command's), as a multiple of the

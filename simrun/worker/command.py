@@ -44,8 +44,6 @@ from simrun.worker.exec.spec import (
 from simrun.worker.ledger import Ledger
 from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP
 
-__all__ = ["command_outcome", "run_command", "run_command_job"]
-
 log = logging.getLogger(__name__)
 
 #: Seconds `run_command_job` waits for simrun-exec after it forwarded a stop, beyond the

@@ -54,8 +54,8 @@ from simrun.core.reports import WorkerInfo, now_s
 from simrun.core.sizing import image_queue
 from simrun.core.timing import DEFAULT_GRACE_S, HEARTBEAT_S, HEARTBEAT_TTL_S, TTL_PER_INTERVAL
 from simrun.core.wire import deserialize, serialize
-from simrun.queues import DEFAULT_PREFIX, JOB_FUNCTION, Keys
 from simrun.queues.connect import RedisTimeouts, cancel_and_wait, open_redis, wait_for_redis
+from simrun.queues.keys import DEFAULT_PREFIX, JOB_FUNCTION, Keys
 from simrun.worker import proctree
 from simrun.worker.admission import AdmissionGate
 from simrun.worker.arq_worker import OutageWorker
@@ -65,30 +65,19 @@ from simrun.worker.engine import EngineError, find_engine
 from simrun.worker.heartbeat import Heartbeat
 from simrun.worker.jobs import JobHandler
 from simrun.worker.link import (
-    DEFAULT_LOCAL_DIR,
+    DEFAULT_LOCAL_DIR as DEFAULT_LOCAL_DIR,
+)
+from simrun.worker.link import (
     LINK_ERRORS,
     RedisLink,
     status_path,
     write_status,
 )
-from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP, DEFAULT_UNIT_LOG_CAP
+from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP as DEFAULT_COMMAND_LOG_CAP
+from simrun.worker.pool.output import DEFAULT_UNIT_LOG_CAP as DEFAULT_UNIT_LOG_CAP
 from simrun.worker.pool.processes import ProcessPool
 from simrun.worker.scratch import GIB, ScratchSpace, room_gb, scratch_root
 from simrun.worker.spool import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, MIB, ReportSpool, SpoolBounds
-
-__all__ = [
-    "CGROUP_MODES",
-    "DEFAULT_COMMAND_LOG_CAP",
-    "DEFAULT_LOCAL_DIR",
-    "DEFAULT_POLL_DELAY_S",
-    "DEFAULT_SPOOL_MB",
-    "DEFAULT_UNIT_LOG_CAP",
-    "WorkerContainer",
-    "WorkerFlags",
-    "WorkerOptions",
-    "default_worker_id",
-    "worker_argv",
-]
 
 log = logging.getLogger(__name__)
 

@@ -26,20 +26,6 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = [
-    "ENGINE_NAMES",
-    "EngineError",
-    "container_name",
-    "find_engine",
-    "inspect_argv",
-    "inspect_oom",
-    "parse_oom",
-    "remove",
-    "remove_argv",
-    "run_argv",
-    "worker_argv_in_image",
-]
-
 #: The engines looked for on ``PATH``, in this order, when none is named.
 ENGINE_NAMES = ("docker", "podman")
 #: Seconds an ``inspect`` or ``rm`` of the engine may take.

@@ -19,8 +19,6 @@ import threading
 from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
-__all__ = ["SAMPLE_S", "GpuMemorySampler", "measure", "parse_memory_used", "query_argv"]
-
 log = logging.getLogger(__name__)
 
 #: Seconds between two questions to nvidia-smi (it takes tens of milliseconds to answer).

@@ -42,20 +42,8 @@ from redis.exceptions import RedisError
 from simrun.config import DEFAULT_REDIS_URL, ENV_REDIS_URL, ENV_WORKER_DIR, redact_url
 from simrun.core.reports import WorkerInfo
 from simrun.core.wire import PayloadError
-from simrun.queues import DEFAULT_PREFIX, Keys
+from simrun.queues.keys import DEFAULT_PREFIX, Keys
 from simrun.worker.link import DEFAULT_LOCAL_DIR, read_status, status_path
-
-__all__ = [
-    "MAX_AGE_S",
-    "Verdict",
-    "candidate_ids",
-    "check",
-    "judge",
-    "judge_local",
-    "local_statuses",
-    "main",
-    "same_host",
-]
 
 #: A heartbeat older than this is stale (the worker beats every 2 s; its key lives 8 s).
 MAX_AGE_S = 30.0

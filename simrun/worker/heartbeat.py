@@ -21,14 +21,12 @@ from redis.exceptions import RedisError
 from simrun.core.clock import SYSTEM_CLOCK, Clock
 from simrun.core.reports import WorkerInfo
 from simrun.core.timing import HEARTBEAT_S, HEARTBEAT_TTL_S
-from simrun.queues import Keys
+from simrun.queues.keys import Keys
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
     from simrun.worker.link import RedisLink
-
-__all__ = ["Heartbeat"]
 
 log = logging.getLogger(__name__)
 

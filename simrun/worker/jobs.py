@@ -43,8 +43,9 @@ from simrun.core.reports import ReportEntry, RunningJob, WorkerReport, now_s
 from simrun.core.sizing import request_gb, request_gpus, request_slots
 from simrun.core.unitlogs import FAILED, UnitLogHeader, attempt_paths, write_atomic
 from simrun.core.wire import PayloadError, UnitKey
-from simrun.queues import Keys, current_attempts
+from simrun.queues.client import current_attempts
 from simrun.queues.connect import cancel_and_wait
+from simrun.queues.keys import Keys
 from simrun.worker import gpumem
 from simrun.worker.admission import AdmissionClosed, AdmissionGate, Grant, Refused, Request
 from simrun.worker.capacity import Capacity
@@ -65,8 +66,6 @@ from simrun.worker.spool import ReportSpool
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
-
-__all__ = ["STALE_REFRESH_S", "JobHandler", "request_for"]
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,6 @@ from collections.abc import Sequence
 from simrun.core.reports import WorkerReport
 from simrun.core.wire import Outcome, UnitKey
 
-__all__ = ["Ledger", "death_outcome"]
-
-
 _DEATH_OUTCOMES: dict[str, Outcome] = {"memory": "killed", "timeout": "timeout", "stop": "not_run"}
 
 

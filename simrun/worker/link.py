@@ -49,8 +49,6 @@ from simrun.worker.spool import ReportSpool
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["DEFAULT_LOCAL_DIR", "RedisLink", "read_status", "status_path", "write_status"]
-
 log = logging.getLogger(__name__)
 
 #: The worker's local directory (its status file, the reports it keeps while Redis is

@@ -20,22 +20,6 @@ import signal
 import time
 from collections.abc import Iterable, Iterator
 
-__all__ = [
-    "CHILDREN_FILES",
-    "GIB",
-    "anon_bytes_of",
-    "anon_memory_bytes",
-    "become_subreaper",
-    "descendants",
-    "group_members",
-    "kill_pids",
-    "kill_tree",
-    "living",
-    "own_anon_bytes",
-    "signal_tree",
-    "wait_gone",
-]
-
 #: Bytes in one GiB: every ``*_gb`` figure of simrun is in GiB.
 GIB = 2**30
 

@@ -19,15 +19,12 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 
 from simrun.worker.proctree import (
-    CHILDREN_FILES,
     GIB,
     anon_bytes_of,
     anon_memory_bytes,
-    descendants,
     own_anon_bytes,
 )
 
-__all__ = ["CHILDREN_FILES", "GIB", "MemorySampler", "anon_memory_bytes", "descendants"]
 # The tree is read by simrun.worker.proctree; its names are re-exported here, where they
 # always were.
 

@@ -44,17 +44,6 @@ from typing import Literal
 
 from simrun.core.jobs import JobPaths, JobSpec
 
-__all__ = [
-    "GIB",
-    "HARD_MARGIN",
-    "IDLE_REMOVE_S",
-    "ScratchSpace",
-    "Staged",
-    "scratch_limit_gb",
-    "scratch_root",
-    "usage_bytes",
-]
-
 log = logging.getLogger(__name__)
 
 GIB = 1024**3

@@ -29,8 +29,6 @@ from typing import Literal
 
 from simrun.core.reports import ReportEntry, RunningJob
 
-__all__ = ["DEFAULT_DISK_MB", "DEFAULT_MEMORY_MB", "ReportSpool", "SpoolBounds"]
-
 log = logging.getLogger(__name__)
 
 MIB = 2**20

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from simrun.queues import JobQueue
+from simrun.queues.client import JobQueue
 from tests.composefile import compose, seconds, services
 from tests.support import REPO
 from tests.support.harness import all_reports, make_spec

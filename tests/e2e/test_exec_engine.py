@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from simrun.plugins import TaskPaths
-from simrun.worker import exec_main
+from simrun.worker.exec.main import exec_main
 from simrun.worker.exec.spec import CommandResult, CommandSpec
 from tests.support.fake_engine import calls, install
 

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from simrun.plugins import TaskPaths
-from simrun.worker import exec_main
 from simrun.worker.command import run_command_job
+from simrun.worker.exec.main import exec_main
 from simrun.worker.exec.spec import CommandResult, CommandSpec
 
 pytestmark = pytest.mark.e2e

@@ -24,7 +24,7 @@ import pytest
 from simrun.core.states import UnitRow
 from simrun.local.machine import LocalError
 from simrun.local.redis import PrivateRedis
-from simrun.runstore import RunRow
+from simrun.runstore.rows import RunRow
 from simrun.worker.container import WorkerFlags, worker_argv
 from tests.support import REPO
 from tests.support.harness import spawn

@@ -16,7 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from simrun.local.session import redis_prefix as local_prefix
-from simrun.queues import Keys
+from simrun.queues.keys import Keys
 from simrun.service.scratch import ENDED_TTL_S
 from simrun.worker.container import KEEP_RESULT_S
 from tests.support.cli_harness import WORK, clean_env, simrun, write_work

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from simrun.core.states import UnitRow
-from simrun.runstore import RunRow
+from simrun.runstore.rows import RunRow
 from tests.support.service_harness import Service, service, start_worker, stop_worker
 from tests.support.service_tasks import COUNT_LOG
 

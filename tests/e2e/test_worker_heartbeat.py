@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from simrun.cli.worker import worker
 from simrun.core.reports import WorkerInfo
-from simrun.queues import JobQueue
+from simrun.queues.client import JobQueue
 from tests.support.harness import make_spec, start_worker_process
 
 pytestmark = pytest.mark.e2e

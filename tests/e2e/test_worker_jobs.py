@@ -11,7 +11,8 @@ import pytest
 
 from simrun.examples import heat
 from simrun.examples.plate import build_grid, load_plate
-from simrun.queues import JobQueue, Keys, set_current_attempts
+from simrun.queues.client import JobQueue, set_current_attempts
+from simrun.queues.keys import Keys
 from simrun.worker.container import WorkerContainer
 from tests.support import REPO
 from tests.support.harness import all_reports, make_spec, options, run_burst

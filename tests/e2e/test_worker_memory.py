@@ -17,7 +17,7 @@ import pytest
 
 from simrun.core.jobs import JobSpec
 from simrun.core.reports import ReportEntry
-from simrun.queues import JobQueue
+from simrun.queues.client import JobQueue
 from simrun.worker.capacity import Capacity
 from simrun.worker.container import WorkerContainer, WorkerFlags, WorkerOptions, worker_argv
 from tests.support import REPO

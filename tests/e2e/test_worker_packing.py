@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from arq.connections import RedisSettings, create_pool
 
-from simrun.queues import JOB_FUNCTION, JobQueue, Keys
+from simrun.queues.client import JobQueue
+from simrun.queues.keys import JOB_FUNCTION, Keys
 from simrun.worker.capacity import detect_capacity
 from tests.support.harness import make_spec, overlap, run_burst
 from tests.support.units import unit_records

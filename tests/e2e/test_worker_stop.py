@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from simrun.core.reports import WorkerInfo
-from simrun.queues import JobQueue
+from simrun.queues.client import JobQueue
 from tests.support.harness import all_reports, make_spec, start_worker_process
 from tests.support.units import unit_records
 

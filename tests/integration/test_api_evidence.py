@@ -16,7 +16,8 @@ from click.testing import CliRunner
 from simrun.cli.group import cli
 from simrun.client import Client, UnknownKey
 from simrun.local.machine import free_socket
-from simrun.resources import Record, ResourceKey
+from simrun.resources import ResourceKey
+from simrun.resources.store import Record
 from simrun.service.api import create_app
 from simrun.service.controller import Controller
 from tests.support.reports import killed as kill

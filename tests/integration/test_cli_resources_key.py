@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from simrun.cli.group import cli
 from simrun.core.layout import StoreLayout
-from simrun.resources import Record, ResourceKey, ResourceStore
+from simrun.resources import ResourceKey, ResourceStore
+from simrun.resources.store import Record
 from tests.support.reports import killed as kill
 from tests.support.reports import success as report
 

@@ -26,9 +26,9 @@ from simrun.core.reports import ReportEntry, RunningJob, WorkerReport
 from simrun.core.states import Limits
 from simrun.local.redis import PrivateRedis
 from simrun.plugins import load_types
-from simrun.queues import current_attempts
+from simrun.queues.client import current_attempts
 from simrun.resources import ResourceKey
-from simrun.runstore import RunRow
+from simrun.runstore.rows import RunRow
 from simrun.service.controller import Controller, ControllerSettings
 from simrun.worker.heartbeat import Heartbeat
 from simrun.workflow import WorkflowError, check_workflow, load_workflow, parse_workflow

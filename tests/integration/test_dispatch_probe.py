@@ -23,7 +23,7 @@ from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.views import TaskView
 from simrun.local import lock as store_lock
 from simrun.resources import RETRY_FACTOR, ResourceKey
-from simrun.runstore import JobRow
+from simrun.runstore.rows import JobRow
 from simrun.service.controller import Controller
 from simrun.worker.capacity import Capacity
 from simrun.worker.container import WorkerContainer, WorkerOptions

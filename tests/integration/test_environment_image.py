@@ -8,8 +8,8 @@ from pathlib import Path
 
 from simrun.core.layout import StoreLayout
 from simrun.plugins import load_task_types
-from simrun.runstore import RunStore
 from simrun.runstore.rows import RunRow
+from simrun.runstore.store import RunStore
 from simrun.service.packing import build_jobs
 from simrun.service.submit import plan_run
 from simrun.workflow import check_workflow, load_workflow, source_paths

@@ -15,7 +15,7 @@ from redis.asyncio import Redis as AsyncRedis
 
 from simrun.core.reports import WorkerInfo
 from simrun.local.machine import free_port
-from simrun.queues import Keys
+from simrun.queues.keys import Keys
 from simrun.worker.health import BATCH, check
 from simrun.worker.heartbeat import Heartbeat
 from tests.support.cli_harness import run_module

@@ -9,7 +9,8 @@ from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.states import Limits
 from simrun.local.reads import StoreReader
 from simrun.resources import ResourceStore
-from simrun.runstore import NewJob, NewRun, NewTask, RunStore
+from simrun.runstore.rows import NewJob, NewRun, NewTask
+from simrun.runstore.store import RunStore
 
 
 def report(job: str, outcomes: dict[int | str, str], peak: float) -> ReportEntry:

@@ -17,7 +17,8 @@ from simrun.core.reports import ReportEntry, RunningJob, WorkerInfo, WorkerRepor
 from simrun.core.wire import deserialize, serialize
 from simrun.local.redis import PrivateRedis
 from simrun.plugins import TaskPaths
-from simrun.queues import JOB_FUNCTION, JobQueue, Keys, current_attempts, set_current_attempts
+from simrun.queues.client import JobQueue, current_attempts, set_current_attempts
+from simrun.queues.keys import JOB_FUNCTION, Keys
 from simrun.worker.heartbeat import Heartbeat
 from tests.support.heartbeats import worker_info
 

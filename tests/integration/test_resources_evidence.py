@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 from simrun.plugins import ResourceHint
-from simrun.resources import WINDOW, Record, ResourceKey, ResourceStore, explain
-from simrun.resources.store import EVIDENCE_KILLS
+from simrun.resources import WINDOW, ResourceKey, ResourceStore
+from simrun.resources.policy import explain
+from simrun.resources.store import EVIDENCE_KILLS, Record
 from tests.support.reports import killed, success
 
 KEY = ResourceKey("heat", "plate", "64")

@@ -17,20 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simrun import db
+from simrun.core.reports import WorkerReport
 from simrun.plugins import ResourceHint
-from simrun.resources import (
-    MARGIN,
-    MIN_MEMORY_PER_WORKER_GB,
-    RETRY_FACTOR,
-    WINDOW,
-    Observation,
-    Record,
-    ResourceKey,
-    ResourceStore,
-    decide,
-)
-from simrun.resources.store import COMPONENT, MIGRATIONS
-from simrun.worker import WorkerReport
+from simrun.resources import MARGIN, RETRY_FACTOR, WINDOW, ResourceKey, ResourceStore
+from simrun.resources.policy import MIN_MEMORY_PER_WORKER_GB, Observation, decide
+from simrun.resources.store import COMPONENT, MIGRATIONS, Record
 from simrun.workflow import ResourceOverride
 from tests.support.examples import examples
 

@@ -18,8 +18,8 @@ from simrun.core.layout import StoreLayout
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.reuse import source_hash
 from simrun.core.states import Limits, UnitState
-from simrun.runstore import TaskRow
 from simrun.runstore.reads import done_in_file, done_ranges_in_file
+from simrun.runstore.rows import TaskRow
 from simrun.service.controller import Controller
 from simrun.workflow import check_workflow, parse_workflow
 from tests.support.service_harness import REPO

@@ -10,17 +10,11 @@ import pytest
 from simrun import db
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.states import Limits, TaskCounts
-from simrun.resources import Record, ResourceKey, ResourceStore
-from simrun.runstore import (
-    COMPONENT,
-    MIGRATIONS,
-    NewJob,
-    NewRun,
-    NewTask,
-    RunStateError,
-    RunStore,
-    UnknownRunError,
-)
+from simrun.resources import ResourceKey, ResourceStore
+from simrun.resources.store import Record
+from simrun.runstore.rows import NewJob, NewRun, NewTask, RunStateError, UnknownRunError
+from simrun.runstore.schema import COMPONENT, MIGRATIONS
+from simrun.runstore.store import RunStore
 from tests.support.old_stores import old_store_file
 
 LIMITS = Limits(max_retries=1, max_kills=2)

@@ -16,9 +16,11 @@ from hypothesis import strategies as st
 from simrun import db
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.states import Limits, UnitRow, unit_after_outcome, unit_index
-from simrun.runstore import COMPONENT, Applied, NewJob, NewRun, NewTask, RunStore
-from simrun.runstore.ingest import all_done, index_ranges, observed_peak_gb, split_reports
-from simrun.runstore.schema import MIGRATIONS
+from simrun.core.wire import index_ranges
+from simrun.runstore.ingest import all_done, observed_peak_gb, split_reports
+from simrun.runstore.rows import Applied, NewJob, NewRun, NewTask
+from simrun.runstore.schema import COMPONENT, MIGRATIONS
+from simrun.runstore.store import RunStore
 from tests.support.examples import examples
 from tests.support.old_stores import old_store_file
 

@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from simrun import db
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.states import Limits, TaskCounts, UnitRow
-from simrun.runstore import COMPONENT, MIGRATIONS, NewJob, NewRun, NewTask, RunStore
+from simrun.runstore.rows import NewJob, NewRun, NewTask
+from simrun.runstore.schema import COMPONENT, MIGRATIONS
+from simrun.runstore.store import RunStore
 from tests.support.old_stores import old_store_file
 
 LIMITS = Limits(max_retries=1, max_kills=1)

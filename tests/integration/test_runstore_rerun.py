@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from simrun.core.states import Limits
-from simrun.runstore import NewJob, RunStateError, RunStore, UnknownRunError
+from simrun.runstore.rows import NewJob, RunStateError, UnknownRunError
+from simrun.runstore.store import RunStore
 from tests.integration.test_runstore import entry, new_run
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from simrun.core.states import Limits
-from simrun.runstore import RunStore
 from simrun.runstore.rows import NewJob
+from simrun.runstore.store import RunStore
 from tests.integration.test_runstore import entry, new_run
 
 TRACE = "Traceback (most recent call last):\n  ...\n{}: unit fails\n"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from simrun.worker import MemorySampler
-from simrun.worker.sampler import GIB, anon_memory_bytes, descendants
+from simrun.worker.proctree import descendants
+from simrun.worker.sampler import GIB, MemorySampler, anon_memory_bytes
 
 MIB = 2**20
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from simrun.queues import Keys
+from simrun.queues.keys import Keys
 from simrun.service.scratch import ENDED_TTL_S, mark_task_ended, unmark_tasks_ended
 
 

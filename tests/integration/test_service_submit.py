@@ -12,7 +12,7 @@ from simrun.core.states import UnitRow
 from simrun.core.wire import RUN_ID
 from simrun.plugins import load_task_types
 from simrun.resources import RETRY_FACTOR, ResolvedResources
-from simrun.runstore import TaskRow
+from simrun.runstore.rows import TaskRow
 from simrun.service.packing import build_jobs, memory_groups
 from simrun.service.submit import copy_sources, new_run_id, plan_run
 from simrun.workflow import WorkflowError, check_workflow, load_workflow, source_paths

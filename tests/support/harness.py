@@ -14,7 +14,7 @@ from typing import Any
 from simrun.core.jobs import JobPaths, JobResources, JobSpec
 from simrun.core.reports import ReportEntry
 from simrun.plugins import TaskPaths
-from simrun.queues import JobQueue
+from simrun.queues.client import JobQueue
 from simrun.worker.capacity import Capacity
 from simrun.worker.container import WorkerContainer, WorkerFlags, WorkerOptions, worker_argv
 from tests.support import REPO

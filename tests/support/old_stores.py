@@ -10,7 +10,7 @@ from pathlib import Path
 import aiosqlite
 
 from simrun import db
-from simrun.runstore import COMPONENT, MIGRATIONS
+from simrun.runstore.schema import COMPONENT, MIGRATIONS
 
 
 @asynccontextmanager

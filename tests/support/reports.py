@@ -3,7 +3,7 @@ peaks, and a kill for memory at a limit."""
 
 from __future__ import annotations
 
-from simrun.worker import WorkerReport
+from simrun.core.reports import WorkerReport
 
 
 def success(*peaks_gb: float, seconds: float = 0.5, limit_gb: float = 8.0) -> WorkerReport:

@@ -19,7 +19,7 @@ from typing import Any
 
 from simrun.core.states import Limits
 from simrun.plugins import load_types
-from simrun.runstore import RunRow
+from simrun.runstore.rows import RunRow
 from simrun.service.controller import Controller, ControllerSettings
 from simrun.worker.container import WorkerFlags, worker_argv
 from simrun.workflow import check_workflow, parse_workflow

@@ -16,7 +16,7 @@ from simrun.core.reports import ReportEntry, RunningJob, WorkerInfo, WorkerRepor
 from simrun.core.sizing import image_queue
 from simrun.core.wire import PayloadError, deserialize, job_id, serialize
 from simrun.plugins import TaskPaths
-from simrun.queues import Keys
+from simrun.queues.keys import Keys
 from tests.support.heartbeats import worker_info
 
 

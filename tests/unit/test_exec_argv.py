@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from simrun.core.reports import WorkerReport
 from simrun.plugins import TaskPaths
-from simrun.worker import exec_main
 from simrun.worker.exec.argv import expand_argv
+from simrun.worker.exec.main import exec_main
 from simrun.worker.exec.spec import CommandResult, CommandSpec, JobFileError
 
 SETTINGS = Path("/store/runs/r1/report/settings.json")

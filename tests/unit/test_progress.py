@@ -27,7 +27,7 @@ from simrun.cli.progress import (
 )
 from simrun.core.states import TaskCounts
 from simrun.core.views import FailureView, RunView, TaskView, parse_run, parse_task
-from simrun.runstore import RunRow, TaskRow
+from simrun.runstore.rows import RunRow, TaskRow
 from simrun.service.views import run_view
 
 

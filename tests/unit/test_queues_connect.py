@@ -20,7 +20,6 @@ from redis.exceptions import (
     TimeoutError,
 )
 
-from simrun.queues import Keys
 from simrun.queues.client import JobQueue
 from simrun.queues.connect import (
     RedisTimeouts,
@@ -29,6 +28,7 @@ from simrun.queues.connect import (
     open_redis,
     start_failure,
 )
+from simrun.queues.keys import Keys
 
 REFUSED = "Error 111 connecting to 127.0.0.1:6399. Connect call failed ('127.0.0.1', 6399)."
 DNS_AGAIN = "Error -3 connecting to redis:6379. Temporary failure in name resolution."

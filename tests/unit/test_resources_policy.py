@@ -11,21 +11,18 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from simrun.plugins import ResourceHint
-from simrun.resources import (
+from simrun.resources import MARGIN, RETRY_FACTOR, WINDOW, ResolvedResources
+from simrun.resources.policy import (
+    CEILING_FACTOR,
     KILL_Z,
-    MARGIN,
     MIN_MEMORY_PER_WORKER_GB,
     PRIOR_SPREAD,
-    RETRY_FACTOR,
-    WINDOW,
     Observation,
-    ResolvedResources,
     decide,
     explain,
     learn,
     percentile,
 )
-from simrun.resources.policy import CEILING_FACTOR
 from simrun.workflow import ResourceOverride
 from tests.support.examples import examples
 

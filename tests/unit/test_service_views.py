@@ -11,7 +11,7 @@ from simrun.core.clock import ManualClock
 from simrun.core.eta import ObservedRate
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.states import TaskCounts, UnitRow
-from simrun.runstore import RunRow, TaskRow
+from simrun.runstore.rows import RunRow, TaskRow
 from simrun.service.controller import is_oom
 from simrun.service.queries import ProgressSamples
 from simrun.service.views import failure_view, run_view, task_view

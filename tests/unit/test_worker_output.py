@@ -8,8 +8,9 @@ import threading
 
 import pytest
 
+from simrun.worker.cgroups import KERNEL_LIMIT_FACTOR
 from simrun.worker.pool.output import CappedSegment, copy_capped
-from simrun.worker.pool.processes import KERNEL_LIMIT_FACTOR, kernel_limit_bytes
+from simrun.worker.pool.processes import kernel_limit_bytes
 
 
 @pytest.mark.parametrize(

@@ -72,8 +72,6 @@ from simrun.service.api import (
 )
 from simrun.service.controller import Controller
 
-__all__ = ["create_app"]
-
 
 def create_app(
     controller: Controller,

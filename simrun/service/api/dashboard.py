@@ -76,8 +76,6 @@ from simrun.workflow import (
     parse_workflow_lines,
 )
 
-__all__ = ["CheckBody", "router", "runs_lines"]
-
 router = APIRouter()
 
 #: Units killed for memory at least once (not a state: they went on, or failed).

@@ -9,8 +9,6 @@ from fastapi import Depends, HTTPException, Request
 
 from simrun.service.controller import Controller
 
-__all__ = ["ControllerDep", "controller_of", "known_run"]
-
 
 def controller_of(request: Request) -> Controller:
     """The controller the app was created over (`simrun.service.api.create_app`)."""

@@ -28,8 +28,6 @@ from fastapi.responses import StreamingResponse
 from simrun.service.api.deps import ControllerDep, known_run
 from simrun.service.controller import Controller
 
-__all__ = ["KEEPALIVE_S", "MIN_GAP_S", "router", "run_events"]
-
 router = APIRouter()
 
 #: Seconds without an event after which a keep-alive comment is sent.

@@ -27,8 +27,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from simrun.core.intake import InputLimits, body_limit, body_too_large, is_submission
 from simrun.service.web import is_static
 
-__all__ = ["OPEN_PATHS", "BodyTooLarge", "Guard", "token_matches"]
-
 #: The paths that answer without the token: liveness probes cannot send a header, and
 #: /health tells nothing of the runs.
 OPEN_PATHS = frozenset({"/health"})

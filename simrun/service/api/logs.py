@@ -29,8 +29,6 @@ from simrun.core.unitlogs import (
 )
 from simrun.service.api.deps import ControllerDep, known_run
 
-__all__ = ["router"]
-
 router = APIRouter()
 ONE_RUN = [Depends(known_run)]
 

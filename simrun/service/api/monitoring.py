@@ -14,8 +14,6 @@ from simrun.core.scaling import ContainerShape
 from simrun.service import metrics
 from simrun.service.api.deps import ControllerDep
 
-__all__ = ["health_router", "router"]
-
 #: /health: open (`simrun.service.api.guard.OPEN_PATHS`).
 health_router = APIRouter()
 #: /backlog and /metrics: behind the token like every route but /health (the guard).

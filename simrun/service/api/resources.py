@@ -13,8 +13,6 @@ from simrun.resources import ResourceKey
 from simrun.resources.keys import unknown_key_message
 from simrun.service.api.deps import ControllerDep
 
-__all__ = ["UNKNOWN_KEY", "router"]
-
 #: The field of a 404 of ``GET /resources/{key}`` that tells an unknown key from an
 #: unknown route (an older service): the client shows the detail as it is.
 UNKNOWN_KEY = "unknown_key"

@@ -17,12 +17,10 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from simrun.runstore import RunStateError, UnknownRunError
+from simrun.runstore.rows import RunStateError, UnknownRunError
 from simrun.service.api.deps import ControllerDep, known_run
-from simrun.service.api.submission import SourceUpload, SubmitBody, receive_submission
+from simrun.service.api.submission import SubmitBody, receive_submission
 from simrun.workflow import Problem, WorkflowError
-
-__all__ = ["ReplayBody", "SourceUpload", "SubmitBody", "router"]
 
 router = APIRouter()
 #: The dependencies of a route of one run: 404 when there is no such run.

@@ -42,15 +42,6 @@ from simrun.workflow import (
     parse_workflow_lines,
 )
 
-__all__ = [
-    "DirectoryFile",
-    "Received",
-    "SourceUpload",
-    "SubmitBody",
-    "receive_submission",
-    "upload_problems",
-]
-
 
 class DirectoryFile(BaseModel):
     """One file of an uploaded directory: its path inside the directory ("a/b.txt")."""

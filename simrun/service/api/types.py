@@ -9,8 +9,6 @@ from fastapi import APIRouter
 from simrun.core.views import type_info
 from simrun.service.api.deps import ControllerDep
 
-__all__ = ["router"]
-
 router = APIRouter()
 
 

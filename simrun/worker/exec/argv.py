@@ -23,8 +23,6 @@ from pathlib import Path
 
 from simrun.plugins import COMMAND_BRACES, COMMAND_PLACEHOLDERS
 
-__all__ = ["PLACEHOLDERS", "expand_argv", "split_template"]
-
 #: The names a template may use in braces.
 PLACEHOLDERS = COMMAND_PLACEHOLDERS
 

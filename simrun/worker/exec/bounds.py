@@ -33,8 +33,6 @@ from simrun.worker.cgroups import (
 )
 from simrun.worker.proctree import GIB, become_subreaper, descendants, kill_pids
 
-__all__ = ["CommandBounds"]
-
 #: Rounds of `CommandBounds.kill_all` looking for processes forked while it stops others.
 _FREEZE_ROUNDS = 20
 

@@ -32,8 +32,6 @@ from simrun.worker.exec.spec import (
     write_json_atomic,
 )
 
-__all__ = ["EXIT_BAD_JOB", "EXIT_FAILED", "EXIT_NO_REPORT", "EXIT_OK", "exec_main"]
-
 PROG = "simrun-exec"
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -49,19 +49,6 @@ from simrun.worker.pool.output import CappedSegment, copy_capped
 from simrun.worker.proctree import group_members, signal_tree
 from simrun.worker.sampler import MemorySampler
 
-__all__ = [
-    "STDERR_TAIL_LINES",
-    "TERM_GRACE_S",
-    "CommandRun",
-    "absolute_spec",
-    "default_report_path",
-    "group_members",
-    "log_paths",
-    "not_started",
-    "settings_path",
-    "stderr_tail",
-]
-
 #: Seconds a command has to end after a forwarded SIGTERM before its tree is killed.
 TERM_GRACE_S = 5.0
 #: How many of the last lines of stderr a failure report quotes.

@@ -33,18 +33,6 @@ from simrun.core.wire import Attempt, FiniteNonNeg, FinitePositive, Flag, explai
 from simrun.plugins import TaskPaths
 from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP
 
-__all__ = [
-    "JOB_VERSION",
-    "OUTCOMES",
-    "RESULT_VERSION",
-    "CommandResult",
-    "CommandSpec",
-    "JobFileError",
-    "Outcome",
-    "read_json",
-    "write_json_atomic",
-]
-
 JOB_VERSION = 1
 RESULT_VERSION = 1
 

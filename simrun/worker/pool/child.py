@@ -55,8 +55,6 @@ from simrun.worker.pool.output import unit_end_marker, write_all
 from simrun.worker.pool.protocol import UnitSlot, read_blocking, write_blocking
 from simrun.worker.proctree import anon_memory_bytes, become_subreaper, kill_tree
 
-__all__ = ["main"]
-
 #: Tasks a process remembers (with their setup done); an older one is set up again.
 MAX_TASKS = 16
 #: Longest traceback sent back; a longer one keeps its end, where the error is.

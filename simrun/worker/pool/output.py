@@ -47,17 +47,6 @@ from typing import BinaryIO
 from simrun.core.unitlogs import attempt_paths, write_atomic
 from simrun.core.wire import UnitKey
 
-__all__ = [
-    "DEFAULT_COMMAND_LOG_CAP",
-    "DEFAULT_UNIT_LOG_CAP",
-    "CappedLog",
-    "CappedSegment",
-    "UnitLogSink",
-    "copy_capped",
-    "unit_end_marker",
-    "write_all",
-]
-
 #: Bytes of output one unit may keep in its log (head and tail together).
 DEFAULT_UNIT_LOG_CAP = 2**20
 #: Bytes of each of a command's log files, stdout and stderr (head and tail together).

@@ -78,7 +78,6 @@ from typing import Any
 from simrun.core.environment import with_threads
 from simrun.core.wire import UnitKey
 from simrun.worker.cgroups import (
-    KERNEL_LIMIT_FACTOR,
     Cgroup,
     WorkerCgroups,
     kernel_limit_bytes,
@@ -87,22 +86,6 @@ from simrun.worker.cgroups import (
 from simrun.worker.pool.output import DEFAULT_UNIT_LOG_CAP, CappedLog
 from simrun.worker.pool.protocol import UnitSlot, encode, read_async
 from simrun.worker.proctree import GIB, anon_memory_bytes, kill_tree
-
-__all__ = [
-    "KERNEL_LIMIT_FACTOR",
-    "KILL_HEADROOM_GB",
-    "RECYCLE_KEPT_GB",
-    "PoolError",
-    "ProcessGone",
-    "ProcessPool",
-    "WorkerProcess",
-    "choose",
-    "describe_exit",
-    "join_then_exec",
-    "kernel_limit_bytes",
-    "kill_limit_gb",
-    "needs_fresh_start",
-]
 
 log = logging.getLogger(__name__)
 

@@ -48,16 +48,6 @@ import msgpack
 if TYPE_CHECKING:  # the worker process needs none of the wire models (its start-up time)
     from simrun.core.jobs import JobSpec
 
-__all__ = [
-    "MAX_MESSAGE_BYTES",
-    "ProtocolError",
-    "UnitSlot",
-    "encode",
-    "read_async",
-    "read_blocking",
-    "task_message",
-]
-
 _HEADER = struct.Struct(">I")
 MAX_MESSAGE_BYTES = 64 * 2**20
 

@@ -59,16 +59,6 @@ from simrun.worker.pool.processes import (
 from simrun.worker.pool.protocol import ProtocolError, task_message
 from simrun.worker.sampler import MemorySampler
 
-__all__ = [
-    "AHEAD_S",
-    "BATCH_TARGET_S",
-    "MAX_BATCH",
-    "RunResult",
-    "next_batch_size",
-    "run_chunk",
-    "run_merge",
-]
-
 StaleCheck = Callable[[UnitKey], Awaitable[bool]]
 SAMPLE_INTERVAL_S = 0.02
 #: About how long one batch of units may take: the units of a batch are checked for
