@@ -26,20 +26,12 @@ from pydantic import BaseModel
 
 __all__ = [
     "ENTRY_POINT_GROUP",
-    "PluginError",
     "ResourceHint",
     "TaskPaths",
     "TaskType",
     "UnitOutputs",
-    "command_template_problem",
-    "count_units",
-    "load_plugin_ref",
     "load_task_types",
-    "load_types",
     "resolve",
-    "task_type_problems",
-    "unit_outputs",
-    "unit_outputs_problems",
 ]
 
 ENTRY_POINT_GROUP = "simrun.task_types"
@@ -367,66 +359,77 @@ def _is_nonneg_number(value: object) -> bool:
     )
 
 
+def _kind_problems(tt: Any) -> Iterable[str]:
+    if not isinstance(tt.name, str) or not tt.name.strip():
+        yield "has an empty name"
+    if not (isinstance(tt.settings, type) and issubclass(tt.settings, BaseModel)):
+        yield "settings is not a pydantic BaseModel subclass"
+    if tt.command is None and tt.compute_unit is None:
+        yield "has neither a command nor a compute_unit, so it can never run"
+    if tt.command is not None and tt.compute_unit is not None:
+        yield "has both a command and a compute_unit; a type is one or the other"
+    if tt.compute_unit is not None and tt.count_units is None:
+        yield "has a compute_unit but no count_units, so its units cannot be counted"
+    if tt.command is not None and (not isinstance(tt.command, str) or not tt.command.strip()):
+        yield "command is empty"
+    elif isinstance(tt.command, str) and (problem := command_template_problem(tt.command)):
+        yield problem
+    for attr in REFERENCE_FIELDS:
+        ref = getattr(tt, attr)
+        if ref is not None and (problem := _reference_problem(ref)) is not None:
+            yield f"{attr}: {problem}"
+
+
+def _port_problems(tt: Any) -> Iterable[str]:
+    for attr in ("inputs", "outputs"):
+        ports = getattr(tt, attr)
+        if not isinstance(ports, tuple) or not all(
+            isinstance(p, str) and p.isidentifier() for p in ports
+        ):
+            yield f"{attr} must be a tuple of identifiers, got {ports!r}"
+        elif len(set(ports)) != len(ports):
+            yield f"{attr} has a port named twice: {ports!r}"
+    if isinstance(tt.outputs, tuple) and not tt.outputs:
+        yield "has no output port"
+
+
+def _hint_problems(hint: Any) -> Iterable[str]:
+    if not isinstance(hint, ResourceHint):
+        yield "hint is not a simrun.plugins.ResourceHint"
+        return
+    for name in ("memory_base_gb", "memory_per_worker_gb", "scratch_gb"):
+        if not _is_nonneg_number(getattr(hint, name)):
+            yield f"hint.{name} must be a finite number >= 0"
+    if not isinstance(hint.gpus, int) or isinstance(hint.gpus, bool) or hint.gpus < 0:
+        yield "hint.gpus must be an integer >= 0"
+
+
+def _settings_problems(tt: Any) -> Iterable[str]:
+    if not (isinstance(tt.settings, type) and issubclass(tt.settings, BaseModel)):
+        return
+    yield from unit_outputs_problems(tt)
+    fields = tt.settings.model_fields
+    if tt.cost_setting is not None and tt.cost_setting not in fields:
+        known = ", ".join(sorted(fields)) or "none"
+        yield (
+            f"cost_setting {tt.cost_setting!r} is not a field of its settings "
+            f"model {tt.settings.__name__} (fields: {known})"
+        )
+
+
 def task_type_problems(task_type: object) -> list[str]:
     """Everything that stops ``task_type`` from ever running, as sentences; empty if fine.
-
-    A pure check, used when entry points are loaded and by plugin authors' own tests.
-    """
+    A pure check, used when entry points are loaded and by plugin authors' own tests."""
     if not isinstance(task_type, TaskType):
         return [f"is a {type(task_type).__name__}, not a simrun.plugins.TaskType"]
     # Plugins are untyped at run time: check the values, not what the annotations promise.
     tt: Any = task_type
-    problems: list[str] = []
-    if not isinstance(tt.name, str) or not tt.name.strip():
-        problems.append("has an empty name")
-    if not (isinstance(tt.settings, type) and issubclass(tt.settings, BaseModel)):
-        problems.append("settings is not a pydantic BaseModel subclass")
-    if tt.command is None and tt.compute_unit is None:
-        problems.append("has neither a command nor a compute_unit, so it can never run")
-    if tt.command is not None and tt.compute_unit is not None:
-        problems.append("has both a command and a compute_unit; a type is one or the other")
-    if tt.compute_unit is not None and tt.count_units is None:
-        problems.append("has a compute_unit but no count_units, so its units cannot be counted")
-    if tt.command is not None and (not isinstance(tt.command, str) or not tt.command.strip()):
-        problems.append("command is empty")
-    elif isinstance(tt.command, str) and (problem := command_template_problem(tt.command)):
-        problems.append(problem)
-    for attr in REFERENCE_FIELDS:
-        ref = getattr(task_type, attr)
-        if ref is not None and (problem := _reference_problem(ref)) is not None:
-            problems.append(f"{attr}: {problem}")
-    for attr in ("inputs", "outputs"):
-        ports = getattr(task_type, attr)
-        if not isinstance(ports, tuple) or not all(
-            isinstance(p, str) and p.isidentifier() for p in ports
-        ):
-            problems.append(f"{attr} must be a tuple of identifiers, got {ports!r}")
-        elif len(set(ports)) != len(ports):
-            problems.append(f"{attr} has a port named twice: {ports!r}")
-    if isinstance(tt.outputs, tuple) and not tt.outputs:
-        problems.append("has no output port")
-    hint = tt.hint
-    if not isinstance(hint, ResourceHint):
-        problems.append("hint is not a simrun.plugins.ResourceHint")
-    else:
-        problems.extend(
-            f"hint.{name} must be a finite number >= 0"
-            for name in ("memory_base_gb", "memory_per_worker_gb", "scratch_gb")
-            if not _is_nonneg_number(getattr(hint, name))
-        )
-        if not isinstance(hint.gpus, int) or isinstance(hint.gpus, bool) or hint.gpus < 0:
-            problems.append("hint.gpus must be an integer >= 0")
-    if isinstance(tt.settings, type) and issubclass(tt.settings, BaseModel):
-        problems.extend(unit_outputs_problems(tt))
-    if tt.cost_setting is not None and isinstance(tt.settings, type):
-        fields = getattr(tt.settings, "model_fields", {})
-        if tt.cost_setting not in fields:
-            known = ", ".join(sorted(fields)) or "none"
-            problems.append(
-                f"cost_setting {tt.cost_setting!r} is not a field of its settings "
-                f"model {tt.settings.__name__} (fields: {known})"
-            )
-    return problems
+    return [
+        *_kind_problems(tt),
+        *_port_problems(tt),
+        *_hint_problems(tt.hint),
+        *_settings_problems(tt),
+    ]
 
 
 def _describe(ep: EntryPoint) -> str:
