@@ -1,30 +1,6 @@
-"""How many worker containers a queue wants: the pure scaling decision.
-
-The input is the backlog of one queue, grouped by resource key: how many units of each key
-are not done yet, the seconds one unit takes in one process (learned, or None while nothing
-is learned) and the memory one worker process of that key asks for. The output is a number
-of containers of a given shape (memory and process slots), with the reason in words.
-
-The rule:
-
-* A container runs ``slots = min(processes, floor(memory_gb / memory_per_worker_gb))``
-  units of a key at a time: memory may pack fewer units than there are processes (a
-  16 GiB container with 4 processes runs only 2 units of 8 GiB at once).
-* Each key needs ``units * seconds_per_unit / slots`` container-seconds (the default
-  seconds per unit stands in for unknown keys). Their sum divided by the target drain time,
-  rounded up, is the demand. Where memory does not bind this is the queued work seconds ÷
-  drain time ÷ processes per container; where it binds, the same work needs more
-  containers.
-* More containers than the units can keep busy at once (``Σ units / slots``, rounded up)
-  would only idle: the demand is capped there, so three long units never ask for ten
-  containers.
-* Units of a key that cannot fit one process into a container at all add nothing (another
-  container of the same shape would not run them either); the reason names them.
-* The result is clamped to ``[min_containers, max_containers]``; an empty backlog gives
-  ``min_containers``.
-
-Nothing here reads Redis, the clock or the environment; `simrun scale` and ``/metrics``
-are the shells that gather a `QueueBacklog` and act on the `Decision`.
+"""How many worker containers a queue wants: the pure scaling decision
+(`desired_containers`), from the backlog of one queue by resource key and the shape of its
+containers. `simrun scale` and ``/metrics`` gather the backlog and act on the answer.
 """
 
 from __future__ import annotations
@@ -81,6 +57,15 @@ class QueueBacklog:
     def units(self) -> int:
         return sum(e.units for e in self.entries)
 
+    def seconds(self, default_seconds_per_unit: float) -> float:
+        """The backlog's work in process-seconds; ``default_seconds_per_unit`` for keys that
+        learned none."""
+        return sum(
+            e.units
+            * (default_seconds_per_unit if e.seconds_per_unit is None else e.seconds_per_unit)
+            for e in self.entries
+        )
+
 
 @dataclass(frozen=True)
 class ContainerShape:
@@ -129,7 +114,7 @@ class ScalePolicy:
 
 
 @dataclass(frozen=True)
-class Decision:
+class ScaleDecision:
     """How many containers the queue wants, and why.
 
     ``desired`` is the clamped answer. ``demand`` is the count before the clamp;
@@ -183,10 +168,16 @@ def _clamp(demand: int, policy: ScalePolicy) -> tuple[int, str]:
 
 def desired_containers(
     backlog: QueueBacklog, shape: ContainerShape, policy: ScalePolicy | None = None
-) -> Decision:
+) -> ScaleDecision:
     """The number of containers of ``shape`` that drains ``backlog`` within the policy's
-    target drain time, bounded by memory fit and by the units' parallelism, clamped to
-    the policy's minimum and maximum. See the module's docstring for the rule."""
+    target drain time, and why.
+
+    A container runs ``min(processes, floor(memory_gb / memory_per_worker_gb))`` units of
+    a key at once; each key needs ``units x seconds_per_unit / slots`` container-seconds
+    (the policy's default seconds for a key that learned none), and their sum over the
+    drain time, rounded up, is the demand; no more than the units keep busy
+    (``sum units / slots``). A key that fits no process in the container adds nothing and
+    is named. The result is clamped to the policy's minimum and maximum."""
     policy = policy or ScalePolicy()
     work_s = 0.0  # process-seconds of all units that can run here
     container_s_full = 0.0  # container-seconds if every process slot were usable
@@ -248,7 +239,7 @@ def desired_containers(
     if clamp_note:
         parts.append(clamp_note)
     reason = f"{backlog.queue}: {'; '.join(parts)} → {desired}"
-    return Decision(
+    return ScaleDecision(
         queue=backlog.queue,
         desired=desired,
         reason=reason,
