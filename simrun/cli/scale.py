@@ -33,12 +33,13 @@ from simrun.cli.options import (
 from simrun.client import Client, ClientError
 from simrun.core.scaling import (
     DEFAULT_SECONDS_PER_UNIT,
-    BacklogEntry,
+    BacklogView,
     ContainerShape,
-    QueueBacklog,
+    QueueLoad,
     ScaleDecision,
     ScalePolicy,
     desired_containers,
+    parse_backlog,
     work_duration,
 )
 from simrun.core.sizing import GPU, QueueName, image_queue
@@ -47,15 +48,6 @@ from simrun.core.wire import PayloadError
 
 class ScaleError(ClientError):
     """A scaling that cannot be done, and why (one line)."""
-
-
-@dataclass(frozen=True)
-class LiveQueue:
-    """One queue as the service sees it: its backlog, live workers and their shape."""
-
-    backlog: QueueBacklog
-    workers: int
-    shape: ContainerShape | None
 
 
 @dataclass(frozen=True)
@@ -71,36 +63,12 @@ class Planned:
     work_s: float
 
 
-def _shape(document: Any) -> ContainerShape:
-    return ContainerShape(float(document["memory_gb"]), int(document["processes"]))
-
-
-def parse_backlog(document: Any) -> tuple[list[LiveQueue], ContainerShape]:
-    """The queues of a ``GET /backlog`` answer and the service's default worker shape;
-    `ScaleError` when it is not such an answer."""
+def backlog_of(document: Any) -> BacklogView:
+    """A ``GET /backlog`` answer; `ScaleError` when it is none."""
     try:
-        queues = [
-            LiveQueue(
-                backlog=QueueBacklog(
-                    str(item["queue"]),
-                    tuple(
-                        BacklogEntry(
-                            key=str(e["key"]),
-                            units=e["units"],
-                            seconds_per_unit=e["seconds_per_unit"],
-                            memory_per_worker_gb=e["memory_per_worker_gb"],
-                        )
-                        for e in item["entries"]
-                    ),
-                ),
-                workers=int(item["workers"]),
-                shape=None if item["shape"] is None else _shape(item["shape"]),
-            )
-            for item in document["queues"]
-        ]
-        return queues, _shape(document["default_shape"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ScaleError(f"the service's backlog answer is not understood: {exc!r}") from exc
+        return parse_backlog(document)
+    except ValueError as exc:
+        raise ScaleError(f"the service's backlog answer is not understood: {exc}") from exc
 
 
 def assumed_shape(
@@ -118,7 +86,7 @@ def assumed_shape(
 
 
 def plan(
-    queues: Sequence[LiveQueue],
+    queues: Sequence[QueueLoad],
     policy: ScalePolicy,
     given: ContainerShape,
     given_source: str = "given",
@@ -126,14 +94,14 @@ def plan(
     """The decision of each queue with its live shape, or ``given`` while none is live."""
     return [
         Planned(
-            queue=live.backlog.queue,
-            decision=desired_containers(live.backlog, live.shape or given, policy),
-            shape=live.shape or given,
-            shape_source="live" if live.shape is not None else given_source,
-            workers=live.workers,
-            work_s=live.backlog.seconds(policy.default_seconds_per_unit),
+            queue=load.queue,
+            decision=desired_containers(load.backlog, load.shape or given, policy),
+            shape=load.shape or given,
+            shape_source="live" if load.shape is not None else given_source,
+            workers=load.workers,
+            work_s=load.backlog.seconds(policy.default_seconds_per_unit),
         )
-        for live in queues
+        for load in queues
     ]
 
 
@@ -220,12 +188,12 @@ class ScaleRequest:
 
 
 def _round(client: Client, options: ScaleRequest, out: Console) -> None:
-    live, service_shape = parse_backlog(client.backlog())
+    view = backlog_of(client.backlog())
     # A queue to apply that the service does not list has no backlog and no workers.
-    known = {q.backlog.queue for q in live}
-    live += [LiveQueue(QueueBacklog(q), 0, None) for q in options.queues if q not in known]
-    given, source = assumed_shape(options.memory_gb, options.processes, service_shape)
-    planned = plan(live, options.policy, given, source)
+    known = {q.queue for q in view.queues}
+    missing = [QueueLoad(q, 0, (), 0, None) for q in options.queues if q not in known]
+    given, source = assumed_shape(options.memory_gb, options.processes, view.default_shape)
+    planned = plan([*view.queues, *missing], options.policy, given, source)
     out.print(_table(planned))
     for p in planned:
         out.print(p.decision.reason, markup=False, emoji=False, soft_wrap=True)

@@ -6,7 +6,10 @@ containers. `simrun scale` and ``/metrics`` gather the backlog and act on the an
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pydantic import TypeAdapter
 
 #: Seconds assumed for one unit of a key that has no learned ``seconds_per_unit`` yet.
 DEFAULT_SECONDS_PER_UNIT = 60.0
@@ -82,6 +85,42 @@ class ContainerShape:
             or self.processes < 1
         ):
             raise ValueError(f"container processes must be an integer >= 1, got {self.processes}")
+
+
+@dataclass(frozen=True)
+class QueueLoad:
+    """One queue of ``GET /backlog``: its units not done by resource key, and its live
+    workers' count and most common shape (None while none is live)."""
+
+    queue: str
+    units: int
+    entries: tuple[BacklogEntry, ...]
+    workers: int
+    shape: ContainerShape | None
+
+    @property
+    def backlog(self) -> QueueBacklog:
+        return QueueBacklog(self.queue, self.entries)
+
+
+@dataclass(frozen=True)
+class BacklogView:
+    """The answer of ``GET /backlog``: every queue (cpu always) and the service's default
+    worker shape, which `simrun scale` decides with for a queue without live workers."""
+
+    queues: tuple[QueueLoad, ...]
+    default_shape: ContainerShape
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_BACKLOG = TypeAdapter(BacklogView)
+
+
+def parse_backlog(data: Any) -> BacklogView:
+    """A ``GET /backlog`` answer from its JSON; `ValueError` names what does not fit."""
+    return _BACKLOG.validate_python(data)
 
 
 #: The worker container assumed while no worker of a queue is live and nothing else names

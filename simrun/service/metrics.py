@@ -21,8 +21,10 @@ from simrun.core.reports import WorkerInfo
 from simrun.core.scaling import (
     DEFAULT_SECONDS_PER_UNIT,
     DEFAULT_SHAPE,
+    BacklogView,
     ContainerShape,
     QueueBacklog,
+    QueueLoad,
     ScalePolicy,
     desired_containers,
 )
@@ -174,36 +176,14 @@ def backlog_document(
     pools: Mapping[str, LiveWorkers],
     default_shape: ContainerShape = DEFAULT_SHAPE,
 ) -> dict[str, Any]:
-    """The JSON of ``GET /backlog``: per queue (``cpu`` always) its entries by resource key
-    and the live workers' count and shape (None while none is live); and the service's
-    default worker shape (``simrun service --worker-memory-gb/--worker-processes``), which
-    `simrun scale` uses for a queue without live workers unless told otherwise."""
+    """The JSON of ``GET /backlog`` (`BacklogView`): per queue (``cpu`` always) its entries
+    by resource key and its live workers, and the service's default worker shape."""
     queues = []
     for queue in sorted({CPU, *backlogs, *pools}):
         backlog = backlogs.get(queue, QueueBacklog(queue))
         pool = pools.get(queue, LiveWorkers())
-        shape = pool.shape
-        queues.append(
-            {
-                "queue": queue,
-                "units": backlog.units,
-                "entries": [
-                    {
-                        "key": e.key,
-                        "units": e.units,
-                        "seconds_per_unit": e.seconds_per_unit,
-                        "memory_per_worker_gb": e.memory_per_worker_gb,
-                    }
-                    for e in backlog.entries
-                ],
-                "workers": pool.workers,
-                "shape": None
-                if shape is None
-                else {"memory_gb": shape.memory_gb, "processes": shape.processes},
-            }
-        )
-    default = {"memory_gb": default_shape.memory_gb, "processes": default_shape.processes}
-    return {"queues": queues, "default_shape": default}
+        queues.append(QueueLoad(queue, backlog.units, backlog.entries, pool.workers, pool.shape))
+    return BacklogView(tuple(queues), default_shape).to_dict()
 
 
 #: The gauges of ``/metrics`` with one sample per queue (label ``queue``; ``cpu`` always):

@@ -4,6 +4,7 @@ numbers to the text exposition format 0.0.4, read back with the Prometheus clien
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable
@@ -13,7 +14,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from simrun.core.reports import WorkerInfo
-from simrun.core.scaling import DEFAULT_SHAPE, BacklogEntry, ContainerShape, QueueBacklog
+from simrun.core.scaling import (
+    DEFAULT_SHAPE,
+    BacklogEntry,
+    ContainerShape,
+    QueueBacklog,
+    parse_backlog,
+)
 from simrun.service.metrics import (
     QUEUE_GAUGES,
     LiveWorkers,
@@ -266,13 +273,14 @@ def test_a_worker_of_two_queues_counts_in_both() -> None:
 
 def test_backlog_document_lists_every_queue_with_its_shape() -> None:
     """/backlog's JSON: cpu always, each queue's entries as given, the live workers' count
-    and shape (None while none is live), and the service's default worker shape."""
+    and shape (None while none is live), and the service's default worker shape; it reads
+    back as the `BacklogView` it was made of."""
     doc = backlog_document(
         {"gpu": QueueBacklog("gpu", (BacklogEntry("g", 2, 5.0, 3.0),))},
         {"gpu": LiveWorkers(workers=1, shape=ContainerShape(24.0, 2))},
         ContainerShape(6.0, 3),
     )
-    assert doc == {
+    assert json.loads(json.dumps(doc)) == {
         "queues": [
             {"queue": "cpu", "units": 0, "entries": [], "workers": 0, "shape": None},
             {
@@ -287,3 +295,7 @@ def test_backlog_document_lists_every_queue_with_its_shape() -> None:
         ],
         "default_shape": {"memory_gb": 6.0, "processes": 3},
     }
+    assert parse_backlog(doc) == parse_backlog(json.loads(json.dumps(doc)))
+    assert parse_backlog(doc).queues[1].backlog == QueueBacklog(
+        "gpu", (BacklogEntry("g", 2, 5.0, 3.0),)
+    )

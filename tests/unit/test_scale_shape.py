@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simrun.cli.scale import ScaleError, assumed_shape, parse_backlog
+from simrun.cli.scale import ScaleError, assumed_shape, backlog_of
 from simrun.core.scaling import ContainerShape
 
 SERVICE = ContainerShape(memory_gb=6.0, processes=3)
@@ -33,12 +33,10 @@ def test_flags_win_then_the_service_default_then_the_fallback(
 def test_the_service_default_is_read_from_the_backlog_answer() -> None:
     """The backlog answer's default_shape is read; an answer without it, or a malformed
     one, is a ScaleError."""
-    assert parse_backlog({"queues": [], "default_shape": {"memory_gb": 6, "processes": 3}}) == (
-        [],
-        SERVICE,
-    )
-    for shape in ({"memory_gb": "x", "processes": 3}, None):
+    answer = backlog_of({"queues": [], "default_shape": {"memory_gb": 6, "processes": 3}})
+    assert answer.default_shape == SERVICE
+    for shape in ({"memory_gb": "x", "processes": 3}, {"memory_gb": 0, "processes": 3}, None):
         with pytest.raises(ScaleError, match="backlog answer"):
-            parse_backlog({"queues": [], "default_shape": shape})
+            backlog_of({"queues": [], "default_shape": shape})
     with pytest.raises(ScaleError, match="backlog answer"):
-        parse_backlog({"queues": []})
+        backlog_of({"queues": []})

@@ -16,7 +16,8 @@ from simrun.runstore.rows import RunStateError, UnknownRunError
 from simrun.service.controller import Controller
 from simrun.workflow import WorkflowError
 
-#: The status of each code.
+#: The status of each code; the first code of a status is that of an error raised with the
+#: status only (FastAPI's own, an unknown route's: `BY_STATUS`).
 STATUS: dict[ErrorCode, int] = {
     ErrorCode.BAD_REQUEST: 400,
     ErrorCode.UNAUTHORIZED: 401,
@@ -28,25 +29,16 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.TOO_LARGE: 413,
     ErrorCode.INVALID: 422,
     ErrorCode.REJECTED: 422,
-    ErrorCode.UNAVAILABLE: 503,
     ErrorCode.INTERNAL: 500,
+    ErrorCode.UNAVAILABLE: 503,
 }
-#: The code of an error raised with a status only (FastAPI's own, an unknown route's).
-BY_STATUS: dict[int, ErrorCode] = {
-    400: ErrorCode.BAD_REQUEST,
-    401: ErrorCode.UNAUTHORIZED,
-    404: ErrorCode.NOT_FOUND,
-    405: ErrorCode.METHOD_NOT_ALLOWED,
-    409: ErrorCode.RUN_STATE,
-    413: ErrorCode.TOO_LARGE,
-    422: ErrorCode.INVALID,
-    503: ErrorCode.UNAVAILABLE,
-}
-#: The errors of the stores a route lets through, and their codes.
+BY_STATUS = {status: code for code, status in reversed(STATUS.items())}
+#: The errors a route lets through, and their codes.
 RAISED: dict[type[Exception], ErrorCode] = {
     UnknownRunError: ErrorCode.UNKNOWN_RUN,
     RunStateError: ErrorCode.RUN_STATE,
     LogNotFound: ErrorCode.NOT_FOUND,
+    WorkflowError: ErrorCode.REJECTED,
 }
 #: The error answers in the OpenAPI schema, for every route.
 RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -63,9 +55,9 @@ class ApiError(HTTPException):
         self.code = code
 
 
-def answer(view: ErrorView, headers: dict[str, str] | None = None) -> JSONResponse:
+def answer(view: ErrorView) -> JSONResponse:
     """The response of an error."""
-    return JSONResponse(view.to_dict(), status_code=STATUS[view.code], headers=headers)
+    return JSONResponse(view.to_dict(), status_code=STATUS[view.code])
 
 
 async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -83,14 +75,10 @@ async def _invalid(_request: Request, exc: Exception) -> JSONResponse:
     return answer(ErrorView(ErrorCode.INVALID, "; ".join(lines)))
 
 
-async def _rejected(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, WorkflowError)
-    return answer(ErrorView(ErrorCode.REJECTED, str(exc), exc.as_dicts()))
-
-
 async def _raised(_request: Request, exc: Exception) -> JSONResponse:
     code = next(code for kind, code in RAISED.items() if isinstance(exc, kind))
-    return answer(ErrorView(code, str(exc)))
+    errors = exc.as_dicts() if isinstance(exc, WorkflowError) else None
+    return answer(ErrorView(code, str(exc), errors))
 
 
 async def _internal(_request: Request, _exc: Exception) -> JSONResponse:
@@ -101,7 +89,6 @@ def install_errors(app: FastAPI) -> None:
     """Make every error answer of ``app`` an `ErrorView`."""
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _invalid)
-    app.add_exception_handler(WorkflowError, _rejected)
     for kind in RAISED:
         app.add_exception_handler(kind, _raised)
     app.add_exception_handler(Exception, _internal)
