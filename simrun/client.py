@@ -267,10 +267,7 @@ class Client:
             ) from exc
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
-        return self._answer(method, path, self._send(method, path, body))
-
-    @staticmethod
-    def _answer(method: str, path: str, response: httpx.Response) -> Any:
+        response = self._send(method, path, body)
         if response.status_code >= 400:
             raise refusal(method, path, response)
         return response.json()
@@ -309,7 +306,7 @@ class Client:
         what the route answers."""
         try:
             return parse(self._call(method, path))
-        except ValueError as exc:
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise ClientError(f"{method} {path}: the answer is not understood: {exc}") from exc
 
     def runs(self, limit: int = 50) -> list[RunSummary]:
@@ -364,15 +361,14 @@ class Client:
         path = f"/runs/{quote(run_id, safe='')}/logs"
         if task is not None:
             path += f"?task={quote(task, safe='')}"
-        data = self._call("GET", path)
-        try:
-            tasks = data["tasks"]
+
+        def parse(data: Any) -> dict[str, list[UnitLogHeader]]:
             return {
                 str(name): [UnitLogHeader.from_dict(h, f"GET {path}") for h in headers]
-                for name, headers in tasks.items()
+                for name, headers in data["tasks"].items()
             }
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise ClientError(f"GET {path}: the answer is not understood: {exc}") from exc
+
+        return self._parsed(parse, "GET", path)
 
     def unit_logs(
         self, run_id: str, task: str, unit: int | str, attempt: int | None = None
@@ -383,11 +379,7 @@ class Client:
         path = f"/runs/{quote(run_id, safe='')}/logs/{quote(task, safe='')}/{unit}"
         if attempt is not None:
             path += f"?attempt={attempt}"
-        data = self._call("GET", path)
-        try:
-            return UnitLogs.from_dict(data, f"GET {path}")
-        except ValueError as exc:
-            raise ClientError(f"GET {path}: the answer is not understood: {exc}") from exc
+        return self._parsed(lambda data: UnitLogs.from_dict(data, f"GET {path}"), "GET", path)
 
     def unit_live_logs(
         self, run_id: str, task: str, unit: int | str, since: Mapping[str, int] | None = None
@@ -397,11 +389,11 @@ class Client:
         /runs/{id}/logs/{task}/{unit}/live``); `ClientError` with the service's line."""
         path = f"/runs/{quote(run_id, safe='')}/logs/{quote(task, safe='')}/{unit}/live"
         query = "&".join(f"since={quote(f'{k}:{v}', safe='')}" for k, v in (since or {}).items())
-        data = self._call("GET", f"{path}?{query}" if query else path)
-        try:
+
+        def parse(data: Any) -> list[LiveAttempt]:
             return [LiveAttempt.from_dict(a, f"GET {path}") for a in data["attempts"]]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ClientError(f"GET {path}: the answer is not understood: {exc}") from exc
+
+        return self._parsed(parse, "GET", f"{path}?{query}" if query else path)
 
     def replay(
         self,

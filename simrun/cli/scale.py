@@ -53,7 +53,7 @@ class ScaleError(ClientError):
 @dataclass(frozen=True)
 class Planned:
     """The decision of one queue and what it was decided with (``shape_source``: "live",
-    "given", "service default" or "default")."""
+    "given" or "service default")."""
 
     queue: str
     decision: ScaleDecision

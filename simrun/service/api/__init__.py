@@ -47,7 +47,6 @@ def create_app(
     guard.install(app, token, controller.settings.intake)
     deps.install_errors(app)
     app.state.controller = controller
-    app.state.token = token
     app.state.default_shape = default_shape
     app.include_router(monitoring.health_router)
     app.include_router(types.router)

@@ -10,11 +10,11 @@ constant time and never put in a message or a log line.
 from __future__ import annotations
 
 import hmac
-import json
 from typing import Any
 
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from simrun.core.intake import InputLimits, body_limit, body_too_large, is_submission
@@ -47,22 +47,10 @@ class BodyTooLarge(HTTPException):
         super().__init__(status_code=413, detail=body_too_large(limit, submission=submission))
 
 
-async def _answer(
-    send: Send, code: ErrorCode, detail: str, headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    body = json.dumps(ErrorView(code, detail).to_dict()).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": STATUS[code],
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *(headers or []),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+async def _answer(scope: Scope, receive: Receive, send: Send, code: ErrorCode, why: str) -> None:
+    challenge = {"WWW-Authenticate": "Bearer"} if code is ErrorCode.UNAUTHORIZED else None
+    answer = JSONResponse(ErrorView(code, why).to_dict(), STATUS[code], challenge)
+    await answer(scope, receive, send)
 
 
 class Guard:
@@ -96,10 +84,7 @@ class Guard:
             return
         refused = self.refusal(scope, Headers(scope=scope))
         if refused is not None:
-            challenge = [(b"www-authenticate", b"Bearer")]
-            await _answer(
-                send, *refused, challenge if refused[0] is ErrorCode.UNAUTHORIZED else None
-            )
+            await _answer(scope, receive, send, *refused)
             return
         limit = body_limit(scope["method"], scope["path"], self.limits)
         submission = is_submission(scope["method"], scope["path"])
@@ -126,7 +111,7 @@ class Guard:
         except BodyTooLarge as exc:
             if started:
                 raise
-            await _answer(send, ErrorCode.TOO_LARGE, str(exc.detail))
+            await _answer(scope, receive, send, ErrorCode.TOO_LARGE, str(exc.detail))
 
 
 def install(app: Any, token: str | None, limits: InputLimits) -> None:
