@@ -42,7 +42,7 @@ from simrun.core.scaling import (
     parse_backlog,
     work_duration,
 )
-from simrun.core.sizing import GPU, QueueName, image_queue
+from simrun.core.sizing import CPU, GPU, QueueName, image_queue
 from simrun.core.wire import PayloadError
 
 
@@ -181,7 +181,7 @@ class ScaleRequest:
     memory_gb: float | None = None
     processes: int | None = None
     apply: str | None = None
-    queues: tuple[str, ...] = ("cpu",)
+    queues: tuple[str, ...] = (CPU,)
     compose_file: Path | None = None
     deployment: str | None = None
     dry_run: bool = False
@@ -284,7 +284,7 @@ def scale(
     if compose_file is not None and apply != "compose":
         raise click.BadParameter("only with --apply compose", param_hint="--compose-file")
     try:
-        named = tuple(dict.fromkeys([*queues, *(image_queue(i) for i in images)])) or ("cpu",)
+        named = tuple(dict.fromkeys([*queues, *(image_queue(i) for i in images)])) or (CPU,)
     except PayloadError as exc:
         raise click.BadParameter(str(exc), param_hint="--image") from exc
     policy = ScalePolicy(target_minutes * 60, default_seconds, min_containers, max_containers)

@@ -27,14 +27,16 @@ def _finite(value: float, minimum: float, what: str, *, strict: bool = False) ->
         raise ValueError(f"{what} must be {sign} {minimum:g}, got {value!r}")
 
 
+def _count(value: int, minimum: int, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+
+
 @dataclass(frozen=True)
 class BacklogEntry:
-    """The units of one resource key that are not done yet (queued, waiting or running).
-
-    ``key`` is the key's text, used only in the reason. ``seconds_per_unit`` is None while
-    nothing is learned for the key. ``memory_per_worker_gb`` is what one worker process of
-    the key asks for (GiB).
-    """
+    """The units of one resource key not done yet (queued, waiting or running), the seconds
+    one takes (None while nothing is learned) and the memory one worker process of the key
+    asks for (GiB)."""
 
     key: str
     units: int
@@ -42,8 +44,7 @@ class BacklogEntry:
     memory_per_worker_gb: float
 
     def __post_init__(self) -> None:
-        if isinstance(self.units, bool) or not isinstance(self.units, int) or self.units < 0:
-            raise ValueError(f"backlog of {self.key!r}: units must be an integer >= 0")
+        _count(self.units, 0, f"backlog of {self.key!r}: units")
         if self.seconds_per_unit is not None:
             _finite(self.seconds_per_unit, 0, f"backlog of {self.key!r}: seconds_per_unit")
         _finite(self.memory_per_worker_gb, 0, f"backlog of {self.key!r}: memory_per_worker_gb")
@@ -79,12 +80,7 @@ class ContainerShape:
 
     def __post_init__(self) -> None:
         _finite(self.memory_gb, 0, "container memory_gb", strict=True)
-        if (
-            isinstance(self.processes, bool)
-            or not isinstance(self.processes, int)
-            or self.processes < 1
-        ):
-            raise ValueError(f"container processes must be an integer >= 1, got {self.processes}")
+        _count(self.processes, 1, "container processes")
 
 
 @dataclass(frozen=True)
@@ -141,10 +137,8 @@ class ScalePolicy:
     def __post_init__(self) -> None:
         _finite(self.target_drain_s, 0, "target drain seconds", strict=True)
         _finite(self.default_seconds_per_unit, 0, "default seconds per unit", strict=True)
-        for name in ("min_containers", "max_containers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        _count(self.min_containers, 0, "min_containers")
+        _count(self.max_containers, 0, "max_containers")
         if self.min_containers > self.max_containers:
             raise ValueError(
                 f"min_containers ({self.min_containers}) is more than "

@@ -112,12 +112,9 @@ GPU = QueueName("gpu")
 
 
 def image_queue(image: str) -> QueueName:
-    """The queue of a task image: ``image:<name>``, made safe for a Redis key.
-
-    A name of letters, digits, ``.``, ``_`` and ``-`` is kept; any other name (a registry
-    path with ``/`` and ``:``) has those characters replaced and a short hash of the
-    original appended, so that two different images never share a queue.
-    """
+    """The queue of a task image, ``image:NAME``: a name of letters, digits, ``.``, ``_``
+    and ``-`` kept, any other (a registry path) with those characters made ``_`` and a
+    digest of it appended, so that two images never share a queue."""
     if not image or not image.strip():
         raise PayloadError("image name is empty")
     if _SAFE_QUEUE.fullmatch(image):
