@@ -291,28 +291,33 @@ def scale(
     request = ScaleRequest(
         policy, worker_memory_gb, processes, apply, named, compose_file, deployment, dry_run
     )
-    out = console()
     with Client(url, token) as client:
-        if watch is None:
+        if watch is not None:
+            _watch(client, request, console(), watch)
+            return
+        try:
+            _round(client, request, console())
+        except ClientError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+def _watch(client: Client, request: ScaleRequest, out: Console, every_s: float) -> None:
+    """A round every ``every_s`` until Ctrl-C (an error of a round is printed, the next
+    tries again)."""
+    stop = threading.Event()
+    # Ctrl-C ends the watch between rounds: a KeyboardInterrupt raised in the middle of an
+    # HTTP request could leave the client's connection pool half-closed.
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: stop.set())
+    try:
+        while not stop.is_set():
             try:
                 _round(client, request, out)
             except ClientError as exc:
-                raise click.ClickException(str(exc)) from exc
-            return
-        stop = threading.Event()
-        # Ctrl-C ends the watch between rounds: a KeyboardInterrupt raised in the middle of
-        # an HTTP request could leave the client's connection pool half-closed.
-        previous = signal.signal(signal.SIGINT, lambda _signum, _frame: stop.set())
-        try:
-            while not stop.is_set():
-                try:
-                    _round(client, request, out)
-                except ClientError as exc:
-                    click.secho(f"error: {exc}", fg="red", err=True)
-                stop.wait(watch)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-        click.echo("stopped", err=True)
+                click.secho(f"error: {exc}", fg="red", err=True)
+            stop.wait(every_s)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    click.echo("stopped", err=True)
 
 
 if __name__ == "__main__":
