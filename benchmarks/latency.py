@@ -118,7 +118,7 @@ def wait_ready(url: str, procs: Sequence[subprocess.Popen[bytes]], timeout_s: fl
     while time.monotonic() < deadline:
         for proc in procs:
             if proc.poll() is not None:
-                raise SystemExit(f"{proc.args} exited ({proc.returncode})")
+                raise SystemExit(f"{proc.args!r} exited ({proc.returncode})")
         try:
             if httpx.get(f"{url}/health", timeout=1).json().get("workers") == 1:
                 return

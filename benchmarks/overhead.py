@@ -112,7 +112,7 @@ def arq_worker_main(url: str, queue: str) -> None:
         print("ready", flush=True)
 
     worker = Worker(
-        functions=[busy_batch],  # type: ignore[list-item]
+        functions=[busy_batch],
         queue_name=queue,
         redis_settings=RedisSettings.from_dsn(url),
         on_startup=ready,

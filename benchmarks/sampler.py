@@ -23,8 +23,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from simrun.worker.proctree import CHILDREN_FILES, descendants
-from simrun.worker.sampler import MemorySampler, _own_anon_bytes
+from simrun.worker.proctree import CHILDREN_FILES, descendants, own_anon_bytes
+from simrun.worker.sampler import MemorySampler
 
 HOLD = "import sys; x = b'1' * (20 * 2**20); sys.stdin.read()"
 TREE = (
@@ -109,7 +109,7 @@ def per_call_us(fn: Callable[[], object], min_s: float = 0.5) -> float:
 def tree_reading(pid: int, children_files: bool) -> Callable[[], int]:
     def read() -> int:
         pids = [pid, *descendants(pid, children_files=children_files)]
-        return sum(_own_anon_bytes(p) or 0 for p in pids)
+        return sum(own_anon_bytes(p) or 0 for p in pids)
 
     return read
 
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
         one = thread_cpu_fraction(single.pid, False, args.seconds, args.interval_s)
         many = thread_cpu_fraction(tree.pid, True, args.seconds, args.interval_s)
         rows = [
-            ("single: RssAnon of status", per_call_us(lambda: _own_anon_bytes(single.pid))),
+            ("single: RssAnon of status", per_call_us(lambda: own_anon_bytes(single.pid))),
             ("single: smaps_rollup (peer)", per_call_us(lambda: smaps_rollup_anon(single.pid))),
             (
                 f"tree {args.tree}: children files",

@@ -41,7 +41,7 @@ CASES: list[tuple[str, Kind, Kind]] = [
 ]
 
 
-async def _never(_unit: int) -> bool:
+async def _never(_unit: int | str) -> bool:
     return False
 
 

@@ -60,15 +60,15 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # the test task types live in tests/support
     sys.path.insert(0, str(REPO))
 
-from arq_peer import RawArq, raw_arq
-
+from benchmarks.arq_peer import RawArq, raw_arq
 from simrun.core.jobs import JobSpec
 from simrun.core.reports import ReportEntry
 from simrun.local.redis import PrivateRedis
 from simrun.plugins import load_types
 from simrun.queues.client import JobQueue
 from simrun.runstore.rows import RunRow
-from simrun.service.controller import Controller, ControllerSettings
+from simrun.service.controller import Controller
+from simrun.service.settings import ControllerSettings
 from tests.support.service_harness import Service, stop_worker
 
 PROCESSES = 2

@@ -37,8 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # the test task types live in tests/support
     sys.path.insert(0, str(REPO))
 
-from arq_peer import raw_arq
-
+from benchmarks.arq_peer import raw_arq
 from simrun.core.reports import ReportEntry
 from simrun.local.redis import PrivateRedis
 from simrun.queues.client import JobQueue

@@ -20,9 +20,11 @@ import httpx
 
 from simrun.core.unitlogs import LiveAttempt, UnitLogHeader, UnitLogs
 from simrun.core.views import (
+    ErrorCode,
     FailureView,
     RunSummary,
     RunView,
+    parse_error,
     parse_failures,
     parse_run,
     parse_runs,
@@ -42,7 +44,12 @@ T = TypeVar("T")
 
 
 class ClientError(RuntimeError):
-    """The service could not be reached, or answered with an error."""
+    """The service could not be reached, or answered with an error: ``code`` says which
+    (None when no answer came, or one that was not the service's)."""
+
+    def __init__(self, message: str, code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class Rejected(ClientError):
@@ -56,7 +63,8 @@ class Rejected(ClientError):
             where = f"{e['where']}: " if e.get("where") else ""
             lines.append(f"  {line}{where}{e.get('message', '')}")
         super().__init__(
-            f"the service refused the workflow ({len(errors)} problems):\n" + "\n".join(lines)
+            f"the service refused the workflow ({len(errors)} problems):\n" + "\n".join(lines),
+            ErrorCode.REJECTED,
         )
 
 
@@ -177,11 +185,6 @@ class UnknownKey(ClientError):
     the service's line naming it and the known keys close to it."""
 
 
-class EventsUnavailable(ClientError):
-    """The service answers no event stream of a run (an older service: follow it by
-    asking ``GET /runs/{id}`` again)."""
-
-
 class StreamBroken(ClientError):
     """The event stream of a run could not be opened or broke off (connect again)."""
 
@@ -189,14 +192,41 @@ class StreamBroken(ClientError):
 #: Seconds without a byte of an event stream after which it is taken for broken (the
 #: service sends a keep-alive every 15 s).
 EVENTS_READ_TIMEOUT_S = 45.0
+#: The codes of a thing that is not there, whose line `Client` shows alone.
+ABSENT = frozenset({ErrorCode.UNKNOWN_RUN, ErrorCode.NOT_FOUND})
 
 
-def _detail(response: httpx.Response) -> str:
+def refusal(method: str, path: str, response: httpx.Response) -> ClientError:
+    """The error of an error answer, by its code: `Rejected` with the problems of a refused
+    workflow, `UnknownKey`, the service's line alone for a thing not there (`ABSENT`), else
+    the request, the status and the line."""
     try:
-        data = response.json()
+        error = parse_error(response.json())
     except ValueError:
-        return response.text
-    return str(data.get("detail", response.text)) if isinstance(data, dict) else response.text
+        return ClientError(f"{method} {path}: {response.status_code}: {response.text}")
+    if error.code is ErrorCode.REJECTED and error.errors is not None:
+        return Rejected(error.errors)
+    if error.code is ErrorCode.UNKNOWN_KEY:
+        return UnknownKey(error.detail, error.code)
+    if error.code in ABSENT:
+        return ClientError(error.detail, error.code)
+    return ClientError(f"{method} {path}: {response.status_code}: {error.detail}", error.code)
+
+
+async def _events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
+    """The name and data of each server-sent event in ``lines``."""
+    name, data = "", []
+    async for line in lines:
+        if line:
+            field, _, value = line.partition(":")
+            if field == "event":
+                name = value.removeprefix(" ")
+            elif field == "data":
+                data.append(value.removeprefix(" "))
+            continue  # a comment (": keep-alive") or a field this reads not
+        if data:
+            yield name, "\n".join(data)
+        name, data = "", []
 
 
 class Client:
@@ -237,17 +267,9 @@ class Client:
             ) from exc
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
-        return self._answer(method, path, self._send(method, path, body))
-
-    @staticmethod
-    def _answer(method: str, path: str, response: httpx.Response) -> Any:
-        if response.status_code == 422:
-            data = response.json()
-            errors = data.get("errors") if isinstance(data, dict) else None
-            if isinstance(errors, list):
-                raise Rejected(errors)
+        response = self._send(method, path, body)
         if response.status_code >= 400:
-            raise ClientError(f"{method} {path}: {response.status_code}: {_detail(response)}")
+            raise refusal(method, path, response)
         return response.json()
 
     def health(self) -> dict[str, Any]:
@@ -284,7 +306,7 @@ class Client:
         what the route answers."""
         try:
             return parse(self._call(method, path))
-        except ValueError as exc:
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise ClientError(f"{method} {path}: the answer is not understood: {exc}") from exc
 
     def runs(self, limit: int = 50) -> list[RunSummary]:
@@ -298,9 +320,9 @@ class Client:
     async def events(self, run_id: str) -> AsyncIterator[RunView]:
         """The views of one run as the service pushes them (``GET /runs/{id}/events``): the
         current one first, then one each time it changed; the stream ends after the view
-        of the ended run (or earlier, when the service stops). `EventsUnavailable` when the
-        service answers no stream, `StreamBroken` when it cannot be reached or the stream
-        broke, `ClientError` for an unknown run."""
+        of the ended run (or earlier, when the service stops). `StreamBroken` when the
+        service cannot be reached, failed (5xx) or the stream broke; `ClientError` when it
+        refused (an unknown run, the token)."""
         path = f"/runs/{run_id}/events"
         timeout = httpx.Timeout(self._timeout_s, read=EVENTS_READ_TIMEOUT_S)
         try:
@@ -310,31 +332,21 @@ class Client:
                 ) as http,
                 http.stream("GET", path, headers={"Accept": "text/event-stream"}) as response,
             ):
-                media = response.headers.get("content-type", "")
-                if response.status_code != 200 or not media.startswith("text/event-stream"):
+                if response.status_code != 200:
                     await response.aread()
-                    detail = _detail(response)
-                    message = f"GET {path}: {response.status_code}: {detail}"
-                    if response.status_code == 404 and detail.startswith("there is no run"):
-                        raise ClientError(message)
-                    raise EventsUnavailable(message)
-                name, data = "", []
-                async for line in response.aiter_lines():
-                    if line:
-                        field, _, value = line.partition(":")
-                        if field == "event":
-                            name = value.removeprefix(" ")
-                        elif field == "data":
-                            data.append(value.removeprefix(" "))
-                        continue  # a comment (": keep-alive") or a field this reads not
-                    if name == "run" and data:
-                        try:
-                            yield parse_run(json.loads("\n".join(data)))
-                        except ValueError as exc:
-                            raise ClientError(
-                                f"GET {path}: an event is not understood: {exc}"
-                            ) from exc
-                    name, data = "", []
+                    error = refusal("GET", path, response)
+                    raise StreamBroken(str(error)) if response.status_code >= 500 else error
+                media = response.headers.get("content-type", "")
+                if not media.startswith("text/event-stream"):
+                    raise ClientError(f"GET {path}: the answer is no event stream ({media})")
+                async for name, data in _events(response.aiter_lines()):
+                    if name != "run":
+                        continue
+                    try:
+                        view = parse_run(json.loads(data))
+                    except ValueError as exc:
+                        raise ClientError(f"GET {path}: an event is not understood: {exc}") from exc
+                    yield view
         except httpx.HTTPError as exc:
             raise StreamBroken(f"GET {path}: {type(exc).__name__}: {exc}") from exc
 
@@ -349,15 +361,14 @@ class Client:
         path = f"/runs/{quote(run_id, safe='')}/logs"
         if task is not None:
             path += f"?task={quote(task, safe='')}"
-        data = self._logs_answer(path)
-        try:
-            tasks = data["tasks"]
+
+        def parse(data: Any) -> dict[str, list[UnitLogHeader]]:
             return {
                 str(name): [UnitLogHeader.from_dict(h, f"GET {path}") for h in headers]
-                for name, headers in tasks.items()
+                for name, headers in data["tasks"].items()
             }
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise ClientError(f"GET {path}: the answer is not understood: {exc}") from exc
+
+        return self._parsed(parse, "GET", path)
 
     def unit_logs(
         self, run_id: str, task: str, unit: int | str, attempt: int | None = None
@@ -368,11 +379,7 @@ class Client:
         path = f"/runs/{quote(run_id, safe='')}/logs/{quote(task, safe='')}/{unit}"
         if attempt is not None:
             path += f"?attempt={attempt}"
-        data = self._logs_answer(path)
-        try:
-            return UnitLogs.from_dict(data, f"GET {path}")
-        except ValueError as exc:
-            raise ClientError(f"GET {path}: the answer is not understood: {exc}") from exc
+        return self._parsed(lambda data: UnitLogs.from_dict(data, f"GET {path}"), "GET", path)
 
     def unit_live_logs(
         self, run_id: str, task: str, unit: int | str, since: Mapping[str, int] | None = None
@@ -382,17 +389,11 @@ class Client:
         /runs/{id}/logs/{task}/{unit}/live``); `ClientError` with the service's line."""
         path = f"/runs/{quote(run_id, safe='')}/logs/{quote(task, safe='')}/{unit}/live"
         query = "&".join(f"since={quote(f'{k}:{v}', safe='')}" for k, v in (since or {}).items())
-        data = self._logs_answer(f"{path}?{query}" if query else path)
-        try:
-            return [LiveAttempt.from_dict(a, f"GET {path}") for a in data["attempts"]]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ClientError(f"GET {path}: the answer is not understood: {exc}") from exc
 
-    def _logs_answer(self, path: str) -> Any:
-        response = self._send("GET", path)
-        if response.status_code == 404:
-            raise ClientError(_detail(response))
-        return self._answer("GET", path, response)
+        def parse(data: Any) -> list[LiveAttempt]:
+            return [LiveAttempt.from_dict(a, f"GET {path}") for a in data["attempts"]]
+
+        return self._parsed(parse, "GET", f"{path}?{query}" if query else path)
 
     def replay(
         self,
@@ -424,16 +425,7 @@ class Client:
         """The evidence of one resource key (``task_type/model[/variant]``), see
         ``GET /resources/{key}``; `UnknownKey` with the service's line (the key and the
         known keys close to it) when the key does not parse or has no observations."""
-        path = "/resources/" + quote(key, safe="/")
-        response = self._send("GET", path)
-        if response.status_code == 404:
-            try:
-                data = response.json()
-            except ValueError:
-                data = None
-            if isinstance(data, dict) and "unknown_key" in data:
-                raise UnknownKey(str(data.get("detail")))
-        result: dict[str, Any] = self._answer("GET", path, response)
+        result: dict[str, Any] = self._call("GET", "/resources/" + quote(key, safe="/"))
         return result
 
     def backlog(self) -> dict[str, Any]:

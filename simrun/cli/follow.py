@@ -28,7 +28,7 @@ from simrun.cli.progress import (
     stuck_reason,
     summary_table,
 )
-from simrun.client import Client, ClientError, EventsUnavailable, StreamBroken
+from simrun.client import Client, ClientError, StreamBroken
 from simrun.core.views import FailureView, RunSummary, RunView, running_seconds
 
 #: How long a run must stay stuck before embedded mode gives up on it.
@@ -139,10 +139,9 @@ class RemoteWatch:
     """One run of a service followed by its event stream (`simrun.client.Client.events`):
     `fetch` gives the latest view the service pushed and `changed` waits for the next.
 
-    Polling (``GET /runs/{id}`` every ``poll_s``) only stands in for the stream: for good
-    when the service has none (an older service), and while it is reconnected after it
-    broke (with backoff, `RECONNECT_S`). ``note`` is told once of each (a line for the
-    user); ``polls`` and ``pushed`` count the views read each way.
+    Polling (``GET /runs/{id}`` every ``poll_s``) only stands in for the stream while it is
+    reconnected after it broke (with backoff, `RECONNECT_S`); ``note`` is told of it once (a
+    line for the user); ``polls`` and ``pushed`` count the views read each way.
     """
 
     def __init__(
@@ -177,9 +176,6 @@ class RemoteWatch:
                     if view.state != "running":
                         return
                 reason = "the service ended it"
-            except EventsUnavailable as exc:
-                self.note(f"note: no event stream ({exc}); asking every {self.poll_s:g} s")
-                return
             except StreamBroken as exc:
                 reason = str(exc)
             except ClientError as exc:

@@ -1,30 +1,14 @@
 """``simrun scale``: how many worker containers each queue wants now, and making it so.
 
-It reads the live backlog from the service (``GET /backlog``: per queue the units not done
-by resource key, their learned seconds per unit and memory per worker, and the live
-workers' shape), decides with `simrun.core.scaling.desired_containers`, prints a table, and with
-``--apply`` sets the replica count:
-
-* ``compose``: ``docker compose [-f FILE] up -d --scale worker-cpu=N --no-recreate`` (the
-  services of docker-compose.yml are ``worker-cpu`` and ``worker-gpu``; the latter is in
-  the profile ``gpu``, which the command then enables);
-* ``kubernetes``: ``kubectl scale deployment/NAME --replicas=N`` (``--deployment``,
-  ``simrun-worker-<queue>`` by default, as in deploy/kubernetes/).
-
-The workers of a task image's queue (``image:NAME``, ``--image NAME``) are the compose
-service ``worker-image-<name>`` and the Deployment ``simrun-worker-image-<name>``
-(`worker_name`; see the examples in docker-compose.yml and deploy/kubernetes/examples/).
-
-The container shape is the live workers' of the queue; while none is live it is the one
-given by ``--processes`` and ``--worker-memory-gb``, else the service's default worker shape
-(``simrun service --worker-memory-gb/--worker-processes``), else 4 processes x 8 GiB.
-``--dry-run`` prints the commands instead of running them; ``--watch SECONDS`` repeats the
-whole (an error of one round is printed and the next round tries again).
+It reads the backlog from the service (``GET /backlog``), decides each queue with
+`simrun.core.scaling.desired_containers` in the shape of its live workers (else the one
+given, else the service's default), prints a table, and with ``--apply`` sets the replicas
+of the queue's workers (`simrun.core.sizing.QueueName`: the compose service, the
+Kubernetes Deployment) with ``docker compose`` or ``kubectl``.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 import signal
 import subprocess
@@ -49,34 +33,17 @@ from simrun.cli.options import (
 from simrun.client import Client, ClientError
 from simrun.core.scaling import (
     DEFAULT_SECONDS_PER_UNIT,
-    DEFAULT_SHAPE,
-    BacklogEntry,
+    BacklogView,
     ContainerShape,
-    Decision,
-    QueueBacklog,
+    QueueLoad,
+    ScaleDecision,
     ScalePolicy,
     desired_containers,
+    parse_backlog,
     work_duration,
 )
-from simrun.core.sizing import image_queue
-
-#: The docker-compose.yml service of each queue, and the profile it needs (if any).
-COMPOSE_SERVICES: Mapping[str, tuple[str, str | None]] = {
-    "cpu": ("worker-cpu", None),
-    "gpu": ("worker-gpu", "gpu"),
-}
-
-
-def worker_name(queue: str) -> str:
-    """The name of the workers of ``queue`` (a compose service ``worker-…``, a Kubernetes
-    Deployment ``simrun-worker-…``): the queue itself for cpu and gpu; for an image queue
-    ``image:NAME``, ``image-`` and NAME in lower case with every character but letters,
-    digits and ``-`` made ``-`` (``image:solver_2.1`` -> ``image-solver-2-1``), a name that
-    both compose and Kubernetes take."""
-    if not queue.startswith("image:"):
-        return queue
-    slug = re.sub(r"[^a-z0-9-]", "-", queue.removeprefix("image:").lower()).strip("-")
-    return f"image-{slug}"
+from simrun.core.sizing import CPU, GPU, QueueName, image_queue
+from simrun.core.wire import PayloadError
 
 
 class ScaleError(ClientError):
@@ -84,143 +51,69 @@ class ScaleError(ClientError):
 
 
 @dataclass(frozen=True)
-class LiveQueue:
-    """One queue as the service sees it: its backlog, live workers and their shape."""
-
-    backlog: QueueBacklog
-    workers: int
-    shape: ContainerShape | None
-
-
-@dataclass(frozen=True)
 class Planned:
-    """The decision of one queue and what it was decided with (``shape_source``: "live"
-    or "given")."""
+    """The decision of one queue and what it was decided with (``shape_source``: "live",
+    "given" or "service default")."""
 
     queue: str
-    decision: Decision
+    decision: ScaleDecision
     shape: ContainerShape
     shape_source: str
     workers: int
     work_s: float
 
 
-def parse_backlog(document: Any) -> list[LiveQueue]:
-    """The queues of a ``GET /backlog`` answer; `ScaleError` when it is not one."""
+def backlog_of(document: Any) -> BacklogView:
+    """A ``GET /backlog`` answer; `ScaleError` when it is none."""
     try:
-        out = []
-        for item in document["queues"]:
-            entries = tuple(
-                BacklogEntry(
-                    key=str(e["key"]),
-                    units=e["units"],
-                    seconds_per_unit=e["seconds_per_unit"],
-                    memory_per_worker_gb=e["memory_per_worker_gb"],
-                )
-                for e in item["entries"]
-            )
-            shape = item.get("shape")
-            out.append(
-                LiveQueue(
-                    backlog=QueueBacklog(str(item["queue"]), entries),
-                    workers=int(item.get("workers", 0)),
-                    shape=None
-                    if shape is None
-                    else ContainerShape(shape["memory_gb"], shape["processes"]),
-                )
-            )
-        return out
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ScaleError(f"the service's backlog answer is not understood: {exc!r}") from exc
-
-
-def service_default_shape(document: Any) -> ContainerShape | None:
-    """The service's default worker shape in a ``GET /backlog`` answer (None from a service
-    that does not say it)."""
-    shape = document.get("default_shape") if isinstance(document, dict) else None
-    if not isinstance(shape, dict):
-        return None
-    try:
-        return ContainerShape(float(shape["memory_gb"]), int(shape["processes"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ScaleError(f"the service's default_shape is not understood: {exc!r}") from exc
+        return parse_backlog(document)
+    except ValueError as exc:
+        raise ScaleError(f"the service's backlog answer is not understood: {exc}") from exc
 
 
 def assumed_shape(
-    memory_gb: float | None, processes: int | None, service: ContainerShape | None
+    memory_gb: float | None, processes: int | None, service: ContainerShape
 ) -> tuple[ContainerShape, str]:
     """The shape of a container of a queue without live workers, and where it came from:
-    each flag given wins, then the service's default shape, then `DEFAULT_SHAPE`."""
-    base, source = (
-        (service, "service default")
-        if service is not None
-        else (
-            DEFAULT_SHAPE,
-            "default",
-        )
-    )
+    each flag given wins, field by field, over the service's default shape."""
     if memory_gb is None and processes is None:
-        return base, source
+        return service, "service default"
     shape = ContainerShape(
-        memory_gb=base.memory_gb if memory_gb is None else memory_gb,
-        processes=base.processes if processes is None else processes,
+        memory_gb=service.memory_gb if memory_gb is None else memory_gb,
+        processes=service.processes if processes is None else processes,
     )
     return shape, "given"
 
 
 def plan(
-    queues: Sequence[LiveQueue],
+    queues: Sequence[QueueLoad],
     policy: ScalePolicy,
     given: ContainerShape,
     given_source: str = "given",
 ) -> list[Planned]:
     """The decision of each queue with its live shape, or ``given`` while none is live."""
-    out = []
-    for live in queues:
-        shape = live.shape or given
-        decision = desired_containers(live.backlog, shape, policy)
-        work_s = sum(
-            e.units
-            * (
-                policy.default_seconds_per_unit
-                if e.seconds_per_unit is None
-                else e.seconds_per_unit
-            )
-            for e in live.backlog.entries
+    return [
+        Planned(
+            queue=load.queue,
+            decision=desired_containers(load.backlog, load.shape or given, policy),
+            shape=load.shape or given,
+            shape_source="live" if load.shape is not None else given_source,
+            workers=load.workers,
+            work_s=load.backlog.seconds(policy.default_seconds_per_unit),
         )
-        out.append(
-            Planned(
-                queue=live.backlog.queue,
-                decision=decision,
-                shape=shape,
-                shape_source="live" if live.shape is not None else given_source,
-                workers=live.workers,
-                work_s=work_s,
-            )
-        )
-    return out
+        for load in queues
+    ]
 
 
-def compose_command(desired: Mapping[str, int], compose_file: Path | None) -> list[str]:
-    """``docker compose … up -d --scale SERVICE=N … --no-recreate`` for the cpu/gpu queues
-    in ``desired``; `ScaleError` for a queue that has no compose service."""
+def compose_command(desired: Mapping[QueueName, int], compose_file: Path | None) -> list[str]:
+    """``docker compose … up -d --scale SERVICE=N … --no-recreate`` for the queues in
+    ``desired`` (the gpu workers are in the compose profile ``gpu``)."""
     argv = ["docker", "compose"]
     if compose_file is not None:
         argv += ["-f", str(compose_file)]
-    scales: list[str] = []
-    for queue, count in desired.items():
-        if queue in COMPOSE_SERVICES:
-            service, profile = COMPOSE_SERVICES[queue]
-        elif queue.startswith("image:"):
-            service, profile = f"worker-{worker_name(queue)}", None
-        else:
-            raise ScaleError(
-                f"queue {queue!r} has no docker compose service (only "
-                f"{', '.join(COMPOSE_SERVICES)} and image queues): scale its workers yourself"
-            )
-        if profile is not None:
-            argv += ["--profile", profile]
-        scales += ["--scale", f"{service}={count}"]
+    if GPU in desired:
+        argv += ["--profile", "gpu"]
+    scales = [arg for q, n in desired.items() for arg in ("--scale", f"{q.compose_service}={n}")]
     return [*argv, "up", "-d", *scales, "--no-recreate"]
 
 
@@ -237,21 +130,21 @@ def apply_commands(
     compose_file: Path | None = None,
     deployment: str | None = None,
 ) -> list[list[str]]:
-    """The commands that set the replicas of ``queues`` to their decision; `ScaleError`
-    for a queue that has none in ``planned``."""
+    """The commands that set the replicas of the workers of ``queues`` to their decision;
+    `ScaleError` for a queue that has no decision in ``planned`` or is no queue."""
     by_queue = {p.queue: p.decision.desired for p in planned}
     missing = [q for q in queues if q not in by_queue]
     if missing:
         raise ScaleError(f"no decision for the queues {missing}")
-    desired = {q: by_queue[q] for q in queues}
+    try:
+        desired = {QueueName(q): by_queue[q] for q in queues}
+    except PayloadError as exc:
+        raise ScaleError(f"{exc}: it has no docker compose service or Deployment") from exc
     if apply == "compose":
         return [compose_command(desired, compose_file)]
     if deployment is not None and len(queues) > 1:
         raise ScaleError("--deployment names one Deployment: give one --queue with it")
-    return [
-        kubectl_command(deployment or f"simrun-worker-{worker_name(q)}", n)
-        for q, n in desired.items()
-    ]
+    return [kubectl_command(deployment or q.deployment, n) for q, n in desired.items()]
 
 
 def _table(planned: Sequence[Planned]) -> Table:
@@ -288,22 +181,19 @@ class ScaleRequest:
     memory_gb: float | None = None
     processes: int | None = None
     apply: str | None = None
-    queues: tuple[str, ...] = ("cpu",)
+    queues: tuple[str, ...] = (CPU,)
     compose_file: Path | None = None
     deployment: str | None = None
     dry_run: bool = False
 
 
 def _round(client: Client, options: ScaleRequest, out: Console) -> None:
-    document = client.backlog()
-    live = parse_backlog(document)
+    view = backlog_of(client.backlog())
     # A queue to apply that the service does not list has no backlog and no workers.
-    known = {q.backlog.queue for q in live}
-    live += [LiveQueue(QueueBacklog(q), 0, None) for q in options.queues if q not in known]
-    given, source = assumed_shape(
-        options.memory_gb, options.processes, service_default_shape(document)
-    )
-    planned = plan(live, options.policy, given, source)
+    known = {q.queue for q in view.queues}
+    missing = [QueueLoad(q, 0, (), 0, None) for q in options.queues if q not in known]
+    given, source = assumed_shape(options.memory_gb, options.processes, view.default_shape)
+    planned = plan([*view.queues, *missing], options.policy, given, source)
     out.print(_table(planned))
     for p in planned:
         out.print(p.decision.reason, markup=False, emoji=False, soft_wrap=True)
@@ -327,9 +217,9 @@ def _round(client: Client, options: ScaleRequest, out: Console) -> None:
 HELP = {
     "target_minutes": "Drain the queued work within this time.",
     "processes": "Processes per container, while no worker of the queue is live "
-    "[default: the service's --worker-processes, else 4].",
+    "[default: the service's --worker-processes].",
     "memory_gb": "Memory per container (GiB), while no worker of the queue is live "
-    "[default: the service's --worker-memory-gb, else 8].",
+    "[default: the service's --worker-memory-gb].",
     "default_seconds": "Seconds per unit assumed for keys that learned none yet.",
     "apply": "Set the replica count with docker compose or kubectl [default: only print].",
     "queue": "Queue to apply the decision to (repeatable; cpu, gpu or image:NAME as the "
@@ -393,39 +283,41 @@ def scale(
         raise click.BadParameter("only with --apply kubernetes", param_hint="--deployment")
     if compose_file is not None and apply != "compose":
         raise click.BadParameter("only with --apply compose", param_hint="--compose-file")
+    try:
+        named = tuple(dict.fromkeys([*queues, *(image_queue(i) for i in images)])) or (CPU,)
+    except PayloadError as exc:
+        raise click.BadParameter(str(exc), param_hint="--image") from exc
     policy = ScalePolicy(target_minutes * 60, default_seconds, min_containers, max_containers)
     request = ScaleRequest(
-        policy,
-        worker_memory_gb,
-        processes,
-        apply,
-        tuple(dict.fromkeys([*queues, *(image_queue(i) for i in images)])) or ("cpu",),
-        compose_file,
-        deployment,
-        dry_run,
+        policy, worker_memory_gb, processes, apply, named, compose_file, deployment, dry_run
     )
-    out = console()
     with Client(url, token) as client:
-        if watch is None:
+        if watch is not None:
+            _watch(client, request, console(), watch)
+            return
+        try:
+            _round(client, request, console())
+        except ClientError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+def _watch(client: Client, request: ScaleRequest, out: Console, every_s: float) -> None:
+    """A round every ``every_s`` until Ctrl-C (an error of a round is printed, the next
+    tries again)."""
+    stop = threading.Event()
+    # Ctrl-C ends the watch between rounds: a KeyboardInterrupt raised in the middle of an
+    # HTTP request could leave the client's connection pool half-closed.
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: stop.set())
+    try:
+        while not stop.is_set():
             try:
                 _round(client, request, out)
             except ClientError as exc:
-                raise click.ClickException(str(exc)) from exc
-            return
-        stop = threading.Event()
-        # Ctrl-C ends the watch between rounds: a KeyboardInterrupt raised in the middle of
-        # an HTTP request could leave the client's connection pool half-closed.
-        previous = signal.signal(signal.SIGINT, lambda _signum, _frame: stop.set())
-        try:
-            while not stop.is_set():
-                try:
-                    _round(client, request, out)
-                except ClientError as exc:
-                    click.secho(f"error: {exc}", fg="red", err=True)
-                stop.wait(watch)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-        click.echo("stopped", err=True)
+                click.secho(f"error: {exc}", fg="red", err=True)
+            stop.wait(every_s)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    click.echo("stopped", err=True)
 
 
 if __name__ == "__main__":

@@ -1,36 +1,15 @@
-"""How many worker containers a queue wants: the pure scaling decision.
-
-The input is the backlog of one queue, grouped by resource key: how many units of each key
-are not done yet, the seconds one unit takes in one process (learned, or None while nothing
-is learned) and the memory one worker process of that key asks for. The output is a number
-of containers of a given shape (memory and process slots), with the reason in words.
-
-The rule:
-
-* A container runs ``slots = min(processes, floor(memory_gb / memory_per_worker_gb))``
-  units of a key at a time: memory may pack fewer units than there are processes (a
-  16 GiB container with 4 processes runs only 2 units of 8 GiB at once).
-* Each key needs ``units * seconds_per_unit / slots`` container-seconds (the default
-  seconds per unit stands in for unknown keys). Their sum divided by the target drain time,
-  rounded up, is the demand. Where memory does not bind this is the queued work seconds ÷
-  drain time ÷ processes per container; where it binds, the same work needs more
-  containers.
-* More containers than the units can keep busy at once (``Σ units / slots``, rounded up)
-  would only idle: the demand is capped there, so three long units never ask for ten
-  containers.
-* Units of a key that cannot fit one process into a container at all add nothing (another
-  container of the same shape would not run them either); the reason names them.
-* The result is clamped to ``[min_containers, max_containers]``; an empty backlog gives
-  ``min_containers``.
-
-Nothing here reads Redis, the clock or the environment; `simrun scale` and ``/metrics``
-are the shells that gather a `QueueBacklog` and act on the `Decision`.
+"""How many worker containers a queue wants: the pure scaling decision
+(`desired_containers`), from the backlog of one queue by resource key and the shape of its
+containers. `simrun scale` and ``/metrics`` gather the backlog and act on the answer.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pydantic import TypeAdapter
 
 #: Seconds assumed for one unit of a key that has no learned ``seconds_per_unit`` yet.
 DEFAULT_SECONDS_PER_UNIT = 60.0
@@ -48,14 +27,16 @@ def _finite(value: float, minimum: float, what: str, *, strict: bool = False) ->
         raise ValueError(f"{what} must be {sign} {minimum:g}, got {value!r}")
 
 
+def _count(value: int, minimum: int, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+
+
 @dataclass(frozen=True)
 class BacklogEntry:
-    """The units of one resource key that are not done yet (queued, waiting or running).
-
-    ``key`` is the key's text, used only in the reason. ``seconds_per_unit`` is None while
-    nothing is learned for the key. ``memory_per_worker_gb`` is what one worker process of
-    the key asks for (GiB).
-    """
+    """The units of one resource key not done yet (queued, waiting or running), the seconds
+    one takes (None while nothing is learned) and the memory one worker process of the key
+    asks for (GiB)."""
 
     key: str
     units: int
@@ -63,8 +44,7 @@ class BacklogEntry:
     memory_per_worker_gb: float
 
     def __post_init__(self) -> None:
-        if isinstance(self.units, bool) or not isinstance(self.units, int) or self.units < 0:
-            raise ValueError(f"backlog of {self.key!r}: units must be an integer >= 0")
+        _count(self.units, 0, f"backlog of {self.key!r}: units")
         if self.seconds_per_unit is not None:
             _finite(self.seconds_per_unit, 0, f"backlog of {self.key!r}: seconds_per_unit")
         _finite(self.memory_per_worker_gb, 0, f"backlog of {self.key!r}: memory_per_worker_gb")
@@ -81,6 +61,15 @@ class QueueBacklog:
     def units(self) -> int:
         return sum(e.units for e in self.entries)
 
+    def seconds(self, default_seconds_per_unit: float) -> float:
+        """The backlog's work in process-seconds; ``default_seconds_per_unit`` for keys that
+        learned none."""
+        return sum(
+            e.units
+            * (default_seconds_per_unit if e.seconds_per_unit is None else e.seconds_per_unit)
+            for e in self.entries
+        )
+
 
 @dataclass(frozen=True)
 class ContainerShape:
@@ -91,12 +80,43 @@ class ContainerShape:
 
     def __post_init__(self) -> None:
         _finite(self.memory_gb, 0, "container memory_gb", strict=True)
-        if (
-            isinstance(self.processes, bool)
-            or not isinstance(self.processes, int)
-            or self.processes < 1
-        ):
-            raise ValueError(f"container processes must be an integer >= 1, got {self.processes}")
+        _count(self.processes, 1, "container processes")
+
+
+@dataclass(frozen=True)
+class QueueLoad:
+    """One queue of ``GET /backlog``: its units not done by resource key, and its live
+    workers' count and most common shape (None while none is live)."""
+
+    queue: str
+    units: int
+    entries: tuple[BacklogEntry, ...]
+    workers: int
+    shape: ContainerShape | None
+
+    @property
+    def backlog(self) -> QueueBacklog:
+        return QueueBacklog(self.queue, self.entries)
+
+
+@dataclass(frozen=True)
+class BacklogView:
+    """The answer of ``GET /backlog``: every queue (cpu always) and the service's default
+    worker shape, which `simrun scale` decides with for a queue without live workers."""
+
+    queues: tuple[QueueLoad, ...]
+    default_shape: ContainerShape
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_BACKLOG = TypeAdapter(BacklogView)
+
+
+def parse_backlog(data: Any) -> BacklogView:
+    """A ``GET /backlog`` answer from its JSON; `ValueError` names what does not fit."""
+    return _BACKLOG.validate_python(data)
 
 
 #: The worker container assumed while no worker of a queue is live and nothing else names
@@ -117,10 +137,8 @@ class ScalePolicy:
     def __post_init__(self) -> None:
         _finite(self.target_drain_s, 0, "target drain seconds", strict=True)
         _finite(self.default_seconds_per_unit, 0, "default seconds per unit", strict=True)
-        for name in ("min_containers", "max_containers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        _count(self.min_containers, 0, "min_containers")
+        _count(self.max_containers, 0, "max_containers")
         if self.min_containers > self.max_containers:
             raise ValueError(
                 f"min_containers ({self.min_containers}) is more than "
@@ -129,7 +147,7 @@ class ScalePolicy:
 
 
 @dataclass(frozen=True)
-class Decision:
+class ScaleDecision:
     """How many containers the queue wants, and why.
 
     ``desired`` is the clamped answer. ``demand`` is the count before the clamp;
@@ -183,10 +201,16 @@ def _clamp(demand: int, policy: ScalePolicy) -> tuple[int, str]:
 
 def desired_containers(
     backlog: QueueBacklog, shape: ContainerShape, policy: ScalePolicy | None = None
-) -> Decision:
+) -> ScaleDecision:
     """The number of containers of ``shape`` that drains ``backlog`` within the policy's
-    target drain time, bounded by memory fit and by the units' parallelism, clamped to
-    the policy's minimum and maximum. See the module's docstring for the rule."""
+    target drain time, and why.
+
+    A container runs ``min(processes, floor(memory_gb / memory_per_worker_gb))`` units of
+    a key at once; each key needs ``units x seconds_per_unit / slots`` container-seconds
+    (the policy's default seconds for a key that learned none), and their sum over the
+    drain time, rounded up, is the demand; no more than the units keep busy
+    (``sum units / slots``). A key that fits no process in the container adds nothing and
+    is named. The result is clamped to the policy's minimum and maximum."""
     policy = policy or ScalePolicy()
     work_s = 0.0  # process-seconds of all units that can run here
     container_s_full = 0.0  # container-seconds if every process slot were usable
@@ -248,7 +272,7 @@ def desired_containers(
     if clamp_note:
         parts.append(clamp_note)
     reason = f"{backlog.queue}: {'; '.join(parts)} → {desired}"
-    return Decision(
+    return ScaleDecision(
         queue=backlog.queue,
         desired=desired,
         reason=reason,

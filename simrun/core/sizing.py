@@ -46,6 +46,10 @@ PROBE_MAX_UNITS = 8
 PROBING = "probing"
 
 _SAFE_QUEUE = re.compile(r"[A-Za-z0-9._-]+")
+#: A DNS-1123 label (a Kubernetes name, a compose service name) with no ``--`` in it.
+_LABEL = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+#: The longest name of a queue's workers: ``simrun-worker-<name>`` is a label (63 at most).
+WORKER_NAME_MAX = 63 - len("simrun-worker-")
 
 T = TypeVar("T")
 
@@ -64,28 +68,68 @@ class WorkerCapacity:
     scratch_gb: float | None = None
 
 
-def image_queue(image: str) -> str:
-    """The logical queue of a task image: ``image:<name>``, made safe for a Redis key.
+class QueueName(str):
+    """A logical queue: ``cpu``, ``gpu`` or ``image:NAME`` (`image_queue`). A str, so it
+    goes as one into keys, payloads and labels; ``QueueName(text)`` checks a name read back
+    from text, and `worker` names the worker containers that serve the queue."""
 
-    A name of letters, digits, ``.``, ``_`` and ``-`` is kept; any other name (a registry
-    path with ``/`` and ``:``) has those characters replaced and a short hash of the
-    original appended, so that two different images never share a queue.
-    """
+    __slots__ = ()
+
+    def __new__(cls, name: str) -> QueueName:
+        image = name.removeprefix("image:")
+        if name not in ("cpu", "gpu") and (image == name or not _SAFE_QUEUE.fullmatch(image)):
+            raise PayloadError(f"queue {name!r} is not cpu, gpu or image:<name>")
+        return super().__new__(cls, name)
+
+    @property
+    def worker(self) -> str:
+        """The name of the queue's workers, a DNS-1123 label of at most `WORKER_NAME_MAX`
+        characters, distinct for distinct queues: cpu, gpu; ``image-NAME`` when NAME is
+        already such a label (``image:solver``), else its letters and digits in lower case
+        and ``--`` and a digest of the queue (``image:Solver_2.1`` ->
+        ``image-solver-2-1--3c1f0a2b``; no kept name holds ``--``)."""
+        if not self.startswith("image:"):
+            return str(self)
+        name = "image-" + self.removeprefix("image:")
+        if _LABEL.fullmatch(name) and len(name) <= WORKER_NAME_MAX:
+            return name
+        slug = re.sub(r"[^a-z0-9]+", "-", name.lower())[: WORKER_NAME_MAX - 10].strip("-")
+        return f"{slug}--{hashlib.sha256(self.encode()).hexdigest()[:8]}"
+
+    @property
+    def compose_service(self) -> str:
+        """The docker compose service of the queue's workers (docker-compose.yml)."""
+        return f"worker-{self.worker}"
+
+    @property
+    def deployment(self) -> str:
+        """The Kubernetes Deployment of the queue's workers (deploy/kubernetes/)."""
+        return f"simrun-worker-{self.worker}"
+
+
+CPU = QueueName("cpu")
+GPU = QueueName("gpu")
+
+
+def image_queue(image: str) -> QueueName:
+    """The queue of a task image, ``image:NAME``: a name of letters, digits, ``.``, ``_``
+    and ``-`` kept, any other (a registry path) with those characters made ``_`` and a
+    digest of it appended, so that two images never share a queue."""
     if not image or not image.strip():
         raise PayloadError("image name is empty")
     if _SAFE_QUEUE.fullmatch(image):
-        return f"image:{image}"
+        return QueueName(f"image:{image}")
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", image)
     digest = hashlib.sha256(image.encode()).hexdigest()[:8]
-    return f"image:{safe}-{digest}"
+    return QueueName(f"image:{safe}-{digest}")
 
 
-def queue_name(image: str | None, gpus: int) -> str:
-    """The logical queue of a task or job: its image's queue, else gpu when it needs a GPU,
-    else cpu."""
+def queue_name(image: str | None, gpus: int) -> QueueName:
+    """The queue of a task or job: its image's queue, else gpu when it needs a GPU, else
+    cpu."""
     if image is not None:
         return image_queue(image)
-    return "gpu" if gpus > 0 else "cpu"
+    return GPU if gpus > 0 else CPU
 
 
 def chunk_size(

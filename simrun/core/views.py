@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -116,6 +117,37 @@ class FailureView:
         return asdict(self)
 
 
+class ErrorCode(StrEnum):
+    """What an error answer of the HTTP API is (its ``code``, on which the client acts; its
+    ``detail`` is the line for a person)."""
+
+    BAD_REQUEST = "bad_request"  # 400: a request that cannot be read
+    UNAUTHORIZED = "unauthorized"  # 401: the bearer token is missing or wrong
+    NOT_FOUND = "not_found"  # 404: no such route, task, unit or log
+    UNKNOWN_RUN = "unknown_run"  # 404: no run of that id
+    UNKNOWN_KEY = "unknown_key"  # 404: a resource key without observations
+    METHOD_NOT_ALLOWED = "method_not_allowed"  # 405
+    RUN_STATE = "run_state"  # 409: the run's state does not allow what was asked
+    TOO_LARGE = "too_large"  # 413: a body past its limit
+    INVALID = "invalid"  # 422: a parameter or a field of the body is wrong
+    REJECTED = "rejected"  # 422: a workflow refused, every problem in ``errors``
+    UNAVAILABLE = "unavailable"  # 503: Redis does not answer
+    INTERNAL = "internal"  # 500: a bug of the service (its log has the traceback)
+
+
+@dataclass(frozen=True)
+class ErrorView:
+    """The body of every error answer of the HTTP API; ``errors`` are the problems of a
+    refused workflow (`ErrorCode.REJECTED`: each with where, line and message)."""
+
+    code: ErrorCode
+    detail: str
+    errors: list[dict[str, Any]] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
 #: The state a run is shown in while it is `running` in the store and nothing goes on with
 #: it: its `simrun run` is gone (Ctrl-C, killed), or the session that runs now holds it.
 INTERRUPTED = "interrupted"
@@ -137,6 +169,7 @@ _TASK = TypeAdapter(TaskView)
 _RUN = TypeAdapter(RunView)
 _RUNS = TypeAdapter(list[RunSummary])
 _FAILURES = TypeAdapter(list[FailureView])
+_ERROR = TypeAdapter(ErrorView)
 
 
 def parse_task(data: Any) -> TaskView:
@@ -158,6 +191,11 @@ def parse_runs(data: Any) -> list[RunSummary]:
 def parse_failures(data: Any) -> list[FailureView]:
     """The failed units of a run from their JSON (``GET /runs/{id}/failures``)."""
     return _FAILURES.validate_python(data)
+
+
+def parse_error(data: Any) -> ErrorView:
+    """An error answer from its JSON; `ValueError` when it is none (a proxy's, say)."""
+    return _ERROR.validate_python(data)
 
 
 def type_info(task_type: TaskType) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from simrun.core.sizing import QueueName
 from simrun.core.wire import RUN_ID, PayloadError
 
 DEFAULT_PREFIX = "simrun"
@@ -26,10 +27,8 @@ class Keys:
             raise PayloadError(f"key prefix {self.prefix!r} is empty or holds white space")
 
     def queue(self, name: str) -> str:
-        """The arq queue (a sorted set) of logical queue ``name``: cpu, gpu or image:…."""
-        if name not in ("cpu", "gpu") and not name.startswith("image:"):
-            raise PayloadError(f"queue {name!r} is not cpu, gpu or image:<name>")
-        return f"{self.prefix}:queue:{name}"
+        """The arq queue (a sorted set) of logical queue ``name`` (a `QueueName`)."""
+        return f"{self.prefix}:queue:{QueueName(name)}"
 
     @property
     def reports(self) -> str:

@@ -11,6 +11,7 @@ import base64
 import httpx
 import pytest
 
+from simrun.core.views import ErrorCode
 from simrun.service.api import create_app
 from simrun.service.controller import Controller
 from tests.support import REPO
@@ -139,11 +140,13 @@ async def test_health_reports_redis_and_workers(api: httpx.AsyncClient) -> None:
 
 
 async def test_a_token_is_required_when_set(controller: Controller) -> None:
-    """With a token, routes answer 401 without it or with a wrong one, and work with it;
-    /health stays open for probes."""
+    """With a token, routes answer 401 (code unauthorized) without it or with a wrong one,
+    and work with it; /health stays open for probes."""
     transport = httpx.ASGITransport(app=create_app(controller, token=TOKEN))
     async with httpx.AsyncClient(transport=transport, base_url="http://simrun") as client:
-        assert (await client.get("/runs")).status_code == 401
+        refused = await client.get("/runs")
+        assert refused.status_code == 401
+        assert refused.json()["code"] == ErrorCode.UNAUTHORIZED
         wrong = {"Authorization": "Bearer nope"}
         assert (await client.get("/runs", headers=wrong)).status_code == 401
         right = {"Authorization": f"Bearer {TOKEN}"}
@@ -164,3 +167,49 @@ async def test_replay_all_needs_a_task_and_a_task_that_ran(api: httpx.AsyncClien
     response = await api.post(f"/runs/{run_id}/replay", json={"all": True, "task": "summary"})
     assert response.status_code == 409
     assert "task 'summary'" in response.json()["detail"]
+
+
+async def test_every_error_answer_carries_its_code(api: httpx.AsyncClient) -> None:
+    """Every refusal of the API is a code (`ErrorCode`: what a program acts on) and a detail
+    (the line for a person): unknown runs, keys, routes and logs, a conflict, a bad field
+    (its line names it), a refused workflow (its problems with it)."""
+    run_id = (
+        await api.post("/runs", json={"workflow": HEAT, "sources": {"plate": upload(PLATE)}})
+    ).json()["run"]
+    cases = [
+        ("GET", "/runs/nope", None, 404, ErrorCode.UNKNOWN_RUN),
+        ("POST", "/runs/nope/cancel", None, 404, ErrorCode.UNKNOWN_RUN),
+        ("POST", f"/runs/{run_id}/replay", {}, 409, ErrorCode.RUN_STATE),
+        ("POST", f"/runs/{run_id}/replay", {"all": True}, 422, ErrorCode.INVALID),
+        ("POST", f"/runs/{run_id}/replay", {"units": ["x"]}, 422, ErrorCode.INVALID),
+        ("GET", f"/runs/{run_id}/logs?task=nope", None, 404, ErrorCode.NOT_FOUND),
+        ("GET", f"/runs/{run_id}/logs/sweep/x1", None, 404, ErrorCode.NOT_FOUND),
+        ("GET", "/resources/x/y", None, 404, ErrorCode.UNKNOWN_KEY),
+        ("GET", "/no/such/route", None, 404, ErrorCode.NOT_FOUND),
+        ("DELETE", "/runs", None, 405, ErrorCode.METHOD_NOT_ALLOWED),
+        ("POST", "/runs", {"workflow": "tasks: 3"}, 422, ErrorCode.REJECTED),
+    ]
+    for method, path, body, status, code in cases:
+        response = await api.request(method, path, json=body)
+        answer = response.json()
+        assert (response.status_code, answer["code"]) == (status, code), (method, path, answer)
+        assert isinstance(answer["detail"], str), answer
+        assert answer["detail"], answer
+        assert ("errors" in answer) == (code is ErrorCode.REJECTED), answer
+    response = await api.post(f"/runs/{run_id}/replay", json={"units": ["x"]})
+    assert response.json()["detail"].startswith("body.units.0: ")
+
+
+async def test_the_schema_gives_every_route_its_error_answer(api: httpx.AsyncClient) -> None:
+    """/openapi.json says the error answers of every route (4XX, 5XX: an `ErrorView`) and
+    lists every code."""
+    schema = (await api.get("/openapi.json")).json()
+    codes = schema["components"]["schemas"]["ErrorCode"]["enum"]
+    assert sorted(codes) == sorted(c.value for c in ErrorCode)
+    error = {"$ref": "#/components/schemas/ErrorView"}
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            for status in ("4XX", "5XX"):
+                content = operation["responses"][status]["content"]["application/json"]
+                assert content["schema"] == error, (method, path, status)
+            assert "422" not in operation["responses"], (method, path)

@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 import uvicorn
 
 from simrun.cli.follow import RemoteWatch
-from simrun.client import Client, ClientError, EventsUnavailable
-from simrun.core.views import RunView
+from simrun.client import Client, ClientError, StreamBroken
+from simrun.core.views import ErrorCode, RunView
 from simrun.local.machine import free_socket
 from simrun.service.api import create_app
 from simrun.service.controller import Controller
@@ -25,27 +24,10 @@ pytestmark = pytest.mark.redis
 TOKEN = "s3cret-token"
 
 
-def _without_events(app: Any) -> Any:
-    """``app`` as an older service answers: 404 Not Found for the events route."""
-
-    async def older(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"].endswith("/events"):
-            await send({"type": "http.response.start", "status": 404,
-                        "headers": [(b"content-type", b"application/json")]})  # fmt: skip
-            await send({"type": "http.response.body", "body": b'{"detail":"Not Found"}'})
-            return
-        await app(scope, receive, send)
-
-    return older
-
-
 @contextlib.asynccontextmanager
-async def serving(controller: Controller, *, events: bool = True) -> AsyncIterator[str]:
-    """The app over ``controller`` (with `TOKEN`) on a free port; without ``events``, the
-    app of an older service (no events route). Yields its URL."""
-    app: Any = create_app(controller, TOKEN)
-    if not events:
-        app = _without_events(app)
+async def serving(controller: Controller) -> AsyncIterator[str]:
+    """The app over ``controller`` (with `TOKEN`) on a free port. Yields its URL."""
+    app = create_app(controller, TOKEN)
     sock = free_socket()
     server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
@@ -93,15 +75,17 @@ async def test_the_stream_sends_the_run_then_its_change_and_ends_with_it(
 
 async def test_the_stream_is_behind_the_token_and_knows_its_runs(controller: Controller) -> None:
     """Like every route but /health, the stream needs the token (the guard answers 401
-    before it starts); an unknown run is a `ClientError` (404), not a missing stream."""
+    before it starts); an unknown run is refused with its code, not a broken stream."""
     run_id = await submit(controller, work_doc(units=1))
     async with serving(controller) as url:
-        with Client(url, "wrong") as client, pytest.raises(EventsUnavailable, match="401"):
+        with Client(url, "wrong") as client, pytest.raises(ClientError, match="401") as denied:
             await anext(client.events(run_id))
+        assert denied.value.code is ErrorCode.UNAUTHORIZED
         with Client(url, TOKEN) as client:
             with pytest.raises(ClientError, match="there is no run") as refused:
                 await anext(client.events("20200101-000000-abcdef"))
-            assert not isinstance(refused.value, EventsUnavailable)
+            assert refused.value.code is ErrorCode.UNKNOWN_RUN
+            assert not isinstance(refused.value, StreamBroken)
 
 
 async def test_the_stream_ends_when_the_service_stops(controller: Controller) -> None:
@@ -134,24 +118,3 @@ async def test_remote_watch_follows_by_the_stream_without_asking(controller: Con
             finally:
                 await watch.close()
     assert (watch.pushed, watch.polls, notes) == (2, 0, [])
-
-
-async def test_remote_watch_polls_a_service_without_a_stream(controller: Controller) -> None:
-    """Against a service without the events route, `RemoteWatch` says so once and asks
-    ``GET /runs/{id}`` instead, every ``poll_s``."""
-    run_id = await submit(controller, work_doc(units=2))
-    notes: list[str] = []
-    async with serving(controller, events=False) as url:
-        with Client(url, TOKEN) as client:
-            watch = RemoteWatch(client, run_id, poll_s=0.05, note=notes.append)
-            try:
-                assert (await watch.fetch()).state == "running"
-                await controller.cancel(run_id)
-                await watch.changed(10)
-                assert (await watch.fetch()).state == "cancelled"
-            finally:
-                await watch.close()
-    assert watch.pushed == 0
-    assert watch.polls == 2
-    assert len(notes) == 1
-    assert "no event stream" in notes[0]

@@ -70,12 +70,12 @@ async def test_the_route_answers_the_evidence_the_store_holds(
 async def test_an_unknown_key_answers_404_naming_it_and_close_keys(
     api: httpx.AsyncClient, controller: Controller, key: str, detail: str
 ) -> None:
-    """A key without observations, or that is no key, answers 404 with one line naming it
-    and the known keys close to it, and the key it asked for."""
+    """A key without observations, or that is no key, answers 404 (code unknown_key) with
+    one line naming it and the known keys close to it."""
     await fill(controller)
     response = await api.get(f"/resources/{key}")
     assert response.status_code == 404
-    assert response.json() == {"detail": detail, "unknown_key": key}
+    assert response.json() == {"code": "unknown_key", "detail": detail}
 
 
 async def test_the_route_needs_the_token(controller: Controller) -> None:

@@ -11,7 +11,6 @@ from unittest import mock
 
 import yaml
 
-from simrun.cli.scale import worker_name
 from simrun.cli.service import service as service_command
 from simrun.core.sizing import image_queue
 from tests.composefile import compose, services
@@ -60,7 +59,7 @@ def test_the_image_worker_examples_serve_their_image_under_the_name_scale_uses()
     doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     args = doc["spec"]["template"]["spec"]["containers"][0]["args"]
     image = args[args.index("--image") + 1]
-    name = worker_name(image_queue(image))
+    name = image_queue(image).worker
     assert doc["metadata"]["name"] == f"simrun-worker-{name}"
     assert f"# worker-{name}:" in (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
     assert worker_params(args)["images"] == (image,)

@@ -4,7 +4,9 @@ numbers to the text exposition format 0.0.4, read back with the Prometheus clien
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -12,9 +14,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from simrun.core.reports import WorkerInfo
-from simrun.core.scaling import DEFAULT_SHAPE, BacklogEntry, ContainerShape, QueueBacklog
+from simrun.core.scaling import (
+    DEFAULT_SHAPE,
+    BacklogEntry,
+    ContainerShape,
+    QueueBacklog,
+    parse_backlog,
+)
 from simrun.service.metrics import (
-    Family,
+    QUEUE_GAUGES,
     LiveWorkers,
     Metrics,
     ReportLag,
@@ -23,7 +31,6 @@ from simrun.service.metrics import (
     pools_of,
     queue_metrics,
     render,
-    render_families,
     shape_of,
 )
 from tests.support.heartbeats import worker_info
@@ -198,11 +205,11 @@ WEIRD = ['a"b', "back\\slash", "new\nline", "ünïcode", "", "image:x_y-1.2"]
 
 @pytest.mark.parametrize("value", WEIRD)
 def test_label_values_are_escaped(value: str) -> None:
-    """Quotes, backslashes and new lines in a label value are escaped so that the parser
-    reads back exactly the value given."""
-    text = render_families([Family("m", "gauge", "h", (({"queue": value}, 1.0),))])
-    samples, _ = parse(text)
-    assert samples == {("m", (("queue", value),)): 1.0}
+    """Quotes, backslashes and new lines in a queue's name (a label value) are escaped so
+    that the parser reads back exactly the value given."""
+    metrics = Metrics(queues=queue_metrics({}, {}, {value: UnitTotals(done=1)}))
+    samples, _ = parse(render(metrics))
+    assert samples[("simrun_units_done", (("queue", value),))] == 1.0
 
 
 @pytest.mark.parametrize(
@@ -219,32 +226,30 @@ def test_label_values_are_escaped(value: str) -> None:
 def test_special_values(value: float, check: Callable[[float], bool]) -> None:
     """NaN, infinities, tiny floats, big integers and booleans are written as the format
     spells them."""
-    samples, _ = parse(render_families([Family("m", "gauge", "h", (({}, value),))]))
-    assert check(samples[("m", ())])
+    metrics = Metrics(queues=(), lag=ReportLag(0, 0, value))
+    samples, _ = parse(render(metrics))
+    assert check(samples[("simrun_report_oldest_age_seconds", ())])
 
 
-def test_help_text_is_escaped() -> None:
-    """A help text with a backslash and a new line stays one line and reads back as given."""
-    text = render_families([Family("m", "counter", "two\nlines \\ here", (({}, 3),))])
-    assert len([line for line in text.splitlines() if line.startswith("# HELP")]) == 1
+#: A metric name and a label name of the text format 0.0.4.
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def test_every_family_has_a_classic_name_once_and_its_help_as_declared() -> None:
+    """Every family of /metrics has a name and labels the format 0.0.4 allows (none
+    reserved), none given twice, one HELP line each, read back as declared."""
+    metrics = Metrics(queues=queue_metrics({}, {}, {}), lag=ReportLag(0, 0, 0.0))
+    text = render(metrics)
+    names = [line.split()[2] for line in text.splitlines() if line.startswith("# HELP")]
+    assert len(names) == len(set(names)) == len(QUEUE_GAUGES) + 5
+    assert all(METRIC_NAME.fullmatch(name) for name in names)
     _, kinds = parse(text)
-    assert kinds["m"] == ("counter", "two\nlines \\ here")
-
-
-@pytest.mark.parametrize(
-    "bad",
-    [
-        [Family("1bad", "gauge", "h")],
-        [Family("m", "gauge", "h", (({"bad-label": "x"}, 1),))],
-        [Family("m", "gauge", "h", (({"__reserved": "x"}, 1),))],
-        [Family("m", "gauge", "h"), Family("m", "gauge", "h")],
-    ],
-)
-def test_bad_names_are_refused(bad: list[Family]) -> None:
-    """A metric or label name the format does not allow, or a family given twice, raises
-    rather than writing text a scrape would reject."""
-    with pytest.raises(ValueError, match=r"metric|label"):
-        render_families(bad)
+    for name, help_text, _ in QUEUE_GAUGES:
+        assert kinds[name] == ("gauge", help_text)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            assert all(LABEL_NAME.fullmatch(k) and not k.startswith("__") for k in sample.labels)
 
 
 def test_the_most_common_shape_of_workers_not_stopping_is_the_queue_shape() -> None:
@@ -268,13 +273,14 @@ def test_a_worker_of_two_queues_counts_in_both() -> None:
 
 def test_backlog_document_lists_every_queue_with_its_shape() -> None:
     """/backlog's JSON: cpu always, each queue's entries as given, the live workers' count
-    and shape (None while none is live), and the service's default worker shape."""
+    and shape (None while none is live), and the service's default worker shape; it reads
+    back as the `BacklogView` it was made of."""
     doc = backlog_document(
         {"gpu": QueueBacklog("gpu", (BacklogEntry("g", 2, 5.0, 3.0),))},
         {"gpu": LiveWorkers(workers=1, shape=ContainerShape(24.0, 2))},
         ContainerShape(6.0, 3),
     )
-    assert doc == {
+    assert json.loads(json.dumps(doc)) == {
         "queues": [
             {"queue": "cpu", "units": 0, "entries": [], "workers": 0, "shape": None},
             {
@@ -289,3 +295,7 @@ def test_backlog_document_lists_every_queue_with_its_shape() -> None:
         ],
         "default_shape": {"memory_gb": 6.0, "processes": 3},
     }
+    assert parse_backlog(doc) == parse_backlog(json.loads(json.dumps(doc)))
+    assert parse_backlog(doc).queues[1].backlog == QueueBacklog(
+        "gpu", (BacklogEntry("g", 2, 5.0, 3.0),)
+    )

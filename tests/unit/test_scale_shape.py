@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from simrun.cli.scale import ScaleError, assumed_shape, service_default_shape
-from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
+from simrun.cli.scale import ScaleError, assumed_shape, backlog_of
+from simrun.core.scaling import ContainerShape
 
 SERVICE = ContainerShape(memory_gb=6.0, processes=3)
 
@@ -13,29 +13,30 @@ SERVICE = ContainerShape(memory_gb=6.0, processes=3)
 @pytest.mark.parametrize(
     ("memory_gb", "processes", "service", "expected"),
     [
-        (None, None, None, (DEFAULT_SHAPE, "default")),
         (None, None, SERVICE, (SERVICE, "service default")),
         (16.0, None, SERVICE, (ContainerShape(16.0, 3), "given")),
         (None, 8, SERVICE, (ContainerShape(6.0, 8), "given")),
         (2.0, 1, SERVICE, (ContainerShape(2.0, 1), "given")),
-        (None, 2, None, (ContainerShape(DEFAULT_SHAPE.memory_gb, 2), "given")),
     ],
 )
 def test_flags_win_then_the_service_default_then_the_fallback(
     memory_gb: float | None,
     processes: int | None,
-    service: ContainerShape | None,
+    service: ContainerShape,
     expected: tuple[ContainerShape, str],
 ) -> None:
     """Each flag given wins field by field; without flags the service's default shape is
-    used, and without one the built-in fallback."""
+    used."""
     assert assumed_shape(memory_gb, processes, service) == expected
 
 
 def test_the_service_default_is_read_from_the_backlog_answer() -> None:
-    """The backlog answer's default_shape is read; an older answer without it gives None;
-    a malformed one is a ScaleError."""
-    assert service_default_shape({"default_shape": {"memory_gb": 6, "processes": 3}}) == SERVICE
-    assert service_default_shape({"queues": []}) is None
-    with pytest.raises(ScaleError, match="default_shape"):
-        service_default_shape({"default_shape": {"memory_gb": "x", "processes": 3}})
+    """The backlog answer's default_shape is read; an answer without it, or a malformed
+    one, is a ScaleError."""
+    answer = backlog_of({"queues": [], "default_shape": {"memory_gb": 6, "processes": 3}})
+    assert answer.default_shape == SERVICE
+    for shape in ({"memory_gb": "x", "processes": 3}, {"memory_gb": 0, "processes": 3}, None):
+        with pytest.raises(ScaleError, match="backlog answer"):
+            backlog_of({"queues": [], "default_shape": shape})
+    with pytest.raises(ScaleError, match="backlog answer"):
+        backlog_of({"queues": []})

@@ -1,18 +1,8 @@
-"""``GET /runs/{id}/events``: a run's view pushed as server-sent events while it runs.
-
-The stream (``text/event-stream``) sends the run's view (the JSON of ``GET /runs/{id}``)
-as an event named ``run`` at once and then each time it changed, a comment line
-(``: keep-alive``) after `KEEPALIVE_S` without an event (so proxies and clients see the
-connection alive), and ends after the event that shows the run ended. It also ends when
-the service stops (`simrun.service.changes.Changes.close`); a client then reconnects or
-asks ``GET /runs/{id}``.
-
-It is woken by the controller's change notification (`Controller.changes`), not by a
-timer: a follower sees a change within a step of the controller. The view is read again
-on each wake-up and sent only when its JSON differs; after an event the next read waits
-`MIN_GAP_S`, so a busy run costs a follower at most a few reads a second. Like every route
-but /health, it is behind the token (`simrun.service.api.guard`, which passes a streamed
-answer through as it is sent).
+"""``GET /runs/{id}/events``: a run's view (the JSON of ``GET /runs/{id}``) pushed as
+server-sent events named ``run``, at once and then each time it changed, woken by the
+controller's change notification (`Controller.changes`); a keep-alive comment after
+`KEEPALIVE_S` without one. The stream ends after the view of the ended run, or when the
+service stops.
 """
 
 from __future__ import annotations

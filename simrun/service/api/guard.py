@@ -1,30 +1,25 @@
 """The gate in front of every route: the bearer token and the size of the request body.
 
-It is ASGI middleware rather than a dependency of each router, so that
-
-* a route added later (FastAPI's own /openapi.json included) needs the token without
-  anyone remembering it: only `OPEN_PATHS` and the web app's files
-  (`simrun.service.web.is_static`: they hold no data) are open;
-* a request without the token is refused before its body is read, and a body past its
-  limit (`simrun.core.intake.body_limit`) is refused from its ``Content-Length`` before a
-  byte of it is read, or as soon as the bytes received pass the limit when it gave none
-  (chunked) or lied: the service never holds more than the limit of one body.
-
-The token is compared in constant time (`hmac.compare_digest`, on bytes: a header that is
-not ASCII is a wrong token, not an error) and is never put in a message or a log line.
+ASGI middleware, so that a route added later (/openapi.json included) needs the token
+without anyone remembering it (only `OPEN_PATHS` and the web app's files are open), and a
+request is refused before its body is read: by its ``Content-Length``, or as soon as the
+bytes received pass the limit (`simrun.core.intake.body_limit`). The token is compared in
+constant time and never put in a message or a log line.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 from typing import Any
 
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from simrun.core.intake import InputLimits, body_limit, body_too_large, is_submission
+from simrun.core.views import ErrorCode, ErrorView
+from simrun.service.api.deps import STATUS
 from simrun.service.web import is_static
 
 #: The paths that answer without the token: liveness probes cannot send a header, and
@@ -52,56 +47,47 @@ class BodyTooLarge(HTTPException):
         super().__init__(status_code=413, detail=body_too_large(limit, submission=submission))
 
 
-async def _answer(
-    send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    body = json.dumps({"detail": detail}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *(headers or []),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+async def _answer(scope: Scope, receive: Receive, send: Send, code: ErrorCode, why: str) -> None:
+    challenge = {"WWW-Authenticate": "Bearer"} if code is ErrorCode.UNAUTHORIZED else None
+    answer = JSONResponse(ErrorView(code, why).to_dict(), STATUS[code], challenge)
+    await answer(scope, receive, send)
 
 
 class Guard:
     """The token and body-size gate around ``app`` (see the module's description)."""
 
     def __init__(self, app: ASGIApp, token: str | None, limits: InputLimits) -> None:
-        if token is not None and not token.strip():
-            raise ValueError("the service's token is empty: give a token, or none")
         self.app = app
         self.token = token
         self.limits = limits
+
+    def refusal(self, scope: Scope, headers: Headers) -> tuple[ErrorCode, str] | None:
+        """Why a request is refused before a byte of its body is read, or None."""
+        path, method = scope["path"], scope["method"]
+        is_open = path in OPEN_PATHS or is_static(path)  # the web app's files hold no data
+        if not is_open and not token_matches(headers.get("authorization"), self.token):
+            return ErrorCode.UNAUTHORIZED, UNAUTHORIZED
+        declared = headers.get("content-length")
+        if declared is None:
+            return None
+        if not (declared.isascii() and declared.isdigit()):
+            return ErrorCode.BAD_REQUEST, f"Content-Length {declared[:40]!r} is not a number"
+        limit = body_limit(method, path, self.limits)
+        if int(declared) > limit:
+            submission = is_submission(method, path)
+            return ErrorCode.TOO_LARGE, body_too_large(limit, int(declared), submission=submission)
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = Headers(scope=scope)
-        path: str = scope["path"]
-        is_open = path in OPEN_PATHS or is_static(path)  # the web app's files hold no data
-        if not is_open and not token_matches(headers.get("authorization"), self.token):
-            await _answer(send, 401, UNAUTHORIZED, [(b"www-authenticate", b"Bearer")])
+        refused = self.refusal(scope, Headers(scope=scope))
+        if refused is not None:
+            await _answer(scope, receive, send, *refused)
             return
-        limit = body_limit(scope["method"], path, self.limits)
-        submission = is_submission(scope["method"], path)
-        declared = headers.get("content-length")
-        if declared is not None:
-            try:
-                length = int(declared)
-            except ValueError:
-                await _answer(send, 400, f"Content-Length {declared[:40]!r} is not a number")
-                return
-            if length > limit:
-                await _answer(send, 413, body_too_large(limit, length, submission=submission))
-                return
+        limit = body_limit(scope["method"], scope["path"], self.limits)
+        submission = is_submission(scope["method"], scope["path"])
         received = 0
         started = False
 
@@ -125,7 +111,7 @@ class Guard:
         except BodyTooLarge as exc:
             if started:
                 raise
-            await _answer(send, 413, str(exc.detail))
+            await _answer(scope, receive, send, ErrorCode.TOO_LARGE, str(exc.detail))
 
 
 def install(app: Any, token: str | None, limits: InputLimits) -> None:

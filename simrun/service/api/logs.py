@@ -1,16 +1,7 @@
-"""The routes of the logs of a run's units (`simrun.core.unitlogs`), read from the store
-the service and its workers share:
-
-- ``GET /runs/{run}/logs[?task=T]``: per task, the last attempt of each unit with a log
-  (the units that did not end well first);
-- ``GET /runs/{run}/logs/{task}/{unit}[?attempt=N]``: a unit's attempts, each with its
-  header (worker, process, memory, times, outcome, traceback) and its output;
-- ``GET /runs/{run}/logs/{task}/{unit}/live[?since=FILE:OFFSET ...]``: what each attempt
-  of a unit printed so far, a running one's too, from the byte offsets given per output
-  file on (`simrun.core.unitlogs.live_unit_logs`), and the header of each that ended:
-  ``simrun logs --follow`` asks it again with the offsets it got.
-
-An unknown run, task or unit, or an attempt without a log, answers 404 with one line.
+"""The routes of the kept logs of a run's units (`simrun.core.unitlogs`), read from the
+store the service and its workers share: per task the last attempt of each unit with a log,
+a unit's attempts with their headers and output, and what a unit printed from given byte
+offsets on (``simrun logs --follow``). Anything unknown answers 404 with one line.
 """
 
 from __future__ import annotations
@@ -18,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Depends, Query
 
 from simrun.core.unitlogs import (
     LogNotFound,
@@ -27,7 +18,8 @@ from simrun.core.unitlogs import (
     store_live_unit_logs,
     store_unit_logs,
 )
-from simrun.service.api.deps import ControllerDep, known_run
+from simrun.core.views import ErrorCode
+from simrun.service.api.deps import ApiError, ControllerDep, known_run
 
 router = APIRouter()
 ONE_RUN = [Depends(known_run)]
@@ -35,10 +27,7 @@ ONE_RUN = [Depends(known_run)]
 
 @router.get("/runs/{run_id}/logs", dependencies=ONE_RUN)
 async def logs(run_id: str, controller: ControllerDep, task: str | None = None) -> dict[str, Any]:
-    try:
-        found = await asyncio.to_thread(run_logs, controller.settings.store, run_id, task)
-    except LogNotFound as exc:
-        raise HTTPException(status_code=404, detail=str(exc)) from exc
+    found = await asyncio.to_thread(run_logs, controller.settings.store, run_id, task)
     return {"tasks": {name: [h.to_dict() for h in headers] for name, headers in found.items()}}
 
 
@@ -47,12 +36,9 @@ async def unit_logs(
     run_id: str, task: str, unit: str, controller: ControllerDep, attempt: int | None = None
 ) -> dict[str, Any]:
     key = _unit_key(unit)
-    try:
-        found = await asyncio.to_thread(
-            store_unit_logs, controller.settings.store, run_id, task, key, attempt
-        )
-    except LogNotFound as exc:
-        raise HTTPException(status_code=404, detail=str(exc)) from exc
+    found = await asyncio.to_thread(
+        store_unit_logs, controller.settings.store, run_id, task, key, attempt
+    )
     return found.to_dict()
 
 
@@ -61,7 +47,7 @@ def _unit_key(unit: str) -> int | str:
     try:
         return parse_unit(unit)
     except ValueError as exc:
-        raise HTTPException(status_code=404, detail=str(exc)) from exc
+        raise ApiError(ErrorCode.NOT_FOUND, str(exc)) from exc
 
 
 def parse_since(items: list[str]) -> dict[str, int]:
@@ -87,7 +73,7 @@ async def live_unit_logs(
     try:
         offsets = parse_since(since)
     except ValueError as exc:
-        raise HTTPException(status_code=422, detail=str(exc)) from exc
+        raise ApiError(ErrorCode.INVALID, str(exc)) from exc
     try:
         found = await asyncio.to_thread(
             store_live_unit_logs, controller.settings.store, run_id, task, key, offsets

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from redis.exceptions import RedisError
 
 from simrun import __version__
 from simrun.core.scaling import ContainerShape
+from simrun.core.views import ErrorCode
 from simrun.service import metrics
-from simrun.service.api.deps import ControllerDep
+from simrun.service.api.deps import ApiError, ControllerDep
 
 #: /health: open (`simrun.service.api.guard.OPEN_PATHS`).
 health_router = APIRouter()
@@ -49,7 +50,7 @@ async def backlog(request: Request, controller: ControllerDep) -> dict[str, Any]
     try:
         workers = await controller.queries.live_workers()
     except (RedisError, OSError) as exc:
-        raise HTTPException(status_code=503, detail=f"Redis unreachable: {exc}") from exc
+        raise ApiError(ErrorCode.UNAVAILABLE, f"Redis unreachable: {exc}") from exc
     return metrics.backlog_document(
         found.queues, metrics.pools_of(workers), _default_shape(request)
     )

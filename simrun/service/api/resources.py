@@ -7,15 +7,11 @@ from dataclasses import asdict
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
 
+from simrun.core.views import ErrorCode
 from simrun.resources import ResourceKey
 from simrun.resources.keys import unknown_key_message
-from simrun.service.api.deps import ControllerDep
-
-#: The field of a 404 of ``GET /resources/{key}`` that tells an unknown key from an
-#: unknown route (an older service): the client shows the detail as it is.
-UNKNOWN_KEY = "unknown_key"
+from simrun.service.api.deps import ApiError, ControllerDep
 
 router = APIRouter()
 
@@ -30,8 +26,8 @@ async def resources(controller: ControllerDep) -> list[dict[str, Any]]:
     return out
 
 
-@router.get("/resources/{key:path}", response_model=None)
-async def evidence(key: str, controller: ControllerDep) -> dict[str, Any] | JSONResponse:
+@router.get("/resources/{key:path}")
+async def evidence(key: str, controller: ControllerDep) -> dict[str, Any]:
     """The evidence of one key (``task_type/model[/variant]``): its request and why, the
     peaks of its window and its latest kills. A key that does not parse or has no
     observations answers 404 naming it and the known keys close to it."""
@@ -44,5 +40,4 @@ async def evidence(key: str, controller: ControllerDep) -> dict[str, Any] | JSON
         if found.observations:
             return found.to_dict()
     known = [k.text() for k in await controller.queries.resources.keys()]
-    detail = unknown_key_message(key, known)
-    return JSONResponse({"detail": detail, UNKNOWN_KEY: key}, status_code=404)
+    raise ApiError(ErrorCode.UNKNOWN_KEY, unknown_key_message(key, known))

@@ -1,8 +1,6 @@
-"""The routes of runs: submit, list, one run, its failures, replay and cancel.
-
-A rejected document creates nothing and answers 422 with every problem; a replay or a
-cancel that the run's state does not allow answers 409, an unknown run 404.
-"""
+"""The routes of runs: submit, list, one run, its failures, replay and cancel. A rejected
+document creates nothing (422, every problem); a replay or cancel the run's state does not
+allow answers 409, an unknown run 404 (`deps`)."""
 
 from __future__ import annotations
 
@@ -13,14 +11,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from simrun.runstore.rows import RunStateError, UnknownRunError
-from simrun.service.api.deps import ControllerDep, known_run
+from simrun.core.views import ErrorCode
+from simrun.service.api.deps import ApiError, ControllerDep, known_run, unknown_run
 from simrun.service.api.submission import SubmitBody, receive_submission
-from simrun.workflow import Problem, WorkflowError
 
 router = APIRouter()
 #: The dependencies of a route of one run: 404 when there is no such run.
@@ -38,20 +34,9 @@ class ReplayBody(BaseModel):
     all: bool = False
 
 
-def _problems(problems: list[Problem]) -> JSONResponse:
-    return JSONResponse(status_code=422, content={"errors": WorkflowError(problems).as_dicts()})
-
-
-def _refused(exc: UnknownRunError | RunStateError) -> HTTPException:
-    """404 for an unknown run, 409 for a run whose state does not allow what was asked."""
-    status = 404 if isinstance(exc, UnknownRunError) else 409
-    return HTTPException(status_code=status, detail=str(exc))
-
-
 @router.post(
     "/runs",
     status_code=201,
-    response_model=None,
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -59,9 +44,10 @@ def _refused(exc: UnknownRunError | RunStateError) -> HTTPException:
         }
     },
 )
-async def submit(request: Request, controller: ControllerDep) -> dict[str, Any] | JSONResponse:
+async def submit(request: Request, controller: ControllerDep) -> dict[str, Any]:
     """Submit a workflow and its uploaded sources (`SubmitBody`). The body is read here
-    (bounded by the guard) and parsed, checked and written out in a thread."""
+    (bounded by the guard) and parsed, checked and written out in a thread; a
+    `WorkflowError` answers 422 with every problem."""
     raw = await request.body()
     tmp = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="simrun-upload-"))
     try:
@@ -77,8 +63,6 @@ async def submit(request: Request, controller: ControllerDep) -> dict[str, Any] 
             reuse=received.reuse,
             rerun=received.rerun,
         )
-    except WorkflowError as exc:
-        return _problems(exc.problems)
     finally:
         await asyncio.to_thread(shutil.rmtree, tmp, True)
     return {"run": run_id}
@@ -94,7 +78,7 @@ async def runs(controller: ControllerDep, limit: int = 50) -> list[dict[str, Any
 async def run(run_id: str, controller: ControllerDep) -> dict[str, Any]:
     view = await controller.queries.run(run_id)
     if view is None:
-        raise HTTPException(status_code=404, detail=f"there is no run {run_id!r}")
+        raise unknown_run(run_id)
     return view.to_dict()
 
 
@@ -106,23 +90,15 @@ async def failures(run_id: str, controller: ControllerDep) -> list[dict[str, Any
 @router.post("/runs/{run_id}/replay", dependencies=ONE_RUN)
 async def replay(run_id: str, body: ReplayBody, controller: ControllerDep) -> dict[str, Any]:
     if body.all and (body.task is None or body.units):
-        raise HTTPException(
-            status_code=422, detail="'all' needs a 'task' and no 'units' (it reruns the task)"
-        )
-    try:
-        if body.all and body.task is not None:
-            tasks, count = await controller.rerun(run_id, body.task, body.memory_gb)
-            return {"run": run_id, "replayed": count, "tasks": tasks}
-        count = await controller.replay(run_id, body.task, body.units, body.memory_gb)
-    except (UnknownRunError, RunStateError) as exc:
-        raise _refused(exc) from exc
+        detail = "'all' needs a 'task' and no 'units' (it reruns the task)"
+        raise ApiError(ErrorCode.INVALID, detail)
+    if body.all and body.task is not None:
+        tasks, count = await controller.rerun(run_id, body.task, body.memory_gb)
+        return {"run": run_id, "replayed": count, "tasks": tasks}
+    count = await controller.replay(run_id, body.task, body.units, body.memory_gb)
     return {"run": run_id, "replayed": count}
 
 
 @router.post("/runs/{run_id}/cancel", dependencies=ONE_RUN)
 async def cancel(run_id: str, controller: ControllerDep) -> dict[str, Any]:
-    try:
-        count = await controller.cancel(run_id)
-    except (UnknownRunError, RunStateError) as exc:
-        raise _refused(exc) from exc
-    return {"run": run_id, "in_flight": count}
+    return {"run": run_id, "in_flight": await controller.cancel(run_id)}

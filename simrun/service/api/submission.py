@@ -1,14 +1,6 @@
-"""Reading a submission (``POST /runs``): its body, its workflow and its uploaded sources.
-
-Everything here is blocking (JSON and YAML parsing, checking, base64 decoding, writing the
-files): the route calls `receive_submission` in a thread, so a large or slow document
-never holds the event loop (and /health, and the controller) while it is read.
-
-Through the API a source is only what the client uploaded: a file (``content_b64``) or a
-directory (``files``: each with its path relative to the directory). A source the workflow
-names but the client did not upload is refused naming it; the service never reads a path
-of its own host because a workflow names it. Every upload is bounded (`InputLimits`):
-file count, bytes per file, directory depth; each refusal names the source and the limit.
+"""Reading a submission (``POST /runs``) in a thread (`receive_submission`): its body, its
+workflow, and its sources, each a file or a directory the client uploaded (the service
+never reads a path of its host because a workflow names it), bounded by `InputLimits`.
 """
 
 from __future__ import annotations
@@ -108,57 +100,66 @@ def upload_problems(
     """Every problem of the uploads of a submission, before a byte is decoded: a source of
     the document that was not uploaded, an upload that is no source of it, a bad name,
     a file or a directory path past the limits. Pure."""
-    problems: list[Problem] = []
-
-    def add(name: str, message: str) -> None:
-        problems.append(Problem(("sources", name), message))
-
-    for name in doc.sources:
-        if name not in uploads:
-            add(
-                name,
-                f"source {name!r} was not uploaded: through the service a source is a file "
-                "or directory sent with the workflow (simrun submit sends them), never a "
-                "path of the service's host",
-            )
+    problems = [
+        Problem(
+            ("sources", name),
+            f"source {name!r} was not uploaded: through the service a source is a file or "
+            "directory sent with the workflow (simrun submit sends them), never a path of "
+            "the service's host",
+        )
+        for name in doc.sources
+        if name not in uploads
+    ]
     files = 0
     for name, upload in uploads.items():
-        if (why := name_problem(name)) is not None:
-            add(name, f"source name {why}")
-            continue
-        if name not in doc.sources:
-            known = ", ".join(repr(s) for s in doc.sources) or "none"
-            add(name, f"{name!r} was uploaded but is not a source of the workflow ({known})")
-            continue
-        if upload.filename and (why := name_problem(upload.filename)) is not None:
-            add(name, f"filename {why}")
-        if (upload.content_b64 is None) == (upload.files is None):
-            add(name, "give either content_b64 (a file) or files (a directory)")
-            continue
-        if upload.content_b64 is not None:
-            files += 1
-            size = decoded_size(upload.content_b64)
-            if (why := file_size_problem(size, limits, f"source {name!r}")) is not None:
-                add(name, why)
-            continue
-        seen: set[str] = set()
-        for entry in upload.files or []:
-            files += 1
-            if (why := upload_path_problem(entry.path, limits)) is not None:
-                add(name, why)
-                continue
-            if entry.path in seen:
-                add(name, f"path {entry.path!r} is given twice")
-            seen.add(entry.path)
-            size = decoded_size(entry.content_b64)
-            if (why := file_size_problem(size, limits, f"file {entry.path!r}")) is not None:
-                add(name, why)
-        parents = {"/".join(p.split("/")[:i]) for p in seen for i in range(1, p.count("/") + 1)}
-        for clash in sorted(parents & seen):
-            add(name, f"path {clash!r} is both a file and a directory")
+        found, count = _upload_problems(name, upload, doc, limits)
+        problems += [Problem(("sources", name), message) for message in found]
+        files += count
     if (why := file_count_problem(files, limits)) is not None:
         problems.append(Problem(("sources",), why))
     return problems
+
+
+def _upload_problems(
+    name: str, upload: SourceUpload, doc: Workflow, limits: InputLimits
+) -> tuple[list[str], int]:
+    """The problems of one upload (its names, its shape, its files' sizes and paths), and
+    the files it counts."""
+    if (why := name_problem(name)) is not None:
+        return [f"source name {why}"], 0
+    if name not in doc.sources:
+        known = ", ".join(repr(s) for s in doc.sources) or "none"
+        return [f"{name!r} was uploaded but is not a source of the workflow ({known})"], 0
+    out = []
+    if upload.filename and (why := name_problem(upload.filename)) is not None:
+        out.append(f"filename {why}")
+    if (upload.content_b64 is None) == (upload.files is None):
+        return [*out, "give either content_b64 (a file) or files (a directory)"], 0
+    if upload.content_b64 is not None:
+        size = decoded_size(upload.content_b64)
+        why = file_size_problem(size, limits, f"source {name!r}")
+        return [*out, *([why] if why else [])], 1
+    return out + _directory_problems(upload.files or [], limits), len(upload.files or [])
+
+
+def _directory_problems(files: list[DirectoryFile], limits: InputLimits) -> list[str]:
+    """The problems of the files of an uploaded directory: paths past the limits or given
+    twice, a path both a file and a directory, a file past its size."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for entry in files:
+        if (why := upload_path_problem(entry.path, limits)) is not None:
+            out.append(why)
+            continue
+        if entry.path in seen:
+            out.append(f"path {entry.path!r} is given twice")
+        seen.add(entry.path)
+        size = decoded_size(entry.content_b64)
+        if (why := file_size_problem(size, limits, f"file {entry.path!r}")) is not None:
+            out.append(why)
+    parents = {"/".join(p.split("/")[:i]) for p in seen for i in range(1, p.count("/") + 1)}
+    out += [f"path {clash!r} is both a file and a directory" for clash in sorted(parents & seen)]
+    return out
 
 
 def _decode(content_b64: str, name: str, what: str, limits: InputLimits) -> bytes:
