@@ -4,6 +4,7 @@ are checked, and a real worker process beats as they say."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from simrun.cli.worker import worker
 from simrun.core.reports import WorkerInfo
 from simrun.queues.client import JobQueue
 from tests.support.harness import make_spec, start_worker_process
+from tests.support.wait import until
 
 pytestmark = pytest.mark.e2e
 
@@ -36,6 +38,15 @@ def test_a_heartbeat_that_would_expire_between_beats_is_refused(
     result = CliRunner().invoke(worker, [*args, "--redis-url", "redis://127.0.0.1:1/0"])
     assert result.exit_code == 2, result.output
     assert expected in result.output
+
+
+def running(proc: subprocess.Popen[bytes]) -> Callable[[], None]:
+    """The ``check`` of a wait on the worker ``proc``."""
+
+    def check() -> None:
+        assert proc.poll() is None, "the worker ended"
+
+    return check
 
 
 async def _ttls_ms(queue: JobQueue, worker_id: str, seconds: float) -> list[int]:
@@ -66,11 +77,12 @@ async def test_a_worker_beats_as_its_options_say(
     proc = start_worker_process(redis_url, redis_prefix, "--id", "beating", *args)
     queue = await JobQueue.connect(redis_url, redis_prefix)
     try:
-        deadline = time.monotonic() + 20
-        while not await queue.redis.exists(queue.keys.worker("beating")):
-            assert proc.poll() is None, "the worker ended"
-            assert time.monotonic() < deadline, "the worker wrote no heartbeat"
-            await asyncio.sleep(0.05)
+        await until(
+            lambda: queue.redis.exists(queue.keys.worker("beating")),
+            timeout_s=20,
+            what="the worker's first heartbeat",
+            check=running(proc),
+        )
         ttls = await _ttls_ms(queue, "beating", 2.0)
     finally:
         proc.terminate()
@@ -98,23 +110,21 @@ async def test_the_heartbeat_says_how_much_memory_the_workers_processes_hold(
         return None if raw is None else WorkerInfo.from_json(raw).used_memory_gb
 
     async def wait_for(rule: Callable[[float], bool], what: str) -> float:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, "the worker ended"
+        async def read() -> tuple[float] | None:  # a tuple: 0 GiB is a reading too
             found = await used()
-            if found is not None and rule(found):
-                return found
-            assert time.monotonic() < deadline, f"{what}: last read {found}"
-            await asyncio.sleep(0.05)
+            return (found,) if found is not None and rule(found) else None
+
+        (found,) = await until(read, timeout_s=30, what=what, check=running(proc))
+        return found
 
     try:
-        idle = await wait_for(lambda gb: gb >= 0, "no memory in the heartbeat")
+        idle = await wait_for(lambda gb: gb >= 0, "memory in the heartbeat")
         job = make_spec(
             tmp_path, "hold", "test-hog", [0], {"hog_mb": 300, "seconds": 4}, memory_gb=1
         )
         assert await queue.enqueue(job)
-        held = await wait_for(lambda gb: gb >= idle + 0.25, "the unit's 300 MiB not seen")
-        after = await wait_for(lambda gb: gb < held - 0.2, "the memory did not fall back")
+        held = await wait_for(lambda gb: gb >= idle + 0.25, "the unit's 300 MiB in the heartbeat")
+        after = await wait_for(lambda gb: gb < held - 0.2, "the memory to fall back")
     finally:
         proc.terminate()
         proc.wait(timeout=30)

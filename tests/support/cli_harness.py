@@ -200,6 +200,21 @@ def health(url: str) -> dict[str, Any] | None:
     return found
 
 
+def wait_for_service(
+    url: str, proc: subprocess.Popen[str], timeout_s: float = 30
+) -> dict[str, Any]:
+    """What /health answers once the service at ``url`` answers it; fails at once, with
+    what it printed, when ``proc`` (the service) ended."""
+    found: dict[str, Any] = wait_until(
+        lambda: health(url),
+        timeout_s=timeout_s,
+        what=f"the service at {url} to answer /health",
+        check=ended(proc),
+        poll_s=0.1,
+    )
+    return found
+
+
 def wait_for_workers(
     url: str,
     procs: list[subprocess.Popen[str]],
