@@ -16,6 +16,7 @@ import pytest
 from simrun.queues.client import JobQueue
 from tests.composefile import compose, seconds, services
 from tests.support import REPO
+from tests.support.cli_harness import ended
 from tests.support.harness import all_reports, make_spec
 from tests.support.wait import until
 
@@ -73,10 +74,7 @@ async def test_compose_worker_runs_units_is_healthy_and_stops(
             reports.update(await all_reports(queue))
             return job.job_id in reports
 
-        def running() -> None:
-            assert proc.poll() is None, "the worker exited early"
-
-        await until(reported, timeout_s=60, what="the job's report", check=running, poll_s=0.1)
+        await until(reported, timeout_s=60, what="the job's report", check=ended(proc), poll_s=0.1)
         entry = reports[job.job_id]
         assert entry.outcomes == {0: "done", 1: "done", 2: "done", 3: "done"}, entry.errors
 

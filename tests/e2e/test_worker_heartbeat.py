@@ -4,7 +4,6 @@ are checked, and a real worker process beats as they say."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +14,7 @@ from click.testing import CliRunner
 from simrun.cli.worker import worker
 from simrun.core.reports import WorkerInfo
 from simrun.queues.client import JobQueue
+from tests.support.cli_harness import ended
 from tests.support.harness import make_spec, start_worker_process
 from tests.support.wait import until
 
@@ -38,15 +38,6 @@ def test_a_heartbeat_that_would_expire_between_beats_is_refused(
     result = CliRunner().invoke(worker, [*args, "--redis-url", "redis://127.0.0.1:1/0"])
     assert result.exit_code == 2, result.output
     assert expected in result.output
-
-
-def running(proc: subprocess.Popen[bytes]) -> Callable[[], None]:
-    """The ``check`` of a wait on the worker ``proc``."""
-
-    def check() -> None:
-        assert proc.poll() is None, "the worker ended"
-
-    return check
 
 
 async def _ttls_ms(queue: JobQueue, worker_id: str, seconds: float) -> list[int]:
@@ -81,7 +72,7 @@ async def test_a_worker_beats_as_its_options_say(
             lambda: queue.redis.exists(queue.keys.worker("beating")),
             timeout_s=20,
             what="the worker's first heartbeat",
-            check=running(proc),
+            check=ended(proc),
         )
         ttls = await _ttls_ms(queue, "beating", 2.0)
     finally:
@@ -114,7 +105,7 @@ async def test_the_heartbeat_says_how_much_memory_the_workers_processes_hold(
             found = await used()
             return (found,) if found is not None and rule(found) else None
 
-        (found,) = await until(read, timeout_s=30, what=what, check=running(proc))
+        (found,) = await until(read, timeout_s=30, what=what, check=ended(proc))
         return found
 
     try:

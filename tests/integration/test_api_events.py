@@ -50,13 +50,7 @@ async def serving(controller: Controller, *, events: bool = True) -> AsyncIterat
     sock = free_socket()
     server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
-    await until(
-        lambda: server.started,
-        timeout_s=60,
-        what="the server to start",
-        check=still_running(task),
-        poll_s=0.01,
-    )
+    await until(lambda: server.started, timeout_s=60, what="uvicorn", check=still_running(task))
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:

@@ -100,13 +100,7 @@ async def live(controller: Controller) -> AsyncIterator[str]:
         uvicorn.Config(create_app(controller), log_config=None, access_log=False, lifespan="off")
     )
     task = asyncio.create_task(server.serve(sockets=[sock]))
-    await until(
-        lambda: server.started,
-        timeout_s=60,
-        what="the server to start",
-        check=still_running(task),
-        poll_s=0.02,
-    )
+    await until(lambda: server.started, timeout_s=60, what="uvicorn", check=still_running(task))
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:

@@ -87,13 +87,7 @@ async def _serve(controller: Controller, token: str | None) -> AsyncIterator[Liv
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
-    await until(
-        lambda: server.started,
-        timeout_s=60,
-        what="the server to start",
-        check=still_running(task),
-        poll_s=0.02,
-    )
+    await until(lambda: server.started, timeout_s=60, what="uvicorn", check=still_running(task))
     try:
         yield Live(f"http://127.0.0.1:{port}", port)
     finally:

@@ -178,12 +178,13 @@ class Output:
         return "".join(self._lines)
 
 
-def ended(*procs: subprocess.Popen[str]) -> Callable[[], None]:
-    """The ``check`` of a wait on ``procs``: fails with what one printed once it ended."""
+def ended(*procs: subprocess.Popen[Any]) -> Callable[[], None]:
+    """The ``check`` of a wait on ``procs``: fails with what one printed (or its exit code)
+    once it ended."""
 
     def check() -> None:
         for proc in procs:
-            assert proc.poll() is None, proc.communicate()[0]
+            assert proc.poll() is None, proc.communicate()[0] or f"exit code {proc.returncode}"
 
     return check
 
@@ -194,25 +195,14 @@ def health(url: str) -> dict[str, Any] | None:
         answer = httpx.get(f"{url}/health", timeout=1)
     except httpx.HTTPError:
         return None
-    if answer.status_code != 200:
-        return None
-    found: dict[str, Any] = answer.json()
-    return found
+    return dict(answer.json()) if answer.status_code == 200 else None
 
 
-def wait_for_service(
-    url: str, proc: subprocess.Popen[str], timeout_s: float = 30
-) -> dict[str, Any]:
+def wait_for_service(url: str, proc: subprocess.Popen[str], timeout_s: float = 30) -> Any:
     """What /health answers once the service at ``url`` answers it; fails at once, with
     what it printed, when ``proc`` (the service) ended."""
-    found: dict[str, Any] = wait_until(
-        lambda: health(url),
-        timeout_s=timeout_s,
-        what=f"the service at {url} to answer /health",
-        check=ended(proc),
-        poll_s=0.1,
-    )
-    return found
+    what = f"the service at {url} to answer /health"
+    return wait_until(lambda: health(url), timeout_s=timeout_s, what=what, check=ended(proc))
 
 
 def wait_for_workers(
@@ -225,13 +215,12 @@ def wait_for_workers(
     """Until the service at ``url`` answers /health with ``workers`` live workers; fails at
     once when one of ``procs`` (the service, the workers) ended, with what it printed (or
     as ``check`` says)."""
-    wait_until(
-        lambda: (health(url) or {}).get("workers") == workers,
-        timeout_s=timeout_s,
-        what=f"the service and its {workers} worker(s) to start",
-        check=check or ended(*procs),
-        poll_s=0.1,
-    )
+
+    def live() -> bool:
+        return (health(url) or {}).get("workers") == workers
+
+    what = f"the service and its {workers} worker(s) to start"
+    wait_until(live, timeout_s=timeout_s, what=what, check=check or ended(*procs), poll_s=0.1)
 
 
 def wait_for_a_done_unit(proc: subprocess.Popen[str], store: Path, timeout_s: float = 60) -> None:
