@@ -1,5 +1,5 @@
-"""Rough edges of issue 14 through the real ``simrun`` command: a command whose program lives
-beside simrun (its virtual environment, not activated) is found, a missing one is refused at
+"""A command's program and environment through the real ``simrun`` command: a program that
+lives beside simrun (its virtual environment, not activated) is found, a missing one is refused at
 ``validate`` and ``--dry-run``; and plugin code is told how many processes and threads it
 was sized for."""
 

@@ -5,12 +5,10 @@ access log tells which requests the command made."""
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from simrun.local.machine import free_port
@@ -21,6 +19,7 @@ from tests.support.cli_harness import (
     simrun,
     start_simrun,
     stop_process,
+    wait_for_workers,
     write_work,
 )
 from tests.support.redis_server import key_prefix
@@ -51,18 +50,13 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
     worker = start_simrun("worker", *common, "--processes", "1", "--worker-memory-gb", "2",
                           "--poll-delay-s", "0.01", cwd=home)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
+
+    def running() -> None:
+        assert svc.poll() is None, log.text(timeout_s=1)
+        assert worker.poll() is None
+
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert svc.poll() is None, log.text(timeout_s=1)
-            assert worker.poll() is None
-            try:
-                if httpx.get(f"{url}/health", timeout=1).json().get("workers") == 1:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the service or the worker did not start"
-            time.sleep(0.1)
+        wait_for_workers(url, [], workers=1, timeout_s=30, check=running)
         yield Service(url, home, log)
     finally:
         stop_process(worker)

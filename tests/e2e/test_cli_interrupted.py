@@ -5,35 +5,44 @@ shows as `interrupted`, a new `simrun run` on the same store names it and leaves
 from __future__ import annotations
 
 import fcntl
+import json
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.cli_harness import (
     WORK,
     Output,
+    command_after,
     run_id_in,
     simrun,
     start_simrun,
     stop_process,
+    wait_for_a_done_unit,
+    wait_for_the_guard,
     write_work,
 )
 from tests.support.units import calls, done_units
 
 pytestmark = pytest.mark.e2e
 
+#: The pause between an interruption and what follows, the time under test: real processes
+#: take no injected clock. Long against the 1 s of rounding the checks allow, which compare
+#: with the run's own span (created to finished) as the store records it.
+PAUSE_S = 3.0
 
-def wait_for_a_done_unit(proc: subprocess.Popen[str], store: Path, timeout_s: float = 60) -> None:
-    """Return once a unit of a run in ``store`` is done; ``proc`` must run meanwhile."""
-    deadline = time.monotonic() + timeout_s
-    while not list(store.glob("runs/*/work/out/unit-*.json")):
-        assert proc.poll() is None, proc.communicate()[0]
-        assert time.monotonic() < deadline, f"no unit was done within {timeout_s:g} s"
-        time.sleep(0.05)
+
+def recorded(run_id: str, cwd: Path) -> dict[str, Any]:
+    """The run as `simrun status --json` reads it from the store (``created_s``,
+    ``finished_s``: its span, its pauses counted)."""
+    shown = simrun("status", run_id, "--store", "simrun-store", "--json", cwd=cwd)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    run: dict[str, Any] = json.loads(shown.stdout)
+    return run
 
 
 def kill_midway(tmp_path: Path) -> tuple[str, Path]:
@@ -54,7 +63,7 @@ def test_an_interrupted_run_is_shown_named_left_alone_and_cancelled(tmp_path: Pa
     run` of another workflow on the store names it with `--resume` and `simrun cancel`,
     and does not compute any of its units; `simrun cancel RUN --store` then cancels it."""
     old, out = kill_midway(tmp_path)
-    time.sleep(1.0)  # the guard ends the workers
+    wait_for_the_guard(tmp_path / "simrun-store")
     before = done_units(out)
     assert 0 < len(before) < 20
 
@@ -107,8 +116,8 @@ def test_the_store_lock_error_comes_before_the_plan(tmp_path: Path) -> None:
 def test_the_time_of_a_run_leaves_out_the_pause_between_ctrl_c_and_resume(
     tmp_path: Path,
 ) -> None:
-    """Ctrl-C, a pause of 8 s, then `--resume`: the time the run took ("succeeded in", the
-    `took` of `simrun status --store`, a task's time) counts only while it ran."""
+    """Ctrl-C, a pause, then `--resume`: the time the run took ("succeeded in", the `took`
+    of `simrun status --store`, a task's time) counts only while it ran."""
     write_work(tmp_path / "slow.yaml", name="slow", units=10, seconds=0.3)
     began = time.monotonic()
     proc = start_simrun("run", "slow.yaml", "--plugins", WORK, "--processes", "1", cwd=tmp_path)
@@ -119,7 +128,7 @@ def test_the_time_of_a_run_leaves_out_the_pause_between_ctrl_c_and_resume(
     assert proc.returncode == 130, output
     run_id = run_id_in(output)
     paused = time.monotonic()
-    time.sleep(8)
+    time.sleep(PAUSE_S)  # the pause under test (see PAUSE_S)
     resumed = time.monotonic()
     finished = simrun("run", "--resume", run_id, "--plugins", WORK, "--processes", "1",
                       cwd=tmp_path)  # fmt: skip
@@ -136,6 +145,10 @@ def test_the_time_of_a_run_leaves_out_the_pause_between_ctrl_c_and_resume(
     task = next(x for x in shown.splitlines() if "│ work" in x)
     seconds = int(re.search(r"│ (\d+) s", task).group(1))  # type: ignore[union-attr]
     assert seconds <= wall - pause + 1, (task, wall, pause)
+    run = recorded(run_id, tmp_path)
+    span = run["finished_s"] - run["created_s"]
+    assert int(took.group(1)) <= span - pause + 1, (took.group(0), span, pause)
+    assert seconds <= span - pause + 1, (task, span, pause)
 
 
 def test_the_time_of_a_killed_run_stops_at_its_last_activity(tmp_path: Path) -> None:
@@ -144,8 +157,8 @@ def test_the_time_of_a_killed_run_stops_at_its_last_activity(tmp_path: Path) -> 
     run's time leaves the pause out (from its last recorded activity)."""
     began = time.monotonic()
     old, _ = kill_midway(tmp_path)
-    killed = time.monotonic()
-    time.sleep(6)
+    killed, killed_at = time.monotonic(), time.time()
+    time.sleep(PAUSE_S)  # the time since the kill under test (see PAUSE_S)
     listed = simrun("status", "--store", "simrun-store", cwd=tmp_path).stdout
     row = next(x for x in listed.splitlines() if old in x)
     shown = re.search(r" (<1|\d+) s ", row)  # "<1 s" when its one done unit was quick
@@ -160,6 +173,10 @@ def test_the_time_of_a_killed_run_stops_at_its_last_activity(tmp_path: Path) -> 
     took = re.search(rf"run {old} succeeded in (\d+) s", finished.stdout)
     assert took is not None, finished.stdout
     assert int(took.group(1)) <= wall - (resumed - killed) + 1, (took.group(0), wall)
+    run = recorded(old, tmp_path)
+    assert seconds <= killed_at - run["created_s"] + 1, (row, killed_at - run["created_s"])
+    span = run["finished_s"] - run["created_s"]
+    assert int(took.group(1)) <= span - (resumed - killed) + 1, (took.group(0), span)
 
 
 def test_a_held_run_shows_as_interrupted_through_the_running_session(tmp_path: Path) -> None:
@@ -167,7 +184,7 @@ def test_a_held_run_shows_as_interrupted_through_the_running_session(tmp_path: P
     `interrupted` through its service too (`simrun status OLD --url URL`), and the new
     run as `running`."""
     old, _ = kill_midway(tmp_path)
-    time.sleep(1.0)
+    wait_for_the_guard(tmp_path / "simrun-store")
     write_work(tmp_path / "next.yaml", name="next", units=8, seconds=0.5)
     proc = start_simrun("run", "next.yaml", "--plugins", WORK, "--processes", "1", cwd=tmp_path)
     output = Output(proc)
@@ -185,3 +202,22 @@ def test_a_held_run_shows_as_interrupted_through_the_running_session(tmp_path: P
         assert '"state": "interrupted"' in held.stdout, held.stdout + held.stderr
     finally:
         stop_process(proc)
+
+
+def test_a_normal_resume_logs_no_warning_about_jobs_lost_from_redis(tmp_path: Path) -> None:
+    """After Ctrl-C, `simrun run --resume` starts a fresh private Redis: the jobs the first
+    session left in flight are dispatched again with an INFO line that says so, and the
+    service's log has no WARNING about jobs "lost from Redis"."""
+    write_work(tmp_path / "slow.yaml", units=12, seconds=0.3)
+    proc = start_simrun("run", "slow.yaml", "--plugins", WORK, "--processes", "2", cwd=tmp_path)
+    store = tmp_path / "simrun-store"
+    wait_for_a_done_unit(proc, store)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    resume = command_after(output, "simrun run --resume")
+    finished = simrun(*resume[1:], cwd=tmp_path)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    log = (store / "logs" / "service.log").read_text()
+    assert "lost from Redis" not in log, log
+    assert not [x for x in log.splitlines() if " WARNING " in x], log

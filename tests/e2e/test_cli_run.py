@@ -3,12 +3,12 @@ process, in a fresh directory, starting its own redis-server, service and worker
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import re
 import shutil
 import signal
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,9 +24,11 @@ from tests.support.cli_harness import (
     run_id_in,
     simrun,
     start_simrun,
+    wait_for_a_done_unit,
     write_work,
 )
 from tests.support.units import calls, done_units
+from tests.support.wait import WaitTimeout, wait_until
 
 pytestmark = pytest.mark.e2e
 #: The tests of the module fixture `heat` (two runs of the demo), in one pytest-xdist worker
@@ -144,15 +146,6 @@ def test_a_failed_unit_is_named_and_replay_finishes_without_recomputing(tmp_path
     assert calls(out) == {0: 1, 1: 1, 2: 2, 3: 1, 4: 2, 5: 1}
 
 
-def wait_for_a_done_unit(proc: subprocess.Popen[str], store: Path, timeout_s: float = 60) -> None:
-    """Return once a unit of a run in ``store`` is done; ``proc`` must run meanwhile."""
-    deadline = time.monotonic() + timeout_s
-    while not list(store.glob("runs/*/work/out/unit-*.json")):
-        assert proc.poll() is None, proc.communicate()[0]
-        assert time.monotonic() < deadline, f"no unit was done within {timeout_s:g} s"
-        time.sleep(0.05)
-
-
 def test_ctrl_c_stops_cleanly_and_the_run_goes_on_with_resume(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT) stops the workers and the service, exits 130 with the command that
     goes on, leaves no process behind; `--resume` finishes the run without computing again
@@ -201,13 +194,15 @@ def test_a_killed_simrun_leaves_no_process_and_the_run_goes_on(tmp_path: Path) -
     output, _ = proc.communicate(timeout=10)
     address = re.search(r"private redis-server on (127\.0\.0\.1:\d+)", output)
     assert address is not None, output
-    deadline = time.monotonic() + 30
-    while processes_mentioning(str(store)) or processes_mentioning(address.group(1)):
-        assert time.monotonic() < deadline, "the workers or redis-server outlived simrun"
-        time.sleep(0.1)
-    while list(temp.iterdir()):
-        assert time.monotonic() < deadline, f"left behind: {list(temp.iterdir())}"
-        time.sleep(0.1)
+    server = address.group(1)
+    wait_until(
+        lambda: not (processes_mentioning(str(store)) or processes_mentioning(server)),
+        timeout_s=30,
+        what="the workers and the redis-server to end with simrun",
+    )
+    with contextlib.suppress(WaitTimeout):  # the assertion below says what is left
+        wait_until(lambda: not list(temp.iterdir()), timeout_s=30, what="the guard's cleanup")
+    assert not list(temp.iterdir()), f"left behind: {list(temp.iterdir())}"
 
     finished = simrun("run", "--resume", run_id_in(output), "--plugins", WORK, cwd=tmp_path)
     assert finished.returncode == 0, finished.stdout + finished.stderr
@@ -268,3 +263,20 @@ def test_status_and_resources_read_the_store_here_when_no_service_is_named(
     asked = simrun("status", "--url", url, cwd=heat.home)
     assert asked.returncode == 1
     assert "add --store" in asked.stderr
+
+
+def test_a_table_off_a_terminal_keeps_each_path_whole(tmp_path: Path) -> None:
+    """The summary table `simrun run` prints into a pipe (no TTY) shows a task's output
+    path on one line, however long, rather than folding it mid-word at 120 columns."""
+    deep = tmp_path / ("a-rather-long-directory-name-" * 3) / "and-another-one-below-it"
+    write_work(tmp_path / "quick.yaml", name="quick", units=2)
+    store = deep / "store"
+    result = simrun(
+        "run", "quick.yaml", "--plugins", WORK, "--processes", "1", "--store", str(store),
+        cwd=tmp_path, env=None,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = str(store / "runs" / run_id_in(result.stdout) / "work" / "out")
+    assert len(out) > 120
+    table = [line for line in result.stdout.splitlines() if "│" in line]
+    assert any(out in line for line in table), result.stdout

@@ -10,7 +10,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,17 @@ import httpx
 import pytest
 
 from simrun.local.machine import free_port
-from tests.support.cli_harness import WORK, Output, clean_env, start_simrun, stop_process
+from tests.support.cli_harness import (
+    WORK,
+    Output,
+    clean_env,
+    ended,
+    health,
+    start_simrun,
+    stop_process,
+)
 from tests.support.redis_server import key_prefix
+from tests.support.wait import wait_until
 
 #: The tests share one service (a module fixture): in one pytest-xdist worker (--dist
 #: loadgroup) it starts once.
@@ -75,21 +83,19 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
     )  # fmt: skip
     auth = {"Authorization": f"Bearer {TOKEN}"}
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert svc.poll() is None, svc.communicate()[0]
-            try:
-                if httpx.get(f"{url}/health", timeout=1).json().get("ok"):
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the service did not start"
-            time.sleep(0.1)
+        wait_until(
+            lambda: (health(url) or {}).get("ok"),
+            timeout_s=30,
+            what="the service to start",
+            check=ended(svc),
+        )
         answer = httpx.post(f"{url}/runs", json={"workflow": WORK_DOC}, headers=auth, timeout=10)
         assert answer.status_code == 201, answer.text
-        while httpx.get(f"{url}/backlog", headers=auth).json()["queues"][0]["units"] < UNITS:
-            assert time.monotonic() < deadline, "the run's units never showed in /backlog"
-            time.sleep(0.1)
+        wait_until(
+            lambda: httpx.get(f"{url}/backlog", headers=auth).json()["queues"][0]["units"] >= UNITS,
+            timeout_s=30,
+            what="the run's units in /backlog",
+        )
         yield Service(url, home)
     finally:
         stop_process(svc)

@@ -18,6 +18,7 @@ from tests.integration.test_plugins import make_distribution
 from tests.support import REPO
 from tests.support.cli_harness import (
     WORK,
+    Output,
     clean_env,
     command_after,
     run_id_in,
@@ -295,3 +296,20 @@ def test_types_shows_every_trait_of_a_type_and_its_settings_types(tmp_path: Path
         True,
     )
     assert crunch["cost_setting"] == "grid"
+
+
+def test_the_service_says_where_it_listens(tmp_path: Path, redis_url: str) -> None:
+    """`simrun service` prints "simrun service listening on http://HOST:PORT" once its
+    HTTP API answers."""
+    port = free_port()
+    svc = start_simrun(
+        "service", "--port", str(port), "--redis-url", redis_url,
+        "--prefix", key_prefix("listen"), "--store", str(tmp_path / "store"), cwd=tmp_path,
+    )  # fmt: skip
+    output = Output(svc)
+    line = f"simrun service listening on http://127.0.0.1:{port}"
+    try:
+        output.wait_for(lambda text: line in text, timeout_s=30)
+    finally:
+        stop_process(svc)
+    assert line in output.text(), output.text()

@@ -29,7 +29,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from simrun.local.machine import free_port
 from tests.composefile import compose, seconds, services
 from tests.support import REPO
-from tests.support.cli_harness import clean_env, run_id_in, start_simrun
+from tests.support.cli_harness import (
+    clean_env,
+    run_id_in,
+    start_simrun,
+    wait_for_service,
+    wait_for_workers,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -149,18 +155,7 @@ def test_compose_service_and_worker_run_the_readme_submit(
     )
     stack_processes.append(service)
 
-    deadline = time.monotonic() + 30
-    while True:
-        assert service.poll() is None, service.communicate()[0]
-        try:
-            health = httpx.get(f"{url}/health", timeout=1)
-            if health.status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "the service did not answer /health within 30 s"
-        time.sleep(0.1)
-    assert health.json()["workers"] == 0
+    assert wait_for_service(url, service, timeout_s=30)["workers"] == 0
 
     assert httpx.get(f"{url}/metrics", timeout=5).status_code == 401
     answer = httpx.get(f"{url}/metrics", headers=auth, timeout=5)
@@ -178,11 +173,7 @@ def test_compose_service_and_worker_run_the_readme_submit(
         "worker", *worker_spec["command"], "--prefix", redis_prefix, cwd=tmp_path, env=worker_env
     )
     stack_processes.append(worker)
-    deadline = time.monotonic() + 30
-    while httpx.get(f"{url}/health", timeout=5).json()["workers"] != 1:
-        assert worker.poll() is None, worker.communicate()[0]
-        assert time.monotonic() < deadline, "the worker did not join within 30 s"
-        time.sleep(0.1)
+    wait_for_workers(url, [worker], workers=1, timeout_s=30)
 
     client_env = clean_env(SIMRUN_TOKEN=service_env["SIMRUN_TOKEN"])
     submit = start_simrun(

@@ -4,7 +4,6 @@ type, counts as healthy, and stops on SIGTERM within the compose stop grace peri
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -17,7 +16,9 @@ import pytest
 from simrun.queues.client import JobQueue
 from tests.composefile import compose, seconds, services
 from tests.support import REPO
+from tests.support.cli_harness import ended
 from tests.support.harness import all_reports, make_spec
+from tests.support.wait import until
 
 pytestmark = pytest.mark.e2e
 
@@ -67,13 +68,13 @@ async def test_compose_worker_runs_units_is_healthy_and_stops(
             inputs={"plate": REPO / "examples" / "plate.json"},
         )
         assert await queue.enqueue(job)
-        deadline = time.monotonic() + 60
         reports = {}
-        while job.job_id not in reports and time.monotonic() < deadline:
-            assert proc.poll() is None, "the worker exited early"
+
+        async def reported() -> bool:
             reports.update(await all_reports(queue))
-            await asyncio.sleep(0.1)
-        assert job.job_id in reports, "no report within 60 s"
+            return job.job_id in reports
+
+        await until(reported, timeout_s=60, what="the job's report", check=ended(proc), poll_s=0.1)
         entry = reports[job.job_id]
         assert entry.outcomes == {0: "done", 1: "done", 2: "done", 3: "done"}, entry.errors
 

@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from tests.support import REPO
 from tests.support.harness import make_spec as make_job
 from tests.support.harness import run_burst
 from tests.support.procs import alive, wait_dead
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -93,12 +93,9 @@ def finish_exec(proc: subprocess.Popen[str], report: Path) -> tuple[CommandResul
 
 
 def wait_for_pid(path: Path, timeout_s: float = 20.0) -> int:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if path.exists():
-            return int(path.read_text())
-        time.sleep(0.01)
-    raise AssertionError(f"no daemon wrote {path} within {timeout_s} s")
+    """The pid a daemon wrote to ``path``."""
+    wait_until(path.exists, timeout_s=timeout_s, what=f"a daemon to write {path}", poll_s=0.01)
+    return int(path.read_text())
 
 
 def no_cgroup_left(exec_pid: int) -> list[str]:

@@ -15,7 +15,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from simrun.plugins import TaskPaths
 from simrun.worker.command import run_command_job
 from simrun.worker.exec.main import exec_main
 from simrun.worker.exec.spec import CommandResult, CommandSpec
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -96,14 +96,13 @@ def living_in_group(pgid: int) -> list[int]:
 
 def wait_for_lines(path: Path, count: int, timeout_s: float = 20.0) -> list[int]:
     """The pids written to ``path``, once it holds ``count`` lines."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if path.exists():
-            lines = path.read_text().split()
-            if len(lines) >= count:
-                return [int(x) for x in lines[:count]]
-        time.sleep(0.02)
-    raise AssertionError(f"{path} did not get {count} pids within {timeout_s} s")
+
+    def lines() -> list[str]:
+        found = path.read_text().split() if path.exists() else []
+        return found if len(found) >= count else []
+
+    got = wait_until(lines, timeout_s=timeout_s, what=f"{count} pids in {path}", poll_s=0.02)
+    return [int(x) for x in got[:count]]
 
 
 # A shell script that starts a background sleeper and a python child, writes the pids of

@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli_harness import WORK, clean_env, run_id_in, start_simrun, write_work
+from tests.support.cli_harness import (
+    WORK,
+    clean_env,
+    run_id_in,
+    start_simrun,
+    wait_for_a_done_unit,
+    wait_for_the_guard,
+    write_work,
+)
 from tests.support.units import calls, done_units
 
 pytestmark = pytest.mark.e2e
@@ -41,11 +48,7 @@ def kill_midway(tmp_path: Path) -> tuple[str, Path]:
     and the task's output directory."""
     write_work(tmp_path / "slow.yaml", name="slow", units=12, seconds=0.3)
     proc = start_simrun("run", "slow.yaml", "--plugins", WORK, "--processes", "1", cwd=tmp_path)
-    deadline = time.monotonic() + 60
-    while not list((tmp_path / "simrun-store").glob("runs/*/work/out/unit-*.json")):
-        assert proc.poll() is None, proc.communicate()[0]
-        assert time.monotonic() < deadline, "no unit was done within 60 s"
-        time.sleep(0.05)
+    wait_for_a_done_unit(proc, tmp_path / "simrun-store")
     proc.kill()
     output, _ = proc.communicate(timeout=10)
     run_id = run_id_in(output)
@@ -60,7 +63,7 @@ def test_run_local_names_an_interrupted_run_leaves_it_and_resumes_it_when_asked(
     on with it or drop it) and computes none of its units; `run_local(resume=RUN)` then
     finishes that run, computing each unit left once (the one the kill cut short aside)."""
     old, out = kill_midway(tmp_path)
-    time.sleep(1.0)  # the guard ends the killed session's workers
+    wait_for_the_guard(tmp_path / "simrun-store")
     before = done_units(out)
     assert 0 < len(before) < 12
 

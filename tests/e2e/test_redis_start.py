@@ -10,6 +10,7 @@ HTTP API), worker containers as child processes (``python -m simrun.cli worker``
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -68,6 +69,18 @@ def _waiting(c: Campaign, local: Path, worker_id: str) -> bool:
     return verdict is not None and "waiting for Redis" in verdict.message
 
 
+def _tried_for(c: Campaign, local: Path, seconds: float) -> bool:
+    """Whether the service and every worker have been trying Redis for ``seconds`` (its
+    /health "unreachable for N s"; the ``down_s`` each worker's status file has at a try):
+    several tries each, the pause between two doubling from 0.1 s."""
+    found = re.search(r"unreachable for (\d+) s", str((c.health() or {}).get("redis")))
+    workers = [
+        max((float(s.get("down_s") or 0) for s in local_statuses(local, w)), default=0.0)
+        for w in c.workers
+    ]
+    return found is not None and int(found.group(1)) >= seconds and min(workers) >= seconds
+
+
 def test_workers_and_service_started_before_redis_wait_for_it(
     campaign: Campaign, tmp_path: Path
 ) -> None:
@@ -89,7 +102,7 @@ def test_workers_and_service_started_before_redis_wait_for_it(
     probe = _worker_health(c, "w0", local)
     assert probe.returncode == 0, probe
     assert "waiting for Redis" in probe.stdout, probe
-    time.sleep(3.0)  # several tries of each, logged as one line
+    c.wait("several tries of each (logged as one line)", lambda: _tried_for(c, local, 2))
     c.check()
 
     c.redis.start()

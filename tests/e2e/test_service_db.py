@@ -3,15 +3,13 @@ of a database on a network file system unless ``--db-on-network-fs`` is given.""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from simrun.local.machine import free_port
 from simrun.service.main import DatabaseVolumeError, check_database
-from tests.support.cli_harness import WORK, clean_env, start_simrun, stop_process
+from tests.support.cli_harness import WORK, clean_env, start_simrun, stop_process, wait_for_service
 from tests.support.redis_server import key_prefix
 
 pytestmark = pytest.mark.e2e
@@ -30,16 +28,7 @@ def test_the_service_keeps_its_database_where_simrun_db_says(
         "--store", str(store), "--plugins", WORK, cwd=tmp_path, env=env,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert svc.poll() is None, svc.communicate()[0]
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the service did not answer in 30 s"
-            time.sleep(0.1)
+        wait_for_service(f"http://127.0.0.1:{port}", svc, timeout_s=30)
         assert db.is_file()
         assert not (store / "simrun.db").exists()
     finally:

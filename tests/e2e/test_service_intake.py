@@ -4,14 +4,13 @@ from the environment (issue 11, items 2-4)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from simrun.local.machine import free_port
-from tests.support.cli_harness import WORK, clean_env, start_simrun, stop_process
+from tests.support.cli_harness import WORK, clean_env, start_simrun, stop_process, wait_for_service
 from tests.support.redis_server import key_prefix
 
 pytestmark = pytest.mark.e2e
@@ -32,16 +31,7 @@ def test_the_token_is_required_and_never_logged(tmp_path: Path, redis_url: str) 
     url = f"http://127.0.0.1:{port}"
     right = {"Authorization": f"Bearer {TOKEN}"}
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, proc.communicate()[0]
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the service did not start"
-            time.sleep(0.1)
+        wait_for_service(url, proc, timeout_s=30)
         assert httpx.get(f"{url}/openapi.json").status_code == 401
         assert httpx.get(f"{url}/runs", headers={"Authorization": "Bearer no"}).status_code == 401
         assert httpx.get(f"{url}/openapi.json", headers=right).status_code == 200

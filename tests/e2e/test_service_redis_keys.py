@@ -29,6 +29,7 @@ from tests.support.service_harness import (
     workers,
 )
 from tests.support.units import calls
+from tests.support.wait import WaitTimeout
 
 pytestmark = pytest.mark.e2e
 
@@ -58,7 +59,7 @@ async def no_attempts_left(svc: Service, run_id: str) -> None:
     async def gone() -> bool:
         return await attempts_of(svc, run_id) == []
 
-    with contextlib.suppress(TimeoutError):  # the assertion below says what is left
+    with contextlib.suppress(WaitTimeout):  # the assertion below says what is left
         await svc.until(gone, timeout_s=10)
     assert await attempts_of(svc, run_id) == []
 

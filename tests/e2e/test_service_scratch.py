@@ -18,6 +18,7 @@ from tests.support import REPO
 from tests.support.harness import spawn
 from tests.support.mem_tasks import REFS
 from tests.support.service_harness import RETRY_ONCE, Service, settings, stop_worker
+from tests.support.wait import WaitTimeout
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +57,7 @@ async def test_scratch_is_removed_after_success_and_kept_after_failure(
         async def removed() -> bool:
             return not (local / ok / "work").exists()
 
-        with contextlib.suppress(TimeoutError):  # the assertion below says what is left
+        with contextlib.suppress(WaitTimeout):  # the assertion below says what is left
             await service.until(removed, timeout_s=10)
     finally:
         stop_worker(worker)

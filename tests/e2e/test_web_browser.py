@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from simrun.local.machine import free_port
 from tests.support import REPO
 from tests.support.cli_harness import WORK, start_simrun, stop_process, wait_for_workers
 from tests.support.redis_server import key_prefix
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("web-browser")]
 
@@ -273,10 +273,12 @@ def test_a_failed_unit_s_log_its_replay_and_the_memory_plot_of_its_key(
         answer = api.post("/runs", json={"workflow": json.dumps(doc)})
         assert answer.status_code == 201, answer.text
         run_id = answer.json()["run"]
-        deadline = time.monotonic() + 60
-        while api.get(f"/runs/{run_id}").json()["state"] == "running":
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        wait_until(
+            lambda: api.get(f"/runs/{run_id}").json()["state"] != "running",
+            timeout_s=60,
+            what=f"run {run_id} to end",
+            poll_s=0.2,
+        )
 
     page.goto(f"{stack.url}/#/runs")
     row = page.locator("table.runs tr", has_text="flaky-sweep")
@@ -409,10 +411,12 @@ def test_the_pages_of_a_run_of_a_million_units_send_no_unit_until_a_strip_opens(
         answer = api.post("/runs", json={"workflow": json.dumps(doc)})
         assert answer.status_code == 201, answer.text
         run_id = answer.json()["run"]
-        deadline = time.monotonic() + 60
-        while not (api.get(f"/runs/{run_id}").json()["tasks"][0]["units"] or 0):
-            assert time.monotonic() < deadline, "the task did not start"
-            time.sleep(0.2)
+        wait_until(
+            lambda: api.get(f"/runs/{run_id}").json()["tasks"][0]["units"],
+            timeout_s=60,
+            what="the task to start",
+            poll_s=0.2,
+        )
         assert len(api.get(f"/runs/{run_id}").content) < 4096  # no unit in the view
     try:
         for fragment, ready in (

@@ -14,7 +14,9 @@ from click.testing import CliRunner
 from simrun.cli.worker import worker
 from simrun.core.reports import WorkerInfo
 from simrun.queues.client import JobQueue
+from tests.support.cli_harness import ended
 from tests.support.harness import make_spec, start_worker_process
+from tests.support.wait import until
 
 pytestmark = pytest.mark.e2e
 
@@ -66,11 +68,12 @@ async def test_a_worker_beats_as_its_options_say(
     proc = start_worker_process(redis_url, redis_prefix, "--id", "beating", *args)
     queue = await JobQueue.connect(redis_url, redis_prefix)
     try:
-        deadline = time.monotonic() + 20
-        while not await queue.redis.exists(queue.keys.worker("beating")):
-            assert proc.poll() is None, "the worker ended"
-            assert time.monotonic() < deadline, "the worker wrote no heartbeat"
-            await asyncio.sleep(0.05)
+        await until(
+            lambda: queue.redis.exists(queue.keys.worker("beating")),
+            timeout_s=20,
+            what="the worker's first heartbeat",
+            check=ended(proc),
+        )
         ttls = await _ttls_ms(queue, "beating", 2.0)
     finally:
         proc.terminate()
@@ -98,23 +101,21 @@ async def test_the_heartbeat_says_how_much_memory_the_workers_processes_hold(
         return None if raw is None else WorkerInfo.from_json(raw).used_memory_gb
 
     async def wait_for(rule: Callable[[float], bool], what: str) -> float:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, "the worker ended"
+        async def read() -> tuple[float] | None:  # a tuple: 0 GiB is a reading too
             found = await used()
-            if found is not None and rule(found):
-                return found
-            assert time.monotonic() < deadline, f"{what}: last read {found}"
-            await asyncio.sleep(0.05)
+            return (found,) if found is not None and rule(found) else None
+
+        (found,) = await until(read, timeout_s=30, what=what, check=ended(proc))
+        return found
 
     try:
-        idle = await wait_for(lambda gb: gb >= 0, "no memory in the heartbeat")
+        idle = await wait_for(lambda gb: gb >= 0, "memory in the heartbeat")
         job = make_spec(
             tmp_path, "hold", "test-hog", [0], {"hog_mb": 300, "seconds": 4}, memory_gb=1
         )
         assert await queue.enqueue(job)
-        held = await wait_for(lambda gb: gb >= idle + 0.25, "the unit's 300 MiB not seen")
-        after = await wait_for(lambda gb: gb < held - 0.2, "the memory did not fall back")
+        held = await wait_for(lambda gb: gb >= idle + 0.25, "the unit's 300 MiB in the heartbeat")
+        after = await wait_for(lambda gb: gb < held - 0.2, "the memory to fall back")
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -17,6 +17,7 @@ from simrun.worker.container import WorkerContainer
 from tests.support import REPO
 from tests.support.harness import all_reports, make_spec, options, run_burst
 from tests.support.units import unit_records
+from tests.support.wait import still_running, until
 
 pytestmark = pytest.mark.e2e
 
@@ -176,10 +177,14 @@ async def test_stale_units_are_skipped_before_and_during_a_chunk(
         container = WorkerContainer(options(redis_url, redis_prefix))
         run = asyncio.create_task(container.run())
         out = spec.paths.task_paths().out
-        for _ in range(200):  # until unit 0 has started (setup is done) ...
-            if list(out.glob("setup-*.txt")):
-                break
-            await asyncio.sleep(0.02)
+        # until unit 0 has started (setup is done) ...
+        await until(
+            lambda: list(out.glob("setup-*.txt")),
+            timeout_s=30,
+            what="the setup",
+            check=still_running(run),
+            poll_s=0.02,
+        )
         # ... then dispatch unit 2 again: the running chunk must notice before unit 2.
         await set_current_attempts(queue.redis, keys, "r1", "t", {2: 2})
         await asyncio.wait_for(run, 30)

@@ -15,20 +15,9 @@ from simrun.core.reports import WorkerInfo
 from simrun.queues.client import JobQueue
 from tests.support.harness import all_reports, make_spec, start_worker_process
 from tests.support.units import unit_records
+from tests.support.wait import until
 
 pytestmark = pytest.mark.e2e
-
-
-async def _until(what: str, check: object, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = check() if callable(check) else check
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _finish(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> tuple[int, str]:
@@ -69,7 +58,11 @@ async def test_sigterm_finishes_within_grace_then_hands_back(
     )
     try:
         assert await queue.enqueue_many([long, short]) == [True, True]
-        await _until("both chunks to start", lambda: unit_records(long.paths.task_paths().out))
+        await until(
+            lambda: unit_records(long.paths.task_paths().out),
+            timeout_s=20,
+            what="both chunks to start",
+        )
         assert await queue.enqueue(waiting)
 
         async def waiting_is_held() -> bool:
@@ -80,7 +73,7 @@ async def test_sigterm_finishes_within_grace_then_hands_back(
                 for job in w.running
             )
 
-        await _until("the big job to wait for memory", waiting_is_held)
+        await until(waiting_is_held, timeout_s=20, what="the big job to wait for memory")
         (info,) = await queue.live_workers()
         assert isinstance(info, WorkerInfo)
         assert (info.id, info.memory_gb, info.processes, info.queues) == (
@@ -100,7 +93,11 @@ async def test_sigterm_finishes_within_grace_then_hands_back(
 
         proc.send_signal(signal.SIGTERM)
         stopped_at = time.monotonic()
-        await asyncio.sleep(0.2)
+
+        async def stopping() -> bool:  # its heartbeat says so, or it is gone
+            return all(w.stopping for w in await queue.live_workers())
+
+        await until(stopping, timeout_s=10, what="the worker's heartbeat to say it stops")
         assert await queue.enqueue(later)  # taken by nobody: the worker takes no new job
         code, output = await asyncio.to_thread(_finish, proc)
         took_s = time.monotonic() - stopped_at

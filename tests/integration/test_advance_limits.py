@@ -6,7 +6,6 @@ stepped by the test (no worker runs)."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from simrun.plugins import load_types
 from simrun.service.advance import START_TASKS_PER_STEP
 from simrun.service.controller import Controller
 from tests.support.service_harness import REFS, settings, submit
+from tests.support.wait import until
 
 pytestmark = pytest.mark.redis
 
@@ -115,10 +115,14 @@ async def test_a_count_that_hangs_fails_its_task_and_holds_up_nothing(
     assert (await status_of(controller, other))["ok"] == ("running", "", 3)
     await controller.cancel(third)
     assert (await status_of(controller, third))["ok"][0] == "cancelled"
-    deadline = time.monotonic() + 10
-    while (await status_of(controller, hung))["hang"][0] == "waiting":
-        assert time.monotonic() < deadline
+
+    async def counted_out() -> bool:  # a step at a time
+        if (await status_of(controller, hung))["hang"][0] != "waiting":
+            return True
         await controller.step()
+        return False
+
+    await until(counted_out, timeout_s=10, what="the hung count to time out", poll_s=0)
     state, status, _ = (await status_of(controller, hung))["hang"]
     assert state == "failed"
     assert "count_units of type 'svc-odd-count' did not answer within 0.5 s" in status

@@ -19,6 +19,7 @@ from simrun.service.controller import Controller
 from tests.integration.test_api_events import TOKEN as EVENTS_TOKEN
 from tests.integration.test_api_events import serving
 from tests.support.service_harness import submit, work_doc
+from tests.support.wait import until
 
 pytestmark = pytest.mark.redis
 
@@ -106,10 +107,7 @@ async def test_the_runs_list_stream_sends_the_list_and_its_changes(
 
     async with serving(controller) as url:
         task = asyncio.ensure_future(follow(url))
-        for _ in range(250):
-            if events:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: events, timeout_s=5, what="the list's first event", poll_s=0.02)
         assert [line["id"] for line in events[0]] == [first]
         second = await submit(controller, work_doc("two", units=2))
         await asyncio.wait_for(task, 10)
@@ -204,10 +202,7 @@ async def test_the_workers_stream_sends_the_workers_and_ends_with_the_service(
 
     async with serving(controller) as url:
         task = asyncio.ensure_future(follow(url))
-        for _ in range(250):
-            if received:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: received, timeout_s=5, what="the workers document", poll_s=0.02)
     await asyncio.wait_for(task, 10)  # the stream ended with the service
     assert received[0]["workers"] == []
 

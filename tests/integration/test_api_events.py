@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 import uvicorn
@@ -18,6 +18,7 @@ from simrun.local.machine import free_socket
 from simrun.service.api import create_app
 from simrun.service.controller import Controller
 from tests.support.service_harness import submit, work_doc
+from tests.support.wait import still_running, until
 
 pytestmark = pytest.mark.redis
 
@@ -31,9 +32,7 @@ async def serving(controller: Controller) -> AsyncIterator[str]:
     sock = free_socket()
     server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
-    while not server.started:
-        assert not task.done()
-        await asyncio.sleep(0.01)
+    await until(lambda: server.started, timeout_s=60, what="uvicorn", check=still_running(task))
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
@@ -48,11 +47,8 @@ async def _collect(client: Client, run_id: str, views: list[RunView]) -> None:
         views.append(view)  # noqa: PERF401
 
 
-async def _until(what: object, timeout_s: float = 10) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not what():  # type: ignore[operator]
-        assert asyncio.get_running_loop().time() < deadline, "not reached in time"
-        await asyncio.sleep(0.02)
+async def _until(what: Callable[[], object], timeout_s: float = 10) -> None:
+    await until(what, timeout_s=timeout_s, what="the views", poll_s=0.02)
 
 
 async def test_the_stream_sends_the_run_then_its_change_and_ends_with_it(

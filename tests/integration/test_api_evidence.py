@@ -23,6 +23,7 @@ from simrun.service.controller import Controller
 from tests.support.reports import killed as kill
 from tests.support.reports import success as report
 from tests.support.service_tasks import WORK
+from tests.support.wait import still_running, until
 
 pytestmark = pytest.mark.redis
 
@@ -99,9 +100,7 @@ async def live(controller: Controller) -> AsyncIterator[str]:
         uvicorn.Config(create_app(controller), log_config=None, access_log=False, lifespan="off")
     )
     task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        assert not task.done(), task.result()
-        await asyncio.sleep(0.02)
+    await until(lambda: server.started, timeout_s=60, what="uvicorn", check=still_running(task))
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:

@@ -31,6 +31,7 @@ from simrun.service.web import is_static
 from simrun.workflow import WorkflowError
 from tests.support import REPO
 from tests.support.service_harness import TYPES, settings
+from tests.support.wait import still_running, until
 
 pytestmark = pytest.mark.redis
 
@@ -86,9 +87,7 @@ async def _serve(controller: Controller, token: str | None) -> AsyncIterator[Liv
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        assert not task.done(), task.result()
-        await asyncio.sleep(0.02)
+    await until(lambda: server.started, timeout_s=60, what="uvicorn", check=still_running(task))
     try:
         yield Live(f"http://127.0.0.1:{port}", port)
     finally:

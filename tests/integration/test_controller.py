@@ -16,7 +16,6 @@ import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from arq.constants import in_progress_key_prefix
@@ -35,6 +34,7 @@ from simrun.workflow import WorkflowError, check_workflow, load_workflow, parse_
 from tests.support import REPO
 from tests.support.heartbeats import worker_info
 from tests.support.service_tasks import REFS
+from tests.support.wait import until
 
 pytestmark = pytest.mark.redis
 
@@ -567,27 +567,23 @@ async def test_the_idle_loop_wakes_for_a_command_and_for_a_report(
     stop = asyncio.Event()
     loop = asyncio.ensure_future(c.run_forever(stop))
     try:
-        await asyncio.sleep(0.2)  # the loop is idle now
+        # the loop is idle now: it shows no sign of it, and a sleep too short under load
+        # only lets its first step find the run (the test proves less, never fails)
+        await asyncio.sleep(0.2)
         run_id = await submit_work(c, units=1)
-
-        async def until(what: str, check: Any) -> None:
-            for _ in range(100):
-                if await check():
-                    return
-                await asyncio.sleep(0.05)
-            raise AssertionError(f"not woken within 5 s of 30: {what}")
 
         async def queued() -> bool:
             return bool(await c.queue.queued_job_ids("cpu"))
 
-        await until("the job of the run submitted", queued)
+        woken = "a wake (within 5 s of the 30 s poll) for"
+        await until(queued, timeout_s=5, what=f"{woken} the job of the run submitted")
         await report(c, run_id, 0, 1, "done")
 
         async def done() -> bool:
             counts = await c.store.counts(run_id)
             return "work" in counts and counts["work"].done == 1
 
-        await until("the unit of the report", done)
+        await until(done, timeout_s=5, what=f"{woken} the unit of the report")
     finally:
         stop.set()
         await asyncio.wait_for(loop, 10)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from simrun.queues.client import JobQueue, current_attempts, set_current_attempt
 from simrun.queues.keys import JOB_FUNCTION, Keys
 from simrun.worker.heartbeat import Heartbeat
 from tests.support.heartbeats import worker_info
+from tests.support.wait import until
 
 pytestmark = pytest.mark.redis
 
@@ -88,11 +88,8 @@ async def test_held_in_progress_names_the_jobs_an_arq_worker_took(
         await gates[taken[-1]].wait()
 
     async def until_taken(n: int) -> None:
-        for _ in range(500):
-            if len(taken) >= n:
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"the worker did not take job {n}")
+        what = f"the worker to take job {n}"
+        await until(lambda: len(taken) >= n, timeout_s=5, what=what, poll_s=0.01)
 
     assert await queue.enqueue(_spec(0))
     worker_pool = (await JobQueue.connect(redis_url, queue.keys.prefix)).pool
@@ -244,28 +241,25 @@ async def test_live_workers_come_and_go_with_their_heartbeat(
     task = asyncio.create_task(fast.run())
     other = Heartbeat(queue.redis, queue.keys, lambda: info("w2"))
     await other.beat()
-    try:
-        live = [w.id for w in await queue.live_workers()]
-        for _ in range(200):  # the first beats, however loaded the machine
-            if sorted(live) == ["w1", "w2"]:
-                break
-            await asyncio.sleep(0.05)
-            live = [w.id for w in await queue.live_workers()]
-        assert sorted(live) == ["w1", "w2"]
+
+    async def live() -> list[str]:
+        return sorted(w.id for w in await queue.live_workers())
+
+    async def both() -> bool:
+        return await live() == ["w1", "w2"]
+
+    async def only_w2() -> bool:
+        return await live() == ["w2"]
+
+    try:  # the first beats, however loaded the machine
+        await until(both, timeout_s=10, what="the first beats of w1 and w2")
         assert info("w1") in await queue.live_workers()
     finally:
         task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
     # The key expires 0.3 s after the last beat; a loaded machine may take longer to say so.
-    deadline = time.monotonic() + 10
-    live = [w.id for w in await queue.live_workers()]
-    for _ in range(200):
-        if live == ["w2"] or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.05)
-        live = [w.id for w in await queue.live_workers()]
-    assert live == ["w2"]
+    await until(only_w2, timeout_s=10, what="w1's heartbeat to expire")
     await other.clear("w2")
     assert await queue.live_workers() == []
     assert await queue.redis.zcard(queue.keys.workers) == 0

@@ -54,7 +54,7 @@ async def test_redis_started_while_waited_for_is_connected() -> None:
     client = open_redis(f"redis://127.0.0.1:{server.port}/0", RedisTimeouts())
     try:
         waiting = asyncio.create_task(wait_for_redis(client, "late", max_backoff_s=0.5))
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # under test: a second with nothing there, still waiting
         assert not waiting.done()
         await asyncio.to_thread(server.start)
         waited = await asyncio.wait_for(waiting, 10)

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 
 from simrun.worker.proctree import descendants
 from simrun.worker.sampler import GIB, MemorySampler, anon_memory_bytes
+from tests.support.wait import wait_until
 
 MIB = 2**20
 
@@ -102,10 +102,12 @@ def child() -> Iterator[Child]:
 def wait_samples(sampler: MemorySampler, more: int = 2, timeout_s: float = 10.0) -> None:
     """Wait until the sampler took ``more`` further readings (robust on a busy machine)."""
     target = sampler.samples + more
-    deadline = time.monotonic() + timeout_s
-    while sampler.samples < target:
-        assert time.monotonic() < deadline, "the sampler thread took no readings"
-        time.sleep(0.002)
+    wait_until(
+        lambda: sampler.samples >= target,
+        timeout_s=timeout_s,
+        what=f"{more} readings of the sampler thread",
+        poll_s=0.002,
+    )
 
 
 def dead_pid() -> int:
@@ -188,7 +190,8 @@ def test_sampler_keeps_the_peak_after_memory_is_freed(child: Child) -> None:
 def test_stop_returns_the_peak_and_takes_a_last_sample(child: Child) -> None:
     """stop() samples once more, so memory reached just before it counts."""
     sampler = MemorySampler(child.pid, interval_s=60).start()
-    time.sleep(0.05)  # the first sample is taken; the next would be in a minute
+    # the first sample is taken; the next would be in a minute
+    wait_until(lambda: sampler.samples, timeout_s=10, what="the first sample", poll_s=0.002)
     child.send("alloc 80")
     peak = sampler.stop()
     assert peak == sampler.peak_gb
@@ -290,7 +293,6 @@ def test_process_exiting_mid_sampling_is_survived() -> None:
     )
     sampler = MemorySampler(proc.pid, interval_s=0.002, include_children=True).start()
     proc.wait(timeout=10)
-    time.sleep(0.05)
     assert sampler._thread is not None
     sampler._thread.join(timeout=5)
     assert not sampler._thread.is_alive()
@@ -350,6 +352,6 @@ def test_started_twice_is_refused() -> None:
 def test_cpu_seconds_are_known_after_stop() -> None:
     """The sampling thread's own CPU time is available once it ended."""
     sampler = MemorySampler(os.getpid(), interval_s=0.001).start()
-    time.sleep(0.1)
+    wait_samples(sampler, 20)
     sampler.stop()
     assert 0 < sampler.cpu_s < 0.1

@@ -3,7 +3,6 @@ that restarts: what it notices, and what it writes again."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from simrun.local.redis import PrivateRedis
 from simrun.worker.link import RedisLink
 from simrun.worker.spool import ReportSpool, SpoolBounds
 from tests.integration.test_worker_spool import Sink, entry, holding
+from tests.support.wait import until
 
 pytestmark = pytest.mark.redis
 
@@ -78,10 +78,9 @@ async def test_a_report_kept_while_redis_was_coming_back_is_delivered_at_once(
 
         link.on_back = a_job_ends_meanwhile
         assert await link.wait_up(10)
-        for _ in range(100):
-            if len(sink.written) == 3:
-                break
-            await asyncio.sleep(0.01)
+        await until(
+            lambda: len(sink.written) == 3, timeout_s=5, what="3 reports written", poll_s=0.01
+        )
         assert [e.job_id for e in sink.written] == [entry(n).job_id for n in range(3)]
         assert len(link.spool) == 0
         await link.report(entry(3), holding(3))

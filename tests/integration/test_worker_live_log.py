@@ -9,6 +9,11 @@ from pathlib import Path
 
 from simrun.core.unitlogs import attempt_paths
 from simrun.worker.pool.output import CappedLog, UnitLogSink, unit_end_marker
+from tests.support.wait import until
+
+
+def _read(path: Path) -> bytes | None:
+    return path.read_bytes() if path.exists() else None
 
 
 async def test_the_open_units_log_grows_as_it_prints_and_ends_whole(tmp_path: Path) -> None:
@@ -34,14 +39,11 @@ async def test_the_open_units_log_grows_as_it_prints_and_ends_whole(tmp_path: Pa
         reader = asyncio.StreamReader()
         copying = asyncio.create_task(log.copy(reader))
         reader.feed_data(b"four starts\n")
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if path4.exists() and path4.read_bytes() == b"four starts\n":
-                break
-        assert path4.read_bytes() == b"four starts\n"
+        await until(lambda: _read(path4) == b"four starts\n", timeout_s=5, what="unit 4's log")
         live = path4.read_bytes()
         reader.feed_data(b"x" * 200 + b" four ends\n" + unit_end_marker(4) + b"five\n")
-        await asyncio.sleep(0.1)
+        path5 = attempt_paths(logs, 5, 1)[1]
+        await until(lambda: _read(path5) == b"five\n", timeout_s=5, what="unit 5's log")
         final = path4.read_bytes()
         assert final.startswith(live)
         assert b"dropped" in final

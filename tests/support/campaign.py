@@ -12,8 +12,8 @@ A `Campaign` owns, under one directory:
   computed it (tests/support/campaign_tasks.py);
 - read-only readings of the store's SQLite file (``simrun.db``) and the units' outputs.
 
-Waits poll a condition until a deadline (no sleep that guesses), and fail at once, with
-the tail of its log, when a process the campaign expects to be running has ended.
+Waits poll a condition (`tests.support.wait`, no sleep that guesses), and fail at once,
+with the tail of its log, when a process the campaign expects to be running has ended.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from simrun.worker.container import WorkerFlags, worker_argv
 from tests.support import REPO
 from tests.support.campaign_tasks import COMPLETIONS, MERGED, REFS
 from tests.support.redis_server import key_prefix
+from tests.support.wait import WaitTimeout, wait_until
 
 #: The task of every campaign workflow.
 TASK = "work"
@@ -51,29 +52,10 @@ TASK = "work"
 #: machine does not make it look dead.
 HEARTBEAT_S = 0.25
 HEARTBEAT_TTL_S = 2.0
-#: How often waits look again (s).
-POLL_S = 0.05
 
 
 class CampaignError(AssertionError):
-    """A process of the campaign ended when it should not have, or a wait timed out."""
-
-
-def wait_until(
-    what: str, condition: Callable[[], Any], timeout_s: float, check: Callable[[], None]
-) -> Any:
-    """Poll ``condition`` until it returns something true (returned); ``check`` runs
-    between polls and raises when waiting is pointless. `CampaignError` naming ``what``
-    after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = condition()
-        if result:
-            return result
-        check()
-        if time.monotonic() > deadline:
-            raise CampaignError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(POLL_S)
+    """A process of the campaign ended when it should not have."""
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -164,9 +146,9 @@ class Campaign:
             self.service_expected = True
             answers = self._healthy if healthy else self.health
             try:
-                wait_until("the service to answer /health", answers, timeout_s, self.check)
+                self.wait("the service to answer /health", answers, timeout_s)
                 return
-            except CampaignError:
+            except (CampaignError, WaitTimeout):
                 with log.open("rb") as f:
                     f.seek(start)
                     if b"address already in use" not in f.read():
@@ -253,7 +235,7 @@ class Campaign:
             except (httpx.HTTPError, KeyError, ValueError):
                 return False
 
-        wait_until(f"{count} live workers", enough, timeout_s, self.check)
+        self.wait(f"{count} live workers", enough, timeout_s)
 
     def signal_worker(self, worker_id: str, sig: signal.Signals) -> float:
         """Send ``sig`` to a worker: SIGKILL, SIGSTOP and SIGCONT to its whole process
@@ -285,7 +267,8 @@ class Campaign:
             )
 
     def wait(self, what: str, condition: Callable[[], Any], timeout_s: float = 30.0) -> Any:
-        return wait_until(what, condition, timeout_s, self.check)
+        """The first true value of ``condition``; fails at once when a process ended."""
+        return wait_until(condition, timeout_s=timeout_s, what=what, check=self.check)
 
     def close(self) -> None:
         """Stop everything (SIGCONT first, so that a stopped worker can be terminated)."""

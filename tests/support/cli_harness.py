@@ -4,20 +4,22 @@ readings of what the units did."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 from tests.support import REPO
+from tests.support.wait import WaitTimeout, wait_until
 
 #: The service's test task type (tests.support.service_tasks), loaded with --plugins.
 WORK = "tests.support.service_tasks:WORK"
@@ -136,6 +138,16 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
+def wait_for_the_guard(store: Path, timeout_s: float = 30) -> None:
+    """Return once no worker of a killed `simrun run` on ``store`` is left (its guard ends
+    them, `simrun.local.guard`)."""
+    wait_until(
+        lambda: not processes_mentioning(str(store)),
+        timeout_s=timeout_s,
+        what=f"the guard to end the workers on {store}",
+    )
+
+
 class Output:
     """The stdout of a running process, read by a thread as it comes (to its end)."""
 
@@ -153,11 +165,12 @@ class Output:
     def wait_for(self, done: Callable[[str], bool], timeout_s: float = 60) -> None:
         """Return once ``done(what it wrote so far)`` is true, the output ended, or
         ``timeout_s`` passed (the test's assertions then say what was missing)."""
-        deadline = time.monotonic() + timeout_s
-        while not done("".join(self._lines)) and self._thread.is_alive():
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.05)
+        with contextlib.suppress(WaitTimeout):
+            wait_until(
+                lambda: done("".join(self._lines)) or not self._thread.is_alive(),
+                timeout_s=timeout_s,
+                what="the output",
+            )
 
     def text(self, timeout_s: float = 30) -> str:
         """All it wrote, once its stdout ended (at most ``timeout_s`` from now)."""
@@ -165,21 +178,56 @@ class Output:
         return "".join(self._lines)
 
 
+def ended(*procs: subprocess.Popen[Any]) -> Callable[[], None]:
+    """The ``check`` of a wait on ``procs``: fails with what one printed (or its exit code)
+    once it ended."""
+
+    def check() -> None:
+        for proc in procs:
+            assert proc.poll() is None, proc.communicate()[0] or f"exit code {proc.returncode}"
+
+    return check
+
+
+def health(url: str) -> dict[str, Any] | None:
+    """What the service at ``url`` answers on /health (None while it does not answer)."""
+    try:
+        answer = httpx.get(f"{url}/health", timeout=1)
+    except httpx.HTTPError:
+        return None
+    return dict(answer.json()) if answer.status_code == 200 else None
+
+
+def wait_for_service(url: str, proc: subprocess.Popen[str], timeout_s: float = 30) -> Any:
+    """What /health answers once the service at ``url`` answers it; fails at once, with
+    what it printed, when ``proc`` (the service) ended."""
+    what = f"the service at {url} to answer /health"
+    return wait_until(lambda: health(url), timeout_s=timeout_s, what=what, check=ended(proc))
+
+
 def wait_for_workers(
-    url: str, procs: list[subprocess.Popen[str]], workers: int = 1, timeout_s: float = 60
+    url: str,
+    procs: list[subprocess.Popen[str]],
+    workers: int = 1,
+    timeout_s: float = 60,
+    check: Callable[[], None] | None = None,
 ) -> None:
     """Until the service at ``url`` answers /health with ``workers`` live workers; fails at
-    once when one of ``procs`` (the service, the workers) ended, with what it printed."""
-    import httpx
+    once when one of ``procs`` (the service, the workers) ended, with what it printed (or
+    as ``check`` says)."""
 
-    deadline = time.monotonic() + timeout_s
-    while True:
-        for proc in procs:
-            assert proc.poll() is None, proc.communicate()[0]
-        try:
-            if httpx.get(f"{url}/health", timeout=1).json().get("workers") == workers:
-                return
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "the service or the worker did not start"
-        time.sleep(0.1)
+    def live() -> bool:
+        return (health(url) or {}).get("workers") == workers
+
+    what = f"the service and its {workers} worker(s) to start"
+    wait_until(live, timeout_s=timeout_s, what=what, check=check or ended(*procs), poll_s=0.1)
+
+
+def wait_for_a_done_unit(proc: subprocess.Popen[str], store: Path, timeout_s: float = 60) -> None:
+    """Return once a unit of a run in ``store`` is done; ``proc`` must run meanwhile."""
+    wait_until(
+        lambda: list(store.glob("runs/*/work/out/unit-*.json")),
+        timeout_s=timeout_s,
+        what=f"a done unit in {store}",
+        check=ended(proc),
+    )

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
-import time
+import contextlib
 from pathlib import Path
+
+from tests.support.wait import WaitTimeout, wait_until
 
 
 def alive(pid: int) -> bool:
@@ -18,7 +20,6 @@ def alive(pid: int) -> bool:
 
 def wait_dead(pid: int, timeout_s: float = 10.0) -> bool:
     """Whether ``pid`` is gone within ``timeout_s`` (a SIGKILLed process takes a moment)."""
-    deadline = time.monotonic() + timeout_s
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    with contextlib.suppress(WaitTimeout):  # the caller says what outlived its time
+        wait_until(lambda: not alive(pid), timeout_s=timeout_s, what=f"{pid} gone", poll_s=0.02)
     return not alive(pid)

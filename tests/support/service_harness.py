@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,7 +22,7 @@ from simrun.runstore.rows import RunRow
 from simrun.service.controller import Controller, ControllerSettings
 from simrun.worker.container import WorkerFlags, worker_argv
 from simrun.workflow import check_workflow, parse_workflow
-from tests.support import REPO
+from tests.support import REPO, wait
 from tests.support.harness import spawn
 from tests.support.service_tasks import REFS
 
@@ -79,23 +78,21 @@ class Service:
 
     async def wait(self, run_id: str, timeout_s: float = 60.0) -> RunRow:
         """The run once it ended (the controller's loop must not fail meanwhile)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self.check()
-            try:
+
+        async def ended() -> RunRow | None:
+            with contextlib.suppress(TimeoutError):
                 return await self.controller.wait(run_id, 0.5)
-            except TimeoutError:
-                if time.monotonic() > deadline:
-                    raise
+            return None
+
+        run: RunRow = await wait.until(
+            ended, timeout_s=timeout_s, what=f"run {run_id} to end", check=self.check, poll_s=0
+        )
+        return run
 
     async def until(self, what: Callable[[], Any], timeout_s: float = 30.0) -> None:
         """Wait until the coroutine function ``what`` returns something true."""
-        deadline = time.monotonic() + timeout_s
-        while not await what():
-            self.check()
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"condition not met within {timeout_s} s")
-            await asyncio.sleep(0.05)
+        name = getattr(what, "__name__", "the condition")
+        await wait.until(what, timeout_s=timeout_s, what=name, check=self.check)
 
     async def close(self) -> None:
         self.stop.set()

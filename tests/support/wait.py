@@ -42,6 +42,16 @@ def wait_until(
         time.sleep(poll_s)
 
 
+def still_running(task: asyncio.Future[Any]) -> Callable[[], None]:
+    """The ``check`` of a wait on what a background ``task`` does: raises its error, or
+    says it ended."""
+
+    def check() -> None:
+        assert not task.done(), task.result()
+
+    return check
+
+
 async def until(
     condition: Callable[[], Awaitable[T]] | Callable[[], T],
     *,

@@ -1,13 +1,17 @@
-"""Rough edges of issue 14 through the real ``simrun`` command: a misspelled setting, a
-bad command template, and a dry run on a pool that cannot run a task."""
+"""What ``simrun validate`` and ``simrun run --dry-run`` say of a workflow before anything
+runs, through the real command: a misspelled setting or field, a bad command template, a
+``--set``, a pool that cannot run a task, and the count of tasks."""
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
+from tests.support import REPO
 from tests.support.cli_harness import WORK, clean_env, simrun
 
 pytestmark = pytest.mark.e2e
@@ -114,3 +118,31 @@ def test_set_changes_a_setting_typed_and_checked_like_the_file(tmp_path: Path) -
     ok = simrun("validate", str(mc), "--set", "sweep.precision=high", cwd=tmp_path, env=env)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert '"precision": "high"' in ok.stdout
+
+
+def test_a_misspelled_top_level_field_says_did_you_mean(tmp_path: Path) -> None:
+    """`task:` at the top of a workflow is refused with "did you mean 'tasks'?" (and a
+    task's `typ:` with 'type'), naming the line; exit 2."""
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("task:\n  - name: work\n    typ: svc-work\n")
+    result = simrun("validate", str(wf), cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "line 1: task: unknown field (did you mean 'tasks'?)" in result.stderr
+    wf.write_text("tasks:\n  - name: work\n    typ: svc-work\n")
+    result = simrun("validate", str(wf), cwd=tmp_path)
+    assert "line 3: task 'work', typ: unknown field (did you mean 'type'?)" in result.stderr
+
+
+def test_validate_counts_its_tasks_in_words(tmp_path: Path) -> None:
+    """`simrun validate` says "1 task" for one task and "2 tasks" for two (it said
+    "1 tasks")."""
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    demo = yaml.safe_load((tmp_path / "examples" / "heat.yaml").read_text())
+    demo["tasks"] = demo["tasks"][:1]
+    (tmp_path / "examples" / "one.yaml").write_text(yaml.safe_dump(demo))
+    one = simrun("validate", "examples/one.yaml", cwd=tmp_path)
+    assert one.returncode == 0, one.stderr
+    assert ", 1 task\n" in one.stdout
+    two = simrun("validate", "examples/heat.yaml", cwd=tmp_path)
+    assert two.returncode == 0, two.stderr
+    assert ", 2 tasks\n" in two.stdout
