@@ -288,7 +288,9 @@ def test_thawed_worker_does_not_let_the_merge_race_the_current_attempt(
     campaign.start_worker("hung", processes=1)
     campaign.start_service()
     campaign.wait_workers(1)
-    run_id = campaign.submit(fault_doc(1, seconds=6.0))
+    # Long enough that the unit is still running once a second worker has joined on a
+    # loaded machine (CI once took more than 6 s to see it).
+    run_id = campaign.submit(fault_doc(1, seconds=15.0))
     campaign.wait(
         "the worker to be in the middle of the unit",
         lambda: campaign.unfinished_on("hung", run_id) == {0},
