@@ -235,6 +235,10 @@ MIGRATIONS: tuple[db.Migration, ...] = (
             "ALTER TABLE tasks ADD COLUMN scratch_peak_gb REAL",
         ),
     ),
+    db.Migration(
+        "the dispatch phase of a task: '' (its units go out as usual) or 'probing'",
+        ("ALTER TABLE tasks ADD COLUMN phase TEXT NOT NULL DEFAULT ''",),
+    ),
 )
 
 #: Most host parameters in one statement, well below SQLite's limit.
