@@ -1,20 +1,15 @@
 """The state machines of runs, tasks and units, as plain functions without I/O.
 
-`simrun.runstore` stores these states and `simrun.service.controller` drives them; both
-decide with the functions here, so the rules are tested on tables of cases alone.
-
-Units: ``pending`` (waiting to be dispatched) → ``queued`` (in a job on Redis) →
-``running`` (a worker said it holds the job) → ``done`` | ``failed``. A unit that was killed
-for memory, raised an error (below the retry limit), was not run or was refused goes back to
-``pending`` and is dispatched again with a higher attempt. A task's units are its chunk
-units (index 0…n-1) or the one ``command`` unit of an unsplit task, plus one ``merge`` unit
-(index `MERGE_INDEX`) once every chunk unit is done when its type has a merge.
+Units: ``pending`` → ``queued`` (in a job on Redis) → ``running`` → ``done`` | ``failed``; a
+unit killed, failed below its retry limit, not run or refused goes back to ``pending``.
+A task has chunk units (0…n-1) or one ``command`` unit, plus a ``merge`` unit at the end.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Literal, get_args
 
 RunState = Literal["running", "succeeded", "failed", "cancelled"]
@@ -28,9 +23,6 @@ RUN_STATES: tuple[str, ...] = get_args(RunState)
 TASK_STATES: tuple[str, ...] = get_args(TaskState)
 UNIT_STATES: tuple[str, ...] = get_args(UnitState)
 UNIT_KINDS: tuple[str, ...] = get_args(UnitKind)
-
-# The named sets of states; tests/unit/test_core_states.py checks that they agree with the
-# state machines below. In SQL they are spelled by `simrun.runstore.schema.sql_list`.
 
 #: Runs that have ended: they dispatch nothing more (a replay makes a failed run run again).
 ENDED_RUN_STATES: frozenset[RunState] = frozenset({"succeeded", "failed", "cancelled"})
@@ -49,6 +41,19 @@ FINISHED_UNIT_STATES: frozenset[UnitState] = frozenset({"done", "failed"})
 #: The index of the merge unit of a task, and of the command unit of an unsplit task.
 MERGE_INDEX = -1
 COMMAND_INDEX = 0
+
+#: The state a run is shown in while it is `running` in the store and nothing goes on with
+#: it: its `simrun run` is gone (Ctrl-C, killed), or the session that runs now holds it.
+INTERRUPTED = "interrupted"
+
+
+class TaskPhase(StrEnum):
+    """How a started task's chunk units go out: as usual, or a probe of a few first while
+    the rest waits for their reports (`simrun.core.sizing.probe_units`)."""
+
+    USUAL = ""
+    PROBING = "probing"
+
 
 #: Task states in which the task still makes progress by itself.
 _PROGRESSING: frozenset[TaskState] = frozenset({"ready", *ACTIVE_TASK_STATES})
@@ -228,69 +233,73 @@ def unit_after_outcome(
     """The unit after a worker reported ``outcome`` for it at ``attempt``; None to ignore.
 
     * A unit already ``done`` ignores everything.
-    * ``done`` is accepted from any attempt (outputs depend on settings and index only, so
-      an older attempt's result is as good as the newest), except while another attempt of
-      the unit is queued or running: that one would write the outputs again while the merge
-      or a downstream task reads them, so its own report decides.
-    * Any other outcome counts only for the unit's current attempt while it is queued or
-      running; ``stale`` is always ignored.
-    * ``killed`` (for memory): back to pending, or failed past ``limits.max_kills``, or at
-      once when the task's ``rule`` does not retry "memory".
-    * ``failed`` and ``timeout``: back to pending, or failed past the task's ``retries``
-      (``limits.max_retries`` without), or at once when its ``retry_on`` does not name the
-      outcome ("timeout"; "error" or one of ``exceptions``, the types the worker process
-      reported for the error, `exception_names`; without them, the type read from the
-      traceback's last line); back to pending waits the rule's delay (``not_before_s``).
+    * ``done`` is accepted from any attempt (outputs depend on settings and index only),
+      except while another attempt of the unit is queued or running: its report decides.
+    * Any other outcome counts only for the current attempt while it is queued or running;
+      ``stale`` is always ignored.
+    * ``killed`` (for memory): back to pending, or failed past ``limits.max_kills`` or when
+      the task's ``rule`` does not retry "memory".
+    * ``failed`` and ``timeout``: back to pending after the rule's delay, or failed past the
+      task's ``retries`` or when its ``retry_on`` names neither the outcome nor one of
+      ``exceptions`` (without them, the type read from the traceback's last line).
     * ``not_run`` and ``refused``: back to pending without counting against the unit.
 
-    ``started_s`` (when the worker started the job) fills the start time of a unit that
-    has none yet.
+    ``started_s`` fills the start time of a unit that has none yet.
     """
-    rule = rule or RetryRule()
     if unit.state == "done":
         return None
     start = unit.started_s if unit.started_s is not None else started_s
-    in_flight_elsewhere = unit.state in ACTIVE_UNIT_STATES and attempt != unit.attempt
-    if outcome == "done" and not in_flight_elsewhere:
+    in_flight = unit.state in ACTIVE_UNIT_STATES
+    if outcome == "done" and not (in_flight and attempt != unit.attempt):
         return replace(
             unit, state="done", worker=worker, error=None, started_s=start, finished_s=now_s
         )
-    if (
-        outcome in ("done", "stale")
-        or attempt != unit.attempt
-        or unit.state not in ACTIVE_UNIT_STATES
-    ):
+    if outcome in ("done", "stale") or attempt != unit.attempt or not in_flight:
         return None
     back = replace(
         unit, state="pending", worker=worker, started_s=start, finished_s=now_s, not_before_s=None
     )
+    rule = rule or RetryRule()
     if outcome == "killed":
-        kills = unit.kills + 1
-        message = f"killed for memory at its limit of {limit_gb:g} GiB per process"
-        if not rule.retries_on("memory"):
-            message = f"{message}; not retried: the task's retry_on does not name 'memory'"
-            return replace(back, state="failed", kills=kills, error=message)
-        if kills > limits.max_kills:
-            message = f"{message}; killed {kills} times, more than the {limits.max_kills} allowed"
-            return replace(back, state="failed", kills=kills, error=message)
-        return replace(back, kills=kills, error=message)
+        return _after_kill(back, limit_gb, limits, rule)
     if outcome in ("failed", "timeout"):
-        errors = unit.errors + 1
-        text = error or ("timed out" if outcome == "timeout" else "failed without a message")
-        kind = "timeout" if outcome == "timeout" else "error"
-        allowed = limits.max_retries if rule.retries is None else rule.retries
         raised = tuple(exceptions) if exceptions else _named(exception_type(error))
-        if errors > allowed or not rule.retries_on(kind, raised):
-            return replace(back, state="failed", errors=errors, error=text)
-        delay = rule.delay_s(errors)
-        return replace(
-            back, errors=errors, error=text, not_before_s=now_s + delay if delay else None
-        )
+        return _after_error(back, outcome == "timeout", error, limits, rule, raised, now_s)
     if outcome == "not_run":
         return back
     if outcome == "refused":
         return replace(back, error=error or "refused by the worker")
     raise ValueError(f"unknown outcome {outcome!r} for unit {unit.key} of {unit.task!r}")
+
+
+def _after_kill(back: UnitRow, limit_gb: float, limits: Limits, rule: RetryRule) -> UnitRow:
+    kills = back.kills + 1
+    message = f"killed for memory at its limit of {limit_gb:g} GiB per process"
+    if not rule.retries_on("memory"):
+        message = f"{message}; not retried: the task's retry_on does not name 'memory'"
+    elif kills > limits.max_kills:
+        message = f"{message}; killed {kills} times, more than the {limits.max_kills} allowed"
+    else:
+        return replace(back, kills=kills, error=message)
+    return replace(back, state="failed", kills=kills, error=message)
+
+
+def _after_error(
+    back: UnitRow,
+    timeout: bool,
+    error: str | None,
+    limits: Limits,
+    rule: RetryRule,
+    raised: tuple[str, ...],
+    now_s: float,
+) -> UnitRow:
+    errors = back.errors + 1
+    text = error or ("timed out" if timeout else "failed without a message")
+    allowed = limits.max_retries if rule.retries is None else rule.retries
+    if errors > allowed or not rule.retries_on("timeout" if timeout else "error", raised):
+        return replace(back, state="failed", errors=errors, error=text)
+    delay = rule.delay_s(errors)
+    return replace(back, errors=errors, error=text, not_before_s=now_s + delay if delay else None)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simrun.core.reports import ReportEntry
-from simrun.core.states import RunState, TaskCounts, TaskState, UnitKind, UnitRow
+from simrun.core.states import RunState, TaskCounts, TaskPhase, TaskState, UnitKind, UnitRow
 from simrun.runstore.schema import JOB_COLUMNS, RUN_COLUMNS, TASK_COLUMNS
 
 
@@ -127,6 +127,7 @@ class TaskRow(NewTask):
     staged_bytes: int = 0
     staged_s: float = 0.0
     scratch_peak_gb: float | None = None
+    phase: TaskPhase = TaskPhase.USUAL
 
 
 @dataclass(frozen=True)
@@ -286,6 +287,7 @@ def task_of(row: Sequence[Any]) -> TaskRow:
         values[name] = loads(values[name])
     values["depends"] = tuple(json.loads(values["depends"]))
     values["staged"] = tuple(loads(values["staged"]) or ())
+    values["phase"] = TaskPhase(values["phase"])
     values["splittable"], values["has_merge"], values["reuse"] = (
         bool(values["splittable"]),
         bool(values["has_merge"]),

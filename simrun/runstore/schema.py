@@ -254,7 +254,7 @@ TASK_COLUMNS = (
     " started_s, finished_s, kills, requested_gb, peak_memory_gb, frontier, spans_done, retry,"
     " fingerprint, reuse, reused_from, unit_fingerprint, units_reused, units_reused_from,"
     " peak_gpu_memory_gb,"
-    " staged, staged_bytes, staged_s, scratch_peak_gb"
+    " staged, staged_bytes, staged_s, scratch_peak_gb, phase"
 )
 RUN_COLUMNS = "id, name, model, state, message, document, created_s, updated_s, finished_s, image"
 JOB_COLUMNS = (

@@ -22,6 +22,7 @@ from simrun.core.states import (
     NOT_STARTED_TASK_STATES,
     Limits,
     RunState,
+    TaskPhase,
     TaskState,
     UnitRow,
 )
@@ -194,6 +195,7 @@ class RunStore(RunReads):
         resources: Mapping[str, Any] | None = None,
         now_s: float | None = None,
         conn: aiosqlite.Connection | None = None,
+        phase: TaskPhase | None = None,
     ) -> None:
         """Update the given fields of a task. With ``state`` a ``now_s`` is needed: it sets
         the finish time of a done, failed or cancelled task."""
@@ -205,7 +207,8 @@ class RunStore(RunReads):
             final = state in FINISHED_TASK_STATES
             sets += ["state = ?", "finished_s = ?"]
             params += [state, now_s if final else None]
-        for column, value in (("status", status), ("queue", queue), ("resource_key", resource_key)):
+        columns = (("status", status), ("queue", queue), ("resource_key", resource_key))
+        for column, value in (*columns, ("phase", phase)):
             if value is not None:
                 sets.append(f"{column} = ?")
                 params.append(value)
@@ -274,7 +277,7 @@ class RunStore(RunReads):
                 # Fresh units have no row: the frontier (0) says they are all pending.
                 await c.execute(
                     "UPDATE tasks SET state = 'running', units = ?, started_s = ?, status = '',"
-                    " frontier = 0, spans_done = 0 WHERE run_id = ? AND name = ?",
+                    " phase = '', frontier = 0, spans_done = 0 WHERE run_id = ? AND name = ?",
                     (units, now_s, run_id, task),
                 )
                 if reused:
@@ -288,8 +291,8 @@ class RunStore(RunReads):
                 (run_id, task, COMMAND_INDEX),
             )
             await c.execute(
-                "UPDATE tasks SET state = 'running', units = ?, started_s = ?, status = ''"
-                " WHERE run_id = ? AND name = ?",
+                "UPDATE tasks SET state = 'running', units = ?, started_s = ?, status = '',"
+                " phase = '' WHERE run_id = ? AND name = ?",
                 (units, now_s, run_id, task),
             )
 
@@ -596,7 +599,7 @@ class RunStore(RunReads):
                 "UPDATE tasks SET state = CASE WHEN EXISTS (SELECT 1 FROM units WHERE"
                 " run_id = tasks.run_id AND task = tasks.name AND kind = 'merge' AND"
                 " state = 'pending') THEN 'merging' ELSE 'running' END,"
-                " status = '', finished_s = NULL,"
+                " status = '', phase = '', finished_s = NULL,"
                 " memory_override_gb = coalesce(?, memory_override_gb)"
                 " WHERE run_id = ? AND name = ?",
                 [(memory_gb, run_id, t) for t in tasks],
@@ -656,7 +659,7 @@ class RunStore(RunReads):
             await c.executemany("DELETE FROM units WHERE run_id = ? AND task = ?", params)
             await c.executemany("DELETE FROM spans WHERE run_id = ? AND task = ?", params)
             await c.executemany(
-                "UPDATE tasks SET state = 'waiting', status = '', units = NULL,"
+                "UPDATE tasks SET state = 'waiting', status = '', phase = '', units = NULL,"
                 " started_s = NULL, finished_s = NULL, frontier = 0, spans_done = 0,"
                 # Run again means run: no reuse of earlier work, whole or per unit.
                 " reuse = 0, reused_from = NULL, units_reused = 0, units_reused_from = NULL"

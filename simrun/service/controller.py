@@ -51,13 +51,13 @@ from simrun.core.outage import RECONNECT_MAX_S, LinkState, backoff_s
 from simrun.plugins import TaskType
 from simrun.queues.client import JobQueue, forget_attempts, set_current_attempts
 from simrun.queues.connect import cancel_and_wait, wait_for_redis
-from simrun.resources import ResolvedResources, ResourceStore
+from simrun.resources import ResourceStore
 from simrun.runstore.rows import RunRow, UnknownRunError
 from simrun.runstore.store import RunStore
 from simrun.service import decisions
 from simrun.service.advance import Advance, RunsToAdvance
 from simrun.service.changes import Changes
-from simrun.service.dispatch import Dispatcher
+from simrun.service.dispatch import Dispatcher, ResolveCache
 from simrun.service.forget import EndedRuns
 from simrun.service.ingest import Ingest, is_oom
 from simrun.service.liveness import Liveness
@@ -109,8 +109,7 @@ class Controller:
         self._server_checked = -float("inf")
         self._grace_s = decisions.reconnect_grace_s(settings.heartbeat_ttl_s, RECONNECT_MAX_S)
         self._marks = RunsToAdvance()  # runs whose tasks may move
-        #: Resolved resources by (key, type, override), dropped for a key that learned.
-        resolved: dict[tuple[str, str, str, int | None], ResolvedResources] = {}
+        resolved = ResolveCache()  # emptied of a key by the ingest when it learns
         self._ended = EndedRuns(clock)  # runs whose attempts hashes may go
         #: Raised attempts of cancelled runs not written yet (Redis was away at the cancel).
         self._owed_attempts: dict[str, dict[str, dict[int | str, int]]] = {}

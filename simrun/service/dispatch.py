@@ -1,19 +1,7 @@
-"""Sending pending units out: resolve a task's resources, check that some live worker can
-run them, size the chunks, store the jobs, write the current attempts, enqueue.
-
-The rules are `simrun.core.sizing` and `simrun.service.decisions`; the jobs come from
-`simrun.service.packing.build_jobs`.
-
-A task whose key has no history (its memory is the hint's or the default) probes first
-when `sizing.probe_units` says it is worth it: only the probe's units go out, one per job,
-and its status says so (`sizing.probe_status`). The rest is held while a probe job is in
-flight; the probe's reports (successes or kills) give the key observations, the ingest
-drops the key from the resolve cache, and once every probe unit reported the next dispatch
-sends the rest with the learned request. Nothing of the probe is kept in memory:
-the status, the jobs in flight and the key's observations are all in SQLite, so a service
-restarted meanwhile goes on as it would have. A probe that ended without an observation
-(its units never measured anything) lets the rest go out with the hint; a probe sent back
-(its worker died) is probed again.
+"""Sending pending units out: pure functions decide what to send (`probe_now`,
+`chunk_limit`, `cut_chunks`, `fresh_chunks`, `plan_dispatch`); `Dispatcher` reads the
+stores, follows the plan (store the jobs, write the current attempts, enqueue) and keeps a
+`ResolveCache`.
 """
 
 from __future__ import annotations
@@ -23,14 +11,14 @@ import itertools
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from simrun.core import sizing
 from simrun.core.clock import SYSTEM_CLOCK, Clock
 from simrun.core.reports import WorkerInfo
-from simrun.core.states import ACTIVE_TASK_STATES, TaskState, UnitKind, UnitRow
+from simrun.core.states import ACTIVE_TASK_STATES, TaskPhase, TaskState, UnitKind, UnitRow
 from simrun.plugins import TaskType
 from simrun.queues.client import JobQueue, set_current_attempts
 from simrun.resources import ResolvedResources, ResourceKey, ResourceStore, resource_key
@@ -45,11 +33,12 @@ log = logging.getLogger(__name__)
 #: How many input sizes and resolved resources the dispatcher keeps before starting afresh.
 _KEEP_SIZES = 10_000
 
+Chunk = Sequence[UnitRow] | range
+
 
 def input_bytes(paths: Iterable[Path]) -> int | None:
-    """The size of a task's inputs: the bytes of the files under ``paths`` (symbolic links
-    not followed), None when the task has no input or one is missing (the learner then
-    fits memory without sizes)."""
+    """The bytes of the files under ``paths`` (links not followed); None when there is no
+    path or one is missing (the learner then fits memory without sizes)."""
     total = 0
     seen = False
     for path in paths:
@@ -68,9 +57,158 @@ def input_bytes(paths: Iterable[Path]) -> int | None:
 
 
 def unlearned(resolved: ResolvedResources) -> bool:
-    """Whether resolved resources come from no observation of their key: the hint's or the
-    default (an override or anything learned, a kill included, is not)."""
+    """Whether resolved resources come from no observation of their key (hint or default)."""
     return resolved.samples == 0 and resolved.source in ("plugin hint", "default")
+
+
+@dataclass(frozen=True)
+class ResolveKey:
+    """What resolved resources depend on: the resource key, the type, the task's override
+    and its input size."""
+
+    key: str
+    type: str
+    override: str
+    size: int | None
+
+
+class ResolveCache:
+    """Resolved resources by `ResolveKey`; a key that records new observations is
+    forgotten (`forget`), and the whole cache is dropped past ``keep`` entries."""
+
+    def __init__(self, keep: int = _KEEP_SIZES) -> None:
+        self.keep = keep
+        self._found: dict[ResolveKey, ResolvedResources] = {}
+
+    async def get(
+        self, key: ResolveKey, resolve: Callable[[], Awaitable[ResolvedResources]]
+    ) -> ResolvedResources:
+        found = self._found.get(key)
+        if found is None:
+            if len(self._found) >= self.keep:
+                self._found.clear()
+            found = self._found[key] = await resolve()
+        return found
+
+    def forget(self, learned: Iterable[str]) -> None:
+        """Drop what was resolved for the resource keys (texts) ``learned``."""
+        keys = set(learned)
+        for cached in [k for k in self._found if k.key in keys]:
+            del self._found[cached]
+
+    def __len__(self) -> int:
+        return len(self._found)
+
+
+def probe_now(
+    enabled: bool,
+    task: TaskRow,
+    todo: int,
+    processes: int,
+    resolved: ResolvedResources,
+    probe_out: bool,
+) -> int:
+    """What the chunk units of ``task`` do now: -1 wait (its probe is out), 0 go out as
+    usual, n > 0 go out as a probe of n units.
+
+    Only the task's phase and its jobs in flight (``probe_out``) are read, so a restart
+    neither loses nor repeats a probe. The rest waits for every probe unit's report, so it
+    is sized from all their peaks. A probe smaller than the live processes allow is topped
+    up while the key has learned nothing; a probe sent back is sent again."""
+    if not enabled:
+        return 0
+    total = task.units or 0
+    wanted = sizing.probe_units(total, processes, resolved.seconds_per_unit)
+    sent = total - todo
+    fresh = unlearned(resolved)
+    if task.phase is TaskPhase.PROBING and probe_out:
+        return wanted - sent if fresh and wanted > sent else -1
+    return wanted if fresh and sent <= 0 else 0
+
+
+def chunk_limit(
+    settings: ControllerSettings,
+    resolved: ResolvedResources,
+    todo: int,
+    processes: int,
+    room: int,
+    probe: int,
+) -> tuple[int, int]:
+    """The units per job and the units to send now: one per job for a probe (each process
+    reports alone), else `sizing.chunk_size` within the window's ``room``."""
+    if probe:
+        return 1, probe
+    size = sizing.chunk_size(
+        resolved.seconds_per_unit,
+        todo,
+        processes,
+        target_s=settings.target_job_s,
+        max_chunk=settings.max_chunk,
+    )
+    return size, min(room * size, max(size, settings.dispatch_units))
+
+
+def cut_chunks(
+    units: Sequence[UnitRow], memory_gb: float, size: int, room: int, todo: int, processes: int
+) -> list[Chunk]:
+    """At most ``room`` jobs of the ``units`` sent back, grouped by the memory they need."""
+    groups = memory_groups(units, memory_gb)
+    cut = (c for g in groups for c in sizing.split(g, size, pending=todo, processes=processes))
+    return list(itertools.islice(cut, room))
+
+
+def fresh_chunks(fresh: range, take: int, size: int, room: int, processes: int) -> list[range]:
+    """At most ``room`` jobs of the first ``take`` of the ``fresh`` units (never dispatched,
+    the task's last ones: the tail tapers)."""
+    return sizing.split_range(fresh[:take], size, pending=len(fresh), processes=processes)[:room]
+
+
+@dataclass(frozen=True)
+class DispatchPlan:
+    """What one dispatch writes of its task: ``blocked`` (no worker fits its jobs: the
+    problem, nothing sent), else its jobs go out with ``state``, ``status`` and ``phase``
+    (None: unchanged)."""
+
+    blocked: str | None = None
+    state: TaskState | None = None
+    status: str | None = None
+    phase: TaskPhase | None = None
+
+
+def plan_dispatch(
+    task: TaskRow, problem: str | None, merge: bool, probe: int, todo: int, sending: int
+) -> DispatchPlan | None:
+    """The plan of a dispatch of ``task`` whose jobs (``sending`` units, of ``todo``
+    pending chunk units) fit no worker when ``problem``; None: nothing to write."""
+    if problem is not None:
+        if task.state == "blocked" and task.status == problem:
+            return None
+        return DispatchPlan(blocked=problem)
+    unblocked = task.state == "blocked"
+    state: TaskState | None = ("merging" if merge else "running") if unblocked else None
+    if probe:
+        units = task.units or 0
+        sent = units - todo + sending
+        return DispatchPlan(None, state, sizing.probe_status(sent, units - sent), TaskPhase.PROBING)
+    status = "" if unblocked or task.status else None
+    phase = TaskPhase.USUAL if task.phase is not TaskPhase.USUAL else None
+    return DispatchPlan(None, state, status, phase)
+
+
+def _fit(
+    planned: Dispatch, queue: str, task_type: TaskType, capacities: Sequence[sizing.WorkerCapacity]
+) -> str | None:
+    res = planned.spec.resources
+    return sizing.fit_problem(
+        planned.spec.kind,
+        queue,
+        res.memory_base_gb,
+        res.memory_per_worker_gb,
+        res.gpus,
+        task_type.uses_cores,
+        capacities,
+        scratch_gb=res.scratch_gb,
+    )
 
 
 @dataclass
@@ -82,9 +220,7 @@ class Dispatcher:
     queue: JobQueue
     types: Mapping[str, TaskType]
     settings: ControllerSettings
-    #: Resolved resources by (key, type, override, input size), kept by the controller
-    #: across steps and dropped for a key when it records new observations.
-    cache: dict[tuple[str, str, str, int | None], ResolvedResources] = field(default_factory=dict)
+    cache: ResolveCache = field(default_factory=ResolveCache)
     clock: Clock = SYSTEM_CLOCK
     #: The size of each started task's inputs, measured once (None: not measurable).
     sizes: dict[tuple[str, str], int | None] = field(default_factory=dict)
@@ -108,9 +244,7 @@ class Dispatcher:
                 # a queue whose window is full takes nothing: skip the queries
                 and (t.queue is None or in_flight.get(t.queue, 0) < self.settings.window_jobs)
             ]
-            if not tasks:
-                continue
-            pending = await self.store.pending_counts(run.id)
+            pending = await self.store.pending_counts(run.id) if tasks else {}
             for task in tasks:
                 if pending.get(task.name):
                     changed |= await self.dispatch_task(
@@ -129,20 +263,16 @@ class Dispatcher:
             else resource_key(task_type, task.settings, run.model)
         )
         size = await self.input_size(task)
-        cache_key = (key.text(), task_type.name, json.dumps(override, sort_keys=True), size)
-        found = self.cache.get(cache_key)
-        if found is None:
-            if len(self.cache) >= _KEEP_SIZES:
-                self.cache.clear()
-            found = await self.resources.resolve(
+        return await self.cache.get(
+            ResolveKey(key.text(), task_type.name, json.dumps(override, sort_keys=True), size),
+            lambda: self.resources.resolve(
                 key, task_type.hint, ResourceOverride(**override) if override else None, size
-            )
-            self.cache[cache_key] = found
-        return found
+            ),
+        )
 
     async def input_size(self, task: TaskRow) -> int | None:
-        """The size of a task's inputs (its upstream outputs and sources), measured in a
-        thread the first time and kept: a started task's inputs no longer change."""
+        """The size of a task's inputs, measured in a thread the first time and kept (a
+        started task's inputs no longer change)."""
         where = (task.run, task.name)
         if where not in self.sizes:
             if len(self.sizes) >= _KEEP_SIZES:  # ended tasks' sizes: measured again if needed
@@ -160,79 +290,94 @@ class Dispatcher:
         in_flight: dict[str, int],
     ) -> bool:
         """Dispatch what one task has pending: its merge, its command, or chunks of units."""
-        s = self.settings
         task_type = self.types.get(task.type)
         if task_type is None:
             return False  # _start failed the task; a restarted service may have lost a plugin
         resolved = await self.resolve(run, task, task_type)
         queue = sizing.queue_name(run.task_image(task_type.image), resolved.gpus)
-        room = s.window_jobs - in_flight.get(queue, 0)
+        room = self.settings.window_jobs - in_flight.get(queue, 0)
         if room <= 0:
             return False
-        now = self.clock.now()
         merge = pending.get("merge", 0) > 0
-        probe, todo = 0, pending.get("chunk", 0)
+        todo = pending.get("chunk", 0)
+        chunks: list[Chunk]
         if merge or not task.splittable:
-            kind: UnitKind = "merge" if merge else "command"
-            units = await self.store.pending_rows(run.id, task.name, 1, kind=kind, now_s=now)
-            chunks: list[Sequence[UnitRow] | range] = [tuple(units)] if units else []
+            rows = await self._pending(task, 1, "merge" if merge else "command")
+            probe, chunks = 0, [tuple(rows)] if rows else []
         else:
             processes = sum(c.processes for c in capacities if queue in c.queues)
-            probe = await self._probe(run, task, resolved, todo, processes)
-            if probe < 0:
-                return False  # the probe is out: the rest waits for its report
-            if probe:  # one unit per job, so that each process of the probe reports alone
-                size, limit = 1, probe
-            else:
-                size = sizing.chunk_size(
-                    resolved.seconds_per_unit,
-                    todo,
-                    processes,
-                    target_s=s.target_job_s,
-                    max_chunk=s.max_chunk,
-                )
-                limit = min(room * size, max(size, s.dispatch_units))
-            # Units sent back first (they have rows), then fresh ones from the frontier.
-            units = await self.store.pending_rows(run.id, task.name, limit, kind="chunk", now_s=now)
-            groups = memory_groups(units, resolved.memory_per_worker_gb)
-            cut = [sizing.split(g, size, pending=todo, processes=processes) for g in groups]
-            chunks = list(itertools.islice((c for g in cut for c in g), room))
-            if len(chunks) < room and len(units) < limit:
-                fresh = await self.store.fresh_units(run.id, task.name)
-                # The tail of the task tapers (the fresh units are its last ones).
-                chunks += sizing.split_range(
-                    fresh[: limit - len(units)], size, pending=len(fresh), processes=processes
-                )[: room - len(chunks)]
+            probe, chunks = await self._chunks(task, resolved, todo, processes, room)
         if not chunks:
-            return False
-        timeout_s = (task.retry or {}).get("timeout_s") or s.unit_timeout_s
+            return False  # nothing due, or the probe is out: the rest waits for its report
+        timeout_s = (task.retry or {}).get("timeout_s") or self.settings.unit_timeout_s
         planned = build_jobs(
-            s.store, task, task_type, resolved, queue, chunks, timeout_s, run_image=run.image
+            self.settings.store,
+            task,
+            task_type,
+            resolved,
+            queue,
+            chunks,
+            timeout_s,
+            run_image=run.image,
         )
-        problem = next(
-            filter(None, (self._fit(d, queue, task_type, capacities) for d in planned)), None
-        )
-        if problem is not None:
-            if task.state != "blocked" or task.status != problem:
-                await self.store.set_task(
-                    run.id, task.name, state="blocked", status=problem, now_s=now
-                )
-                log.warning("run %s task %s blocked: %s", run.id, task.name, problem)
-                return True
+        problem = next(filter(None, (_fit(d, queue, task_type, capacities) for d in planned)), None)
+        plan = plan_dispatch(task, problem, merge, probe, todo, sum(len(c) for c in chunks))
+        if plan is None:
             return False
-        state: TaskState = "merging" if merge else "running"
-        status = "" if task.state == "blocked" or task.status else None
-        if probe:
-            sent = (task.units or 0) - todo + sum(len(c) for c in chunks)
-            status = sizing.probe_status(sent, (task.units or 0) - sent)
-            log.info("run %s task %s: %s", run.id, task.name, status)
+        if plan.blocked is not None:
+            await self.store.set_task(
+                run.id, task.name, state="blocked", status=plan.blocked, now_s=self.clock.now()
+            )
+            log.warning("run %s task %s blocked: %s", run.id, task.name, plan.blocked)
+            return True
+        await self._send(task, queue, resolved, planned, plan, in_flight)
+        return True
+
+    async def _pending(self, task: TaskRow, limit: int, kind: UnitKind) -> list[UnitRow]:
+        return await self.store.pending_rows(
+            task.run, task.name, limit, kind=kind, now_s=self.clock.now()
+        )
+
+    async def _chunks(
+        self, task: TaskRow, resolved: ResolvedResources, todo: int, processes: int, room: int
+    ) -> tuple[int, list[Chunk]]:
+        """The probe's units (0: none) and the chunks of units to send now: units sent back
+        first (they have rows), then fresh ones from the frontier."""
+        probe_out = task.phase is TaskPhase.PROBING and any(
+            j.task == task.name for j in await self.store.jobs(task.run)
+        )
+        probe = probe_now(self.settings.probe, task, todo, processes, resolved, probe_out)
+        if probe < 0:
+            return probe, []
+        size, limit = chunk_limit(self.settings, resolved, todo, processes, room, probe)
+        units = await self._pending(task, limit, "chunk")
+        chunks = cut_chunks(units, resolved.memory_per_worker_gb, size, room, todo, processes)
+        if len(chunks) < room and len(units) < limit:
+            fresh = await self.store.fresh_units(task.run, task.name)
+            chunks += fresh_chunks(fresh, limit - len(units), size, room - len(chunks), processes)
+        return probe, chunks
+
+    async def _send(
+        self,
+        task: TaskRow,
+        queue: str,
+        resolved: ResolvedResources,
+        planned: Sequence[Dispatch],
+        plan: DispatchPlan,
+        in_flight: dict[str, int],
+    ) -> None:
+        """Store the jobs and the task's plan in one transaction, then enqueue the jobs."""
+        run_id, now = task.run, self.clock.now()
+        if plan.phase is TaskPhase.PROBING:
+            log.info("run %s task %s: %s", run_id, task.name, plan.status)
         async with self.store.transaction() as conn:
             await self.store.add_jobs([d.job for d in planned], now, conn=conn)
             await self.store.set_task(
-                run.id,
+                run_id,
                 task.name,
-                state=state if task.state == "blocked" else None,
-                status=status,
+                state=plan.state,
+                status=plan.status,
+                phase=plan.phase,
                 queue=queue,
                 resources={**asdict(resolved), "input_bytes": await self.input_size(task)},
                 now_s=now,
@@ -241,64 +386,12 @@ class Dispatcher:
         in_flight[queue] = in_flight.get(queue, 0) + len(planned)
         # A fresh job's units were never dispatched before: no attempt to record.
         attempts = {k: d.job.attempt for d in planned if d.job.attempt > 1 for k in d.spec.units}
-        await set_current_attempts(self.queue.redis, self.queue.keys, run.id, task.name, attempts)
+        await set_current_attempts(self.queue.redis, self.queue.keys, run_id, task.name, attempts)
         results = await self.queue.enqueue_many(
-            [d.spec for d in planned], concurrency=s.enqueue_concurrency
+            [d.spec for d in planned], concurrency=self.settings.enqueue_concurrency
         )
         refused = [d.job.id for d, ok in zip(planned, results, strict=True) if not ok]
         if refused:
             # The id is taken (a result of that attempt still lives): go again with a new one.
             await self.store.release_jobs(refused, "the job id was taken in Redis")
-            log.warning("run %s task %s: %d job ids were taken", run.id, task.name, len(refused))
-        return True
-
-    async def _probe(
-        self, run: RunRow, task: TaskRow, resolved: ResolvedResources, todo: int, processes: int
-    ) -> int:
-        """What the chunk units of a task do now: -1 wait (its probe is out), 0 go out as
-        usual, n > 0 go out as a probe of n units.
-
-        Derived from what SQLite holds, so that a restart neither loses nor repeats a probe:
-        the task's status says it probes, and jobs of the task are in flight (nothing but
-        the probe went out). The rest waits until every probe unit reported, so that it is
-        sized from all of their peaks, not the first one's (the replay of
-        benchmarks/learning.py: 0.38x the preset's waste on the campaign instead of 0.53x).
-        A task of a key with no history none of whose units went out yet may start one
-        (`sizing.probe_units`); a probe smaller than the processes now live allow (it went
-        out before the workers' first heartbeats) is topped up to one unit per process
-        while the key has learned nothing."""
-        if not self.settings.probe:
-            return 0
-        total = task.units or 0
-        wanted = sizing.probe_units(total, processes, resolved.seconds_per_unit)
-        sent = total - todo
-        fresh = unlearned(resolved)
-        if sizing.is_probing(task.status):
-            jobs = await self.store.jobs(run.id)
-            if any(j.task == task.name for j in jobs):
-                return wanted - sent if fresh and wanted > sent else -1
-            # every probe unit reported, or the probe came back (its worker died): probe
-            # again while nothing is learned, else the rest goes out
-            return wanted if fresh and sent <= 0 else 0
-        if not fresh or sent > 0:
-            return 0
-        return wanted
-
-    @staticmethod
-    def _fit(
-        planned: Dispatch,
-        queue: str,
-        task_type: TaskType,
-        capacities: Sequence[sizing.WorkerCapacity],
-    ) -> str | None:
-        res = planned.spec.resources
-        return sizing.fit_problem(
-            planned.spec.kind,
-            queue,
-            res.memory_base_gb,
-            res.memory_per_worker_gb,
-            res.gpus,
-            task_type.uses_cores,
-            capacities,
-            scratch_gb=res.scratch_gb,
-        )
+            log.warning("run %s task %s: %d job ids were taken", run_id, task.name, len(refused))

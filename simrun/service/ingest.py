@@ -13,11 +13,12 @@ from collections.abc import Mapping, Sequence
 from simrun.core.clock import Clock
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.queues.client import JobQueue
-from simrun.resources import ResolvedResources, ResourceKey, ResourceStore
+from simrun.resources import ResourceKey, ResourceStore
 from simrun.resources.store import Record
 from simrun.runstore.rows import TaskRow
 from simrun.runstore.store import RunStore
 from simrun.service.advance import RunsToAdvance
+from simrun.service.dispatch import ResolveCache
 from simrun.service.settings import ControllerSettings
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class Ingest:
         resources: ResourceStore,
         queue: JobQueue,
         advance: RunsToAdvance,
-        resolved: dict[tuple[str, str, str, int | None], ResolvedResources],
+        resolved: ResolveCache,
         clock: Clock,
     ) -> None:
         self.settings, self.store, self.resources, self.queue = settings, store, resources, queue
@@ -142,7 +143,5 @@ class Ingest:
                 await self.store.set_task(run_id, task, status=message, conn=conn)
         for run_id, _ in applied.touched:
             self.advance.mark(run_id)
-        learned = {r.key.text() for r in records}
-        for cached in [k for k in self.resolved if k[0] in learned]:
-            del self.resolved[cached]
+        self.resolved.forget(r.key.text() for r in records)
         return applied.changed > 0

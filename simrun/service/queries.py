@@ -184,9 +184,7 @@ class RunQueries:
     async def backlog(self) -> Backlog:
         """Per queue the backlog of the running runs (by resource key, with the resources
         a dispatch would use now: the dispatcher's own rule) and their unit totals."""
-        resolver = Dispatcher(
-            self.store, self.resources, self.queue, self.types, self.settings, cache={}
-        )
+        resolver = Dispatcher(self.store, self.resources, self.queue, self.types, self.settings)
         work: dict[str, dict[tuple[str, float, float | None], int]] = defaultdict(
             lambda: defaultdict(int)
         )

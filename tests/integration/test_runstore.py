@@ -426,7 +426,7 @@ async def test_a_file_of_the_first_schema_is_upgraded(tmp_path: Path):
         pass
     store = await RunStore.open(path)
     try:
-        assert await db.component_version(store.connection, COMPONENT) == len(MIGRATIONS) == 11
+        assert await db.component_version(store.connection, COMPONENT) == len(MIGRATIONS) == 12
         indexes = await store.connection.execute_fetchall(
             "SELECT name FROM sqlite_master WHERE type = 'index' AND name = 'units_pending'"
         )
