@@ -44,7 +44,13 @@ from simrun.core.reuse import (
     units_present,
     units_reused_text,
 )
-from simrun.core.states import ACTIVE_TASK_STATES, TaskCounts, next_task_state, run_state
+from simrun.core.states import (
+    ACTIVE_TASK_STATES,
+    TaskCounts,
+    TaskState,
+    next_task_state,
+    run_state,
+)
 from simrun.plugins import TaskType, UnitOutputs, resolve, unit_outputs
 from simrun.resources import resource_key
 from simrun.runstore.reads import DoneTask
@@ -259,6 +265,43 @@ class Advance:
         return changed
 
 
+@dataclass(frozen=True)
+class TaskMove:
+    """A started task's move along its units: its new ``state``, and whether its merge unit
+    is to be made now."""
+
+    name: str
+    state: TaskState
+    make_merge: bool = False
+
+
+def startable_tasks(tasks: Sequence[TaskRow], states: Mapping[str, str]) -> list[TaskRow]:
+    """The waiting tasks whose inputs are all done, in topological order."""
+    return [
+        t
+        for t in tasks
+        if states[t.name] == "waiting" and all(states.get(d) == "done" for d in t.depends)
+    ]
+
+
+def plan_moves(
+    tasks: Sequence[TaskRow], states: Mapping[str, str], counts: Mapping[str, TaskCounts]
+) -> list[TaskMove]:
+    """The moves of the started ``tasks`` whose units say so (`next_task_state`)."""
+    moves = []
+    for task in tasks:
+        state = states[task.name]
+        if state in ACTIVE_TASK_STATES:
+            new, merge = next_task_state(
+                state,
+                counts.get(task.name, TaskCounts()),
+                task.has_merge,
+            )
+            if new != state or merge:
+                moves.append(TaskMove(task.name, new, merge))
+    return moves
+
+
 async def advance_run(
     store: RunStore,
     types: Mapping[str, TaskType],
@@ -270,71 +313,39 @@ async def advance_run(
     on_task_done: TaskDone | None = None,
     layout: StoreLayout | None = None,
 ) -> bool:
-    """Start the tasks of ``run`` whose inputs are done (at most `START_TASKS_PER_STEP`,
-    those whose count is known), move its started tasks along their units, and end the run
-    when nothing can progress (``now``: seconds since the epoch). True when something
-    changed. Without a ``counter``, counts are waited for (a blocking count in a thread).
-    ``again(run)`` is called when the run has tasks left to start in the next step;
-    ``on_task_done`` is awaited for each task that is done. With the store's ``layout``, a
-    task that may reuse earlier work takes it instead of starting (`reuse_tasks`)."""
-    limits = limits or InputLimits()
+    """Start the tasks of ``run`` whose inputs are done (at most `START_TASKS_PER_STEP`),
+    move its started tasks along their units, and end the run when nothing can progress.
+    True when something changed. Without a ``counter``, counts are waited for; ``again(run)``
+    is called when tasks are left to start; with the store's ``layout`` a task may reuse
+    earlier work (`reuse_tasks`)."""
     tasks = await store.tasks(run.id)
     states: dict[str, str] = {t.name: t.state for t in tasks}
+    starter = _Starter(store, types, run, now, counter, limits or InputLimits(), layout)
     changed = False
     budget = START_TASKS_PER_STEP
     while True:  # a task done in a pass lets the tasks after it start in the next one
-        startable = [
-            t
-            for t in tasks
-            if states[t.name] == "waiting" and all(states.get(d) == "done" for d in t.depends)
-        ]
+        startable = startable_tasks(tasks, states)
         batch = startable[: max(budget, 0)]
-        if batch and layout is not None:
-            reused = await reuse_tasks(store, layout, run, batch, now)
-            for name in reused:
-                states[name] = "done"
-                changed = True
-                if on_task_done is not None:
-                    await on_task_done(run.id, name)
-            batch = [t for t in batch if t.name not in reused]
-            budget -= len(reused)
-            if reused:
-                continue  # their dependents may start (or be reused) in this step
-        if batch:
-            started = await start_tasks(store, types, run, batch, now, counter, limits, layout)
-            budget -= len(batch)
-            for name, state in started.items():
-                states[name] = state
-                changed = True
+        moved, spent, reused = await starter.start(batch)
+        states.update(moved)
+        changed |= bool(moved)
+        budget -= spent
+        for name in (n for n, state in moved.items() if state == "done"):
+            await _done(on_task_done, run.id, name)
+        if reused:
+            continue  # their dependents may start (or be reused) in this step
         if len(startable) > len(batch) and again is not None:
             again(run.id)  # more to start in the next step
-        counts = await store.counts(run.id)
-        finished = False
-        for task in tasks:  # in topological order
-            state = states[task.name]
-            if state not in ACTIVE_TASK_STATES:
-                continue
-            new, make_merge = next_task_state(
-                state,
-                counts.get(task.name, TaskCounts()),
-                task.has_merge,
-            )
-            if make_merge:
-                await store.add_merge_unit(run.id, task.name)
-                changed = True
-            if new != state:
-                await store.set_task(run.id, task.name, state=new, now_s=now)
-                states[task.name] = new
-                changed = True
-                finished |= new == "done"
-                if new == "done" and on_task_done is not None:
-                    await on_task_done(run.id, task.name)
+        moves = plan_moves(tasks, states, await store.counts(run.id))
+        for move in moves:
+            await _move(store, run.id, move, states, now, on_task_done)
+        changed |= bool(moves)
+        finished = any(m.state == "done" for m in moves)
         if not finished or budget <= 0:
             if finished and again is not None:
                 again(run.id)
             break
-    deps = {t.name: t.depends for t in tasks}
-    outcome = run_state(states, deps)
+    outcome = run_state(states, {t.name: t.depends for t in tasks})
     if outcome != "running":
         message = "" if outcome == "succeeded" else await failure_message(store, run.id)
         await store.set_run_state(run.id, outcome, message, now)
@@ -342,6 +353,28 @@ async def advance_run(
         await store.checkpoint()
         changed = True
     return changed
+
+
+async def _move(
+    store: RunStore,
+    run_id: str,
+    move: TaskMove,
+    states: dict[str, str],
+    now: float,
+    on_task_done: TaskDone | None,
+) -> None:
+    if move.make_merge:
+        await store.add_merge_unit(run_id, move.name)
+    if move.state != states[move.name]:
+        await store.set_task(run_id, move.name, state=move.state, now_s=now)
+        states[move.name] = move.state
+        if move.state == "done":
+            await _done(on_task_done, run_id, move.name)
+
+
+async def _done(on_task_done: TaskDone | None, run_id: str, task: str) -> None:
+    if on_task_done is not None:
+        await on_task_done(run_id, task)
 
 
 async def reuse_tasks(
@@ -411,6 +444,83 @@ def _link_or_copy(source: str, target: str) -> None:
         shutil.copy2(source, target)
 
 
+@dataclass(frozen=True)
+class TaskStart:
+    """How a task starts: with ``units`` under its resource ``key``, or ``failed`` (why)."""
+
+    units: int = 1
+    key: str = ""
+    failed: str | None = None
+
+
+def plan_start(
+    task: TaskRow,
+    task_type: TaskType | None,
+    counted: Counted | None,
+    in_run: int,
+    limits: InputLimits,
+    model: str,
+) -> TaskStart | None:
+    """How ``task`` starts given its count (None: still counting, it waits) and the units
+    its run has already (``in_run``)."""
+    if task_type is None:
+        return TaskStart(failed=f"task type {task.type!r} is not installed in the service")
+    units = 1
+    if task_type.splittable:
+        if counted is None:
+            return None
+        problem = counted.error or unit_count_problem(counted.value, task_type.name, limits)
+        if problem is not None:
+            return TaskStart(failed=problem)
+        assert isinstance(counted.value, int)
+        units = counted.value
+    problem = run_units_problem(in_run, units, task_type.name, limits)
+    if problem is not None:
+        return TaskStart(failed=problem)
+    try:
+        key = resource_key(task_type, task.settings, model).text()
+    except Exception as exc:  # noqa: BLE001  # plugin code (cost setting) may raise
+        return TaskStart(failed=f"resource key failed: {type(exc).__name__}: {exc}")
+    return TaskStart(units, key)
+
+
+def _known(counts: Mapping[str, Counted]) -> dict[str, int]:
+    """The counts that are integers (the others fail their task)."""
+    return {
+        name: c.value
+        for name, c in counts.items()
+        if c.error is None and isinstance(c.value, int) and not isinstance(c.value, bool)
+    }
+
+
+@dataclass
+class _Starter:
+    """Starts the tasks of one run in one step of `advance_run`."""
+
+    store: RunStore
+    types: Mapping[str, TaskType]
+    run: RunRow
+    now: float
+    counter: UnitCounter | None
+    limits: InputLimits
+    layout: StoreLayout | None
+
+    async def start(self, batch: list[TaskRow]) -> tuple[dict[str, str], int, bool]:
+        """The new state of each task of ``batch`` that moved, the start budget spent, and
+        whether tasks were reused (done at once: nothing else started)."""
+        if not batch:
+            return {}, 0, False
+        if self.layout is not None:
+            reused = await reuse_tasks(self.store, self.layout, self.run, batch, self.now)
+            if reused:
+                return dict.fromkeys(reused, "done"), len(reused), True
+        started = await start_tasks(
+            self.store, self.types, self.run, batch, self.now, self.counter, self.limits,
+            self.layout,
+        )  # fmt: skip
+        return started, len(batch), False
+
+
 async def start_tasks(
     store: RunStore,
     types: Mapping[str, TaskType],
@@ -422,96 +532,78 @@ async def start_tasks(
     layout: StoreLayout | None = None,
 ) -> dict[str, str]:
     """Start the ``tasks`` of ``run`` whose inputs are done and whose count is known (or
-    fail them), all in one transaction. Returns the new state of each task that moved.
-    With the store's ``layout``, a splittable task may take some of its units from an
-    earlier run (`unit_reuse`)."""
-    counts: dict[str, Counted] = {}
-    waiting: list[concurrent.futures.Future[object]] = []
-    for task in tasks:
-        task_type = types.get(task.type)
-        if task_type is None or not task_type.splittable:
-            continue
-        if counter is None:
-            try:
-                value = await asyncio.to_thread(_raw_count, task_type, task.settings)
-                counts[task.name] = Counted(value=value)
-            except Exception as exc:  # noqa: BLE001  # plugin code may raise anything
-                counts[task.name] = Counted(
-                    error=f"count_units failed: {type(exc).__name__}: {exc}"
-                )
-            continue
-        found = counter.poll(run.id, task, task_type, time.monotonic())
-        if isinstance(found, Counted):
-            counts[task.name] = found
-        elif found is not None and counter.is_fresh(found):
-            waiting.append(found)
-    if waiting and counter is not None and counter.wait_left() > 0:
-        # The quick counts are taken in this step; the others when they are known.
-        futures = [asyncio.wrap_future(f) for f in waiting]
-        await asyncio.wait(futures, timeout=counter.wait_left())
-        for task in tasks:
-            task_type = types.get(task.type)
-            if task.name not in counts and task_type is not None and task_type.splittable:
-                found = counter.poll(run.id, task, task_type, time.monotonic())
-                if isinstance(found, Counted):
-                    counts[task.name] = found
+    fail them), in one transaction: the new state of each task that moved. With the
+    store's ``layout``, a splittable task may take units from an earlier run (`unit_reuse`)."""
+    counts = await _counts(types, run, tasks, counter)
     in_run = sum(t.units or 0 for t in await store.tasks(run.id))
-    taken: dict[str, tuple[str, list[range]]] = {}
+    taken = {}
     if layout is not None:
-        known = {
-            name: c.value
-            for name, c in counts.items()
-            if c.error is None and isinstance(c.value, int) and not isinstance(c.value, bool)
-        }
-        taken = await unit_reuse(store, layout, types, run, tasks, known)
+        taken = await unit_reuse(store, layout, types, run, tasks, _known(counts))
     moved: dict[str, str] = {}
     async with store.transaction() as conn:
         for task in tasks:
-            task_type = types.get(task.type)
-            status: str | None = None
-            units = 1
-            if task_type is None:
-                status = f"task type {task.type!r} is not installed in the service"
-            elif task_type.splittable:
-                counted = counts.get(task.name)
-                if counted is None:
-                    continue  # still counting
-                status = counted.error or unit_count_problem(counted.value, task_type.name, limits)
-                if status is None:
-                    assert isinstance(counted.value, int)
-                    units = counted.value
-            if status is None and task_type is not None:
-                status = run_units_problem(in_run, units, task_type.name, limits)
-            if status is not None or task_type is None:
-                log.warning("run %s task %s failed: %s", run.id, task.name, status)
+            plan = plan_start(
+                task, types.get(task.type), counts.get(task.name), in_run, limits, run.model
+            )
+            if plan is None:
+                continue  # still counting
+            if plan.failed is not None:
+                log.warning("run %s task %s failed: %s", run.id, task.name, plan.failed)
                 await store.set_task(
-                    run.id, task.name, state="failed", status=status, now_s=now, conn=conn
-                )
-                moved[task.name] = "failed"
-                continue
-            try:
-                key = resource_key(task_type, task.settings, run.model).text()
-            except Exception as exc:  # noqa: BLE001  # plugin code (cost setting) may raise
-                status = f"resource key failed: {type(exc).__name__}: {exc}"
-                await store.set_task(
-                    run.id, task.name, state="failed", status=status, now_s=now, conn=conn
+                    run.id, task.name, state="failed", status=plan.failed, now_s=now, conn=conn
                 )
                 moved[task.name] = "failed"
                 continue
             from_run, reused = taken.get(task.name, (None, []))
             await store.start_task(
-                run.id, task.name, units, now, conn=conn, reused=reused, reused_from=from_run
+                run.id, task.name, plan.units, now, conn=conn, reused=reused, reused_from=from_run
             )
-            await store.set_task(run.id, task.name, resource_key=key, conn=conn)
-            in_run += units
+            await store.set_task(run.id, task.name, resource_key=plan.key, conn=conn)
+            in_run += plan.units
             moved[task.name] = "running"
-            log.info("run %s task %s started with %d units", run.id, task.name, units)
+            log.info("run %s task %s started with %d units", run.id, task.name, plan.units)
             if from_run is not None and reused:
-                count = sum(len(r) for r in reused)
-                log.info(
-                    "run %s task %s: %s", run.id, task.name, units_reused_text(count, from_run)
-                )
+                text = units_reused_text(sum(len(r) for r in reused), from_run)
+                log.info("run %s task %s: %s", run.id, task.name, text)
     return moved
+
+
+async def _counts(
+    types: Mapping[str, TaskType],
+    run: RunRow,
+    tasks: Sequence[TaskRow],
+    counter: UnitCounter | None,
+) -> dict[str, Counted]:
+    """The known counts of the splittable ``tasks``: waited for without a ``counter``, else
+    those known within the step's wait (`UnitCounter`)."""
+    splittable = [(t, tt) for t in tasks if (tt := types.get(t.type)) and tt.splittable]
+    if counter is None:
+        return {t.name: await asyncio.to_thread(_count_now, tt, t.settings) for t, tt in splittable}
+    counts: dict[str, Counted] = {}
+    waiting: list[concurrent.futures.Future[object]] = []
+    for task, task_type in splittable:
+        found = counter.poll(run.id, task, task_type, time.monotonic())
+        if isinstance(found, Counted):
+            counts[task.name] = found
+        elif found is not None and counter.is_fresh(found):
+            waiting.append(found)
+    if waiting and counter.wait_left() > 0:
+        # The quick counts are taken in this step; the others when they are known.
+        futures = [asyncio.wrap_future(f) for f in waiting]
+        await asyncio.wait(futures, timeout=counter.wait_left())
+        for task, task_type in splittable:
+            if task.name not in counts:
+                found = counter.poll(run.id, task, task_type, time.monotonic())
+                if isinstance(found, Counted):
+                    counts[task.name] = found
+    return counts
+
+
+def _count_now(task_type: TaskType, settings: Mapping[str, Any]) -> Counted:
+    try:
+        return Counted(value=_raw_count(task_type, settings))
+    except Exception as exc:  # noqa: BLE001  # plugin code may raise anything
+        return Counted(error=f"count_units failed: {type(exc).__name__}: {exc}")
 
 
 async def unit_reuse(
