@@ -1,22 +1,19 @@
-"""Deleting the attempts hashes of runs that ended, once no job of them is left in Redis.
-
-A worker reads a unit's current attempt (`simrun.queues.current_attempts`) to skip jobs
-that were dispatched again since, and takes a unit without one for current. So a run's
-hashes (one per task) must stay while a job of it may still be taken or run, and may go
-after: the rule is `simrun.service.decisions.attempts_verdict`. `EndedRuns` gathers the
-facts for it and deletes.
+"""Deleting the attempts hashes of runs that ended once no job of them is left in Redis
+(the rule: `simrun.service.decisions.attempts_verdict`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from simrun.core.clock import SYSTEM_CLOCK, Clock
 from simrun.core.reports import WorkerInfo
 from simrun.queues.client import JobQueue, attempts_by_run, forget_attempts
+from simrun.runstore.rows import JobRow, RunRow, TaskRow
 from simrun.runstore.store import RunStore
 from simrun.service import decisions
+from simrun.service.decisions import AttemptsVerdict
 from simrun.service.liveness import listed_jobs
 
 log = logging.getLogger(__name__)
@@ -56,42 +53,47 @@ class EndedRuns:
 
     async def sweep(self, store: RunStore, queue: JobQueue, workers: Sequence[WorkerInfo]) -> int:
         """Delete the hashes of the watched runs that may go now (``workers`` are the live
-        ones); returns how many hashes were deleted. Runs with jobs left stay watched."""
+        ones); returns how many were deleted. Runs with jobs left stay watched."""
         if not self._scanned:
             for run_id, tasks in (await attempts_by_run(queue.redis, queue.keys)).items():
                 self.runs.setdefault(run_id, set()).update(tasks)
             self._scanned = True
-        if not self.runs:
-            return 0
-        states: dict[str, str | None] = {}
-        for run_id in sorted(self.runs):
-            row = await store.run(run_id)
-            states[run_id] = None if row is None else row.state
-        flight = await store.jobs()
+        states = {run_id: await store.run(run_id) for run_id in sorted(self.runs)}
+        flight = await store.jobs() if states else []
         in_flight = {j.run for j in flight}
-        maybe = [
-            run_id
-            for run_id, state in states.items()
-            if decisions.attempts_verdict(state, run_id in in_flight, False) == "forget"
-        ]
-        task_rows = {run_id: await store.tasks(run_id) for run_id in maybe}
-        in_redis: set[str] = set()
-        if maybe:  # only then are the queues worth reading
-            names = {"cpu", "gpu", *(j.queue for j in flight)}
-            names.update(q for w in workers for q in w.queues)
-            names.update(t.queue for rows in task_rows.values() for t in rows if t.queue)
-            in_redis.update(decisions.run_of_job(j) for j in listed_jobs(workers))
-            for name in sorted(names):
-                queued = await queue.queued_job_ids(name)
-                in_redis.update(decisions.run_of_job(j) for j in queued)
+        maybe = [r for r, row in states.items() if verdict(row, r in in_flight) == "forget"]
+        rows = {run_id: await store.tasks(run_id) for run_id in maybe}
+        in_redis = await _runs_in_redis(queue, flight, rows, workers) if maybe else set()
         deleted = 0
-        for run_id, state in states.items():
-            verdict = decisions.attempts_verdict(state, run_id in in_flight, run_id in in_redis)
-            if verdict == "forget":
-                tasks = self.runs[run_id] | {t.name for t in task_rows.get(run_id, ())}
-                deleted += await forget_attempts(queue.redis, queue.keys, run_id, tasks)
-            if verdict != "wait":
+        for run_id, row in states.items():
+            found = verdict(row, run_id in in_flight, run_id in in_redis)
+            if found == "forget":
+                names = self.runs[run_id] | {t.name for t in rows.get(run_id, ())}
+                deleted += await forget_attempts(queue.redis, queue.keys, run_id, names)
+            if found != "wait":
                 del self.runs[run_id]
         if deleted:
             log.info("deleted %d attempts hashes of runs that ended", deleted)
         return deleted
+
+
+def verdict(row: RunRow | None, in_flight: bool, in_redis: bool = False) -> AttemptsVerdict:
+    """`decisions.attempts_verdict` of a run as stored (None: unknown to the store)."""
+    return decisions.attempts_verdict(None if row is None else row.state, in_flight, in_redis)
+
+
+async def _runs_in_redis(
+    queue: JobQueue,
+    flight: Sequence[JobRow],
+    tasks: Mapping[str, Sequence[TaskRow]],
+    workers: Sequence[WorkerInfo],
+) -> set[str]:
+    """The runs with a job in a queue (of the jobs in flight, the workers or the ``tasks``)
+    or listed by a live worker."""
+    names = {"cpu", "gpu", *(j.queue for j in flight)}
+    names.update(q for w in workers for q in w.queues)
+    names.update(t.queue for rows in tasks.values() for t in rows if t.queue)
+    found = {decisions.run_of_job(j) for j in listed_jobs(workers)}
+    for name in sorted(names):
+        found.update(decisions.run_of_job(j) for j in await queue.queued_job_ids(name))
+    return found
