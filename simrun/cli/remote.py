@@ -288,7 +288,7 @@ def status(
         summary_table,
     )
     from simrun.cli.tables import RUN_COLUMNS, run_rows
-    from simrun.core.views import INTERRUPTED
+    from simrun.core.states import INTERRUPTED
 
     async def show(reader: Reader) -> int:
         out = console()

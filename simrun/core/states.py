@@ -44,7 +44,13 @@ COMMAND_INDEX = 0
 
 #: The state a run is shown in while it is `running` in the store and nothing goes on with
 #: it: its `simrun run` is gone (Ctrl-C, killed), or the session that runs now holds it.
-INTERRUPTED = "interrupted"
+INTERRUPTED: Literal["interrupted"] = "interrupted"
+ShownRunState = RunState | Literal["interrupted"]
+
+
+def shown_run_state(state: RunState, held: bool) -> ShownRunState:
+    """A run's state as shown: `INTERRUPTED` when it is running and ``held`` (left alone)."""
+    return INTERRUPTED if held and state == "running" else state
 
 
 class TaskPhase(StrEnum):

@@ -65,6 +65,8 @@ class TaskView:
     staged_s: float = 0.0
     #: The most local scratch a job of it was measured to use (GiB; None: not measured).
     scratch_peak_gb: float | None = None
+    #: `simrun.core.states.TaskPhase`: "probing" while a probe of its units goes first.
+    phase: str = ""
 
     def count(self, state: str) -> int:
         """Its units in ``state`` (0 when the view does not count them)."""
@@ -146,11 +148,6 @@ class ErrorView:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
-
-
-#: The state a run is shown in while it is `running` in the store and nothing goes on with
-#: it: its `simrun run` is gone (Ctrl-C, killed), or the session that runs now holds it.
-INTERRUPTED = "interrupted"
 
 
 def running_seconds(

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from simrun.core.layout import StoreLayout
-from simrun.core.views import INTERRUPTED, FailureView, RunSummary, RunView
+from simrun.core.states import INTERRUPTED
+from simrun.core.views import FailureView, RunSummary, RunView
 from simrun.local import lock
 from simrun.local.machine import LocalError
 from simrun.resources import ResourceStore

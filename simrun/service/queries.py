@@ -7,7 +7,6 @@ its own.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import OrderedDict, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from simrun.core.scaling import (
     ScalePolicy,
 )
 from simrun.core.states import ACTIVE_TASK_STATES, UNFINISHED_UNIT_STATES, TaskCounts
-from simrun.core.views import INTERRUPTED, FailureView, RunView
+from simrun.core.views import FailureView, RunView
 from simrun.plugins import ResourceHint, TaskType
 from simrun.queues.client import JobQueue
 from simrun.resources import ResourceKey, ResourceStore, resource_key
@@ -152,10 +151,7 @@ class RunQueries:
         tasks = await self.store.tasks(run_id)
         reused = {t.name: t.units_reused for t in tasks if t.units_reused}
         observed = self.progress.observe(run_id, row.state == "running", counts, reused)
-        view = run_view(row, tasks, counts, processes, observed)
-        if row.id in self.store.held:  # running, and left alone by this service
-            view = dataclasses.replace(view, state=INTERRUPTED)
-        return view
+        return run_view(row, tasks, counts, processes, observed, held=row.id in self.store.held)
 
     async def failures(self, run_id: str) -> list[FailureView]:
         """The failed units of a run with their tracebacks."""

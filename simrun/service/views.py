@@ -7,7 +7,7 @@ from dataclasses import fields
 from typing import Any
 
 from simrun.core.eta import ObservedRate, TaskEta, run_eta_s, task_eta_s
-from simrun.core.states import FINISHED_TASK_STATES, TaskCounts, UnitRow
+from simrun.core.states import FINISHED_TASK_STATES, TaskCounts, UnitRow, shown_run_state
 from simrun.core.views import FailureView, RunSummary, RunView, TaskView
 from simrun.runstore.rows import RunRow, TaskRow
 
@@ -58,9 +58,10 @@ def run_view(
     counts: Mapping[str, TaskCounts],
     processes_by_queue: Mapping[str, int],
     observed: Mapping[str, ObservedRate] | None = None,
+    held: bool = False,
 ) -> RunView:
     """A run's view from its rows, its unit counts, the live processes per queue and the
-    observed completion rates of its tasks (`simrun.core.eta.RunProgress`)."""
+    observed completion rates of its tasks; `INTERRUPTED` when ``held`` (left alone)."""
     observed = observed or {}
     views = tuple(
         task_view(
@@ -81,7 +82,8 @@ def run_view(
                 for t, v in zip(tasks, views, strict=True)
             ]
         )
-    return RunView(**_shared(run, RunView), tasks=views, eta_s=total)
+    shown = {**_shared(run, RunView), "state": shown_run_state(run.state, held)}
+    return RunView(**shown, tasks=views, eta_s=total)
 
 
 def failure_view(unit: UnitRow) -> FailureView:

@@ -211,3 +211,22 @@ def test_progress_samples_leave_out_the_units_a_task_reused():
     clock.advance(1.0)
     rates = samples.observe("r1", True, {"a": TaskCounts(pending=86, done=14)}, {"a": 10})
     assert rates["a"].units_per_s == 2.0
+
+
+@pytest.mark.parametrize(
+    ("state", "held", "shown"),
+    [("running", True, "interrupted"), ("running", False, "running"), ("failed", True, "failed")],
+)
+def test_a_held_running_run_is_shown_interrupted(state, held, shown):
+    """A run left alone by the service that reads it (`RunStore.held`) is `INTERRUPTED`
+    while it is running in the store; an ended one shows its own state."""
+    assert run_view(replace(RUN, state=state), [], {}, {}, held=held).state == shown
+
+
+def test_a_task_view_shows_its_phase():
+    """The dispatch phase is a field of the task's view, not a prefix of its status."""
+    from simrun.core.states import TaskPhase
+
+    probing = replace(task("a", "running", 10, 1.0), phase=TaskPhase.PROBING)
+    assert task_view(probing, None, 1).phase == "probing"
+    assert task_view(task("a", "running", 10, 1.0), None, 1).phase == ""
