@@ -1,9 +1,5 @@
-"""The clock the controller and the worker's heartbeat read: injected, so that tests of the
-liveness rules step time instead of sleeping (`ManualClock`).
-
-``now()`` is the wall clock (seconds since the epoch: what the store and the reports
-keep), ``monotonic()`` measures spans (how long a job was held by no live worker), and
-``sleep()`` waits. The Redis keys' time to live is Redis's own clock and stays real.
+"""The clock the controller and the worker's heartbeat read, injected so that tests step
+time (`ManualClock`): ``now()`` wall time, ``monotonic()`` spans, ``sleep()``.
 """
 
 from __future__ import annotations

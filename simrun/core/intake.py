@@ -1,12 +1,6 @@
 """What the service accepts from its clients: the limits of a submission and of the work it
-asks for, and the pure checks that apply them.
-
-`InputLimits` is configured once at the edge (``simrun service`` / ``simrun run``, their
-options and environment variables in `simrun.cli.options`) and passed down in the
-controller's settings; the HTTP API, the submission and the start of a task decide with the
-functions here, which do no I/O, so the rules are tested on tables of cases alone.
-
-Every refusal names what was refused and the limit, and the option that raises it.
+asks for (`InputLimits`), and the pure checks that apply them; every refusal names the
+limit and the option that raises it.
 """
 
 from __future__ import annotations
@@ -23,17 +17,9 @@ SMALL_BODY_BYTES = 1 * MiB
 
 @dataclass(frozen=True)
 class InputLimits:
-    """How much one client request may ask of the service.
-
-    ``max_request_bytes``: the HTTP body of ``POST /runs`` (the workflow and its sources,
-    base64-encoded: about 4/3 of the files); ``max_workflow_bytes``: the workflow document
-    (it is kept whole in SQLite); ``max_file_bytes``: one source file, decoded;
-    ``max_files``: files of one submission (a directory source counts each of its files);
-    ``max_depth``: directories of a directory source above its deepest file;
-    ``max_tasks``: tasks of a run; ``max_units_per_task``: what ``count_units`` of one task
-    may answer; ``max_units_per_run``: units of all the tasks of a run;
-    ``count_timeout_s``: how long ``count_units`` may take before its task fails.
-    """
+    """How much one client request may ask of the service: the body, the workflow, one
+    file, files and depth of a submission, tasks, units per task and per run, and how long
+    ``count_units`` may take."""
 
     max_request_bytes: int = 512 * MiB
     max_workflow_bytes: int = 2 * MiB

@@ -1,9 +1,6 @@
-"""Riding out a Redis outage, the rules both sides share: how long to wait before the next
-try (`backoff_s`), and the state of the link to Redis as it changes (`LinkState`), so that a
-worker or the service logs one line when Redis goes away and one when it is back, not one
-per failed try.
-
-Nothing here does I/O or reads a clock: the times are given.
+"""Riding out a Redis outage, the rules both sides share (pure): the pause before the
+next try (`backoff_s`) and the state of the link (`LinkState`: one log line when Redis
+goes, one when it is back).
 """
 
 from __future__ import annotations
@@ -29,10 +26,8 @@ def backoff_s(
     first_s: float = RECONNECT_FIRST_S,
     max_s: float = RECONNECT_MAX_S,
 ) -> float:
-    """The pause before the next try after ``failures`` tries in a row failed: ``first_s``
-    doubled per failure after the first, capped at ``max_s``, times ``0.5 + jitter / 2``
-    (``jitter`` in [0, 1], drawn by the caller), so that many clients that lost one Redis
-    together do not come back in step. No failure: no pause."""
+    """The pause after ``failures`` failed tries in a row: ``first_s`` doubled per failure,
+    capped at ``max_s``, times ``0.5 + jitter / 2`` (so clients do not come back in step)."""
     if failures <= 0:
         return 0.0
     if not 0.0 <= jitter <= 1.0:

@@ -29,17 +29,9 @@ _WIRE = ConfigDict(frozen=True, extra="ignore")
 
 
 class WorkerReport(BaseModel):
-    """The measurements of one job (a chunk of units, a merge or a command) on a worker.
-
-    ``peak_memory_gb`` holds the peak anonymous memory of each worker process that ran the
-    job (one entry for a chunk; one per process for a command that uses the cores of its
-    container), in GiB. ``seconds_per_unit`` is the wall time of one unit in one process
-    (None when no unit completed). ``limit_gb`` is the memory per process the job ran
-    under, and ``killed_for_memory`` says whether a process was killed for exceeding it.
-    ``peak_gpu_memory_gb`` is the peak memory used on the GPUs the job was granted (None:
-    no GPU, or ``nvidia-smi`` could not tell; `simrun.worker.gpumem`).
-    Every number is finite and >= 0 (`FiniteNonNeg`), checked on construction.
-    """
+    """The measurements of one job on a worker: the peak memory of each process that ran it
+    (GiB), the seconds per unit, the limit it ran under and whether it was killed for memory,
+    the GPU memory, staging and scratch; every number finite and >= 0."""
 
     model_config = _WIRE
 
@@ -112,17 +104,9 @@ _STREAM_FIELDS: dict[str, Any] = {
 
 
 class ReportEntry(BaseModel):
-    """What a worker reports for one job, one entry of the report stream.
-
-    ``outcomes`` has one entry per unit of the job (per index; "merge"/"command" for those
-    jobs): done, failed (``errors`` holds its traceback), killed (for memory), timeout,
-    not_run (handed back: never started, or cut short by a stop or by an earlier unit's
-    process dying), stale (a newer attempt was dispatched) or refused (this worker can
-    never run it; ``error`` says why). ``error`` is a message about the whole job.
-    ``exceptions`` holds, for a failed unit that raised, the qualified names of the
-    exception's type and of its bases (`simrun.core.states.exception_names`): what the
-    task's ``retry_on`` is matched against. ``started``/``finished`` are unix seconds.
-    """
+    """What a worker reports for one job, one entry of the report stream: an outcome per
+    unit (done, failed, killed, timeout, not_run, stale, refused), their tracebacks and
+    exception types (what ``retry_on`` matches), and a message about the whole job."""
 
     model_config = _WIRE
 
@@ -141,13 +125,8 @@ class ReportEntry(BaseModel):
     exceptions: dict[UnitKey, tuple[str, ...]] = Field(default_factory=dict)
 
     def to_fields(self) -> dict[str, str]:
-        """The stream entry (XADD): string fields ``v`` ("1"), ``job_id``, ``run``, ``task``,
-        ``kind``, ``attempt``, ``worker_id``, ``started``, ``finished`` (unix seconds as
-        decimal text), ``outcomes`` (JSON {"<index>"|"merge"|"command": outcome}),
-        ``errors`` (JSON, same keys, traceback text), ``report`` (JSON of
-        WorkerReport.to_dict), ``error`` ("" for none) and ``exceptions`` (JSON, same keys,
-        lists of exception type names; left out when empty, and read as empty when
-        absent: an entry of an older worker)."""
+        """The stream entry (XADD), string fields: ``outcomes``, ``errors`` and
+        ``exceptions`` as JSON keyed by unit, ``report`` as JSON of `WorkerReport.to_dict`."""
         return {
             "v": "1",
             "job_id": self.job_id,
@@ -230,15 +209,8 @@ class RunningJob(BaseModel):
 
 
 class WorkerInfo(BaseModel):
-    """What a worker container says about itself in its heartbeat (JSON).
-
-    ``running`` lists the jobs it holds (`RunningJob`); ``free_scratch_gb`` is the room of
-    its local scratch directory: the free space of its file system and what the tasks'
-    scratch there holds, freed when they end (None: an older worker that does not say).
-    ``free_memory_gb`` is what its admission has not reserved for running jobs;
-    ``used_memory_gb`` what its processes (worker processes, commands and their children)
-    hold in fact, as last measured (anonymous resident memory; None: not measured yet).
-    """
+    """What a worker container says about itself in its heartbeat (JSON): the jobs it holds,
+    its memory (free for admission, used in fact) and the room of its local scratch."""
 
     model_config = _WIRE
 

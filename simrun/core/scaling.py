@@ -148,14 +148,9 @@ class ScalePolicy:
 
 @dataclass(frozen=True)
 class ScaleDecision:
-    """How many containers the queue wants, and why.
-
-    ``desired`` is the clamped answer. ``demand`` is the count before the clamp;
-    ``by_time`` the count the work alone asks for at full process slots, ``by_memory`` the
-    count once memory fit is taken into account (>= ``by_time``), ``by_parallelism`` the
-    most containers the units can keep busy. ``work_s`` is the queued work in
-    process-seconds. ``unfit`` lists keys whose units cannot run in this container shape.
-    """
+    """How many containers the queue wants (``desired``, clamped), and why: the demand by
+    time, by memory and by parallelism, the queued work in process-seconds, and the keys that
+    fit no process of the shape (``unfit``)."""
 
     queue: str
     desired: int
@@ -202,15 +197,9 @@ def _clamp(demand: int, policy: ScalePolicy) -> tuple[int, str]:
 def desired_containers(
     backlog: QueueBacklog, shape: ContainerShape, policy: ScalePolicy | None = None
 ) -> ScaleDecision:
-    """The number of containers of ``shape`` that drains ``backlog`` within the policy's
-    target drain time, and why.
-
-    A container runs ``min(processes, floor(memory_gb / memory_per_worker_gb))`` units of
-    a key at once; each key needs ``units x seconds_per_unit / slots`` container-seconds
-    (the policy's default seconds for a key that learned none), and their sum over the
-    drain time, rounded up, is the demand; no more than the units keep busy
-    (``sum units / slots``). A key that fits no process in the container adds nothing and
-    is named. The result is clamped to the policy's minimum and maximum."""
+    """The containers of ``shape`` that drain ``backlog`` within the policy's target time:
+    each key needs ``units x seconds_per_unit / slots`` container-seconds, at most what its
+    units keep busy; clamped to the policy's bounds."""
     policy = policy or ScalePolicy()
     work_s = 0.0  # process-seconds of all units that can run here
     container_s_full = 0.0  # container-seconds if every process slot were usable

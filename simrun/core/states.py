@@ -88,12 +88,8 @@ def unit_index(key: int | str) -> int:
 
 @dataclass(frozen=True)
 class Limits:
-    """How often a unit may fail before it is ``failed`` for good.
-
-    ``max_retries``: errors (and timeouts) after the first that are retried, so a unit runs
-    at most ``max_retries + 1`` times for errors. ``max_kills``: kills for memory that are
-    retried (each with more memory).
-    """
+    """How often a unit may fail before it is ``failed`` for good: ``max_retries`` errors
+    (and timeouts) after the first, ``max_kills`` kills for memory."""
 
     max_retries: int = 2
     max_kills: int = 4
@@ -114,14 +110,9 @@ MAX_RETRY_DELAY_S = 3600.0
 
 @dataclass(frozen=True)
 class RetryRule:
-    """A task's own retry rule, from its workflow fields (None: the service's `Limits`).
-
-    ``retries``: errors and timeouts retried after the first (None: ``max_retries``).
-    ``retry_on``: what is retried at all, `RETRY_KINDS` and exception type names (None: all
-    of them); an outcome it does not name fails the unit at once. ``retry_delay_s``: the
-    wait before the first retry of an error or timeout, `RETRY_BACKOFF` times longer for
-    each further one (at most `MAX_RETRY_DELAY_S`); a kill for memory is retried at once.
-    """
+    """A task's own retry rule (None fields: the service's `Limits`): ``retries``,
+    ``retry_on`` (`RETRY_KINDS` and exception type names; None: all), and ``retry_delay_s``
+    before the first retry of an error, `RETRY_BACKOFF` times longer for each further one."""
 
     retries: int | None = None
     retry_on: tuple[str, ...] | None = None
@@ -156,18 +147,14 @@ class RetryRule:
 
 
 def exception_names(error: type[BaseException]) -> tuple[str, ...]:
-    """What a failure report says of an exception of type ``error``: the qualified name
-    (``module.QualName``) of its type and of each type it derives from, its own first,
-    without ``object`` (``FileNotFoundError`` → ``builtins.FileNotFoundError``,
-    ``builtins.OSError``, ``builtins.Exception``, ``builtins.BaseException``)."""
+    """The qualified names of ``error``'s type and of each type it derives from, its own
+    first, without ``object``."""
     return tuple(f"{t.__module__}.{t.__qualname__}" for t in error.__mro__ if t is not object)
 
 
 def exception_matches(retry_on: Sequence[str], exceptions: Sequence[str]) -> bool:
-    """Whether ``retry_on`` names one of ``exceptions`` (qualified names, as
-    `exception_names` gives them, or a bare name read from a traceback): a name matches a
-    qualified one equal to it (``mypkg.errors.Flaky``) or whose last dotted part it is
-    (``OSError`` matches ``builtins.OSError``, so it matches a ``FileNotFoundError``)."""
+    """Whether ``retry_on`` names one of ``exceptions``: equal to a qualified name or to its
+    last dotted part (``OSError`` matches ``builtins.OSError``)."""
     wanted = set(retry_on)
     return any(name in wanted or name.rsplit(".", 1)[-1] in wanted for name in exceptions)
 
@@ -194,10 +181,8 @@ def _named(name: str | None) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class UnitRow:
-    """One unit as stored. ``attempt`` is 0 until the unit is dispatched; ``job_id`` and
-    ``memory_gb`` belong to its current attempt; ``error`` is the last traceback or
-    message; times are Unix seconds; a pending unit is not dispatched before
-    ``not_before_s`` (the delay of its retry)."""
+    """One unit as stored; ``job_id`` and ``memory_gb`` are of its current attempt; a
+    pending unit waits until ``not_before_s`` (its retry's delay)."""
 
     run: str
     task: str
@@ -341,16 +326,10 @@ class TaskCounts:
 def next_task_state(
     current: TaskState, counts: TaskCounts, has_merge: bool
 ) -> tuple[TaskState, bool]:
-    """The state of a started task given its units, and whether its merge unit must be
-    created now.
-
-    A task that is waiting, ready, done or cancelled keeps its state (those are set by the
-    controller, not by units). Otherwise: every unit done (also when it has none) →
-    ``merging`` (creating the merge unit when it does not exist yet) or ``done``; a failed
-    merge, or no unit left to run while some failed → ``failed``; else ``running``. But a
-    ``blocked`` task stays blocked while units (or its merge) wait to be dispatched: only
-    the dispatcher, which found no worker to fit them, lifts it.
-    """
+    """The state of a started task given its units, and whether to create its merge unit
+    now. Controller-set states stay; all done → ``merging`` or ``done``; failed with nothing
+    left to run → ``failed``; a ``blocked`` task stays so while units wait (the dispatcher
+    lifts it)."""
     if current in _SET_BY_CONTROLLER:
         return current, False
     if counts.failed and not counts.unfinished:
@@ -386,11 +365,8 @@ def _blocked_by_failure(
 def run_state(
     states: Mapping[str, str], deps: Mapping[str, Collection[str]], cancelled: bool = False
 ) -> RunState:
-    """The state of a run from its tasks' states and its graph (task → tasks it reads).
-
-    ``cancelled`` when it was cancelled; ``succeeded`` when every task is done; ``running``
-    while some task progresses or a waiting task can still become ready; else ``failed``.
-    """
+    """The state of a run from its tasks' states and its graph (task → tasks it reads):
+    ``running`` while some task progresses or a waiting one still can."""
     unknown = {s for s in states.values() if s not in TASK_STATES}
     if unknown:
         raise ValueError(f"unknown task states {sorted(unknown)}")

@@ -29,11 +29,8 @@ async def set_current_attempts(
     task: str,
     attempts: Mapping[UnitKey, int],
 ) -> None:
-    """Record the attempt the service dispatched last for each unit (index, "merge" or
-    "command") of a task, when it is above 1: a unit with no attempt recorded counts as
-    current for any attempt (`current_attempts`), which is right for a unit dispatched
-    once, so Redis holds a field only for the units dispatched again (or marked stale by
-    a cancel), not one per unit of the run."""
+    """Record the attempt dispatched last for each unit of a task, when above 1 (a unit with
+    none recorded is current for any attempt, so only units dispatched again take a field)."""
     mapping = {unit_field(k): str(v) for k, v in attempts.items() if v > 1}
     if mapping:
         await cast("Awaitable[int]", redis.hset(keys.attempts(run, task), mapping=mapping))
@@ -77,10 +74,8 @@ async def attempts_by_run(redis: Redis, keys: Keys) -> dict[str, set[str]]:
 
 
 class JobQueue:
-    """Enqueueing jobs, watching queues and workers, and reading reports (for the service).
-
-    Wraps an arq pool made with the msgpack serializer; ``redis`` is that client.
-    """
+    """Enqueueing jobs, watching queues and workers, and reading reports, over an arq pool
+    with the msgpack serializer (``redis``)."""
 
     def __init__(self, pool: ArqRedis, keys: Keys, timeouts: RedisTimeouts | None = None) -> None:
         self.pool = pool
@@ -158,10 +153,8 @@ class JobQueue:
         return [self.keys.job_id_from_arq(r.decode()) for r in raw]
 
     async def drop_jobs(self, queue: str, job_ids: Sequence[str]) -> int:
-        """Take jobs out of a logical queue, with arq's keys for them; returns how many were
-        queued. For the jobs of a worker that died: arq keeps such a job in its queue,
-        marked in progress, for as long as the worker's job timeout (days); once the service
-        dispatched its units again with a newer attempt, the old job is only in the way."""
+        """Take jobs out of a queue, with arq's keys for them (a dead worker's job stays marked
+        in progress for days): how many were queued."""
         from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
 
         if not job_ids:
@@ -217,12 +210,9 @@ class JobQueue:
         block_ms: int | None = 1000,
         pending: bool = False,
     ) -> list[StreamReport]:
-        """Up to ``count`` new entries for ``consumer`` of ``group``, waiting up to
-        ``block_ms``; with ``pending``, the entries this consumer read before but did not
-        acknowledge (after a restart). Unreadable entries come with a problem.
-
-        The group is created on the first read of this queue, and again when Redis says it
-        is gone (NOGROUP: Redis lost its data, or the stream was deleted)."""
+        """Up to ``count`` new entries for ``consumer`` of ``group`` (with ``pending``, those
+        read before and not acknowledged); unreadable entries come with a problem. The group is
+        made on first read, and again when Redis lost it."""
         if block_ms is not None and not pending and block_ms / 1000 > self.block_max_s:
             raise ValueError(
                 f"block_ms={block_ms}: a BLOCK of more than {self.block_max_s:g} s would be "

@@ -1,19 +1,7 @@
-"""Connecting to Redis, for the worker containers and the service alike.
-
-`open_redis` makes a client without touching the network, with bounded socket and connect
-times and TCP keepalive (`RedisTimeouts`): a Redis that stops answering without closing
-the connection (a partition, a SIGSTOPped server, ``CLIENT PAUSE``) makes a call fail with
-a timeout after ``socket_s`` instead of hanging, so the users notice the outage and ride
-it out as when the server goes away. No call of simrun blocks in Redis longer than a
-second (the service reads its report stream without BLOCK), so the bound is safe;
-`JobQueue.read_reports` refuses a BLOCK that would come near it.
-
-`wait_for_redis` is the first contact: Redis that is not reachable yet (refused, timed
-out, a name that does not resolve yet: containers often start before Redis or while it
-restarts) is waited for with the capped backoff of `simrun.core.outage`, one line when
-the wait begins; Redis that will never take simrun's connections (wrong password, no
-password, an ACL that forbids, not Redis at all) or a URL that does not parse ends it at
-once with `RedisUnusable`, one line. `start_failure` is that decision, pure.
+"""Connecting to Redis, for the workers and the service alike: `open_redis` bounds every
+call and connection attempt (`RedisTimeouts`) so that a silent Redis is noticed, and
+`wait_for_redis` waits for a Redis not reachable yet with backoff, or fails at once
+(`RedisUnusable`) when it never will (`start_failure`).
 """
 
 from __future__ import annotations
@@ -79,10 +67,8 @@ class RedisTimeouts:
 
 
 def start_failure(exc: BaseException) -> StartFailure:
-    """Whether a failed first contact with Redis is worth waiting out ("wait": refused,
-    timed out, reset, a name that does not resolve yet, a server still loading) or will
-    fail the same way forever ("fatal": bad credentials or none, an ACL, a reply that is
-    not Redis's, an error reply, a URL that does not parse)."""
+    """Whether a failed first contact is worth waiting out ("wait": refused, timed out, not
+    resolved yet, loading) or fails forever ("fatal": credentials, ACL, not Redis, bad URL)."""
     if isinstance(exc, AuthenticationError | AuthorizationError):
         return "fatal"  # (both are ConnectionErrors to redis-py)
     if isinstance(exc, BusyLoadingError):
@@ -136,12 +122,9 @@ async def wait_for_redis(
     max_backoff_s: float = RECONNECT_MAX_S,
     on_try: Callable[[LinkState], None] | None = None,
 ) -> float | None:
-    """PING ``client`` until Redis answers; how long that took when it did not answer at
-    once (None when it did). Logs one line when the wait begins ("waiting for Redis at
-    ``where``: <reason>"), none per try; ``on_try`` sees the state after every failed try
-    (times of ``time.time()``).
-    `RedisUnusable` at once when `start_failure` says waiting is pointless, or once
-    ``max_wait_s`` passed (None: wait for ever; 0: one try)."""
+    """PING ``client`` until Redis answers: how long that took (None: at once). One log line
+    when the wait begins; ``on_try`` sees each failed try. `RedisUnusable` when waiting is
+    pointless or ``max_wait_s`` passed (None: for ever)."""
     state = LinkState()
     began = time.monotonic()
     while True:

@@ -1,18 +1,7 @@
-"""Step 4 of the controller: moving runs along. Tasks start when their inputs are done,
-follow their units to merging, done or failed, and runs end when nothing can progress. The
-rules are `simrun.core.states.next_task_state` and `simrun.core.states.run_state`; what a
-task may count is `simrun.core.intake`.
-
-Only the runs that may move are looked at (`RunsToAdvance`: those whose units changed,
-submitted or replayed), and all of them now and then (after a reconciliation).
-
-Starting a task never holds the loop: ``count_units`` (plugin code) runs in a thread of
-`UnitCounter` and the step goes on without waiting for it (the run is looked at again
-when the count is known); a count that is not an integer, is negative, is past
-``max_units_per_task`` or ``max_units_per_run``, raises, or takes longer than
-``count_timeout_s`` fails its task at once, naming the type, the count and the limit. The
-units of a task are made by SQLite, and at most `START_TASKS_PER_STEP` tasks start in one
-step, so a run of thousands of small tasks lets the other commands (cancel) in between.
+"""Step 4 of the controller: moving runs along. Pure decisions (`startable_tasks`,
+`plan_start`, `plan_moves`, and `simrun.core.states`) say what moves; the executors start
+tasks (counting their units in threads, `UnitCounter`), reuse earlier work, move tasks and
+end runs. At most `START_TASKS_PER_STEP` tasks start in one step.
 """
 
 from __future__ import annotations
@@ -67,8 +56,7 @@ TaskDone = Callable[[str, str], Awaitable[None]]
 START_TASKS_PER_STEP = 200
 #: Threads that run ``count_units`` at once at most; a count that hangs keeps its thread.
 COUNT_THREADS = 4
-#: How long one step waits in all for the counts it asked for before it moves on (seconds):
-#: quick counts start their task in the step that asked for them.
+#: How long one step waits in all for the counts it asked for (seconds).
 COUNT_WAIT_S = 0.5
 
 
@@ -89,10 +77,9 @@ class Counted:
 
 
 class UnitCounter:
-    """Runs ``count_units`` in daemon threads (at most `COUNT_THREADS` at once; a count
-    that hangs never keeps the process from exiting) and answers without waiting:
-    `poll` gives None while a count is running and ``on_done(run)`` is called (on the
-    loop) when it ends. A count that takes longer than ``timeout_s`` is given up."""
+    """Runs ``count_units`` in daemon threads (at most `COUNT_THREADS`) without waiting:
+    ``on_done(run)`` is called on the loop when a count ends; one past ``timeout_s`` is
+    given up."""
 
     def __init__(self, timeout_s: float, on_done: Callable[[str], None]) -> None:
         self.timeout_s = timeout_s
@@ -104,17 +91,14 @@ class UnitCounter:
         self._fresh: set[int] = set()
 
     def begin_step(self) -> None:
-        """A step begins: it may wait `COUNT_WAIT_S` in all for the counts it starts (not
-        for those of earlier steps: a count that hangs slows no step down)."""
+        """A step begins: it may wait `COUNT_WAIT_S` in all for the counts it starts."""
         self._deadline = time.monotonic() + COUNT_WAIT_S
         self._fresh.clear()
 
     def is_fresh(self, future: concurrent.futures.Future[object]) -> bool:
-        """Whether ``future`` was started in this step."""
         return id(future) in self._fresh
 
     def wait_left(self) -> float:
-        """What is left of this step's wait for counts (seconds)."""
         return max(0.0, self._deadline - time.monotonic())
 
     def _start(
@@ -143,15 +127,14 @@ class UnitCounter:
         return future
 
     def busy(self) -> bool:
-        """Whether every counting thread is taken."""
         with self._lock:
             return self._running >= COUNT_THREADS
 
     def poll(
         self, run_id: str, task: TaskRow, task_type: TaskType, now: float
     ) -> Counted | concurrent.futures.Future[object] | None:
-        """The count of ``task``: `Counted` once it is known, its future while it runs (it
-        is started now when it was not), None when no thread is free to start it."""
+        """The count of ``task``: `Counted` once known, its future while it runs (started
+        now if need be), None when no thread is free."""
         key = (run_id, task.name)
         found = self._futures.get(key)
         if found is None:
@@ -183,39 +166,33 @@ class UnitCounter:
         return future
 
     def forget(self, keep_runs: set[str]) -> None:
-        """Drop the counts of runs that are no longer running (their results are not
-        wanted; a running thread ends on its own)."""
+        """Drop the counts of runs no longer running."""
         for key in [k for k in self._futures if k[0] not in keep_runs]:
             del self._futures[key]
 
 
 class RunsToAdvance:
-    """The runs a step of the controller advances: those marked since the last one, or all
-    of them."""
+    """The runs a step advances: those marked since the last one, or all of them."""
 
     def __init__(self) -> None:
         self._runs: set[str] = set()
         self._all = True
 
     def mark(self, run_id: str) -> None:
-        """``run_id`` may move (its units changed, it was submitted or replayed)."""
         self._runs.add(run_id)
 
     def mark_all(self) -> None:
-        """Every running run may move (look at each in the next step)."""
         self._all = True
 
     def take(self) -> tuple[bool, set[str]]:
-        """Whether to look at every run, and the runs marked; both cleared."""
         taken = self._all, self._runs
         self._all, self._runs = False, set()
         return taken
 
 
 class Advance:
-    """The advance step: the runs of ``marks`` that changed move along; ``on_end`` is told
-    of each run that ends (its attempts hashes may go), ``on_task_done`` of each task that
-    is done (run and task: its scratch directory may go)."""
+    """The advance step over the runs of ``marks``; ``on_end`` is told of each run that
+    ends, ``on_task_done`` of each task that is done."""
 
     def __init__(
         self,
@@ -236,7 +213,6 @@ class Advance:
         self.counter = UnitCounter(self.limits.count_timeout_s, marks.mark)
 
     async def step(self) -> bool:
-        """Advance the runs that changed since the last step (all of them now and then)."""
         everything, dirty = self.marks.take()
         changed = False
         try:
@@ -313,11 +289,9 @@ async def advance_run(
     on_task_done: TaskDone | None = None,
     layout: StoreLayout | None = None,
 ) -> bool:
-    """Start the tasks of ``run`` whose inputs are done (at most `START_TASKS_PER_STEP`),
-    move its started tasks along their units, and end the run when nothing can progress.
-    True when something changed. Without a ``counter``, counts are waited for; ``again(run)``
-    is called when tasks are left to start; with the store's ``layout`` a task may reuse
-    earlier work (`reuse_tasks`)."""
+    """Start the startable tasks of ``run``, move its started tasks, end it when nothing
+    can progress; True when something changed. Without a ``counter`` counts are waited
+    for; ``again(run)`` is called when tasks are left for the next step."""
     tasks = await store.tasks(run.id)
     states: dict[str, str] = {t.name: t.state for t in tasks}
     starter = _Starter(store, types, run, now, counter, limits or InputLimits(), layout)
@@ -380,9 +354,8 @@ async def _done(on_task_done: TaskDone | None, run_id: str, task: str) -> None:
 async def reuse_tasks(
     store: RunStore, layout: StoreLayout, run: RunRow, tasks: list[TaskRow], now: float
 ) -> list[str]:
-    """Mark done the ``tasks`` (whose inputs are done) that reuse an earlier run's outputs
-    (`simrun.core.reuse.choose`): their out directory takes that run's outputs (hard links,
-    `link_outputs`). The names of the tasks reused."""
+    """Mark done the ``tasks`` that reuse an earlier run's outputs (`simrun.core.reuse`),
+    linked into their out directory: the names of the tasks reused."""
     candidates = [t for t in tasks if t.reuse and t.fingerprint is not None]
     if not candidates:
         return []
@@ -418,15 +391,12 @@ async def reuse_tasks(
 
 
 def _present(layout: StoreLayout, done: Sequence[DoneTask]) -> list[bool]:
-    """Whether the outputs of each of ``done`` are still there (blocking I/O)."""
     return [layout.task_out(d.run, d.task).is_dir() for d in done]
 
 
 def link_outputs(source: Path, target: Path) -> None:
-    """Give ``target`` (a task's out directory) the files of ``source`` (an earlier run's):
-    hard links where the file system allows (no space taken, and the earlier run may be
-    deleted later without harm), copies elsewhere; symbolic links are kept as links.
-    Whatever ``target`` held before is replaced (blocking I/O)."""
+    """Replace ``target`` (a task's out directory) by the files of ``source`` (an earlier
+    run's), hard-linked where the file system allows, else copied (blocking I/O)."""
     if target.exists():
         shutil.rmtree(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -506,8 +476,8 @@ class _Starter:
     layout: StoreLayout | None
 
     async def start(self, batch: list[TaskRow]) -> tuple[dict[str, str], int, bool]:
-        """The new state of each task of ``batch`` that moved, the start budget spent, and
-        whether tasks were reused (done at once: nothing else started)."""
+        """The new state of each task of ``batch`` that moved, the budget spent, and
+        whether tasks were reused (then nothing else started)."""
         if not batch:
             return {}, 0, False
         if self.layout is not None:
@@ -531,9 +501,8 @@ async def start_tasks(
     limits: InputLimits,
     layout: StoreLayout | None = None,
 ) -> dict[str, str]:
-    """Start the ``tasks`` of ``run`` whose inputs are done and whose count is known (or
-    fail them), in one transaction: the new state of each task that moved. With the
-    store's ``layout``, a splittable task may take units from an earlier run (`unit_reuse`)."""
+    """Start (or fail) the ``tasks`` whose count is known, in one transaction: the new
+    state of each task that moved."""
     counts = await _counts(types, run, tasks, counter)
     in_run = sum(t.units or 0 for t in await store.tasks(run.id))
     taken = {}
@@ -574,8 +543,7 @@ async def _counts(
     tasks: Sequence[TaskRow],
     counter: UnitCounter | None,
 ) -> dict[str, Counted]:
-    """The known counts of the splittable ``tasks``: waited for without a ``counter``, else
-    those known within the step's wait (`UnitCounter`)."""
+    """The known counts of the splittable ``tasks`` (all of them without a ``counter``)."""
     splittable = [(t, tt) for t in tasks if (tt := types.get(t.type)) and tt.splittable]
     if counter is None:
         return {t.name: await asyncio.to_thread(_count_now, tt, t.settings) for t, tt in splittable}
@@ -614,11 +582,9 @@ async def unit_reuse(
     tasks: Sequence[TaskRow],
     counts: Mapping[str, int],
 ) -> dict[str, tuple[str, list[range]]]:
-    """The units the ``tasks`` of ``run`` about to start (``counts``: task → its units)
-    take from an earlier run (`simrun.core.reuse`, reuse per unit), their files already in
-    the task's out directory (`link_units`): task → (the earlier run, the units as ranges).
-    A task that may not reuse, declares no unit outputs, or finds no earlier task with its
-    unit fingerprint takes none."""
+    """The units the ``tasks`` about to start (``counts``: their units) take from an
+    earlier run (reuse per unit, `simrun.core.reuse`), their files linked in already:
+    task → (the earlier run, the units as ranges)."""
     wanted: dict[str, tuple[TaskRow, UnitOutputs]] = {}
     for task in tasks:
         task_type = types.get(task.type)
@@ -682,9 +648,8 @@ async def unit_reuse(
 
 
 def link_units(source: Path, target: Path, declared: UnitOutputs, reused: Sequence[range]) -> None:
-    """Give ``target`` (the out directory of a starting task) the declared files of the
-    units ``reused`` from ``source`` (an earlier task's), as hard links (copies where the
-    file system allows none); a file of the same name there is replaced (blocking I/O)."""
+    """Link (else copy) the declared files of the units ``reused`` from ``source`` into
+    ``target`` (blocking I/O)."""
     for part in reused:
         for i in part:
             for rel in declared.paths(i):
@@ -694,21 +659,8 @@ def link_units(source: Path, target: Path, declared: UnitOutputs, reused: Sequen
                 _link_or_copy(str(source / rel), str(dest))
 
 
-async def start_task(
-    store: RunStore,
-    types: Mapping[str, TaskType],
-    run: RunRow,
-    task: TaskRow,
-    now: float,
-    limits: InputLimits | None = None,
-) -> str:
-    """Start one task whose inputs are done, waiting for its count: its new state."""
-    moved = await start_tasks(store, types, run, [task], now, None, limits or InputLimits())
-    return moved.get(task.name, task.state)
-
-
 async def failure_message(store: RunStore, run_id: str) -> str:
-    """The message of a failed run: its failed units, and the status of failed tasks."""
+    """The message of a failed run: its failed units and failed tasks' status."""
     failed: dict[str, list[int | str]] = defaultdict(list)
     for unit in await store.failures(run_id):
         failed[unit.task].append(unit.key)

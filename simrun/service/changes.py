@@ -1,18 +1,6 @@
-"""Change notification: who follows a run is woken when it may have changed, instead of
-asking again on a timer.
-
-`Changes` keeps a version per run (a counter that only grows). The controller calls
-`Changes.notify` with a run's id where a command changed that run (submit, replay, cancel)
-and `Changes.notify_all` after a step that changed something (a step does not say which
-runs). A follower reads the version, reads the run, then `Changes.wait` for a version past
-the one it read: nothing that happens between its read and its wait is missed. A wake-up
-means "may have changed": the follower reads again and compares (the HTTP stream sends an
-event only when the run's view differs).
-
-The waiters wait on one `asyncio.Event` that every notification sets and replaces: a
-condition variable without its lock, so that notifying is a plain call (the controller does
-not await it) and costs nothing while nobody waits. `Changes.close` (the service stops)
-wakes every waiter for good; the streams then end.
+"""Change notification: who follows a run waits for a version of it past the one it read
+(`Changes.wait`), woken by `Changes.notify` (a command) or `Changes.notify_all` (a step
+that changed something); a wake-up means "may have changed".
 """
 
 from __future__ import annotations

@@ -1,34 +1,7 @@
-"""The controller: walks the runs, dispatches their units, ingests the workers' reports and
-keeps SQLite (the truth) and Redis (the queues, which may be lost) in agreement.
-
-One `Controller.step` calls, in order, the steps of their own modules:
-
-1. **ingest** (`simrun.service.ingest`): the report stream in batches, each written in one
-   transaction, then acknowledged;
-2. **watch** (`simrun.service.liveness`): the workers' heartbeats; the jobs of dead workers
-   and those abandoned before a heartbeat named them are dispatched again;
-3. **reconcile** (`simrun.service.liveness`, at start and every ``reconcile_s``): jobs in
-   flight that Redis lost are dispatched again;
-4. **advance** (`simrun.service.advance`): tasks start, move along their units and end,
-   runs end;
-5. **dispatch** (`simrun.service.dispatch`): pending units go out in chunks within a window
-   of jobs in flight per queue;
-6. **forget** (`simrun.service.forget`, at most every `FORGET_EVERY_S`): the attempts
-   hashes of runs that ended leave Redis once no job of them is left there.
-
-Redis going away does not end the loop: the state of the link (`simrun.core.outage`) is
-logged when it changes ("lost Redis", "Redis is back after N s"), steps are tried again
-with capped exponential backoff and jitter, the API goes on answering from SQLite, and
-``/health`` says the service is degraded. Once Redis is back (or found restarted: its
-``run_id`` changed), the heartbeats are not trusted to say which workers died for
-`decisions.reconnect_grace_s` (`decisions.judging_workers`): the workers need that long to
-come back and beat, and deliver the reports they kept; then jobs that Redis lost are
-dispatched again by the reconcile step.
-
-This module owns the connections and the loop; the commands (`submit`, `replay`,
-`cancel`) take the same lock as a step. What the API, the metrics and the store reader read
-is `Controller.queries` (`simrun.service.queries.RunQueries`). Time is read from the
-injected clock (`simrun.core.clock`), so tests of the liveness rules step it.
+"""The controller: one `Controller.step` ingests reports, watches the workers, reconciles
+with Redis, advances the runs, dispatches, and forgets ended runs' attempts, each in a module
+of its own; this module owns the connections, the loop (which waits out Redis outages) and
+the commands (submit, replay, rerun, cancel).
 """
 
 from __future__ import annotations
@@ -73,17 +46,13 @@ __all__ = ["is_oom"]
 
 log = logging.getLogger(__name__)
 
-#: Seconds between two looks at the Redis server's ``run_id`` (a restart between two
-#: steps loses the data without any step failing).
+#: Seconds between two looks at the Redis server's ``run_id`` (a restart loses its data).
 SERVER_CHECK_S = 1.0
 
 
 class Controller:
-    """The service's controller over a run store, a resource store and a job queue.
-
-    Make one with `open`; drive it with `run_forever` (or `step`). `submit`, `replay` and
-    `cancel` may be called concurrently with the loop; the reads (`queries`) never wait for it.
-    """
+    """The service's controller over a run store, a resource store and a job queue: make
+    one with `open`, drive it with `run_forever` (or `step`); commands may run meanwhile."""
 
     def __init__(
         self,
@@ -157,31 +126,23 @@ class Controller:
         return cls(settings, types, store, resources, queue, clock)
 
     async def close(self) -> None:
-        """Close Redis and both stores (the resource store's idle connection too, so no WAL
-        file is left behind)."""
+        """Close Redis and both stores (no WAL file is left behind)."""
         await self.queue.close()
         await self.store.close()
         self.resources.close()
 
     async def _task_done(self, run: str, task: str) -> None:
-        """A task is done: the workers remove its local scratch (told through Redis,
-        `simrun.service.scratch.mark_task_ended`), and a scratch directory an older worker
-        left in the store goes."""
+        """A task is done: its scratch goes, on the workers (told through Redis) and in the
+        store."""
         await mark_task_ended(self.queue.redis, self.queue.keys, run, task)
         await asyncio.to_thread(remove_scratch, self.settings.store, run, task)
 
     # -- the loop ---------------------------------------------------------------------------
 
     async def run_forever(self, stop: asyncio.Event | None = None) -> None:
-        """Step until ``stop`` is set (or the task is cancelled).
-
-        Redis not reachable yet when the loop begins is waited for (`_first_contact`), and
-        Redis going away later is waited out (SQLite keeps the state): one line when it
-        goes, one when it is back, tries in between after a capped exponential backoff with jitter.
-        Any other error of a step is logged with its traceback and kept in ``last_error``
-        (the health of the service shows it), and the loop goes on after a pause rather
-        than leaving the runs without a controller.
-        """
+        """Step until ``stop`` is set. Redis away is waited out with backoff (one log line
+        when it goes, one when it is back); any other error of a step is logged, kept in
+        ``last_error`` (``/health`` shows it), and the loop goes on after a pause."""
         stop = stop or asyncio.Event()
         if not await self._first_contact(stop):
             return
@@ -214,9 +175,8 @@ class Controller:
                 )
 
     async def _idle(self, stop: asyncio.Event, pause_s: float, reports: bool) -> None:
-        """Wait up to ``pause_s`` before the next step, or less: until ``stop``, a command
-        (`_wake`), or, with ``reports`` (Redis answers), a report after the last one
-        read."""
+        """Wait up to ``pause_s``: less on ``stop``, a command, or (with ``reports``) a new
+        report."""
         waits: list[asyncio.Future[Any]] = [
             asyncio.ensure_future(stop.wait()),
             asyncio.ensure_future(self._wake.wait()),
@@ -237,12 +197,9 @@ class Controller:
                 log.debug("waiting for a report: %s", w.exception())
 
     async def _first_contact(self, stop: asyncio.Event) -> bool:
-        """Wait for Redis before the first step (False: ``stop`` was set meanwhile). While
-        it is not reachable yet the link is down, so ``/health`` says the service is
-        degraded and the API answers from SQLite. A Redis that will never take the service
-        raises `RedisUnusable` (as does one not reached within ``redis_wait_s``). When it
-        had to be waited for, the workers get the grace of a reconnection before they are
-        judged: they may have been waiting for it too, with reports to deliver."""
+        """Wait for Redis before the first step (False: ``stop`` was set meanwhile);
+        `RedisUnusable` when it will never take the service. When it was waited for, the
+        workers get the grace of a reconnection before they are judged."""
         where = redact_url(self.settings.redis_url)
 
         def on_try(state: LinkState) -> None:
@@ -270,8 +227,8 @@ class Controller:
         return True
 
     def _redis_back(self, what: str) -> None:
-        """Redis answers again (or restarted): judge no worker by its heartbeat for the
-        grace period, read the reports delivered before first, reconcile after it."""
+        """Redis answers again (or restarted): judge no worker for the grace period, read
+        the reports delivered before first."""
         self.link.back_at = self.clock.monotonic()
         self._liveness.redis_back()
         self._ingest.redis_back()
@@ -298,8 +255,6 @@ class Controller:
         async with self._lock:
             await self._check_server()
             await self._write_owed_attempts()
-            # Not in the first step that went well after an outage either (the link is
-            # still down until it ends).
             judge = self.link.up and decisions.judging_workers(
                 self.clock.monotonic(), self.link.back_at, self._grace_s
             )
@@ -319,8 +274,7 @@ class Controller:
     # -- attempts of runs that ended ---------------------------------------------------------
 
     async def forget_ended(self) -> int:
-        """Delete the attempts hashes of the runs that ended and have no job left in Redis
-        now (as a step does every `FORGET_EVERY_S`); returns how many were deleted."""
+        """Delete the attempts hashes of ended runs with no job left in Redis, now."""
         async with self._lock:
             return await self._ended.sweep(self.store, self.queue, await self.queue.live_workers())
 
@@ -337,20 +291,10 @@ class Controller:
         reuse: bool = True,
         rerun: Sequence[str] = (),
     ) -> str:
-        """Create a run of a checked document (``settings_by_task`` is what
-        `simrun.workflow.check_workflow` returned) and return its id.
-
-        Sources are ``uploaded`` (name → file or directory: the HTTP API's, which never
-        reads a path the document names) or, without ``uploaded`` (``simrun run``, on the
-        user's own machine), the document's paths relative to ``base``; they are copied
-        into the run's directory first. A document that cannot run (or has more tasks than
-        ``settings.intake`` allows) raises `simrun.workflow.WorkflowError` and leaves
-        nothing behind.
-
-        A task reuses the outputs of an earlier run of the store when nothing it depends on
-        changed (`simrun.core.reuse`), unless ``reuse`` is False or it is in ``rerun`` or
-        depends on a task that is.
-        """
+        """Create a run of a checked document and return its id. Sources are ``uploaded``
+        (the HTTP API's) or the document's paths under ``base`` (``simrun run``); a document
+        that cannot run raises `WorkflowError` and leaves nothing behind. ``reuse`` and
+        ``rerun`` say which tasks may reuse an earlier run's outputs."""
         now = self.clock.now()
         if (why := tasks_problem(len(doc.tasks), self.settings.intake)) is not None:
             raise WorkflowError([Problem(("tasks",), why)], "workflow")
@@ -379,9 +323,7 @@ class Controller:
             await asyncio.to_thread(copy_sources, layout, run_id, sources)
             async with self._lock:
                 await self.store.create_run(new)
-                self._marks.mark(run_id)
-                self.changes.notify(run_id)
-                self._wake.set()
+                self._moved(run_id)
         except BaseException:
             await asyncio.to_thread(remove_run_dir, run_dir)
             raise
@@ -396,30 +338,21 @@ class Controller:
         indices: Sequence[int] = (),
         memory_gb: float | None = None,
     ) -> int:
-        """Put failed units back (all, of one task, or some indices of it; optionally with
-        a memory per process) and let the run go on; done units are never recomputed.
-        Returns the units replayed; `simrun.runstore.RunStateError` says why there are
-        none, `simrun.runstore.UnknownRunError` that there is no such run."""
+        """Put failed units back (all, of one task, or some indices; optionally with a
+        memory per process) and let the run go on: the units replayed."""
         async with self._lock:
             count = await self.store.replay(
                 run_id, self.clock.now(), task=task, indices=indices, memory_gb=memory_gb
             )
-            self._marks.mark(run_id)
-            self.changes.notify(run_id)
-            self._wake.set()
+            self._moved(run_id)
         log.info("run %s: %d units replayed", run_id, count)
         return count
 
     async def rerun(
         self, run_id: str, task: str, memory_gb: float | None = None
     ) -> tuple[list[str], int]:
-        """Run ``task`` again from the start (its done units too) and every task that reads
-        its outputs, as `simrun.runstore.RunStore.rerun` says; the run runs again. Their
-        outputs go before any of their units is dispatched (`simrun.service.outputs`), and
-        their attempts hashes too (their units start again at attempt 1, current for a
-        worker).
-        Returns the tasks reset and the units they had; `simrun.runstore.RunStateError`
-        says why it cannot be done, `simrun.runstore.UnknownRunError` that there is no run."""
+        """Run ``task`` and every task that reads it again from the start; their outputs
+        and attempts hashes go first. The tasks reset and the units they had."""
         async with self._lock:
             tasks, units = await self.store.rerun(run_id, task, self.clock.now(), memory_gb)
             await asyncio.to_thread(clear_outputs, self.settings.store, run_id, tasks)
@@ -428,17 +361,13 @@ class Controller:
             except RedisError as exc:  # a unit whose old attempt stays is dispatched again
                 log.warning("run %s: the attempts of %s stay in Redis (%s)", run_id, tasks, exc)
             await unmark_tasks_ended(self.queue.redis, self.queue.keys, run_id, tasks)
-            self._marks.mark(run_id)
-            self.changes.notify(run_id)
-            self._wake.set()
+            self._moved(run_id)
         log.info("run %s: tasks %s run again (%d units before)", run_id, tasks, units)
         return tasks, units
 
     async def cancel(self, run_id: str) -> int:
-        """Cancel a running run: nothing more is dispatched, and workers skip its units that
-        are still queued (they are marked stale: their attempts are raised, and the hashes
-        stay until no job of the run is left in Redis). Returns the units that were in
-        flight."""
+        """Cancel a running run: nothing more is dispatched and workers skip its queued units
+        (their attempts are raised). The units that were in flight."""
         async with self._lock:
             active = await self.store.cancel(run_id, self.clock.now())
             self.changes.notify(run_id)
@@ -461,9 +390,14 @@ class Controller:
         log.info("run %s cancelled (%d units were in flight)", run_id, len(active))
         return len(active)
 
+    def _moved(self, run_id: str) -> None:
+        """A command changed ``run_id``: advance it, tell its followers, step at once."""
+        self._marks.mark(run_id)
+        self.changes.notify(run_id)
+        self._wake.set()
+
     async def _write_owed_attempts(self) -> None:
-        """Write the raised attempts of cancelled runs that Redis has not taken yet (it was
-        away at the cancel); `RedisError` leaves the rest owed."""
+        """Write the raised attempts of cancelled runs that Redis was away for."""
         for run_id in list(self._owed_attempts):
             by_task = self._owed_attempts[run_id]
             for task in list(by_task):
@@ -474,8 +408,8 @@ class Controller:
             del self._owed_attempts[run_id]
 
     async def wait(self, run_id: str, timeout_s: float, poll_s: float = 0.05) -> RunRow:
-        """The run once it ended; `TimeoutError` after ``timeout_s`` (for embedded mode and
-        tests; the loop must be running elsewhere)."""
+        """The run once it ended; `TimeoutError` after ``timeout_s`` (the loop runs
+        elsewhere)."""
         deadline = self.clock.monotonic() + timeout_s
         while True:
             row = await self.store.run(run_id)

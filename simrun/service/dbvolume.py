@@ -1,10 +1,6 @@
 """Whether the service's SQLite file lies on a network file system, where its locks may not
-hold (the spec: "The file must be on a local volume").
-
-The file system of a path is the mount point of ``/proc/mounts`` that holds it (the longest
-one that is the path or one of its parents; the path itself need not exist yet: its nearest
-existing ancestor is resolved). `network_fs_type` and `mount_type` are pure; `db_volume_problem`
-reads the mount table and says in one line what is wrong, or None.
+hold: the mount of ``/proc/mounts`` that holds the path (`mount_type`, pure), judged by
+`db_volume_problem`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""The controller's own decisions as plain functions: the attempt of a job, which jobs are
-lost or abandoned, when a run's attempts may leave Redis, and the run's message (the ETA
-is `simrun.core.eta`).
-(The sizing rules the workers apply as well live in `simrun.core.sizing`.)
-
-Nothing here does I/O or reads a clock; `simrun.service.controller` gathers the facts and
-acts on the answers.
+"""The controller's own decisions as pure functions: the attempt of a job, which jobs are
+lost or abandoned, when a run's attempts may leave Redis, and a failed run's message.
 """
 
 from __future__ import annotations
@@ -44,16 +39,9 @@ def abandoned_jobs(
     now_s: float,
     ttl_s: float,
 ) -> tuple[dict[str, float], list[str]]:
-    """Jobs a worker took and died with before any heartbeat of it listed them.
-
-    ``held`` are jobs in flight that arq holds in progress (a worker took them; arq lets no
-    other worker take them for days), ``listed`` the jobs live workers' heartbeats list, and
-    ``since`` when each job was first seen held and unlisted (the first answer of the last
-    call). A live worker lists a job it took within one heartbeat, so a job held and listed
-    by no live worker for longer than ``ttl_s`` (a heartbeat's time to live) was abandoned:
-    dispatch its units again. Returns the new ``since`` (the jobs still watched; a job that
-    is listed again or no longer held starts over) and the abandoned jobs, sorted.
-    """
+    """Jobs a worker took and died with before a heartbeat listed them: ``held`` by arq
+    and ``listed`` by no live worker for longer than ``ttl_s`` since first seen so
+    (``since``). Returns the new ``since`` and the abandoned jobs, sorted."""
     watched = {job: since.get(job, now_s) for job in held if job not in listed}
     abandoned = sorted(job for job, first in watched.items() if now_s - first > ttl_s)
     for job in abandoned:
@@ -62,18 +50,14 @@ def abandoned_jobs(
 
 
 def reconnect_grace_s(heartbeat_ttl_s: float, worker_retry_max_s: float) -> float:
-    """How long after Redis came back the heartbeats are not trusted to tell who died: the
-    longest pause of a worker between two tries to reach Redis (it may come back that much
-    later than the service), plus a heartbeat's time to live."""
+    """How long after Redis came back the heartbeats are not trusted: a worker's longest
+    pause between two tries to reach Redis, plus a heartbeat's time to live."""
     return heartbeat_ttl_s + worker_retry_max_s
 
 
 def judging_workers(now_s: float, back_at: float | None, grace_s: float) -> bool:
-    """Whether the heartbeats may be trusted now to say which workers died and which jobs
-    were lost or abandoned. Not within ``grace_s`` of Redis coming back (``back_at``; None:
-    it never went away): every heartbeat expired during the outage (or was lost with the
-    data) and the workers have not all beaten again yet, so every worker would look dead
-    and every job lost; their units would be computed twice."""
+    """Whether the heartbeats may say now which workers died: not within ``grace_s`` of
+    Redis coming back (``back_at``), when every worker would look dead."""
     return back_at is None or now_s - back_at >= grace_s
 
 
@@ -84,11 +68,7 @@ def lost_jobs(
     snapshot_s: float,
 ) -> list[str]:
     """Jobs in flight that Redis no longer has: enqueued before the snapshot of the queues
-    (taken at ``snapshot_s``), yet neither in a queue nor held by a live worker.
-
-    Sound only when every report written before the snapshot was applied first: a job leaves
-    its queue after its report is written, so a finished job is out of flight by then.
-    """
+    yet neither queued nor on a live worker (sound once every earlier report was applied)."""
     return [
         j.id
         for j in jobs
@@ -107,24 +87,9 @@ def run_of_job(job_id: str) -> str:
 
 
 def attempts_verdict(state: str | None, in_flight: bool, in_redis: bool) -> AttemptsVerdict:
-    """Whether the attempts hashes of a run (one per task) may leave Redis now.
-
-    The hashes only tell workers which jobs are stale, and a worker takes a unit whose
-    attempt is missing for current. So they may go once the run can dispatch nothing more
-    and no job of it can still be taken or run:
-
-    * the run has ended (succeeded, failed, cancelled; ``state``), or the run store does not
-      know it (``None``: no job of it can ever be dispatched);
-    * no job of it is in flight in the run store (``in_flight``); and
-    * no job of it is in Redis (``in_redis``): none waits in a queue, none is held in
-      progress (arq keeps a taken job in its queue until it ends), none is listed by a live
-      worker's heartbeat. A cancelled run's queued jobs are stale only through the raised
-      attempts: its hashes stay until the workers have skipped them all.
-
-    A running run keeps them (``keep``). A replay makes a failed run run again; its new
-    jobs carry attempts one above those of the run store, and the dispatcher writes the
-    hash again before it enqueues them, so a hash deleted before the replay is no loss.
-    """
+    """Whether the attempts hashes of a run may leave Redis now: once it ended (or the
+    store does not know it, ``state`` None) and no job of it is in flight in the store or
+    in Redis (queued, held, or listed by a worker)."""
     if state is not None and state not in ENDED_RUN_STATES:
         return "keep"
     if in_flight or in_redis:

@@ -1,8 +1,5 @@
-"""Step 1 of the controller: reading the workers' reports and applying them.
-
-The report stream is read in batches in a consumer group: the unit outcomes and the
-observations of a batch are written in one transaction, then acknowledged. A batch that
-could not be written is not acknowledged and is read again (``pending``) before new ones.
+"""Step 1 of the controller: the workers' reports, read in batches of a consumer group,
+each written in one transaction and then acknowledged (a batch that failed is read again).
 """
 
 from __future__ import annotations
@@ -59,11 +56,8 @@ def record_of(entry: ReportEntry, tasks: Mapping[tuple[str, str], TaskRow]) -> R
 
 
 class Ingest:
-    """Reads the report stream and writes what it says to the stores.
-
-    ``advance`` learns the runs whose units changed; ``resolved`` (the dispatcher's cache
-    of resolved resources) forgets the keys that learned something new.
-    """
+    """Reads the report stream and writes what it says to the stores; marks the runs that
+    changed in ``advance`` and forgets the learned keys in ``resolved``."""
 
     def __init__(
         self,

@@ -1,15 +1,6 @@
-"""Steps 2 and 3 of the controller: who holds what, and what was lost.
-
-* **watch** the workers' heartbeats: jobs a live worker holds mark their units running on
-  it; the jobs of a worker whose heartbeat expired, and the jobs arq holds in progress that
-  no live worker has listed for longer than a heartbeat lives (their worker died before a
-  heartbeat named them), are dispatched again (new attempt) and dropped from arq, which
-  would keep them blocked for its job timeout;
-* **reconcile** (at start and every ``reconcile_s``): jobs in flight that are neither in a
-  queue nor on a live worker (Redis lost them) are dispatched again.
-
-The rules are `simrun.service.decisions.dead_worker_jobs`, ``abandoned_jobs`` and
-``lost_jobs``; this module gathers their facts and applies the answers.
+"""Steps 2 and 3 of the controller: the jobs of dead workers and abandoned jobs are
+dispatched again (watch), and so are jobs in flight that Redis lost (reconcile); the rules
+are in `simrun.service.decisions`.
 """
 
 from __future__ import annotations

@@ -81,12 +81,10 @@ async def serve(
     default_shape: ContainerShape = DEFAULT_SHAPE,
     on_listening: Callable[[str], None] | None = None,
 ) -> None:
-    """Open the controller, drive its loop and answer HTTP until SIGINT/SIGTERM, then stop
-    the loop and close the controller (the process then ends normally, status 0). The
-    HTTP API answers while the loop waits for Redis at start; `RedisUnusable` (Redis
-    refuses the service, or ``redis_wait_s`` passed) ends both and is raised.
-    ``default_shape`` is the worker container /metrics assumes for a queue while none of
-    its workers is live. ``on_listening(url)`` is called once the HTTP API listens."""
+    """Open the controller, drive its loop and answer HTTP until SIGINT/SIGTERM, then close
+    it. `RedisUnusable` ends both and is raised; ``default_shape`` is the worker container
+    /metrics assumes for a queue with no live worker; ``on_listening(url)`` is called once
+    the API listens."""
     controller = await Controller.open(settings, types)
     stop = asyncio.Event()
     loop_task = asyncio.create_task(controller.run_forever(stop), name="simrun-controller")

@@ -1,9 +1,5 @@
-"""What the service tells Prometheus (``GET /metrics``) and `simrun scale` (``GET /backlog``).
-
-`simrun.service.queries.RunQueries.metrics` gathers the facts of one scrape; the pure
-functions here turn them into numbers per queue (`queue_metrics`, the backlog resolved as
-a dispatch would ask now) and `render` writes them in the text format 0.0.4 through
-`prometheus_client`, a collector of that one snapshot (`Scrape`).
+"""What the service tells Prometheus (``GET /metrics``) and `simrun scale` (``GET
+/backlog``): pure numbers per queue from one scrape's facts, rendered by `prometheus_client`.
 """
 
 from __future__ import annotations

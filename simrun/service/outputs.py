@@ -1,11 +1,5 @@
-"""The outputs of tasks that run again (``simrun replay RUN --task T --all``): removed
-before they run, so a file the earlier attempt wrote is never taken for a new one.
-
-A task that runs again from the start (`simrun.runstore.RunStore.rerun`: the task and the
-tasks that read it) gets an empty output directory (`simrun.core.layout.StoreLayout.
-task_out`): its units, its merge or its command write everything again. Outputs hard-linked
-from an earlier run (reuse) lose only this run's links; the earlier run keeps its files.
-The logs of earlier attempts stay (`simrun logs` shows them).
+"""The outputs of tasks that run again from the start: removed before they run, so that no
+file of the earlier attempt is taken for a new one (reused links only lose this run's).
 """
 
 from __future__ import annotations

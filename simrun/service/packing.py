@@ -1,8 +1,5 @@
-"""Building the jobs of a task from its pending units (pure: no Redis, no SQLite).
-
-A job is stored (`simrun.runstore.NewJob`: which units it moves to queued, under which
-attempt and memory) and sent (`simrun.core.jobs.JobSpec`: what the worker runs); both come
-from one function so they never disagree.
+"""Building the jobs of a task from its pending units (pure): the stored job
+(`simrun.runstore.NewJob`) and the payload (`simrun.core.jobs.JobSpec`) from one function.
 """
 
 from __future__ import annotations
@@ -56,16 +53,10 @@ def build_jobs(
     timeout_s: float | None = None,
     run_image: str | None = None,
 ) -> list[Dispatch]:
-    """One job per chunk of pending units of ``task`` (chunk units, its command unit, or its
-    merge unit, one kind per chunk), each with an attempt above every unit's current one.
-    A chunk given as a `range` is of fresh chunk units (never dispatched, no row): a fresh
-    job of attempt 1.
-
-    A chunk or command job runs under the resolved memory per process, a merge under the
-    resolved base memory; a unit killed for memory before gets at least `RETRY_FACTOR`
-    times the limit of its last attempt (`retry_memory_gb`), the most of its chunk.
-    A job runs in its type's image, else in ``run_image`` (the run's environment image).
-    """
+    """One job per chunk of pending units of ``task`` (one kind per chunk; a `range` is of
+    fresh units: attempt 1), each with an attempt above its units' current ones. A unit
+    killed for memory gets at least `RETRY_FACTOR` times its last limit; a job runs in its
+    type's image, else ``run_image``."""
     paths = JobPaths.of(task_paths(store, task))
     out: list[Dispatch] = []
     for units in chunks:

@@ -1,16 +1,6 @@
-"""The scratch of tasks that ended: the workers are told, so that they remove it.
-
-A task's scratch directory (`simrun.plugins.TaskPaths.scratch`) lives on the local disk of
-each worker that ran a job of it (`simrun.worker.scratch`), where the service cannot reach
-it. Only the service knows when a task ends (`simrun.service.advance`): it marks the task
-in Redis (`mark_task_ended`, a key that expires after `ENDED_TTL_S`), and each worker, at
-its heartbeat, removes the scratch of the marked tasks it holds no job of. A task that
-failed or was cancelled is not marked: its workers remove its scratch once no job of it
-came for `simrun.worker.scratch.IDLE_REMOVE_S`.
-
-Stores written by workers before scratch was local hold ``STORE/runs/<run>/<task>/scratch``:
-`remove_scratch` removes it when the task is done, with what is left of the checkpoints of
-its units (``<task>/checkpoints/``, `simrun.plugins.TaskPaths.checkpoint`).
+"""The scratch of tasks that ended: the service marks a done task in Redis
+(`mark_task_ended`), and each worker removes the scratch of the marked tasks it holds no
+job of; `remove_scratch` removes what older workers left in the store.
 """
 
 from __future__ import annotations

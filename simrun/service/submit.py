@@ -1,15 +1,5 @@
-"""Turning a checked workflow into a run: its id, its tasks with their input paths, and the
-copy of its sources in the run's directory.
-
-Sources are copied into ``STORE/runs/<run_id>/sources/<name>/`` at submission, so that
-workers (in containers that only see the store) read them there, and a run keeps reading
-the files it was submitted with even when the originals change. A source port of a task
-reads the source's directory ``sources/<name>/`` (`TaskPaths.inputs` is a directory, as
-the spec says), which holds the copy under the original's own name: the file of
-``sources: {plate: plate.json}`` is ``paths.inputs["plate"] / "plate.json"``, and the one
-entry of that directory whatever its name (`source_copy`). A ``task.port`` input reads
-the upstream task's output directory (``<task>/out``, or ``<task>/out/<port>`` for a port
-other than ``out``).
+"""Turning a checked workflow into a run: its id, its tasks with their input paths, and
+the copy of its sources in ``STORE/runs/<run>/sources/<name>/`` (which workers read).
 """
 
 from __future__ import annotations
@@ -68,12 +58,9 @@ def plan_run(
     rerun: Sequence[str] = (),
     environment_image: str | None = None,
 ) -> NewRun:
-    """The run to store for a checked document, each task with its fingerprint (the
-    sources' content is hashed here: blocking I/O) and whether it may reuse earlier work
-    (not with ``reuse`` False, nor the tasks of ``rerun`` and what depends on them). The
-    run's environment image is the document's ``image``, else ``environment_image``.
-    `WorkflowError` when a task's type is not installed in the service, its settings are
-    missing, or ``rerun`` names no task of the document."""
+    """The run to store for a checked document, each task with its fingerprint (blocking
+    I/O: sources are hashed) and whether it may reuse earlier work. `WorkflowError` when a
+    type is not installed, settings are missing, or ``rerun`` names no task."""
     problems = [
         Problem(("tasks", i, "type"), f"task type {spec.type!r} is not installed", task=spec.name)
         for i, spec in enumerate(doc.tasks)

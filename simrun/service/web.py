@@ -1,14 +1,5 @@
-"""The web app's files: the page at ``/`` and its bundle under ``/assets/``.
-
-The bundle is built from the top-level ``web/`` folder (``npm run build``) into
-``simrun/service/static/`` and shipped inside the Python package, so a service needs no
-Node.js and the page no network (no asset from a CDN). The files hold no data: they are
-served without the token (`is_static`); every data route and event stream stays behind it
-(`simrun.service.api.guard`), and the page asks the user for the token once and keeps it
-for the browser session.
-
-The page routes with the URL's fragment (``/#/runs/RUN``), so the service serves one
-document, ``/``, and the API keeps all its paths.
+"""The web app's files: the page at ``/`` and its bundle under ``/assets/``, built from
+``web/`` into ``simrun/service/static/``; served without the token (they hold no data).
 """
 
 from __future__ import annotations
