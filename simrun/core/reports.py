@@ -57,17 +57,7 @@ class WorkerReport(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for msgpack or JSON (never pickle)."""
-        return {
-            "peak_memory_gb": list(self.peak_memory_gb),
-            "seconds_per_unit": self.seconds_per_unit,
-            "units": self.units,
-            "limit_gb": self.limit_gb,
-            "killed_for_memory": self.killed_for_memory,
-            "peak_gpu_memory_gb": self.peak_gpu_memory_gb,
-            "staged_bytes": self.staged_bytes,
-            "staged_s": self.staged_s,
-            "scratch_gb": self.scratch_gb,
-        }
+        return self.model_dump(mode="json")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> WorkerReport:

@@ -223,20 +223,11 @@ def unit_after_outcome(
 ) -> UnitRow | None:
     """The unit after a worker reported ``outcome`` for it at ``attempt``; None to ignore.
 
-    * A unit already ``done`` ignores everything.
-    * ``done`` is accepted from any attempt (outputs depend on settings and index only),
-      except while another attempt of the unit is queued or running: its report decides.
-    * Any other outcome counts only for the current attempt while it is queued or running;
-      ``stale`` is always ignored.
-    * ``killed`` (for memory): back to pending, or failed past ``limits.max_kills`` or when
-      the task's ``rule`` does not retry "memory".
-    * ``failed`` and ``timeout``: back to pending after the rule's delay, or failed past the
-      task's ``retries`` or when its ``retry_on`` names neither the outcome nor one of
-      ``exceptions`` (without them, the type read from the traceback's last line).
-    * ``not_run`` and ``refused``: back to pending without counting against the unit.
-
-    ``started_s`` fills the start time of a unit that has none yet.
-    """
+    ``done`` counts from any attempt unless another attempt is in flight; other outcomes
+    only for the current attempt in flight (``stale`` never). ``killed`` and ``failed`` /
+    ``timeout`` go back to pending, or fail past the limits or when the task's ``rule`` does
+    not retry them (matched against ``exceptions``, else the traceback's type); ``not_run``
+    and ``refused`` go back without counting. ``started_s`` fills a missing start time."""
     if unit.state == "done":
         return None
     start = unit.started_s if unit.started_s is not None else started_s

@@ -220,17 +220,7 @@ class Advance:
             self.counter.begin_step()
             self.counter.forget({r.id for r in running})
             for run in running:
-                if (everything or run.id in dirty) and await advance_run(
-                    self.store,
-                    self.types,
-                    run,
-                    self.clock.now(),
-                    self.counter,
-                    self.limits,
-                    self.marks.mark,
-                    self.on_task_done,
-                    self.layout,
-                ):
+                if (everything or run.id in dirty) and await self.advance_run(run):
                     changed = True
                     after = await self.store.run(run.id)
                     if after is not None and after.state != "running":
@@ -239,6 +229,132 @@ class Advance:
             self.marks.mark_all()
             raise
         return changed
+
+    async def advance_run(self, run: RunRow) -> bool:
+        """Start the startable tasks of ``run`` (at most `START_TASKS_PER_STEP`; the run is
+        marked again for the rest), move its started tasks, end it when nothing can
+        progress; True when something changed."""
+        store, now = self.store, self.clock.now()
+        tasks = await store.tasks(run.id)
+        states: dict[str, str] = {t.name: t.state for t in tasks}
+        changed = False
+        budget = START_TASKS_PER_STEP
+        while True:  # a task done in a pass lets the tasks after it start in the next one
+            startable = startable_tasks(tasks, states)
+            batch = startable[: max(budget, 0)]
+            moved, spent, reused = await self._start(run, batch, now)
+            states.update(moved)
+            changed |= bool(moved)
+            budget -= spent
+            for name in (n for n, state in moved.items() if state == "done"):
+                await self._done(run.id, name)
+            if reused:
+                continue  # their dependents may start (or be reused) in this step
+            if len(startable) > len(batch):
+                self.marks.mark(run.id)  # more to start in the next step
+            moves = plan_moves(tasks, states, await store.counts(run.id))
+            for move in moves:
+                if move.make_merge:
+                    await store.add_merge_unit(run.id, move.name)
+                if move.state != states[move.name]:
+                    await store.set_task(run.id, move.name, state=move.state, now_s=now)
+                    states[move.name] = move.state
+                    if move.state == "done":
+                        await self._done(run.id, move.name)
+            changed |= bool(moves)
+            finished = any(m.state == "done" for m in moves)
+            if not finished or budget <= 0:
+                if finished:
+                    self.marks.mark(run.id)
+                break
+        outcome = run_state(states, {t.name: t.depends for t in tasks})
+        if outcome != "running":
+            message = "" if outcome == "succeeded" else await failure_message(store, run.id)
+            await store.set_run_state(run.id, outcome, message, now)
+            log.info("run %s %s %s", run.id, outcome, message)
+            await store.checkpoint()
+            changed = True
+        return changed
+
+    async def _done(self, run_id: str, task: str) -> None:
+        if self.on_task_done is not None:
+            await self.on_task_done(run_id, task)
+
+    async def _start(
+        self, run: RunRow, batch: list[TaskRow], now: float
+    ) -> tuple[dict[str, str], int, bool]:
+        """The new state of each task of ``batch`` that moved, the budget spent, and
+        whether tasks were reused (then nothing else started)."""
+        if not batch:
+            return {}, 0, False
+        if self.layout is not None:
+            reused = await reuse_tasks(self.store, self.layout, run, batch, now)
+            if reused:
+                return dict.fromkeys(reused, "done"), len(reused), True
+        return await self.start_tasks(run, batch, now), len(batch), False
+
+    async def start_tasks(self, run: RunRow, tasks: list[TaskRow], now: float) -> dict[str, str]:
+        """Start (or fail) the ``tasks`` whose count is known, in one transaction: the new
+        state of each task that moved."""
+        store, types = self.store, self.types
+        counts = await self._counts(run, tasks)
+        in_run = sum(t.units or 0 for t in await store.tasks(run.id))
+        taken = {}
+        if self.layout is not None:
+            taken = await unit_reuse(store, self.layout, types, run, tasks, _known(counts))
+        moved: dict[str, str] = {}
+        async with store.transaction() as conn:
+            for task in tasks:
+                plan = plan_start(
+                    task, types.get(task.type), counts.get(task.name), in_run, self.limits,
+                    run.model,
+                )  # fmt: skip
+                if plan is None:
+                    continue  # still counting
+                if plan.failed is not None:
+                    log.warning("run %s task %s failed: %s", run.id, task.name, plan.failed)
+                    await store.set_task(
+                        run.id, task.name, state="failed", status=plan.failed, now_s=now,
+                        conn=conn,
+                    )  # fmt: skip
+                    moved[task.name] = "failed"
+                    continue
+                from_run, reused = taken.get(task.name, (None, []))
+                await store.start_task(
+                    run.id, task.name, plan.units, now, conn=conn, reused=reused,
+                    reused_from=from_run,
+                )  # fmt: skip
+                await store.set_task(run.id, task.name, resource_key=plan.key, conn=conn)
+                in_run += plan.units
+                moved[task.name] = "running"
+                log.info("run %s task %s started with %d units", run.id, task.name, plan.units)
+                if from_run is not None and reused:
+                    text = units_reused_text(sum(len(r) for r in reused), from_run)
+                    log.info("run %s task %s: %s", run.id, task.name, text)
+        return moved
+
+    async def _counts(self, run: RunRow, tasks: Sequence[TaskRow]) -> dict[str, Counted]:
+        """The counts of the splittable ``tasks`` known within this step's wait."""
+        counter = self.counter
+        splittable = [(t, tt) for t in tasks if (tt := self.types.get(t.type)) and tt.splittable]
+        counts: dict[str, Counted] = {}
+        waiting: list[concurrent.futures.Future[object]] = []
+        for task, task_type in splittable:
+            found = counter.poll(run.id, task, task_type, time.monotonic())
+            if isinstance(found, Counted):
+                counts[task.name] = found
+            elif found is not None and counter.is_fresh(found):
+                waiting.append(found)
+        if waiting and counter.wait_left() > 0:
+            # The quick counts are taken in this step; the others when they are known.
+            futures = [asyncio.wrap_future(f) for f in waiting]
+            await asyncio.wait(futures, timeout=counter.wait_left())
+            for task, task_type in splittable:
+                if task.name not in counts:
+                    found = counter.poll(run.id, task, task_type, time.monotonic())
+                    if isinstance(found, Counted):
+                        counts[task.name] = found
+        return counts
 
 
 @dataclass(frozen=True)
@@ -276,79 +392,6 @@ def plan_moves(
             if new != state or merge:
                 moves.append(TaskMove(task.name, new, merge))
     return moves
-
-
-async def advance_run(
-    store: RunStore,
-    types: Mapping[str, TaskType],
-    run: RunRow,
-    now: float,
-    counter: UnitCounter | None = None,
-    limits: InputLimits | None = None,
-    again: Callable[[str], None] | None = None,
-    on_task_done: TaskDone | None = None,
-    layout: StoreLayout | None = None,
-) -> bool:
-    """Start the startable tasks of ``run``, move its started tasks, end it when nothing
-    can progress; True when something changed. Without a ``counter`` counts are waited
-    for; ``again(run)`` is called when tasks are left for the next step."""
-    tasks = await store.tasks(run.id)
-    states: dict[str, str] = {t.name: t.state for t in tasks}
-    starter = _Starter(store, types, run, now, counter, limits or InputLimits(), layout)
-    changed = False
-    budget = START_TASKS_PER_STEP
-    while True:  # a task done in a pass lets the tasks after it start in the next one
-        startable = startable_tasks(tasks, states)
-        batch = startable[: max(budget, 0)]
-        moved, spent, reused = await starter.start(batch)
-        states.update(moved)
-        changed |= bool(moved)
-        budget -= spent
-        for name in (n for n, state in moved.items() if state == "done"):
-            await _done(on_task_done, run.id, name)
-        if reused:
-            continue  # their dependents may start (or be reused) in this step
-        if len(startable) > len(batch) and again is not None:
-            again(run.id)  # more to start in the next step
-        moves = plan_moves(tasks, states, await store.counts(run.id))
-        for move in moves:
-            await _move(store, run.id, move, states, now, on_task_done)
-        changed |= bool(moves)
-        finished = any(m.state == "done" for m in moves)
-        if not finished or budget <= 0:
-            if finished and again is not None:
-                again(run.id)
-            break
-    outcome = run_state(states, {t.name: t.depends for t in tasks})
-    if outcome != "running":
-        message = "" if outcome == "succeeded" else await failure_message(store, run.id)
-        await store.set_run_state(run.id, outcome, message, now)
-        log.info("run %s %s %s", run.id, outcome, message)
-        await store.checkpoint()
-        changed = True
-    return changed
-
-
-async def _move(
-    store: RunStore,
-    run_id: str,
-    move: TaskMove,
-    states: dict[str, str],
-    now: float,
-    on_task_done: TaskDone | None,
-) -> None:
-    if move.make_merge:
-        await store.add_merge_unit(run_id, move.name)
-    if move.state != states[move.name]:
-        await store.set_task(run_id, move.name, state=move.state, now_s=now)
-        states[move.name] = move.state
-        if move.state == "done":
-            await _done(on_task_done, run_id, move.name)
-
-
-async def _done(on_task_done: TaskDone | None, run_id: str, task: str) -> None:
-    if on_task_done is not None:
-        await on_task_done(run_id, task)
 
 
 async def reuse_tasks(
@@ -461,117 +504,6 @@ def _known(counts: Mapping[str, Counted]) -> dict[str, int]:
         for name, c in counts.items()
         if c.error is None and isinstance(c.value, int) and not isinstance(c.value, bool)
     }
-
-
-@dataclass
-class _Starter:
-    """Starts the tasks of one run in one step of `advance_run`."""
-
-    store: RunStore
-    types: Mapping[str, TaskType]
-    run: RunRow
-    now: float
-    counter: UnitCounter | None
-    limits: InputLimits
-    layout: StoreLayout | None
-
-    async def start(self, batch: list[TaskRow]) -> tuple[dict[str, str], int, bool]:
-        """The new state of each task of ``batch`` that moved, the budget spent, and
-        whether tasks were reused (then nothing else started)."""
-        if not batch:
-            return {}, 0, False
-        if self.layout is not None:
-            reused = await reuse_tasks(self.store, self.layout, self.run, batch, self.now)
-            if reused:
-                return dict.fromkeys(reused, "done"), len(reused), True
-        started = await start_tasks(
-            self.store, self.types, self.run, batch, self.now, self.counter, self.limits,
-            self.layout,
-        )  # fmt: skip
-        return started, len(batch), False
-
-
-async def start_tasks(
-    store: RunStore,
-    types: Mapping[str, TaskType],
-    run: RunRow,
-    tasks: list[TaskRow],
-    now: float,
-    counter: UnitCounter | None,
-    limits: InputLimits,
-    layout: StoreLayout | None = None,
-) -> dict[str, str]:
-    """Start (or fail) the ``tasks`` whose count is known, in one transaction: the new
-    state of each task that moved."""
-    counts = await _counts(types, run, tasks, counter)
-    in_run = sum(t.units or 0 for t in await store.tasks(run.id))
-    taken = {}
-    if layout is not None:
-        taken = await unit_reuse(store, layout, types, run, tasks, _known(counts))
-    moved: dict[str, str] = {}
-    async with store.transaction() as conn:
-        for task in tasks:
-            plan = plan_start(
-                task, types.get(task.type), counts.get(task.name), in_run, limits, run.model
-            )
-            if plan is None:
-                continue  # still counting
-            if plan.failed is not None:
-                log.warning("run %s task %s failed: %s", run.id, task.name, plan.failed)
-                await store.set_task(
-                    run.id, task.name, state="failed", status=plan.failed, now_s=now, conn=conn
-                )
-                moved[task.name] = "failed"
-                continue
-            from_run, reused = taken.get(task.name, (None, []))
-            await store.start_task(
-                run.id, task.name, plan.units, now, conn=conn, reused=reused, reused_from=from_run
-            )
-            await store.set_task(run.id, task.name, resource_key=plan.key, conn=conn)
-            in_run += plan.units
-            moved[task.name] = "running"
-            log.info("run %s task %s started with %d units", run.id, task.name, plan.units)
-            if from_run is not None and reused:
-                text = units_reused_text(sum(len(r) for r in reused), from_run)
-                log.info("run %s task %s: %s", run.id, task.name, text)
-    return moved
-
-
-async def _counts(
-    types: Mapping[str, TaskType],
-    run: RunRow,
-    tasks: Sequence[TaskRow],
-    counter: UnitCounter | None,
-) -> dict[str, Counted]:
-    """The known counts of the splittable ``tasks`` (all of them without a ``counter``)."""
-    splittable = [(t, tt) for t in tasks if (tt := types.get(t.type)) and tt.splittable]
-    if counter is None:
-        return {t.name: await asyncio.to_thread(_count_now, tt, t.settings) for t, tt in splittable}
-    counts: dict[str, Counted] = {}
-    waiting: list[concurrent.futures.Future[object]] = []
-    for task, task_type in splittable:
-        found = counter.poll(run.id, task, task_type, time.monotonic())
-        if isinstance(found, Counted):
-            counts[task.name] = found
-        elif found is not None and counter.is_fresh(found):
-            waiting.append(found)
-    if waiting and counter.wait_left() > 0:
-        # The quick counts are taken in this step; the others when they are known.
-        futures = [asyncio.wrap_future(f) for f in waiting]
-        await asyncio.wait(futures, timeout=counter.wait_left())
-        for task, task_type in splittable:
-            if task.name not in counts:
-                found = counter.poll(run.id, task, task_type, time.monotonic())
-                if isinstance(found, Counted):
-                    counts[task.name] = found
-    return counts
-
-
-def _count_now(task_type: TaskType, settings: Mapping[str, Any]) -> Counted:
-    try:
-        return Counted(value=_raw_count(task_type, settings))
-    except Exception as exc:  # noqa: BLE001  # plugin code may raise anything
-        return Counted(error=f"count_units failed: {type(exc).__name__}: {exc}")
 
 
 async def unit_reuse(

@@ -109,12 +109,9 @@ def probe_now(
     probe_out: bool,
 ) -> int:
     """What the chunk units of ``task`` do now: -1 wait (its probe is out), 0 go out as
-    usual, n > 0 go out as a probe of n units.
-
-    Only the task's phase and its jobs in flight (``probe_out``) are read, so a restart
-    neither loses nor repeats a probe. The rest waits for every probe unit's report, so it
-    is sized from all their peaks. A probe smaller than the live processes allow is topped
-    up while the key has learned nothing; a probe sent back is sent again."""
+    usual, n > 0 go out as a probe of n units. Read from the task's phase and its jobs in
+    flight (``probe_out``), so a restart neither loses nor repeats a probe; a probe smaller
+    than the live processes allow is topped up while nothing is learned."""
     if not enabled:
         return 0
     total = task.units or 0

@@ -23,13 +23,9 @@ FORGET_EVERY_S = 1.0
 
 
 class EndedRuns:
-    """The runs whose attempts hashes may leave Redis once no job of them is left.
-
-    The controller adds the runs it saw end and those it cancelled (`watch`); the first
-    `sweep` adds the runs of every hash a SCAN of the namespace finds (left behind by an
-    earlier service, or by a service stopped before it could delete them). A run that
-    runs again (a replay) is dropped, and added when it ends again.
-    """
+    """The runs whose attempts hashes may leave Redis once no job of them is left: those the
+    controller saw end or cancelled (`watch`), and at the first `sweep` every run a SCAN of
+    the namespace finds. A run that runs again is dropped."""
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         #: Run → tasks of its hashes that a SCAN found (for runs the store does not know).
