@@ -6,7 +6,7 @@ limit and the option that raises it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import PurePosixPath
 
 MiB = 2**20
@@ -32,23 +32,19 @@ class InputLimits:
     count_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
-        counts = {
-            "max_request_bytes": self.max_request_bytes,
-            "max_workflow_bytes": self.max_workflow_bytes,
-            "max_file_bytes": self.max_file_bytes,
-            "max_files": self.max_files,
-            "max_depth": self.max_depth,
-            "max_tasks": self.max_tasks,
-            "max_units_per_task": self.max_units_per_task,
-            "max_units_per_run": self.max_units_per_run,
-        }
-        for name, value in counts.items():
+        for name in (f.name for f in fields(self) if f.name != "count_timeout_s"):
+            value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"InputLimits.{name} must be an integer >= 1, got {value!r}")
         if not (math.isfinite(self.count_timeout_s) and self.count_timeout_s > 0):
             raise ValueError(
                 f"InputLimits.count_timeout_s must be > 0 seconds, got {self.count_timeout_s!r}"
             )
+
+
+def _raise(limit: str) -> str:
+    """How to raise the limit ``limit`` (an `InputLimits` field): its option and variable."""
+    return f"(raise it with --{limit.replace('_', '-')} / SIMRUN_{limit.upper()})"
 
 
 def _size(n: int) -> str:
@@ -77,7 +73,7 @@ def body_too_large(limit: int, length: int | None = None, *, submission: bool = 
     """The message of a 413: what was sent (when it said), and the limit (and, for a
     submission, the option that raises it)."""
     sent = f" ({_size(length)})" if length is not None else ""
-    how = " (raise it with --max-request-bytes / SIMRUN_MAX_REQUEST_BYTES)" if submission else ""
+    how = f" {_raise('max_request_bytes')}" if submission else ""
     return f"the request body{sent} is larger than the service accepts: {_size(limit)}{how}"
 
 
@@ -86,7 +82,7 @@ def tasks_problem(count: int, limits: InputLimits) -> str | None:
     if count > limits.max_tasks:
         return (
             f"the workflow has {count} tasks; a run may have at most {limits.max_tasks} "
-            "(raise it with --max-tasks / SIMRUN_MAX_TASKS)"
+            + _raise("max_tasks")
         )
     return None
 
@@ -96,8 +92,7 @@ def workflow_size_problem(size: int, limits: InputLimits) -> str | None:
     if size > limits.max_workflow_bytes:
         return (
             f"the workflow document is {_size(size)}; the most accepted is "
-            f"{_size(limits.max_workflow_bytes)} "
-            "(raise it with --max-workflow-bytes / SIMRUN_MAX_WORKFLOW_BYTES)"
+            f"{_size(limits.max_workflow_bytes)} {_raise('max_workflow_bytes')}"
         )
     return None
 
@@ -115,8 +110,7 @@ def unit_count_problem(value: object, type_name: str, limits: InputLimits) -> st
     if value > limits.max_units_per_task:
         return (
             f"count_units of type {type_name!r} returned {value} units; a task may have at "
-            f"most {limits.max_units_per_task} "
-            "(raise it with --max-units-per-task / SIMRUN_MAX_UNITS_PER_TASK)"
+            f"most {limits.max_units_per_task} {_raise('max_units_per_task')}"
         )
     return None
 
@@ -128,7 +122,7 @@ def run_units_problem(started: int, count: int, type_name: str, limits: InputLim
         return (
             f"type {type_name!r}: {count} units more would make {started + count} units in "
             f"the run; a run may have at most {limits.max_units_per_run} "
-            "(raise it with --max-units-per-run / SIMRUN_MAX_UNITS_PER_RUN)"
+            + _raise("max_units_per_run")
         )
     return None
 
@@ -158,7 +152,7 @@ def upload_path_problem(path: str, limits: InputLimits) -> str | None:
     if len(PurePosixPath(path).parts) - 1 > limits.max_depth:
         return (
             f"path {path!r} is {len(parts) - 1} directories deep; the most accepted is "
-            f"{limits.max_depth} (raise it with --max-depth / SIMRUN_MAX_DEPTH)"
+            f"{limits.max_depth} {_raise('max_depth')}"
         )
     return None
 
@@ -168,7 +162,7 @@ def file_count_problem(files: int, limits: InputLimits) -> str | None:
     if files > limits.max_files:
         return (
             f"{files} files were sent; a submission may have at most {limits.max_files} "
-            "(raise it with --max-files / SIMRUN_MAX_FILES)"
+            + _raise("max_files")
         )
     return None
 
@@ -178,7 +172,7 @@ def file_size_problem(size: int, limits: InputLimits, what: str = "the file") ->
     if size > limits.max_file_bytes:
         return (
             f"{what} is {_size(size)}; the most accepted is {_size(limits.max_file_bytes)} "
-            "(raise it with --max-file-bytes / SIMRUN_MAX_FILE_BYTES)"
+            + _raise("max_file_bytes")
         )
     return None
 
