@@ -185,85 +185,50 @@ def backlog_document(
 #: The gauges of ``/metrics`` with one sample per queue (label ``queue``; ``cpu`` always):
 #: name, help, value.
 QUEUE_GAUGES: tuple[tuple[str, str, Callable[[QueueMetrics], float]], ...] = (
-    (
-        "simrun_backlog_units",
-        "Units not done yet (pending, queued, running) of the started tasks of running runs.",
-        lambda q: q.backlog_units,
-    ),
-    (
-        "simrun_backlog_seconds",
-        "Queued work in process-seconds: units times learned seconds per unit "
-        f"({DEFAULT_SECONDS_PER_UNIT:g} s for keys that learned none).",
-        lambda q: q.backlog_seconds,
-    ),
-    (
-        "simrun_desired_workers",
-        "Worker containers that drain the backlog in the target time, packed by learned "
-        "memory, with the live workers' shape (or the default); not clamped.",
-        lambda q: q.desired,
-    ),
-    (
-        "simrun_desired_workers_processes",
-        "Processes per container the desired workers were decided with.",
-        lambda q: q.shape.processes,
-    ),
-    (
-        "simrun_desired_workers_memory_gib",
-        "Memory per container (GiB) the desired workers were decided with.",
-        lambda q: q.shape.memory_gb,
-    ),
-    (
-        "simrun_workers",
-        "Live worker containers serving the queue (heartbeat not expired).",
-        lambda q: q.pool.workers,
-    ),
-    (
-        "simrun_workers_stopping",
-        "Live worker containers that are stopping (handing their units back).",
-        lambda q: q.pool.stopping,
-    ),
-    (
-        "simrun_worker_memory_gib",
-        "Memory (GiB) of the live workers serving the queue.",
-        lambda q: q.pool.memory_gb,
-    ),
-    (
-        "simrun_worker_free_memory_gib",
-        "Memory (GiB) not held by running units on the live workers of the queue.",
-        lambda q: q.pool.free_memory_gb,
-    ),
-    (
-        "simrun_worker_processes",
-        "Process slots of the live workers serving the queue.",
-        lambda q: q.pool.processes,
-    ),
-    (
-        "simrun_worker_free_processes",
-        "Process slots not running a unit on the live workers of the queue.",
-        lambda q: q.pool.free_processes,
-    ),
-    (
-        "simrun_worker_gpus",
-        "GPUs of the live workers serving the queue.",
-        lambda q: q.pool.gpus,
-    ),
-    (
-        "simrun_units_done",
-        "Done units of the running runs (a gauge: the store keeps states, not events).",
-        lambda q: q.units.done,
-    ),
-    (
-        "simrun_units_failed",
-        "Failed units of the running runs (a replay puts them back: a gauge).",
-        lambda q: q.units.failed,
-    ),
-    (
-        "simrun_units_killed_for_memory",
-        "Kills for memory of units of the running runs' tasks, each kill counted, since "
-        "each task started (a replay does not reset them).",
-        lambda q: q.units.killed,
-    ),
-)
+    ("simrun_backlog_units",
+     "Units not done yet (pending, queued, running) of the started tasks of running runs.",
+     lambda q: q.backlog_units),
+    ("simrun_backlog_seconds",
+     "Queued work in process-seconds: units times learned seconds per unit "
+     f"({DEFAULT_SECONDS_PER_UNIT:g} s for keys that learned none).",
+     lambda q: q.backlog_seconds),
+    ("simrun_desired_workers",
+     "Worker containers that drain the backlog in the target time, packed by learned "
+     "memory, with the live workers' shape (or the default); not clamped.",
+     lambda q: q.desired),
+    ("simrun_desired_workers_processes",
+     "Processes per container the desired workers were decided with.",
+     lambda q: q.shape.processes),
+    ("simrun_desired_workers_memory_gib",
+     "Memory per container (GiB) the desired workers were decided with.",
+     lambda q: q.shape.memory_gb),
+    ("simrun_workers", "Live worker containers serving the queue (heartbeat not expired).",
+     lambda q: q.pool.workers),
+    ("simrun_workers_stopping",
+     "Live worker containers that are stopping (handing their units back).",
+     lambda q: q.pool.stopping),
+    ("simrun_worker_memory_gib", "Memory (GiB) of the live workers serving the queue.",
+     lambda q: q.pool.memory_gb),
+    ("simrun_worker_free_memory_gib",
+     "Memory (GiB) not held by running units on the live workers of the queue.",
+     lambda q: q.pool.free_memory_gb),
+    ("simrun_worker_processes", "Process slots of the live workers serving the queue.",
+     lambda q: q.pool.processes),
+    ("simrun_worker_free_processes",
+     "Process slots not running a unit on the live workers of the queue.",
+     lambda q: q.pool.free_processes),
+    ("simrun_worker_gpus", "GPUs of the live workers serving the queue.",
+     lambda q: q.pool.gpus),
+    ("simrun_units_done",
+     "Done units of the running runs (a gauge: the store keeps states, not events).",
+     lambda q: q.units.done),
+    ("simrun_units_failed", "Failed units of the running runs (a replay puts them back: a gauge).",
+     lambda q: q.units.failed),
+    ("simrun_units_killed_for_memory",
+     "Kills for memory of units of the running runs' tasks, each kill counted, since "
+     "each task started (a replay does not reset them).",
+     lambda q: q.units.killed),
+)  # fmt: skip
 
 
 class Scrape(Collector):
