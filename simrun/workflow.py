@@ -30,12 +30,13 @@ import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from simrun.core.environment import program_problem
+from simrun.core.layout import InputRef, name_problem, split_task, task_name_problem
 from simrun.core.states import MAX_RETRY_DELAY_S, RETRY_KINDS
 from simrun.core.wire import is_finite_nonneg
 from simrun.graph import find_cycle, topological_order
@@ -48,7 +49,6 @@ MAX_GPUS = 64
 MAX_RETRIES = 100
 #: The longest ``timeout_s`` of a unit: a week.
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
-MAX_NAME_LENGTH = 100
 #: Bounds of a YAML document: nesting, and values once its aliases are expanded (a
 #: "billion laughs" document is refused before it is built).
 MAX_YAML_DEPTH = 64
@@ -275,45 +275,6 @@ class Workflow(BaseModel):
     def order(self) -> list[str]:
         """Task names in an order that runs every task after its inputs."""
         return topological_order(self.dependencies())
-
-
-@dataclass(frozen=True)
-class InputRef:
-    """A parsed input reference: ``"task.port"`` or ``"source:name"``."""
-
-    kind: Literal["task", "source"]
-    name: str
-    port: str = ""
-
-    @classmethod
-    def parse(cls, ref: str) -> InputRef | None:
-        """The reference, or None when it has neither form."""
-        if ref.startswith("source:"):
-            name = ref[len("source:") :]
-            return cls("source", name) if name else None
-        task, dot, port = ref.rpartition(".")
-        if not dot or not task or not port.isidentifier():
-            return None
-        return cls("task", task, port)
-
-
-def name_problem(name: object) -> str | None:
-    """Why ``name`` cannot name a task or source (it becomes a directory), or None."""
-    if not isinstance(name, str) or not name.strip():
-        return "is empty"
-    if name != name.strip():
-        return f"{name!r} has leading or trailing spaces"
-    if name in {".", ".."} or ".." in name:
-        return f"{name!r} contains '..'"
-    if "/" in name or "\\" in name:
-        return f"{name!r} contains a path separator"
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
-        return f"{name!r} contains a control character"
-    if name.startswith(("-", ".")):
-        return f"{name!r} starts with {name[0]!r}"
-    if len(name) > MAX_NAME_LENGTH:
-        return f"is longer than {MAX_NAME_LENGTH} characters"
-    return None
 
 
 # --- reading -----------------------------------------------------------------------------
@@ -618,7 +579,7 @@ def validate_workflow(
 
     by_name: dict[str, TaskSpec] = {}
     for i, spec in enumerate(doc.tasks):
-        if (why := name_problem(spec.name)) is not None:
+        if (why := task_name_problem(spec.name)) is not None:
             add(("tasks", i, "name"), f"task name {why}", spec.name)
         if spec.name in by_name:
             add(("tasks", i, "name"), f"task name {spec.name!r} is used twice", spec.name)
@@ -795,8 +756,8 @@ class SettingOverride:
 def parse_override(given: str) -> SettingOverride:
     """``TASK.SETTING=VALUE`` as a `SettingOverride`; `ValueError` saying what is wrong."""
     name, eq, text = given.partition("=")
-    task, dot, setting = name.strip().partition(".")
-    path = tuple(p.strip() for p in setting.split(".")) if dot else ()
+    task, setting = split_task(name.strip())
+    path = tuple(p.strip() for p in setting.split(".")) if setting else ()
     if not eq or not task or not path or not all(path):
         raise ValueError(
             f"--set {given!r}: expected TASK.SETTING=VALUE, e.g. --set sweep.points=200"

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from simrun.core.layout import InputRef
 from simrun.plugins import REFERENCE_FIELDS, TaskType, UnitOutputs, unit_outputs
 
 T = TypeVar("T")
@@ -112,11 +113,11 @@ def _resolved(
 ) -> dict[str, str]:
     resolved: dict[str, str] = {}
     for port, ref in identity.inputs.items():
-        if ref.startswith("source:"):
-            resolved[port] = "source:" + source_hashes[ref.removeprefix("source:")]
+        parsed = InputRef.of(ref)
+        if parsed.kind == "source":
+            resolved[port] = "source:" + source_hashes[parsed.name]
         else:
-            upstream, _, out_port = ref.partition(".")
-            resolved[port] = f"task:{found[upstream]}:{out_port}"
+            resolved[port] = f"task:{found[parsed.name]}:{parsed.port}"
     return resolved
 
 
