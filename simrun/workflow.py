@@ -1,23 +1,5 @@
 """The workflow document: its models, how it is read, and how it is checked.
 
-A workflow names its ``sources`` (input files; the first one's name is the run's model)
-and its ``tasks``, each of an installed task type, wired output port to input port:
-
-    sources:
-      plate: plate.json
-    tasks:
-      - name: sweep
-        type: heat
-        settings: {grid: 64}
-        inputs: {plate: "source:plate"}
-      - name: summary
-        type: report
-        inputs: {table: "sweep.out"}
-
-A task may list input ports under ``stage``: each is copied from the shared store into the
-task's local scratch before its units or command start, and read there (`TaskPaths.inputs`
-points at ``<scratch>/<port>``, and ``{input}`` of a command gives ``<port>=<scratch>/<port>``).
-
 Checking collects every problem of a document, each naming the task and field (and the
 line, when the document came from a file), instead of stopping at the first.
 """
@@ -27,7 +9,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -557,26 +539,57 @@ def _input_message(
     return None
 
 
+def _port_messages(spec: TaskSpec, task_type: TaskType) -> Iterator[tuple[Loc, str]]:
+    """The input ports of a task its type has not, and those of its type left unconnected."""
+    for port in spec.inputs:
+        if port not in task_type.inputs:
+            known = ", ".join(task_type.inputs) or "none"
+            yield (
+                ("inputs", port),
+                f"type {task_type.name!r} has no input port {port!r} (its ports: {known})",
+            )
+    for port in task_type.inputs:
+        if port not in spec.inputs:
+            yield ("inputs",), f"input port {port!r} of type {task_type.name!r} is not connected"
+
+
+def _task_messages(
+    spec: TaskSpec, doc: Workflow, by_name: Mapping[str, TaskSpec], types: Mapping[str, TaskType]
+) -> Iterator[tuple[Loc, str]]:
+    """The problems of one task, each at its path below the task."""
+    task_type = types.get(spec.type)
+    if task_type is None:
+        yield ("type",), f"unknown task type {spec.type!r}{_suggest(spec.type, list(types))}"
+    else:
+        for loc, message in _settings_messages(spec, task_type):
+            yield ("settings", *loc), message
+        yield from _port_messages(spec, task_type)
+    for j, port in enumerate(spec.stage):
+        if port not in spec.inputs:
+            connected = ", ".join(sorted(spec.inputs)) or "none"
+            message = f"stage names {port!r}, which is not a connected input port of the task"
+            yield ("stage", j), f"{message} (its inputs: {connected})"
+    for port, ref in spec.inputs.items():
+        wrong = _input_message(spec, ref, doc, by_name, types)
+        if wrong is not None:
+            yield ("inputs", port), wrong
+
+
 def validate_workflow(
     doc: Workflow, types: Mapping[str, TaskType], lines: Mapping[Loc, int] | None = None
 ) -> list[Problem]:
     """Every problem of ``doc`` against the installed ``types``; empty when it can run.
-
-    Pure: reads no files (source paths are checked by `source_problems`). ``lines`` maps
-    document paths to line numbers, for messages about a file.
-    """
+    Pure: source paths are `source_problems`'. ``lines`` gives the problems lines."""
     problems: list[Problem] = []
 
     def add(loc: Loc, message: str, task: str | None = None) -> None:
-        line = _line_for(lines, loc) if lines else None
-        problems.append(Problem(loc, message, line, task))
+        problems.append(Problem(loc, message, _line_for(lines, loc) if lines else None, task))
 
     for name in doc.sources:
         if (why := name_problem(name)) is not None:
             add(("sources", name), f"source name {why}")
     if not doc.tasks:
         add(("tasks",), "a workflow needs at least one task")
-
     by_name: dict[str, TaskSpec] = {}
     for i, spec in enumerate(doc.tasks):
         if (why := task_name_problem(spec.name)) is not None:
@@ -584,41 +597,10 @@ def validate_workflow(
         if spec.name in by_name:
             add(("tasks", i, "name"), f"task name {spec.name!r} is used twice", spec.name)
         by_name.setdefault(spec.name, spec)
-
     for i, spec in enumerate(doc.tasks):
-        task_type = types.get(spec.type)
-        if task_type is None:
-            message = f"unknown task type {spec.type!r}{_suggest(spec.type, list(types))}"
-            add(("tasks", i, "type"), message, spec.name)
-        else:
-            for loc, message in _settings_messages(spec, task_type):
-                add(("tasks", i, "settings", *loc), message, spec.name)
-            for port in spec.inputs:
-                if port not in task_type.inputs:
-                    known = ", ".join(task_type.inputs) or "none"
-                    message = (
-                        f"type {task_type.name!r} has no input port {port!r} (its ports: {known})"
-                    )
-                    add(("tasks", i, "inputs", port), message, spec.name)
-            for port in task_type.inputs:
-                if port not in spec.inputs:
-                    message = f"input port {port!r} of type {task_type.name!r} is not connected"
-                    add(("tasks", i, "inputs"), message, spec.name)
-        for j, port in enumerate(spec.stage):
-            if port not in spec.inputs:
-                connected = ", ".join(sorted(spec.inputs)) or "none"
-                message = (
-                    f"stage names {port!r}, which is not a connected input port of the task "
-                    f"(its inputs: {connected})"
-                )
-                add(("tasks", i, "stage", j), message, spec.name)
-        for port, ref in spec.inputs.items():
-            message_or_none = _input_message(spec, ref, doc, by_name, types)
-            if message_or_none is not None:
-                add(("tasks", i, "inputs", port), message_or_none, spec.name)
-
-    deps = {name: ds - {name} for name, ds in doc.dependencies().items()}
-    cycle = find_cycle(deps)
+        for loc, message in _task_messages(spec, doc, by_name, types):
+            add(("tasks", i, *loc), message, spec.name)
+    cycle = find_cycle({name: ds - {name} for name, ds in doc.dependencies().items()})
     if cycle is not None:
         add(("tasks",), "the tasks form a cycle: " + " -> ".join(cycle))
     return problems

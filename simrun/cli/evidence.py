@@ -1,9 +1,5 @@
-"""``simrun resources KEY``: the evidence behind one key's request, as text and as a PNG.
-
-Everything works on the evidence as plain data (`simrun.resources.store.KeyEvidence.to_dict`,
-which is also what ``GET /resources/{key}`` answers), so a service's answer and a store read
-here print the same. `histogram` and `histogram_lines` are pure; `write_plot` imports
-matplotlib (the ``plot`` extra) when it runs.
+"""``simrun resources KEY``: the evidence behind one key's request, as text and as a PNG,
+from the plain data of `KeyEvidence.to_dict` (also what ``GET /resources/{key}`` answers).
 """
 
 from __future__ import annotations

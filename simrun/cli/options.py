@@ -1,28 +1,5 @@
-"""The options several commands share, each declared once with one default.
-
-Every option that has an environment variable names it here with click's ``envvar=``:
-``SIMRUN_URL``, ``SIMRUN_TOKEN``, ``SIMRUN_STORE`` and ``REDIS_URL`` are read by click when
-the command line is parsed — once per process, at the edge — and passed down as
-arguments. Nothing below the command line reads them.
-
-The defaults, one per meaning:
-
-* ``--grace-s`` `DEFAULT_GRACE_S` (10 s): after a stop (SIGTERM to a worker, Ctrl-C in
-  ``simrun run``), the seconds running units get to finish before they are handed back;
-  the deployments give their own (60 s) with a stop period that covers it;
-* ``--every-s`` 10 s between progress lines in a log;
-* ``--store`` ``SIMRUN_STORE``, else ``./simrun-store``: the store a run is kept in; the
-  commands that otherwise ask a service take ``--store`` (`read_store_option`) without a
-  default: given, it is read instead of the service, and without it they read the store
-  ``SIMRUN_STORE`` or ``./simrun-store`` names when it exists and no service was named
-  (`local_store`);
-* ``--redis-url`` ``REDIS_URL``, else the local default (service, worker); ``simrun run``
-  starts a private Redis when neither is given (`EMBEDDED_REDIS_URL`);
-* ``--probe/--no-probe`` on (``simrun service``, ``simrun run``): a task of a key with no
-  history sends a probe first (`simrun.core.sizing.probe_units`);
-* ``--heartbeat-ttl-s``: two meanings, two declarations: how long a worker's own heartbeat
-  lives (`WORKER_HEARTBEAT_TTL_S`, 4 x ``--heartbeat-s``) and how long the service waits
-  for a worker's heartbeat (`SERVICE_HEARTBEAT_TTL_S`, at least the workers').
+"""The options several commands share, each declared once with one default; those with an
+environment variable name it with click's ``envvar=`` (read once, at the edge).
 """
 
 from __future__ import annotations

@@ -1,21 +1,5 @@
-"""The environment plugin code runs in: where a command's program is found, and how many
-threads a command or a unit is told it may use.
-
-**Programs.** The program of a command (the first part of its template) is looked up on the
-``PATH`` of the process that starts it, then in the directory of simrun's own interpreter
-(``sys.executable``'s, not resolved: a virtual environment's ``bin``), so a program
-installed in the same virtual environment as simrun is found without activating it.
-`find_program` is the one lookup: ``simrun-exec`` starts what it finds, and ``simrun
-validate``/``simrun run`` (also ``--dry-run``) refuse a task whose program it does not find.
-A program with a ``/`` is a path and is not looked up.
-
-**Threads.** Numerical libraries size their thread pools from the environment when they are
-imported. A command of a type that ``uses_cores`` was sized for ``n`` processes: it gets
-``SIMRUN_PROCESSES=n`` and each of `THREAD_VARIABLES` set to ``n``; every other command and
-every worker process running splittable units gets 1 (one core's worth each, the pool's
-processes being the parallelism). `thread_environment` says what to set; a value the user
-set in the worker's own environment is kept (`with_threads`), so ``OMP_NUM_THREADS=4 simrun
-worker ...`` still means 4; ``SIMRUN_PROCESSES`` is simrun's and always set.
+"""The environment plugin code runs in: where a command's program is found (`find_program`)
+and how many threads a command or a unit may use (`thread_environment`).
 """
 
 from __future__ import annotations

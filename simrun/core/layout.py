@@ -1,23 +1,5 @@
-"""The layout of a store: the one place that says where the files of a store live.
-
-::
-
-    STORE/
-      simrun.db                 the service's SQLite file (runs, learned resources)
-      .simrun.lock              held by the `simrun run` session using the store
-      logs/                     the logs of the embedded service and workers
-      runs/<run>/               one run
-        sources/<name>/...      the copies of its sources
-        <task>/out/             the output of a task (`simrun.plugins.TaskPaths`)
-        <task>/scratch/         scratch of tasks run by older workers (now on the worker's
-                                local disk: `simrun.worker.scratch`)
-        <task>/checkpoints/<i>/ what unit i of a checkpointing type keeps to resume
-        <task>/logs/            the logs of a command task's attempts (attempt-<n>.out/.err)
-        <task>/logs/units/      the logs of units that printed or failed (`core.unitlogs`)
-
-The directories of a task are `simrun.plugins.TaskPaths.for_task`'s (the spec of task
-types names them, and plugins import nothing of simrun): `StoreLayout` asks it rather
-than spelling them a second time.
+"""The layout of a store (where its files live), and what a task or source name may be and
+how an input names them.
 """
 
 from __future__ import annotations

@@ -1,32 +1,6 @@
-"""Reuse of unchanged work across the runs of a store: the fingerprint of a task, which
-tasks are forced to run, and which earlier run a task reuses. Pure but for `source_hash`,
-`type_version` and `units_present` (they read files and installed distributions).
-
-A task's **fingerprint** is a SHA-256 of the canonical JSON of: its type (name, version of
-the distributions its code comes from, command template, image), its validated settings,
-and per input port what the input is: ``source:<hash of the source's content>`` or
-``task:<the upstream task's fingerprint>:<port>``. The upstream's fingerprint stands for
-its output (a Merkle chain): big outputs are never hashed again, and a reused upstream
-keeps its fingerprint, so its dependents may be reused too. All the fingerprints of a run
-are known at submission (they follow the static graph).
-
-A task is **forced** (it runs whatever the store holds) when the run was submitted with
-``--no-reuse``, when it is named by ``--rerun``, or when a task it depends on is forced
-(the simplest correct rule: a rerun may write other outputs). Any other task **reuses**
-the latest task of an earlier run with the same fingerprint that is done and whose outputs
-are still present.
-
-**Per unit** (opt-in, `simrun.plugins.UnitOutputs` on the settings model of a splittable
-type): a task that reuses no earlier task whole may still take units one by one. Its
-**unit fingerprint** is the fingerprint made without its ``count_settings`` (the settings
-that change only how many units there are) and with its declared unit files: two tasks of
-one unit fingerprint compute the same files for the same index, since a unit's outputs
-depend on the settings and the index only (the spec of ``compute_unit``). Unit ``i`` of a
-starting task is reused from a finished task of an earlier run with its unit fingerprint
-(done, or failed or cancelled: a unit done there is as good) when unit ``i`` was done there
-and every declared file of ``i`` is still in its out directory; of the latest few such
-tasks, the one that gives the most units. The other units run, and the merge runs again. A
-forced task reuses no unit.
+"""Reuse of unchanged work across the runs of a store: the fingerprint of a task (and of
+its units), which tasks are forced to run, and which earlier run a task reuses. Pure but
+for `source_hash`, `type_version` and `units_present`.
 """
 
 from __future__ import annotations

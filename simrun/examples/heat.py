@@ -1,14 +1,5 @@
-"""The ``heat`` task type: explicit 2-D heat diffusion on a plate, swept over parameters.
-
-Each unit is one point of the sweep diffusivity and edge temperature. It starts from the
-plate of the input port ``plate`` (see `simrun.examples.plate`), holds the four edges at the
-point's temperature and steps the heat equation ``dT/dt = a ∇²T`` on the unit square with
-the explicit five-point scheme, for ``duration`` time units or until the field is steady
-(no cell changes faster than ``tolerance`` degrees per time unit). The time step obeys the
-stability limit of the scheme, ``dt <= cfl * dx² / (4 a)``.
-
-Unit ``i`` writes ``point-<i>.json`` (and ``point-<i>.npy``, the final field, with
-``save_fields``) into the task's output directory; the merge writes ``summary.csv``.
+"""The ``heat`` task type: explicit 2-D heat diffusion on a plate, swept over diffusivity and
+edge temperature, one unit per point (``point-<i>.json``); the merge writes ``summary.csv``.
 """
 
 from __future__ import annotations

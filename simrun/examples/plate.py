@@ -1,19 +1,5 @@
-"""The plate of the heat example: what its source file says and the grid built from it.
-
-A plate is the unit square. Its source file (JSON) gives the temperature the plate starts
-at and rectangular regions held at a fixed temperature (heaters or coolers), placed in
-fractions of the plate's width and height::
-
-    {
-      "name": "plate with a heater",
-      "initial_temperature": 20.0,
-      "fixed_regions": [
-        {"name": "heater", "x": [0.4, 0.6], "y": [0.4, 0.6], "temperature": 150.0}
-      ]
-    }
-
-The four edges are not part of the file: the sweep sets their temperature per unit.
-Temperatures are in degrees Celsius.
+"""The plate of the heat example: what its source file (JSON) says and the grid built from
+it. Positions are fractions of the unit square; temperatures are in degrees Celsius.
 """
 
 from __future__ import annotations
