@@ -137,8 +137,7 @@ def _unit_word(unit: int | str) -> str:
 def listing_lines(
     found: dict[str, list[UnitLogHeader]], run: str, where: list[str] | None = None
 ) -> list[str]:
-    """One line per unit with a log (its last attempt), the ones that did not end well
-    first, each with the command that shows it."""
+    """One line per unit with a log (its last attempt), failed first, with its command."""
     rows = [h for headers in found.values() for h in headers]
     if not rows:
         return [
@@ -164,8 +163,8 @@ def _follow_listing(
     echo: Callable[[str], None],
     poll_s: float = FOLLOW_POLL_S,
 ) -> None:
-    """Print a line per unit attempt that kept a log (the listing's line), as they end,
-    until the run (or ``task``) ends: what `simrun logs RUN [TASK] --follow` shows."""
+    """Print the listing's line of each unit attempt that kept a log as it ends, until the
+    run (or ``task``) ends."""
     from simrun.core.unitlogs import LogNotFound
 
     seen: set[tuple[str, int | str, int]] = set()
@@ -235,8 +234,7 @@ def attempt_end_lines(header: UnitLogHeader, of: int) -> list[str]:
 
 
 class _Printer:
-    """Prints what a follow reads: output as it comes (a heading when the file changes),
-    whole lines around it."""
+    """Prints what a follow reads: output as it comes (a heading per file), lines around it."""
 
     def __init__(self, echo: Callable[[str], None], write: Callable[[str], None]) -> None:
         self.echo, self.write = echo, write

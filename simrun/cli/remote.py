@@ -480,8 +480,8 @@ def cancel(run_id: str, url: str, token: str | None, store: Path | None) -> None
 
 
 async def _cancel_in_store(store: Path, run_id: str) -> int:
-    """Cancel ``run_id`` of the store of `simrun run` at ``store``, holding the store's lock
-    meanwhile (`LocalError` while a session runs on it); the units that were in flight."""
+    """Cancel ``run_id`` in the store at ``store`` under its lock (`LocalError` while a
+    session runs on it); the units that were in flight."""
     from simrun.core.layout import StoreLayout
     from simrun.local import lock
     from simrun.runstore.rows import RunStateError, UnknownRunError

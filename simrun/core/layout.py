@@ -91,7 +91,8 @@ def task_logs(task_dir: Path) -> Path:
 
 @dataclass(frozen=True)
 class StoreLayout:
-    """Where the files of the store at ``root`` live (see the module's doc)."""
+    """Where the files of the store at ``root`` live: ``simrun.db``, ``.simrun.lock``,
+    ``logs/``, and ``runs/<run>/`` with ``sources/<name>/`` and a ``<task>/`` per task."""
 
     root: Path
 
@@ -112,11 +113,9 @@ class StoreLayout:
 
     @property
     def runs(self) -> Path:
-        """The directory of every run's directory."""
         return self.run_dir("_").parent
 
     def run_dir(self, run: str) -> Path:
-        """The directory of run ``run``."""
         # The run directory of any task of the run: TaskPaths.for_task spells it.
         return self.task_paths(run, "_").run_dir
 
@@ -135,11 +134,9 @@ class StoreLayout:
         return TaskPaths.for_task(self.root, run, task, inputs, scratch)
 
     def task_dir(self, run: str, task: str) -> Path:
-        """The directory of task ``task`` of run ``run``."""
         return self.task_paths(run, task).task_dir
 
     def task_out(self, run: str, task: str) -> Path:
-        """The output directory of task ``task`` of run ``run``."""
         return self.task_paths(run, task).out
 
     def is_store(self) -> bool:
