@@ -84,13 +84,28 @@ class WorkflowError(ValueError):
         ]
 
 
-def _finite_nonneg(value: float | None, field: str, upper: float) -> float | None:
+#: The bound of each number of a document, and when 0 is refused, what the refusal adds.
+_BOUNDS: dict[str, tuple[float, str | None]] = {
+    "memory_base_gb": (MAX_MEMORY_GB, None),
+    "memory_per_worker_gb": (MAX_MEMORY_GB, ""),
+    "scratch_gb": (MAX_SCRATCH_GB, None),
+    "retry_delay_s": (MAX_RETRY_DELAY_S, None),
+    "timeout_s": (MAX_TIMEOUT_S, " (leave it out for no bound)"),
+}
+
+
+def _bounded(value: float | None, info: Any) -> float | None:
+    """``value`` of the field of ``info`` when it is finite, >= 0 and within `_BOUNDS`."""
+    field = info.field_name
+    upper, nonzero = _BOUNDS[field]
     if value is None:
         return None
     if not is_finite_nonneg(value):
         raise ValueError(f"{field} must be a finite number >= 0")
     if value > upper:
         raise ValueError(f"{field} = {value:g} is absurd (the most accepted is {upper:g})")
+    if value == 0 and nonzero is not None:
+        raise ValueError(f"{field} must be more than 0{nonzero}")
     return value
 
 
@@ -104,18 +119,7 @@ class ResourceOverride(BaseModel):
     scratch_gb: float | None = None
     gpus: int | None = None
 
-    @field_validator("memory_base_gb", "memory_per_worker_gb")
-    @classmethod
-    def _memory(cls, value: float | None, info: Any) -> float | None:
-        checked = _finite_nonneg(value, info.field_name, MAX_MEMORY_GB)
-        if checked == 0 and info.field_name == "memory_per_worker_gb":
-            raise ValueError("memory_per_worker_gb must be more than 0")
-        return checked
-
-    @field_validator("scratch_gb")
-    @classmethod
-    def _scratch(cls, value: float | None) -> float | None:
-        return _finite_nonneg(value, "scratch_gb", MAX_SCRATCH_GB)
+    _numbers = field_validator("memory_base_gb", "memory_per_worker_gb", "scratch_gb")(_bounded)
 
     @field_validator("gpus")
     @classmethod
@@ -182,18 +186,7 @@ class TaskSpec(BaseModel):
                 )
         return value
 
-    @field_validator("retry_delay_s")
-    @classmethod
-    def _delay(cls, value: float | None) -> float | None:
-        return _finite_nonneg(value, "retry_delay_s", MAX_RETRY_DELAY_S)
-
-    @field_validator("timeout_s")
-    @classmethod
-    def _timeout(cls, value: float | None) -> float | None:
-        checked = _finite_nonneg(value, "timeout_s", MAX_TIMEOUT_S)
-        if checked == 0:
-            raise ValueError("timeout_s must be more than 0 (leave it out for no bound)")
-        return checked
+    _numbers = field_validator("retry_delay_s", "timeout_s")(_bounded)
 
     def retry_fields(self) -> dict[str, Any] | None:
         """The task's retry fields that are set, as stored with the task; None for none."""

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -37,7 +37,7 @@ from simrun.cli.options import (
 from simrun.local.machine import LocalError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Awaitable, Callable, Coroutine, Mapping
 
     from rich.table import Table
 
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 
 #: Seconds between two views of a followed run without news (a redraw, or a poll).
 POLL_S = 1.0
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -548,11 +550,7 @@ def resources(
                 out.append(row)
             return out
 
-    if store is not None:
-        rows = asyncio.run(from_store(store))
-    else:
-        with _service(url, token, store_hint) as client:
-            rows = client.resources()
+    rows = _store_or_service(store, from_store, url, token, store_hint, lambda c: c.resources())
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -561,6 +559,21 @@ def resources(
         out.print("nothing learned yet: resources are learned from the runs' reports")
         return
     out.print(_table(RESOURCE_COLUMNS, resource_rows(rows, time.time())))
+
+
+def _store_or_service(
+    store: Path | None,
+    read: Callable[[Path], Coroutine[Any, Any, T]],
+    url: str,
+    token: str | None,
+    store_hint: Path,
+    ask: Callable[[Client], T],
+) -> T:
+    """``read`` of the store at ``store``, else ``ask`` of the service at ``url``."""
+    if store is not None:
+        return asyncio.run(read(store))
+    with _service(url, token, store_hint) as client:
+        return ask(client)
 
 
 def _key_evidence(
@@ -604,11 +617,9 @@ def _key_evidence(
             known = [k.text() for k in await reader.resources.keys()]
             raise LocalError(unknown_key_message(key, known))
 
-    if store is not None:
-        data = asyncio.run(from_store(store))
-    else:
-        with _service(url, token, store_hint) as client:
-            data = client.resource_evidence(key)
+    data = _store_or_service(
+        store, from_store, url, token, store_hint, lambda c: c.resource_evidence(key)
+    )
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:
