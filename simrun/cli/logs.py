@@ -5,11 +5,13 @@ read from a store or asked of the service (where they live: `simrun.core.unitlog
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,10 +20,14 @@ from simrun.core.layout import StoreLayout
 from simrun.core.unitlogs import (
     FAILED,
     LiveAttempt,
+    LogNotFound,
     UnitAttempt,
     UnitLogHeader,
     UnitLogs,
     parse_unit,
+    run_logs,
+    store_live_unit_logs,
+    store_unit_logs,
 )
 
 if TYPE_CHECKING:
@@ -43,79 +49,50 @@ def logs_command(run: str, task: str, unit: int | str, where: list[str] | None =
     return shell_join(["simrun", "logs", run, task, str(unit), *(where or [])])
 
 
-class LogSource(Protocol):
-    """Where the logs are read: a store, or a service."""
+@dataclass(frozen=True)
+class LogSource:
+    """Where the logs are read: a store (`store_source`) or a service (`service_source`)."""
 
-    def run_logs(self, run: str, task: str | None) -> dict[str, list[UnitLogHeader]]: ...
-
-    def unit_logs(self, run: str, task: str, unit: int | str, attempt: int | None) -> UnitLogs: ...
-
-    def unit_live_logs(
-        self, run: str, task: str, unit: int | str, since: dict[str, int]
-    ) -> list[LiveAttempt]: ...
-
-    def states(self, run: str, task: str) -> tuple[str | None, str | None]: ...
-
-
-class StoreSource:
-    """The logs of a store of ``simrun run``, read from its files."""
-
-    def __init__(self, root: Path) -> None:
-        from simrun.local.machine import LocalError
-
-        if not StoreLayout(root).is_store():
-            raise LocalError(
-                f"{root} is not a simrun store (there is no {StoreLayout(root).db}); give the "
-                "--store that `simrun run` used"
-            )
-        self.root = root
-
-    def run_logs(self, run: str, task: str | None) -> dict[str, list[UnitLogHeader]]:
-        from simrun.core.unitlogs import run_logs
-
-        return run_logs(self.root, run, task)
-
-    def unit_logs(self, run: str, task: str, unit: int | str, attempt: int | None) -> UnitLogs:
-        from simrun.core.unitlogs import store_unit_logs
-
-        return store_unit_logs(self.root, run, task, unit, attempt)
-
-    def unit_live_logs(
-        self, run: str, task: str, unit: int | str, since: dict[str, int]
-    ) -> list[LiveAttempt]:
-        from simrun.core.unitlogs import store_live_unit_logs
-
-        return store_live_unit_logs(self.root, run, task, unit, since)
+    run_logs: Callable[[str, str | None], dict[str, list[UnitLogHeader]]]
+    unit_logs: Callable[[str, str, int | str, int | None], UnitLogs]
+    unit_live_logs: Callable[[str, str, int | str, dict[str, int]], list[LiveAttempt]]
+    run_view: Callable[[str], RunView | None]
 
     def states(self, run: str, task: str) -> tuple[str | None, str | None]:
+        """The state of run ``run`` and of its task ``task`` (None: not known)."""
+        return _states(self.run_view(run), task)
+
+
+def store_source(root: Path) -> LogSource:
+    """The logs of a store of ``simrun run``, read from its files."""
+    from simrun.local.machine import LocalError
+
+    if not StoreLayout(root).is_store():
+        raise LocalError(
+            f"{root} is not a simrun store (there is no {StoreLayout(root).db}); give the "
+            "--store that `simrun run` used"
+        )
+
+    def run_view(run: str) -> RunView | None:
         from simrun.local.reads import open_store_reader
 
         async def read() -> RunView | None:
-            async with open_store_reader(self.root) as reader:
+            async with open_store_reader(root) as reader:
                 return await reader.run(run)
 
-        return _states(asyncio.run(read()), task)
+        return asyncio.run(read())
+
+    return LogSource(
+        functools.partial(run_logs, root),
+        functools.partial(store_unit_logs, root),
+        functools.partial(store_live_unit_logs, root),
+        run_view,
+    )
 
 
-class ServiceSource:
+def service_source(client: Client) -> LogSource:
     """The logs a service serves (``GET /runs/{run}/logs...``)."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-
-    def run_logs(self, run: str, task: str | None) -> dict[str, list[UnitLogHeader]]:
-        return self.client.run_logs(run, task)
-
-    def unit_logs(self, run: str, task: str, unit: int | str, attempt: int | None) -> UnitLogs:
-        return self.client.unit_logs(run, task, unit, attempt)
-
-    def unit_live_logs(
-        self, run: str, task: str, unit: int | str, since: dict[str, int]
-    ) -> list[LiveAttempt]:
-        return self.client.unit_live_logs(run, task, unit, since)
-
-    def states(self, run: str, task: str) -> tuple[str | None, str | None]:
-        return _states(self.client.run(run), task)
+    return LogSource(client.run_logs, client.unit_logs, client.unit_live_logs, client.run)
 
 
 def _states(view: RunView | None, task: str) -> tuple[str | None, str | None]:
@@ -165,8 +142,6 @@ def _follow_listing(
 ) -> None:
     """Print the listing's line of each unit attempt that kept a log as it ends, until the
     run (or ``task``) ends."""
-    from simrun.core.unitlogs import LogNotFound
-
     seen: set[tuple[str, int | str, int]] = set()
     said = False
     while True:
@@ -266,8 +241,6 @@ class _Printer:
 def _live_attempts(
     source: LogSource, run: str, task: str, unit: int | str, offsets: dict[str, int]
 ) -> list[LiveAttempt]:
-    from simrun.core.unitlogs import LogNotFound
-
     try:
         return source.unit_live_logs(run, task, unit, offsets)
     except LogNotFound as exc:
@@ -420,10 +393,10 @@ def logs(
         raise click.UsageError("--follow prints every attempt; leave out --attempt")
     store = local_store(store, store_hint)
     if store is not None:
-        show_logs(StoreSource(store), run_id, task, unit, attempt, follow, ["--store", str(store)])
+        show_logs(store_source(store), run_id, task, unit, attempt, follow, ["--store", str(store)])
         return
     from simrun.cli.options import url_args
     from simrun.cli.remote import _service
 
     with _service(url, token, store_hint) as client:
-        show_logs(ServiceSource(client), run_id, task, unit, attempt, follow, url_args(url))
+        show_logs(service_source(client), run_id, task, unit, attempt, follow, url_args(url))

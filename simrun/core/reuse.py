@@ -51,8 +51,7 @@ def _digest(value: object) -> str:
 
 def fingerprint(identity: TaskIdentity, resolved_inputs: Mapping[str, str]) -> str:
     """The fingerprint of a task (``resolved_inputs``: port → ``source:HASH`` or
-    ``task:FINGERPRINT:PORT``): its type, settings and inputs, the upstream's fingerprint
-    standing for its output."""
+    ``task:FINGERPRINT:PORT``, the upstream's fingerprint standing for its output)."""
     return _digest(_identity_data(identity, resolved_inputs, identity.settings))
 
 

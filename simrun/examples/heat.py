@@ -134,9 +134,8 @@ def steps_needed(settings: HeatSettings, diffusivity: float) -> int:
 def _march(
     field: FloatGrid, free_coef: FloatGrid, steps: int, threshold: float
 ) -> tuple[int, bool]:
-    """Advance ``field`` in place by up to ``steps`` explicit steps; stop after the first step
-    in which no cell changed by ``threshold`` or more. Returns the steps taken and whether
-    the field came to rest."""
+    """Advance ``field`` in place by up to ``steps`` steps, until no cell changes by
+    ``threshold``; the steps taken and whether it came to rest."""
     inner = field[1:-1, 1:-1]
     change = np.empty_like(inner)
     work = np.empty_like(inner)
@@ -263,10 +262,8 @@ def compute_unit(settings: Mapping[str, Any] | HeatSettings, index: int, paths: 
 
 
 def merge(settings: Mapping[str, Any] | HeatSettings, paths: TaskPaths) -> None:
-    """Write ``summary.csv``, one row per point sorted by index, from the point files.
-
-    Raises `MissingPointsError` naming the indices without a result file.
-    """
+    """Write ``summary.csv``, a row per point by index (`MissingPointsError` naming those
+    without a result file)."""
     total = _parse(settings).points
     files = [paths.out / point_name(i) for i in range(total)]
     missing = [i for i, path in enumerate(files) if not path.is_file()]
