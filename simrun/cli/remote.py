@@ -37,7 +37,7 @@ from simrun.cli.options import (
 from simrun.local.machine import LocalError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine, Mapping
+    from collections.abc import Awaitable, Callable, Mapping
 
     from rich.table import Table
 
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from simrun.client import Client
     from simrun.core.sizing import WorkerCapacity
     from simrun.core.views import RunView
+    from simrun.local.reads import StoreReader
     from simrun.plugins import TaskType
     from simrun.workflow import SettingOverride, Workflow
 
@@ -199,16 +200,15 @@ def submit(
     units for --dry-run; the service checks the rest.
     """
     from simrun.client import Client
+    from simrun.workflow import load_workflow, source_paths
 
-    used = _task_types(workflow)
+    used = [t.type for t in load_workflow(workflow).tasks]
     types = load_types_from_here(plugins, only=used)
     known = all(spec_type in types for spec_type in used)
     prepared = prepare(workflow, types, check=known, overrides=overrides)
     with Client(url, token) as client:
         if dry_run:
             sys.exit(_dry_run(client, prepared.doc, types, workers, processes, worker_memory_gb))
-        from simrun.workflow import source_paths
-
         sources = source_paths(prepared.doc, prepared.base)
         run_id = client.submit(prepared.text, sources, reuse=reuse, rerun=rerun)
         console().print(f"run {run_id} submitted")
@@ -233,8 +233,7 @@ def _dry_run(
     out = console()
     rows = asyncio.run(task_plans(doc, types, summaries_resolver(client.resources())))
     pool: tuple[WorkerCapacity, ...] | None
-    given = (workers, processes, worker_memory_gb)
-    if any(v is not None for v in given):
+    if workers is not None or processes is not None or worker_memory_gb is not None:
         if workers is None or processes is None or worker_memory_gb is None:
             raise click.UsageError(
                 "a pool to forecast on needs --workers, --processes and --worker-memory-gb"
@@ -246,12 +245,6 @@ def _dry_run(
         text = _live_text(pool)
     result = print_forecast(out, rows, pool, text)
     return dry_run_exit(out, result, "dry run: nothing was submitted")
-
-
-def _task_types(workflow: Path) -> list[str]:
-    from simrun.workflow import load_workflow
-
-    return [t.type for t in load_workflow(workflow).tasks]
 
 
 @click.command()
@@ -282,6 +275,8 @@ def status(
     if watch and as_json:
         raise click.UsageError("--watch shows the run as it goes; --json prints it once")
 
+    from simrun.cli.follow import RemoteReader
+
     async def show(reader: Reader) -> int:
         if run_id is None:
             return await _show_runs(reader, as_json)
@@ -290,29 +285,11 @@ def status(
             return await _watch(reader, run_id, where, every_s)
         return await _show_run(reader, run_id, as_json, store)
 
-    _exit(_on_store_or_service(store, url, token, store_hint, show))
-
-
-def _on_store_or_service(
-    store: Path | None,
-    url: str,
-    token: str | None,
-    store_hint: Path,
-    read: Callable[[Reader], Awaitable[int]],
-) -> int:
-    """``read`` of the store at ``store``, else of the service at ``url``."""
-    from simrun.cli.follow import RemoteReader
-
-    async def main() -> int:
-        if store is not None:
-            from simrun.local.reads import open_store_reader
-
-            async with open_store_reader(store) as reader:
-                return await read(reader)
-        with _service(url, token, store_hint) as client:
-            return await read(RemoteReader(client))
-
-    return asyncio.run(main())
+    _exit(
+        _store_or_service(
+            store, url, token, store_hint, show, lambda c: asyncio.run(show(RemoteReader(c)))
+        )
+    )
 
 
 async def _show_runs(reader: Reader, as_json: bool) -> int:
@@ -331,13 +308,7 @@ async def _show_runs(reader: Reader, as_json: bool) -> int:
 
 async def _show_run(reader: Reader, run_id: str, as_json: bool, store: Path | None) -> int:
     """``simrun status RUN``: the run, its tasks and its failures."""
-    from simrun.cli.progress import (
-        failure_lines,
-        plain_lines,
-        render_live,
-        run_header,
-        summary_table,
-    )
+    from simrun.cli import progress
     from simrun.core.views import INTERRUPTED
 
     data = await reader.run(run_id)
@@ -350,15 +321,15 @@ async def _show_run(reader: Reader, run_id: str, as_json: bool, store: Path | No
         return 0
     out, now = console(), time.time()
     if data.state != "running":
-        out.print(run_header(data), markup=False, highlight=False, soft_wrap=True)
+        out.print(progress.run_header(data), markup=False, highlight=False, soft_wrap=True)
     elif out.is_terminal:
-        out.print(render_live(data, now_s=now))
+        out.print(progress.render_live(data, now_s=now))
     else:
-        click.echo(run_header(data))
-        for line in plain_lines(data, only_active=False, now_s=now):
+        click.echo(progress.run_header(data))
+        for line in progress.plain_lines(data, only_active=False, now_s=now):
             click.echo(line)
-    out.print(summary_table(data, now_s=now))
-    for line in failure_lines(failures):
+    out.print(progress.summary_table(data, now_s=now))
+    for line in progress.failure_lines(failures):
         out.print(f"  {line}", markup=False, soft_wrap=True)
     if store is not None and data.state == INTERRUPTED:
         resume = shell_join(["simrun", "run", "--resume", run_id, "--store", str(store)])
@@ -538,19 +509,12 @@ def resources(
         raise click.UsageError("--plot draws the peaks of one key: give a KEY")
     from simrun.cli.tables import RESOURCE_COLUMNS, resource_rows
 
-    async def from_store(directory: Path) -> list[dict[str, Any]]:
-        from simrun.local.reads import open_store_reader
-
+    async def from_store(reader: StoreReader) -> list[dict[str, Any]]:
         hints = {name: t.hint for name, t in load_types_from_here().items()}
-        async with open_store_reader(directory) as reader:
-            out = []
-            for summary in await reader.resources.summaries(hints):
-                row = asdict(summary)
-                row["key"] = summary.key.text()
-                out.append(row)
-            return out
+        summaries = await reader.resources.summaries(hints)
+        return [{**asdict(summary), "key": summary.key.text()} for summary in summaries]
 
-    rows = _store_or_service(store, from_store, url, token, store_hint, lambda c: c.resources())
+    rows = _store_or_service(store, url, token, store_hint, from_store, lambda c: c.resources())
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -563,17 +527,23 @@ def resources(
 
 def _store_or_service(
     store: Path | None,
-    read: Callable[[Path], Coroutine[Any, Any, T]],
     url: str,
     token: str | None,
     store_hint: Path,
+    read: Callable[[StoreReader], Awaitable[T]],
     ask: Callable[[Client], T],
 ) -> T:
     """``read`` of the store at ``store``, else ``ask`` of the service at ``url``."""
-    if store is not None:
-        return asyncio.run(read(store))
-    with _service(url, token, store_hint) as client:
-        return ask(client)
+    if store is None:
+        with _service(url, token, store_hint) as client:
+            return ask(client)
+    from simrun.local.reads import open_store_reader
+
+    async def main() -> T:
+        async with open_store_reader(store) as reader:
+            return await read(reader)
+
+    return asyncio.run(main())
 
 
 def _key_evidence(
@@ -596,29 +566,26 @@ def _key_evidence(
         )
         return 1
 
-    async def from_store(directory: Path) -> dict[str, Any]:
-        from simrun.local.reads import open_store_reader
+    async def from_store(reader: StoreReader) -> dict[str, Any]:
         from simrun.plugins import ResourceHint
         from simrun.resources import ResourceKey
         from simrun.resources.keys import unknown_key_message
 
-        async with open_store_reader(directory) as reader:
-            try:
-                parsed: ResourceKey | None = ResourceKey.from_text(key)
-            except ValueError:
-                parsed = None
-            if parsed is not None:
-                types = load_types_from_here(only=[parsed.task_type])
-                task_type = types.get(parsed.task_type)
-                hint = task_type.hint if task_type is not None else ResourceHint()
-                found = await reader.resources.evidence(parsed, hint)
-                if found.observations:
-                    return found.to_dict()
-            known = [k.text() for k in await reader.resources.keys()]
-            raise LocalError(unknown_key_message(key, known))
+        try:
+            parsed: ResourceKey | None = ResourceKey.from_text(key)
+        except ValueError:
+            parsed = None
+        if parsed is not None:
+            task_type = load_types_from_here(only=[parsed.task_type]).get(parsed.task_type)
+            hint = task_type.hint if task_type is not None else ResourceHint()
+            found = await reader.resources.evidence(parsed, hint)
+            if found.observations:
+                return found.to_dict()
+        known = [k.text() for k in await reader.resources.keys()]
+        raise LocalError(unknown_key_message(key, known))
 
     data = _store_or_service(
-        store, from_store, url, token, store_hint, lambda c: c.resource_evidence(key)
+        store, url, token, store_hint, from_store, lambda c: c.resource_evidence(key)
     )
     if as_json:
         click.echo(json.dumps(data, indent=2))
