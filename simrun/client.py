@@ -1,9 +1,5 @@
-"""Talking to a simrun service over HTTP, and preparing a workflow before it is sent.
-
-`Client` wraps the routes of `simrun.service.api`; `plan_tasks` runs the ``plan`` of each
-task type installed here, so a plugin can complete settings from its model before the
-service sees them.
-"""
+"""Talking to a simrun service over HTTP (`Client`), and preparing a workflow before it is
+sent (`plan_tasks`: the ``plan`` of each task type installed here)."""
 
 from __future__ import annotations
 
@@ -13,7 +9,7 @@ import os
 import stat
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import quote
 
 import httpx
@@ -34,9 +30,7 @@ from simrun.plugins import PluginError, TaskType, resolve
 if TYPE_CHECKING:
     from simrun.workflow import Workflow, WorkflowError
 
-# The workflow's models and YAML are imported by the functions that prepare a submission:
-# the commands that only read a run (`simrun status`) start without them.
-
+# The workflow's models and YAML are imported when used: `simrun status` starts without.
 #: The spec's name here; the rest of the module is the command line's and the API's client.
 __all__ = ["plan_tasks"]
 
@@ -44,8 +38,8 @@ T = TypeVar("T")
 
 
 class ClientError(RuntimeError):
-    """The service could not be reached, or answered with an error: ``code`` says which
-    (None when no answer came, or one that was not the service's)."""
+    """The service could not be reached, or answered with an error (``code``: which; None
+    without an answer of the service)."""
 
     def __init__(self, message: str, code: ErrorCode | None = None) -> None:
         super().__init__(message)
@@ -70,11 +64,7 @@ class Rejected(ClientError):
 
 def plan_tasks(doc: Workflow, types: Mapping[str, TaskType]) -> Workflow:
     """``doc`` with the settings of every task whose type has a ``plan`` replaced by what
-    that plan returns (types not installed here are left as they are).
-
-    A plan that fails or returns settings its model rejects raises `WorkflowError` naming
-    the task.
-    """
+    it returns; `WorkflowError` names each task whose plan fails or returns bad settings."""
     from simrun.workflow import Problem, TaskSpec, WorkflowError
 
     tasks: list[TaskSpec] = []
@@ -95,13 +85,8 @@ def plan_tasks(doc: Workflow, types: Mapping[str, TaskType]) -> Workflow:
             problems.append(Problem(where, f"cannot plan: {exc}", task=spec.name))
             continue
         except Exception as exc:  # noqa: BLE001  # plugin code may raise anything; name the task
-            problems.append(
-                Problem(
-                    where,
-                    f"plan of {spec.type!r} failed: {type(exc).__name__}: {exc}",
-                    task=spec.name,
-                )
-            )
+            message = f"plan of {spec.type!r} failed: {type(exc).__name__}: {exc}"
+            problems.append(Problem(where, message, task=spec.name))
             continue
         settings = json.loads(model.model_dump_json())
         tasks.append(spec.model_copy(update={"settings": settings}))
@@ -111,8 +96,7 @@ def plan_tasks(doc: Workflow, types: Mapping[str, TaskType]) -> Workflow:
 
 
 def submission_text(original: str, original_doc: Workflow, planned: Workflow) -> str:
-    """The text to submit: the document as written when planning changed nothing, else the
-    planned document as YAML."""
+    """The document as written when planning changed nothing, else the planned one as YAML."""
     import yaml
 
     if planned == original_doc:
@@ -132,11 +116,8 @@ def _refuse(name: str, message: str) -> WorkflowError:
 
 
 def directory_files(name: str, root: Path) -> list[tuple[str, Path]]:
-    """The files of the directory source ``name`` at ``root``, each with its path relative
-    to it ("a/b.txt"), sorted. A symbolic link is followed when it points to a file inside
-    the directory; one that leads out of it or to a directory, and anything that is not a
-    regular file (a device, a FIFO, a socket), is refused with `WorkflowError` naming the
-    source and the path."""
+    """The files of the directory source ``name`` at ``root`` with their relative paths,
+    sorted; `WorkflowError` for a link out of it or to a directory, or a non-regular file."""
     base = root.resolve()
     found: list[tuple[str, Path]] = []
     for folder, dirs, files in os.walk(base, followlinks=False):
@@ -163,9 +144,8 @@ def directory_files(name: str, root: Path) -> list[tuple[str, Path]]:
 
 
 def source_upload(name: str, path: Path) -> dict[str, Any]:
-    """The upload of source ``name``: a file's content, or a directory's files with their
-    relative paths (`directory_files`). `WorkflowError` names a source that is neither a
-    regular file nor a directory, or cannot be read."""
+    """The upload of source ``name``: a file's content, or a directory's files; `WorkflowError`
+    names a source that is neither or cannot be read."""
     try:
         if path.is_dir():
             files = directory_files(name, path)
@@ -181,25 +161,22 @@ def source_upload(name: str, path: Path) -> dict[str, Any]:
 
 
 class UnknownKey(ClientError):
-    """The service has no observations of a resource key (or it is no key); the message is
-    the service's line naming it and the known keys close to it."""
+    """The service has no observations of a resource key (or it is no key)."""
 
 
 class StreamBroken(ClientError):
     """The event stream of a run could not be opened or broke off (connect again)."""
 
 
-#: Seconds without a byte of an event stream after which it is taken for broken (the
-#: service sends a keep-alive every 15 s).
+#: Seconds without a byte of an event stream (keep-alive every 15 s) before it is broken.
 EVENTS_READ_TIMEOUT_S = 45.0
 #: The codes of a thing that is not there, whose line `Client` shows alone.
 ABSENT = frozenset({ErrorCode.UNKNOWN_RUN, ErrorCode.NOT_FOUND})
 
 
 def refusal(method: str, path: str, response: httpx.Response) -> ClientError:
-    """The error of an error answer, by its code: `Rejected` with the problems of a refused
-    workflow, `UnknownKey`, the service's line alone for a thing not there (`ABSENT`), else
-    the request, the status and the line."""
+    """The error of an error answer, by its code (`Rejected`, `UnknownKey`, the line alone
+    for `ABSENT`, else with the request and status)."""
     try:
         error = parse_error(response.json())
     except ValueError:
@@ -230,8 +207,7 @@ async def _events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
 
 
 class Client:
-    """A blocking client of the simrun HTTP API (the command line's view of the service);
-    `events` is the one asynchronous call (a stream)."""
+    """A blocking client of the simrun HTTP API; `events` is the one asynchronous call."""
 
     def __init__(self, url: str, token: str | None = None, timeout_s: float = 30.0) -> None:
         self.url = url.rstrip("/")
@@ -242,10 +218,8 @@ class Client:
         )
 
     def _verify(self) -> bool:
-        """Whether to load the certificates to verify: for HTTPS only. Plain HTTP (the
-        local service, a cluster's internal URL) has none to verify, and loading the CA
-        bundle is a good part of a command's start-up (redirects are not followed, so no
-        request of this client leaves for another URL)."""
+        """Whether to load the CA bundle (slow at start-up): for HTTPS only (redirects are
+        not followed, so no request leaves for another URL)."""
         return not self.url.startswith("http://")
 
     def close(self) -> None:
@@ -273,12 +247,10 @@ class Client:
         return response.json()
 
     def health(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", "/health")
-        return result
+        return cast("dict[str, Any]", self._call("GET", "/health"))
 
     def types(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._call("GET", "/types")
-        return result
+        return cast("list[dict[str, Any]]", self._call("GET", "/types"))
 
     def submit(
         self,
@@ -288,10 +260,7 @@ class Client:
         reuse: bool = True,
         rerun: Sequence[str] = (),
     ) -> str:
-        """Send a workflow and its sources (files or directories, read here: the service
-        reads no path of its host); the id of the new run. Without ``reuse`` every task
-        runs; the tasks of ``rerun`` (and their dependents) run whatever the store holds.
-        `WorkflowError` names a source that cannot be sent."""
+        """Send a workflow and its sources (read here); the id of the new run."""
         uploads = {name: source_upload(name, path) for name, path in (sources or {}).items()}
         body: dict[str, Any] = {"workflow": text, "sources": uploads}
         if not reuse:
@@ -302,8 +271,7 @@ class Client:
         return str(result["run"])
 
     def _parsed(self, parse: Callable[[Any], T], method: str, path: str) -> T:
-        """The answer of ``method path`` parsed by ``parse``; `ClientError` when it is not
-        what the route answers."""
+        """The answer of ``method path`` parsed by ``parse`` (`ClientError` when it fails)."""
         try:
             return parse(self._call(method, path))
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
@@ -318,11 +286,8 @@ class Client:
         return self._parsed(parse_run, "GET", f"/runs/{run_id}")
 
     async def events(self, run_id: str) -> AsyncIterator[RunView]:
-        """The views of one run as the service pushes them (``GET /runs/{id}/events``): the
-        current one first, then one each time it changed; the stream ends after the view
-        of the ended run (or earlier, when the service stops). `StreamBroken` when the
-        service cannot be reached, failed (5xx) or the stream broke; `ClientError` when it
-        refused (an unknown run, the token)."""
+        """The views of one run as the service pushes them, until it ended; `StreamBroken`
+        when the stream cannot be opened (5xx) or broke, `ClientError` when refused."""
         path = f"/runs/{run_id}/events"
         timeout = httpx.Timeout(self._timeout_s, read=EVENTS_READ_TIMEOUT_S)
         try:
@@ -355,9 +320,7 @@ class Client:
         return self._parsed(parse_failures, "GET", f"/runs/{run_id}/failures")
 
     def run_logs(self, run_id: str, task: str | None = None) -> dict[str, list[UnitLogHeader]]:
-        """Per task of a run, the last attempt of each unit with a log (see
-        ``GET /runs/{id}/logs``); `ClientError` with the service's line for an unknown run
-        or task."""
+        """Per task of a run, the last attempt of each unit with a log."""
         path = f"/runs/{quote(run_id, safe='')}/logs"
         if task is not None:
             path += f"?task={quote(task, safe='')}"
@@ -373,9 +336,7 @@ class Client:
     def unit_logs(
         self, run_id: str, task: str, unit: int | str, attempt: int | None = None
     ) -> UnitLogs:
-        """A unit's attempts with their headers and output (``GET
-        /runs/{id}/logs/{task}/{unit}``); `ClientError` with the service's line when there
-        is none."""
+        """A unit's attempts with their headers and output."""
         path = f"/runs/{quote(run_id, safe='')}/logs/{quote(task, safe='')}/{unit}"
         if attempt is not None:
             path += f"?attempt={attempt}"
@@ -384,9 +345,8 @@ class Client:
     def unit_live_logs(
         self, run_id: str, task: str, unit: int | str, since: Mapping[str, int] | None = None
     ) -> list[LiveAttempt]:
-        """What each attempt of a unit printed past the offsets ``since`` (by file name), a
-        running one's too, and the header of each that ended (``GET
-        /runs/{id}/logs/{task}/{unit}/live``); `ClientError` with the service's line."""
+        """What each attempt of a unit printed past the offsets ``since`` (by file name), and
+        the header of each that ended."""
         path = f"/runs/{quote(run_id, safe='')}/logs/{quote(task, safe='')}/{unit}/live"
         query = "&".join(f"since={quote(f'{k}:{v}', safe='')}" for k, v in (since or {}).items())
 
@@ -408,8 +368,7 @@ class Client:
     def rerun(
         self, run_id: str, task: str, memory_gb: float | None = None
     ) -> tuple[list[str], int]:
-        """Run ``task`` again, done units included, and the tasks reading it: the tasks
-        reset and the units they had."""
+        """Run ``task`` again, done units included, and the tasks reading it."""
         body: dict[str, Any] = {"task": task, "units": [], "memory_gb": memory_gb, "all": True}
         answer = self._call("POST", f"/runs/{run_id}/replay", body)
         return [str(t) for t in answer["tasks"]], int(answer["replayed"])
@@ -418,17 +377,12 @@ class Client:
         return int(self._call("POST", f"/runs/{run_id}/cancel")["in_flight"])
 
     def resources(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._call("GET", "/resources")
-        return result
+        return cast("list[dict[str, Any]]", self._call("GET", "/resources"))
 
     def resource_evidence(self, key: str) -> dict[str, Any]:
-        """The evidence of one resource key (``task_type/model[/variant]``), see
-        ``GET /resources/{key}``; `UnknownKey` with the service's line (the key and the
-        known keys close to it) when the key does not parse or has no observations."""
-        result: dict[str, Any] = self._call("GET", "/resources/" + quote(key, safe="/"))
-        return result
+        """The evidence of one resource key; `UnknownKey` when it has no observations."""
+        return cast("dict[str, Any]", self._call("GET", "/resources/" + quote(key, safe="/")))
 
     def backlog(self) -> dict[str, Any]:
-        """The live backlog per queue (``{"queues": [...]}``, see ``GET /backlog``)."""
-        result: dict[str, Any] = self._call("GET", "/backlog")
-        return result
+        """The live backlog per queue (``{"queues": [...]}``)."""
+        return cast("dict[str, Any]", self._call("GET", "/backlog"))

@@ -1,9 +1,6 @@
-"""The configuration every process shares: the environment variables it may come from,
-their defaults, and how a Redis URL is shown in messages.
+"""The configuration every process shares: its environment variables and defaults.
 
-The variables are read by the process entry points alone — the options of ``simrun``
-(`simrun.cli.options`, click's ``envvar=``) and of ``python -m simrun.worker.health`` — and
-passed down as arguments; nothing else reads the environment for configuration.
+Only the entry points read the environment (click's ``envvar=``) and pass values down.
 """
 
 from __future__ import annotations

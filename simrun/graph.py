@@ -1,8 +1,5 @@
-"""Pure functions over the task graph of a workflow: order, cycles, readiness.
-
-The graph is a mapping from each task to the set of tasks it reads from. Nothing here
-does I/O; the controller and the validator call these with plain data.
-"""
+"""Pure functions over the task graph of a workflow (each task to the tasks it reads
+from): order, cycles, readiness."""
 
 from __future__ import annotations
 
@@ -21,8 +18,7 @@ class CycleError(ValueError):
 
 
 def _sorter(deps: Graph) -> graphlib.TopologicalSorter[str]:
-    """A sorter over ``deps`` without the names that are not tasks, built in sorted order
-    (so what it reports does not depend on the order of ``deps``)."""
+    """A sorter over ``deps`` without names that are not tasks, built in sorted order."""
     sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter()
     for name in sorted(deps):
         sorter.add(name, *sorted(d for d in deps[name] if d in deps))
@@ -30,11 +26,8 @@ def _sorter(deps: Graph) -> graphlib.TopologicalSorter[str]:
 
 
 def _prepared(deps: Graph) -> graphlib.TopologicalSorter[str]:
-    """The sorter of ``deps``, prepared; `CycleError` naming a cycle when it has one.
-
-    graphlib reports a cycle as ``[x, ..., x]`` each node read *by* the next; ours reads
-    the other way (``a`` reads from ``b``) and starts at its first name in sorted order.
-    """
+    """The sorter of ``deps``, prepared; `CycleError` naming a cycle (reversed from
+    graphlib's, starting at its first name in sorted order)."""
     sorter = _sorter(deps)
     try:
         sorter.prepare()
@@ -47,11 +40,8 @@ def _prepared(deps: Graph) -> graphlib.TopologicalSorter[str]:
 
 
 def find_cycle(deps: Graph) -> list[str] | None:
-    """One cycle of ``deps`` as ``[a, b, ..., a]`` (a reads from b, ...), or None.
-
-    Dependencies on names that are not keys of ``deps`` are ignored (they are reported
-    elsewhere as unknown tasks). Deterministic: the same graph names the same cycle.
-    """
+    """One cycle of ``deps`` as ``[a, b, ..., a]`` (a reads from b, ...), or None;
+    deterministic, names that are not keys ignored."""
     try:
         _prepared(deps)
     except CycleError as exc:
@@ -60,11 +50,8 @@ def find_cycle(deps: Graph) -> list[str] | None:
 
 
 def topological_order(deps: Graph) -> list[str]:
-    """Every task after all the tasks it reads from; ties broken by name (each wave of
-    tasks whose inputs are all placed, in sorted order).
-
-    Raises `CycleError` naming a cycle when there is no such order.
-    """
+    """Every task after all the tasks it reads from, ties broken by name; `CycleError`
+    when there is no such order."""
     sorter = _prepared(deps)
     order: list[str] = []
     while sorter.is_active():

@@ -46,18 +46,20 @@ COMMAND_PLACEHOLDERS = ("settings", "out", "input")
 COMMAND_BRACES = re.compile(r"\{\{|\}\}|\{[^{}]*\}|[{}]")
 
 
-def command_template_problem(template: str) -> str | None:
-    """What is wrong with a ``command`` template, as a sentence; None if it can be expanded.
-
-    The template is split like a POSIX shell splits words; each part may use the
-    placeholders `COMMAND_PLACEHOLDERS` in braces, and ``{{``/``}}`` for literal braces.
-    A pure check: the loader refuses a type whose template would fail only at run time.
-    """
+def command_parts(template: str) -> list[str]:
+    """The parts of a ``command`` template, split like a POSIX shell splits words ('#' is
+    no comment); `ValueError` for an unclosed quote or a lone backslash."""
     lexer = shlex.shlex(io.StringIO(template), posix=True)
     lexer.whitespace_split = True
-    lexer.commenters = ""  # '#' is an ordinary character in an argv
+    lexer.commenters = ""
+    return list(lexer)
+
+
+def command_template_problem(template: str) -> str | None:
+    """What is wrong with a ``command`` template (its parts may use `COMMAND_PLACEHOLDERS`
+    in braces, ``{{``/``}}`` for literal ones), as a sentence; None if it can be expanded."""
     try:
-        parts = list(lexer)
+        parts = command_parts(template)
     except ValueError as exc:
         return f"command {template!r} cannot be split: {exc} (check its quotes and backslashes)"
     if not parts:
@@ -85,11 +87,8 @@ class PluginError(ValueError):
 
 @dataclass(frozen=True)
 class ResourceHint:
-    """What a task type asks for before anything has been learned about it.
-
-    ``memory_base_gb`` is what the task needs besides its worker processes (the merge,
-    the command's parent); ``memory_per_worker_gb`` is what one worker process needs.
-    """
+    """What a task type asks for before anything has been learned about it:
+    ``memory_base_gb`` besides its worker processes, ``memory_per_worker_gb`` for each."""
 
     memory_base_gb: float = 2.0
     memory_per_worker_gb: float = 6.0
@@ -215,8 +214,8 @@ class UnitOutputs:
 
 
 def unit_outputs(task_type: TaskType) -> UnitOutputs | None:
-    """What ``task_type`` declares of its units' outputs (`UnitOutputs`); None for a type
-    that does not, or is not splittable (its units are then never reused one by one)."""
+    """What ``task_type`` declares of its units' outputs; None when it does not or is not
+    splittable."""
     found = getattr(task_type.settings, UNIT_OUTPUTS_ATTR, None)
     if not task_type.splittable or not isinstance(found, UnitOutputs):
         return None
@@ -243,8 +242,7 @@ def _pattern_problem(pattern: object) -> str | None:
 
 
 def unit_outputs_problems(task_type: TaskType) -> list[str]:
-    """What is wrong with the `UnitOutputs` a type's settings model declares, as
-    sentences; empty when it declares none or a usable one."""
+    """What is wrong with the `UnitOutputs` a type's settings model declares, as sentences."""
     found = getattr(task_type.settings, UNIT_OUTPUTS_ATTR, None)
     if found is None:
         return []
@@ -273,25 +271,21 @@ def unit_outputs_problems(task_type: TaskType) -> list[str]:
 
 
 def _reference_problem(ref: object, form: str = "module:function") -> str | None:
-    """Why ``ref`` is not a well-formed ``"module:attribute"`` string, or None; ``form`` is
-    how the expected form is shown."""
+    """Why ``ref`` is not a well-formed ``"module:attribute"`` string (shown as ``form``)."""
     if not isinstance(ref, str):
         return f"is {type(ref).__name__}, not a '{form}' string"
     module, sep, attr = ref.partition(":")
     if not sep or not module or not attr:
         return f"{ref!r} is not of the form '{form}'"
-    for part in module.split("."):
-        if not part.isidentifier() or keyword.iskeyword(part):
-            return f"{ref!r}: {module!r} is not a module path"
-    for part in attr.split("."):
-        if not part.isidentifier() or keyword.iskeyword(part):
-            return f"{ref!r}: {attr!r} is not an attribute name"
+    for path, what in ((module, "a module path"), (attr, "an attribute name")):
+        if not all(p.isidentifier() and not keyword.iskeyword(p) for p in path.split(".")):
+            return f"{ref!r}: {path!r} is not {what}"
     return None
 
 
 def _import_object(ref: str, what: str) -> Any:
-    """The object a well-formed ``"module:attr.path"`` names; `PluginError` (its message
-    starting with ``what`` and the reference) says which step failed."""
+    """The object a well-formed ``"module:attr.path"`` names; `PluginError` (starting with
+    ``what`` and the reference) says which step failed."""
     module_name, _, attr_path = ref.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
@@ -330,15 +324,9 @@ def resolve(ref: str) -> Callable[..., Any]:
 
 
 def load_plugin_ref(ref: str) -> TaskType:
-    """The `TaskType` that a ``"module:OBJECT"`` reference names (``OBJECT`` may be a
-    dotted path, ``"pkg.mod:TYPES.heat"``): a task type loaded without installing it as an
-    entry point, as the worker's and the service's ``--plugins`` options do.
-
-    The module is imported (so it must be importable from ``sys.path``) and the object is
-    checked as `load_task_types` checks entry points. `PluginError` says which step failed:
-    a malformed reference, a module that cannot be imported (or raised while importing), a
-    missing attribute, or an object that is not a usable task type (with its problems).
-    """
+    """The `TaskType` a ``"module:OBJECT"`` reference names (``OBJECT`` may be dotted),
+    loaded without an entry point (``--plugins``) and checked as `load_task_types` checks
+    entry points; `PluginError` says which step failed."""
     problem = _reference_problem(ref, "module:OBJECT")
     if problem is not None:
         raise PluginError(f"plugin reference {problem}")
@@ -418,8 +406,7 @@ def _settings_problems(tt: Any) -> Iterable[str]:
 
 
 def task_type_problems(task_type: object) -> list[str]:
-    """Everything that stops ``task_type`` from ever running, as sentences; empty if fine.
-    A pure check, used when entry points are loaded and by plugin authors' own tests."""
+    """Everything that stops ``task_type`` from ever running, as sentences; empty if fine."""
     if not isinstance(task_type, TaskType):
         return [f"is a {type(task_type).__name__}, not a simrun.plugins.TaskType"]
     # Plugins are untyped at run time: check the values, not what the annotations promise.
@@ -480,9 +467,8 @@ def load_task_types(eps: Iterable[EntryPoint] | None = None) -> dict[str, TaskTy
 
 
 def load_types(plugins: Sequence[str] = ()) -> dict[str, TaskType]:
-    """The installed task types (`load_task_types`) plus those named by ``plugins``
-    ("module:OBJECT", see `load_plugin_ref`), which replace an installed one of their name:
-    what ``--plugins`` of the service, the workers and the command line load."""
+    """The installed task types plus those named by ``plugins`` (`load_plugin_ref`), which
+    replace an installed one of their name."""
     types = load_task_types()
     for ref in plugins:
         task_type = load_plugin_ref(ref)

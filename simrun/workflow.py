@@ -1,23 +1,5 @@
 """The workflow document: its models, how it is read, and how it is checked.
 
-A workflow names its ``sources`` (input files; the first one's name is the run's model)
-and its ``tasks``, each of an installed task type, wired output port to input port:
-
-    sources:
-      plate: plate.json
-    tasks:
-      - name: sweep
-        type: heat
-        settings: {grid: 64}
-        inputs: {plate: "source:plate"}
-      - name: summary
-        type: report
-        inputs: {table: "sweep.out"}
-
-A task may list input ports under ``stage``: each is copied from the shared store into the
-task's local scratch before its units or command start, and read there (`TaskPaths.inputs`
-points at ``<scratch>/<port>``, and ``{input}`` of a command gives ``<port>=<scratch>/<port>``).
-
 Checking collects every problem of a document, each naming the task and field (and the
 line, when the document came from a file), instead of stopping at the first.
 """
@@ -27,15 +9,16 @@ from __future__ import annotations
 import copy
 import difflib
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from simrun.core.environment import program_problem
+from simrun.core.layout import InputRef, name_problem, split_task, task_name_problem
 from simrun.core.states import MAX_RETRY_DELAY_S, RETRY_KINDS
 from simrun.core.wire import is_finite_nonneg
 from simrun.graph import find_cycle, topological_order
@@ -48,9 +31,7 @@ MAX_GPUS = 64
 MAX_RETRIES = 100
 #: The longest ``timeout_s`` of a unit: a week.
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
-MAX_NAME_LENGTH = 100
-#: Bounds of a YAML document: nesting, and values once its aliases are expanded (a
-#: "billion laughs" document is refused before it is built).
+#: Bounds of a YAML document: nesting, and values once its aliases are expanded.
 MAX_YAML_DEPTH = 64
 MAX_YAML_VALUES = 1_000_000
 
@@ -59,8 +40,7 @@ Loc = tuple[str | int, ...]
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with a document: where (a path into it, and a line when known) and
-    what."""
+    """One thing wrong with a document: where (a path into it, a line when known), what."""
 
     loc: Loc
     message: str
@@ -68,7 +48,7 @@ class Problem:
     task: str | None = None
 
     def where(self) -> str:
-        """The location for people: ``task 'sweep', settings.grid`` or ``sources.plate``."""
+        """``task 'sweep', settings.grid`` or ``sources.plate``."""
         if self.task is not None and self.loc[:1] == ("tasks",):
             rest = _format_loc(self.loc[2:])
             return f"task {self.task!r}" + (f", {rest}" if rest else "")
@@ -104,13 +84,28 @@ class WorkflowError(ValueError):
         ]
 
 
-def _finite_nonneg(value: float | None, field: str, upper: float) -> float | None:
+#: The bound of each number of a document, and when 0 is refused, what the refusal adds.
+_BOUNDS: dict[str, tuple[float, str | None]] = {
+    "memory_base_gb": (MAX_MEMORY_GB, None),
+    "memory_per_worker_gb": (MAX_MEMORY_GB, ""),
+    "scratch_gb": (MAX_SCRATCH_GB, None),
+    "retry_delay_s": (MAX_RETRY_DELAY_S, None),
+    "timeout_s": (MAX_TIMEOUT_S, " (leave it out for no bound)"),
+}
+
+
+def _bounded(value: float | None, info: Any) -> float | None:
+    """``value`` of the field of ``info`` when it is finite, >= 0 and within `_BOUNDS`."""
+    field = info.field_name
+    upper, nonzero = _BOUNDS[field]
     if value is None:
         return None
     if not is_finite_nonneg(value):
         raise ValueError(f"{field} must be a finite number >= 0")
     if value > upper:
         raise ValueError(f"{field} = {value:g} is absurd (the most accepted is {upper:g})")
+    if value == 0 and nonzero is not None:
+        raise ValueError(f"{field} must be more than 0{nonzero}")
     return value
 
 
@@ -124,18 +119,7 @@ class ResourceOverride(BaseModel):
     scratch_gb: float | None = None
     gpus: int | None = None
 
-    @field_validator("memory_base_gb", "memory_per_worker_gb")
-    @classmethod
-    def _memory(cls, value: float | None, info: Any) -> float | None:
-        checked = _finite_nonneg(value, info.field_name, MAX_MEMORY_GB)
-        if checked == 0 and info.field_name == "memory_per_worker_gb":
-            raise ValueError("memory_per_worker_gb must be more than 0")
-        return checked
-
-    @field_validator("scratch_gb")
-    @classmethod
-    def _scratch(cls, value: float | None) -> float | None:
-        return _finite_nonneg(value, "scratch_gb", MAX_SCRATCH_GB)
+    _numbers = field_validator("memory_base_gb", "memory_per_worker_gb", "scratch_gb")(_bounded)
 
     @field_validator("gpus")
     @classmethod
@@ -155,8 +139,7 @@ class TaskSpec(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict)
     inputs: dict[str, str] = Field(default_factory=dict)
     resources: ResourceOverride | None = None
-    #: Errors and timeouts of a unit retried after the first (default: the service's
-    #: ``--max-retries``, 2).
+    #: Errors and timeouts of a unit retried after the first (default: ``--max-retries``).
     retries: int | None = Field(default=None, strict=True)
     #: What is retried at all: "memory", "timeout", "error" and exception type names
     #: (default: everything); anything else fails the unit at once.
@@ -165,8 +148,7 @@ class TaskSpec(BaseModel):
     retry_delay_s: float | None = None
     #: Longest a unit (or the command) may run before it is stopped as timed out.
     timeout_s: float | None = None
-    #: Input ports copied into the task's local scratch before it runs, and read there
-    #: (``<scratch>/<port>``): for inputs read at random, slow on a shared store.
+    #: Input ports copied into the task's local scratch before it runs, and read there.
     stage: list[str] = Field(default_factory=list)
 
     @field_validator("stage")
@@ -204,18 +186,7 @@ class TaskSpec(BaseModel):
                 )
         return value
 
-    @field_validator("retry_delay_s")
-    @classmethod
-    def _delay(cls, value: float | None) -> float | None:
-        return _finite_nonneg(value, "retry_delay_s", MAX_RETRY_DELAY_S)
-
-    @field_validator("timeout_s")
-    @classmethod
-    def _timeout(cls, value: float | None) -> float | None:
-        checked = _finite_nonneg(value, "timeout_s", MAX_TIMEOUT_S)
-        if checked == 0:
-            raise ValueError("timeout_s must be more than 0 (leave it out for no bound)")
-        return checked
+    _numbers = field_validator("retry_delay_s", "timeout_s")(_bounded)
 
     def retry_fields(self) -> dict[str, Any] | None:
         """The task's retry fields that are set, as stored with the task; None for none."""
@@ -235,8 +206,7 @@ class Workflow(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str | None = None
-    #: The environment image of the run: the tasks whose type has no image of its own run
-    #: in it (None: the service's default, else the cpu and gpu queues' workers).
+    #: The image of the tasks whose type has none (None: the service's default).
     image: Annotated[str, Field(min_length=1, pattern=r"^\S+$")] | None = None
     sources: dict[str, str] = Field(default_factory=dict)
     tasks: list[TaskSpec]
@@ -247,9 +217,8 @@ class Workflow(BaseModel):
         return next(iter(self.sources), "")
 
     def in_run_image(self, task_type: TaskType, default: str | None = None) -> TaskType:
-        """``task_type`` as a task of this run runs it: in its own image, else in the run's
-        environment image (the document's ``image``, else ``default``). What a task's
-        fingerprint is made of, so that a change of the environment image is not reused."""
+        """``task_type`` in its own image, else in the run's (``image``, else ``default``):
+        what a task's fingerprint is made of."""
         image = self.image if self.image is not None else default
         if task_type.image is not None or image is None:
             return task_type
@@ -263,7 +232,7 @@ class Workflow(BaseModel):
         raise KeyError(name)
 
     def dependencies(self) -> dict[str, set[str]]:
-        """Each task to the set of tasks it reads from (the graph of `simrun.graph`)."""
+        """Each task to the set of tasks it reads from."""
         deps: dict[str, set[str]] = {t.name: set() for t in self.tasks}
         for spec in self.tasks:
             for ref in spec.inputs.values():
@@ -275,45 +244,6 @@ class Workflow(BaseModel):
     def order(self) -> list[str]:
         """Task names in an order that runs every task after its inputs."""
         return topological_order(self.dependencies())
-
-
-@dataclass(frozen=True)
-class InputRef:
-    """A parsed input reference: ``"task.port"`` or ``"source:name"``."""
-
-    kind: Literal["task", "source"]
-    name: str
-    port: str = ""
-
-    @classmethod
-    def parse(cls, ref: str) -> InputRef | None:
-        """The reference, or None when it has neither form."""
-        if ref.startswith("source:"):
-            name = ref[len("source:") :]
-            return cls("source", name) if name else None
-        task, dot, port = ref.rpartition(".")
-        if not dot or not task or not port.isidentifier():
-            return None
-        return cls("task", task, port)
-
-
-def name_problem(name: object) -> str | None:
-    """Why ``name`` cannot name a task or source (it becomes a directory), or None."""
-    if not isinstance(name, str) or not name.strip():
-        return "is empty"
-    if name != name.strip():
-        return f"{name!r} has leading or trailing spaces"
-    if name in {".", ".."} or ".." in name:
-        return f"{name!r} contains '..'"
-    if "/" in name or "\\" in name:
-        return f"{name!r} contains a path separator"
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
-        return f"{name!r} contains a control character"
-    if name.startswith(("-", ".")):
-        return f"{name!r} starts with {name[0]!r}"
-    if len(name) > MAX_NAME_LENGTH:
-        return f"is longer than {MAX_NAME_LENGTH} characters"
-    return None
 
 
 # --- reading -----------------------------------------------------------------------------
@@ -329,17 +259,16 @@ def _format_loc(loc: Loc) -> str:
     return out
 
 
-#: The YAML loader: libyaml's when PyYAML was built with it (ten times faster), else PyYAML's.
+#: libyaml's loader when PyYAML has it (ten times faster).
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _TooBig(ValueError):
-    """A document past `MAX_YAML_DEPTH` or `MAX_YAML_VALUES` (message for people)."""
+    """A document past `MAX_YAML_DEPTH` or `MAX_YAML_VALUES`."""
 
 
 def _check_events(text: str) -> None:
-    """Refuse a document nested deeper than `MAX_YAML_DEPTH`, reading its events (flat, so
-    a deep document cannot exhaust the stack of the composer after it)."""
+    """Refuse a document nested deeper than `MAX_YAML_DEPTH` (read flat, as events)."""
     depth = 0
     for event in yaml.parse(text, Loader=_LOADER):
         if isinstance(event, yaml.CollectionStartEvent):
@@ -356,8 +285,7 @@ def _check_events(text: str) -> None:
 
 def _check_values(root: yaml.Node) -> None:
     """Refuse a document of more than `MAX_YAML_VALUES` values once its aliases are
-    expanded ("billion laughs"): each node's size is counted once (memoized), so this is
-    linear in the nodes as written."""
+    expanded ("billion laughs"), counting each node once."""
     sizes: dict[int, int] = {}
 
     def size(node: yaml.Node) -> int:
@@ -402,9 +330,8 @@ def _construct(root: yaml.Node | None) -> Any:
 
 
 def _line_map(root: yaml.Node | None) -> tuple[dict[Loc, int], list[Problem]]:
-    """Line of every path of a composed YAML document, and its duplicate mapping keys
-    (an alias is walked where it was defined only, so a document of aliases is not
-    walked exponentially)."""
+    """Line of every path of a composed YAML document, and its duplicate mapping keys (an
+    alias is walked where it was defined only)."""
     lines: dict[Loc, int] = {}
     dupes: list[Problem] = []
     seen_nodes: set[int] = set()
@@ -442,7 +369,7 @@ def _line_for(lines: Mapping[Loc, int], loc: Loc) -> int | None:
 
 
 def _task_name_at(raw: Any, loc: Loc) -> str | None:
-    """The name of the task that ``loc`` points into, so messages name tasks, not indices."""
+    """The name of the task that ``loc`` points into."""
     if len(loc) >= 2 and loc[0] == "tasks" and isinstance(loc[1], int) and isinstance(raw, dict):
         tasks = raw.get("tasks")
         if isinstance(tasks, list) and loc[1] < len(tasks) and isinstance(tasks[loc[1]], dict):
@@ -458,8 +385,7 @@ def parse_workflow(text: str, source: str = "workflow") -> Workflow:
 
 
 def parse_workflow_lines(text: str, source: str = "workflow") -> tuple[Workflow, dict[Loc, int]]:
-    """The document in ``text`` and the line of each of its paths (for `check_workflow`,
-    so the text is read once), or `WorkflowError`."""
+    """The document in ``text`` and the line of each of its paths, or `WorkflowError`."""
     try:
         root = _compose(text)
         raw = _construct(root)
@@ -492,8 +418,7 @@ def parse_workflow_lines(text: str, source: str = "workflow") -> tuple[Workflow,
 
 
 def _field_hint(loc: Loc) -> str:
-    """`` (did you mean 'tasks'?)`` for an unknown field at ``loc`` close to a field of the
-    document, a task or its resources; else nothing."""
+    """`` (did you mean 'tasks'?)`` for an unknown field close to a known one."""
     owners: dict[int, type[BaseModel]] = {1: Workflow, 3: TaskSpec, 4: ResourceOverride}
     owner = owners.get(len(loc))
     if (
@@ -528,7 +453,7 @@ def _suggest(word: str, choices: list[str]) -> str:
 
 
 def setting_names(model: type[BaseModel]) -> list[str]:
-    """The names a settings model accepts at its top level: its fields and their aliases."""
+    """The top-level names a settings model accepts: its fields and their aliases."""
     names: set[str] = set()
     for name, info in model.model_fields.items():
         names.add(name)
@@ -546,9 +471,8 @@ def _unknown_setting(name: str, known: list[str]) -> str:
 
 
 def _settings_messages(spec: TaskSpec, task_type: TaskType) -> list[tuple[Loc, str]]:
-    """The problems of a task's settings. A name the model does not know is refused (a
-    model ignoring it would run with its default, silently) unless the model opts out with
-    ``model_config = ConfigDict(extra="allow")``."""
+    """The problems of a task's settings; an unknown name is one (a model ignoring it would
+    run with its default) unless the model has ``extra="allow"``."""
     model = task_type.settings
     known = setting_names(model)
     messages: list[tuple[Loc, str]] = []
@@ -596,68 +520,68 @@ def _input_message(
     return None
 
 
+def _port_messages(spec: TaskSpec, task_type: TaskType) -> Iterator[tuple[Loc, str]]:
+    """The input ports of a task its type has not, and those of its type left unconnected."""
+    for port in spec.inputs:
+        if port not in task_type.inputs:
+            known = ", ".join(task_type.inputs) or "none"
+            yield (
+                ("inputs", port),
+                f"type {task_type.name!r} has no input port {port!r} (its ports: {known})",
+            )
+    for port in task_type.inputs:
+        if port not in spec.inputs:
+            yield ("inputs",), f"input port {port!r} of type {task_type.name!r} is not connected"
+
+
+def _task_messages(
+    spec: TaskSpec, doc: Workflow, by_name: Mapping[str, TaskSpec], types: Mapping[str, TaskType]
+) -> Iterator[tuple[Loc, str]]:
+    """The problems of one task, each at its path below the task."""
+    task_type = types.get(spec.type)
+    if task_type is None:
+        yield ("type",), f"unknown task type {spec.type!r}{_suggest(spec.type, list(types))}"
+    else:
+        for loc, message in _settings_messages(spec, task_type):
+            yield ("settings", *loc), message
+        yield from _port_messages(spec, task_type)
+    for j, port in enumerate(spec.stage):
+        if port not in spec.inputs:
+            connected = ", ".join(sorted(spec.inputs)) or "none"
+            message = f"stage names {port!r}, which is not a connected input port of the task"
+            yield ("stage", j), f"{message} (its inputs: {connected})"
+    for port, ref in spec.inputs.items():
+        wrong = _input_message(spec, ref, doc, by_name, types)
+        if wrong is not None:
+            yield ("inputs", port), wrong
+
+
 def validate_workflow(
     doc: Workflow, types: Mapping[str, TaskType], lines: Mapping[Loc, int] | None = None
 ) -> list[Problem]:
     """Every problem of ``doc`` against the installed ``types``; empty when it can run.
-
-    Pure: reads no files (source paths are checked by `source_problems`). ``lines`` maps
-    document paths to line numbers, for messages about a file.
-    """
+    Pure: source paths are `source_problems`'. ``lines`` gives the problems lines."""
     problems: list[Problem] = []
 
     def add(loc: Loc, message: str, task: str | None = None) -> None:
-        line = _line_for(lines, loc) if lines else None
-        problems.append(Problem(loc, message, line, task))
+        problems.append(Problem(loc, message, _line_for(lines, loc) if lines else None, task))
 
     for name in doc.sources:
         if (why := name_problem(name)) is not None:
             add(("sources", name), f"source name {why}")
     if not doc.tasks:
         add(("tasks",), "a workflow needs at least one task")
-
     by_name: dict[str, TaskSpec] = {}
     for i, spec in enumerate(doc.tasks):
-        if (why := name_problem(spec.name)) is not None:
+        if (why := task_name_problem(spec.name)) is not None:
             add(("tasks", i, "name"), f"task name {why}", spec.name)
         if spec.name in by_name:
             add(("tasks", i, "name"), f"task name {spec.name!r} is used twice", spec.name)
         by_name.setdefault(spec.name, spec)
-
     for i, spec in enumerate(doc.tasks):
-        task_type = types.get(spec.type)
-        if task_type is None:
-            message = f"unknown task type {spec.type!r}{_suggest(spec.type, list(types))}"
-            add(("tasks", i, "type"), message, spec.name)
-        else:
-            for loc, message in _settings_messages(spec, task_type):
-                add(("tasks", i, "settings", *loc), message, spec.name)
-            for port in spec.inputs:
-                if port not in task_type.inputs:
-                    known = ", ".join(task_type.inputs) or "none"
-                    message = (
-                        f"type {task_type.name!r} has no input port {port!r} (its ports: {known})"
-                    )
-                    add(("tasks", i, "inputs", port), message, spec.name)
-            for port in task_type.inputs:
-                if port not in spec.inputs:
-                    message = f"input port {port!r} of type {task_type.name!r} is not connected"
-                    add(("tasks", i, "inputs"), message, spec.name)
-        for j, port in enumerate(spec.stage):
-            if port not in spec.inputs:
-                connected = ", ".join(sorted(spec.inputs)) or "none"
-                message = (
-                    f"stage names {port!r}, which is not a connected input port of the task "
-                    f"(its inputs: {connected})"
-                )
-                add(("tasks", i, "stage", j), message, spec.name)
-        for port, ref in spec.inputs.items():
-            message_or_none = _input_message(spec, ref, doc, by_name, types)
-            if message_or_none is not None:
-                add(("tasks", i, "inputs", port), message_or_none, spec.name)
-
-    deps = {name: ds - {name} for name, ds in doc.dependencies().items()}
-    cycle = find_cycle(deps)
+        for loc, message in _task_messages(spec, doc, by_name, types):
+            add(("tasks", i, *loc), message, spec.name)
+    cycle = find_cycle({name: ds - {name} for name, ds in doc.dependencies().items()})
     if cycle is not None:
         add(("tasks",), "the tasks form a cycle: " + " -> ".join(cycle))
     return problems
@@ -671,18 +595,9 @@ def check_workflow(
     *,
     lines: Mapping[Loc, int] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Raise `WorkflowError` with every problem of ``doc``; else each task's settings as its
-    type's model validated them (defaults filled in), JSON-ready, by task name.
-
-    ``text``, the document as written, or its ``lines`` (`parse_workflow_lines`) let
-    problems carry line numbers.
-    """
-    if lines is None and text is not None:
-        try:
-            lines, _ = _line_map(_compose(text))
-        except (yaml.YAMLError, _TooBig):
-            lines = None
-    problems = validate_workflow(doc, types, lines)
+    """Raise `WorkflowError` with every problem of ``doc``; else each task's validated
+    settings, JSON-ready, by task name. ``text`` or its ``lines`` give problems lines."""
+    problems = validate_workflow(doc, types, lines if lines is not None else _lines_of(text))
     if problems:
         raise WorkflowError(problems, source)
     settings: dict[str, dict[str, Any]] = {}
@@ -692,30 +607,44 @@ def check_workflow(
     return settings
 
 
-def source_problems(doc: Workflow, base: Path) -> list[Problem]:
-    """Sources whose path (relative to ``base``) does not exist."""
+def _lines_of(text: str | None) -> dict[Loc, int]:
+    """The line of each path of ``text`` (none when there is no text or it cannot be read)."""
+    if text is None:
+        return {}
+    try:
+        return _line_map(_compose(text))[0]
+    except (yaml.YAMLError, _TooBig):
+        return {}
+
+
+def _sources(
+    doc: Workflow, base: Path | None, uploaded: Mapping[str, Path] | None = None
+) -> tuple[dict[str, Path], list[Problem]]:
+    """Each source's file (the ``uploaded`` one, else the document's path relative to
+    ``base``), and a problem for each that does not exist."""
+    found: dict[str, Path] = {}
     problems: list[Problem] = []
     for name, raw in doc.sources.items():
-        path = Path(raw) if Path(raw).is_absolute() else base / raw
+        path = (uploaded or {}).get(name)
+        if path is None:
+            path = Path(raw) if base is None or Path(raw).is_absolute() else base / raw
         if not path.exists():
             problems.append(Problem(("sources", name), f"file not found: {path}"))
-    return problems
+        found[name] = path
+    return found, problems
+
+
+def source_problems(doc: Workflow, base: Path) -> list[Problem]:
+    """Sources whose path (relative to ``base``) does not exist."""
+    return _sources(doc, base)[1]
 
 
 def program_problems(
     doc: Workflow, types: Mapping[str, TaskType], text: str | None = None
 ) -> list[Problem]:
-    """Tasks whose type's command names a program that cannot be started here: not found on
-    ``PATH`` nor beside simrun's interpreter (`simrun.core.environment.find_program`, the
-    lookup ``simrun-exec`` makes). A task that runs in an image (its type's, or the
-    document's environment ``image``) is not checked here; nor is a type not installed
-    here. ``text`` gives the problems lines."""
-    lines: Mapping[Loc, int] = {}
-    if text is not None:
-        try:
-            lines, _ = _line_map(_compose(text))
-        except (yaml.YAMLError, _TooBig):
-            lines = {}
+    """Tasks whose command's program is not found here (`find_program`, the lookup of
+    ``simrun-exec``), but for those run in an image; ``text`` gives the problems lines."""
+    lines = _lines_of(text)
     problems: list[Problem] = []
     for i, spec in enumerate(doc.tasks):
         task_type = types.get(spec.type)
@@ -735,19 +664,9 @@ def program_problems(
 def source_paths(
     doc: Workflow, base: Path | None, uploaded: Mapping[str, Path] | None = None
 ) -> dict[str, Path]:
-    """Each source's file: the ``uploaded`` one when given, else its path in the document
-    (relative to ``base``). `WorkflowError` names every source that does not exist."""
-    found: dict[str, Path] = {}
-    problems: list[Problem] = []
-    for name, raw in doc.sources.items():
-        path = (uploaded or {}).get(name)
-        if path is None:
-            path = Path(raw)
-            if not path.is_absolute() and base is not None:
-                path = base / path
-        if not path.exists():
-            problems.append(Problem(("sources", name), f"file not found: {path}"))
-        found[name] = path
+    """Each source's file: the ``uploaded`` one, else its path in the document (relative
+    to ``base``). `WorkflowError` names every source that does not exist."""
+    found, problems = _sources(doc, base, uploaded)
     if problems:
         raise WorkflowError(problems, "workflow")
     return found
@@ -763,23 +682,21 @@ def not_uploaded(doc: Workflow, uploaded: Collection[str]) -> list[Problem]:
 
 
 def uploaded_sources(doc: Workflow, uploaded: Mapping[str, Path]) -> dict[str, Path]:
-    """Each source's uploaded file or directory; `WorkflowError` names every source of
-    ``doc`` that was not uploaded (a path the document names is never read instead)."""
+    """Each source's uploaded file or directory; `WorkflowError` names every source that
+    was not uploaded (a path of the document is never read instead)."""
     problems = not_uploaded(doc, uploaded)
     if problems:
         raise WorkflowError(problems, "workflow")
     return {name: uploaded[name] for name in doc.sources}
 
 
-# --- settings given on the command line (--set TASK.SETTING=VALUE) ------------------------
+# --- --set TASK.SETTING=VALUE ------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class SettingOverride:
-    """One ``--set TASK.SETTING=VALUE``: ``path`` is the setting and any keys below it
-    (``--set sweep.solver.tol=1e-6`` sets ``tol`` in the mapping ``solver``); ``value`` is
-    the text after ``=`` read by YAML's rules (``200`` an int, ``1e-3`` a float, ``true`` a
-    bool, ``[1, 2]`` a list, ``"200"`` a string); ``given`` is the option as written."""
+    """One ``--set TASK.SETTING=VALUE``: ``path`` the setting and keys below it
+    (``sweep.solver.tol``), ``value`` read by YAML's rules, ``given`` the option as written."""
 
     task: str
     path: tuple[str, ...]
@@ -788,15 +705,15 @@ class SettingOverride:
 
     @property
     def loc(self) -> Loc:
-        """Where the override lands in the document, after the task's index."""
+        """Where the override lands, below the task."""
         return ("settings", *self.path)
 
 
 def parse_override(given: str) -> SettingOverride:
     """``TASK.SETTING=VALUE`` as a `SettingOverride`; `ValueError` saying what is wrong."""
     name, eq, text = given.partition("=")
-    task, dot, setting = name.strip().partition(".")
-    path = tuple(p.strip() for p in setting.split(".")) if dot else ()
+    task, setting = split_task(name.strip())
+    path = tuple(p.strip() for p in setting.split(".")) if setting else ()
     if not eq or not task or not path or not all(path):
         raise ValueError(
             f"--set {given!r}: expected TASK.SETTING=VALUE, e.g. --set sweep.points=200"
@@ -810,8 +727,8 @@ def parse_override(given: str) -> SettingOverride:
 
 
 def apply_overrides(doc: Workflow, overrides: list[SettingOverride], source: str) -> Workflow:
-    """``doc`` with the ``overrides`` applied in order (a later one wins), before it is
-    checked; `WorkflowError` naming the ``--set`` for a task the document does not have."""
+    """``doc`` with the ``overrides`` applied in order (a later one wins); `WorkflowError`
+    naming each ``--set`` of a task the document has not."""
     names = [t.name for t in doc.tasks]
     problems: list[Problem] = []
     settings = {t.name: copy.deepcopy(t.settings) for t in doc.tasks}
@@ -844,8 +761,8 @@ def apply_overrides(doc: Workflow, overrides: list[SettingOverride], source: str
 def blame_overrides(
     error: WorkflowError, doc: Workflow, overrides: list[SettingOverride]
 ) -> WorkflowError:
-    """``error`` with each problem of a setting an override gave saying so (and without
-    the line of the file, which did not give the value)."""
+    """``error`` with each problem of a setting an override gave saying so (without the
+    file's line)."""
     index = {t.name: i for i, t in enumerate(doc.tasks)}
     given: dict[Loc, str] = {}
     for o in overrides:

@@ -1,5 +1,4 @@
-"""``python -m simrun.cli ARGS``: the same as ``simrun ARGS`` (how embedded mode and the
-tests start a worker container with the interpreter they run on)."""
+"""``python -m simrun.cli ARGS``: the same as ``simrun ARGS``."""
 
 from simrun.cli.group import cli
 

@@ -1,9 +1,5 @@
-"""``simrun resources KEY``: the evidence behind one key's request, as text and as a PNG.
-
-Everything works on the evidence as plain data (`simrun.resources.store.KeyEvidence.to_dict`,
-which is also what ``GET /resources/{key}`` answers), so a service's answer and a store read
-here print the same. `histogram` and `histogram_lines` are pure; `write_plot` imports
-matplotlib (the ``plot`` extra) when it runs.
+"""``simrun resources KEY``: the evidence behind one key's request, as text and as a PNG,
+from the plain data of `KeyEvidence.to_dict` (also what ``GET /resources/{key}`` answers).
 """
 
 from __future__ import annotations
@@ -23,8 +19,7 @@ from simrun.cli.progress import format_gb
 #: Bins of the histogram at most (fewer when the peaks have fewer distinct values).
 ROWS = 10
 #: The bins are log-spaced when the largest peak is more than this times the smallest
-#: (memory spreads multiplicatively: a few large peaks should not crush the rest into one
-#: bin), else linear.
+#: (memory spreads multiplicatively).
 LOG_SPAN = 4.0
 #: Width of the longest bar, in characters.
 BAR_WIDTH = 30
@@ -68,9 +63,8 @@ def _index(edges: Sequence[float], value: float) -> int:
 
 
 def histogram(peaks_gb: Sequence[float], rows: int = ROWS) -> Histogram:
-    """``peaks_gb`` in at most ``rows`` bins (and no more than the distinct peaks) from the
-    smallest to the largest; log-spaced when they span more than `LOG_SPAN` times, else
-    linear. All equal peaks make one bin."""
+    """``peaks_gb`` in at most ``rows`` bins (no more than distinct peaks), log-spaced when
+    they span more than `LOG_SPAN` times, else linear."""
     if rows < 1:
         raise ValueError(f"histogram: rows must be >= 1, got {rows!r}")
     if not peaks_gb:
@@ -93,9 +87,8 @@ def histogram(peaks_gb: Sequence[float], rows: int = ROWS) -> Histogram:
 
 
 def _edge_texts(edges: Sequence[float]) -> tuple[list[str], str]:
-    """The edges in one unit (MiB when all are under a GiB, else GiB) and that unit, with
-    decimals enough to show the narrowest bin's width to a figure and to tell adjacent
-    edges apart (at most 4)."""
+    """The edges in one unit (MiB under a GiB, else GiB) and that unit, with decimals
+    enough to tell adjacent edges apart (at most 4)."""
     mib = edges[-1] < 1
     scaled = [e * 1024 if mib else e for e in edges]
     widths = [b - a for a, b in itertools.pairwise(scaled) if b > a]
@@ -113,9 +106,8 @@ def histogram_lines(
     width: int = BAR_WIDTH,
     bar: str = "█",
 ) -> list[str]:
-    """The histogram as text, one line a bin (its range, a bar, its count), lowest first.
-    Each marker (a name and a value, say the request) is written on the line of the bin it
-    falls in, or on a line of its own below the first bin or above the last."""
+    """The histogram as text, a line a bin (range, bar, count), each marker (a name and a
+    value) on the line of its bin, or on one of its own below or above them."""
     if not hist.bins:
         return []
     texts, unit = _edge_texts(hist.edges)
@@ -165,10 +157,7 @@ def _markers(explanation: Mapping[str, Any]) -> list[tuple[str, float]]:
 
 
 def evidence_lines(evidence: Mapping[str, Any], *, bar: str = "█") -> list[str]:
-    """What ``simrun resources KEY`` prints of ``evidence`` (`KeyEvidence.to_dict`): the
-    request and its source, why, the samples and their spread, the margin, the kills with
-    their limits and dates, and the histogram of the window's peaks with the request and
-    the hint marked."""
+    """What ``simrun resources KEY`` prints of ``evidence`` (`KeyEvidence.to_dict`)."""
     e = evidence["explanation"]
     peaks = [float(p) for p in evidence.get("peaks_gb", [])]
     kills = [(float(s), float(gb)) for s, gb in evidence.get("kills", [])]

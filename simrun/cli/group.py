@@ -1,10 +1,5 @@
-"""The ``simrun`` command: the click group and its small commands.
-
-``run`` (embedded mode) is `simrun.cli.run`; the commands that work with a service are
-`simrun.cli.remote`; ``worker`` is `simrun.cli.worker` and ``service``
-`simrun.cli.service`. A user's mistake (a bad workflow, a
-plugin that does not load, a service that cannot be reached) is printed as its message
-alone; ``--debug`` adds the traceback.
+"""The ``simrun`` command: the click group and its small commands. A user's mistake is
+printed as its message alone; ``--debug`` adds the traceback.
 """
 
 from __future__ import annotations

@@ -1,24 +1,17 @@
-"""``simrun logs RUN [TASK [UNIT]] [--attempt N] [--follow]``: the kept logs of a run's units.
-
-``RUN`` lists the units with a log, task by task, the ones that did not end well first;
-``RUN TASK`` only that task's; ``RUN TASK UNIT`` prints the unit's attempts, each with its
-header (worker, process, memory, times, outcome), its output and its traceback;
-``--follow`` prints what a unit prints as it is written, attempt after attempt (with each
-one's header and traceback once it ended), until one ends well, or its task or the run
-ends; without UNIT it prints the listing's line of each unit log as it ends, until the run
-(or TASK) ends. The logs are read from the store (``--store``, or ``./simrun-store`` /
-``SIMRUN_STORE`` when it is one and no ``--url`` is given) or asked of the service. Where
-they live and which units have one: `simrun.core.unitlogs`.
+"""``simrun logs RUN [TASK [UNIT]] [--attempt N] [--follow]``: the kept logs of a run's units,
+read from a store or asked of the service (where they live: `simrun.core.unitlogs`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import click
 
@@ -27,10 +20,14 @@ from simrun.core.layout import StoreLayout
 from simrun.core.unitlogs import (
     FAILED,
     LiveAttempt,
+    LogNotFound,
     UnitAttempt,
     UnitLogHeader,
     UnitLogs,
     parse_unit,
+    run_logs,
+    store_live_unit_logs,
+    store_unit_logs,
 )
 
 if TYPE_CHECKING:
@@ -52,79 +49,50 @@ def logs_command(run: str, task: str, unit: int | str, where: list[str] | None =
     return shell_join(["simrun", "logs", run, task, str(unit), *(where or [])])
 
 
-class LogSource(Protocol):
-    """Where the logs are read: a store, or a service."""
+@dataclass(frozen=True)
+class LogSource:
+    """Where the logs are read: a store (`store_source`) or a service (`service_source`)."""
 
-    def run_logs(self, run: str, task: str | None) -> dict[str, list[UnitLogHeader]]: ...
-
-    def unit_logs(self, run: str, task: str, unit: int | str, attempt: int | None) -> UnitLogs: ...
-
-    def unit_live_logs(
-        self, run: str, task: str, unit: int | str, since: dict[str, int]
-    ) -> list[LiveAttempt]: ...
-
-    def states(self, run: str, task: str) -> tuple[str | None, str | None]: ...
-
-
-class StoreSource:
-    """The logs of a store of ``simrun run``, read from its files."""
-
-    def __init__(self, root: Path) -> None:
-        from simrun.local.machine import LocalError
-
-        if not StoreLayout(root).is_store():
-            raise LocalError(
-                f"{root} is not a simrun store (there is no {StoreLayout(root).db}); give the "
-                "--store that `simrun run` used"
-            )
-        self.root = root
-
-    def run_logs(self, run: str, task: str | None) -> dict[str, list[UnitLogHeader]]:
-        from simrun.core.unitlogs import run_logs
-
-        return run_logs(self.root, run, task)
-
-    def unit_logs(self, run: str, task: str, unit: int | str, attempt: int | None) -> UnitLogs:
-        from simrun.core.unitlogs import store_unit_logs
-
-        return store_unit_logs(self.root, run, task, unit, attempt)
-
-    def unit_live_logs(
-        self, run: str, task: str, unit: int | str, since: dict[str, int]
-    ) -> list[LiveAttempt]:
-        from simrun.core.unitlogs import store_live_unit_logs
-
-        return store_live_unit_logs(self.root, run, task, unit, since)
+    run_logs: Callable[[str, str | None], dict[str, list[UnitLogHeader]]]
+    unit_logs: Callable[[str, str, int | str, int | None], UnitLogs]
+    unit_live_logs: Callable[[str, str, int | str, dict[str, int]], list[LiveAttempt]]
+    run_view: Callable[[str], RunView | None]
 
     def states(self, run: str, task: str) -> tuple[str | None, str | None]:
+        """The state of run ``run`` and of its task ``task`` (None: not known)."""
+        return _states(self.run_view(run), task)
+
+
+def store_source(root: Path) -> LogSource:
+    """The logs of a store of ``simrun run``, read from its files."""
+    from simrun.local.machine import LocalError
+
+    if not StoreLayout(root).is_store():
+        raise LocalError(
+            f"{root} is not a simrun store (there is no {StoreLayout(root).db}); give the "
+            "--store that `simrun run` used"
+        )
+
+    def run_view(run: str) -> RunView | None:
         from simrun.local.reads import open_store_reader
 
         async def read() -> RunView | None:
-            async with open_store_reader(self.root) as reader:
+            async with open_store_reader(root) as reader:
                 return await reader.run(run)
 
-        return _states(asyncio.run(read()), task)
+        return asyncio.run(read())
+
+    return LogSource(
+        functools.partial(run_logs, root),
+        functools.partial(store_unit_logs, root),
+        functools.partial(store_live_unit_logs, root),
+        run_view,
+    )
 
 
-class ServiceSource:
+def service_source(client: Client) -> LogSource:
     """The logs a service serves (``GET /runs/{run}/logs...``)."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-
-    def run_logs(self, run: str, task: str | None) -> dict[str, list[UnitLogHeader]]:
-        return self.client.run_logs(run, task)
-
-    def unit_logs(self, run: str, task: str, unit: int | str, attempt: int | None) -> UnitLogs:
-        return self.client.unit_logs(run, task, unit, attempt)
-
-    def unit_live_logs(
-        self, run: str, task: str, unit: int | str, since: dict[str, int]
-    ) -> list[LiveAttempt]:
-        return self.client.unit_live_logs(run, task, unit, since)
-
-    def states(self, run: str, task: str) -> tuple[str | None, str | None]:
-        return _states(self.client.run(run), task)
+    return LogSource(client.run_logs, client.unit_logs, client.unit_live_logs, client.run)
 
 
 def _states(view: RunView | None, task: str) -> tuple[str | None, str | None]:
@@ -146,8 +114,7 @@ def _unit_word(unit: int | str) -> str:
 def listing_lines(
     found: dict[str, list[UnitLogHeader]], run: str, where: list[str] | None = None
 ) -> list[str]:
-    """One line per unit with a log (its last attempt), the ones that did not end well
-    first, each with the command that shows it."""
+    """One line per unit with a log (its last attempt), failed first, with its command."""
     rows = [h for headers in found.values() for h in headers]
     if not rows:
         return [
@@ -173,10 +140,8 @@ def _follow_listing(
     echo: Callable[[str], None],
     poll_s: float = FOLLOW_POLL_S,
 ) -> None:
-    """Print a line per unit attempt that kept a log (the listing's line), as they end,
-    until the run (or ``task``) ends: what `simrun logs RUN [TASK] --follow` shows."""
-    from simrun.core.unitlogs import LogNotFound
-
+    """Print the listing's line of each unit attempt that kept a log as it ends, until the
+    run (or ``task``) ends."""
     seen: set[tuple[str, int | str, int]] = set()
     said = False
     while True:
@@ -205,57 +170,46 @@ def _follow_listing(
         time.sleep(poll_s)
 
 
-def attempt_lines(attempt: UnitAttempt, of: int) -> list[str]:
-    """The header, the output and the traceback of one attempt (``of``: how many attempts
-    the unit has)."""
-    h = attempt.header
+def _header_lines(h: UnitLogHeader, of: int) -> list[str]:
     process = f"process {h.pid}" if h.pid is not None else "simrun-exec"
     limit = f" of {h.limit_gb:g} GiB" if h.limit_gb else ""
-    lines = [
+    return [
         f"=== {h.task} {_unit_word(h.unit)}, attempt {h.attempt} of {of}: {h.outcome} ===",
         f"worker {h.worker} · {process} · job {h.job_id}",
         f"memory: peak {h.peak_gb:.3f} GiB{limit} (the job's process)",
         f"job ran {_when(h.started)} → {_when(h.finished)} ({h.finished - h.started:.1f} s)"
         + (f"; the unit took {h.seconds:.3f} s" if h.seconds is not None else ""),
     ]
-    lines.extend(f"log: {path}" for path in attempt.log_paths)
-    lines.append("--- output ---")
-    lines.append(attempt.output.rstrip("\n") if attempt.output else "(nothing printed)")
-    if h.error:
-        lines.append("--- traceback ---" if "Traceback" in h.error else "--- error ---")
-        lines.append(h.error.rstrip("\n"))
-    return lines
 
 
-def _show_unit(found: UnitLogs, total: int, echo: Callable[[str], None]) -> None:
-    for attempt in found.attempts:
-        for line in attempt_lines(attempt, total):
-            echo(line)
+def _error_lines(h: UnitLogHeader) -> list[str]:
+    if not h.error:
+        return []
+    return [
+        "--- traceback ---" if "Traceback" in h.error else "--- error ---",
+        h.error.rstrip("\n"),
+    ]
+
+
+def attempt_lines(attempt: UnitAttempt, of: int) -> list[str]:
+    """The header, output and traceback of one attempt of a unit of ``of`` attempts."""
+    output = attempt.output.rstrip("\n") if attempt.output else "(nothing printed)"
+    return [
+        *_header_lines(attempt.header, of),
+        *(f"log: {path}" for path in attempt.log_paths),
+        "--- output ---",
+        output,
+        *_error_lines(attempt.header),
+    ]
 
 
 def attempt_end_lines(header: UnitLogHeader, of: int) -> list[str]:
-    """What `attempt_lines` says of an attempt but its output: printed after the output a
-    follow showed as it came."""
-    process = f"process {header.pid}" if header.pid is not None else "simrun-exec"
-    limit = f" of {header.limit_gb:g} GiB" if header.limit_gb else ""
-    unit = _unit_word(header.unit)
-    lines = [
-        f"=== {header.task} {unit}, attempt {header.attempt} of {of}: {header.outcome} ===",
-        f"worker {header.worker} · {process} · job {header.job_id}",
-        f"memory: peak {header.peak_gb:.3f} GiB{limit} (the job's process)",
-        f"job ran {_when(header.started)} → {_when(header.finished)} "
-        f"({header.finished - header.started:.1f} s)"
-        + (f"; the unit took {header.seconds:.3f} s" if header.seconds is not None else ""),
-    ]
-    if header.error:
-        lines.append("--- traceback ---" if "Traceback" in header.error else "--- error ---")
-        lines.append(header.error.rstrip("\n"))
-    return lines
+    """`attempt_lines` but the output: what a follow prints once the attempt ended."""
+    return [*_header_lines(header, of), *_error_lines(header)]
 
 
 class _Printer:
-    """Prints what a follow reads: output as it comes (a heading when the file changes),
-    whole lines around it."""
+    """Prints what a follow reads: output as it comes (a heading per file), lines around it."""
 
     def __init__(self, echo: Callable[[str], None], write: Callable[[str], None]) -> None:
         self.echo, self.write = echo, write
@@ -284,6 +238,53 @@ class _Printer:
             self.echo(line)
 
 
+def _live_attempts(
+    source: LogSource, run: str, task: str, unit: int | str, offsets: dict[str, int]
+) -> list[LiveAttempt]:
+    try:
+        return source.unit_live_logs(run, task, unit, offsets)
+    except LogNotFound as exc:
+        if source.states(run, task)[0] is None:
+            raise click.ClickException(str(exc)) from None
+        return []  # a run of the store whose directory is not there yet
+
+
+class _UnitAttempts:
+    """What a follow of one unit printed of its attempts, and where it is in their files."""
+
+    def __init__(self, task: str, unit: int | str, printer: _Printer) -> None:
+        self.task, self.unit, self.printer = task, unit, printer
+        self.offsets: dict[str, int] = {}
+        self.started: set[int] = set()
+        self.ended: set[int] = set()
+
+    def show(self, attempts: list[LiveAttempt]) -> bool:
+        """Print what is new of ``attempts``; whether one of them ended well."""
+        for attempt in attempts:
+            if attempt.attempt not in self.ended and self._show(attempt, len(attempts)):
+                return True
+        return False
+
+    def _show(self, attempt: LiveAttempt, of: int) -> bool:
+        n, header = attempt.attempt, attempt.header
+        if n not in self.started:
+            self.started.add(n)
+            if header is None:
+                self.printer.lines(
+                    [f"=== {self.task} {_unit_word(self.unit)}, attempt {n}: running ==="]
+                )
+        for chunk in attempt.chunks:
+            self.printer.output(chunk.name, chunk.text)
+            self.offsets[chunk.name] = chunk.offset
+        if header is None:
+            return False
+        self.ended.add(n)
+        if not any(self.offsets.get(c.name) for c in attempt.chunks):
+            self.printer.lines(["(nothing printed)"])
+        self.printer.lines(attempt_end_lines(header, of))
+        return header.outcome == "done"
+
+
 def _follow(
     source: LogSource,
     run: str,
@@ -293,51 +294,22 @@ def _follow(
     poll_s: float = FOLLOW_POLL_S,
     write: Callable[[str], None] | None = None,
 ) -> None:
-    """Print the unit's attempts as they run: each one's output as it is written, its
-    header, traceback and outcome once it ended; until an attempt ends well, the task or
-    the run ends."""
-    from simrun.core.unitlogs import LogNotFound
-
+    """Print the unit's attempts as they run (output as written, header and traceback once
+    ended) until one ends well, or the task or the run ends."""
     printer = _Printer(echo, write or (lambda text: click.echo(text, nl=False)))
-    offsets: dict[str, int] = {}
-    started: set[int] = set()
-    ended: set[int] = set()
+    shown = _UnitAttempts(task, unit, printer)
     waiting_said = False
     while True:
-        try:
-            attempts = source.unit_live_logs(run, task, unit, offsets)
-        except LogNotFound as exc:
-            if source.states(run, task)[0] is None:
-                raise click.ClickException(str(exc)) from None
-            attempts = []  # a run of the store whose directory is not there yet
-        of = len(attempts)
-        for attempt in attempts:
-            n, header = attempt.attempt, attempt.header
-            if n in ended:
-                continue
-            if n not in started:
-                started.add(n)
-                if header is None:
-                    printer.lines([f"=== {task} {_unit_word(unit)}, attempt {n}: running ==="])
-            for chunk in attempt.chunks:
-                printer.output(chunk.name, chunk.text)
-                offsets[chunk.name] = chunk.offset
-            if header is not None:
-                ended.add(n)
-                if not any(offsets.get(c.name) for c in attempt.chunks):
-                    printer.lines(["(nothing printed)"])
-                printer.lines(attempt_end_lines(header, of))
-                if header.outcome == "done":
-                    return
+        attempts = _live_attempts(source, run, task, unit, shown.offsets)
+        if shown.show(attempts):
+            return
         run_state, task_state = source.states(run, task)
         live = any(a.header is None for a in attempts)
         if run_state not in _GOING or (task_state in _TASK_OVER and not live):
             printer.close()
             if not attempts:
-                if run_state in _GOING:
-                    what = f"task {task} is {task_state}"
-                else:
-                    what = f"run {run} is {run_state or 'unknown'}"
+                ended = f"run {run} is {run_state or 'unknown'}"
+                what = f"task {task} is {task_state}" if run_state in _GOING else ended
                 echo(f"{what}: {_unit_word(unit)} left no log")
             return
         if not waiting_said and not attempts:
@@ -373,7 +345,9 @@ def show_logs(
         return
     everything = source.unit_logs(run, task, key, None)
     found = source.unit_logs(run, task, key, attempt) if attempt is not None else everything
-    _show_unit(found, len(everything.attempts), echo)
+    for one in found.attempts:
+        for line in attempt_lines(one, len(everything.attempts)):
+            echo(line)
 
 
 @click.command("logs")
@@ -419,10 +393,10 @@ def logs(
         raise click.UsageError("--follow prints every attempt; leave out --attempt")
     store = local_store(store, store_hint)
     if store is not None:
-        show_logs(StoreSource(store), run_id, task, unit, attempt, follow, ["--store", str(store)])
+        show_logs(store_source(store), run_id, task, unit, attempt, follow, ["--store", str(store)])
         return
     from simrun.cli.options import url_args
     from simrun.cli.remote import _service
 
     with _service(url, token, store_hint) as client:
-        show_logs(ServiceSource(client), run_id, task, unit, attempt, follow, url_args(url))
+        show_logs(service_source(client), run_id, task, unit, attempt, follow, url_args(url))

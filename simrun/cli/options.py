@@ -1,28 +1,5 @@
-"""The options several commands share, each declared once with one default.
-
-Every option that has an environment variable names it here with click's ``envvar=``:
-``SIMRUN_URL``, ``SIMRUN_TOKEN``, ``SIMRUN_STORE`` and ``REDIS_URL`` are read by click when
-the command line is parsed — once per process, at the edge — and passed down as
-arguments. Nothing below the command line reads them.
-
-The defaults, one per meaning:
-
-* ``--grace-s`` `DEFAULT_GRACE_S` (10 s): after a stop (SIGTERM to a worker, Ctrl-C in
-  ``simrun run``), the seconds running units get to finish before they are handed back;
-  the deployments give their own (60 s) with a stop period that covers it;
-* ``--every-s`` 10 s between progress lines in a log;
-* ``--store`` ``SIMRUN_STORE``, else ``./simrun-store``: the store a run is kept in; the
-  commands that otherwise ask a service take ``--store`` (`read_store_option`) without a
-  default: given, it is read instead of the service, and without it they read the store
-  ``SIMRUN_STORE`` or ``./simrun-store`` names when it exists and no service was named
-  (`local_store`);
-* ``--redis-url`` ``REDIS_URL``, else the local default (service, worker); ``simrun run``
-  starts a private Redis when neither is given (`EMBEDDED_REDIS_URL`);
-* ``--probe/--no-probe`` on (``simrun service``, ``simrun run``): a task of a key with no
-  history sends a probe first (`simrun.core.sizing.probe_units`);
-* ``--heartbeat-ttl-s``: two meanings, two declarations: how long a worker's own heartbeat
-  lives (`WORKER_HEARTBEAT_TTL_S`, 4 x ``--heartbeat-s``) and how long the service waits
-  for a worker's heartbeat (`SERVICE_HEARTBEAT_TTL_S`, at least the workers').
+"""The options several commands share, each declared once with one default; those with an
+environment variable name it with click's ``envvar=`` (read once, at the edge).
 """
 
 from __future__ import annotations
@@ -98,8 +75,7 @@ STORE = click.option(
     "--store", type=STORE_PATH, envvar=ENV_STORE, show_envvar=True, default=DEFAULT_STORE,
     show_default=True, help=HELP["store"],
 )  # fmt: skip
-#: The store ``SIMRUN_STORE`` names, for the commands whose ``--store`` means "read this
-#: store instead of the service" (`read_store_option`): they only point at it in hints.
+#: The store ``SIMRUN_STORE`` names, for the commands of `read_store_option`.
 STORE_HINT = click.option(
     "--store-hint", "store_hint", type=STORE_PATH, envvar=ENV_STORE, default=DEFAULT_STORE,
     hidden=True,
@@ -127,7 +103,7 @@ PROBE = click.option("--probe/--no-probe", default=True, show_default=True, help
 
 
 def _overrides(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> Any:
-    """The ``--set`` values as `simrun.workflow.SettingOverride`s, in their order."""
+    """The ``--set`` values as `SettingOverride`s, in their order."""
     from simrun.workflow import parse_override
 
     try:
@@ -164,7 +140,7 @@ class _Decorator(Protocol):
 
 
 def _prefix_option() -> _Decorator:
-    # `simrun.queues` imports arq and redis: only the commands with --prefix pay for it.
+    # `simrun.queues` imports arq and redis: only the commands with --prefix pay for it
     from simrun.queues.keys import DEFAULT_PREFIX
 
     return click.option("--prefix", default=DEFAULT_PREFIX, show_default=True, help=HELP["prefix"])
@@ -206,17 +182,14 @@ def limits_options(f: F) -> F:
 
 
 def read_store_option(help_text: str) -> Callable[[F], F]:
-    """``--store DIR`` of a command that otherwise asks a service: no default and no
-    environment variable (``SIMRUN_STORE`` does not turn a service's command into a store
-    reader); ``help_text`` says what the command does with it."""
+    """``--store DIR`` of a command that otherwise asks a service, without a default or an
+    environment variable."""
     return click.option("--store", type=STORE_PATH, default=None, help=help_text)
 
 
 def local_store(store: Path | None, store_hint: Path) -> Path | None:
-    """The store a command that otherwise asks a service reads: ``--store`` when given;
-    else, when no service was named (no ``--url``, no ``SIMRUN_URL``) and ``store_hint``
-    (``SIMRUN_STORE``, else ``./simrun-store``) holds a store of `simrun run`, that one;
-    else None: ask the service."""
+    """The store a command that otherwise asks a service reads: ``--store``; else, when no
+    service was named, ``store_hint`` if it is a store; else None (ask the service)."""
     if store is not None:
         return store
     ctx = click.get_current_context(silent=True)
@@ -230,9 +203,7 @@ def local_store(store: Path | None, store_hint: Path) -> Path | None:
 
 
 def scratch_dir_option(default_text: str) -> Callable[[F], F]:
-    """``--scratch-dir`` (``SIMRUN_SCRATCH_DIR``): the workers' local directory of the
-    tasks' scratch and staged inputs, as parameter ``scratch_dir``; ``default_text`` says
-    where it is when not given."""
+    """``--scratch-dir`` (``SIMRUN_SCRATCH_DIR``); ``default_text`` says its default."""
     return click.option(
         "--scratch-dir",
         type=click.Path(file_okay=False, path_type=Path),
@@ -246,10 +217,8 @@ def scratch_dir_option(default_text: str) -> Callable[[F], F]:
 
 
 def worker_memory_option(help_text: str, *, old_name: bool = True) -> Callable[[F], F]:
-    """``--worker-memory-gb``: the memory of each worker container a command starts, sizes or
-    forecasts on, in GiB, as parameter ``worker_memory_gb`` (``--memory-gb`` means memory
-    per process wherever it is a command's option). With ``old_name``, the command's former
-    spelling of it, ``--memory-gb``, still works (hidden) with a one-line notice."""
+    """``--worker-memory-gb``: the memory of each worker container, GiB; with ``old_name``
+    its former spelling ``--memory-gb`` still works (hidden) with a notice."""
 
     def decorate(f: F) -> F:
         if not old_name:
@@ -287,14 +256,12 @@ def worker_memory_option(help_text: str, *, old_name: bool = True) -> Callable[[
 
 
 def container_processes_option(help_text: str) -> Callable[[F], F]:
-    """``--processes``: the worker processes of a container; ``help_text`` says it for the
-    command and what it defaults to."""
+    """``--processes``: the worker processes of a container."""
     return click.option("--processes", type=click.IntRange(min=1), default=None, help=help_text)
 
 
 def url_args(url: str) -> list[str]:
-    """``--url URL`` when the command line gave it (so a printed command reaches the same
-    service), nothing when it came from ``SIMRUN_URL`` or the default."""
+    """``--url URL`` when the command line gave it, for the commands it prints."""
     ctx = click.get_current_context(silent=True)
     given = (
         ctx is not None
@@ -328,9 +295,8 @@ def _intake_option(name: str) -> Callable[[F], F]:
 
 
 def intake_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """The `InputLimits` options (``--max-tasks``, ``--max-units-per-task``, ...; each with
-    its ``SIMRUN_*`` variable of `simrun.config.INTAKE_ENV`): the command gets them as one
-    parameter, ``intake``."""
+    """The `InputLimits` options (each with its variable of `INTAKE_ENV`), given to the
+    command as one parameter ``intake``."""
     names = [f.name for f in fields(InputLimits)]
 
     @functools.wraps(f)

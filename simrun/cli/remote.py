@@ -1,11 +1,5 @@
 """The commands that work with a service: ``submit``, ``status``, ``replay``, ``cancel`` and
-``resources``.
-
-They talk to the service at ``--url`` (default ``SIMRUN_URL``) with ``--token`` (default
-``SIMRUN_TOKEN``) as the bearer token. ``status``, ``resources`` and ``replay`` also take
-``--store DIR`` instead: the first two then read the store of ``simrun run`` directly
-(`simrun.local.reads`), and ``replay`` starts the embedded session again on it to finish
-the run.
+``resources``; ``status``, ``resources`` and ``replay`` also work on a store (``--store``).
 """
 
 from __future__ import annotations
@@ -19,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -43,26 +37,30 @@ from simrun.cli.options import (
 from simrun.local.machine import LocalError
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Mapping
+
     from rich.table import Table
 
     from simrun.cli.follow import Reader
     from simrun.client import Client
     from simrun.core.sizing import WorkerCapacity
     from simrun.core.views import RunView
-    from simrun.workflow import SettingOverride
+    from simrun.local.reads import StoreReader
+    from simrun.plugins import TaskType
+    from simrun.workflow import SettingOverride, Workflow
 
-# The commands import what they use when they run (the HTTP client, rich's tables, the
-# progress views): `simrun status --help` does not wait for them.
+# The commands import what they use when they run: `simrun status --help` does not wait.
 
-#: Seconds between two views of a followed run without news: a redraw, and a poll when
-#: the run is read from a store or a service without an event stream.
+#: Seconds between two views of a followed run without news (a redraw, or a poll).
 POLL_S = 1.0
+
+T = TypeVar("T")
 
 
 @contextmanager
 def _service(url: str, token: str | None, store_hint: Path | None = None) -> Iterator[Client]:
-    """A client of the service; when it cannot be reached and ``store_hint`` is a store of
-    `simrun run`, the error says how to read that instead."""
+    """A client of the service; when it cannot be reached and ``store_hint`` is a store,
+    the error says how to read that instead."""
     import httpx
 
     from simrun.client import Client, ClientError
@@ -104,15 +102,9 @@ def _exit(code: int) -> None:
         sys.exit(code)
 
 
-async def _watch(
-    reader: Reader,
-    run_id: str,
-    replay_cmd: str,
-    every_s: float,
-    logs_where: Sequence[str] | None = None,
-) -> int:
-    """Follow ``run_id`` to its end and print how it ended: a service's by its event
-    stream (polling only when it has none), a store's by reading it every `POLL_S`."""
+async def _watch(reader: Reader, run_id: str, where: Sequence[str], every_s: float) -> int:
+    """Follow ``run_id`` to its end and print how it ended (``where``: the options that
+    name its store or service in the commands it prints)."""
     from simrun.cli.follow import RemoteReader, RemoteWatch, follow, report_end
     from simrun.cli.progress import make_view
 
@@ -137,11 +129,19 @@ async def _watch(
 
         outcome = await follow(fetch, view, poll_s=POLL_S)
     failures = await reader.failures(run_id)
-    return report_end(out, outcome.run, failures, replay_cmd, logs_where=logs_where)
+    replay_cmd = shell_join(["simrun", "replay", run_id, *where])
+    return report_end(out, outcome.run, failures, replay_cmd, logs_where=where)
+
+
+def _watch_service(client: Client, run_id: str, url: str, every_s: float) -> None:
+    """Follow ``run_id`` of the service to its end; exit as it ended."""
+    from simrun.cli.follow import RemoteReader
+
+    _exit(asyncio.run(_watch(RemoteReader(client), run_id, url_args(url), every_s)))
 
 
 def _live_pool(client: Client) -> tuple[WorkerCapacity, ...] | None:
-    """The live workers the service tells of (None when it cannot tell: an older service)."""
+    """The live workers the service tells of (None when it cannot tell)."""
     from simrun.cli.forecast import live_pool
     from simrun.client import ClientError
 
@@ -199,56 +199,52 @@ def submit(
     The task types installed here (and --plugins) plan their tasks first and count their
     units for --dry-run; the service checks the rest.
     """
-    from simrun.cli.follow import RemoteReader
     from simrun.client import Client
+    from simrun.workflow import load_workflow, source_paths
 
-    used = _task_types(workflow)
+    used = [t.type for t in load_workflow(workflow).tasks]
     types = load_types_from_here(plugins, only=used)
     known = all(spec_type in types for spec_type in used)
     prepared = prepare(workflow, types, check=known, overrides=overrides)
-    out = console()
     with Client(url, token) as client:
         if dry_run:
-            from simrun.cli.dryrun import (
-                dry_run_exit,
-                print_forecast,
-                summaries_resolver,
-                task_plans,
-            )
-            from simrun.cli.forecast import pool_of, pool_text
-
-            resolver = summaries_resolver(client.resources())
-            rows = asyncio.run(task_plans(prepared.doc, types, resolver))
-            pool: tuple[WorkerCapacity, ...] | None
-            if workers is not None or processes is not None or worker_memory_gb is not None:
-                if workers is None or processes is None or worker_memory_gb is None:
-                    raise click.UsageError(
-                        "a pool to forecast on needs --workers, --processes and --worker-memory-gb"
-                    )
-                pool = pool_of(workers, processes, worker_memory_gb)
-                text = f"{pool_text(workers, processes, worker_memory_gb)} (given)"
-            else:
-                pool = _live_pool(client)
-                text = _live_text(pool)
-            result = print_forecast(out, rows, pool, text)
-            sys.exit(dry_run_exit(out, result, "dry run: nothing was submitted"))
-        from simrun.workflow import source_paths
-
+            sys.exit(_dry_run(client, prepared.doc, types, workers, processes, worker_memory_gb))
         sources = source_paths(prepared.doc, prepared.base)
         run_id = client.submit(prepared.text, sources, reuse=reuse, rerun=rerun)
-        out.print(f"run {run_id} submitted")
-        if not wait:
+        console().print(f"run {run_id} submitted")
+        if wait:
+            _watch_service(client, run_id, url, every_s)
+        else:
             _follow_hint(run_id, url)
-            return
-        replay_cmd = shell_join(["simrun", "replay", run_id, *url_args(url)])
-        where = url_args(url)
-        _exit(asyncio.run(_watch(RemoteReader(client), run_id, replay_cmd, every_s, where)))
 
 
-def _task_types(workflow: Path) -> list[str]:
-    from simrun.workflow import load_workflow
+def _dry_run(
+    client: Client,
+    doc: Workflow,
+    types: Mapping[str, TaskType],
+    workers: int | None,
+    processes: int | None,
+    worker_memory_gb: float | None,
+) -> int:
+    """``simrun submit --dry-run``: the forecast on the pool given, else on the live one."""
+    from simrun.cli.dryrun import dry_run_exit, print_forecast, summaries_resolver, task_plans
+    from simrun.cli.forecast import pool_of, pool_text
 
-    return [t.type for t in load_workflow(workflow).tasks]
+    out = console()
+    rows = asyncio.run(task_plans(doc, types, summaries_resolver(client.resources())))
+    pool: tuple[WorkerCapacity, ...] | None
+    if workers is not None or processes is not None or worker_memory_gb is not None:
+        if workers is None or processes is None or worker_memory_gb is None:
+            raise click.UsageError(
+                "a pool to forecast on needs --workers, --processes and --worker-memory-gb"
+            )
+        pool = pool_of(workers, processes, worker_memory_gb)
+        text = f"{pool_text(workers, processes, worker_memory_gb)} (given)"
+    else:
+        pool = _live_pool(client)
+        text = _live_text(pool)
+    result = print_forecast(out, rows, pool, text)
+    return dry_run_exit(out, result, "dry run: nothing was submitted")
 
 
 @click.command()
@@ -280,68 +276,67 @@ def status(
         raise click.UsageError("--watch shows the run as it goes; --json prints it once")
 
     from simrun.cli.follow import RemoteReader
-    from simrun.cli.progress import (
-        failure_lines,
-        plain_lines,
-        render_live,
-        run_header,
-        summary_table,
-    )
-    from simrun.cli.tables import RUN_COLUMNS, run_rows
-    from simrun.core.states import INTERRUPTED
 
     async def show(reader: Reader) -> int:
-        out = console()
         if run_id is None:
-            runs = await reader.runs()
-            if as_json:
-                click.echo(json.dumps([r.to_dict() for r in runs], indent=2))
-            elif not runs:
-                out.print("no runs yet")
-            else:
-                out.print(_table(RUN_COLUMNS, run_rows(runs, time.time())))
-            return 0
+            return await _show_runs(reader, as_json)
         if watch:
             where = ["--store", str(store)] if store is not None else url_args(url)
-            replay_cmd = shell_join(["simrun", "replay", run_id, *where])
-            return await _watch(reader, run_id, replay_cmd, every_s, where)
-        data = await reader.run(run_id)
-        if data is None:
-            raise LocalError(f"there is no run {run_id!r}")
-        failures = await reader.failures(run_id) if data.state != "running" else []
-        if as_json:
-            failed = [f.to_dict() for f in failures]
-            click.echo(json.dumps({**data.to_dict(), "failures": failed}, indent=2))
-            return 0
-        now = time.time()
-        if data.state != "running":
-            out.print(run_header(data), markup=False, highlight=False, soft_wrap=True)
-        elif out.is_terminal:
-            out.print(render_live(data, now_s=now))
-        else:
-            click.echo(run_header(data))
-            for line in plain_lines(data, only_active=False, now_s=now):
-                click.echo(line)
-        out.print(summary_table(data, now_s=now))
-        for line in failure_lines(failures):
-            out.print(f"  {line}", markup=False, soft_wrap=True)
-        if store is not None and data.state == INTERRUPTED:
-            resume = shell_join(["simrun", "run", "--resume", run_id, "--store", str(store)])
-            drop = shell_join(["simrun", "cancel", run_id, "--store", str(store)])
-            out.print(f"its `simrun run` is gone; go on: {resume}; or drop: {drop}",
-                      markup=False, soft_wrap=True)  # fmt: skip
+            return await _watch(reader, run_id, where, every_s)
+        return await _show_run(reader, run_id, as_json, store)
+
+    _exit(
+        _store_or_service(
+            store, url, token, store_hint, show, lambda c: asyncio.run(show(RemoteReader(c)))
+        )
+    )
+
+
+async def _show_runs(reader: Reader, as_json: bool) -> int:
+    """``simrun status``: the latest runs."""
+    from simrun.cli.tables import RUN_COLUMNS, run_rows
+
+    runs = await reader.runs()
+    if as_json:
+        click.echo(json.dumps([r.to_dict() for r in runs], indent=2))
+    elif not runs:
+        console().print("no runs yet")
+    else:
+        console().print(_table(RUN_COLUMNS, run_rows(runs, time.time())))
+    return 0
+
+
+async def _show_run(reader: Reader, run_id: str, as_json: bool, store: Path | None) -> int:
+    """``simrun status RUN``: the run, its tasks and its failures."""
+    from simrun.cli import progress
+    from simrun.core.states import INTERRUPTED
+
+    data = await reader.run(run_id)
+    if data is None:
+        raise LocalError(f"there is no run {run_id!r}")
+    failures = await reader.failures(run_id) if data.state != "running" else []
+    if as_json:
+        failed = [f.to_dict() for f in failures]
+        click.echo(json.dumps({**data.to_dict(), "failures": failed}, indent=2))
         return 0
-
-    async def main() -> int:
-        if store is not None:
-            from simrun.local.reads import open_store_reader
-
-            async with open_store_reader(store) as reader:
-                return await show(reader)
-        with _service(url, token, store_hint) as client:
-            return await show(RemoteReader(client))
-
-    _exit(asyncio.run(main()))
+    out, now = console(), time.time()
+    if data.state != "running":
+        out.print(progress.run_header(data), markup=False, highlight=False, soft_wrap=True)
+    elif out.is_terminal:
+        out.print(progress.render_live(data, now_s=now))
+    else:
+        click.echo(progress.run_header(data))
+        for line in progress.plain_lines(data, only_active=False, now_s=now):
+            click.echo(line)
+    out.print(progress.summary_table(data, now_s=now))
+    for line in progress.failure_lines(failures):
+        out.print(f"  {line}", markup=False, soft_wrap=True)
+    if store is not None and data.state == INTERRUPTED:
+        resume = shell_join(["simrun", "run", "--resume", run_id, "--store", str(store)])
+        drop = shell_join(["simrun", "cancel", run_id, "--store", str(store)])
+        out.print(f"its `simrun run` is gone; go on: {resume}; or drop: {drop}",
+                  markup=False, soft_wrap=True)  # fmt: skip
+    return 0
 
 
 @click.command()
@@ -421,8 +416,6 @@ def replay(
         return
     if plugins:
         raise click.UsageError("--plugins is for --store (a service loads its own task types)")
-    from simrun.cli.follow import RemoteReader
-
     out = console()
     with _service(url, token) as client:
         if rerun and task is not None:
@@ -434,9 +427,7 @@ def replay(
             count = client.replay(run_id, task, list(units), memory_gb)
             out.print(f"run {run_id}: {count} failed units put back; the done ones are kept")
         if wait:
-            replay_cmd = shell_join(["simrun", "replay", run_id, *url_args(url)])
-            where = url_args(url)
-            _exit(asyncio.run(_watch(RemoteReader(client), run_id, replay_cmd, every_s, where)))
+            _watch_service(client, run_id, url, every_s)
         else:
             _follow_hint(run_id, url)
 
@@ -462,8 +453,8 @@ def cancel(run_id: str, url: str, token: str | None, store: Path | None) -> None
 
 
 async def _cancel_in_store(store: Path, run_id: str) -> int:
-    """Cancel ``run_id`` of the store of `simrun run` at ``store``, holding the store's lock
-    meanwhile (`LocalError` while a session runs on it); the units that were in flight."""
+    """Cancel ``run_id`` in the store at ``store`` under its lock (`LocalError` while a
+    session runs on it); the units that were in flight."""
     from simrun.core.layout import StoreLayout
     from simrun.local import lock
     from simrun.runstore.rows import RunStateError, UnknownRunError
@@ -518,23 +509,12 @@ def resources(
         raise click.UsageError("--plot draws the peaks of one key: give a KEY")
     from simrun.cli.tables import RESOURCE_COLUMNS, resource_rows
 
-    async def from_store(directory: Path) -> list[dict[str, Any]]:
-        from simrun.local.reads import open_store_reader
-
+    async def from_store(reader: StoreReader) -> list[dict[str, Any]]:
         hints = {name: t.hint for name, t in load_types_from_here().items()}
-        async with open_store_reader(directory) as reader:
-            out = []
-            for summary in await reader.resources.summaries(hints):
-                row = asdict(summary)
-                row["key"] = summary.key.text()
-                out.append(row)
-            return out
+        summaries = await reader.resources.summaries(hints)
+        return [{**asdict(summary), "key": summary.key.text()} for summary in summaries]
 
-    if store is not None:
-        rows = asyncio.run(from_store(store))
-    else:
-        with _service(url, token, store_hint) as client:
-            rows = client.resources()
+    rows = _store_or_service(store, url, token, store_hint, from_store, lambda c: c.resources())
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -543,6 +523,27 @@ def resources(
         out.print("nothing learned yet: resources are learned from the runs' reports")
         return
     out.print(_table(RESOURCE_COLUMNS, resource_rows(rows, time.time())))
+
+
+def _store_or_service(
+    store: Path | None,
+    url: str,
+    token: str | None,
+    store_hint: Path,
+    read: Callable[[StoreReader], Awaitable[T]],
+    ask: Callable[[Client], T],
+) -> T:
+    """``read`` of the store at ``store``, else ``ask`` of the service at ``url``."""
+    if store is None:
+        with _service(url, token, store_hint) as client:
+            return ask(client)
+    from simrun.local.reads import open_store_reader
+
+    async def main() -> T:
+        async with open_store_reader(store) as reader:
+            return await read(reader)
+
+    return asyncio.run(main())
 
 
 def _key_evidence(
@@ -565,32 +566,27 @@ def _key_evidence(
         )
         return 1
 
-    async def from_store(directory: Path) -> dict[str, Any]:
-        from simrun.local.reads import open_store_reader
+    async def from_store(reader: StoreReader) -> dict[str, Any]:
         from simrun.plugins import ResourceHint
         from simrun.resources import ResourceKey
         from simrun.resources.keys import unknown_key_message
 
-        async with open_store_reader(directory) as reader:
-            try:
-                parsed: ResourceKey | None = ResourceKey.from_text(key)
-            except ValueError:
-                parsed = None
-            if parsed is not None:
-                types = load_types_from_here(only=[parsed.task_type])
-                task_type = types.get(parsed.task_type)
-                hint = task_type.hint if task_type is not None else ResourceHint()
-                found = await reader.resources.evidence(parsed, hint)
-                if found.observations:
-                    return found.to_dict()
-            known = [k.text() for k in await reader.resources.keys()]
-            raise LocalError(unknown_key_message(key, known))
+        try:
+            parsed: ResourceKey | None = ResourceKey.from_text(key)
+        except ValueError:
+            parsed = None
+        if parsed is not None:
+            task_type = load_types_from_here(only=[parsed.task_type]).get(parsed.task_type)
+            hint = task_type.hint if task_type is not None else ResourceHint()
+            found = await reader.resources.evidence(parsed, hint)
+            if found.observations:
+                return found.to_dict()
+        known = [k.text() for k in await reader.resources.keys()]
+        raise LocalError(unknown_key_message(key, known))
 
-    if store is not None:
-        data = asyncio.run(from_store(store))
-    else:
-        with _service(url, token, store_hint) as client:
-            data = client.resource_evidence(key)
+    data = _store_or_service(
+        store, url, token, store_hint, from_store, lambda c: c.resource_evidence(key)
+    )
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:

@@ -1,10 +1,5 @@
-"""``simrun scale``: how many worker containers each queue wants now, and making it so.
-
-It reads the backlog from the service (``GET /backlog``), decides each queue with
-`simrun.core.scaling.desired_containers` in the shape of its live workers (else the one
-given, else the service's default), prints a table, and with ``--apply`` sets the replicas
-of the queue's workers (`simrun.core.sizing.QueueName`: the compose service, the
-Kubernetes Deployment) with ``docker compose`` or ``kubectl``.
+"""``simrun scale``: how many worker containers each queue wants now, and making it so with
+``docker compose`` or ``kubectl`` (``--apply``).
 """
 
 from __future__ import annotations

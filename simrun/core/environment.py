@@ -1,31 +1,16 @@
-"""The environment plugin code runs in: where a command's program is found, and how many
-threads a command or a unit is told it may use.
-
-**Programs.** The program of a command (the first part of its template) is looked up on the
-``PATH`` of the process that starts it, then in the directory of simrun's own interpreter
-(``sys.executable``'s, not resolved: a virtual environment's ``bin``), so a program
-installed in the same virtual environment as simrun is found without activating it.
-`find_program` is the one lookup: ``simrun-exec`` starts what it finds, and ``simrun
-validate``/``simrun run`` (also ``--dry-run``) refuse a task whose program it does not find.
-A program with a ``/`` is a path and is not looked up.
-
-**Threads.** Numerical libraries size their thread pools from the environment when they are
-imported. A command of a type that ``uses_cores`` was sized for ``n`` processes: it gets
-``SIMRUN_PROCESSES=n`` and each of `THREAD_VARIABLES` set to ``n``; every other command and
-every worker process running splittable units gets 1 (one core's worth each, the pool's
-processes being the parallelism). `thread_environment` says what to set; a value the user
-set in the worker's own environment is kept (`with_threads`), so ``OMP_NUM_THREADS=4 simrun
-worker ...`` still means 4; ``SIMRUN_PROCESSES`` is simrun's and always set.
+"""The environment plugin code runs in: where a command's program is found (`find_program`)
+and how many threads a command or a unit may use (`thread_environment`).
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+
+from simrun.plugins import command_parts
 
 #: The variable telling a command how many processes it was sized for.
 PROCESSES_VARIABLE = "SIMRUN_PROCESSES"
@@ -41,21 +26,18 @@ THREAD_VARIABLES = (
 
 
 def command_program(template: str) -> str | None:
-    """The program a ``command`` template runs (its first part, split like a shell splits
-    words); None when the template cannot be split or is empty (the loader refuses those)."""
-    lexer = shlex.shlex(template, posix=True)
-    lexer.whitespace_split = True
-    lexer.commenters = ""  # '#' is an ordinary character in an argv
+    """The program a ``command`` template runs (its first part); None when it cannot be
+    split or is empty (the loader refuses those)."""
     try:
-        first = lexer.get_token()
+        parts = command_parts(template)
     except ValueError:
         return None
-    return first or None
+    return parts[0] if parts else None
 
 
 def program_dirs(path: str | None) -> list[str]:
-    """Where a program is looked for, in order: the directories of ``path`` (a ``PATH``
-    value; None: this process's), then the directory of this interpreter."""
+    """Where a program is looked for: the directories of ``path`` (None: this process's
+    ``PATH``), then this interpreter's (a virtual environment's ``bin``, not resolved)."""
     value = os.environ.get("PATH", os.defpath) if path is None else path
     dirs = [d for d in value.split(os.pathsep) if d]
     own = str(Path(sys.executable).parent) if sys.executable else ""
@@ -65,18 +47,15 @@ def program_dirs(path: str | None) -> list[str]:
 
 
 def find_program(program: str, path: str | None = None) -> str | None:
-    """The executable file that ``program`` names: ``program`` itself when it holds a ``/``
-    (relative to the current directory) and is an executable file; else the first
-    executable ``program`` in `program_dirs` (``path`` then this interpreter's directory).
-    None when there is none."""
+    """The executable file ``program`` names: itself when it holds a ``/``, else the first
+    in `program_dirs`; None when there is none. The one lookup (``simrun-exec``, validate)."""
     if "/" in program:
         return program if os.path.isfile(program) and os.access(program, os.X_OK) else None
     return shutil.which(program, path=os.pathsep.join(program_dirs(path)))
 
 
 def program_problem(template: str, path: str | None = None) -> str | None:
-    """Why the program of ``template`` cannot be started here, in a sentence naming it;
-    None when it is found (or the template has no program, which the loader refuses)."""
+    """Why the program of ``template`` cannot be started here, naming it; None when found."""
     program = command_program(template)
     if program is None or find_program(program, path) is not None:
         return None
@@ -87,17 +66,14 @@ def program_problem(template: str, path: str | None = None) -> str | None:
 
 
 def thread_environment(processes: int) -> dict[str, str]:
-    """What to set for plugin code sized for ``processes`` processes: `PROCESSES_VARIABLE`
-    and every one of `THREAD_VARIABLES` (1 for a command that does not use the cores of its
-    pod, and for the worker processes of splittable units)."""
+    """`PROCESSES_VARIABLE` and each of `THREAD_VARIABLES` for plugin code sized for
+    ``processes`` (1 for a command not ``uses_cores`` and for units' worker processes)."""
     n = str(max(1, processes))
     return {PROCESSES_VARIABLE: n, **dict.fromkeys(THREAD_VARIABLES, n)}
 
 
 def with_threads(base: Mapping[str, str], processes: int) -> dict[str, str]:
-    """``base`` (an environment) with `thread_environment`: a thread variable already set
-    to a non-empty value in ``base`` is kept (the user's choice), `PROCESSES_VARIABLE` is
-    always set."""
+    """``base`` with `thread_environment`, but for the thread variables it sets already."""
     merged = dict(base)
     for name, value in thread_environment(processes).items():
         if name == PROCESSES_VARIABLE or not merged.get(name):

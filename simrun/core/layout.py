@@ -1,34 +1,87 @@
-"""The layout of a store: the one place that says where the files of a store live.
-
-::
-
-    STORE/
-      simrun.db                 the service's SQLite file (runs, learned resources)
-      .simrun.lock              held by the `simrun run` session using the store
-      logs/                     the logs of the embedded service and workers
-      runs/<run>/               one run
-        sources/<name>/...      the copies of its sources
-        <task>/out/             the output of a task (`simrun.plugins.TaskPaths`)
-        <task>/scratch/         scratch of tasks run by older workers (now on the worker's
-                                local disk: `simrun.worker.scratch`)
-        <task>/checkpoints/<i>/ what unit i of a checkpointing type keeps to resume
-        <task>/logs/            the logs of a command task's attempts (attempt-<n>.out/.err)
-        <task>/logs/units/      the logs of units that printed or failed (`core.unitlogs`)
-
-The directories of a task are `simrun.plugins.TaskPaths.for_task`'s (the spec of task
-types names them, and plugins import nothing of simrun): `StoreLayout` asks it rather
-than spelling them a second time.
+"""The layout of a store (where its files live), and what a task or source name may be and
+how an input names them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from simrun.plugins import TaskPaths
 
 #: The name of the service's SQLite file in a store.
 DB_NAME = "simrun.db"
+MAX_NAME_LENGTH = 100
+SOURCE_PREFIX = "source:"
+
+
+def name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a task or source (it becomes a directory), or None."""
+    if not isinstance(name, str) or not name.strip():
+        return "is empty"
+    if name != name.strip():
+        return f"{name!r} has leading or trailing spaces"
+    if name in {".", ".."} or ".." in name:
+        return f"{name!r} contains '..'"
+    if "/" in name or "\\" in name:
+        return f"{name!r} contains a path separator"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return f"{name!r} contains a control character"
+    if name.startswith(("-", ".")):
+        return f"{name!r} starts with {name[0]!r}"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"is longer than {MAX_NAME_LENGTH} characters"
+    return None
+
+
+def task_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a task, or None: a `name_problem`, or a '.' or ':' (the
+    separators of ``task.port``, ``--set task.setting=...`` and ``source:name``)."""
+    why = name_problem(name)
+    if why is not None or not isinstance(name, str):
+        return why
+    if "." in name:
+        return (
+            f"{name!r} contains '.', which separates a task from its port in an input "
+            "('task.port') and from its setting in --set TASK.SETTING=VALUE; use '-' or '_'"
+        )
+    if ":" in name:
+        return f"{name!r} contains ':', which marks a source in an input ('source:name')"
+    return None
+
+
+def split_task(text: str) -> tuple[str, str]:
+    """``task.rest`` (an input's ``task.port``, a ``--set``'s ``task.setting``) as its task
+    and the rest, "" when it has no '.': a task name holds no '.' (`task_name_problem`)."""
+    task, _, rest = text.partition(".")
+    return task, rest
+
+
+@dataclass(frozen=True)
+class InputRef:
+    """A parsed input reference: ``"task.port"`` or ``"source:name"``."""
+
+    kind: Literal["task", "source"]
+    name: str
+    port: str = ""
+
+    @classmethod
+    def parse(cls, ref: str) -> InputRef | None:
+        """The reference, or None when it has neither form."""
+        if ref.startswith(SOURCE_PREFIX):
+            name = ref.removeprefix(SOURCE_PREFIX)
+            return cls("source", name) if name else None
+        task, port = split_task(ref)
+        return cls("task", task, port) if task and port.isidentifier() else None
+
+    @classmethod
+    def of(cls, ref: str) -> InputRef:
+        """The reference of a checked document (`ValueError` when it has neither form)."""
+        parsed = cls.parse(ref)
+        if parsed is None:
+            raise ValueError(f"input {ref!r} is neither 'task.port' nor 'source:name'")
+        return parsed
 
 
 def task_logs(task_dir: Path) -> Path:
@@ -38,7 +91,8 @@ def task_logs(task_dir: Path) -> Path:
 
 @dataclass(frozen=True)
 class StoreLayout:
-    """Where the files of the store at ``root`` live (see the module's doc)."""
+    """Where the files of the store at ``root`` live: ``simrun.db``, ``.simrun.lock``,
+    ``logs/``, and ``runs/<run>/`` with ``sources/<name>/`` and a ``<task>/`` per task."""
 
     root: Path
 
@@ -59,11 +113,9 @@ class StoreLayout:
 
     @property
     def runs(self) -> Path:
-        """The directory of every run's directory."""
         return self.run_dir("_").parent
 
     def run_dir(self, run: str) -> Path:
-        """The directory of run ``run``."""
         # The run directory of any task of the run: TaskPaths.for_task spells it.
         return self.task_paths(run, "_").run_dir
 
@@ -82,11 +134,9 @@ class StoreLayout:
         return TaskPaths.for_task(self.root, run, task, inputs, scratch)
 
     def task_dir(self, run: str, task: str) -> Path:
-        """The directory of task ``task`` of run ``run``."""
         return self.task_paths(run, task).task_dir
 
     def task_out(self, run: str, task: str) -> Path:
-        """The output directory of task ``task`` of run ``run``."""
         return self.task_paths(run, task).out
 
     def is_store(self) -> bool:

@@ -1,32 +1,6 @@
-"""Reuse of unchanged work across the runs of a store: the fingerprint of a task, which
-tasks are forced to run, and which earlier run a task reuses. Pure but for `source_hash`,
-`type_version` and `units_present` (they read files and installed distributions).
-
-A task's **fingerprint** is a SHA-256 of the canonical JSON of: its type (name, version of
-the distributions its code comes from, command template, image), its validated settings,
-and per input port what the input is: ``source:<hash of the source's content>`` or
-``task:<the upstream task's fingerprint>:<port>``. The upstream's fingerprint stands for
-its output (a Merkle chain): big outputs are never hashed again, and a reused upstream
-keeps its fingerprint, so its dependents may be reused too. All the fingerprints of a run
-are known at submission (they follow the static graph).
-
-A task is **forced** (it runs whatever the store holds) when the run was submitted with
-``--no-reuse``, when it is named by ``--rerun``, or when a task it depends on is forced
-(the simplest correct rule: a rerun may write other outputs). Any other task **reuses**
-the latest task of an earlier run with the same fingerprint that is done and whose outputs
-are still present.
-
-**Per unit** (opt-in, `simrun.plugins.UnitOutputs` on the settings model of a splittable
-type): a task that reuses no earlier task whole may still take units one by one. Its
-**unit fingerprint** is the fingerprint made without its ``count_settings`` (the settings
-that change only how many units there are) and with its declared unit files: two tasks of
-one unit fingerprint compute the same files for the same index, since a unit's outputs
-depend on the settings and the index only (the spec of ``compute_unit``). Unit ``i`` of a
-starting task is reused from a finished task of an earlier run with its unit fingerprint
-(done, or failed or cancelled: a unit done there is as good) when unit ``i`` was done there
-and every declared file of ``i`` is still in its out directory; of the latest few such
-tasks, the one that gives the most units. The other units run, and the merge runs again. A
-forced task reuses no unit.
+"""Reuse of unchanged work across the runs of a store: the fingerprint of a task (and of
+its units), which tasks are forced to run, and which earlier run a task reuses. Pure but
+for `source_hash`, `type_version` and `units_present`.
 """
 
 from __future__ import annotations
@@ -40,20 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from simrun.core.layout import InputRef
 from simrun.plugins import REFERENCE_FIELDS, TaskType, UnitOutputs, unit_outputs
 
 T = TypeVar("T")
 
-#: Part of every fingerprint: a change of the rule changes every fingerprint (no reuse of
-#: work fingerprinted the old way).
+#: Part of every fingerprint: changing the rule changes every fingerprint.
 FINGERPRINT_VERSION = 1
 
 
 @dataclass(frozen=True)
 class TaskIdentity:
-    """What a task's fingerprint is made of, before its inputs are resolved: its type's
-    description (`type_identity`), its validated settings, and its inputs (port → the
-    workflow's reference, ``source:NAME`` or ``task.port``)."""
+    """What a task's fingerprint is made of before its inputs are resolved: its type
+    (`type_identity`), validated settings and inputs (port → reference)."""
 
     type: Mapping[str, Any]
     settings: Mapping[str, Any]
@@ -64,8 +37,7 @@ class TaskIdentity:
 
 @dataclass(frozen=True)
 class Earlier:
-    """A done task of an earlier run with the same fingerprint: its run, when it finished,
-    and whether its outputs are still there."""
+    """A done task of an earlier run with the same fingerprint."""
 
     run: str
     finished_s: float
@@ -79,32 +51,31 @@ def _digest(value: object) -> str:
 
 def fingerprint(identity: TaskIdentity, resolved_inputs: Mapping[str, str]) -> str:
     """The fingerprint of a task (``resolved_inputs``: port → ``source:HASH`` or
-    ``task:FINGERPRINT:PORT``)."""
-    return _digest(
-        {
-            "v": FINGERPRINT_VERSION,
-            "type": dict(identity.type),
-            "settings": dict(identity.settings),
-            "inputs": dict(resolved_inputs),
-        }
-    )
+    ``task:FINGERPRINT:PORT``, the upstream's fingerprint standing for its output)."""
+    return _digest(_identity_data(identity, resolved_inputs, identity.settings))
 
 
 def unit_fingerprint(identity: TaskIdentity, resolved_inputs: Mapping[str, str]) -> str | None:
-    """The unit fingerprint of a task (see the module): None when its type declares no
-    `UnitOutputs`. The same for two tasks that differ only in ``count_settings``."""
+    """The fingerprint of a task's units (None when its type declares no `UnitOutputs`):
+    its declared files, and its fingerprint without its ``count_settings``."""
     if identity.units is None:
         return None
     counted = set(identity.units.count_settings)
+    settings = {k: v for k, v in identity.settings.items() if k not in counted}
     return _digest(
-        {
-            "v": FINGERPRINT_VERSION,
-            "unit": list(identity.units.files),
-            "type": dict(identity.type),
-            "settings": {k: v for k, v in identity.settings.items() if k not in counted},
-            "inputs": dict(resolved_inputs),
-        }
+        {"unit": list(identity.units.files), **_identity_data(identity, resolved_inputs, settings)}
     )
+
+
+def _identity_data(
+    identity: TaskIdentity, resolved_inputs: Mapping[str, str], settings: Mapping[str, Any]
+) -> dict[str, Any]:
+    return {
+        "v": FINGERPRINT_VERSION,
+        "type": dict(identity.type),
+        "settings": dict(settings),
+        "inputs": dict(resolved_inputs),
+    }
 
 
 def _resolved(
@@ -112,11 +83,11 @@ def _resolved(
 ) -> dict[str, str]:
     resolved: dict[str, str] = {}
     for port, ref in identity.inputs.items():
-        if ref.startswith("source:"):
-            resolved[port] = "source:" + source_hashes[ref.removeprefix("source:")]
+        parsed = InputRef.of(ref)
+        if parsed.kind == "source":
+            resolved[port] = "source:" + source_hashes[parsed.name]
         else:
-            upstream, _, out_port = ref.partition(".")
-            resolved[port] = f"task:{found[upstream]}:{out_port}"
+            resolved[port] = f"task:{found[parsed.name]}:{parsed.port}"
     return resolved
 
 
@@ -125,8 +96,8 @@ def all_fingerprints(
     identities: Mapping[str, TaskIdentity],
     source_hashes: Mapping[str, str],
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """The fingerprint of every task of ``order`` (`fingerprints`), and the unit
-    fingerprint of each task whose type declares `UnitOutputs`."""
+    """The fingerprint of every task of ``order`` (topological; ``source_hashes``: source
+    → `source_hash`), and the unit fingerprint of each that has one."""
     found: dict[str, str] = {}
     units: dict[str, str] = {}
     for name in order:
@@ -139,23 +110,11 @@ def all_fingerprints(
     return found, units
 
 
-def fingerprints(
-    order: Sequence[str],
-    identities: Mapping[str, TaskIdentity],
-    source_hashes: Mapping[str, str],
-) -> dict[str, str]:
-    """The fingerprint of every task of ``order`` (topological: a task after the tasks it
-    reads). ``source_hashes``: source name → `source_hash` of its content. The upstream's
-    (whole) fingerprint stands for its output, also in a unit fingerprint."""
-    return all_fingerprints(order, identities, source_hashes)[0]
-
-
 def forced_tasks(
     depends: Mapping[str, Collection[str]], rerun: Collection[str], reuse: bool
 ) -> set[str]:
     """The tasks that run whatever the store holds: all without ``reuse``, else those of
-    ``rerun`` and every task that depends on one of them, directly or not. ``depends``:
-    task → the tasks it reads."""
+    ``rerun`` and every task depending on one of them (``depends``: task → tasks it reads)."""
     if not reuse:
         return set(depends)
     forced = set(rerun)
@@ -179,8 +138,8 @@ def rerun_problems(tasks: Sequence[str], rerun: Collection[str]) -> list[str]:
 
 
 def choose(forced: bool, earlier: Sequence[Earlier]) -> str | None:
-    """The run a task reuses: None when it is forced or no earlier task with its
-    fingerprint has its outputs present; else the one that finished last."""
+    """The run a task reuses: of the earlier ones with outputs present, the latest; None
+    when forced."""
     if forced:
         return None
     present = [e for e in earlier if e.present]
@@ -201,9 +160,8 @@ def units_reused_text(count: int, run: str) -> str:
 
 @dataclass(frozen=True)
 class UnitsEarlier:
-    """A finished task of an earlier run with the same unit fingerprint: its run and task,
-    when it finished, how many units it had, and whether it was done (all its units done;
-    else it failed or was cancelled, and only its done units may be taken)."""
+    """A finished task of an earlier run with the same unit fingerprint; not ``done`` (it
+    failed or was cancelled), only its done units may be taken."""
 
     run: str
     task: str
@@ -212,15 +170,13 @@ class UnitsEarlier:
     done: bool = True
 
 
-#: Earlier tasks of a unit fingerprint looked at for units, latest first; the one that
-#: gives the most wins (an earlier run deleted by hand gives none).
+#: Earlier tasks of a unit fingerprint looked at for units, latest first.
 UNIT_SOURCES = 3
 
 
 def choose_units(forced: bool, earlier: Sequence[UnitsEarlier]) -> list[UnitsEarlier]:
-    """The earlier tasks whose units a task may take, latest first, at most
-    `UNIT_SOURCES`: none when it is forced; tasks without units are left out. The task
-    takes the units of one of them (`best_units`)."""
+    """The earlier tasks with units a task may take them from, latest first, at most
+    `UNIT_SOURCES`; none when forced."""
     if forced:
         return []
     candidates = [e for e in earlier if e.units > 0]
@@ -229,8 +185,7 @@ def choose_units(forced: bool, earlier: Sequence[UnitsEarlier]) -> list[UnitsEar
 
 
 def best_units(options: Sequence[tuple[T, Sequence[range]]]) -> tuple[T, list[range]] | None:
-    """Of the earlier tasks (in `choose_units`'s order) and the units each would give
-    (`reusable_units`), the one that gives the most (the first of those that give as many);
+    """Of the earlier tasks and the units each would give, the first that gives the most;
     None when none gives any."""
     best: tuple[T, list[range]] | None = None
     most = 0
@@ -273,10 +228,8 @@ def as_ranges(indices: Collection[int]) -> list[range]:
 
 
 def reusable_units(count: int, earlier_units: int, present: Sequence[bool]) -> list[range]:
-    """The units of a task of ``count`` units it takes from an earlier task of
-    ``earlier_units`` units with its unit fingerprint, as ranges: each index both had that
-    was done there and whose files are all still there (``present[i]``, for the indices
-    below both counts)."""
+    """The units a task of ``count`` units takes from an earlier one of ``earlier_units``:
+    each index both have whose files are there (``present[i]``), as ranges."""
     shared = min(count, earlier_units)
     if len(present) < shared:
         raise ValueError(f"reusable_units: {len(present)} presence flags for {shared} units")
@@ -290,10 +243,8 @@ def units_present(
     earlier_units: int,
     done: Sequence[range] | None = None,
 ) -> list[range]:
-    """The units a task of ``count`` units would take from the out directory ``source`` of
-    an earlier task of ``earlier_units`` units (`reusable_units`): those done there
-    (``done``; None: all, a done task) whose declared files are all there (blocking I/O:
-    the files are looked at, never written)."""
+    """`reusable_units` from the out directory ``source`` of an earlier task: its units
+    ``done`` (None: all) whose declared files are all there (blocking I/O)."""
     shared = min(count, earlier_units)
     was_done = covered(done, shared) if done is not None else [True] * shared
     present = [
@@ -305,9 +256,8 @@ def units_present(
 
 @dataclass(frozen=True)
 class UnitStart:
-    """How a splittable task starts when it reuses ``reused`` units: its frontier (the
-    units at or above it are fresh, pending with no row), the units below it that are
-    pending (rows), and how many it reuses."""
+    """How a splittable task starts when it reuses units: its frontier (units at or above
+    it are fresh), the pending units below it, and how many it reuses."""
 
     frontier: int
     pending: tuple[range, ...]
@@ -315,9 +265,8 @@ class UnitStart:
 
 
 def unit_start(count: int, reused: Sequence[range]) -> UnitStart:
-    """Where a task of ``count`` units starts when it reuses the units of ``reused``
-    (sorted, disjoint ranges below ``count``): its frontier is past the last unit reused,
-    and the units below it that are not reused are pending."""
+    """Where a task of ``count`` units starts when it reuses ``reused`` (sorted, disjoint
+    ranges): its frontier past the last one reused, the others below it pending."""
     pending: list[range] = []
     at = 0
     for part in reused:
@@ -340,13 +289,10 @@ def _distribution_versions(modules: Collection[str]) -> list[str]:
     return sorted(found)
 
 
-# Read once per process: scanning every installed distribution takes tens of milliseconds,
-# too slow for each submission. A package upgraded under a running service is seen after
-# its restart, as is its code (the service and its workers run what they loaded).
+# Read once per process (tens of ms): an upgrade is seen after a restart, as is its code.
 @functools.cache
 def module_owners() -> Mapping[str, list[str]]:
-    """The distributions that provide each top-level module (blocking the first time;
-    the Editor's palette groups the types by them too)."""
+    """The distributions that provide each top-level module (blocking the first time)."""
     return importlib.metadata.packages_distributions()
 
 
@@ -360,10 +306,8 @@ def _version(dist: str) -> str | None:
 
 
 def type_version(task_type: TaskType) -> str:
-    """The versions of the installed distributions the code of ``task_type`` comes from
-    (its settings model and its ``module:function`` references), ``dist==version`` joined
-    by commas; ``unknown`` for code outside any distribution (a ``--plugins`` module of the
-    working directory: editing it is not seen, give ``--rerun``)."""
+    """``dist==version,...`` of the distributions the code of ``task_type`` comes from;
+    ``unknown`` for code outside any (a ``--plugins`` module: editing it is not seen)."""
     modules = {task_type.settings.__module__}
     for field_name in REFERENCE_FIELDS:
         ref = getattr(task_type, field_name)
@@ -373,8 +317,7 @@ def type_version(task_type: TaskType) -> str:
 
 
 def type_identity(task_type: TaskType, version: str) -> dict[str, Any]:
-    """The part of a fingerprint that is the type's: its name, ``version`` (`type_version`),
-    its command template and image."""
+    """The type's part of a fingerprint."""
     return {
         "name": task_type.name,
         "version": version,
@@ -386,8 +329,7 @@ def type_identity(task_type: TaskType, version: str) -> dict[str, Any]:
 def identities(
     tasks: Mapping[str, tuple[TaskType, Mapping[str, Any], Mapping[str, str]]],
 ) -> dict[str, TaskIdentity]:
-    """The identity of each task: name → (its type, its validated settings, its inputs as
-    written: port → reference). The service and the dry run both make them here."""
+    """The identity of each task: name → (its type, validated settings, inputs)."""
     versions: dict[str, str] = {}
     found: dict[str, TaskIdentity] = {}
     for name, (task_type, settings, inputs) in tasks.items():
@@ -402,31 +344,20 @@ def identities(
     return found
 
 
-def task_fingerprints(
-    order: Sequence[str],
-    tasks: Mapping[str, tuple[TaskType, Mapping[str, Any], Mapping[str, str]]],
-    sources: Mapping[str, Path],
-) -> dict[str, str]:
-    """The fingerprint of each task of a checked workflow whose types are all installed:
-    ``order`` topological, ``tasks`` as `identities` takes them, ``sources``: name → its
-    file or directory (hashed here: blocking I/O)."""
-    return task_all_fingerprints(order, tasks, sources)[0]
-
-
 def task_all_fingerprints(
     order: Sequence[str],
     tasks: Mapping[str, tuple[TaskType, Mapping[str, Any], Mapping[str, str]]],
     sources: Mapping[str, Path],
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """`task_fingerprints` and the unit fingerprints (`all_fingerprints`), the sources
-    hashed once (blocking I/O)."""
+    """`all_fingerprints` of a checked workflow (``tasks`` as `identities` takes them),
+    its ``sources`` hashed here (blocking I/O)."""
     hashes = {name: source_hash(path) for name, path in sources.items()}
     return all_fingerprints(order, identities(tasks), hashes)
 
 
 def source_hash(path: Path) -> str:
-    """The SHA-256 of a source's content: a file's bytes, or a directory's files (their
-    relative paths and bytes, in sorted order; symbolic links by their target)."""
+    """The SHA-256 of a source: a file's bytes, or a directory's files (relative paths and
+    bytes, sorted; a dangling link by its target)."""
     digest = hashlib.sha256()
     if path.is_dir():
         for item in sorted(p for p in path.rglob("*") if p.is_file() or p.is_symlink()):

@@ -31,12 +31,8 @@ def read_json(path: Path) -> Any:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Put ``data`` at ``path`` in one step: a temporary file beside it, then a rename.
-
-    The temporary file lives in the same directory (a rename never crosses file systems)
-    and starts with a dot, so listings of finished outputs skip it. It is flushed to disk
-    before the rename and removed again when anything fails.
-    """
+    """Put ``data`` at ``path`` in one step: a hidden temporary file beside it, flushed,
+    then renamed (removed when anything fails)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -1,14 +1,5 @@
-"""The ``heat`` task type: explicit 2-D heat diffusion on a plate, swept over parameters.
-
-Each unit is one point of the sweep diffusivity and edge temperature. It starts from the
-plate of the input port ``plate`` (see `simrun.examples.plate`), holds the four edges at the
-point's temperature and steps the heat equation ``dT/dt = a ∇²T`` on the unit square with
-the explicit five-point scheme, for ``duration`` time units or until the field is steady
-(no cell changes faster than ``tolerance`` degrees per time unit). The time step obeys the
-stability limit of the scheme, ``dt <= cfl * dx² / (4 a)``.
-
-Unit ``i`` writes ``point-<i>.json`` (and ``point-<i>.npy``, the final field, with
-``save_fields``) into the task's output directory; the merge writes ``summary.csv``.
+"""The ``heat`` task type: explicit 2-D heat diffusion on a plate, swept over diffusivity and
+edge temperature, one unit per point (``point-<i>.json``); the merge writes ``summary.csv``.
 """
 
 from __future__ import annotations
@@ -143,9 +134,8 @@ def steps_needed(settings: HeatSettings, diffusivity: float) -> int:
 def _march(
     field: FloatGrid, free_coef: FloatGrid, steps: int, threshold: float
 ) -> tuple[int, bool]:
-    """Advance ``field`` in place by up to ``steps`` explicit steps; stop after the first step
-    in which no cell changed by ``threshold`` or more. Returns the steps taken and whether
-    the field came to rest."""
+    """Advance ``field`` in place by up to ``steps`` steps, until no cell changes by
+    ``threshold``; the steps taken and whether it came to rest."""
     inner = field[1:-1, 1:-1]
     change = np.empty_like(inner)
     work = np.empty_like(inner)
@@ -272,10 +262,8 @@ def compute_unit(settings: Mapping[str, Any] | HeatSettings, index: int, paths: 
 
 
 def merge(settings: Mapping[str, Any] | HeatSettings, paths: TaskPaths) -> None:
-    """Write ``summary.csv``, one row per point sorted by index, from the point files.
-
-    Raises `MissingPointsError` naming the indices without a result file.
-    """
+    """Write ``summary.csv``, a row per point by index (`MissingPointsError` naming those
+    without a result file)."""
     total = _parse(settings).points
     files = [paths.out / point_name(i) for i in range(total)]
     missing = [i for i, path in enumerate(files) if not path.is_file()]

@@ -1,19 +1,5 @@
-"""The plate of the heat example: what its source file says and the grid built from it.
-
-A plate is the unit square. Its source file (JSON) gives the temperature the plate starts
-at and rectangular regions held at a fixed temperature (heaters or coolers), placed in
-fractions of the plate's width and height::
-
-    {
-      "name": "plate with a heater",
-      "initial_temperature": 20.0,
-      "fixed_regions": [
-        {"name": "heater", "x": [0.4, 0.6], "y": [0.4, 0.6], "temperature": 150.0}
-      ]
-    }
-
-The four edges are not part of the file: the sweep sets their temperature per unit.
-Temperatures are in degrees Celsius.
+"""The plate of the heat example: what its source file (JSON) says and the grid built from
+it. Positions are fractions of the unit square; temperatures are in degrees Celsius.
 """
 
 from __future__ import annotations
@@ -69,12 +55,8 @@ class PlateSpec(BaseModel):
 
 @dataclass(frozen=True)
 class PlateGrid:
-    """A plate sampled on an n-by-n grid, shared read-only by the units of a task.
-
-    ``initial`` is the starting field (edges still to be set by each unit); ``free`` is 1.0
-    on interior cells that evolve and 0.0 on interior cells held by a fixed region; it has
-    the shape of the interior, ``(n - 2, n - 2)``.
-    """
+    """A plate sampled on an n-by-n grid, shared read-only by the units of a task: the
+    starting field, and ``free`` (the interior: 1.0 where cells evolve, 0.0 where held)."""
 
     initial: FloatGrid
     free: FloatGrid
@@ -83,12 +65,6 @@ class PlateGrid:
     def size(self) -> int:
         """Cells along one side."""
         return int(self.initial.shape[0])
-
-    @property
-    def held_temperatures(self) -> tuple[float, ...]:
-        """Distinct temperatures of the interior cells that never change."""
-        held = self.initial[1:-1, 1:-1][self.free == 0.0]
-        return tuple(float(t) for t in np.unique(held))
 
 
 def plate_file(port_path: Path) -> Path:

@@ -1,12 +1,5 @@
-"""The ``report`` task type: a markdown report of a heat sweep, and a plot when it can.
-
-An unsplit task: `simrun-exec` runs its command, ``simrun-heat-report SETTINGS OUT
-table=DIR``, where SETTINGS is a JSON file of the task's settings, OUT the output directory
-and DIR the output of the heat task (which holds ``summary.csv``). It writes ``report.md``
-and, when matplotlib is installed (the ``plot`` extra), ``plot.png``.
-
-Bad input (a malformed command line, unreadable settings, a missing or broken summary) ends
-the command with one line on stderr and a non-zero exit code, never a traceback.
+"""The ``report`` task type: a markdown report of a heat sweep (``report.md``), and a plot
+(``plot.png``) when matplotlib is installed. Bad input ends it with one line on stderr.
 """
 
 from __future__ import annotations

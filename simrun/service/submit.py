@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from simrun.core.layout import StoreLayout
+from simrun.core.layout import InputRef, StoreLayout
 from simrun.core.reuse import forced_tasks, rerun_problems, task_all_fingerprints
 from simrun.plugins import TaskType
 from simrun.runstore.rows import NewRun, NewTask
-from simrun.workflow import InputRef, Problem, Workflow, WorkflowError
+from simrun.workflow import Problem, Workflow, WorkflowError
 
 
 def new_run_id(now_s: float | None = None, token: str | None = None) -> str:

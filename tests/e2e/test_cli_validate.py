@@ -146,3 +146,20 @@ def test_validate_counts_its_tasks_in_words(tmp_path: Path) -> None:
     two = simrun("validate", "examples/heat.yaml", cwd=tmp_path)
     assert two.returncode == 0, two.stderr
     assert ", 2 tasks\n" in two.stdout
+
+
+def test_a_dotted_task_name_is_refused_by_validate_and_the_dry_run(tmp_path: Path) -> None:
+    """A task named ``heat.sweep`` (read as ``heat.sweep.out``) is refused by `simrun
+    validate` and by `simrun run --dry-run` alike, naming the task and field: exit 2, no
+    traceback (the dry run ended in a KeyError)."""
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    wf = tmp_path / "examples" / "heat.yaml"
+    text = wf.read_text().replace("name: sweep", "name: heat.sweep")
+    wf.write_text(text.replace('"sweep.out"', '"heat.sweep.out"'))
+    expected = "task 'heat.sweep', name: task name 'heat.sweep' contains '.'"
+    for args in (("validate",), ("run", "--dry-run")):
+        result = simrun(*args, "examples/heat.yaml", cwd=tmp_path)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert expected in result.stderr, result.stdout + result.stderr
+        assert "KeyError" not in result.stderr
+        assert "Traceback" not in result.stderr

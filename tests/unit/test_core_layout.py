@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from simrun.core.layout import DB_NAME, StoreLayout, task_logs
+from simrun.core.layout import (
+    DB_NAME,
+    InputRef,
+    StoreLayout,
+    split_task,
+    task_logs,
+    task_name_problem,
+)
 from simrun.plugins import TaskPaths
 
 ROOT = Path("/data/store")
@@ -43,3 +50,40 @@ def test_task_paths_are_those_of_the_plugins_spec() -> None:
     assert got.task_dir == layout.task_dir("r1", "sweep")
     assert got.out == layout.task_out("r1", "sweep")
     assert layout.task_paths("r1", "sweep", scratch=Path("/tmp/s")).scratch == Path("/tmp/s")
+
+
+@pytest.mark.parametrize(
+    ("ref", "parsed"),
+    [
+        ("a.out", InputRef("task", "a", "out")),
+        ("fit-v2.mesh", InputRef("task", "fit-v2", "mesh")),
+        ("fit.v2.out", None),
+        ("source:plate", InputRef("source", "plate")),
+        ("source:plate.v2", InputRef("source", "plate.v2")),
+        ("source:", None),
+        ("a.", None),
+        ("a.1x", None),
+        (".out", None),
+    ],
+)
+def test_input_references_parse(ref: str, parsed: InputRef | None) -> None:
+    """References parse as task.port (split at the first dot: a task name holds none) or
+    source:name; anything else is None."""
+    assert InputRef.parse(ref) == parsed
+
+
+@pytest.mark.parametrize("name", ["heat.sweep", "a.b.c", "source:x", "fit:2"])
+def test_a_task_name_holds_no_separator_of_a_reference(name: str) -> None:
+    """A task name with '.' or ':' is refused: references and --set could not name it."""
+    why = task_name_problem(name)
+    assert why is not None
+    assert f"{name!r} contains" in why
+
+
+@pytest.mark.parametrize("name", ["sweep", "fit-v2", "fit_2", "Heat2"])
+def test_an_accepted_task_name_splits_back_from_every_reference(name: str) -> None:
+    """For every accepted task name, its port reference and a --set's TASK.SETTING give the
+    name back: the one split rule agrees with the one name rule."""
+    assert task_name_problem(name) is None
+    assert InputRef.parse(f"{name}.out") == InputRef("task", name, "out")
+    assert split_task(f"{name}.solver.tol") == (name, "solver.tol")

@@ -18,7 +18,6 @@ from simrun.core.reuse import (
     choose,
     choose_units,
     covered,
-    fingerprints,
     forced_tasks,
     merge_ranges,
     rerun_problems,
@@ -48,7 +47,7 @@ def chain(
         ),
         "summary": TaskIdentity(TYPE_B, summary_settings or {"title": "t"}, {"table": "sweep.out"}),
     }
-    return fingerprints(ORDER, identities, {"plate": plate})
+    return all_fingerprints(ORDER, identities, {"plate": plate})[0]
 
 
 BASE = chain()
@@ -93,8 +92,8 @@ def test_the_port_read_from_upstream_is_part_of_the_fingerprint() -> None:
     }
     other = {**ids, "down": TaskIdentity(TYPE_B, {}, {"table": "up.extra"})}
     assert (
-        fingerprints(["up", "down"], ids, {})["down"]
-        != (fingerprints(["up", "down"], other, {})["down"])
+        all_fingerprints(["up", "down"], ids, {})[0]["down"]
+        != (all_fingerprints(["up", "down"], other, {})[0]["down"])
     )
 
 

@@ -8,16 +8,15 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
+from simrun.core.layout import name_problem
 from simrun.plugins import ResourceHint, TaskType, load_task_types
 from simrun.workflow import (
-    InputRef,
     Problem,
     ResourceOverride,
     Workflow,
     WorkflowError,
     check_workflow,
     load_workflow,
-    name_problem,
     parse_workflow,
     source_problems,
     validate_workflow,
@@ -308,20 +307,24 @@ def test_unreadable_file() -> None:
         load_workflow(Path("/no/such/dir/no-such.yaml"))
 
 
-@pytest.mark.parametrize(
-    ("ref", "parsed"),
-    [
-        ("a.out", InputRef("task", "a", "out")),
-        ("fit.v2.out", InputRef("task", "fit.v2", "out")),
-        ("source:plate", InputRef("source", "plate")),
-        ("source:", None),
-        ("a.", None),
-        ("a.1x", None),
-    ],
-)
-def test_input_references_parse(ref: str, parsed: InputRef | None) -> None:
-    """References parse as task.port (last dot) or source:name; anything else is None."""
-    assert InputRef.parse(ref) == parsed
+def test_a_task_name_with_a_dot_or_colon_is_refused_naming_the_task_and_field() -> None:
+    """A task named ``heat.sweep`` (which ``heat.sweep.out`` and ``--set heat.sweep.grid=1``
+    could not name) is refused at validation, as is one named ``source:x``."""
+    text = textwrap.dedent(
+        """\
+        sources: {plate: plate.json}
+        tasks:
+          - {name: heat.sweep, type: sweep, inputs: {plate: "source:plate"}}
+          - {name: "source:x", type: report, inputs: {table: heat.sweep.out}}
+        """
+    )
+    problems = validate_workflow(parse_workflow(text), TYPES)
+    named = {(p.task, p.loc): p.message for p in problems}
+    dot = named[("heat.sweep", ("tasks", 0, "name"))]
+    assert dot.startswith("task name 'heat.sweep' contains '.'")
+    assert "task 'heat.sweep', name: task name" in str(problems[0])
+    assert "contains ':'" in named[("source:x", ("tasks", 1, "name"))]
+    assert "neither 'task.port'" in named[("source:x", ("tasks", 1, "inputs", "table"))]
 
 
 class LenientSettings(BaseModel):

@@ -24,13 +24,13 @@ from simrun.core.intake import (
     upload_path_problem,
     workflow_size_problem,
 )
+from simrun.core.layout import name_problem
 from simrun.plugins import TaskType
 from simrun.workflow import (
     Problem,
     Workflow,
     WorkflowError,
     check_workflow,
-    name_problem,
     parse_workflow_lines,
 )
 
