@@ -47,7 +47,7 @@ def test_simrun_service_reads_its_database_path_from_simrun_db() -> None:
     """`simrun service` takes --db from SIMRUN_DB; --db-on-network-fs is off by default."""
     with mock.patch.dict(os.environ, {"SIMRUN_DB": "/var/lib/simrun/simrun.db"}, clear=True):
         ctx = service_command.make_context("service", [])
-    assert str(ctx.params["db"]) == "/var/lib/simrun/simrun.db"
+    assert str(ctx.params["db_path"]) == "/var/lib/simrun/simrun.db"
     assert ctx.params["db_on_network_fs"] is False
 
 
