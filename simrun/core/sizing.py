@@ -53,6 +53,9 @@ WORKER_NAME_MAX = 63 - len("simrun-worker-")
 
 T = TypeVar("T")
 
+#: Bytes in one GiB: every ``*_gb`` figure of simrun is in GiB.
+GIB = 2**30
+
 
 @dataclass(frozen=True)
 class WorkerCapacity:
