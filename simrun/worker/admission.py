@@ -58,27 +58,29 @@ class Usage:
 
 
 @dataclass(frozen=True)
-class Decision:
+class Admission:
+    """What `decide` says of one request now, and why (for a wait or a refusal)."""
+
     verdict: Literal["admit", "wait", "refuse"]
     reason: str = ""
 
 
-def decide(capacity: Capacity, usage: Usage, request: Request) -> Decision:
+def decide(capacity: Capacity, usage: Usage, request: Request) -> Admission:
     """Whether ``request`` can start now, must wait, or can never run in this container."""
     if request.memory_gb > capacity.memory_gb + EPS_GB:
-        return Decision(
+        return Admission(
             "refuse",
             f"{request.what} needs {request.memory_gb:g} GiB of memory and this worker has "
             f"{capacity.memory_gb:g} GiB in all",
         )
     if request.slots > capacity.processes:
-        return Decision(
+        return Admission(
             "refuse",
             f"{request.what} needs {request.slots} processes and this worker has "
             f"{capacity.processes}",
         )
     if request.gpus > capacity.gpus:
-        return Decision(
+        return Admission(
             "refuse",
             f"{request.what} needs {request.gpus} GPU(s) and this worker has {capacity.gpus}",
         )
@@ -91,8 +93,8 @@ def decide(capacity: Capacity, usage: Usage, request: Request) -> Decision:
     if request.gpus > capacity.gpus - usage.gpus:
         short.append("no free GPU")
     if short:
-        return Decision("wait", "; ".join(short))
-    return Decision("admit")
+        return Admission("wait", "; ".join(short))
+    return Admission("admit")
 
 
 @dataclass(frozen=True)

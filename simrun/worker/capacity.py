@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-GIB = 2**30
+from simrun.core.sizing import GIB
+
 #: Memory kept back for the worker container's own process when memory is detected.
 RESERVE_GB = 0.25
 #: cgroup v1 writes a number near 2**63 for "no limit".
@@ -69,12 +70,11 @@ def parse_cgroup_v1_memory(text: str) -> int | None:
     return None if number < 0 or number >= _V1_UNLIMITED else number
 
 
-def parse_meminfo_total(text: str) -> int:
-    """Bytes of ``MemTotal`` in the text of ``/proc/meminfo``."""
-    match = re.search(r"^MemTotal:\s+(\d+)\s*kB", text, re.MULTILINE)
-    if match is None:
-        raise ValueError("/proc/meminfo has no MemTotal line")
-    return int(match.group(1)) * 1024
+def parse_meminfo(text: str, name: str) -> int | None:
+    """Bytes of line ``name`` (``MemTotal``, ``MemAvailable``) in the text of
+    ``/proc/meminfo``; None when it has no such number."""
+    match = re.search(rf"^{name}:\s+(\d+)\s*kB", text, re.MULTILINE)
+    return None if match is None else int(match.group(1)) * 1024
 
 
 def parse_cpu_max(text: str) -> float | None:
@@ -173,7 +173,10 @@ def detect_memory_bytes(cgroup_root: Path, proc_root: Path) -> tuple[int, str]:
     )
     if v1_limit is not None:
         return v1_limit, "cgroup v1 memory.limit_in_bytes"
-    return parse_meminfo_total(_read(proc_root / "meminfo") or ""), "MemTotal"
+    total = parse_meminfo(_read(proc_root / "meminfo") or "", "MemTotal")
+    if total is None:
+        raise ValueError("/proc/meminfo has no MemTotal line")
+    return total, "MemTotal"
 
 
 def detect_processes(cgroup_root: Path, proc_root: Path) -> int:

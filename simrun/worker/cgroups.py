@@ -39,7 +39,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from simrun.worker.proctree import GIB, kill_pids, living
+from simrun.core.sizing import GIB
+from simrun.worker.proctree import kill_pids, living, start_time
 
 log = logging.getLogger(__name__)
 
@@ -193,16 +194,6 @@ def owner_of(name: str) -> tuple[int, int] | None:
 
 
 # -- the files -----------------------------------------------------------------------------
-
-
-def _start_time(pid: int) -> int | None:
-    """The start time of process ``pid`` (field 22 of its stat), None once it is gone."""
-    try:
-        data = Path(f"/proc/{pid}/stat").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    fields = data[data.rfind(b")") + 2 :].split()
-    return int(fields[19])
 
 
 class Cgroup:
@@ -407,7 +398,7 @@ def sweep(own: Cgroup) -> int:
         return 0
     for name in names:
         owner = owner_of(name)
-        if owner is None or _start_time(owner[0]) == owner[1]:
+        if owner is None or start_time(owner[0]) == owner[1]:
             continue
         area = own.path / name
         children = [p for p in area.iterdir() if p.is_dir()] if area.is_dir() else []
@@ -441,7 +432,7 @@ class WorkerCgroups:
         if swept:
             log.info("removed %d cgroup areas left by workers that are gone", swept)
         pid = os.getpid()
-        name = f"{AREA_PREFIX}{pid}-{_start_time(pid)}" + (f"-{tag}" if tag else "")
+        name = f"{AREA_PREFIX}{pid}-{start_time(pid)}" + (f"-{tag}" if tag else "")
         area = Cgroup(own.path / name, own.version)
         area.path.mkdir(exist_ok=True)
         if own.version == 2:

@@ -26,11 +26,12 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from simrun.core.sizing import GIB
+
 #: The engines looked for on ``PATH``, in this order, when none is named.
 ENGINE_NAMES = ("docker", "podman")
 #: Seconds an ``inspect`` or ``rm`` of the engine may take.
 _ENGINE_CALL_S = 30.0
-_GIB = 2**30
 
 
 class EngineError(ValueError):
@@ -81,7 +82,7 @@ def run_argv(
     it ends, for `inspect_argv`), its memory (and memory with swap) bounded by ``limit_gb``,
     each of ``mounts`` at its own path, ``workdir`` its working directory, and ``environ``
     (the variables simrun sets for a command, e.g. ``SIMRUN_PROCESSES``) passed by name."""
-    limit = f"{max(1, int(limit_gb * _GIB))}b"
+    limit = f"{max(1, int(limit_gb * GIB))}b"
     args = [engine, "run", "--name", name, "--memory", limit, "--memory-swap", limit]
     args += _mounts(mounts)
     args += ["-w", str(workdir)]
@@ -106,7 +107,7 @@ def worker_argv_in_image(
     ``name`` removed when it ends: on the host's network (the embedded Redis listens on
     127.0.0.1), its memory bounded by ``memory_gb`` (the worker's container), each of
     ``mounts`` at its own path, in ``workdir``, with ``environ`` passed in."""
-    limit = f"{max(1, int(memory_gb * _GIB))}b"
+    limit = f"{max(1, int(memory_gb * GIB))}b"
     args = [engine, "run", "--rm", "--name", name, "--network", "host"]
     args += ["--memory", limit, "--memory-swap", limit]
     args += _mounts(mounts)

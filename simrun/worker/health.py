@@ -43,7 +43,8 @@ from simrun.config import DEFAULT_REDIS_URL, ENV_REDIS_URL, ENV_WORKER_DIR, reda
 from simrun.core.reports import WorkerInfo
 from simrun.core.wire import PayloadError
 from simrun.queues.keys import DEFAULT_PREFIX, Keys
-from simrun.worker.link import DEFAULT_LOCAL_DIR, read_status, status_path
+from simrun.worker.link import read_status, status_path
+from simrun.worker.settings import DEFAULT_LOCAL_DIR
 
 #: A heartbeat older than this is stale (the worker beats every 2 s; its key lives 8 s).
 MAX_AGE_S = 30.0

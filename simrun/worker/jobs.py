@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from simrun.core.jobs import JobSpec
 from simrun.core.layout import task_logs
 from simrun.core.reports import ReportEntry, RunningJob, WorkerReport, now_s
-from simrun.core.sizing import request_gb, request_gpus, request_slots
+from simrun.core.sizing import GIB, request_gb, request_gpus, request_slots
 from simrun.core.unitlogs import FAILED, UnitLogHeader, attempt_paths, write_atomic
 from simrun.core.wire import Outcome, PayloadError, UnitKey
 from simrun.queues.client import current_attempts
@@ -37,7 +37,6 @@ from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP, UnitLogSink
 from simrun.worker.pool.processes import PoolError, ProcessPool
 from simrun.worker.pool.runner import run_chunk, run_merge
 from simrun.worker.scratch import (
-    GIB,
     ScratchSpace,
     scratch_admission,
     scratch_limit_gb,

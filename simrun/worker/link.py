@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import random
-import tempfile
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -51,9 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The worker's local directory (its status file, the reports it keeps while Redis is
-#: away) when ``--local-dir`` gives none: on the container's own disk, not the store.
-DEFAULT_LOCAL_DIR = Path(tempfile.gettempdir()) / "simrun-worker"
 #: How long a written report is kept, to be written again should Redis lose its data.
 RECENT_S = 60.0
 #: And how many at most.

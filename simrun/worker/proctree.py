@@ -20,9 +20,6 @@ import signal
 import time
 from collections.abc import Iterable, Iterator
 
-#: Bytes in one GiB: every ``*_gb`` figure of simrun is in GiB.
-GIB = 2**30
-
 _RSS_ANON = b"RssAnon:"
 
 #: Whether this kernel lists a thread's children in ``/proc/<pid>/task/<tid>/children``
@@ -76,18 +73,27 @@ def _children_from_task_files(pid: int) -> list[int]:
     return found
 
 
+def stat(pid: int | str, maxsplit: int = -1) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, ppid, pgrp, ...;
+    ``maxsplit`` of them at most), None once the process is gone."""
+    data = _read(f"/proc/{pid}/stat")
+    if data is None:
+        return None
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    return data[data.rfind(b")") + 2 :].split(maxsplit=maxsplit)
+
+
+def start_time(pid: int) -> int | None:
+    """The start time of process ``pid`` in clock ticks since boot, None once it is gone."""
+    fields = stat(pid)
+    return int(fields[19]) if fields is not None and len(fields) > 19 else None
+
+
 def _all_stats() -> Iterator[tuple[int, list[bytes]]]:
-    """Every process's pid and the fields of its ``/proc/<pid>/stat`` after the command
-    name (state, ppid, pgrp, ...): one scan of ``/proc``."""
+    """Every process's pid and its first `stat` fields: one scan of ``/proc``."""
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        data = _read(f"/proc/{name}/stat")
-        if data is None:
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split
-        # after the last ')'.
-        yield int(name), data[data.rfind(b")") + 2 :].split(maxsplit=3)
+        if name.isdigit() and (fields := stat(name, maxsplit=3)) is not None:
+            yield int(name), fields
 
 
 def _parent_map() -> dict[int, list[int]]:
@@ -149,12 +155,9 @@ def anon_bytes_of(pids: Iterable[int]) -> int:
 
 
 def _state(pid: int) -> bytes | None:
-    """The state letter of ``/proc/<pid>/stat`` (b"R", b"S", b"Z"...), None once gone."""
-    data = _read(f"/proc/{pid}/stat")
-    if data is None:
-        return None
-    rest = data[data.rfind(b")") + 2 :].split(maxsplit=1)
-    return rest[0] if rest else None
+    """The state letter of a process (b"R", b"S", b"Z"...), None once gone."""
+    fields = stat(pid, maxsplit=1)
+    return fields[0] if fields else None
 
 
 def living(pids: Iterable[int]) -> list[int]:

@@ -18,15 +18,8 @@ import time
 from collections.abc import Callable, Iterable
 from types import TracebackType
 
-from simrun.worker.proctree import (
-    GIB,
-    anon_bytes_of,
-    anon_memory_bytes,
-    own_anon_bytes,
-)
-
-# The tree is read by simrun.worker.proctree; its names are re-exported here, where they
-# always were.
+from simrun.core.sizing import GIB
+from simrun.worker.proctree import anon_bytes_of, anon_memory_bytes, own_anon_bytes
 
 log = logging.getLogger(__name__)
 

@@ -43,10 +43,10 @@ from pathlib import Path
 from typing import Literal
 
 from simrun.core.jobs import JobPaths, JobSpec
+from simrun.core.sizing import GIB
 
 log = logging.getLogger(__name__)
 
-GIB = 1024**3
 #: A task whose scratch passes its ``scratch_gb`` times this (and at least
 #: `HARD_MARGIN_MIN_GB` more) has its job stopped; below, it is only reported.
 HARD_MARGIN = 1.5

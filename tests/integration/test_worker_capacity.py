@@ -7,16 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from simrun.core.sizing import GIB
 from simrun.worker.capacity import (
-    GIB,
     Capacity,
     cgroup_paths,
     detect_capacity,
+    detect_memory_bytes,
     parse_cgroup_v1_memory,
     parse_cgroup_v2_memory,
     parse_cpu_max,
     parse_cuda_visible_devices,
-    parse_meminfo_total,
+    parse_meminfo,
     parse_nvidia_smi,
 )
 
@@ -46,12 +47,34 @@ def test_bad_cgroup_files_are_named() -> None:
         parse_cpu_max("100")
 
 
-def test_meminfo() -> None:
-    """MemTotal is read in kB from /proc/meminfo; its absence is an error."""
-    text = "MemTotal:       24684096 kB\nMemFree:        23000000 kB\n"
-    assert parse_meminfo_total(text) == 24684096 * 1024
+MEMINFO = """MemTotal:       24576000 kB
+MemFree:        20000000 kB
+MemAvailable:   22000000 kB
+Buffers:          100000 kB
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "expected"),
+    [
+        (MEMINFO, "MemTotal", 24576000 * 1024),
+        (MEMINFO, "MemAvailable", 22000000 * 1024),
+        ("MemTotal: 100 kB\n", "MemAvailable", None),  # an old kernel without MemAvailable
+        ("", "MemAvailable", None),
+        ("MemAvailable: lots kB\n", "MemAvailable", None),
+    ],
+)
+def test_meminfo(text: str, name: str, expected: int | None) -> None:
+    """A line of /proc/meminfo in bytes (the kernel writes kB), None without such a number."""
+    assert parse_meminfo(text, name) == expected
+
+
+def test_meminfo_without_memtotal_is_an_error(tmp_path: Path) -> None:
+    """Memory detected from a /proc/meminfo without MemTotal (and no cgroup limit) fails."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "meminfo").write_text("MemFree: 1 kB\n")
     with pytest.raises(ValueError, match="no MemTotal"):
-        parse_meminfo_total("MemFree: 1 kB\n")
+        detect_memory_bytes(tmp_path / "cgroup", tmp_path / "proc")
 
 
 @pytest.mark.parametrize(
