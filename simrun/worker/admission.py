@@ -1,16 +1,7 @@
-"""Memory-weighted admission: which held jobs may start now.
-
-A job asks for memory (GiB), process slots and GPUs (`Request`). It is admitted when its
-memory fits what is free in the container (capacity minus what admitted jobs asked for), a
-slot is free and enough GPUs are free. A request that can never fit (more than the whole
-container) is refused instead of waiting forever.
-
-Waiting jobs are served in order, and a later one may pass an earlier one that does not fit
-yet (a small chunk runs beside a big one), but not for ever: once the first waiter has
-waited `patience_s`, nothing behind it is admitted until it is.
-
-`decide` and `pick` are pure; `AdmissionGate` is the thin asyncio shell around them.
-"""
+"""Memory-weighted admission: which held jobs may start now. `decide` and `pick` are pure
+(a request fits memory, slots and GPUs, waits, or can never fit and is refused; a later job
+may pass one that does not fit yet, until the first has waited ``patience_s``);
+`AdmissionGate` is the asyncio shell around them."""
 
 from __future__ import annotations
 
@@ -106,12 +97,9 @@ class Waiter:
 def pick(
     capacity: Capacity, usage: Usage, waiting: Sequence[Waiter], patience_s: float
 ) -> tuple[list[int], list[int]]:
-    """Which waiters to admit now and which to refuse, as indices into ``waiting``.
-
-    In order: each that fits is admitted (and counts against what is free for the ones
-    after it); one that can never fit is refused; one that must wait lets later ones pass
-    unless it has waited ``patience_s`` or more, which stops the scan.
-    """
+    """Which waiters to admit now and which to refuse (indices into ``waiting``): in
+    order, each that fits is admitted, one that never fits refused, and one that must wait
+    lets later ones pass until it has waited ``patience_s``."""
     admit: list[int] = []
     refuse: list[int] = []
     for i, waiter in enumerate(waiting):

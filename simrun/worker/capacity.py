@@ -1,14 +1,6 @@
-"""What a worker container can run at once: memory, processes and GPUs.
-
-Each figure comes from a flag when one is given, else it is detected: memory from the
-cgroup limit of the container (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) when one
-is set, else the physical memory (``MemTotal``); processes from the CPUs the process may
-run on, bounded by a cgroup CPU quota; GPUs from ``CUDA_VISIBLE_DEVICES`` when it is set,
-else from ``nvidia-smi -L`` when that program exists.
-
-The parsing is done by pure functions (tested on tables of real file contents); the
-functions that read files and run programs are thin.
-"""
+"""What a worker container can run at once: memory (cgroup limit, else MemTotal), processes
+(CPU affinity bounded by a cgroup quota) and GPUs (``CUDA_VISIBLE_DEVICES``, else
+``nvidia-smi -L``), each unless a flag gives it. Parsing is pure; reading is thin."""
 
 from __future__ import annotations
 
@@ -48,9 +40,6 @@ class Capacity:
         return len(self.gpu_ids)
 
 
-# --- pure parsing -------------------------------------------------------------------------
-
-
 def parse_cgroup_v2_memory(text: str) -> int | None:
     """Bytes of a cgroup v2 ``memory.max``; None for ``max`` (no limit)."""
     value = text.strip()
@@ -88,11 +77,8 @@ def parse_cpu_max(text: str) -> float | None:
 
 
 def parse_cuda_visible_devices(value: str | None) -> tuple[str, ...] | None:
-    """The devices ``CUDA_VISIBLE_DEVICES`` names; None when it is unset.
-
-    Empty entries are skipped; like CUDA, the list ends at the first ``-1`` (an empty
-    value or ``-1`` hides every GPU).
-    """
+    """The devices ``CUDA_VISIBLE_DEVICES`` names (None: unset); as for CUDA, the list
+    ends at the first ``-1``."""
     if value is None:
         return None
     devices: list[str] = []
@@ -134,9 +120,6 @@ def _ancestors(root: Path, path: str | None) -> list[Path]:
         if current == Path():
             return out
         current = current.parent
-
-
-# --- thin I/O -----------------------------------------------------------------------------
 
 
 def _read(path: Path) -> str | None:
@@ -215,12 +198,8 @@ def detect_capacity(
     cgroup_root: Path = Path("/sys/fs/cgroup"),
     proc_root: Path = Path("/proc"),
 ) -> Capacity:
-    """The capacity from the flags given, detecting the others.
-
-    Detected memory keeps `RESERVE_GB` back for the container's own process. ``gpus``
-    (a count) takes that many of the detected device ids, or ids "0".."gpus-1" when none
-    are detected.
-    """
+    """The capacity from the flags given, detecting the others (memory less `RESERVE_GB`;
+    ``gpus`` takes that many detected ids, else "0".."gpus-1")."""
     if memory_gb is None:
         total, _source = detect_memory_bytes(cgroup_root, proc_root)
         memory_gb = max(total / GIB - RESERVE_GB, total / GIB / 2)

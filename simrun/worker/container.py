@@ -39,9 +39,8 @@ from simrun.worker.spool import MIB, ReportSpool, SpoolBounds
 
 log = logging.getLogger(__name__)
 
-#: arq's own bound on a job; ours are the unit timeouts. Also how long arq would keep a job
-#: that a dead worker held blocked: the service dispatches its units again with a newer
-#: attempt and drops it from arq (`simrun.queues.JobQueue.drop_jobs`).
+#: arq's own bound on a job (ours are the unit timeouts; a job a dead worker held is
+#: dispatched again and dropped from arq by the service).
 JOB_TIMEOUT_S = 7 * 24 * 3600
 KEEP_RESULT_S = 300
 MAX_TRIES = 3
@@ -54,8 +53,7 @@ def default_worker_id() -> str:
 
 
 def memory_in_use_gb() -> float:
-    """The anonymous resident memory of this container's processes but its own (the
-    worker processes, the commands and their children), in GiB (blocking: walks /proc)."""
+    """The anonymous memory of this container's processes but its own, in GiB (blocking)."""
     return proctree.anon_bytes_of(proctree.descendants(os.getpid())) / GIB
 
 
@@ -79,13 +77,11 @@ class WorkerContainer:
         self.isolation = "the process tree"
         self._cgroups: WorkerCgroups | None = None
         self.gate = AdmissionGate(capacity, settings.admission_patience_s)
-        #: A directory of this container's own in the scratch directory (which several
-        #: containers may share), kept at exit (what a failed task left, for debugging)
-        #: until a worker starting later finds it is not alive (`ScratchSpace.remove_dead`).
+        #: This container's own directory in the shared scratch directory, kept at exit
+        #: (for debugging) until a later worker finds it dead (`ScratchSpace.remove_dead`).
         self.scratch = ScratchSpace(scratch_root(settings.scratch, self.worker_id))
-        #: Free space of the scratch directory in GiB, as last measured (the heartbeat's).
+        #: The free scratch and the memory in use, as last measured (for the heartbeat).
         self.free_scratch_gb: float | None = None
-        #: The memory its processes hold, as last measured (the heartbeat's).
         self.used_memory_gb: float | None = None
         self.started = now_s()
         self.stopping = False
@@ -99,8 +95,6 @@ class WorkerContainer:
         self._stop_task: asyncio.Task[None] | None = None
         self._grace_over = asyncio.Event()
         self._stop_asked = asyncio.Event()
-
-    # -- state for the heartbeat ------------------------------------------------------------
 
     def info(self) -> WorkerInfo:
         handler = self._handler
@@ -124,8 +118,6 @@ class WorkerContainer:
             free_scratch_gb=self.free_scratch_gb,
             used_memory_gb=self.used_memory_gb,
         )
-
-    # -- running -----------------------------------------------------------------------------
 
     def _arq_worker(
         self, queue: str, pool: ArqRedis, handler: JobHandler, link: RedisLink
@@ -156,9 +148,8 @@ class WorkerContainer:
         return open_redis(self.settings.redis_url, RedisTimeouts(connect_s=t, socket_s=t))
 
     async def _wait_for_redis(self, redis: ArqRedis) -> bool:
-        """Wait until Redis answers (True), or a stop is asked meanwhile (False). While it
-        is not reachable yet, the status file says so (the health check: "waiting for
-        Redis"); `RedisUnusable` when it never will be (or not within ``redis_wait_s``)."""
+        """Wait until Redis answers (True), or a stop is asked meanwhile (False), the status
+        file saying so for the health check; `RedisUnusable` when it never will be."""
         where = redact_url(self.settings.redis_url)
         status = status_path(self.settings.local, self.worker_id)
 
@@ -191,13 +182,9 @@ class WorkerContainer:
         return True
 
     async def run(self, handle_signals: bool = False) -> None:
-        """Serve until the queues are empty (burst) or a stop has run its course.
-
-        Raises `PoolError` when the worker processes cannot start (a ``--plugins``
-        reference that does not load) and `RedisUnusable` when Redis will never take the
-        worker (bad URL or credentials) or was not reached within ``redis_wait_s``; Redis
-        not reachable yet is waited for (for ever by default).
-        """
+        """Serve until the queues are empty (burst) or a stop has run its course. `PoolError`
+        when the worker processes cannot start, `RedisUnusable` when Redis will never take
+        the worker (bad URL or credentials, or not reached within ``redis_wait_s``)."""
         loop = asyncio.get_running_loop()
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -220,8 +207,7 @@ class WorkerContainer:
                     loop.remove_signal_handler(sig)
 
     def _open_cgroups(self) -> None:
-        """Give the pool a memory cgroup per worker process where the kernel allows it
-        (blocking: reads and writes cgroup files)."""
+        """Give the pool a memory cgroup per worker process where the kernel allows it."""
         if self.settings.cgroups == "off":
             support = CgroupSupport(None, False, "turned off (--cgroups off)")
         else:
@@ -249,8 +235,7 @@ class WorkerContainer:
             engine=self.engine,
             scratch=self.scratch,
         )
-        # what workers gone left in the scratch directory (an earlier incarnation of this
-        # container: an emptyDir outlives a container's restart) goes
+        # the scratch of workers gone (an emptyDir outlives a container's restart) goes
 
         async def alive(ids: list[str]) -> set[str]:
             async with redis.pipeline(transaction=False) as pipe:
@@ -332,9 +317,8 @@ class WorkerContainer:
             self.spool.discard()
 
     async def _upkeep_loop(self, redis: ArqRedis, link: RedisLink) -> None:
-        """Every heartbeat interval: measure the free scratch space and the memory the
-        container's processes hold (for the heartbeat), and remove the scratch of tasks that
-        ended or have been idle long (`simrun.worker.scratch.ScratchSpace.sweep`)."""
+        """Every heartbeat interval: measure the free scratch and the memory in use (for the
+        heartbeat), and remove the scratch of tasks that ended (`ScratchSpace.sweep`)."""
 
         async def ended(tasks: list[tuple[str, str]]) -> set[tuple[str, str]]:
             if not link.is_up:
@@ -361,12 +345,11 @@ class WorkerContainer:
             self.used_memory_gb = await asyncio.to_thread(memory_in_use_gb)
 
     def _scratch_room(self) -> float | None:
-        """The scratch this worker advertises (`simrun.worker.scratch.room_gb`; blocking)."""
+        """The scratch this worker advertises (`room_gb`; blocking)."""
         return room_gb(self.scratch.free_gb(), self.scratch.held_bytes() / GIB)
 
     async def _run_arq(self, worker: OutageWorker, link: RedisLink) -> None:
-        """Run an arq worker; one that ends on a Redis error is started again once Redis
-        answers (unless the container stops meanwhile)."""
+        """Run an arq worker, again once Redis answers when it ended on a Redis error."""
         while True:
             if self.stopping:
                 # A stop asked for before arq's main task exists would not end it (arq's
@@ -383,8 +366,7 @@ class WorkerContainer:
                 log.info("arq worker of %s started again", worker.queue_name)
 
     async def _deliver_kept(self, link: RedisLink) -> None:
-        """At the end: give Redis up to the grace period to come back for the reports still
-        kept, then say how many are lost."""
+        """At the end: give Redis the grace period to come back for the reports kept."""
         if not len(self.spool):
             return
         if not link.is_up:
@@ -419,8 +401,8 @@ class WorkerContainer:
         return sum(1 for w in self._arq for t in w.tasks.values() if not t.done())
 
     async def _wait_jobs(self, timeout_s: float, grace: bool) -> bool:
-        """Wait until no job is in flight (True), or ``timeout_s`` has passed (False); with
-        ``grace``, a second stop request also ends the wait (False)."""
+        """Wait until no job is in flight (True), or ``timeout_s`` passed (False); with
+        ``grace``, a second stop request ends the wait too."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while self._jobs_in_flight():

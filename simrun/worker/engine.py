@@ -1,22 +1,6 @@
-"""Running a command inside a task's image through a container engine (docker or podman).
-
-A task whose type has an ``image`` runs in that image. In a deployment (compose,
-Kubernetes) a worker container started from the image serves the image's queue and runs the
-command as any other. On one machine (`simrun run`), the embedded workers are given a
-container engine (``--engine``): ``simrun-exec`` then runs the command as
-
-    ENGINE run --name simrun-<id> --memory <limit> --memory-swap <limit>
-        -v STORE:STORE [-v SCRATCH:SCRATCH] -w TASK_DIR -e SIMRUN_PROCESSES=... IMAGE ARGV...
-
-so that every path the argv names (the store's, the scratch's) is the same inside the
-container, the engine's kernel limit is the job's memory limit, and the command's output
-reaches simrun-exec's pipes as before. After the container ends, ``ENGINE inspect`` tells
-whether the engine's OOM killer ended it (``{{.State.OOMKilled}}``: a kill for memory),
-then ``ENGINE rm`` removes it. Everything here but `inspect_oom` and `remove` is pure.
-
-An engine is found (`find_engine`) as the ``SIMRUN_ENGINE`` setting names it, else
-``docker`` then ``podman`` on ``PATH``.
-"""
+"""Running a command (or a whole worker) inside a task's image through a container engine
+(docker or podman): the engine's command lines (pure), whether its OOM killer ended a
+container, and removing it. Every path the argv names is mounted at its own path."""
 
 from __future__ import annotations
 

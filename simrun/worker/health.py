@@ -1,29 +1,7 @@
-"""``python -m simrun.worker.health``: is the worker of this container alive?
-
-A container health check (Docker ``HEALTHCHECK``, a Kubernetes liveness probe). It reads
-the worker heartbeats in Redis (`simrun.worker.heartbeat`) and exits 0 when the heartbeat
-of this container's worker was written within ``--max-age-s`` seconds, 1 otherwise, with
-one line that says why. A worker that stops cleanly deletes its heartbeat, and one whose
-event loop is stuck or that lost Redis stops refreshing it, so both turn unhealthy.
-
-Which heartbeat is "this container's": the one of ``--id`` when given; otherwise the
-newest one written from this host name. In a container the host name is the container's
-(Docker) or the pod's (Kubernetes) own, and the worker's default id starts with it, so
-the ids that start with ``<host>-`` are read first and the rest only when none of those
-matches (a worker started with an explicit ``--id``).
-
-While Redis is away the worker cannot beat, and the check cannot read Redis either; the
-worker then says so in its status file in its local directory (``--local-dir``, as the
-worker's; `simrun.worker.link`), rewritten at every heartbeat interval: a fresh status that
-says Redis is down makes the check healthy, "waiting for Redis ...", so that the container
-is not restarted (and the units it runs and the reports it keeps lost) for an outage of
-Redis. A status file that is not fresh is not believed (the worker's loop is stuck).
-
-Redis comes from ``--redis-url``, else ``REDIS_URL``, else the local default, as for
-``simrun worker``; ``--prefix`` must be the worker's.
-
-`judge`, `judge_local` and `candidate_ids` are pure; `check` is the thin Redis shell around them.
-"""
+"""``python -m simrun.worker.health``: the container's health check. Healthy when this
+container's worker (``--id``, else the newest heartbeat of this host) beat within
+``--max-age-s``, or when its fresh status file says it waits for Redis (an outage of Redis
+must not restart the container). `judge`, `judge_local` and `candidate_ids` are pure."""
 
 from __future__ import annotations
 
@@ -46,7 +24,7 @@ from simrun.queues.keys import DEFAULT_PREFIX, Keys
 from simrun.worker.link import read_status, status_path
 from simrun.worker.settings import DEFAULT_LOCAL_DIR
 
-#: A heartbeat older than this is stale (the worker beats every 2 s; its key lives 8 s).
+#: A heartbeat older than this is stale.
 MAX_AGE_S = 30.0
 #: Heartbeats read per round trip while looking for this host's worker.
 BATCH = 200
@@ -67,8 +45,7 @@ def same_host(a: str, b: str) -> bool:
 
 
 def candidate_ids(ids: Sequence[str], host: str) -> list[str]:
-    """The worker ids in the order to read them: those that start with ``<host>-`` (the
-    worker's default id on this host) first, then the others, each group in its order."""
+    """The worker ids in the order to read them: those of this host (``<host>-``) first."""
     head = f"{host}-"
     mine = [i for i in ids if i.startswith(head)]
     return mine + [i for i in ids if not i.startswith(head)]
@@ -91,13 +68,8 @@ def judge(
     now: float,
     max_age_s: float = MAX_AGE_S,
 ) -> Verdict:
-    """Whether the heartbeat of this container's worker is fresh.
-
-    The worker is the one of ``worker_id`` when given, else the newest heartbeat written
-    from ``host``. Healthy when its ``updated`` time is at most ``max_age_s`` before
-    ``now`` (a time slightly in the future counts as age 0). A stopping worker is healthy
-    while it still beats: it is finishing its units.
-    """
+    """Whether the heartbeat of this container's worker (``worker_id``, else the newest of
+    ``host``) is at most ``max_age_s`` old; a stopping worker that still beats is healthy."""
     if worker_id is not None:
         mine = [b for b in beats if b.id == worker_id]
         whose = f"worker {worker_id!r}"
@@ -123,10 +95,8 @@ def judge_local(
     prefix: str,
     max_age_s: float = MAX_AGE_S,
 ) -> Verdict | None:
-    """What the worker's own status files say: healthy, "waiting for Redis", when the
-    newest fresh one (``updated`` at most ``max_age_s`` before ``now``) of a worker serving
-    key prefix ``prefix`` says Redis is down; None (ask Redis) otherwise. Statuses of other
-    prefixes are other workers sharing the directory, not this container's."""
+    """Healthy, "waiting for Redis", when the newest fresh status file of a worker of
+    ``prefix`` says Redis is down; None (ask Redis) otherwise."""
     fresh = [
         s for s in statuses
         if isinstance(s.get("updated"), int | float) and now - float(s["updated"]) <= max_age_s
@@ -147,8 +117,7 @@ def judge_local(
 
 
 def local_statuses(local_dir: Path, worker_id: str | None) -> list[dict[str, Any]]:
-    """The status files of the worker ``worker_id`` (else of every worker) in
-    ``local_dir``."""
+    """The status files of worker ``worker_id`` (else of every worker) in ``local_dir``."""
     if worker_id is not None:
         paths = [status_path(local_dir, worker_id)]
     else:
@@ -177,8 +146,7 @@ def check(
     now: float,
     max_age_s: float = MAX_AGE_S,
 ) -> Verdict:
-    """`judge` the heartbeats in Redis, reading as few as it takes: the key of
-    ``worker_id``, or this host's candidates first, stopping at the first fresh match."""
+    """`judge` the heartbeats in Redis, reading as few as it takes."""
     if worker_id is not None:
         return judge(
             _parse([cast("bytes | None", client.get(keys.worker(worker_id)))]),

@@ -1,14 +1,6 @@
-"""The heartbeat of a worker container: who it is, what it can run and what it runs.
-
-Every ``interval_s`` the container writes a `WorkerInfo` under its key with a TTL of
-``ttl_s`` and its id into the index of workers (scored by the time), so the service can
-list live workers cheaply (`simrun.queues.JobQueue.live_workers`) and notice a container
-that died: its key expires a few seconds after its last beat.
-
-With a `simrun.worker.link.RedisLink`, a beat is not tried while Redis is away (the link
-beats once Redis is back), and a beat that fails tells the link; without one, a failed beat
-is logged.
-"""
+"""The heartbeat of a worker container: its `WorkerInfo` every ``interval_s`` under a key
+that expires after ``ttl_s`` and its id in the index of workers; with a `RedisLink`, beats
+wait while Redis is away."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ import json
 import logging
 import time
 import traceback
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,8 +53,8 @@ log = logging.getLogger(__name__)
 STALE_REFRESH_S = 0.5
 #: Seconds between two measurements of a task's local scratch while a job of it runs.
 SCRATCH_SAMPLE_S = 1.0
-#: The most headers of failed units without output one job writes (a setup that fails
-#: fails every unit of its chunk with the same message: the first ones say it).
+#: The most headers of failed units without output one job writes (a failing setup fails
+#: every unit of its chunk alike).
 MAX_FAILED_HEADERS = 20
 
 
@@ -64,9 +65,9 @@ def write_unit_headers(
     pid: int | None,
     seconds: Mapping[UnitKey, float] | None = None,
 ) -> int:
-    """Write the header of each unit of the job that printed something (``sink``) or did
-    not end well (at most `MAX_FAILED_HEADERS` of those without output), and of a
-    command's attempt (blocking: call it in a thread). Returns how many were written."""
+    """Write the log header of each unit that printed (``sink``) or did not end well (at
+    most `MAX_FAILED_HEADERS` without output), and of a command's attempt (blocking);
+    how many were written."""
     if sink is not None:
         sink.settle_orphan()  # the last output of a process that died, to its unit
     written = dict(sink.written) if sink is not None else {}
@@ -106,13 +107,8 @@ def write_unit_headers(
 
 
 def request_for(spec: JobSpec, capacity: Capacity) -> tuple[Request, float]:
-    """What a job asks of admission, and the memory limit (GiB) it runs under.
-
-    A chunk asks for one process with ``memory_per_worker_gb`` (its limit); a merge for one
-    process with ``memory_base_gb`` (its limit; no GPU); a command for
-    ``memory_base_gb + memory_per_worker_gb * n`` (the limit of its whole process tree) and
-    n slots, n being all of the container's slots when the type ``uses_cores``, else 1.
-    """
+    """What a job asks of admission (`simrun.core.sizing.request_gb`, `request_slots`,
+    `request_gpus`), and the memory limit (GiB) it runs under: the memory it asks."""
     res = spec.resources
     what = f"a {spec.kind} job of task {spec.task!r} ({spec.task_type})"
     memory = request_gb(
@@ -123,10 +119,7 @@ def request_for(spec: JobSpec, capacity: Capacity) -> tuple[Request, float]:
 
 
 def _counts(entry: ReportEntry) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for outcome in entry.outcomes.values():
-        counts[outcome] = counts.get(outcome, 0) + 1
-    return counts
+    return dict(Counter(entry.outcomes.values()))
 
 
 def _log_entry(entry: ReportEntry) -> None:
@@ -140,11 +133,9 @@ def _log_entry(entry: ReportEntry) -> None:
 
 
 class StaleView:
-    """Which units of a job were dispatched again with a newer attempt.
-
-    Refreshed from Redis when older than ``refresh_s``; when Redis cannot be asked (or
-    the ``link`` knows it is away), units count as current (running one twice is
-    harmless, outputs are deterministic)."""
+    """Which units of a job were dispatched again with a newer attempt, refreshed from
+    Redis when older than ``refresh_s``; while Redis is away units count as current
+    (running one twice is harmless)."""
 
     def __init__(
         self,
@@ -203,8 +194,8 @@ class Job:
         self.error = error
 
     async def admit(self) -> bool:
-        """Skip the stale units, then wait for the scratch and a grant of the gate: True
-        once granted; False (the units closed, the error set) when the job will not run."""
+        """Skip the stale units, then wait for the scratch and a grant: True once granted,
+        False (units closed, error set) when the job will not run."""
         worker, spec = self.worker, self.spec
         for unit in spec.units:
             if await self.view.is_stale(unit):

@@ -1,8 +1,5 @@
-"""Bookkeeping of the outcomes of one job's units, and the `WorkerReport` made from them.
-
-Pure: no I/O, no clock. Every unit of a job ends with exactly one outcome; `close_rest`
-gives the units nobody got to (a stop, a process that died) theirs.
-"""
+"""The outcome of each unit of one job (exactly one each; `close_rest` for those nobody got
+to) and the `WorkerReport` made from them. Pure."""
 
 from __future__ import annotations
 

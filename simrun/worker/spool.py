@@ -1,20 +1,6 @@
-"""The reports a worker container could not write while Redis was away, kept in order until
-it is back: `ReportSpool`.
-
-The first ``memory_bytes`` of them (their encoded size) stay in memory; the rest go to an
-append-only file in the worker's local directory, one JSON line per report, flushed and
-fsync'd as it is written, up to ``disk_bytes``. A report past both bounds is dropped with
-one error line (once per outage): its units are dispatched again by the service, which
-finds the job neither queued nor held by a live worker once Redis is back. Delivery takes
-the reports in the order they were kept (memory first: those are the older ones), and
-forgets each only once it was written to Redis.
-
-Each report keeps the `RunningJob` of its job, so that the heartbeat still lists a job whose
-report waits here: the service does not take such a job for lost (and dispatch its units
-again) while its report is on its way.
-
-`SpoolBounds.admit` is the pure rule of where a report goes.
-"""
+"""`ReportSpool`: the reports a worker could not write while Redis was away, kept in order
+(in memory, then in a fsync'd file of the local directory, then dropped) until delivered.
+`SpoolBounds.admit` is the pure rule of where a report goes."""
 
 from __future__ import annotations
 
