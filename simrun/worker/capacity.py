@@ -9,16 +9,15 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from simrun.core.sizing import GIB
+from simrun.worker.cgroups import parse_limit, parse_proc_cgroup
 
 #: Memory kept back for the worker container's own process when memory is detected.
 RESERVE_GB = 0.25
-#: cgroup v1 writes a number near 2**63 for "no limit".
-_V1_UNLIMITED = 2**60
 
 
 @dataclass(frozen=True)
@@ -38,25 +37,6 @@ class Capacity:
     @property
     def gpus(self) -> int:
         return len(self.gpu_ids)
-
-
-def parse_cgroup_v2_memory(text: str) -> int | None:
-    """Bytes of a cgroup v2 ``memory.max``; None for ``max`` (no limit)."""
-    value = text.strip()
-    if value == "max":
-        return None
-    if not value.isdigit():
-        raise ValueError(f"memory.max holds {value!r}, not a number or 'max'")
-    return int(value)
-
-
-def parse_cgroup_v1_memory(text: str) -> int | None:
-    """Bytes of a cgroup v1 ``memory.limit_in_bytes``; None for its "unlimited" value."""
-    value = text.strip()
-    if not value.lstrip("-").isdigit():
-        raise ValueError(f"memory.limit_in_bytes holds {value!r}, not a number")
-    number = int(value)
-    return None if number < 0 or number >= _V1_UNLIMITED else number
 
 
 def parse_meminfo(text: str, name: str) -> int | None:
@@ -97,20 +77,6 @@ def parse_nvidia_smi(text: str) -> tuple[str, ...]:
     return tuple(re.findall(r"^GPU (\d+):", text, re.MULTILINE))
 
 
-def cgroup_paths(proc_self_cgroup: str) -> tuple[str | None, str | None]:
-    """The v2 path and the v1 memory-controller path of ``/proc/self/cgroup``'s text."""
-    v2: str | None = None
-    v1: str | None = None
-    for line in proc_self_cgroup.splitlines():
-        hierarchy, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        if hierarchy == "0" and controllers == "":
-            v2 = path
-        elif "memory" in controllers.split(","):
-            v1 = path
-    return v2, v1
-
-
 def _ancestors(root: Path, path: str | None) -> list[Path]:
     """``root/path`` and each parent up to ``root``, deepest first."""
     out: list[Path] = []
@@ -129,30 +95,27 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _limit_from(files: list[Path], parse: Callable[[str], int | None]) -> int | None:
+def _limit_from(files: list[Path]) -> int | None:
     """The smallest limit any of ``files`` sets (a cgroup is bounded by its ancestors)."""
     limits = []
     for file in files:
         text = _read(file)
-        if text is not None:
-            value = parse(text)
-            if value is not None:
-                limits.append(value)
+        if text is not None and (value := parse_limit(text, file.name)) is not None:
+            limits.append(value)
     return min(limits) if limits else None
 
 
 def detect_memory_bytes(cgroup_root: Path, proc_root: Path) -> tuple[int, str]:
     """The container's memory in bytes and where it was found."""
-    own = _read(proc_root / "self" / "cgroup") or ""
-    v2, v1 = cgroup_paths(own)
-    v2_limit = _limit_from(
-        [p / "memory.max" for p in _ancestors(cgroup_root, v2)], parse_cgroup_v2_memory
-    )
+    paths = parse_proc_cgroup(_read(proc_root / "self" / "cgroup") or "")
+    v2_limit = _limit_from([p / "memory.max" for p in _ancestors(cgroup_root, paths.get(""))])
     if v2_limit is not None:
         return v2_limit, "cgroup v2 memory.max"
     v1_limit = _limit_from(
-        [p / "memory.limit_in_bytes" for p in _ancestors(cgroup_root / "memory", v1)],
-        parse_cgroup_v1_memory,
+        [
+            p / "memory.limit_in_bytes"
+            for p in _ancestors(cgroup_root / "memory", paths.get("memory"))
+        ]
     )
     if v1_limit is not None:
         return v1_limit, "cgroup v1 memory.limit_in_bytes"
@@ -165,7 +128,7 @@ def detect_memory_bytes(cgroup_root: Path, proc_root: Path) -> tuple[int, str]:
 def detect_processes(cgroup_root: Path, proc_root: Path) -> int:
     """CPUs this process may use, bounded by a cgroup v2 CPU quota (rounded down, >= 1)."""
     cpus = len(os.sched_getaffinity(0))
-    v2, _ = cgroup_paths(_read(proc_root / "self" / "cgroup") or "")
+    v2 = parse_proc_cgroup(_read(proc_root / "self" / "cgroup") or "").get("")
     for path in _ancestors(cgroup_root, v2):
         text = _read(path / "cpu.max")
         quota = parse_cpu_max(text) if text is not None else None

@@ -120,14 +120,16 @@ def parse_memory_events(text: str) -> int | None:
     return _counter(text, "oom_kill")
 
 
-def parse_limit(text: str) -> int | None:
-    """A memory limit in bytes of ``memory.max`` or ``memory.limit_in_bytes``; None for
-    none (v2 ``max``, v1 a huge value)."""
+def parse_limit(text: str, name: str = "memory.max") -> int | None:
+    """A memory limit in bytes of ``memory.max`` or ``memory.limit_in_bytes`` (``name``,
+    for the error); None for none (v2 ``max``, v1 -1 or a huge value)."""
     value = text.strip()
     if value == "max":
         return None
+    if not value.lstrip("-").isdigit():
+        raise ValueError(f"{name} holds {value!r}, not a number or 'max'")
     number = int(value)
-    return None if number >= _NO_LIMIT_FLOOR else number
+    return None if number < 0 or number >= _NO_LIMIT_FLOOR else number
 
 
 def limit_text(version: int, limit_bytes: int | None) -> str:

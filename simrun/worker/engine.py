@@ -51,6 +51,15 @@ def _mounts(dirs: Sequence[Path]) -> list[str]:
     return [a for d in kept for a in ("-v", f"{d}:{d}")]
 
 
+def _bounds(
+    limit_gb: float, mounts: Sequence[Path], workdir: Path, environ: Mapping[str, str]
+) -> list[str]:
+    """The options of ``ENGINE run`` for the memory limit, mounts, workdir and variables."""
+    limit = f"{max(1, int(limit_gb * GIB))}b"
+    args = ["--memory", limit, "--memory-swap", limit, *_mounts(mounts), "-w", str(workdir)]
+    return args + [a for key in sorted(environ) for a in ("-e", f"{key}={environ[key]}")]
+
+
 def run_argv(
     engine: str,
     image: str,
@@ -66,12 +75,7 @@ def run_argv(
     it ends, for `inspect_argv`), its memory (and memory with swap) bounded by ``limit_gb``,
     each of ``mounts`` at its own path, ``workdir`` its working directory, and ``environ``
     (the variables simrun sets for a command, e.g. ``SIMRUN_PROCESSES``) passed by name."""
-    limit = f"{max(1, int(limit_gb * GIB))}b"
-    args = [engine, "run", "--name", name, "--memory", limit, "--memory-swap", limit]
-    args += _mounts(mounts)
-    args += ["-w", str(workdir)]
-    for key in sorted(environ):
-        args += ["-e", f"{key}={environ[key]}"]
+    args = [engine, "run", "--name", name, *_bounds(limit_gb, mounts, workdir, environ)]
     return [*args, image, *argv]
 
 
@@ -91,13 +95,8 @@ def worker_argv_in_image(
     ``name`` removed when it ends: on the host's network (the embedded Redis listens on
     127.0.0.1), its memory bounded by ``memory_gb`` (the worker's container), each of
     ``mounts`` at its own path, in ``workdir``, with ``environ`` passed in."""
-    limit = f"{max(1, int(memory_gb * GIB))}b"
     args = [engine, "run", "--rm", "--name", name, "--network", "host"]
-    args += ["--memory", limit, "--memory-swap", limit]
-    args += _mounts(mounts)
-    args += ["-w", str(workdir)]
-    for key in sorted(environ):
-        args += ["-e", f"{key}={environ[key]}"]
+    args += _bounds(memory_gb, mounts, workdir, environ)
     return [*args, "--entrypoint", "simrun", image, "worker", *worker_args]
 
 

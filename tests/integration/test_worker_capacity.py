@@ -10,16 +10,14 @@ import pytest
 from simrun.core.sizing import GIB
 from simrun.worker.capacity import (
     Capacity,
-    cgroup_paths,
     detect_capacity,
     detect_memory_bytes,
-    parse_cgroup_v1_memory,
-    parse_cgroup_v2_memory,
     parse_cpu_max,
     parse_cuda_visible_devices,
     parse_meminfo,
     parse_nvidia_smi,
 )
+from simrun.worker.cgroups import parse_limit, parse_proc_cgroup
 
 
 @pytest.mark.parametrize(
@@ -27,7 +25,7 @@ from simrun.worker.capacity import (
 )
 def test_cgroup_v2_memory(text: str, expected: int | None) -> None:
     """memory.max is a byte count or 'max' for no limit."""
-    assert parse_cgroup_v2_memory(text) == expected
+    assert parse_limit(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -36,13 +34,13 @@ def test_cgroup_v2_memory(text: str, expected: int | None) -> None:
 )
 def test_cgroup_v1_memory(text: str, expected: int | None) -> None:
     """memory.limit_in_bytes writes a number near 2**63 (or -1) for no limit."""
-    assert parse_cgroup_v1_memory(text) == expected
+    assert parse_limit(text, "memory.limit_in_bytes") == expected
 
 
 def test_bad_cgroup_files_are_named() -> None:
     """A limit file that holds no number says which file and what it holds."""
     with pytest.raises(ValueError, match=r"memory.max holds 'lots'"):
-        parse_cgroup_v2_memory("lots")
+        parse_limit("lots", "memory.max")
     with pytest.raises(ValueError, match=r"cpu.max holds '100'"):
         parse_cpu_max("100")
 
@@ -124,7 +122,8 @@ def test_nvidia_smi() -> None:
 )
 def test_cgroup_paths(text: str, expected: tuple[str | None, str | None]) -> None:
     """The v2 path is the '0::' line; the v1 memory path is the line naming memory."""
-    assert cgroup_paths(text) == expected
+    paths = parse_proc_cgroup(text)
+    assert (paths.get(""), paths.get("memory")) == expected
 
 
 def _fake_roots(tmp_path: Path, files: dict[str, str]) -> tuple[Path, Path]:
