@@ -98,26 +98,14 @@ def cgroup_dir(mount: Mount, path: str) -> Path | None:
     return Path(mount.point, relative) if relative else Path(mount.point)
 
 
-def _counter(text: str, name: str) -> int | None:
-    """The value of the line ``name N`` of a flat keyed file, None without one."""
+def parse_oom_kills(text: str) -> int | None:
+    """The ``oom_kill`` counter of a v2 ``memory.events`` or v1 ``memory.oom_control`` file;
+    None without one (a v1 kernel before 4.13)."""
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[0] == name:
-            try:
-                return int(parts[1])
-            except ValueError:
-                return None
+        if len(parts) == 2 and parts[0] == "oom_kill":
+            return int(parts[1]) if parts[1].isdigit() else None
     return None
-
-
-def parse_oom_control(text: str) -> int | None:
-    """The ``oom_kill`` counter of a v1 ``memory.oom_control`` file (None before 4.13)."""
-    return _counter(text, "oom_kill")
-
-
-def parse_memory_events(text: str) -> int | None:
-    """The ``oom_kill`` counter of a v2 ``memory.events`` file."""
-    return _counter(text, "oom_kill")
 
 
 def parse_limit(text: str, name: str = "memory.max") -> int | None:
@@ -210,9 +198,7 @@ class Cgroup:
             text = self._events_file.read_text()
         except OSError:
             return None
-        if self.version == 2:
-            return parse_memory_events(text)
-        return parse_oom_control(text)
+        return parse_oom_kills(text)
 
     def kill_all(self, *, spare: int | None = None, timeout_s: float = 10.0) -> list[int]:
         """SIGKILL every process of the cgroup but ``spare`` until none is left or

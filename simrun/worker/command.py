@@ -154,9 +154,7 @@ async def run_command(
         engine=engine,
     )
     result = await run_command_job(
-        command_spec,
-        task_logs(Path(paths.task_dir)),
-        env=_child_environment(gpu_ids, hide_gpus),
+        command_spec, task_logs(Path(paths.task_dir)), env=_child_environment(gpu_ids, hide_gpus)
     )
     log.info(
         "command of task %s/%s attempt %d: %s; memory bounded by %s",
@@ -167,10 +165,5 @@ async def run_command(
         result.isolation or "nothing known (no report)",
     )
     outcome = command_outcome(result)
-    ledger.record(
-        "command",
-        outcome,
-        seconds=result.wall_s,
-        error=result.error or None,
-    )
+    ledger.record("command", outcome, seconds=result.wall_s, error=result.error or None)
     return result.report

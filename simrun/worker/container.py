@@ -12,7 +12,9 @@ import os
 import signal
 import socket
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from arq.connections import ArqRedis
 from arq.worker import func
@@ -38,6 +40,7 @@ from simrun.worker.settings import Machine, WorkerSettings
 from simrun.worker.spool import MIB, ReportSpool, SpoolBounds
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: arq's own bound on a job (ours are the unit timeouts; a job a dead worker held is
 #: dispatched again and dropped from arq by the service).
@@ -55,6 +58,15 @@ def default_worker_id() -> str:
 def memory_in_use_gb() -> float:
     """The anonymous memory of this container's processes but its own, in GiB (blocking)."""
     return proctree.anon_bytes_of(proctree.descendants(os.getpid())) / GIB
+
+
+async def _existing(redis: ArqRedis, items: list[T], key: Callable[[T], str]) -> set[T]:
+    """Those of ``items`` whose ``key`` exists in Redis (one round trip)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for item in items:
+            pipe.exists(key(item))
+        found = await pipe.execute()
+    return {item for item, n in zip(items, found, strict=True) if n}
 
 
 class WorkerContainer:
@@ -238,11 +250,7 @@ class WorkerContainer:
         # the scratch of workers gone (an emptyDir outlives a container's restart) goes
 
         async def alive(ids: list[str]) -> set[str]:
-            async with redis.pipeline(transaction=False) as pipe:
-                for other in ids:
-                    pipe.exists(self.keys.worker(other))
-                found = await pipe.execute()
-            return {i for i, n in zip(ids, found, strict=True) if n}
+            return await _existing(redis, ids, self.keys.worker)
 
         try:
             gone = await self.scratch.remove_dead(alive)
@@ -323,11 +331,7 @@ class WorkerContainer:
         async def ended(tasks: list[tuple[str, str]]) -> set[tuple[str, str]]:
             if not link.is_up:
                 return set()
-            async with redis.pipeline(transaction=False) as pipe:
-                for run, task in tasks:
-                    pipe.exists(self.keys.task_ended(run, task))
-                found = await pipe.execute()
-            return {t for t, n in zip(tasks, found, strict=True) if n}
+            return await _existing(redis, tasks, lambda t: self.keys.task_ended(*t))
 
         while True:
             await asyncio.sleep(self.settings.heartbeat_s)

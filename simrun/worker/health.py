@@ -81,10 +81,7 @@ def judge(
     newest = max(mine, key=lambda b: b.updated)
     age_s = max(0.0, now - newest.updated)
     if age_s > max_age_s:
-        return Verdict(
-            False,
-            f"stale: {_describe(newest, age_s)} (more than {max_age_s:g} s)",
-        )
+        return Verdict(False, f"stale: {_describe(newest, age_s)} (more than {max_age_s:g} s)")
     return Verdict(True, f"ok: {_describe(newest, age_s)}")
 
 
