@@ -166,10 +166,6 @@ class AdmissionGate:
     def free_slots(self) -> int:
         return self.capacity.processes - self.usage.slots
 
-    @property
-    def waiting(self) -> int:
-        return len(self._waiting)
-
     async def acquire(self, request: Request) -> Grant:
         """Wait until ``request`` is admitted; the grant holds its GPUs."""
         if self._closed:

@@ -37,11 +37,7 @@ from simrun.worker.link import LINK_ERRORS, RedisLink
 from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP, UnitLogSink
 from simrun.worker.pool.processes import PoolError, ProcessPool
 from simrun.worker.pool.runner import run_chunk, run_merge
-from simrun.worker.scratch import (
-    ScratchSpace,
-    scratch_admission,
-    scratch_limit_gb,
-)
+from simrun.worker.scratch import ScratchSpace, scratch_admission, scratch_limit_gb
 from simrun.worker.spool import ReportSpool
 
 if TYPE_CHECKING:
@@ -56,54 +52,6 @@ SCRATCH_SAMPLE_S = 1.0
 #: The most headers of failed units without output one job writes (a failing setup fails
 #: every unit of its chunk alike).
 MAX_FAILED_HEADERS = 20
-
-
-def write_unit_headers(
-    spec: JobSpec,
-    entry: ReportEntry,
-    sink: UnitLogSink | None,
-    pid: int | None,
-    seconds: Mapping[UnitKey, float] | None = None,
-) -> int:
-    """Write the log header of each unit that printed (``sink``) or did not end well (at
-    most `MAX_FAILED_HEADERS` without output), and of a command's attempt (blocking);
-    how many were written."""
-    if sink is not None:
-        sink.settle_orphan()  # the last output of a process that died, to its unit
-    written = dict(sink.written) if sink is not None else {}
-    logs = task_logs(Path(spec.paths.task_dir))
-    failed_only = 0
-    count = 0
-    for unit, outcome in entry.outcomes.items():
-        if unit == "command" and outcome not in FAILED | {"done"}:
-            continue  # an attempt that never ran (stale, handed back)
-        if unit not in written and outcome not in FAILED and unit != "command":
-            continue
-        if unit not in written and unit != "command":
-            failed_only += 1
-            if failed_only > MAX_FAILED_HEADERS:
-                continue
-        header = UnitLogHeader(
-            run=spec.run,
-            task=spec.task,
-            unit=unit,
-            attempt=spec.attempt,
-            job_id=spec.job_id,
-            worker=entry.worker_id,
-            pid=pid,
-            outcome=outcome,
-            error=entry.errors.get(unit) or (entry.error if outcome in FAILED else None),
-            seconds=(seconds or {}).get(unit),
-            peak_gb=max(entry.report.peak_memory_gb, default=0.0),
-            limit_gb=entry.report.limit_gb,
-            started=entry.started,
-            finished=entry.finished,
-            output_bytes=written.get(unit, 0),
-        )
-        path = attempt_paths(logs, unit, spec.attempt)[0]
-        write_atomic(path, json.dumps(header.to_dict(), indent=1).encode())
-        count += 1
-    return count
 
 
 def request_for(spec: JobSpec, capacity: Capacity) -> tuple[Request, float]:
@@ -368,7 +316,7 @@ class Job:
         """Run the job: a command through simrun-exec, a chunk or a merge on the pool."""
         assert self.grant is not None
         if spec.kind == "command":
-            return await self.worker.command(spec, self.ledger, self.grant, self.limit_gb)
+            return await self._command(spec, self.grant)
         pool = self.worker.pool
         process = await pool.checkout((spec.run, spec.task), self.grant.gpu_ids)
         if process.log is not None:
@@ -394,6 +342,33 @@ class Job:
             await pool.checkin(process)
         return self.ledger.report((result.peak_gb,), result.limit_gb, result.killed_for_memory)
 
+    async def _command(self, spec: JobSpec, grant: Grant) -> WorkerReport:
+        """Run a command job through simrun-exec; one cancelled by a stop hands back."""
+        worker, capacity = self.worker, self.worker.capacity
+        task = asyncio.ensure_future(
+            run_command(
+                spec,
+                self.ledger,
+                limit_gb=self.limit_gb if self.limit_gb > 0 else capacity.memory_gb,
+                gpu_ids=grant.gpu_ids,
+                hide_gpus=capacity.gpus > 0,
+                cgroups=worker.command_cgroups,
+                log_cap=worker.command_log_cap,
+                processes=request_slots(spec.kind, capacity.processes, spec.uses_cores),
+                engine=worker.engine,
+            )
+        )
+        worker.commands.add(task)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if not worker.stop_now:
+                raise
+            self.ledger.close_rest("not_run", "the worker stopped while the command ran")
+            return WorkerReport.empty(self.limit_gb)
+        finally:
+            worker.commands.discard(task)
+
     async def _unit_logs(self, entry: ReportEntry) -> None:
         """Write the headers of the job's unit logs; a store that cannot be written is
         logged, the report goes out all the same."""
@@ -402,11 +377,50 @@ class Job:
         if not printed and spec.kind != "command" and not ledger.errors:
             return  # nothing printed, nothing failed: no thread, no file
         try:
-            await asyncio.to_thread(
-                write_unit_headers, spec, entry, sink, self.pid, dict(ledger.seconds)
-            )
+            await asyncio.to_thread(self._write_headers, entry)
         except OSError as exc:
             log.warning("cannot write the unit logs of job %s: %s", spec.job_id, exc)
+
+    def _write_headers(self, entry: ReportEntry) -> int:
+        """Write the log header of each unit that printed (its sink) or did not end well (at
+        most `MAX_FAILED_HEADERS` without output), and of a command's attempt (blocking);
+        how many were written."""
+        spec, sink = self.spec, self.sink
+        if sink is not None:
+            sink.settle_orphan()  # the last output of a process that died, to its unit
+        written = dict(sink.written) if sink is not None else {}
+        logs = task_logs(Path(spec.paths.task_dir))
+        failed_only = count = 0
+        for unit, outcome in entry.outcomes.items():
+            if unit == "command" and outcome not in FAILED | {"done"}:
+                continue  # an attempt that never ran (stale, handed back)
+            if unit not in written and unit != "command":
+                if outcome not in FAILED:
+                    continue
+                failed_only += 1
+                if failed_only > MAX_FAILED_HEADERS:
+                    continue
+            header = UnitLogHeader(
+                run=spec.run,
+                task=spec.task,
+                unit=unit,
+                attempt=spec.attempt,
+                job_id=spec.job_id,
+                worker=entry.worker_id,
+                pid=self.pid,
+                outcome=outcome,
+                error=entry.errors.get(unit) or (entry.error if outcome in FAILED else None),
+                seconds=self.ledger.seconds.get(unit),
+                peak_gb=max(entry.report.peak_memory_gb, default=0.0),
+                limit_gb=entry.report.limit_gb,
+                started=entry.started,
+                finished=entry.finished,
+                output_bytes=written.get(unit, 0),
+            )
+            path = attempt_paths(logs, unit, spec.attempt)[0]
+            write_atomic(path, json.dumps(header.to_dict(), indent=1).encode())
+            count += 1
+        return count
 
 
 @dataclass
@@ -434,7 +448,8 @@ class JobHandler:
     engine: str | None = None
     #: The local scratch of the tasks (None: the paths the service sent, as they are).
     scratch: ScratchSpace | None = None
-    _commands: set[asyncio.Task[WorkerReport]] = field(default_factory=set)
+    #: The commands running now (`stop_commands` cancels them).
+    commands: set[asyncio.Task[WorkerReport]] = field(default_factory=set)
 
     async def handle(self, ctx: Mapping[str, Any], payload: object) -> dict[str, Any]:
         """The arq job function (registered as `simrun.queues.JOB_FUNCTION`)."""
@@ -465,37 +480,9 @@ class JobHandler:
         _log_entry(entry)
         return entry
 
-    async def command(
-        self, spec: JobSpec, ledger: Ledger, grant: Grant, limit_gb: float
-    ) -> WorkerReport:
-        """Run a command job through simrun-exec; one cancelled by a stop hands back."""
-        task = asyncio.ensure_future(
-            run_command(
-                spec,
-                ledger,
-                limit_gb=limit_gb if limit_gb > 0 else self.capacity.memory_gb,
-                gpu_ids=grant.gpu_ids,
-                hide_gpus=self.capacity.gpus > 0,
-                cgroups=self.command_cgroups,
-                log_cap=self.command_log_cap,
-                processes=request_slots(spec.kind, self.capacity.processes, spec.uses_cores),
-                engine=self.engine,
-            )
-        )
-        self._commands.add(task)
-        try:
-            return await task
-        except asyncio.CancelledError:
-            if not self.stop_now:
-                raise
-            ledger.close_rest("not_run", "the worker stopped while the command ran")
-            return WorkerReport.empty(limit_gb)
-        finally:
-            self._commands.discard(task)
-
     def stop_commands(self) -> None:
         """Stop the commands that run (end of a stop's grace period)."""
-        for task in self._commands:
+        for task in self.commands:
             task.cancel()
 
     async def xadd(self, entry: ReportEntry) -> None:
