@@ -41,8 +41,7 @@ def refuse_old_memory_gb(ctx: click.Context, param: click.Parameter, value: Any)
     expose_value=False, callback=refuse_old_memory_gb, is_eager=True,
 )  # fmt: skip
 def worker(**params: Any) -> None:
-    """Run a worker container: take jobs from the queues, run them in a pool of worker
-    processes within the container's memory, and report every unit."""
+    """Run a worker container: take jobs from the queues, run them, report every unit."""
     try:
         settings = WorkerSettings(**params)
         # The environment gives the GPUs a container may use (CUDA_VISIBLE_DEVICES).

@@ -45,8 +45,7 @@ GIB = 2**30
 
 @dataclass(frozen=True)
 class WorkerCapacity:
-    """What one live worker container can run (GiB, slots, GPUs, its queues, free scratch
-    GiB: None taken as enough)."""
+    """What one live worker container can run (its free scratch GiB: None is enough)."""
 
     id: str
     queues: tuple[str, ...]
@@ -168,8 +167,7 @@ def _cuts(n: int, size: int, pending: int | None, processes: int) -> list[tuple[
 
 
 def request_slots(kind: str, processes: int, uses_cores: bool) -> int:
-    """The process slots a job takes in a container with ``processes`` slots: one, but all
-    of them for a command whose type ``uses_cores``."""
+    """The process slots a job takes: one, but all for a command that ``uses_cores``."""
     return processes if kind == "command" and uses_cores else 1
 
 

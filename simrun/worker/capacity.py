@@ -40,8 +40,7 @@ class Capacity:
 
 
 def parse_meminfo(text: str, name: str) -> int | None:
-    """Bytes of line ``name`` (``MemTotal``, ``MemAvailable``) in the text of
-    ``/proc/meminfo``; None when it has no such number."""
+    """Bytes of line ``name`` of a ``/proc/meminfo`` text; None when it has none."""
     match = re.search(rf"^{name}:\s+(\d+)\s*kB", text, re.MULTILINE)
     return None if match is None else int(match.group(1)) * 1024
 
@@ -57,8 +56,7 @@ def parse_cpu_max(text: str) -> float | None:
 
 
 def parse_cuda_visible_devices(value: str | None) -> tuple[str, ...] | None:
-    """The devices ``CUDA_VISIBLE_DEVICES`` names (None: unset); as for CUDA, the list
-    ends at the first ``-1``."""
+    """The devices ``CUDA_VISIBLE_DEVICES`` names (None: unset), up to a ``-1``."""
     if value is None:
         return None
     devices: list[str] = []

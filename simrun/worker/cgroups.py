@@ -39,8 +39,7 @@ _NO_LIMIT_FLOOR = 2**62
 
 
 def parse_proc_cgroup(text: str) -> dict[str, str]:
-    """The cgroup path of each controller in a ``/proc/<pid>/cgroup`` file; the v2 path
-    under the key "" (its line is ``0::/path``)."""
+    """The cgroup path of each controller of a ``/proc/<pid>/cgroup`` text (v2 under "")."""
     found: dict[str, str] = {}
     for line in text.splitlines():
         parts = line.split(":", 2)
@@ -133,8 +132,7 @@ def oom_killed(before: int | None, after: int | None) -> bool:
 
 
 def owner_of(name: str) -> tuple[int, int] | None:
-    """The pid and start time an area is named after (``simrun-w<pid>-<start>[-<tag>]``);
-    None for another name."""
+    """The pid and start time an area is named after (``simrun-w<pid>-<start>[-<tag>]``)."""
     if not name.startswith(AREA_PREFIX):
         return None
     parts = name[len(AREA_PREFIX) :].split("-")
@@ -201,8 +199,7 @@ class Cgroup:
         return parse_oom_kills(text)
 
     def kill_all(self, *, spare: int | None = None, timeout_s: float = 10.0) -> list[int]:
-        """SIGKILL every process of the cgroup but ``spare`` until none is left or
-        ``timeout_s`` passed (0: once); those still alive."""
+        """SIGKILL the cgroup's processes but ``spare`` until none is left; those still alive."""
         deadline = time.monotonic() + timeout_s
         while True:
             victims = [p for p in living(self.procs()) if p != spare]
@@ -247,10 +244,6 @@ class CgroupSupport:
         if self.usable and self.own is not None:
             return f"a memory cgroup v{self.own.version} per worker process under {self.own.path}"
         return f"the process tree (no memory cgroups: {self.reason})"
-
-
-def _read(path: str) -> str:
-    return Path(path).read_text()
 
 
 def _own_cgroup(proc_cgroup: str, mountinfo: str) -> tuple[Cgroup | None, str]:
@@ -313,8 +306,8 @@ def detect(
     ``/proc/self/cgroup`` and ``mountinfo``, given or read, and a probe cgroup)."""
     try:
         own, reason = _own_cgroup(
-            proc_cgroup if proc_cgroup is not None else _read("/proc/self/cgroup"),
-            mountinfo if mountinfo is not None else _read("/proc/self/mountinfo"),
+            proc_cgroup if proc_cgroup is not None else Path("/proc/self/cgroup").read_text(),
+            mountinfo if mountinfo is not None else Path("/proc/self/mountinfo").read_text(),
         )
     except OSError as exc:
         return CgroupSupport(None, False, f"cannot read the cgroups of this process: {exc}")
@@ -349,8 +342,7 @@ def sweep(own: Cgroup) -> int:
 
 
 class WorkerCgroups:
-    """The cgroups of one worker container: an area under its own cgroup, one box per
-    worker process (`new_box`); `close` when the worker stops."""
+    """The cgroups of one worker container: an area under its cgroup, a box per process."""
 
     def __init__(self, own: Cgroup, area: Cgroup) -> None:
         self.own = own

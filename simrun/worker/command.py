@@ -116,8 +116,7 @@ def command_outcome(result: CommandResult) -> Outcome:
 
 
 def _child_environment(gpu_ids: tuple[str, ...], hide_gpus: bool) -> dict[str, str] | None:
-    """This process's environment with the job's GPUs in ``CUDA_VISIBLE_DEVICES`` (None:
-    inherit it unchanged)."""
+    """This environment with the job's GPUs in ``CUDA_VISIBLE_DEVICES`` (None: unchanged)."""
     if not gpu_ids and not hide_gpus:
         return None
     return {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(gpu_ids)}

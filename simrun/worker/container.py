@@ -242,8 +242,7 @@ class WorkerContainer:
             gate=self.gate,
             pool=self.pool,
             spool=self.spool,
-            command_cgroups=self.settings.cgroups,
-            command_log_cap=self.settings.command_log_cap,
+            settings=self.settings,
             engine=self.engine,
             scratch=self.scratch,
         )
@@ -405,8 +404,7 @@ class WorkerContainer:
         return sum(1 for w in self._arq for t in w.tasks.values() if not t.done())
 
     async def _wait_jobs(self, timeout_s: float, grace: bool) -> bool:
-        """Wait until no job is in flight (True), or ``timeout_s`` passed (False); with
-        ``grace``, a second stop request ends the wait too."""
+        """Wait until no job is in flight (True), or ``timeout_s`` passed or the grace ended."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while self._jobs_in_flight():

@@ -23,8 +23,7 @@ class EngineError(ValueError):
 
 
 def find_engine(named: str | None, path: str | None = None) -> str | None:
-    """The engine's executable: ``named`` (a name on ``path`` or a path; `EngineError` when
-    it is neither), else the first of `ENGINE_NAMES` found on ``path`` (None: none)."""
+    """The engine's executable: ``named`` (`EngineError` if not found), else the first found."""
     if named:
         found = shutil.which(named, path=path)
         if found is None:

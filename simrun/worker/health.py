@@ -196,8 +196,7 @@ def main(
     timeout_s: float,
     local_dir: Path,
 ) -> None:
-    """Exit 0 when this container's worker heartbeat is fresh (or the worker says it waits
-    for Redis), 1 otherwise."""
+    """Exit 0 when this container's worker is healthy, 1 otherwise."""
     host = socket.gethostname()
     waiting = judge_local(
         local_statuses(local_dir, worker_id), now=time.time(), prefix=prefix, max_age_s=max_age_s

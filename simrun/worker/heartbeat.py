@@ -24,8 +24,7 @@ log = logging.getLogger(__name__)
 
 
 class Heartbeat:
-    """Writes ``info()`` every ``interval_s`` under a key that expires after ``ttl_s``
-    (``interval_s`` waited on ``clock``; the key's time to live is Redis's own)."""
+    """Writes ``info()`` every ``interval_s`` under a key that expires after ``ttl_s``."""
 
     def __init__(
         self,
@@ -53,8 +52,7 @@ class Heartbeat:
             await pipe.execute()
 
     async def run(self) -> None:
-        """Beat until cancelled; a beat that fails (Redis away) tells the link (or is logged)
-        and is tried again at the next interval."""
+        """Beat until cancelled; a failed beat tells the link (or is logged) and is tried again."""
         while True:
             link = self.link
             if link is not None:

@@ -34,10 +34,11 @@ from simrun.worker.capacity import Capacity
 from simrun.worker.command import run_command
 from simrun.worker.ledger import Ledger
 from simrun.worker.link import LINK_ERRORS, RedisLink
-from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP, UnitLogSink
+from simrun.worker.pool.output import UnitLogSink
 from simrun.worker.pool.processes import PoolError, ProcessPool
 from simrun.worker.pool.runner import run_chunk, run_merge
 from simrun.worker.scratch import ScratchSpace, scratch_admission, scratch_limit_gb
+from simrun.worker.settings import WorkerSettings
 from simrun.worker.spool import ReportSpool
 
 if TYPE_CHECKING:
@@ -166,8 +167,7 @@ class Job:
         return True
 
     async def execute(self) -> None:
-        """Run the admitted job (in this worker's scratch when it has one), then give its
-        grant back."""
+        """Run the admitted job (in this worker's scratch when it has one), then release it."""
         assert self.grant is not None, "execute() needs a grant of admit()"
         worker = self.worker
         try:
@@ -207,8 +207,7 @@ class Job:
         return entry
 
     async def _run(self, spec: JobSpec) -> WorkerReport:
-        """`_execute`, measuring the memory of the job's GPUs when it was granted some
-        (`simrun.worker.gpumem`), reported next to the host memory."""
+        """`_execute`, measuring the memory of the GPUs it was granted (`gpumem`)."""
         assert self.grant is not None
         gpu_ids = self.grant.gpu_ids
         if not gpu_ids:
@@ -352,8 +351,8 @@ class Job:
                 limit_gb=self.limit_gb if self.limit_gb > 0 else capacity.memory_gb,
                 gpu_ids=grant.gpu_ids,
                 hide_gpus=capacity.gpus > 0,
-                cgroups=worker.command_cgroups,
-                log_cap=worker.command_log_cap,
+                cgroups=worker.settings.cgroups,
+                log_cap=worker.settings.command_log_cap,
                 processes=request_slots(spec.kind, capacity.processes, spec.uses_cores),
                 engine=worker.engine,
             )
@@ -370,8 +369,7 @@ class Job:
             worker.commands.discard(task)
 
     async def _unit_logs(self, entry: ReportEntry) -> None:
-        """Write the headers of the job's unit logs; a store that cannot be written is
-        logged, the report goes out all the same."""
+        """Write the headers of the job's unit logs (a failure is logged: the report goes out)."""
         sink, spec, ledger = self.sink, self.spec, self.ledger
         printed = sink is not None and bool(sink.written or sink.orphan_output)
         if not printed and spec.kind != "command" and not ledger.errors:
@@ -440,11 +438,9 @@ class JobHandler:
     #: without them a report that cannot be written raises).
     link: RedisLink | None = None
     spool: ReportSpool | None = None
-    #: How commands are bounded: "auto" (a memory cgroup each where the kernel allows it)
-    #: or "off" (their process tree), and the cap of each of their log files in bytes.
-    command_cgroups: str = "auto"
-    command_log_cap: int = DEFAULT_COMMAND_LOG_CAP
-    #: The container engine that runs the commands of image jobs in their image (None: here).
+    #: The worker's settings (how commands are bounded: ``cgroups``, ``command_log_cap``),
+    #: and the engine that runs the commands of image jobs in their image (None: here).
+    settings: WorkerSettings = field(default_factory=WorkerSettings)
     engine: str | None = None
     #: The local scratch of the tasks (None: the paths the service sent, as they are).
     scratch: ScratchSpace | None = None
@@ -490,8 +486,7 @@ class JobHandler:
         await self.redis.xadd(self.keys.reports, entry.to_fields())  # type: ignore[arg-type]
 
     async def write(self, entry: ReportEntry, holding: RunningJob) -> None:
-        """Write a report, or keep it in the spool while Redis is away (behind older kept
-        reports); ``holding`` is its job as the heartbeat lists it while the report waits."""
+        """Write a report, or keep it in the spool while Redis is away (``holding``: its job)."""
         if self.link is None or self.spool is None:
             await self.xadd(entry)
             return

@@ -76,8 +76,7 @@ class Ledger:
     def report(
         self, peaks_gb: Sequence[float], limit_gb: float, killed_for_memory: bool
     ) -> WorkerReport:
-        """The measurements of the job: the peaks given, the mean seconds of a completed
-        unit (None without one), the number completed."""
+        """The measurements of the job: the peaks, the mean seconds of a unit done, the count."""
         seconds = list(self.seconds.values())
         return WorkerReport(
             peak_memory_gb=tuple(peaks_gb),

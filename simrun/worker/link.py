@@ -54,8 +54,7 @@ def read_status(path: Path) -> dict[str, Any] | None:
 def write_status(
     path: Path, *, where: str, prefix: str, state: LinkState, kept_reports: int
 ) -> None:
-    """Write the status file of a worker whose Redis is away (atomically; a failure is
-    logged, not raised)."""
+    """Write the status file of a worker whose Redis is away (atomically; errors logged)."""
     now = time.time()
     data = {
         "pid": os.getpid(),
@@ -122,15 +121,16 @@ class RedisLink:
 
     async def learn_server(self) -> None:
         """Note which Redis server answers (its ``run_id``)."""
-        info = await self.redis.info("server")
-        self.server_id = str(info.get("run_id", ""))
+        self.server_id = await self._server()
+
+    async def _server(self) -> str:
+        return str((await self.redis.info("server")).get("run_id", ""))
 
     async def check_server(self) -> None:
         """Ask which Redis server answers; when another than before (it restarted and may
         have lost its data), write the reports of the last `RECENT_S` again first."""
         before = self.server_id
-        info = await self.redis.info("server")
-        server = str(info.get("run_id", ""))
+        server = await self._server()
         if before is not None and server != before and self._recent:
             now = time.monotonic()
             recent = [e for t, e in self._recent if now - t <= RECENT_S]

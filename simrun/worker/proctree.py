@@ -61,8 +61,7 @@ def _children_from_task_files(pid: int) -> list[int]:
 
 
 def stat(pid: int | str, maxsplit: int = -1) -> list[bytes] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state, ppid, pgrp, ...;
-    ``maxsplit`` of them at most), None once the process is gone."""
+    """The fields of ``/proc/<pid>/stat`` after the command name; None once it is gone."""
     data = _read(f"/proc/{pid}/stat")
     if data is None:
         return None
@@ -211,8 +210,7 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 
 def become_subreaper() -> bool:
-    """Make this process a child subreaper: orphans among its descendants stay in its tree.
-    False where the kernel does not allow it."""
+    """Make this process a child subreaper (orphans stay in its tree); False if refused."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0

@@ -91,8 +91,7 @@ def usage_bytes(directory: Path, skip: Iterable[str] = ()) -> int:
 
 
 def _copy(source: Path, target: Path) -> int:
-    """Copy ``source`` (a file or a directory) to ``target`` through a temporary name; the
-    bytes copied (blocking)."""
+    """Copy a file or directory through a temporary name; the bytes copied (blocking)."""
     partial = target.with_name(_PARTIAL + target.name)
     if partial.exists():
         shutil.rmtree(partial) if partial.is_dir() else partial.unlink()
@@ -207,8 +206,7 @@ class ScratchSpace:
     async def sweep(
         self, ended: Callable[[list[tuple[str, str]]], Awaitable[set[tuple[str, str]]]]
     ) -> int:
-        """Remove the scratch of the idle tasks that ``ended`` says ended, or idle for
-        `IDLE_REMOVE_S`; how many."""
+        """Remove the scratch of idle tasks that ``ended`` says ended (or idle long); how many."""
         idle = [key for key, n in self._active.items() if n == 0]
         if not idle:
             return 0

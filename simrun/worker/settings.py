@@ -223,8 +223,7 @@ class WorkerSettings:
         return self.scratch_dir or self.local / "scratch"
 
     def detect(self, environ: Mapping[str, str]) -> Machine:
-        """The capacity and engine of this machine where no flag gives them (GPUs from
-        ``environ``'s ``CUDA_VISIBLE_DEVICES``); `ValueError` names what cannot be used."""
+        """The capacity and engine where no flag gives them; `ValueError` says what is wrong."""
         try:
             capacity = detect_capacity(
                 environ, memory_gb=self.memory_gb, processes=self.processes, gpus=self.gpus
@@ -249,7 +248,7 @@ class WorkerSettings:
             flag = f"--{spec.name}"
             if value is True:
                 argv.append(flag)
-            elif isinstance(value, tuple):
+            elif isinstance(value, tuple | list):
                 argv += [a for item in value for a in (flag, str(item))]
             else:
                 argv += [flag, repr(value) if isinstance(value, float) else str(value)]

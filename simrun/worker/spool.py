@@ -50,8 +50,7 @@ class _Kept:
 
 
 class ReportSpool:
-    """Reports kept in order until they can be written; ``path`` is the file for those
-    past the memory bound (created when first needed, removed when emptied)."""
+    """Reports kept in order until written; ``path`` holds those past the memory bound."""
 
     def __init__(self, path: Path, bounds: SpoolBounds | None = None) -> None:
         self.path = path
@@ -114,8 +113,7 @@ class ReportSpool:
         return line
 
     async def deliver(self, write: Callable[[ReportEntry], Awaitable[None]]) -> int:
-        """Write the kept reports in order with ``write``; each is forgotten once written.
-        Returns how many were written; an error of ``write`` stops it (the rest stays)."""
+        """Write the kept reports in order (each forgotten once written); how many."""
         delivered = 0
         while self._kept:
             kept = self._kept[0]
