@@ -35,17 +35,10 @@ class Usage:
     slots: int = 0
     gpus: int = 0
 
-    def plus(self, request: Request) -> Usage:
-        return Usage(
-            self.memory_gb + request.memory_gb, self.slots + request.slots, self.gpus + request.gpus
-        )
-
-    def minus(self, request: Request) -> Usage:
-        return Usage(
-            max(0.0, self.memory_gb - request.memory_gb),
-            self.slots - request.slots,
-            self.gpus - request.gpus,
-        )
+    def plus(self, request: Request, sign: int = 1) -> Usage:
+        """What is held once ``request`` is admitted (``sign`` -1: released)."""
+        memory_gb = max(0.0, self.memory_gb + sign * request.memory_gb)
+        return Usage(memory_gb, self.slots + sign * request.slots, self.gpus + sign * request.gpus)
 
 
 @dataclass(frozen=True)
@@ -191,7 +184,7 @@ class AdmissionGate:
         if grant.released:
             return
         grant.released = True
-        self.usage = self.usage.minus(grant.request)
+        self.usage = self.usage.plus(grant.request, -1)
         self._gpus_in_use.difference_update(grant.gpu_ids)
         self._pump()
 

@@ -17,12 +17,12 @@ import click
 from redis import Redis
 from redis.exceptions import RedisError
 
-from simrun.config import DEFAULT_REDIS_URL, ENV_REDIS_URL, ENV_WORKER_DIR, redact_url
+from simrun.config import redact_url
 from simrun.core.reports import WorkerInfo
 from simrun.core.wire import PayloadError
-from simrun.queues.keys import DEFAULT_PREFIX, Keys
+from simrun.queues.keys import Keys
 from simrun.worker.link import read_status, status_path
-from simrun.worker.settings import DEFAULT_LOCAL_DIR
+from simrun.worker.settings import DEFAULT_LOCAL_DIR, option
 
 #: A heartbeat older than this is stale.
 MAX_AGE_S = 30.0
@@ -169,11 +169,8 @@ def check(
 
 
 @click.command("worker-health")
-@click.option(
-    "--redis-url", envvar=ENV_REDIS_URL, show_envvar=True, default=DEFAULT_REDIS_URL,
-    show_default=True, help="Redis to use, as the worker's --redis-url.",
-)  # fmt: skip
-@click.option("--prefix", default=DEFAULT_PREFIX, show_default=True, help="Redis key prefix.")
+@option("redis_url")  # the worker's own options: the check reads what the worker writes
+@option("prefix")
 @click.option("--id", "worker_id", default=None, help="Worker id [default: this host's worker].")
 @click.option(
     "--max-age-s", type=click.FloatRange(min=0, min_open=True), default=MAX_AGE_S,
@@ -183,23 +180,22 @@ def check(
     "--timeout-s", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
     help="Seconds to wait for Redis.",
 )  # fmt: skip
-@click.option(
-    "--local-dir", type=click.Path(file_okay=False, path_type=Path), envvar=ENV_WORKER_DIR,
-    show_envvar=True, default=DEFAULT_LOCAL_DIR, show_default=True,
-    help="The worker's local directory, as its --local-dir.",
-)  # fmt: skip
+@option("local_dir")
 def main(
     redis_url: str,
     prefix: str,
     worker_id: str | None,
     max_age_s: float,
     timeout_s: float,
-    local_dir: Path,
+    local_dir: Path | None,
 ) -> None:
     """Exit 0 when this container's worker is healthy, 1 otherwise."""
     host = socket.gethostname()
     waiting = judge_local(
-        local_statuses(local_dir, worker_id), now=time.time(), prefix=prefix, max_age_s=max_age_s
+        local_statuses(local_dir or DEFAULT_LOCAL_DIR, worker_id),
+        now=time.time(),
+        prefix=prefix,
+        max_age_s=max_age_s,
     )
     if waiting is not None:
         click.echo(waiting.message)

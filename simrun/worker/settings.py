@@ -275,11 +275,16 @@ def flags() -> dict[str, Flag]:
     return found
 
 
+def option(name: str) -> Callable[[F], F]:
+    """The click option of setting ``name``, as ``simrun worker`` has it."""
+    default = next(f.default for f in fields(WorkerSettings) if f.name == name)
+    return flags()[name].option(name, default)
+
+
 def click_options(command: F) -> F:
     """``command`` with an option per flag of `WorkerSettings`, in the order declared."""
-    defaults = {f.name: f.default for f in fields(WorkerSettings)}
-    for name, spec in reversed(flags().items()):
-        command = spec.option(name, defaults[name])(command)
+    for name in reversed(flags()):
+        command = option(name)(command)
     return command
 
 
