@@ -41,6 +41,8 @@ T = TypeVar("T")
 
 #: Bytes in one GiB: every ``*_gb`` figure of simrun is in GiB.
 GIB = 2**30
+#: Rounding slack of memory comparisons (0.1 + 0.2 GiB fits in 0.3 GiB).
+SLACK_GB = 1e-9
 
 
 @dataclass(frozen=True)
@@ -188,10 +190,6 @@ def request_gb(
     return base_gb + per_worker_gb * request_slots(kind, processes, uses_cores)
 
 
-#: Rounding slack of memory comparisons (0.1 + 0.2 GiB fits in 0.3 GiB).
-SLACK_GB = 1e-9
-
-
 def parallel_slots(
     kind: str,
     queue: str,
@@ -241,7 +239,7 @@ def fit_problem(
     for w in serving:
         need = request_gb(kind, base_gb, per_worker_gb, w.processes, uses_cores)
         if (
-            need <= w.memory_gb + 1e-9
+            need <= w.memory_gb + SLACK_GB
             and request_gpus(kind, gpus) <= w.gpus
             and scratch_fits(scratch_gb, w.scratch_gb)
         ):
@@ -255,7 +253,7 @@ def fit_problem(
     serving = [w for w in serving if scratch_fits(scratch_gb, w.scratch_gb)]
     largest = max(serving, key=lambda w: w.memory_gb)
     need = request_gb(kind, base_gb, per_worker_gb, largest.processes, uses_cores)
-    if need > largest.memory_gb + 1e-9:
+    if need > largest.memory_gb + SLACK_GB:
         what = {"chunk": "per process", "merge": "for its merge", "command": "for its command"}
         return (
             f"needs {need:g} GiB {what.get(kind, '')}; the largest {queue} worker has "
@@ -267,7 +265,7 @@ def fit_problem(
 
 def scratch_fits(need_gb: float, free_gb: float | None) -> bool:
     """Whether a worker with ``free_gb`` of scratch free (None: not said) gives ``need_gb``."""
-    return need_gb <= 0 or free_gb is None or need_gb <= free_gb + 1e-9
+    return need_gb <= 0 or free_gb is None or need_gb <= free_gb + SLACK_GB
 
 
 def retry_memory_gb(

@@ -11,10 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from simrun.core.sizing import SLACK_GB
 from simrun.worker.capacity import Capacity
-
-#: Rounding slack so that 0.1 + 0.2 GiB fits in 0.3 GiB.
-EPS_GB = 1e-9
 
 
 @dataclass(frozen=True)
@@ -51,7 +49,7 @@ class Admission:
 
 def decide(capacity: Capacity, usage: Usage, request: Request) -> Admission:
     """Whether ``request`` can start now, must wait, or can never run in this container."""
-    if request.memory_gb > capacity.memory_gb + EPS_GB:
+    if request.memory_gb > capacity.memory_gb + SLACK_GB:
         return Admission(
             "refuse",
             f"{request.what} needs {request.memory_gb:g} GiB of memory and this worker has "
@@ -70,7 +68,7 @@ def decide(capacity: Capacity, usage: Usage, request: Request) -> Admission:
         )
     short = []
     free_gb = capacity.memory_gb - usage.memory_gb
-    if request.memory_gb > free_gb + EPS_GB:
+    if request.memory_gb > free_gb + SLACK_GB:
         short.append(f"{request.memory_gb:g} GiB needed, {max(free_gb, 0.0):g} GiB free")
     if request.slots > capacity.processes - usage.slots:
         short.append("no free process")

@@ -70,10 +70,8 @@ def run_argv(
     mounts: Sequence[Path],
     environ: Mapping[str, str],
 ) -> list[str]:
-    """The engine's command line that runs ``argv`` in ``image``: named ``name`` (kept after
-    it ends, for `inspect_argv`), its memory (and memory with swap) bounded by ``limit_gb``,
-    each of ``mounts`` at its own path, ``workdir`` its working directory, and ``environ``
-    (the variables simrun sets for a command, e.g. ``SIMRUN_PROCESSES``) passed by name."""
+    """The engine's command line that runs ``argv`` in ``image`` as container ``name``
+    (kept after it ends, for `inspect_argv`), bounded by ``limit_gb``."""
     args = [engine, "run", "--name", name, *_bounds(limit_gb, mounts, workdir, environ)]
     return [*args, image, *argv]
 
@@ -90,10 +88,8 @@ def worker_argv_in_image(
     environ: Mapping[str, str],
 ) -> list[str]:
     """The engine's command line that runs ``simrun worker WORKER_ARGS`` inside ``image``
-    (which must hold simrun and the plugins; its entry point is replaced), as container
-    ``name`` removed when it ends: on the host's network (the embedded Redis listens on
-    127.0.0.1), its memory bounded by ``memory_gb`` (the worker's container), each of
-    ``mounts`` at its own path, in ``workdir``, with ``environ`` passed in."""
+    (which must hold simrun) as container ``name``, removed when it ends, on the host's
+    network (the embedded Redis listens on 127.0.0.1), bounded by ``memory_gb``."""
     args = [engine, "run", "--rm", "--name", name, "--network", "host"]
     args += _bounds(memory_gb, mounts, workdir, environ)
     return [*args, "--entrypoint", "simrun", image, "worker", *worker_args]

@@ -81,23 +81,19 @@ def _log_entry(entry: ReportEntry) -> None:
     log.log(level, "job %s: %s%s%s", entry.job_id, summary, memory, note)
 
 
+@dataclass
 class StaleView:
     """Which units of a job were dispatched again with a newer attempt, refreshed from
     Redis when older than ``refresh_s``; while Redis is away units count as current
     (running one twice is harmless)."""
 
-    def __init__(
-        self,
-        redis: Redis,
-        keys: Keys,
-        spec: JobSpec,
-        refresh_s: float = STALE_REFRESH_S,
-        link: RedisLink | None = None,
-    ) -> None:
-        self.redis, self.keys, self.spec, self.refresh_s = redis, keys, spec, refresh_s
-        self.link = link
-        self._current: dict[UnitKey, int] = {}
-        self._at = -float("inf")
+    redis: Redis
+    keys: Keys
+    spec: JobSpec
+    link: RedisLink | None = None
+    refresh_s: float = STALE_REFRESH_S
+    _current: dict[UnitKey, int] = field(default_factory=dict)
+    _at: float = -float("inf")
 
     async def refresh(self) -> None:
         self._at = time.monotonic()
@@ -128,7 +124,7 @@ class Job:
         self.started = now_s()
         self.ledger = Ledger(spec.units)
         self.request, self.limit_gb = request_for(spec, worker.capacity)
-        self.view = StaleView(worker.redis, worker.keys, spec, link=worker.link)
+        self.view = StaleView(worker.redis, worker.keys, spec, worker.link)
         #: The measurements and the job-level error the report carries.
         self.measured = WorkerReport.empty(self.limit_gb)
         self.error: str | None = None

@@ -8,7 +8,6 @@ import contextlib
 import ctypes
 import os
 import signal
-import time
 from collections.abc import Iterable, Iterator
 
 _RSS_ANON = b"RssAnon:"
@@ -194,16 +193,6 @@ def kill_tree(pid: int, *, include_root: bool = True) -> list[int]:
     victims = [pid, *stopped] if include_root else list(stopped)
     kill_pids(victims, signal.SIGKILL)
     return victims
-
-
-def wait_gone(pids: Iterable[int], timeout_s: float) -> list[int]:
-    """Wait until none of ``pids`` is alive (zombies count as gone); those still alive."""
-    left = living(pids)
-    deadline = time.monotonic() + timeout_s
-    while left and time.monotonic() < deadline:
-        time.sleep(0.005)
-        left = living(left)
-    return left
 
 
 _PR_SET_CHILD_SUBREAPER = 36

@@ -16,11 +16,9 @@ log = logging.getLogger(__name__)
 
 
 class MemorySampler:
-    """Follows the anonymous memory of process ``pid`` from a daemon thread and keeps its
-    peak: a sample at `start`, every ``interval_s``, and at `stop`. The first sample of the
-    thread above ``limit_gb`` sets `exceeded` and calls ``on_limit(current_gb)`` once, in
-    the thread. ``include_children`` counts its descendants, ``members`` (a function listing
-    pids: a cgroup's) those instead; the end of ``pid`` ends the sampling."""
+    """The peak anonymous memory of ``pid`` (with its descendants, or with ``members()``: a
+    cgroup's) sampled every ``interval_s`` from `start` to `stop`; the first sample above
+    ``limit_gb`` sets `exceeded` and calls ``on_limit(current_gb)`` once, in the thread."""
 
     def __init__(
         self,

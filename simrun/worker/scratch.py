@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from simrun.core.jobs import JobPaths, JobSpec
-from simrun.core.sizing import GIB
+from simrun.core.sizing import GIB, SLACK_GB
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +48,9 @@ def scratch_admission(
     (None: unknown), ``held_task_gb`` its task's own, ``held_all_gb`` every task's here."""
     if need_gb <= 0 or free_gb is None:
         return "run"
-    if need_gb <= free_gb + held_task_gb + 1e-9:
+    if need_gb <= free_gb + held_task_gb + SLACK_GB:
         return "run"
-    if need_gb <= free_gb + held_all_gb + 1e-9:
+    if need_gb <= free_gb + held_all_gb + SLACK_GB:
         return "wait"
     return "refuse"
 

@@ -69,10 +69,8 @@ class Flag:
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    """The settings of one worker container; the flag of a field is its `Flag` annotation.
-    None leaves a figure to the worker (``memory_gb``, ``processes`` and ``gpus`` are
-    detected, ``prefetch`` is the process slots, ``heartbeat_ttl_s`` is `TTL_PER_INTERVAL`
-    heartbeats)."""
+    """The settings of one worker container, each flag its field's `Flag` annotation. None
+    leaves a figure to the worker (detected; ``prefetch``: the slots; the TTL: 4 beats)."""
 
     queues: Annotated[tuple[str, ...], Flag(
         "queue", "Queue to serve (repeatable; cpu when neither --queue nor --image is given).",
