@@ -70,7 +70,8 @@ class Flag:
 @dataclass(frozen=True)
 class WorkerSettings:
     """The settings of one worker container, each flag its field's `Flag` annotation. None
-    leaves a figure to the worker (detected; ``prefetch``: the slots; the TTL: 4 beats)."""
+    leaves a figure to the worker (detected; ``prefetch``: the slots; ``heartbeat_ttl_s``:
+    `TTL_PER_INTERVAL` beats)."""
 
     queues: Annotated[tuple[str, ...], Flag(
         "queue", "Queue to serve (repeatable; cpu when neither --queue nor --image is given).",
