@@ -156,13 +156,9 @@ async def run_command(
         command_spec, task_logs(Path(paths.task_dir)), env=_child_environment(gpu_ids, hide_gpus)
     )
     log.info(
-        "command of task %s/%s attempt %d: %s; memory bounded by %s",
-        spec.run,
-        spec.task,
-        spec.attempt,
-        result.outcome,
-        result.isolation or "nothing known (no report)",
-    )
+        "command of task %s/%s attempt %d: %s; memory bounded by %s", spec.run, spec.task,
+        spec.attempt, result.outcome, result.isolation or "nothing known (no report)",
+    )  # fmt: skip
     outcome = command_outcome(result)
     ledger.record("command", outcome, seconds=result.wall_s, error=result.error or None)
     return result.report

@@ -289,15 +289,12 @@ class WorkerContainer:
             link.write_status()
             heartbeat_task = asyncio.get_running_loop().create_task(heartbeat.run())
             scratch_task = asyncio.get_running_loop().create_task(self._upkeep_loop(redis, link))
+            cap = self.capacity
             log.info(
                 "worker %s serving %s with %g GiB, %d processes, %d GPUs; memory bounded by %s",
-                self.worker_id,
-                ", ".join(self.settings.queue_names),
-                self.capacity.memory_gb,
-                self.capacity.processes,
-                self.capacity.gpus,
-                self.isolation,
-            )
+                self.worker_id, ", ".join(self.settings.queue_names), cap.memory_gb,
+                cap.processes, cap.gpus, self.isolation,
+            )  # fmt: skip
             if not self.stopping:  # a stop asked for while starting up ends it here
                 results = await asyncio.gather(
                     *(self._run_arq(w, link) for w in self._arq), return_exceptions=True
@@ -375,9 +372,8 @@ class WorkerContainer:
         if not link.is_up:
             log.warning(
                 "stopping with %d reports kept: waiting up to %g s for Redis",
-                len(self.spool),
-                self.settings.grace_s,
-            )
+                len(self.spool), self.settings.grace_s,
+            )  # fmt: skip
             await link.wait_up(self.settings.grace_s)
         if len(self.spool):
             with contextlib.suppress(*LINK_ERRORS):

@@ -138,10 +138,8 @@ class RedisLink:
                 await self.write(entry)
             log.warning(
                 "Redis restarted (it may have lost its data): wrote again the %d reports of "
-                "the last %g s",
-                len(recent),
-                RECENT_S,
-            )
+                "the last %g s", len(recent), RECENT_S,
+            )  # fmt: skip
             self._recent.clear()
         self.server_id = server  # once the reports it may have lost are written again
 
@@ -191,11 +189,8 @@ class RedisLink:
             return
         log.warning(
             "lost Redis at %s (%s): keeping the reports of jobs that end, trying again "
-            "every %g s at most",
-            self.where,
-            self.state.reason,
-            self.max_backoff_s,
-        )
+            "every %g s at most", self.where, self.state.reason, self.max_backoff_s,
+        )  # fmt: skip
         self._up.clear()
         self._delivered = 0
         self._task = asyncio.get_running_loop().create_task(self._reconnect())

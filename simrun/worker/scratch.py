@@ -167,12 +167,8 @@ class ScratchSpace:
         seconds = time.monotonic() - start
         log.info(
             "staged %s of task %s/%s: %d bytes in %.2f s",
-            ", ".join(spec.staged),
-            spec.run,
-            spec.task,
-            copied,
-            seconds,
-        )
+            ", ".join(spec.staged), spec.run, spec.task, copied, seconds,
+        )  # fmt: skip
         return Staged(copied, seconds)
 
     async def remove_dead(self, alive: Callable[[list[str]], Awaitable[set[str]]]) -> int:

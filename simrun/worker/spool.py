@@ -97,11 +97,9 @@ class ReportSpool:
             log.error(
                 "report spool full (%g MiB in memory, %g MiB in %s): dropping the reports of "
                 "jobs that end from now on until Redis is back; the service will dispatch "
-                "their units again",
-                self.bounds.memory_bytes / MIB,
-                self.bounds.disk_bytes / MIB,
-                self.path,
-            )
+                "their units again", self.bounds.memory_bytes / MIB,
+                self.bounds.disk_bytes / MIB, self.path,
+            )  # fmt: skip
         return False
 
     def _read_line(self, size: int) -> bytes:
