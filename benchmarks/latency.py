@@ -46,7 +46,7 @@ if str(REPO) not in sys.path:
 
 from simrun.local.machine import free_port
 from simrun.local.redis import PrivateRedis
-from simrun.worker.container import DEFAULT_POLL_DELAY_S
+from simrun.worker.settings import DEFAULT_POLL_DELAY_S
 
 NOOP_REF = "tests.support.tasks:NOOP"
 PREFIX = "simrun-latency"

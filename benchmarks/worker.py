@@ -41,8 +41,7 @@ from benchmarks.arq_peer import raw_arq
 from simrun.core.reports import ReportEntry
 from simrun.local.redis import PrivateRedis
 from simrun.queues.client import JobQueue
-from simrun.worker.container import WorkerContainer
-from tests.support.harness import make_spec, options
+from tests.support.harness import make_container, make_spec
 
 CPU_UNIT_S = 0.1
 PROCESSES = 2
@@ -70,10 +69,10 @@ async def simrun_run(
     queue = await JobQueue.connect(url, prefix)
     try:
         assert all(await queue.enqueue_many(specs))
-        container = WorkerContainer(
-            options(url, prefix, memory_gb=4.0, processes=PROCESSES, grace_s=5.0, prefetch=prefetch)
+        worker = make_container(
+            url, prefix, memory_gb=4.0, processes=PROCESSES, grace_s=5.0, prefetch=prefetch
         )
-        await container.run()
+        await worker.run()
         entries: list[ReportEntry] = []
         while batch := await queue.read_reports("bench", "b", count=1000, block_ms=None):
             entries += [item.entry for item in batch if item.entry is not None]

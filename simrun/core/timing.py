@@ -1,11 +1,5 @@
-"""The timing defaults the service and the workers must agree on (seconds).
-
-A worker container writes its heartbeat every `HEARTBEAT_S` under a key that lives
-`HEARTBEAT_TTL_S`; the service takes a worker whose key expired for dead and dispatches its
-units again, and gives up a job arq holds in progress that no live worker lists for longer
-than one TTL. Both sides read these defaults from here; ``simrun worker --heartbeat-s`` and
-``simrun service --heartbeat-ttl-s`` change them per deployment.
-"""
+"""The timing defaults (seconds) the service and the workers must agree on: the heartbeat
+interval and time to live, and the grace period of a stop."""
 
 from __future__ import annotations
 

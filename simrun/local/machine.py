@@ -11,7 +11,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from simrun.worker.capacity import detect_gpu_ids
+from simrun.worker.capacity import detect_gpu_ids, parse_meminfo
 
 #: Share of the available memory the worker containers get by default.
 MEMORY_SHARE = 0.8
@@ -24,17 +24,6 @@ class LocalError(RuntimeError):
 # --- the machine ----------------------------------------------------------------------------
 
 
-def parse_meminfo_available(text: str) -> int | None:
-    """Bytes of ``MemAvailable`` in a ``/proc/meminfo`` text; None when it has none."""
-    for line in text.splitlines():
-        name, _, rest = line.partition(":")
-        if name.strip() == "MemAvailable":
-            parts = rest.split()
-            if parts and parts[0].isdigit():
-                return int(parts[0]) * 1024
-    return None
-
-
 def machine() -> tuple[int, float]:
     """This machine's CPUs (those this process may use) and available memory in GiB."""
     try:
@@ -43,7 +32,7 @@ def machine() -> tuple[int, float]:
         cores = os.cpu_count() or 1
     available: float | None = None
     with contextlib.suppress(OSError):
-        found = parse_meminfo_available(Path("/proc/meminfo").read_text())
+        found = parse_meminfo(Path("/proc/meminfo").read_text(), "MemAvailable")
         available = None if found is None else found / 2**30
     if available is None:
         try:

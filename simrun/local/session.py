@@ -62,8 +62,8 @@ from simrun.queues.keys import DEFAULT_PREFIX
 from simrun.service.api import create_app
 from simrun.service.controller import Controller
 from simrun.service.settings import ControllerSettings
-from simrun.worker.container import WorkerFlags, worker_argv
 from simrun.worker.engine import EngineError, find_engine, worker_argv_in_image
+from simrun.worker.settings import WorkerSettings, worker_argv
 
 #: Bytes past which a log of the session is rotated, and how many rotated ones are kept.
 LOG_MAX_BYTES = 64 * 2**20
@@ -370,10 +370,10 @@ class LocalSession:
             await asyncio.sleep(0.02)
         self.url = f"http://127.0.0.1:{port}"
 
-    def _worker_flags(self, number: int, redis_url: str, prefix: str) -> WorkerFlags:
+    def _worker_flags(self, number: int, redis_url: str, prefix: str) -> WorkerSettings:
         opts = self.options
         host_images = tuple(i for i in opts.images if i not in opts.unit_images)
-        return WorkerFlags(
+        return WorkerSettings(
             queues=("cpu", "gpu"),
             images=host_images,
             engine=opts.engine if host_images else None,

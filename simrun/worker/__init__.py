@@ -1,13 +1,7 @@
 """The computing side: a worker container (`container`) takes jobs from its queues
-(`jobs`), admits them by memory (`admission`, within its `capacity`), runs chunks and
-merges on its pool of worker processes (`pool`) and commands through ``simrun-exec``
-(`command`, `exec`), measures them (`sampler`, `ledger`) and reports; `heartbeat` tells the
-service it is alive and `health` is the container's health check.
-
-The names below are imported when first used, not with the package: a worker process
-(`simrun.worker.pool.child`) imports this package too, and every one it starts, a process
-recycled on a change of task included, would pay for the wire models and ``simrun-exec``
-(about 0.1 s of a core)."""
+(`jobs`), admits them by memory (`admission`), runs them on its pool of worker processes
+(`pool`) or through ``simrun-exec`` (`command`, `exec`), and reports. Names below are
+imported lazily: every worker process imports this package and must stay cheap to start."""
 
 from __future__ import annotations
 

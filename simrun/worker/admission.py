@@ -1,16 +1,7 @@
-"""Memory-weighted admission: which held jobs may start now.
-
-A job asks for memory (GiB), process slots and GPUs (`Request`). It is admitted when its
-memory fits what is free in the container (capacity minus what admitted jobs asked for), a
-slot is free and enough GPUs are free. A request that can never fit (more than the whole
-container) is refused instead of waiting forever.
-
-Waiting jobs are served in order, and a later one may pass an earlier one that does not fit
-yet (a small chunk runs beside a big one), but not for ever: once the first waiter has
-waited `patience_s`, nothing behind it is admitted until it is.
-
-`decide` and `pick` are pure; `AdmissionGate` is the thin asyncio shell around them.
-"""
+"""Memory-weighted admission: which held jobs may start now. `decide` and `pick` are pure
+(a request fits memory, slots and GPUs, waits, or can never fit and is refused; a later job
+may pass one that does not fit yet, until the first has waited ``patience_s``);
+`AdmissionGate` is the asyncio shell around them."""
 
 from __future__ import annotations
 
@@ -20,10 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from simrun.core.sizing import SLACK_GB
 from simrun.worker.capacity import Capacity
-
-#: Rounding slack so that 0.1 + 0.2 GiB fits in 0.3 GiB.
-EPS_GB = 1e-9
 
 
 @dataclass(frozen=True)
@@ -44,55 +33,50 @@ class Usage:
     slots: int = 0
     gpus: int = 0
 
-    def plus(self, request: Request) -> Usage:
-        return Usage(
-            self.memory_gb + request.memory_gb, self.slots + request.slots, self.gpus + request.gpus
-        )
-
-    def minus(self, request: Request) -> Usage:
-        return Usage(
-            max(0.0, self.memory_gb - request.memory_gb),
-            self.slots - request.slots,
-            self.gpus - request.gpus,
-        )
+    def plus(self, request: Request, sign: int = 1) -> Usage:
+        """What is held once ``request`` is admitted (``sign`` -1: released)."""
+        memory_gb = max(0.0, self.memory_gb + sign * request.memory_gb)
+        return Usage(memory_gb, self.slots + sign * request.slots, self.gpus + sign * request.gpus)
 
 
 @dataclass(frozen=True)
-class Decision:
+class Admission:
+    """What `decide` says of one request now, and why (for a wait or a refusal)."""
+
     verdict: Literal["admit", "wait", "refuse"]
     reason: str = ""
 
 
-def decide(capacity: Capacity, usage: Usage, request: Request) -> Decision:
+def decide(capacity: Capacity, usage: Usage, request: Request) -> Admission:
     """Whether ``request`` can start now, must wait, or can never run in this container."""
-    if request.memory_gb > capacity.memory_gb + EPS_GB:
-        return Decision(
+    if request.memory_gb > capacity.memory_gb + SLACK_GB:
+        return Admission(
             "refuse",
             f"{request.what} needs {request.memory_gb:g} GiB of memory and this worker has "
             f"{capacity.memory_gb:g} GiB in all",
         )
     if request.slots > capacity.processes:
-        return Decision(
+        return Admission(
             "refuse",
             f"{request.what} needs {request.slots} processes and this worker has "
             f"{capacity.processes}",
         )
     if request.gpus > capacity.gpus:
-        return Decision(
+        return Admission(
             "refuse",
             f"{request.what} needs {request.gpus} GPU(s) and this worker has {capacity.gpus}",
         )
     short = []
     free_gb = capacity.memory_gb - usage.memory_gb
-    if request.memory_gb > free_gb + EPS_GB:
+    if request.memory_gb > free_gb + SLACK_GB:
         short.append(f"{request.memory_gb:g} GiB needed, {max(free_gb, 0.0):g} GiB free")
     if request.slots > capacity.processes - usage.slots:
         short.append("no free process")
     if request.gpus > capacity.gpus - usage.gpus:
         short.append("no free GPU")
     if short:
-        return Decision("wait", "; ".join(short))
-    return Decision("admit")
+        return Admission("wait", "; ".join(short))
+    return Admission("admit")
 
 
 @dataclass(frozen=True)
@@ -104,12 +88,9 @@ class Waiter:
 def pick(
     capacity: Capacity, usage: Usage, waiting: Sequence[Waiter], patience_s: float
 ) -> tuple[list[int], list[int]]:
-    """Which waiters to admit now and which to refuse, as indices into ``waiting``.
-
-    In order: each that fits is admitted (and counts against what is free for the ones
-    after it); one that can never fit is refused; one that must wait lets later ones pass
-    unless it has waited ``patience_s`` or more, which stops the scan.
-    """
+    """Which waiters to admit now and which to refuse (indices into ``waiting``): in
+    order, each that fits is admitted, one that never fits refused, and one that must wait
+    lets later ones pass until it has waited ``patience_s``."""
     admit: list[int] = []
     refuse: list[int] = []
     for i, waiter in enumerate(waiting):
@@ -176,10 +157,6 @@ class AdmissionGate:
     def free_slots(self) -> int:
         return self.capacity.processes - self.usage.slots
 
-    @property
-    def waiting(self) -> int:
-        return len(self._waiting)
-
     async def acquire(self, request: Request) -> Grant:
         """Wait until ``request`` is admitted; the grant holds its GPUs."""
         if self._closed:
@@ -205,7 +182,7 @@ class AdmissionGate:
         if grant.released:
             return
         grant.released = True
-        self.usage = self.usage.minus(grant.request)
+        self.usage = self.usage.plus(grant.request, -1)
         self._gpus_in_use.difference_update(grant.gpu_ids)
         self._pump()
 

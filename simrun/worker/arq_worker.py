@@ -1,23 +1,6 @@
-"""arq's `Worker`, made to ride out a Redis outage: `OutageWorker`.
-
-What arq 0.28 does when Redis goes away (read in ``arq/worker.py``):
-
-* the poll loop (``main`` → ``_poll_iteration``: ZRANGEBYSCORE of the queue, the health
-  check key) raises the connection error, which ends ``async_run``;
-* ``start_jobs`` counts a job and takes a semaphore slot before its WATCH/MULTI; an error
-  there leaves both taken for good: a slot lost per outage;
-* ``run_job`` reads the job and counts a try before it runs it, and afterwards
-  ``finish_job`` takes the job out of its queue and deletes its in-progress key; an error
-  there makes the job's task fail (the poll loop then raises it), and the job stays in
-  its queue, held in progress for as long as the job timeout (days).
-
-So here: a poll is skipped while the link is down and its connection errors tell the link;
-``start_jobs`` gives the slot back when it fails; ``finish_job`` and ``finish_failed_job``
-that fail are run again once Redis is back (`simrun.worker.link.RedisLink.defer`), after
-the job's report. A job that could not start (its first read failed) stays held in
-progress in Redis; the service dispatches its units again once no live worker has listed
-it for a heartbeat's time to live (`simrun.service.decisions.abandoned_jobs`).
-"""
+"""`OutageWorker`: arq's `Worker` made to ride out a Redis outage: polls are skipped while
+the link is down, a failed ``start_jobs`` gives its semaphore slot back, and a failed
+``finish_job`` is run again once Redis is back, after the job's report."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""What a worker container can run at once: memory, processes and GPUs.
-
-Each figure comes from a flag when one is given, else it is detected: memory from the
-cgroup limit of the container (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) when one
-is set, else the physical memory (``MemTotal``); processes from the CPUs the process may
-run on, bounded by a cgroup CPU quota; GPUs from ``CUDA_VISIBLE_DEVICES`` when it is set,
-else from ``nvidia-smi -L`` when that program exists.
-
-The parsing is done by pure functions (tested on tables of real file contents); the
-functions that read files and run programs are thin.
-"""
+"""What a worker container can run at once: memory (cgroup limit, else MemTotal), processes
+(CPU affinity bounded by a cgroup quota) and GPUs (``CUDA_VISIBLE_DEVICES``, else
+``nvidia-smi -L``), each unless a flag gives it. Parsing is pure; reading is thin."""
 
 from __future__ import annotations
 
@@ -17,15 +9,15 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-GIB = 2**30
+from simrun.core.sizing import GIB
+from simrun.worker.cgroups import parse_limit, parse_proc_cgroup
+
 #: Memory kept back for the worker container's own process when memory is detected.
 RESERVE_GB = 0.25
-#: cgroup v1 writes a number near 2**63 for "no limit".
-_V1_UNLIMITED = 2**60
 
 
 @dataclass(frozen=True)
@@ -47,34 +39,10 @@ class Capacity:
         return len(self.gpu_ids)
 
 
-# --- pure parsing -------------------------------------------------------------------------
-
-
-def parse_cgroup_v2_memory(text: str) -> int | None:
-    """Bytes of a cgroup v2 ``memory.max``; None for ``max`` (no limit)."""
-    value = text.strip()
-    if value == "max":
-        return None
-    if not value.isdigit():
-        raise ValueError(f"memory.max holds {value!r}, not a number or 'max'")
-    return int(value)
-
-
-def parse_cgroup_v1_memory(text: str) -> int | None:
-    """Bytes of a cgroup v1 ``memory.limit_in_bytes``; None for its "unlimited" value."""
-    value = text.strip()
-    if not value.lstrip("-").isdigit():
-        raise ValueError(f"memory.limit_in_bytes holds {value!r}, not a number")
-    number = int(value)
-    return None if number < 0 or number >= _V1_UNLIMITED else number
-
-
-def parse_meminfo_total(text: str) -> int:
-    """Bytes of ``MemTotal`` in the text of ``/proc/meminfo``."""
-    match = re.search(r"^MemTotal:\s+(\d+)\s*kB", text, re.MULTILINE)
-    if match is None:
-        raise ValueError("/proc/meminfo has no MemTotal line")
-    return int(match.group(1)) * 1024
+def parse_meminfo(text: str, name: str) -> int | None:
+    """Bytes of line ``name`` of a ``/proc/meminfo`` text; None when it has none."""
+    match = re.search(rf"^{name}:\s+(\d+)\s*kB", text, re.MULTILINE)
+    return None if match is None else int(match.group(1)) * 1024
 
 
 def parse_cpu_max(text: str) -> float | None:
@@ -88,11 +56,7 @@ def parse_cpu_max(text: str) -> float | None:
 
 
 def parse_cuda_visible_devices(value: str | None) -> tuple[str, ...] | None:
-    """The devices ``CUDA_VISIBLE_DEVICES`` names; None when it is unset.
-
-    Empty entries are skipped; like CUDA, the list ends at the first ``-1`` (an empty
-    value or ``-1`` hides every GPU).
-    """
+    """The devices ``CUDA_VISIBLE_DEVICES`` names (None: unset), up to a ``-1``."""
     if value is None:
         return None
     devices: list[str] = []
@@ -111,20 +75,6 @@ def parse_nvidia_smi(text: str) -> tuple[str, ...]:
     return tuple(re.findall(r"^GPU (\d+):", text, re.MULTILINE))
 
 
-def cgroup_paths(proc_self_cgroup: str) -> tuple[str | None, str | None]:
-    """The v2 path and the v1 memory-controller path of ``/proc/self/cgroup``'s text."""
-    v2: str | None = None
-    v1: str | None = None
-    for line in proc_self_cgroup.splitlines():
-        hierarchy, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        if hierarchy == "0" and controllers == "":
-            v2 = path
-        elif "memory" in controllers.split(","):
-            v1 = path
-    return v2, v1
-
-
 def _ancestors(root: Path, path: str | None) -> list[Path]:
     """``root/path`` and each parent up to ``root``, deepest first."""
     out: list[Path] = []
@@ -136,9 +86,6 @@ def _ancestors(root: Path, path: str | None) -> list[Path]:
         current = current.parent
 
 
-# --- thin I/O -----------------------------------------------------------------------------
-
-
 def _read(path: Path) -> str | None:
     try:
         return path.read_text()
@@ -146,40 +93,40 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _limit_from(files: list[Path], parse: Callable[[str], int | None]) -> int | None:
+def _limit_from(files: list[Path]) -> int | None:
     """The smallest limit any of ``files`` sets (a cgroup is bounded by its ancestors)."""
     limits = []
     for file in files:
         text = _read(file)
-        if text is not None:
-            value = parse(text)
-            if value is not None:
-                limits.append(value)
+        if text is not None and (value := parse_limit(text, file.name)) is not None:
+            limits.append(value)
     return min(limits) if limits else None
 
 
 def detect_memory_bytes(cgroup_root: Path, proc_root: Path) -> tuple[int, str]:
     """The container's memory in bytes and where it was found."""
-    own = _read(proc_root / "self" / "cgroup") or ""
-    v2, v1 = cgroup_paths(own)
-    v2_limit = _limit_from(
-        [p / "memory.max" for p in _ancestors(cgroup_root, v2)], parse_cgroup_v2_memory
-    )
+    paths = parse_proc_cgroup(_read(proc_root / "self" / "cgroup") or "")
+    v2_limit = _limit_from([p / "memory.max" for p in _ancestors(cgroup_root, paths.get(""))])
     if v2_limit is not None:
         return v2_limit, "cgroup v2 memory.max"
     v1_limit = _limit_from(
-        [p / "memory.limit_in_bytes" for p in _ancestors(cgroup_root / "memory", v1)],
-        parse_cgroup_v1_memory,
+        [
+            p / "memory.limit_in_bytes"
+            for p in _ancestors(cgroup_root / "memory", paths.get("memory"))
+        ]
     )
     if v1_limit is not None:
         return v1_limit, "cgroup v1 memory.limit_in_bytes"
-    return parse_meminfo_total(_read(proc_root / "meminfo") or ""), "MemTotal"
+    total = parse_meminfo(_read(proc_root / "meminfo") or "", "MemTotal")
+    if total is None:
+        raise ValueError("/proc/meminfo has no MemTotal line")
+    return total, "MemTotal"
 
 
 def detect_processes(cgroup_root: Path, proc_root: Path) -> int:
     """CPUs this process may use, bounded by a cgroup v2 CPU quota (rounded down, >= 1)."""
     cpus = len(os.sched_getaffinity(0))
-    v2, _ = cgroup_paths(_read(proc_root / "self" / "cgroup") or "")
+    v2 = parse_proc_cgroup(_read(proc_root / "self" / "cgroup") or "").get("")
     for path in _ancestors(cgroup_root, v2):
         text = _read(path / "cpu.max")
         quota = parse_cpu_max(text) if text is not None else None
@@ -212,12 +159,8 @@ def detect_capacity(
     cgroup_root: Path = Path("/sys/fs/cgroup"),
     proc_root: Path = Path("/proc"),
 ) -> Capacity:
-    """The capacity from the flags given, detecting the others.
-
-    Detected memory keeps `RESERVE_GB` back for the container's own process. ``gpus``
-    (a count) takes that many of the detected device ids, or ids "0".."gpus-1" when none
-    are detected.
-    """
+    """The capacity from the flags given, detecting the others (memory less `RESERVE_GB`;
+    ``gpus`` takes that many detected ids, else "0".."gpus-1")."""
     if memory_gb is None:
         total, _source = detect_memory_bytes(cgroup_root, proc_root)
         memory_gb = max(total / GIB - RESERVE_GB, total / GIB / 2)

@@ -1,31 +1,7 @@
-"""Memory cgroups for the worker processes: one per process, where the kernel allows it.
-
-A cgroup holds every process started in it, whatever it does afterwards (a new session, a
-double fork): the kernel counts their memory together, enforces a limit on them together,
-and lists them all (``cgroup.procs``), so they can be measured and ended together. A
-worker container puts each of its worker processes in a cgroup of its own
-(`WorkerCgroups.new_box`), sets the limit of the job it runs (`Cgroup.set_limit`), and
-reads whether the kernel's OOM killer ended one of its processes (`Cgroup.oom_kills`).
-
-Two kinds of hierarchy are supported:
-
-* cgroup v2 (the unified hierarchy, containers' usual one): ``memory.max``,
-  ``memory.events`` (``oom_kill``); usable when the cgroup this process is in has the memory
-  controller and may enable it for child cgroups (``cgroup.subtree_control``: a delegated
-  cgroup that holds no process of its own);
-* cgroup v1's memory controller: ``memory.limit_in_bytes``, ``memory.oom_control``
-  (``oom_kill``).
-
-The worker's cgroups live under the cgroup it runs in (``/proc/self/cgroup``), in a
-directory of its own named after its pid and start time (``simrun-w<pid>-<start>``), one
-``p<N>`` per worker process. They are removed when the processes end and the worker stops;
-those of a worker that was SIGKILLed are swept at the next start of any worker there
-(`sweep`). Where neither kind is usable (`detect` says why), the worker falls back to the
-process tree (`simrun.worker.proctree`) and its start-up line says so.
-
-The parsing of the kernel's files is pure (``parse_*``), everything else reads or writes
-them.
-"""
+"""Memory cgroups for the worker processes, one per process where the kernel allows it
+(cgroup v2 delegated, or v1's memory controller): a limit, the OOM kill counter, and every
+process of a box killed together. A worker's boxes live in an area named after its pid and
+start time under its own cgroup; areas of dead workers are swept. Parsing is pure."""
 
 from __future__ import annotations
 
@@ -39,21 +15,18 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from simrun.worker.proctree import GIB, kill_pids, living
+from simrun.core.sizing import GIB
+from simrun.worker.proctree import kill_pids, living, start_time
 
 log = logging.getLogger(__name__)
 
-#: The kernel's limit of a cgroup (a worker process's, a command's), as a multiple of the
-#: limit the sampler kills it at: the sampler, which reads anonymous memory and says so,
-#: stops a unit that grows; the kernel, which counts everything charged to the cgroup,
-#: stops what the sampler cannot see (a spike between two samples, shared memory) a little
-#: above.
+#: The kernel's limit of a cgroup over the sampler's: the sampler stops a unit that grows,
+#: the kernel (which counts everything charged) what the sampler cannot see, a little above.
 KERNEL_LIMIT_FACTOR = 1.25
 
 
 def kernel_limit_bytes(kill_at_gb: float | None) -> int | None:
-    """The kernel memory limit (bytes) of a process the sampler kills at ``kill_at_gb``
-    GiB (`KERNEL_LIMIT_FACTOR` above it); None without a limit."""
+    """The kernel memory limit (bytes) of a process the sampler kills at ``kill_at_gb``."""
     if kill_at_gb is None:
         return None
     return int(kill_at_gb * KERNEL_LIMIT_FACTOR * GIB)
@@ -65,13 +38,8 @@ AREA_PREFIX = "simrun-w"
 _NO_LIMIT_FLOOR = 2**62
 
 
-# -- pure parsing ----------------------------------------------------------------------------
-
-
 def parse_proc_cgroup(text: str) -> dict[str, str]:
-    """The cgroup path of each controller in a ``/proc/<pid>/cgroup`` file; the v2 path
-    under the key "" (its line is ``0::/path``). Named hierarchies (``name=systemd``) keep
-    their name."""
+    """The cgroup path of each controller of a ``/proc/<pid>/cgroup`` text (v2 under "")."""
     found: dict[str, str] = {}
     for line in text.splitlines():
         parts = line.split(":", 2)
@@ -88,9 +56,8 @@ def parse_proc_cgroup(text: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Mount:
-    """A cgroup file system of ``/proc/self/mountinfo``: where it is mounted, the path of
-    the hierarchy it shows there (its root), its type and its super options (the v1
-    controllers)."""
+    """A cgroup file system of ``/proc/self/mountinfo``: mount point, the hierarchy's path
+    it shows (root), type and super options (the v1 controllers)."""
 
     point: str
     root: str
@@ -99,10 +66,8 @@ class Mount:
 
 
 def parse_mountinfo(text: str) -> list[Mount]:
-    """The cgroup and cgroup2 mounts of a ``/proc/<pid>/mountinfo`` file.
-
-    A line is ``id parent major:minor root point options [optional...] - type source
-    super-options``."""
+    """The cgroup and cgroup2 mounts of a ``/proc/<pid>/mountinfo`` file (``id parent
+    major:minor root point options [optional...] - type source super-options``)."""
     mounts: list[Mount] = []
     for line in text.splitlines():
         left, sep, right = line.partition(" - ")
@@ -124,8 +89,7 @@ def _unescape(field: str) -> str:
 
 
 def cgroup_dir(mount: Mount, path: str) -> Path | None:
-    """The directory of cgroup ``path`` on ``mount``; None when the mount does not show it
-    (its root is elsewhere in the hierarchy)."""
+    """The directory of cgroup ``path`` on ``mount``; None when the mount does not show it."""
     root = mount.root.rstrip("/")
     if root and path != root and not path.startswith(root + "/"):
         return None
@@ -133,37 +97,26 @@ def cgroup_dir(mount: Mount, path: str) -> Path | None:
     return Path(mount.point, relative) if relative else Path(mount.point)
 
 
-def _counter(text: str, name: str) -> int | None:
-    """The value of the line ``name N`` of a flat keyed file, None without one."""
+def parse_oom_kills(text: str) -> int | None:
+    """The ``oom_kill`` counter of a v2 ``memory.events`` or v1 ``memory.oom_control`` file;
+    None without one (a v1 kernel before 4.13)."""
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[0] == name:
-            try:
-                return int(parts[1])
-            except ValueError:
-                return None
+        if len(parts) == 2 and parts[0] == "oom_kill":
+            return int(parts[1]) if parts[1].isdigit() else None
     return None
 
 
-def parse_oom_control(text: str) -> int | None:
-    """The ``oom_kill`` counter of a v1 ``memory.oom_control`` file (None: a kernel older
-    than 4.13 does not count)."""
-    return _counter(text, "oom_kill")
-
-
-def parse_memory_events(text: str) -> int | None:
-    """The ``oom_kill`` counter of a v2 ``memory.events`` file."""
-    return _counter(text, "oom_kill")
-
-
-def parse_limit(text: str) -> int | None:
-    """A memory limit in bytes from ``memory.max`` (v2: ``max`` is none) or
-    ``memory.limit_in_bytes`` (v1: a huge value is none); None for no limit."""
+def parse_limit(text: str, name: str = "memory.max") -> int | None:
+    """A memory limit in bytes of ``memory.max`` or ``memory.limit_in_bytes`` (``name``,
+    for the error); None for none (v2 ``max``, v1 -1 or a huge value)."""
     value = text.strip()
     if value == "max":
         return None
+    if not value.lstrip("-").isdigit():
+        raise ValueError(f"{name} holds {value!r}, not a number or 'max'")
     number = int(value)
-    return None if number >= _NO_LIMIT_FLOOR else number
+    return None if number < 0 or number >= _NO_LIMIT_FLOOR else number
 
 
 def limit_text(version: int, limit_bytes: int | None) -> str:
@@ -179,9 +132,7 @@ def oom_killed(before: int | None, after: int | None) -> bool:
 
 
 def owner_of(name: str) -> tuple[int, int] | None:
-    """The pid and start time (clock ticks since boot) a worker's area is named after
-    (``simrun-w<pid>-<start>``, or ``simrun-w<pid>-<start>-<tag>`` for another owner in the
-    same process, such as ``simrun-exec``'s ``-exec``); None for another name."""
+    """The pid and start time an area is named after (``simrun-w<pid>-<start>[-<tag>]``)."""
     if not name.startswith(AREA_PREFIX):
         return None
     parts = name[len(AREA_PREFIX) :].split("-")
@@ -190,19 +141,6 @@ def owner_of(name: str) -> tuple[int, int] | None:
     if len(parts) != 2 or not all(p.isdigit() for p in parts):
         return None
     return int(parts[0]), int(parts[1])
-
-
-# -- the files -----------------------------------------------------------------------------
-
-
-def _start_time(pid: int) -> int | None:
-    """The start time of process ``pid`` (field 22 of its stat), None once it is gone."""
-    try:
-        data = Path(f"/proc/{pid}/stat").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    fields = data[data.rfind(b")") + 2 :].split()
-    return int(fields[19])
 
 
 class Cgroup:
@@ -236,8 +174,7 @@ class Cgroup:
         (self.path / "cgroup.procs").write_text(str(pid))
 
     def set_limit(self, limit_bytes: int | None) -> None:
-        """Set the memory limit (None: none); `OSError` when the kernel refuses it (v1:
-        EBUSY when the cgroup holds more and cannot reclaim it)."""
+        """Set the memory limit (None: none); `OSError` when the kernel refuses it."""
         self._limit_file.write_text(limit_text(self.version, limit_bytes))
 
     def limit(self) -> int | None:
@@ -245,9 +182,8 @@ class Cgroup:
         return parse_limit(self._limit_file.read_text())
 
     def peak_bytes(self) -> int | None:
-        """The most memory the kernel has charged to the cgroup so far, page cache
-        included (v1 ``memory.max_usage_in_bytes``, v2 ``memory.peak``); None when the
-        kernel does not say (v2 before Linux 5.19) or the cgroup is gone."""
+        """The most memory charged to the cgroup so far, page cache included; None when
+        the kernel does not say (v2 before Linux 5.19) or the cgroup is gone."""
         name = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
         try:
             return int((self.path / name).read_text().split()[0])
@@ -255,20 +191,15 @@ class Cgroup:
             return None
 
     def oom_kills(self) -> int | None:
-        """How many processes of the cgroup the kernel's OOM killer has ended so far; None
-        when the kernel does not say (or the cgroup is gone)."""
+        """How many processes of the cgroup the OOM killer ended so far (None: not said)."""
         try:
             text = self._events_file.read_text()
         except OSError:
             return None
-        if self.version == 2:
-            return parse_memory_events(text)
-        return parse_oom_control(text)
+        return parse_oom_kills(text)
 
     def kill_all(self, *, spare: int | None = None, timeout_s: float = 10.0) -> list[int]:
-        """SIGKILL every process of the cgroup but ``spare``, again until none is left
-        (one may fork meanwhile) or ``timeout_s`` has passed (0: signal once, do not
-        wait); those still alive."""
+        """SIGKILL the cgroup's processes but ``spare`` until none is left; those still alive."""
         deadline = time.monotonic() + timeout_s
         while True:
             victims = [p for p in living(self.procs()) if p != spare]
@@ -283,8 +214,7 @@ class Cgroup:
             time.sleep(0.002)
 
     def remove(self, timeout_s: float = 10.0) -> bool:
-        """End the processes left in the cgroup and remove it; False (logged) when it
-        cannot be removed in ``timeout_s``."""
+        """End the processes left in the cgroup and remove it; False (logged) on failure."""
         deadline = time.monotonic() + timeout_s
         while True:
             self.kill_all(timeout_s=max(0.0, deadline - time.monotonic()))
@@ -302,9 +232,8 @@ class Cgroup:
 
 @dataclass(frozen=True)
 class CgroupSupport:
-    """What `detect` found: the cgroup this process is in (``own``, whose OOM kill counter
-    can be read even when no child cgroup can be made), and whether worker processes can
-    get a cgroup of their own under it (``usable``; ``reason`` says why not)."""
+    """What `detect` found: the cgroup this process is in, and whether worker processes can
+    get one of their own under it (``reason``: why not)."""
 
     own: Cgroup | None
     usable: bool
@@ -315,10 +244,6 @@ class CgroupSupport:
         if self.usable and self.own is not None:
             return f"a memory cgroup v{self.own.version} per worker process under {self.own.path}"
         return f"the process tree (no memory cgroups: {self.reason})"
-
-
-def _read(path: str) -> str:
-    return Path(path).read_text()
 
 
 def _own_cgroup(proc_cgroup: str, mountinfo: str) -> tuple[Cgroup | None, str]:
@@ -377,13 +302,12 @@ def _probe(own: Cgroup) -> str | None:
 def detect(
     proc_cgroup: str | None = None, mountinfo: str | None = None, *, probe: bool = True
 ) -> CgroupSupport:
-    """Whether worker processes can have memory cgroups of their own here, from this
-    process's ``/proc/self/cgroup`` and ``mountinfo`` (given or read) and, with ``probe``,
-    by making (and removing) one."""
+    """Whether worker processes can have memory cgroups of their own here (from
+    ``/proc/self/cgroup`` and ``mountinfo``, given or read, and a probe cgroup)."""
     try:
         own, reason = _own_cgroup(
-            proc_cgroup if proc_cgroup is not None else _read("/proc/self/cgroup"),
-            mountinfo if mountinfo is not None else _read("/proc/self/mountinfo"),
+            proc_cgroup if proc_cgroup is not None else Path("/proc/self/cgroup").read_text(),
+            mountinfo if mountinfo is not None else Path("/proc/self/mountinfo").read_text(),
         )
     except OSError as exc:
         return CgroupSupport(None, False, f"cannot read the cgroups of this process: {exc}")
@@ -396,9 +320,8 @@ def detect(
 
 
 def sweep(own: Cgroup) -> int:
-    """Remove the empty cgroups left under ``own`` by workers that are gone (SIGKILLed: a
-    worker removes its own when it stops); how many areas were removed. An area whose
-    owner (pid and start time) still runs is left alone."""
+    """Remove the cgroup areas left under ``own`` by workers that are gone (SIGKILLed);
+    how many. An area whose owner (pid and start time) still runs is left alone."""
     removed = 0
     try:
         names = [p.name for p in own.path.iterdir() if p.is_dir()]
@@ -407,7 +330,7 @@ def sweep(own: Cgroup) -> int:
         return 0
     for name in names:
         owner = owner_of(name)
-        if owner is None or _start_time(owner[0]) == owner[1]:
+        if owner is None or start_time(owner[0]) == owner[1]:
             continue
         area = own.path / name
         children = [p for p in area.iterdir() if p.is_dir()] if area.is_dir() else []
@@ -419,9 +342,7 @@ def sweep(own: Cgroup) -> int:
 
 
 class WorkerCgroups:
-    """The cgroups of one worker container: an area under its own cgroup, one box per
-    worker process. `open` it (sweeping what dead workers left), `new_box` per process,
-    `close` when the worker stops."""
+    """The cgroups of one worker container: an area under its cgroup, a box per process."""
 
     def __init__(self, own: Cgroup, area: Cgroup) -> None:
         self.own = own
@@ -434,14 +355,13 @@ class WorkerCgroups:
 
     @classmethod
     def open(cls, own: Cgroup, tag: str = "") -> WorkerCgroups:
-        """Sweep what dead workers left under ``own`` and make this worker's area (named
-        after this process, and ``tag`` when another owner in the same process needs an area
-        of its own); `OSError` when the area cannot be made."""
+        """Sweep what dead workers left under ``own`` and make this worker's area (``tag``:
+        another owner in this process); `OSError` when it cannot be made."""
         swept = sweep(own)
         if swept:
             log.info("removed %d cgroup areas left by workers that are gone", swept)
         pid = os.getpid()
-        name = f"{AREA_PREFIX}{pid}-{_start_time(pid)}" + (f"-{tag}" if tag else "")
+        name = f"{AREA_PREFIX}{pid}-{start_time(pid)}" + (f"-{tag}" if tag else "")
         area = Cgroup(own.path / name, own.version)
         area.path.mkdir(exist_ok=True)
         if own.version == 2:

@@ -1,21 +1,6 @@
-"""Command jobs: the ``command`` of an unsplit task, run through ``simrun-exec``.
-
-The worker container never runs the command itself: `run_command_job` writes the job file,
-starts ``python -m simrun.worker.exec`` (``simrun-exec``, `simrun.worker.exec`) as a child
-and awaits its report, so the event loop never blocks on the command. Cancelling it stops
-the command (SIGTERM to ``simrun-exec``, which forwards it to the command's process group)
-before re-raising. simrun-exec expands the argv template, runs it without a shell, samples
-the memory of the whole process tree, enforces the limit and writes the report read back
-here.
-
-The limit of the tree is the job's memory request (`simrun.core.sizing.request_gb`):
-``memory_base_gb + memory_per_worker_gb * n``, n being every process slot of the container
-for a type that ``uses_cores`` and 1 otherwise. ``simrun-exec`` keeps the output directory
-of earlier attempts when the type ``checkpoints``; otherwise an attempt above 1 starts from
-an empty output directory. The command is told the n it was sized for: simrun-exec sets
-``SIMRUN_PROCESSES`` and the usual thread counts (``OMP_NUM_THREADS`` and friends) to it
-(`simrun.core.environment`).
-"""
+"""Command jobs: the ``command`` of an unsplit task, run through a ``simrun-exec`` child
+(`simrun.worker.exec`) that expands the argv, bounds the process tree's memory and writes a
+report read back here; cancelling stops it (SIGTERM, forwarded to the command)."""
 
 from __future__ import annotations
 
@@ -46,8 +31,7 @@ from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP
 
 log = logging.getLogger(__name__)
 
-#: Seconds `run_command_job` waits for simrun-exec after it forwarded a stop, beyond the
-#: grace simrun-exec itself gives the command.
+#: Seconds to wait for simrun-exec after a stop, beyond the grace it gives the command.
 _STOP_WAIT_S = TERM_GRACE_S + 5.0
 
 
@@ -94,13 +78,9 @@ async def run_command_job(
     env: Mapping[str, str] | None = None,
     python: str = sys.executable,
 ) -> CommandResult:
-    """Run ``spec`` in a ``simrun-exec`` child process and return its result.
-
-    The job and report files are written to ``job_file_dir`` under a fresh name
-    (``attempt-<N>-<random>.job.json`` / ``.report.json``) and left there. ``env`` is the
-    whole environment of simrun-exec and of the command (None: this process's own).
-    A simrun-exec that dies without a report yields a ``failed`` result saying so.
-    """
+    """Run ``spec`` in a ``simrun-exec`` child (job and report files left in
+    ``job_file_dir``; ``env``: its whole environment) and return its result, ``failed``
+    when it died without a report."""
     stem = f"attempt-{spec.attempt}-{uuid.uuid4().hex[:12]}"
     job_path = job_file_dir / f"{stem}.job.json"
     report_path = job_file_dir / f"{stem}.report.json"
@@ -128,16 +108,15 @@ async def run_command_job(
 
 
 def command_outcome(result: CommandResult) -> Outcome:
-    """The outcome of the unit "command": as simrun-exec says, except that a command killed
-    for another reason than memory (someone stopped simrun-exec) is handed back."""
+    """The outcome of the unit "command": simrun-exec's, but one killed for another reason
+    than memory (simrun-exec was stopped) is handed back."""
     if result.outcome == "killed" and not result.report.killed_for_memory:
         return "not_run"
     return result.outcome
 
 
 def _child_environment(gpu_ids: tuple[str, ...], hide_gpus: bool) -> dict[str, str] | None:
-    """The environment of simrun-exec and its command: this process's, with the GPUs the job
-    was granted (or none) in ``CUDA_VISIBLE_DEVICES``; None to inherit it unchanged."""
+    """This environment with the job's GPUs in ``CUDA_VISIBLE_DEVICES`` (None: unchanged)."""
     if not gpu_ids and not hide_gpus:
         return None
     return {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(gpu_ids)}
@@ -155,11 +134,8 @@ async def run_command(
     processes: int = 1,
     engine: str | None = None,
 ) -> WorkerReport:
-    """Run the command job ``spec``; records the unit "command" and returns the measurements.
-    ``cgroups`` ("auto" or "off"), ``log_cap`` (bytes per log file) and ``processes`` (what
-    the command was sized for: its ``SIMRUN_PROCESSES`` and thread counts) go to
-    simrun-exec (`CommandSpec`); what bounded the command is logged. With an ``engine``, a
-    job of an image runs inside it (`simrun.worker.engine`)."""
+    """Run the command job ``spec`` through simrun-exec (`CommandSpec`; in its image with
+    an ``engine``); records the unit "command" and returns the measurements."""
     assert spec.command is not None  # JobSpec checks a command job has one
     paths = spec.paths.task_paths()
     command_spec = CommandSpec(
@@ -177,23 +153,12 @@ async def run_command(
         engine=engine,
     )
     result = await run_command_job(
-        command_spec,
-        task_logs(Path(paths.task_dir)),
-        env=_child_environment(gpu_ids, hide_gpus),
+        command_spec, task_logs(Path(paths.task_dir)), env=_child_environment(gpu_ids, hide_gpus)
     )
     log.info(
-        "command of task %s/%s attempt %d: %s; memory bounded by %s",
-        spec.run,
-        spec.task,
-        spec.attempt,
-        result.outcome,
-        result.isolation or "nothing known (no report)",
-    )
+        "command of task %s/%s attempt %d: %s; memory bounded by %s", spec.run, spec.task,
+        spec.attempt, result.outcome, result.isolation or "nothing known (no report)",
+    )  # fmt: skip
     outcome = command_outcome(result)
-    ledger.record(
-        "command",
-        outcome,
-        seconds=result.wall_s,
-        error=result.error or None,
-    )
+    ledger.record("command", outcome, seconds=result.wall_s, error=result.error or None)
     return result.report

@@ -1,99 +1,53 @@
-"""The worker container: arq workers on its queues, a pool of worker processes, admission,
-a heartbeat, and a graceful stop.
-
-One arq `Worker` per queue (cpu, gpu, image:…) runs in one event loop and hands each job to
-`JobHandler`. arq holds up to ``processes + prefetch`` jobs per queue; admission decides
-which of them run. arq's settings fit short jobs: a small poll delay, the health check in
-seconds, results kept a few minutes (a job id cannot be enqueued again while its result
-lives), payloads and results in msgpack, and a job timeout of days, because the time of a
-unit is bounded by the worker itself (``timeout_s``), not by arq.
-
-Stopping (SIGTERM or SIGINT, or `WorkerContainer.request_stop`): no job is taken any more;
-jobs still waiting for admission are handed back at once; running ones get ``grace_s`` to
-finish; then their processes (and commands) are killed and what they had not finished is
-reported "not_run". A second signal ends the grace period at once.
-
-Redis going away (a restart, a failover, a partition) does not end the container: its link
-(`simrun.worker.link.RedisLink`) notices, the units it holds go on, the reports of the jobs
-that end are kept (`simrun.worker.spool.ReportSpool`, in memory and then in a file of the
-local directory ``local_dir``), and once Redis answers again they are delivered in order,
-arq's bookkeeping of those jobs is done and the heartbeat resumes. The arq workers
-(`simrun.worker.arq_worker.OutageWorker`) skip their polls meanwhile; should one end on a
-Redis error anyway, it is started again once Redis is back.
-
-Redis not reachable yet when the container starts (containers often start before Redis,
-or while it restarts) is waited for with the same backoff (`simrun.queues.connect`), one
-line when the wait begins and one when it connected, the status file saying "waiting for
-Redis" meanwhile; bad credentials or a bad URL end the container at once. Every client has
-bounded socket and connect times (``redis_timeout_s``), so a Redis that stops answering
-without closing its connections is noticed like one that went away.
-"""
+"""The worker container: one arq worker per queue (`OutageWorker`) in one event loop, its
+jobs admitted by memory (`AdmissionGate`) and run by `JobHandler` on a pool of worker
+processes, a heartbeat, a link that rides out Redis outages (`RedisLink`), and a graceful
+stop (SIGTERM/SIGINT: no new jobs, ``grace_s`` for running ones, then kill)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import math
 import os
 import signal
 import socket
-import sys
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from arq.connections import ArqRedis
 from arq.worker import func
 from redis.exceptions import RedisError
 
-from simrun.config import DEFAULT_REDIS_URL, DEFAULT_STORE, redact_url
-from simrun.core.outage import RECONNECT_MAX_S, REDIS_TIMEOUT_S, LinkState
+from simrun.config import redact_url
+from simrun.core.outage import LinkState
 from simrun.core.reports import WorkerInfo, now_s
-from simrun.core.sizing import image_queue
-from simrun.core.timing import DEFAULT_GRACE_S, HEARTBEAT_S, HEARTBEAT_TTL_S, TTL_PER_INTERVAL
+from simrun.core.sizing import GIB
 from simrun.core.wire import deserialize, serialize
 from simrun.queues.connect import RedisTimeouts, cancel_and_wait, open_redis, wait_for_redis
-from simrun.queues.keys import DEFAULT_PREFIX, JOB_FUNCTION, Keys
+from simrun.queues.keys import JOB_FUNCTION, Keys
 from simrun.worker import proctree
 from simrun.worker.admission import AdmissionGate
 from simrun.worker.arq_worker import OutageWorker
-from simrun.worker.capacity import Capacity, detect_capacity
 from simrun.worker.cgroups import CgroupSupport, WorkerCgroups, detect
-from simrun.worker.engine import EngineError, find_engine
 from simrun.worker.heartbeat import Heartbeat
 from simrun.worker.jobs import JobHandler
-from simrun.worker.link import (
-    DEFAULT_LOCAL_DIR as DEFAULT_LOCAL_DIR,
-)
-from simrun.worker.link import (
-    LINK_ERRORS,
-    RedisLink,
-    status_path,
-    write_status,
-)
-from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP as DEFAULT_COMMAND_LOG_CAP
-from simrun.worker.pool.output import DEFAULT_UNIT_LOG_CAP as DEFAULT_UNIT_LOG_CAP
+from simrun.worker.link import LINK_ERRORS, RedisLink, status_path, write_status
 from simrun.worker.pool.processes import ProcessPool
-from simrun.worker.scratch import GIB, ScratchSpace, room_gb, scratch_root
-from simrun.worker.spool import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, MIB, ReportSpool, SpoolBounds
+from simrun.worker.scratch import ScratchSpace, room_gb, scratch_root
+from simrun.worker.settings import Machine, WorkerSettings
+from simrun.worker.spool import MIB, ReportSpool, SpoolBounds
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-#: arq's own bound on a job; ours are the unit timeouts. Also how long arq would keep a job
-#: that a dead worker held blocked: the service dispatches its units again with a newer
-#: attempt and drops it from arq (`simrun.queues.JobQueue.drop_jobs`).
+#: arq's own bound on a job (ours are the unit timeouts; a job a dead worker held is
+#: dispatched again and dropped from arq by the service).
 JOB_TIMEOUT_S = 7 * 24 * 3600
 KEEP_RESULT_S = 300
 MAX_TRIES = 3
 HEALTH_CHECK_S = 10
-#: Seconds between two looks at an empty queue.
-DEFAULT_POLL_DELAY_S = 0.02
-#: The values of ``--cgroups``.
-CGROUP_MODES = ("auto", "off")
-#: MiB of reports kept on disk while Redis is away (``--spool-mb``).
-DEFAULT_SPOOL_MB = DEFAULT_DISK_MB
 
 
 def default_worker_id() -> str:
@@ -101,112 +55,58 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-@dataclass(frozen=True)
-class WorkerOptions:
-    """How to run one worker container. ``queues`` are logical names (cpu, gpu, image:…);
-    ``prefetch`` is how many jobs per queue arq may hold beyond the process slots (None:
-    as many as there are slots); ``python_path`` is put in front of the worker processes'
-    ``sys.path`` (where ``plugins`` live)."""
-
-    redis_url: str
-    capacity: Capacity
-    queues: tuple[str, ...] = ("cpu",)
-    prefix: str = DEFAULT_PREFIX
-    worker_id: str | None = None
-    plugins: tuple[str, ...] = ()
-    python_path: tuple[str, ...] = ()
-    burst: bool = False
-    grace_s: float = DEFAULT_GRACE_S
-    poll_delay_s: float = DEFAULT_POLL_DELAY_S
-    prefetch: int | None = None
-    heartbeat_s: float = HEARTBEAT_S
-    heartbeat_ttl_s: float = HEARTBEAT_TTL_S
-    admission_patience_s: float = 5.0
-    store: Path | None = None
-    #: "auto": a memory cgroup per worker process where the kernel allows it, else the
-    #: process tree; "off": the process tree always (`simrun.worker.cgroups`).
-    cgroups: str = "auto"
-    #: Bytes one unit may put into the worker's log (head and tail; 0: no bound).
-    unit_log_cap: int = DEFAULT_UNIT_LOG_CAP
-    local_dir: Path = DEFAULT_LOCAL_DIR
-    redis_retry_max_s: float = RECONNECT_MAX_S
-    spool_memory_mb: float = DEFAULT_MEMORY_MB
-    spool_disk_mb: float = DEFAULT_DISK_MB
-    #: Bytes of each log file (stdout, stderr) of a command (head and tail; 0: no bound).
-    command_log_cap: int = DEFAULT_COMMAND_LOG_CAP
-    #: How long to wait for Redis at start while it is not reachable (None: for ever).
-    redis_wait_s: float | None = None
-    #: Bound of one Redis call or connection attempt (a Redis that stopped answering).
-    redis_timeout_s: float = REDIS_TIMEOUT_S
-    #: The container engine's executable that runs the commands of image tasks inside
-    #: their image (`simrun.worker.engine`); None: they run in this container.
-    engine: str | None = None
-    #: The local directory of the tasks' scratch (`simrun.worker.scratch`; None:
-    #: ``local_dir / "scratch"``): each container keeps its own ``<worker id>/`` in it.
-    scratch_dir: Path | None = None
-
-
 def memory_in_use_gb() -> float:
-    """The anonymous resident memory of this container's processes but its own (the
-    worker processes, the commands and their children), in GiB (blocking: walks /proc)."""
+    """The anonymous memory of this container's processes but its own, in GiB (blocking)."""
     return proctree.anon_bytes_of(proctree.descendants(os.getpid())) / GIB
+
+
+async def _existing(redis: ArqRedis, items: list[T], key: Callable[[T], str]) -> set[T]:
+    """Those of ``items`` whose ``key`` exists in Redis (one round trip)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for item in items:
+            pipe.exists(key(item))
+        found = await pipe.execute()
+    return {item for item, n in zip(items, found, strict=True) if n}
 
 
 class WorkerContainer:
     """One ``simrun worker``: `run` it; `request_stop` (or a signal) ends it gracefully."""
 
-    def __init__(self, options: WorkerOptions) -> None:
-        if not options.queues:
-            raise ValueError("a worker needs at least one queue")
-        if options.grace_s < 0:
-            raise ValueError(f"grace_s must be >= 0, got {options.grace_s}")
-        if options.cgroups not in CGROUP_MODES:
-            raise ValueError(
-                f"cgroups must be one of {', '.join(CGROUP_MODES)}, got {options.cgroups!r}"
-            )
-        if options.unit_log_cap < 0:
-            raise ValueError(f"unit_log_cap must be >= 0 bytes, got {options.unit_log_cap}")
-        if options.command_log_cap < 0:
-            raise ValueError(f"command_log_cap must be >= 0 bytes, got {options.command_log_cap}")
-        self.options = options
-        self.keys = Keys(options.prefix)
-        self.worker_id = options.worker_id or default_worker_id()
-        self.capacity = options.capacity
+    def __init__(self, settings: WorkerSettings, machine: Machine) -> None:
+        self.settings = settings
+        self.engine = machine.engine
+        self.keys = Keys(settings.prefix)
+        self.worker_id = settings.worker_id or default_worker_id()
+        self.capacity = capacity = machine.capacity
         self.pool = ProcessPool(
-            options.capacity.processes,
-            plugins=options.plugins,
-            python_path=options.python_path,
-            hide_gpus=options.capacity.gpus > 0,
-            unit_log_cap=options.unit_log_cap,
+            capacity.processes,
+            plugins=settings.plugins,
+            python_path=tuple(str(Path(p).resolve()) for p in settings.python_path),
+            hide_gpus=capacity.gpus > 0,
+            unit_log_cap=settings.unit_log_cap,
         )
         #: How the memory of the worker processes is bounded (set when it runs).
         self.isolation = "the process tree"
         self._cgroups: WorkerCgroups | None = None
-        self.gate = AdmissionGate(options.capacity, options.admission_patience_s)
-        #: A directory of this container's own in the scratch directory (which several
-        #: containers may share), kept at exit (what a failed task left, for debugging)
-        #: until a worker starting later finds it is not alive (`ScratchSpace.remove_dead`).
-        self.scratch = ScratchSpace(
-            scratch_root(options.scratch_dir or options.local_dir / "scratch", self.worker_id)
-        )
-        #: Free space of the scratch directory in GiB, as last measured (the heartbeat's).
+        self.gate = AdmissionGate(capacity, settings.admission_patience_s)
+        #: This container's own directory in the shared scratch directory, kept at exit
+        #: (for debugging) until a later worker finds it dead (`ScratchSpace.remove_dead`).
+        self.scratch = ScratchSpace(scratch_root(settings.scratch, self.worker_id))
+        #: The free scratch and the memory in use, as last measured (for the heartbeat).
         self.free_scratch_gb: float | None = None
-        #: The memory its processes hold, as last measured (the heartbeat's).
         self.used_memory_gb: float | None = None
         self.started = now_s()
         self.stopping = False
         self._arq: list[OutageWorker] = []
         self._handler: JobHandler | None = None
         self.spool = ReportSpool(
-            options.local_dir / f"{self.worker_id}.spool.jsonl",
-            SpoolBounds(int(options.spool_memory_mb * MIB), int(options.spool_disk_mb * MIB)),
+            settings.local / f"{self.worker_id}.spool.jsonl",
+            SpoolBounds(int(settings.spool_memory_mb * MIB), int(settings.spool_mb * MIB)),
         )
         self._link: RedisLink | None = None
         self._stop_task: asyncio.Task[None] | None = None
         self._grace_over = asyncio.Event()
         self._stop_asked = asyncio.Event()
-
-    # -- state for the heartbeat ------------------------------------------------------------
 
     def info(self) -> WorkerInfo:
         handler = self._handler
@@ -215,7 +115,7 @@ class WorkerContainer:
         running = (*handler.running.values(), *self.spool.jobs()) if handler else ()
         return WorkerInfo(
             id=self.worker_id,
-            queues=self.options.queues,
+            queues=self.settings.queue_names,
             memory_gb=self.capacity.memory_gb,
             processes=self.capacity.processes,
             gpus=self.capacity.gpus,
@@ -231,12 +131,10 @@ class WorkerContainer:
             used_memory_gb=self.used_memory_gb,
         )
 
-    # -- running -----------------------------------------------------------------------------
-
     def _arq_worker(
         self, queue: str, pool: ArqRedis, handler: JobHandler, link: RedisLink
     ) -> OutageWorker:
-        opts = self.options
+        opts = self.settings
         prefetch = self.capacity.processes if opts.prefetch is None else opts.prefetch
         return OutageWorker(
             link=link,
@@ -258,26 +156,25 @@ class WorkerContainer:
 
     def _client(self) -> ArqRedis:
         """A client of Redis with the worker's timeouts (no I/O yet)."""
-        t = self.options.redis_timeout_s
-        return open_redis(self.options.redis_url, RedisTimeouts(connect_s=t, socket_s=t))
+        t = self.settings.redis_timeout_s
+        return open_redis(self.settings.redis_url, RedisTimeouts(connect_s=t, socket_s=t))
 
     async def _wait_for_redis(self, redis: ArqRedis) -> bool:
-        """Wait until Redis answers (True), or a stop is asked meanwhile (False). While it
-        is not reachable yet, the status file says so (the health check: "waiting for
-        Redis"); `RedisUnusable` when it never will be (or not within ``redis_wait_s``)."""
-        where = redact_url(self.options.redis_url)
-        status = status_path(self.options.local_dir, self.worker_id)
+        """Wait until Redis answers (True), or a stop is asked meanwhile (False), the status
+        file saying so for the health check; `RedisUnusable` when it never will be."""
+        where = redact_url(self.settings.redis_url)
+        status = status_path(self.settings.local, self.worker_id)
 
         def on_try(state: LinkState) -> None:
-            write_status(status, where=where, prefix=self.options.prefix, state=state,
+            write_status(status, where=where, prefix=self.settings.prefix, state=state,
                          kept_reports=0)  # fmt: skip
 
         waiting = asyncio.ensure_future(
             wait_for_redis(
                 redis,
                 where,
-                max_wait_s=self.options.redis_wait_s,
-                max_backoff_s=self.options.redis_retry_max_s,
+                max_wait_s=self.settings.redis_wait_s,
+                max_backoff_s=self.settings.redis_retry_max_s,
                 on_try=on_try,
             )
         )
@@ -297,13 +194,9 @@ class WorkerContainer:
         return True
 
     async def run(self, handle_signals: bool = False) -> None:
-        """Serve until the queues are empty (burst) or a stop has run its course.
-
-        Raises `PoolError` when the worker processes cannot start (a ``--plugins``
-        reference that does not load) and `RedisUnusable` when Redis will never take the
-        worker (bad URL or credentials) or was not reached within ``redis_wait_s``; Redis
-        not reachable yet is waited for (for ever by default).
-        """
+        """Serve until the queues are empty (burst) or a stop has run its course. `PoolError`
+        when the worker processes cannot start, `RedisUnusable` when Redis will never take
+        the worker (bad URL or credentials, or not reached within ``redis_wait_s``)."""
         loop = asyncio.get_running_loop()
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -326,9 +219,8 @@ class WorkerContainer:
                     loop.remove_signal_handler(sig)
 
     def _open_cgroups(self) -> None:
-        """Give the pool a memory cgroup per worker process where the kernel allows it
-        (blocking: reads and writes cgroup files)."""
-        if self.options.cgroups == "off":
+        """Give the pool a memory cgroup per worker process where the kernel allows it."""
+        if self.settings.cgroups == "off":
             support = CgroupSupport(None, False, "turned off (--cgroups off)")
         else:
             support = detect()
@@ -350,20 +242,14 @@ class WorkerContainer:
             gate=self.gate,
             pool=self.pool,
             spool=self.spool,
-            command_cgroups=self.options.cgroups,
-            command_log_cap=self.options.command_log_cap,
-            engine=self.options.engine,
+            settings=self.settings,
+            engine=self.engine,
             scratch=self.scratch,
         )
-        # what workers gone left in the scratch directory (an earlier incarnation of this
-        # container: an emptyDir outlives a container's restart) goes
+        # the scratch of workers gone (an emptyDir outlives a container's restart) goes
 
         async def alive(ids: list[str]) -> set[str]:
-            async with redis.pipeline(transaction=False) as pipe:
-                for other in ids:
-                    pipe.exists(self.keys.worker(other))
-                found = await pipe.execute()
-            return {i for i, n in zip(ids, found, strict=True) if n}
+            return await _existing(redis, ids, self.keys.worker)
 
         try:
             gone = await self.scratch.remove_dead(alive)
@@ -375,26 +261,26 @@ class WorkerContainer:
         self.free_scratch_gb = await asyncio.to_thread(self._scratch_room)
         link = self._link = handler.link = RedisLink(
             redis,
-            redact_url(self.options.redis_url),
+            redact_url(self.settings.redis_url),
             self.spool,
             handler.xadd,
-            max_backoff_s=self.options.redis_retry_max_s,
-            status=status_path(self.options.local_dir, self.worker_id),
-            prefix=self.options.prefix,
+            max_backoff_s=self.settings.redis_retry_max_s,
+            status=status_path(self.settings.local, self.worker_id),
+            prefix=self.settings.prefix,
         )
         heartbeat = Heartbeat(
             redis,
             self.keys,
             self.info,
-            interval_s=self.options.heartbeat_s,
-            ttl_s=self.options.heartbeat_ttl_s,
+            interval_s=self.settings.heartbeat_s,
+            ttl_s=self.settings.ttl_s,
             link=link,
         )
         link.on_back = heartbeat.beat
         heartbeat_task: asyncio.Task[None] | None = None
         scratch_task: asyncio.Task[None] | None = None
         try:
-            for queue in self.options.queues:
+            for queue in self.settings.queue_names:
                 pool = self._client()
                 link.pools.append(pool)
                 self._arq.append(self._arq_worker(queue, pool, handler, link))
@@ -403,15 +289,12 @@ class WorkerContainer:
             link.write_status()
             heartbeat_task = asyncio.get_running_loop().create_task(heartbeat.run())
             scratch_task = asyncio.get_running_loop().create_task(self._upkeep_loop(redis, link))
+            cap = self.capacity
             log.info(
                 "worker %s serving %s with %g GiB, %d processes, %d GPUs; memory bounded by %s",
-                self.worker_id,
-                ", ".join(self.options.queues),
-                self.capacity.memory_gb,
-                self.capacity.processes,
-                self.capacity.gpus,
-                self.isolation,
-            )
+                self.worker_id, ", ".join(self.settings.queue_names), cap.memory_gb,
+                cap.processes, cap.gpus, self.isolation,
+            )  # fmt: skip
             if not self.stopping:  # a stop asked for while starting up ends it here
                 results = await asyncio.gather(
                     *(self._run_arq(w, link) for w in self._arq), return_exceptions=True
@@ -438,21 +321,16 @@ class WorkerContainer:
             self.spool.discard()
 
     async def _upkeep_loop(self, redis: ArqRedis, link: RedisLink) -> None:
-        """Every heartbeat interval: measure the free scratch space and the memory the
-        container's processes hold (for the heartbeat), and remove the scratch of tasks that
-        ended or have been idle long (`simrun.worker.scratch.ScratchSpace.sweep`)."""
+        """Every heartbeat interval: measure the free scratch and the memory in use (for the
+        heartbeat), and remove the scratch of tasks that ended (`ScratchSpace.sweep`)."""
 
         async def ended(tasks: list[tuple[str, str]]) -> set[tuple[str, str]]:
             if not link.is_up:
                 return set()
-            async with redis.pipeline(transaction=False) as pipe:
-                for run, task in tasks:
-                    pipe.exists(self.keys.task_ended(run, task))
-                found = await pipe.execute()
-            return {t for t, n in zip(tasks, found, strict=True) if n}
+            return await _existing(redis, tasks, lambda t: self.keys.task_ended(*t))
 
         while True:
-            await asyncio.sleep(self.options.heartbeat_s)
+            await asyncio.sleep(self.settings.heartbeat_s)
             try:
                 removed = await self.scratch.sweep(ended)
             except LINK_ERRORS as exc:
@@ -467,12 +345,11 @@ class WorkerContainer:
             self.used_memory_gb = await asyncio.to_thread(memory_in_use_gb)
 
     def _scratch_room(self) -> float | None:
-        """The scratch this worker advertises (`simrun.worker.scratch.room_gb`; blocking)."""
+        """The scratch this worker advertises (`room_gb`; blocking)."""
         return room_gb(self.scratch.free_gb(), self.scratch.held_bytes() / GIB)
 
     async def _run_arq(self, worker: OutageWorker, link: RedisLink) -> None:
-        """Run an arq worker; one that ends on a Redis error is started again once Redis
-        answers (unless the container stops meanwhile)."""
+        """Run an arq worker, again once Redis answers when it ended on a Redis error."""
         while True:
             if self.stopping:
                 # A stop asked for before arq's main task exists would not end it (arq's
@@ -489,17 +366,15 @@ class WorkerContainer:
                 log.info("arq worker of %s started again", worker.queue_name)
 
     async def _deliver_kept(self, link: RedisLink) -> None:
-        """At the end: give Redis up to the grace period to come back for the reports still
-        kept, then say how many are lost."""
+        """At the end: give Redis the grace period to come back for the reports kept."""
         if not len(self.spool):
             return
         if not link.is_up:
             log.warning(
                 "stopping with %d reports kept: waiting up to %g s for Redis",
-                len(self.spool),
-                self.options.grace_s,
-            )
-            await link.wait_up(self.options.grace_s)
+                len(self.spool), self.settings.grace_s,
+            )  # fmt: skip
+            await link.wait_up(self.settings.grace_s)
         if len(self.spool):
             with contextlib.suppress(*LINK_ERRORS):
                 await self.spool.deliver(link.write)
@@ -518,15 +393,14 @@ class WorkerContainer:
             return
         self.stopping = True
         self._stop_asked.set()
-        log.info("stopping: no new jobs, %g s of grace for the running ones", self.options.grace_s)
+        log.info("stopping: no new jobs, %g s of grace for the running ones", self.settings.grace_s)
         self._stop_task = asyncio.get_running_loop().create_task(self._stop())
 
     def _jobs_in_flight(self) -> int:
         return sum(1 for w in self._arq for t in w.tasks.values() if not t.done())
 
     async def _wait_jobs(self, timeout_s: float, grace: bool) -> bool:
-        """Wait until no job is in flight (True), or ``timeout_s`` has passed (False); with
-        ``grace``, a second stop request also ends the wait (False)."""
+        """Wait until no job is in flight (True), or ``timeout_s`` passed or the grace ended."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while self._jobs_in_flight():
@@ -539,7 +413,7 @@ class WorkerContainer:
         for worker in self._arq:
             worker.allow_pick_jobs = False
         self.gate.close()
-        if not await self._wait_jobs(self.options.grace_s, grace=True):
+        if not await self._wait_jobs(self.settings.grace_s, grace=True):
             handler = self._handler
             if handler is not None:
                 handler.stop_now = True
@@ -557,141 +431,6 @@ class WorkerContainer:
         )
 
 
-def run_container(options: WorkerOptions, handle_signals: bool = True) -> None:
+def run_container(settings: WorkerSettings, machine: Machine, handle_signals: bool = True) -> None:
     """Run a worker container in a new event loop until it ends."""
-    asyncio.run(WorkerContainer(options).run(handle_signals=handle_signals))
-
-
-def queues_for(queues: Sequence[str], images: Sequence[str]) -> tuple[str, ...]:
-    """The logical queues of ``--queue`` and ``--image`` options (cpu when none is given)."""
-    names = [*queues, *(image_queue(i) for i in images)]
-    return tuple(dict.fromkeys(names)) or ("cpu",)
-
-
-@dataclass(frozen=True)
-class WorkerFlags:
-    """The parameters of ``simrun worker`` as its command line gives them, before anything
-    is detected: `to_argv` writes them as that command line (the one place that does), and
-    `options` turns them into the `WorkerOptions` of a container on this machine.
-
-    The field names and defaults are the click command's (`simrun.cli.worker.worker`), so
-    ``WorkerFlags(**ctx.params)`` is what a parsed command line says; None leaves a figure
-    to the worker (``memory_gb``, ``processes`` and ``gpus`` are detected, ``prefetch`` is
-    the process slots, ``heartbeat_ttl_s`` is `TTL_PER_INTERVAL` heartbeats).
-    """
-
-    queues: tuple[str, ...] = ()
-    images: tuple[str, ...] = ()
-    redis_url: str = DEFAULT_REDIS_URL
-    prefix: str = DEFAULT_PREFIX
-    memory_gb: float | None = None
-    processes: int | None = None
-    gpus: int | None = None
-    worker_id: str | None = None
-    burst: bool = False
-    grace_s: float = DEFAULT_GRACE_S
-    plugins: tuple[str, ...] = ()
-    python_path: tuple[str, ...] = ()
-    poll_delay_s: float = DEFAULT_POLL_DELAY_S
-    prefetch: int | None = None
-    heartbeat_s: float = HEARTBEAT_S
-    heartbeat_ttl_s: float | None = None
-    store: Path = DEFAULT_STORE
-    log_level: str = "INFO"
-    cgroups: str = "auto"
-    unit_log_cap: int = DEFAULT_UNIT_LOG_CAP
-    local_dir: Path | None = None
-    redis_retry_max_s: float = RECONNECT_MAX_S
-    spool_mb: float = DEFAULT_DISK_MB
-    command_log_cap: int = DEFAULT_COMMAND_LOG_CAP
-    redis_wait_s: float | None = None
-    redis_timeout_s: float = REDIS_TIMEOUT_S
-    engine: str | None = None
-    scratch_dir: Path | None = None
-
-    def to_argv(self) -> list[str]:
-        """The arguments of ``simrun worker`` that give these flags. Every value is written
-        out, defaults too (a flag left out would be read from the child's environment:
-        ``REDIS_URL``, ``SIMRUN_STORE``); a None or False one is left out."""
-        argv: list[str] = []
-        for field in fields(self):
-            value = getattr(self, field.name)
-            flag = "--" + _FLAG_NAMES.get(field.name, field.name).replace("_", "-")
-            if value is None or value is False:
-                continue
-            if value is True:
-                argv.append(flag)
-            elif isinstance(value, tuple | list):
-                argv += [a for item in value for a in (flag, str(item))]
-            else:
-                argv += [flag, repr(value) if isinstance(value, float) else str(value)]
-        return argv
-
-    @property
-    def ttl_s(self) -> float:
-        """How long the heartbeat lives: ``heartbeat_ttl_s``, else `TTL_PER_INTERVAL`
-        heartbeats."""
-        if self.heartbeat_ttl_s is not None:
-            return self.heartbeat_ttl_s
-        return TTL_PER_INTERVAL * self.heartbeat_s
-
-    def options(self, environ: Mapping[str, str]) -> WorkerOptions:
-        """The options of a container on this machine: its capacity detected where no flag
-        gives it (GPUs from ``environ``'s ``CUDA_VISIBLE_DEVICES``). `ValueError` names the
-        flag that cannot be used."""
-        if not self.ttl_s > self.heartbeat_s or not math.isfinite(self.ttl_s):
-            raise ValueError(
-                f"--heartbeat-ttl-s: {self.ttl_s:g} s is not longer than --heartbeat-s "
-                f"({self.heartbeat_s:g} s): the heartbeat would expire between two beats"
-            )
-        try:
-            capacity = detect_capacity(
-                environ, memory_gb=self.memory_gb, processes=self.processes, gpus=self.gpus
-            )
-        except ValueError as exc:
-            raise ValueError(f"capacity: {exc}") from None
-        try:
-            engine = None if self.engine is None else find_engine(self.engine)
-        except EngineError as exc:
-            raise ValueError(str(exc)) from None
-        return WorkerOptions(
-            redis_url=self.redis_url,
-            capacity=capacity,
-            queues=queues_for(self.queues, self.images),
-            prefix=self.prefix,
-            worker_id=self.worker_id,
-            plugins=self.plugins,
-            python_path=tuple(str(Path(p).resolve()) for p in self.python_path),
-            burst=self.burst,
-            grace_s=self.grace_s,
-            poll_delay_s=self.poll_delay_s,
-            prefetch=self.prefetch,
-            heartbeat_s=self.heartbeat_s,
-            heartbeat_ttl_s=self.ttl_s,
-            store=self.store,
-            cgroups=self.cgroups,
-            unit_log_cap=self.unit_log_cap,
-            local_dir=self.local_dir or DEFAULT_LOCAL_DIR,
-            redis_retry_max_s=self.redis_retry_max_s,
-            spool_disk_mb=self.spool_mb,
-            command_log_cap=self.command_log_cap,
-            redis_wait_s=self.redis_wait_s,
-            redis_timeout_s=self.redis_timeout_s,
-            engine=engine,
-            scratch_dir=self.scratch_dir,
-        )
-
-
-#: The flags of `WorkerFlags` fields whose names are not the flag's.
-_FLAG_NAMES = {
-    "queues": "queue",
-    "images": "image",
-    "worker_id": "id",
-    "memory_gb": "worker_memory_gb",
-}
-
-
-def worker_argv(flags: WorkerFlags, python: str = sys.executable) -> list[str]:
-    """The command line of a worker container as a child process of ``python``:
-    ``python -m simrun.cli worker`` (``simrun worker``) and the arguments of ``flags``."""
-    return [python, "-m", "simrun.cli", "worker", *flags.to_argv()]
+    asyncio.run(WorkerContainer(settings, machine).run(handle_signals=handle_signals))

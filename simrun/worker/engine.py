@@ -1,22 +1,6 @@
-"""Running a command inside a task's image through a container engine (docker or podman).
-
-A task whose type has an ``image`` runs in that image. In a deployment (compose,
-Kubernetes) a worker container started from the image serves the image's queue and runs the
-command as any other. On one machine (`simrun run`), the embedded workers are given a
-container engine (``--engine``): ``simrun-exec`` then runs the command as
-
-    ENGINE run --name simrun-<id> --memory <limit> --memory-swap <limit>
-        -v STORE:STORE [-v SCRATCH:SCRATCH] -w TASK_DIR -e SIMRUN_PROCESSES=... IMAGE ARGV...
-
-so that every path the argv names (the store's, the scratch's) is the same inside the
-container, the engine's kernel limit is the job's memory limit, and the command's output
-reaches simrun-exec's pipes as before. After the container ends, ``ENGINE inspect`` tells
-whether the engine's OOM killer ended it (``{{.State.OOMKilled}}``: a kill for memory),
-then ``ENGINE rm`` removes it. Everything here but `inspect_oom` and `remove` is pure.
-
-An engine is found (`find_engine`) as the ``SIMRUN_ENGINE`` setting names it, else
-``docker`` then ``podman`` on ``PATH``.
-"""
+"""Running a command (or a whole worker) inside a task's image through a container engine
+(docker or podman): the engine's command lines (pure), whether its OOM killer ended a
+container, and removing it. Every path the argv names is mounted at its own path."""
 
 from __future__ import annotations
 
@@ -26,11 +10,12 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from simrun.core.sizing import GIB
+
 #: The engines looked for on ``PATH``, in this order, when none is named.
 ENGINE_NAMES = ("docker", "podman")
 #: Seconds an ``inspect`` or ``rm`` of the engine may take.
 _ENGINE_CALL_S = 30.0
-_GIB = 2**30
 
 
 class EngineError(ValueError):
@@ -38,8 +23,7 @@ class EngineError(ValueError):
 
 
 def find_engine(named: str | None, path: str | None = None) -> str | None:
-    """The engine's executable: ``named`` (a name on ``path`` or a path; `EngineError` when
-    it is neither), else the first of `ENGINE_NAMES` found on ``path`` (None: none)."""
+    """The engine's executable: ``named`` (`EngineError` if not found), else the first found."""
     if named:
         found = shutil.which(named, path=path)
         if found is None:
@@ -66,6 +50,15 @@ def _mounts(dirs: Sequence[Path]) -> list[str]:
     return [a for d in kept for a in ("-v", f"{d}:{d}")]
 
 
+def _bounds(
+    limit_gb: float, mounts: Sequence[Path], workdir: Path, environ: Mapping[str, str]
+) -> list[str]:
+    """The options of ``ENGINE run`` for the memory limit, mounts, workdir and variables."""
+    limit = f"{max(1, int(limit_gb * GIB))}b"
+    args = ["--memory", limit, "--memory-swap", limit, *_mounts(mounts), "-w", str(workdir)]
+    return args + [a for key in sorted(environ) for a in ("-e", f"{key}={environ[key]}")]
+
+
 def run_argv(
     engine: str,
     image: str,
@@ -77,16 +70,9 @@ def run_argv(
     mounts: Sequence[Path],
     environ: Mapping[str, str],
 ) -> list[str]:
-    """The engine's command line that runs ``argv`` in ``image``: named ``name`` (kept after
-    it ends, for `inspect_argv`), its memory (and memory with swap) bounded by ``limit_gb``,
-    each of ``mounts`` at its own path, ``workdir`` its working directory, and ``environ``
-    (the variables simrun sets for a command, e.g. ``SIMRUN_PROCESSES``) passed by name."""
-    limit = f"{max(1, int(limit_gb * _GIB))}b"
-    args = [engine, "run", "--name", name, "--memory", limit, "--memory-swap", limit]
-    args += _mounts(mounts)
-    args += ["-w", str(workdir)]
-    for key in sorted(environ):
-        args += ["-e", f"{key}={environ[key]}"]
+    """The engine's command line that runs ``argv`` in ``image`` as container ``name``
+    (kept after it ends, for `inspect_argv`), bounded by ``limit_gb``."""
+    args = [engine, "run", "--name", name, *_bounds(limit_gb, mounts, workdir, environ)]
     return [*args, image, *argv]
 
 
@@ -102,17 +88,10 @@ def worker_argv_in_image(
     environ: Mapping[str, str],
 ) -> list[str]:
     """The engine's command line that runs ``simrun worker WORKER_ARGS`` inside ``image``
-    (which must hold simrun and the plugins; its entry point is replaced), as container
-    ``name`` removed when it ends: on the host's network (the embedded Redis listens on
-    127.0.0.1), its memory bounded by ``memory_gb`` (the worker's container), each of
-    ``mounts`` at its own path, in ``workdir``, with ``environ`` passed in."""
-    limit = f"{max(1, int(memory_gb * _GIB))}b"
+    (which must hold simrun) as container ``name``, removed when it ends, on the host's
+    network (the embedded Redis listens on 127.0.0.1), bounded by ``memory_gb``."""
     args = [engine, "run", "--rm", "--name", name, "--network", "host"]
-    args += ["--memory", limit, "--memory-swap", limit]
-    args += _mounts(mounts)
-    args += ["-w", str(workdir)]
-    for key in sorted(environ):
-        args += ["-e", f"{key}={environ[key]}"]
+    args += _bounds(memory_gb, mounts, workdir, environ)
     return [*args, "--entrypoint", "simrun", image, "worker", *worker_args]
 
 

@@ -1,13 +1,5 @@
-"""GPU memory of a job, measured through ``nvidia-smi`` where it answers.
-
-A job granted GPUs has them to itself (each worker process, and each command, sees only its
-own devices through ``CUDA_VISIBLE_DEVICES``), so the memory used on those devices is the
-job's: `GpuMemorySampler` asks ``nvidia-smi --query-gpu=index,memory.used`` for them every
-`SAMPLE_S` seconds in a thread of its own and keeps the peak of their sum. This works inside
-a container too, where the process ids ``nvidia-smi`` would list per application are the
-host's. Without ``nvidia-smi``, or when it fails, nothing is known (None). The job's report
-carries the peak next to the host memory (`WorkerReport.peak_gpu_memory_gb`).
-"""
+"""The GPU memory of a job, the peak of ``nvidia-smi --query-gpu`` over the devices it was
+granted (they are its own); None where nvidia-smi does not answer."""
 
 from __future__ import annotations
 

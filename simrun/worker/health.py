@@ -1,29 +1,7 @@
-"""``python -m simrun.worker.health``: is the worker of this container alive?
-
-A container health check (Docker ``HEALTHCHECK``, a Kubernetes liveness probe). It reads
-the worker heartbeats in Redis (`simrun.worker.heartbeat`) and exits 0 when the heartbeat
-of this container's worker was written within ``--max-age-s`` seconds, 1 otherwise, with
-one line that says why. A worker that stops cleanly deletes its heartbeat, and one whose
-event loop is stuck or that lost Redis stops refreshing it, so both turn unhealthy.
-
-Which heartbeat is "this container's": the one of ``--id`` when given; otherwise the
-newest one written from this host name. In a container the host name is the container's
-(Docker) or the pod's (Kubernetes) own, and the worker's default id starts with it, so
-the ids that start with ``<host>-`` are read first and the rest only when none of those
-matches (a worker started with an explicit ``--id``).
-
-While Redis is away the worker cannot beat, and the check cannot read Redis either; the
-worker then says so in its status file in its local directory (``--local-dir``, as the
-worker's; `simrun.worker.link`), rewritten at every heartbeat interval: a fresh status that
-says Redis is down makes the check healthy, "waiting for Redis ...", so that the container
-is not restarted (and the units it runs and the reports it keeps lost) for an outage of
-Redis. A status file that is not fresh is not believed (the worker's loop is stuck).
-
-Redis comes from ``--redis-url``, else ``REDIS_URL``, else the local default, as for
-``simrun worker``; ``--prefix`` must be the worker's.
-
-`judge`, `judge_local` and `candidate_ids` are pure; `check` is the thin Redis shell around them.
-"""
+"""``python -m simrun.worker.health``: the container's health check. Healthy when this
+container's worker (``--id``, else the newest heartbeat of this host) beat within
+``--max-age-s``, or when its fresh status file says it waits for Redis (an outage of Redis
+must not restart the container). `judge`, `judge_local` and `candidate_ids` are pure."""
 
 from __future__ import annotations
 
@@ -39,13 +17,14 @@ import click
 from redis import Redis
 from redis.exceptions import RedisError
 
-from simrun.config import DEFAULT_REDIS_URL, ENV_REDIS_URL, ENV_WORKER_DIR, redact_url
+from simrun.config import redact_url
 from simrun.core.reports import WorkerInfo
 from simrun.core.wire import PayloadError
-from simrun.queues.keys import DEFAULT_PREFIX, Keys
-from simrun.worker.link import DEFAULT_LOCAL_DIR, read_status, status_path
+from simrun.queues.keys import Keys
+from simrun.worker.link import read_status, status_path
+from simrun.worker.settings import DEFAULT_LOCAL_DIR, option
 
-#: A heartbeat older than this is stale (the worker beats every 2 s; its key lives 8 s).
+#: A heartbeat older than this is stale.
 MAX_AGE_S = 30.0
 #: Heartbeats read per round trip while looking for this host's worker.
 BATCH = 200
@@ -66,8 +45,7 @@ def same_host(a: str, b: str) -> bool:
 
 
 def candidate_ids(ids: Sequence[str], host: str) -> list[str]:
-    """The worker ids in the order to read them: those that start with ``<host>-`` (the
-    worker's default id on this host) first, then the others, each group in its order."""
+    """The worker ids in the order to read them: those of this host (``<host>-``) first."""
     head = f"{host}-"
     mine = [i for i in ids if i.startswith(head)]
     return mine + [i for i in ids if not i.startswith(head)]
@@ -90,13 +68,8 @@ def judge(
     now: float,
     max_age_s: float = MAX_AGE_S,
 ) -> Verdict:
-    """Whether the heartbeat of this container's worker is fresh.
-
-    The worker is the one of ``worker_id`` when given, else the newest heartbeat written
-    from ``host``. Healthy when its ``updated`` time is at most ``max_age_s`` before
-    ``now`` (a time slightly in the future counts as age 0). A stopping worker is healthy
-    while it still beats: it is finishing its units.
-    """
+    """Whether the heartbeat of this container's worker (``worker_id``, else the newest of
+    ``host``) is at most ``max_age_s`` old; a stopping worker that still beats is healthy."""
     if worker_id is not None:
         mine = [b for b in beats if b.id == worker_id]
         whose = f"worker {worker_id!r}"
@@ -108,10 +81,7 @@ def judge(
     newest = max(mine, key=lambda b: b.updated)
     age_s = max(0.0, now - newest.updated)
     if age_s > max_age_s:
-        return Verdict(
-            False,
-            f"stale: {_describe(newest, age_s)} (more than {max_age_s:g} s)",
-        )
+        return Verdict(False, f"stale: {_describe(newest, age_s)} (more than {max_age_s:g} s)")
     return Verdict(True, f"ok: {_describe(newest, age_s)}")
 
 
@@ -122,10 +92,8 @@ def judge_local(
     prefix: str,
     max_age_s: float = MAX_AGE_S,
 ) -> Verdict | None:
-    """What the worker's own status files say: healthy, "waiting for Redis", when the
-    newest fresh one (``updated`` at most ``max_age_s`` before ``now``) of a worker serving
-    key prefix ``prefix`` says Redis is down; None (ask Redis) otherwise. Statuses of other
-    prefixes are other workers sharing the directory, not this container's."""
+    """Healthy, "waiting for Redis", when the newest fresh status file of a worker of
+    ``prefix`` says Redis is down; None (ask Redis) otherwise."""
     fresh = [
         s for s in statuses
         if isinstance(s.get("updated"), int | float) and now - float(s["updated"]) <= max_age_s
@@ -146,8 +114,7 @@ def judge_local(
 
 
 def local_statuses(local_dir: Path, worker_id: str | None) -> list[dict[str, Any]]:
-    """The status files of the worker ``worker_id`` (else of every worker) in
-    ``local_dir``."""
+    """The status files of worker ``worker_id`` (else of every worker) in ``local_dir``."""
     if worker_id is not None:
         paths = [status_path(local_dir, worker_id)]
     else:
@@ -176,8 +143,7 @@ def check(
     now: float,
     max_age_s: float = MAX_AGE_S,
 ) -> Verdict:
-    """`judge` the heartbeats in Redis, reading as few as it takes: the key of
-    ``worker_id``, or this host's candidates first, stopping at the first fresh match."""
+    """`judge` the heartbeats in Redis, reading as few as it takes."""
     if worker_id is not None:
         return judge(
             _parse([cast("bytes | None", client.get(keys.worker(worker_id)))]),
@@ -203,11 +169,8 @@ def check(
 
 
 @click.command("worker-health")
-@click.option(
-    "--redis-url", envvar=ENV_REDIS_URL, show_envvar=True, default=DEFAULT_REDIS_URL,
-    show_default=True, help="Redis to use, as the worker's --redis-url.",
-)  # fmt: skip
-@click.option("--prefix", default=DEFAULT_PREFIX, show_default=True, help="Redis key prefix.")
+@option("redis_url")  # the worker's own options: the check reads what the worker writes
+@option("prefix")
 @click.option("--id", "worker_id", default=None, help="Worker id [default: this host's worker].")
 @click.option(
     "--max-age-s", type=click.FloatRange(min=0, min_open=True), default=MAX_AGE_S,
@@ -217,24 +180,22 @@ def check(
     "--timeout-s", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
     help="Seconds to wait for Redis.",
 )  # fmt: skip
-@click.option(
-    "--local-dir", type=click.Path(file_okay=False, path_type=Path), envvar=ENV_WORKER_DIR,
-    show_envvar=True, default=DEFAULT_LOCAL_DIR, show_default=True,
-    help="The worker's local directory, as its --local-dir.",
-)  # fmt: skip
+@option("local_dir")
 def main(
     redis_url: str,
     prefix: str,
     worker_id: str | None,
     max_age_s: float,
     timeout_s: float,
-    local_dir: Path,
+    local_dir: Path | None,
 ) -> None:
-    """Exit 0 when this container's worker heartbeat is fresh (or the worker says it waits
-    for Redis), 1 otherwise."""
+    """Exit 0 when this container's worker is healthy, 1 otherwise."""
     host = socket.gethostname()
     waiting = judge_local(
-        local_statuses(local_dir, worker_id), now=time.time(), prefix=prefix, max_age_s=max_age_s
+        local_statuses(local_dir or DEFAULT_LOCAL_DIR, worker_id),
+        now=time.time(),
+        prefix=prefix,
+        max_age_s=max_age_s,
     )
     if waiting is not None:
         click.echo(waiting.message)

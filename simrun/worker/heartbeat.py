@@ -1,14 +1,6 @@
-"""The heartbeat of a worker container: who it is, what it can run and what it runs.
-
-Every ``interval_s`` the container writes a `WorkerInfo` under its key with a TTL of
-``ttl_s`` and its id into the index of workers (scored by the time), so the service can
-list live workers cheaply (`simrun.queues.JobQueue.live_workers`) and notice a container
-that died: its key expires a few seconds after its last beat.
-
-With a `simrun.worker.link.RedisLink`, a beat is not tried while Redis is away (the link
-beats once Redis is back), and a beat that fails tells the link; without one, a failed beat
-is logged.
-"""
+"""The heartbeat of a worker container: its `WorkerInfo` every ``interval_s`` under a key
+that expires after ``ttl_s`` and its id in the index of workers; with a `RedisLink`, beats
+wait while Redis is away."""
 
 from __future__ import annotations
 
@@ -32,8 +24,7 @@ log = logging.getLogger(__name__)
 
 
 class Heartbeat:
-    """Writes ``info()`` every ``interval_s`` under a key that expires after ``ttl_s``
-    (``interval_s`` waited on ``clock``; the key's time to live is Redis's own)."""
+    """Writes ``info()`` every ``interval_s`` under a key that expires after ``ttl_s``."""
 
     def __init__(
         self,
@@ -61,8 +52,7 @@ class Heartbeat:
             await pipe.execute()
 
     async def run(self) -> None:
-        """Beat until cancelled; a beat that fails (Redis away) tells the link (or is logged)
-        and is tried again at the next interval."""
+        """Beat until cancelled; a failed beat tells the link (or is logged) and is tried again."""
         while True:
             link = self.link
             if link is not None:

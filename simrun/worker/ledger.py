@@ -1,8 +1,5 @@
-"""Bookkeeping of the outcomes of one job's units, and the `WorkerReport` made from them.
-
-Pure: no I/O, no clock. Every unit of a job ends with exactly one outcome; `close_rest`
-gives the units nobody got to (a stop, a process that died) theirs.
-"""
+"""The outcome of each unit of one job (exactly one each; `close_rest` for those nobody got
+to) and the `WorkerReport` made from them. Pure."""
 
 from __future__ import annotations
 
@@ -79,8 +76,7 @@ class Ledger:
     def report(
         self, peaks_gb: Sequence[float], limit_gb: float, killed_for_memory: bool
     ) -> WorkerReport:
-        """The measurements of the job: the peaks given, the mean seconds of a completed
-        unit (None without one), the number completed."""
+        """The measurements of the job: the peaks, the mean seconds of a unit done, the count."""
         seconds = list(self.seconds.values())
         return WorkerReport(
             peak_memory_gb=tuple(peaks_gb),

@@ -1,28 +1,7 @@
-"""The worker container's link to Redis: `RedisLink` notices Redis going away, tries again
-with backoff, and once it answers delivers what waited, in order, before it says Redis is
-back:
-
-1. the reports kept in the spool (`simrun.worker.spool.ReportSpool`), oldest first;
-2. arq's own bookkeeping of the jobs that ended meanwhile (taking them out of their queue:
-   `OutageWorker.finish_job`), after their reports, as when Redis never went away;
-3. a heartbeat (the callback ``on_back``).
-
-Before them, when the Redis server is not the one it was (its ``run_id`` changed: it
-restarted, and may have lost its data), the reports written within the last `RECENT_S`
-are written again: Redis took them, but the service may not have read them before they
-were lost. Writing a report twice is harmless (the service applies a unit's ``done`` once,
-other outcomes only for the current attempt of a unit in flight); losing one would have its
-units computed again.
-
-One line is logged when Redis goes away and one when it is back ("Redis is back after N s,
-delivered K reports"); the tries in between are silent. While the link is down, the users
-of Redis (the job handler, the heartbeat, the arq workers) do not try it: they keep what
-they would have written.
-
-While Redis is away its state is also written, at every heartbeat interval, to a small
-status file in the worker's local directory, which `simrun.worker.health` reads ("waiting
-for Redis"); the file is removed when Redis is back.
-"""
+"""`RedisLink`: the worker's link to Redis. It notices Redis going away, tries again with
+backoff, and once it answers delivers in order the kept reports, arq's deferred
+bookkeeping, then a heartbeat; a Redis that restarted gets the recent reports again.
+While Redis is away a status file tells the health check so."""
 
 from __future__ import annotations
 
@@ -32,7 +11,6 @@ import json
 import logging
 import os
 import random
-import tempfile
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -51,9 +29,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The worker's local directory (its status file, the reports it keeps while Redis is
-#: away) when ``--local-dir`` gives none: on the container's own disk, not the store.
-DEFAULT_LOCAL_DIR = Path(tempfile.gettempdir()) / "simrun-worker"
 #: How long a written report is kept, to be written again should Redis lose its data.
 RECENT_S = 60.0
 #: And how many at most.
@@ -79,8 +54,7 @@ def read_status(path: Path) -> dict[str, Any] | None:
 def write_status(
     path: Path, *, where: str, prefix: str, state: LinkState, kept_reports: int
 ) -> None:
-    """Write the status file of a worker whose Redis is away (``state``), atomically; a
-    failure is logged, not raised. Also while it waits for Redis at start."""
+    """Write the status file of a worker whose Redis is away (atomically; errors logged)."""
     now = time.time()
     data = {
         "pid": os.getpid(),
@@ -102,10 +76,8 @@ def write_status(
 
 
 async def _disconnect_when_idle(client: Redis) -> None:
-    """Drop the connections of ``client`` (to a server that went away), once the calls
-    still holding one ended: each ends within the socket timeout (a frozen Redis), and
-    closing a connection under a call makes redis-py fail with AttributeError (its writer
-    gone), not a Redis error, which would end the worker. After that bound, all go."""
+    """Drop the connections of ``client`` once the calls holding one ended (within the
+    socket timeout): closing one under a call makes redis-py fail with AttributeError."""
     pool = client.connection_pool
     bound = pool.connection_kwargs.get("socket_timeout") or 1.0
     deadline = time.monotonic() + float(bound) + 0.5
@@ -115,8 +87,7 @@ async def _disconnect_when_idle(client: Redis) -> None:
 
 
 class RedisLink:
-    """Whether Redis answers, as the worker's last try found; `lost` starts the tries
-    again, `wait_up` waits for their success."""
+    """Whether Redis answers; `lost` starts the tries again, `wait_up` waits for them."""
 
     def __init__(
         self,
@@ -130,8 +101,7 @@ class RedisLink:
         prefix: str = "",
     ) -> None:
         self.redis, self.where, self.spool, self.write = redis, where, spool, write
-        #: The key prefix the worker serves: a health check of another prefix (another
-        #: worker sharing the local directory) does not take this worker's status for its.
+        #: The key prefix the worker serves (the status file says it for the health check).
         self.prefix = prefix
         self.max_backoff_s = max_backoff_s
         self.status = status
@@ -142,28 +112,25 @@ class RedisLink:
         self._task: asyncio.Task[None] | None = None
         self.on_back: Callable[[], Awaitable[None]] | None = None
         self._delivered = 0
-        #: One delivery of the kept reports at a time: two at once would both write the
-        #: oldest and then forget it and the one after it.
+        #: One delivery of the kept reports at a time (two would each forget one).
         self._delivering = asyncio.Lock()
         self._recent: deque[tuple[float, ReportEntry]] = deque(maxlen=RECENT_MAX)
         self.server_id: str | None = None
-        #: The other clients of the worker (the arq workers' pools): their connections to
-        #: a server that went away are dropped when it is back, before they fail once more.
+        #: The arq workers' clients: their connections are dropped when Redis is back.
         self.pools: list[Redis] = []
 
     async def learn_server(self) -> None:
         """Note which Redis server answers (its ``run_id``)."""
-        info = await self.redis.info("server")
-        self.server_id = str(info.get("run_id", ""))
+        self.server_id = await self._server()
+
+    async def _server(self) -> str:
+        return str((await self.redis.info("server")).get("run_id", ""))
 
     async def check_server(self) -> None:
-        """Ask which Redis server answers; when it is another than before (Redis restarted,
-        and may have lost its data: even so quickly that no call failed), write again the
-        reports of the last `RECENT_S` before anything else. Raises when Redis does not
-        answer (as at every heartbeat, which calls this)."""
+        """Ask which Redis server answers; when another than before (it restarted and may
+        have lost its data), write the reports of the last `RECENT_S` again first."""
         before = self.server_id
-        info = await self.redis.info("server")
-        server = str(info.get("run_id", ""))
+        server = await self._server()
         if before is not None and server != before and self._recent:
             now = time.monotonic()
             recent = [e for t, e in self._recent if now - t <= RECENT_S]
@@ -171,10 +138,8 @@ class RedisLink:
                 await self.write(entry)
             log.warning(
                 "Redis restarted (it may have lost its data): wrote again the %d reports of "
-                "the last %g s",
-                len(recent),
-                RECENT_S,
-            )
+                "the last %g s", len(recent), RECENT_S,
+            )  # fmt: skip
             self._recent.clear()
         self.server_id = server  # once the reports it may have lost are written again
 
@@ -187,10 +152,8 @@ class RedisLink:
             self._recent.popleft()
 
     async def report(self, entry: ReportEntry, holding: RunningJob) -> None:
-        """Write a report while Redis answers, after the reports still kept (which go first,
-        in order: one kept while Redis was coming back is delivered here rather than
-        waiting for the next outage); keep it in the spool when Redis does not answer.
-        ``holding`` is its job as the heartbeat lists it while the report waits."""
+        """Write a report after the reports still kept, or keep it in the spool when Redis
+        does not answer (``holding``: its job, as the heartbeat lists it meanwhile)."""
         if self.is_up:
             try:
                 if len(self.spool):
@@ -226,11 +189,8 @@ class RedisLink:
             return
         log.warning(
             "lost Redis at %s (%s): keeping the reports of jobs that end, trying again "
-            "every %g s at most",
-            self.where,
-            self.state.reason,
-            self.max_backoff_s,
-        )
+            "every %g s at most", self.where, self.state.reason, self.max_backoff_s,
+        )  # fmt: skip
         self._up.clear()
         self._delivered = 0
         self._task = asyncio.get_running_loop().create_task(self._reconnect())
@@ -265,8 +225,7 @@ class RedisLink:
             self._up.set()
             self.write_status()
             if len(self.spool):
-                # kept while the last steps above ran (a job ended meanwhile): now, not at
-                # the next outage or at the stop
+                # kept while the steps above ran: now, not at the next outage
                 try:
                     await self.deliver_kept()
                 except LINK_ERRORS as exc:
@@ -274,9 +233,7 @@ class RedisLink:
             return
 
     def write_status(self) -> None:
-        """While Redis is away, write the status file (atomically; a failure is logged, not
-        raised); while it answers, there is none (nothing is left in the local directory
-        of a worker that never lost Redis, or that was killed after it came back)."""
+        """While Redis is away, write the status file; while it answers, remove it."""
         if self.status is None:
             return
         if self.is_up:

@@ -1,15 +1,6 @@
-"""A process and its descendants, read from /proc: who they are, their anonymous memory,
-and ending them all. The one place simrun walks a process tree: the memory sampler of the
-worker processes, the worker processes themselves (between units), the pool that kills
-them, and ``simrun-exec`` for a command all use it.
-
-Every read tolerates a process, or one of its children, exiting at any moment.
-
-A process that leaves the tree (a double fork orphans it, so init adopts it) is no longer
-found under its ancestor, unless the ancestor is a *child subreaper* (`become_subreaper`):
-orphans below a subreaper are adopted by it, so its tree still holds them. A cgroup
-(`simrun.worker.cgroups`) holds them whatever they do.
-"""
+"""A process and its descendants, read from /proc: who they are, their anonymous memory, and
+ending them all; the one reader of ``/proc/<pid>/stat`` and ``status``. Every read
+tolerates a process exiting at any moment."""
 
 from __future__ import annotations
 
@@ -17,25 +8,17 @@ import contextlib
 import ctypes
 import os
 import signal
-import time
 from collections.abc import Iterable, Iterator
-
-#: Bytes in one GiB: every ``*_gb`` figure of simrun is in GiB.
-GIB = 2**30
 
 _RSS_ANON = b"RssAnon:"
 
-#: Whether this kernel lists a thread's children in ``/proc/<pid>/task/<tid>/children``
-#: (CONFIG_PROC_CHILDREN); without it, children are found from the parent ids of all processes.
+#: Whether this kernel lists a thread's children in ``/proc/<pid>/task/<tid>/children``.
 CHILDREN_FILES = os.path.exists("/proc/thread-self/children")
 
 
 def _read(path: str) -> bytes | None:
-    """The content of a /proc file, or None when its process is gone.
-
-    ``os.open``/``os.read`` rather than ``open()``: a sampler reads these files thousands of
-    times, and the buffered text layer costs more than the read itself.
-    """
+    """The content of a /proc file, or None when its process is gone (``os.read``: the
+    sampler reads these thousands of times, and ``open()`` costs more than the read)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
@@ -76,18 +59,26 @@ def _children_from_task_files(pid: int) -> list[int]:
     return found
 
 
+def stat(pid: int | str, maxsplit: int = -1) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name; None once it is gone."""
+    data = _read(f"/proc/{pid}/stat")
+    if data is None:
+        return None
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    return data[data.rfind(b")") + 2 :].split(maxsplit=maxsplit)
+
+
+def start_time(pid: int) -> int | None:
+    """The start time of process ``pid`` in clock ticks since boot, None once it is gone."""
+    fields = stat(pid)
+    return int(fields[19]) if fields is not None and len(fields) > 19 else None
+
+
 def _all_stats() -> Iterator[tuple[int, list[bytes]]]:
-    """Every process's pid and the fields of its ``/proc/<pid>/stat`` after the command
-    name (state, ppid, pgrp, ...): one scan of ``/proc``."""
+    """Every process's pid and its first `stat` fields: one scan of ``/proc``."""
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        data = _read(f"/proc/{name}/stat")
-        if data is None:
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split
-        # after the last ')'.
-        yield int(name), data[data.rfind(b")") + 2 :].split(maxsplit=3)
+        if name.isdigit() and (fields := stat(name, maxsplit=3)) is not None:
+            yield int(name), fields
 
 
 def _parent_map() -> dict[int, list[int]]:
@@ -100,13 +91,9 @@ def _parent_map() -> dict[int, list[int]]:
 
 
 def descendants(pid: int, children_files: bool = CHILDREN_FILES) -> list[int]:
-    """All living descendants of ``pid`` (children, grandchildren, ...), not ``pid`` itself.
-
-    With ``children_files`` (the default where the kernel has them) the walk reads the
-    per-thread ``children`` files of the tree only; without, it scans the parent ids of all
-    processes once. A process whose parent exited was adopted by init (or a subreaper) and
-    is no longer found under ``pid``.
-    """
+    """All living descendants of ``pid``, not ``pid`` itself: from the per-thread
+    ``children`` files of the tree where the kernel has them, else from one scan of every
+    process's parent id. An orphan adopted by init is no longer found."""
     out: list[int] = []
     if not children_files:
         tree = _parent_map()
@@ -129,11 +116,8 @@ def descendants(pid: int, children_files: bool = CHILDREN_FILES) -> list[int]:
 
 
 def anon_memory_bytes(pid: int, include_children: bool = False) -> int | None:
-    """Anonymous resident memory of ``pid`` in bytes, with all its descendants' when
-    ``include_children``; None when ``pid`` itself is gone.
-
-    A child that exits while it is read simply counts as zero.
-    """
+    """Anonymous resident memory of ``pid`` in bytes, with its descendants' when
+    ``include_children``; None when ``pid`` itself is gone."""
     own = own_anon_bytes(pid)
     if own is None:
         return None
@@ -143,18 +127,14 @@ def anon_memory_bytes(pid: int, include_children: bool = False) -> int | None:
 
 
 def anon_bytes_of(pids: Iterable[int]) -> int:
-    """The anonymous resident memory of these processes together, in bytes (a process that
-    is gone or a zombie counts as zero)."""
+    """The anonymous resident memory of these processes together, in bytes."""
     return sum(own_anon_bytes(pid) or 0 for pid in pids)
 
 
 def _state(pid: int) -> bytes | None:
-    """The state letter of ``/proc/<pid>/stat`` (b"R", b"S", b"Z"...), None once gone."""
-    data = _read(f"/proc/{pid}/stat")
-    if data is None:
-        return None
-    rest = data[data.rfind(b")") + 2 :].split(maxsplit=1)
-    return rest[0] if rest else None
+    """The state letter of a process (b"R", b"S", b"Z"...), None once gone."""
+    fields = stat(pid, maxsplit=1)
+    return fields[0] if fields else None
 
 
 def living(pids: Iterable[int]) -> list[int]:
@@ -163,8 +143,7 @@ def living(pids: Iterable[int]) -> list[int]:
 
 
 def group_members(pgid: int) -> list[int]:
-    """The processes of process group ``pgid`` that are not zombies (a killed process may
-    take a moment to release its memory; a zombie has released it)."""
+    """The processes of process group ``pgid`` that are not zombies."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:  # the group is empty: the common case needs no scan
@@ -186,8 +165,7 @@ def kill_pids(pids: Iterable[int], sig: int = signal.SIGKILL) -> None:
 
 
 def signal_tree(pid: int, sig: int, *, group: bool = False) -> None:
-    """Send ``sig`` to ``pid`` (to its whole process group with ``group``) and to every
-    descendant found under it."""
+    """Send ``sig`` to ``pid`` (its process group with ``group``) and its descendants."""
     tree = descendants(pid)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         if group:
@@ -202,10 +180,9 @@ _FREEZE_ROUNDS = 20
 
 
 def kill_tree(pid: int, *, include_root: bool = True) -> list[int]:
-    """SIGKILL the descendants of ``pid`` (and ``pid`` itself with ``include_root``); the
-    pids signalled. The tree is stopped first (SIGSTOP), looked at again until no new
-    descendant shows up (a stopped process cannot fork), then killed: a process forking
-    while it is being killed cannot leave an orphan behind."""
+    """SIGKILL the descendants of ``pid`` (and ``pid`` with ``include_root``); the pids
+    signalled. The tree is SIGSTOPped until no new descendant shows up, then killed: a
+    process forking meanwhile cannot leave an orphan behind."""
     stopped: set[int] = set()
     for _ in range(_FREEZE_ROUNDS):
         new = [p for p in descendants(pid) if p not in stopped]
@@ -218,23 +195,11 @@ def kill_tree(pid: int, *, include_root: bool = True) -> list[int]:
     return victims
 
 
-def wait_gone(pids: Iterable[int], timeout_s: float) -> list[int]:
-    """Wait until none of ``pids`` is alive (zombies count as gone); those still alive."""
-    left = living(pids)
-    deadline = time.monotonic() + timeout_s
-    while left and time.monotonic() < deadline:
-        time.sleep(0.005)
-        left = living(left)
-    return left
-
-
 _PR_SET_CHILD_SUBREAPER = 36
 
 
 def become_subreaper() -> bool:
-    """Make this process a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``): orphans
-    among its descendants are adopted by it rather than by init, so they stay in its tree.
-    False where the kernel does not allow it."""
+    """Make this process a child subreaper (orphans stay in its tree); False if refused."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0

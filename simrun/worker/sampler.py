@@ -1,14 +1,5 @@
-"""Measuring what a process really uses: its anonymous resident memory, sampled in a thread.
-
-Anonymous memory (``RssAnon`` of ``/proc/<pid>/status``) is the memory a process cannot give
-back without swapping: heap, stacks, private mappings it wrote. File-backed pages (the
-program, shared libraries, the page cache of files it mapped) are left out on purpose: the
-kernel reclaims them under pressure, so they say little about what a unit needs.
-
-`MemorySampler` polls one process (with its whole tree of descendants, or with the other
-members of its cgroup, see ``members``) from a daemon thread, keeps the peak, and calls a
-callback once when a limit is passed. The tree is read by `simrun.worker.proctree`.
-"""
+"""`MemorySampler`: the anonymous resident memory (``RssAnon``) of a process, with its tree
+or its cgroup, sampled in a daemon thread: the peak, and a callback once past a limit."""
 
 from __future__ import annotations
 
@@ -18,35 +9,16 @@ import time
 from collections.abc import Callable, Iterable
 from types import TracebackType
 
-from simrun.worker.proctree import (
-    GIB,
-    anon_bytes_of,
-    anon_memory_bytes,
-    own_anon_bytes,
-)
-
-# The tree is read by simrun.worker.proctree; its names are re-exported here, where they
-# always were.
+from simrun.core.sizing import GIB
+from simrun.worker.proctree import anon_bytes_of, anon_memory_bytes, own_anon_bytes
 
 log = logging.getLogger(__name__)
 
 
 class MemorySampler:
-    """Follows the anonymous memory of a process from a daemon thread and keeps its peak.
-
-    A sample is taken at `start`, then every ``interval_s``, and once more at `stop`. When
-    ``limit_gb`` is given, the first sample of the thread above it sets `exceeded` and calls
-    ``on_limit(current_gb)`` once, in the sampling thread (kill the process there, say). The
-    last sample of `stop` only counts toward the peak: `exceeded` is True exactly when
-    ``on_limit`` was called. The thread ends by itself when the process is gone.
-
-    With ``include_children`` the descendants of the process count too; ``members`` (a
-    function listing pids, such as the processes of a cgroup) counts those instead. The
-    process itself is always counted, and its end ends the sampling.
-
-    Use it as a context manager, or call `start` and `stop`; `reset_peak` starts a new peak
-    for a process that runs one chunk of work after another.
-    """
+    """The peak anonymous memory of ``pid`` (with its descendants, or with ``members()``: a
+    cgroup's) sampled every ``interval_s`` from `start` to `stop`; the first sample above
+    ``limit_gb`` sets `exceeded` and calls ``on_limit(current_gb)`` once, in the thread."""
 
     def __init__(
         self,
@@ -77,8 +49,6 @@ class MemorySampler:
         self._cpu_s = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-
-    # -- reading ---------------------------------------------------------------------------
 
     def _measure(self) -> int | None:
         """Anonymous bytes of the process and what counts with it; None once it is gone."""
@@ -122,8 +92,6 @@ class MemorySampler:
         finally:
             self._cpu_s = time.thread_time()
 
-    # -- control ---------------------------------------------------------------------------
-
     def start(self) -> MemorySampler:
         """Start sampling in a daemon thread; returns the sampler itself."""
         if self._thread is not None:
@@ -160,8 +128,6 @@ class MemorySampler:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-    # -- results ---------------------------------------------------------------------------
 
     @property
     def peak_gb(self) -> float:

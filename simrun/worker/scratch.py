@@ -1,33 +1,6 @@
-"""Local scratch and staged inputs on a worker container.
-
-A task's scratch directory (`simrun.plugins.TaskPaths.scratch`) lives on the worker's own
-disk, not on the shared store: ``<scratch dir>/<worker id>/<run>/<task>/``. The scratch
-directory is ``simrun worker --scratch-dir`` / ``SIMRUN_SCRATCH_DIR`` (an ``emptyDir`` in
-the Kubernetes example, an anonymous volume in the compose file), by default
-``<local dir>/scratch``; several containers may share it: each keeps to its own
-``<worker id>/`` (`scratch_root`), and at start removes those of workers without a
-heartbeat (one that exited, or an earlier incarnation of itself whose emptyDir outlived it).
-Every job of the task on this worker gets its paths rewritten to it
-(`ScratchSpace.localize`) and finds it made before ``setup``, ``compute_unit``, ``merge``
-or the command start.
-
-A *staged* input port (the workflow's ``stage: [port]``) is copied from the store into
-``<scratch>/<port>`` once per task on this worker, before its first job runs, and read
-there: `TaskPaths.inputs[port]` and the ``{input}`` of a command both say
-``<scratch>/<port>``. The copy goes to a temporary name first and is renamed when whole,
-so a job never sees half a copy; the bytes and seconds it took go into the job's report.
-Files are copied, never hard-linked: a plugin writing into a staged file must not change
-the upstream output in the store.
-
-The scratch of a task goes when the task's work on this worker ends: the service marks a
-task that is done in Redis (`simrun.queues.Keys.task_ended`), and the container, at each
-heartbeat, removes the directories of the tasks so marked that have no job here, and of
-those with no job here for `IDLE_REMOVE_S` (a task that failed or was cancelled).
-
-What the task writes there (staged copies left out) is measured while its jobs run
-(`usage_bytes`); past the task's ``scratch_gb`` it is reported, past `HARD_MARGIN` times
-it the job is stopped (`simrun.worker.jobs`).
-"""
+"""Local scratch and staged inputs on a worker container: ``<scratch dir>/<worker id>/
+<run>/<task>/`` on the worker's own disk, staged input ports copied there once per task,
+measured while jobs run, and removed when the task ended here or stayed idle long."""
 
 from __future__ import annotations
 
@@ -43,71 +16,61 @@ from pathlib import Path
 from typing import Literal
 
 from simrun.core.jobs import JobPaths, JobSpec
+from simrun.core.sizing import GIB, SLACK_GB
 
 log = logging.getLogger(__name__)
 
-GIB = 1024**3
-#: A task whose scratch passes its ``scratch_gb`` times this (and at least
-#: `HARD_MARGIN_MIN_GB` more) has its job stopped; below, it is only reported.
+#: A task whose scratch passes its ``scratch_gb`` times this (at least `HARD_MARGIN_MIN_GB`
+#: more) has its job stopped; below, it is only reported.
 HARD_MARGIN = 1.5
 HARD_MARGIN_MIN_GB = 0.25
-#: The scratch of a task with no job here for this long goes (a task that failed or was
-#: cancelled is never marked as ended).
+#: The scratch of a task with no job here for this long goes (a failed task never ends).
 IDLE_REMOVE_S = 3600.0
 #: The prefix of a copy being made (never read by a task).
 _PARTIAL = ".staging-"
 
 
 def scratch_root(directory: Path, worker_id: str) -> Path:
-    """The scratch root of worker ``worker_id`` in the scratch directory ``directory``
-    (shared by the containers of a host, or one per container): ``<directory>/<id>``."""
+    """The scratch root of worker ``worker_id`` in the (shared) scratch directory."""
     return directory / worker_id.replace("/", "_").replace("\0", "_")
 
 
 def scratch_limit_gb(asked_gb: float) -> float:
-    """The scratch (GiB) past which a task asking for ``asked_gb`` has its job stopped:
-    `HARD_MARGIN` times it, and at least `HARD_MARGIN_MIN_GB` above it."""
+    """The scratch (GiB) past which a task asking for ``asked_gb`` has its job stopped."""
     return max(asked_gb * HARD_MARGIN, asked_gb + HARD_MARGIN_MIN_GB)
 
 
 def scratch_admission(
     need_gb: float, free_gb: float | None, held_task_gb: float, held_all_gb: float
 ) -> Literal["run", "wait", "refuse"]:
-    """Whether a job whose task asks for ``need_gb`` of scratch may start on this worker now
-    ("run"), once other tasks' scratch here is freed ("wait"), or never ("refuse").
-
-    ``free_gb`` is the free space of the scratch file system (None: unknown, "run"),
-    ``held_task_gb`` what the job's own task holds here already (it counts towards its
-    need), ``held_all_gb`` what every task's scratch here holds (freed when they end).
-    """
+    """Whether a job whose task asks for ``need_gb`` of scratch may start now ("run"),
+    once other tasks' scratch is freed ("wait"), or never ("refuse"): ``free_gb`` is free
+    (None: unknown), ``held_task_gb`` its task's own, ``held_all_gb`` every task's here."""
     if need_gb <= 0 or free_gb is None:
         return "run"
-    if need_gb <= free_gb + held_task_gb + 1e-9:
+    if need_gb <= free_gb + held_task_gb + SLACK_GB:
         return "run"
-    if need_gb <= free_gb + held_all_gb + 1e-9:
+    if need_gb <= free_gb + held_all_gb + SLACK_GB:
         return "wait"
     return "refuse"
 
 
 def room_gb(free_gb: float | None, held_all_gb: float) -> float | None:
-    """The scratch a worker advertises (`simrun.core.reports.WorkerInfo.free_scratch_gb`):
-    the free space of its scratch file system and what the tasks' scratch there holds
-    (freed when they end), None when the free space is unknown."""
+    """The scratch a worker advertises: its free space and what the tasks' scratch there
+    holds (freed when they end); None when the free space is unknown."""
     return None if free_gb is None else free_gb + held_all_gb
 
 
 @dataclass(frozen=True)
 class Staged:
-    """What staging did for one job: bytes copied and seconds taken (0 when the inputs
-    were staged already on this worker)."""
+    """What staging did for one job: bytes copied and seconds taken."""
 
     bytes: int = 0
     seconds: float = 0.0
 
 
 def usage_bytes(directory: Path, skip: Iterable[str] = ()) -> int:
-    """The bytes of the files under ``directory`` (not following links), its entries
-    named in ``skip`` left out; files that vanish meanwhile count 0."""
+    """The bytes of the files under ``directory`` (no links followed), ``skip`` left out."""
     total = 0
     skipped = set(skip)
     try:
@@ -128,8 +91,7 @@ def usage_bytes(directory: Path, skip: Iterable[str] = ()) -> int:
 
 
 def _copy(source: Path, target: Path) -> int:
-    """Copy ``source`` (a file or a directory) to ``target`` through a temporary name in
-    the same directory; the bytes copied. Blocking: call it in a thread."""
+    """Copy a file or directory through a temporary name; the bytes copied (blocking)."""
     partial = target.with_name(_PARTIAL + target.name)
     if partial.exists():
         shutil.rmtree(partial) if partial.is_dir() else partial.unlink()
@@ -149,8 +111,7 @@ class ScratchSpace:
     root: Path
     #: One lock per task: its staging happens once however many jobs arrive together.
     _locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
-    #: The tasks with a directory here, how many of their jobs run now, and when the last
-    #: one ended (monotonic seconds).
+    #: The jobs running now per task with a directory here, and when the last one ended.
     _active: dict[tuple[str, str], int] = field(default_factory=dict)
     _last: dict[tuple[str, str], float] = field(default_factory=dict)
 
@@ -179,10 +140,9 @@ class ScratchSpace:
         return spec.model_copy(update={"paths": new})
 
     async def prepare(self, spec: JobSpec) -> Staged:
-        """Make the task's scratch and stage its inputs there (once per task on this
-        worker), ``spec`` being the job as sent (its inputs in the store); what this call
-        copied. `OSError` when a copy fails. The job counts as
-        running here until `end` (its scratch is never removed meanwhile)."""
+        """Make the task's scratch and stage its inputs there (once per task), ``spec`` as
+        sent; what this call copied (`OSError`: a copy failed). The job runs here until
+        `end`."""
         key = (spec.run, spec.task)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
@@ -207,17 +167,12 @@ class ScratchSpace:
         seconds = time.monotonic() - start
         log.info(
             "staged %s of task %s/%s: %d bytes in %.2f s",
-            ", ".join(spec.staged),
-            spec.run,
-            spec.task,
-            copied,
-            seconds,
-        )
+            ", ".join(spec.staged), spec.run, spec.task, copied, seconds,
+        )  # fmt: skip
         return Staged(copied, seconds)
 
     async def remove_dead(self, alive: Callable[[list[str]], Awaitable[set[str]]]) -> int:
-        """Remove the directories of the other workers in the scratch directory (the parent
-        of ``root``) that ``alive`` does not say are alive; how many."""
+        """Remove the directories of the other workers that ``alive`` does not list; how many."""
         parent = self.root.parent
         try:
             others = [p.name for p in parent.iterdir() if p.is_dir() and p != self.root]
@@ -247,8 +202,7 @@ class ScratchSpace:
     async def sweep(
         self, ended: Callable[[list[tuple[str, str]]], Awaitable[set[tuple[str, str]]]]
     ) -> int:
-        """Remove the scratch of the tasks with no job here that ``ended`` says ended, or
-        that had no job for `IDLE_REMOVE_S`; how many were removed."""
+        """Remove the scratch of idle tasks that ``ended`` says ended (or idle long); how many."""
         idle = [key for key, n in self._active.items() if n == 0]
         if not idle:
             return 0

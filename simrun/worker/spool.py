@@ -1,20 +1,6 @@
-"""The reports a worker container could not write while Redis was away, kept in order until
-it is back: `ReportSpool`.
-
-The first ``memory_bytes`` of them (their encoded size) stay in memory; the rest go to an
-append-only file in the worker's local directory, one JSON line per report, flushed and
-fsync'd as it is written, up to ``disk_bytes``. A report past both bounds is dropped with
-one error line (once per outage): its units are dispatched again by the service, which
-finds the job neither queued nor held by a live worker once Redis is back. Delivery takes
-the reports in the order they were kept (memory first: those are the older ones), and
-forgets each only once it was written to Redis.
-
-Each report keeps the `RunningJob` of its job, so that the heartbeat still lists a job whose
-report waits here: the service does not take such a job for lost (and dispatch its units
-again) while its report is on its way.
-
-`SpoolBounds.admit` is the pure rule of where a report goes.
-"""
+"""`ReportSpool`: the reports a worker could not write while Redis was away, kept in order
+(in memory, then in a fsync'd file of the local directory, then dropped) until delivered.
+`SpoolBounds.admit` is the pure rule of where a report goes."""
 
 from __future__ import annotations
 
@@ -64,8 +50,7 @@ class _Kept:
 
 
 class ReportSpool:
-    """Reports kept in order until they can be written; ``path`` is the file for those
-    past the memory bound (created when first needed, removed when emptied)."""
+    """Reports kept in order until written; ``path`` holds those past the memory bound."""
 
     def __init__(self, path: Path, bounds: SpoolBounds | None = None) -> None:
         self.path = path
@@ -112,11 +97,9 @@ class ReportSpool:
             log.error(
                 "report spool full (%g MiB in memory, %g MiB in %s): dropping the reports of "
                 "jobs that end from now on until Redis is back; the service will dispatch "
-                "their units again",
-                self.bounds.memory_bytes / MIB,
-                self.bounds.disk_bytes / MIB,
-                self.path,
-            )
+                "their units again", self.bounds.memory_bytes / MIB,
+                self.bounds.disk_bytes / MIB, self.path,
+            )  # fmt: skip
         return False
 
     def _read_line(self, size: int) -> bytes:
@@ -128,8 +111,7 @@ class ReportSpool:
         return line
 
     async def deliver(self, write: Callable[[ReportEntry], Awaitable[None]]) -> int:
-        """Write the kept reports in order with ``write``; each is forgotten once written.
-        Returns how many were written; an error of ``write`` stops it (the rest stays)."""
+        """Write the kept reports in order (each forgotten once written); how many."""
         delivered = 0
         while self._kept:
             kept = self._kept[0]

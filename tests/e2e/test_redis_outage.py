@@ -25,7 +25,7 @@ from simrun.core.states import UnitRow
 from simrun.local.machine import LocalError
 from simrun.local.redis import PrivateRedis
 from simrun.runstore.rows import RunRow
-from simrun.worker.container import WorkerFlags, worker_argv
+from simrun.worker.settings import WorkerSettings, worker_argv
 from tests.support import REPO
 from tests.support.harness import spawn
 from tests.support.service_harness import (
@@ -70,7 +70,7 @@ def durable_redis() -> Iterator[PrivateRedis]:
 
 
 def _start_worker(url: str, prefix: str, worker_id: str, log: Path) -> subprocess.Popen[bytes]:
-    flags = WorkerFlags(
+    flags = WorkerSettings(
         queues=("cpu",), redis_url=url, prefix=prefix, memory_gb=2.0, processes=2,
         worker_id=worker_id, grace_s=2.0, plugins=tuple(REFS), python_path=(str(REPO),),
         poll_delay_s=0.01, heartbeat_s=HEARTBEAT_S, heartbeat_ttl_s=HEARTBEAT_TTL_S,

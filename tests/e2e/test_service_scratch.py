@@ -13,7 +13,7 @@ import pytest
 from simrun.core.layout import StoreLayout
 from simrun.plugins import load_types
 from simrun.service.controller import Controller
-from simrun.worker.container import WorkerFlags, worker_argv
+from simrun.worker.settings import WorkerSettings, worker_argv
 from tests.support import REPO
 from tests.support.harness import spawn
 from tests.support.mem_tasks import REFS
@@ -42,7 +42,7 @@ async def test_scratch_is_removed_after_success_and_kept_after_failure(
         settings(store, redis_url, redis_prefix, limits=RETRY_ONCE), load_types(REFS)
     )
     service = Service(controller)
-    flags = WorkerFlags(
+    flags = WorkerSettings(
         redis_url=redis_url, prefix=redis_prefix, plugins=REFS, python_path=(str(REPO),),
         poll_delay_s=0.01, processes=2, memory_gb=2.0, heartbeat_s=0.2, heartbeat_ttl_s=1.0,
         scratch_dir=tmp_path / "scratch", worker_id="w-scratch",

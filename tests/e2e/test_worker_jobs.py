@@ -13,9 +13,8 @@ from simrun.examples import heat
 from simrun.examples.plate import build_grid, load_plate
 from simrun.queues.client import JobQueue, set_current_attempts
 from simrun.queues.keys import Keys
-from simrun.worker.container import WorkerContainer
 from tests.support import REPO
-from tests.support.harness import all_reports, make_spec, options, run_burst
+from tests.support.harness import all_reports, make_container, make_spec, run_burst
 from tests.support.units import unit_records
 from tests.support.wait import still_running, until
 
@@ -174,8 +173,8 @@ async def test_stale_units_are_skipped_before_and_during_a_chunk(
         await set_current_attempts(queue.redis, keys, "r1", "t", {1: 2, 0: 1})
         await set_current_attempts(queue.redis, keys, "r1", "gone", {0: 3, 1: 3})
         assert await queue.enqueue_many([spec, gone]) == [True, True]
-        container = WorkerContainer(options(redis_url, redis_prefix))
-        run = asyncio.create_task(container.run())
+        worker = make_container(redis_url, redis_prefix)
+        run = asyncio.create_task(worker.run())
         out = spec.paths.task_paths().out
         # until unit 0 has started (setup is done) ...
         await until(

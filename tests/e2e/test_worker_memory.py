@@ -19,7 +19,8 @@ from simrun.core.jobs import JobSpec
 from simrun.core.reports import ReportEntry
 from simrun.queues.client import JobQueue
 from simrun.worker.capacity import Capacity
-from simrun.worker.container import WorkerContainer, WorkerFlags, WorkerOptions, worker_argv
+from simrun.worker.container import WorkerContainer
+from simrun.worker.settings import Machine, WorkerSettings, worker_argv
 from tests.support import REPO
 from tests.support.harness import all_reports, make_spec, spawn
 from tests.support.mem_tasks import REFS
@@ -50,9 +51,8 @@ async def burst(
     queue = await JobQueue.connect(redis_url, prefix)
     try:
         assert all(await queue.enqueue_many(specs))
-        options = WorkerOptions(
+        settings = WorkerSettings(
             redis_url=redis_url,
-            capacity=Capacity(memory_gb=4.0, processes=2),
             prefix=prefix,
             plugins=REFS,
             python_path=(str(REPO),),
@@ -60,7 +60,8 @@ async def burst(
             poll_delay_s=0.01,
             **more,
         )
-        await asyncio.wait_for(WorkerContainer(options).run(), 90)
+        machine = Machine(Capacity(memory_gb=4.0, processes=2))
+        await asyncio.wait_for(WorkerContainer(settings, machine).run(), 90)
         return await all_reports(queue)
     finally:
         await queue.close()
@@ -171,7 +172,7 @@ def test_what_units_print_is_capped_in_their_logs_and_one_line_each_in_the_worke
             await queue.close()
 
     asyncio.run(enqueue())
-    flags = WorkerFlags(
+    flags = WorkerSettings(
         redis_url=redis_url, prefix=redis_prefix, plugins=REFS, python_path=(str(REPO),),
         poll_delay_s=0.01, processes=2, memory_gb=2.0, burst=True,
     )  # fmt: skip

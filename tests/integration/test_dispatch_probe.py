@@ -26,8 +26,9 @@ from simrun.resources import RETRY_FACTOR, ResourceKey
 from simrun.runstore.rows import JobRow
 from simrun.service.controller import Controller
 from simrun.worker.capacity import Capacity
-from simrun.worker.container import WorkerContainer, WorkerOptions
+from simrun.worker.container import WorkerContainer
 from simrun.worker.heartbeat import Heartbeat
+from simrun.worker.settings import Machine, WorkerSettings
 from tests.support import REPO
 from tests.support.cli_harness import simrun
 from tests.support.heartbeats import worker_info
@@ -63,12 +64,12 @@ async def beat(c: Controller) -> None:
 
 async def burst(c: Controller) -> None:
     """A real worker container of `PROCESSES` processes runs every job queued, then ends."""
-    options = WorkerOptions(
-        redis_url=c.settings.redis_url, capacity=Capacity(memory_gb=4.0, processes=PROCESSES),
-        prefix=c.settings.prefix, plugins=REFS, python_path=(str(REPO),), burst=True,
-        poll_delay_s=0.01,
+    settings = WorkerSettings(
+        redis_url=c.settings.redis_url, prefix=c.settings.prefix, plugins=REFS,
+        python_path=(str(REPO),), burst=True, poll_delay_s=0.01,
     )  # fmt: skip
-    await asyncio.wait_for(WorkerContainer(options).run(), 60)
+    machine = Machine(Capacity(memory_gb=4.0, processes=PROCESSES))
+    await asyncio.wait_for(WorkerContainer(settings, machine).run(), 60)
 
 
 async def steps(c: Controller, n: int = 3) -> None:

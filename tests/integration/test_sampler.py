@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from simrun.worker.proctree import descendants
-from simrun.worker.sampler import GIB, MemorySampler, anon_memory_bytes
+from simrun.core.sizing import GIB
+from simrun.worker.proctree import anon_memory_bytes, descendants
+from simrun.worker.sampler import MemorySampler
 from tests.support.wait import wait_until
 
 MIB = 2**20

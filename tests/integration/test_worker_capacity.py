@@ -7,18 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from simrun.core.sizing import GIB
 from simrun.worker.capacity import (
-    GIB,
     Capacity,
-    cgroup_paths,
     detect_capacity,
-    parse_cgroup_v1_memory,
-    parse_cgroup_v2_memory,
+    detect_memory_bytes,
     parse_cpu_max,
     parse_cuda_visible_devices,
-    parse_meminfo_total,
+    parse_meminfo,
     parse_nvidia_smi,
 )
+from simrun.worker.cgroups import parse_limit, parse_proc_cgroup
 
 
 @pytest.mark.parametrize(
@@ -26,7 +25,7 @@ from simrun.worker.capacity import (
 )
 def test_cgroup_v2_memory(text: str, expected: int | None) -> None:
     """memory.max is a byte count or 'max' for no limit."""
-    assert parse_cgroup_v2_memory(text) == expected
+    assert parse_limit(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -35,23 +34,45 @@ def test_cgroup_v2_memory(text: str, expected: int | None) -> None:
 )
 def test_cgroup_v1_memory(text: str, expected: int | None) -> None:
     """memory.limit_in_bytes writes a number near 2**63 (or -1) for no limit."""
-    assert parse_cgroup_v1_memory(text) == expected
+    assert parse_limit(text, "memory.limit_in_bytes") == expected
 
 
 def test_bad_cgroup_files_are_named() -> None:
     """A limit file that holds no number says which file and what it holds."""
     with pytest.raises(ValueError, match=r"memory.max holds 'lots'"):
-        parse_cgroup_v2_memory("lots")
+        parse_limit("lots", "memory.max")
     with pytest.raises(ValueError, match=r"cpu.max holds '100'"):
         parse_cpu_max("100")
 
 
-def test_meminfo() -> None:
-    """MemTotal is read in kB from /proc/meminfo; its absence is an error."""
-    text = "MemTotal:       24684096 kB\nMemFree:        23000000 kB\n"
-    assert parse_meminfo_total(text) == 24684096 * 1024
+MEMINFO = """MemTotal:       24576000 kB
+MemFree:        20000000 kB
+MemAvailable:   22000000 kB
+Buffers:          100000 kB
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "expected"),
+    [
+        (MEMINFO, "MemTotal", 24576000 * 1024),
+        (MEMINFO, "MemAvailable", 22000000 * 1024),
+        ("MemTotal: 100 kB\n", "MemAvailable", None),  # an old kernel without MemAvailable
+        ("", "MemAvailable", None),
+        ("MemAvailable: lots kB\n", "MemAvailable", None),
+    ],
+)
+def test_meminfo(text: str, name: str, expected: int | None) -> None:
+    """A line of /proc/meminfo in bytes (the kernel writes kB), None without such a number."""
+    assert parse_meminfo(text, name) == expected
+
+
+def test_meminfo_without_memtotal_is_an_error(tmp_path: Path) -> None:
+    """Memory detected from a /proc/meminfo without MemTotal (and no cgroup limit) fails."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "meminfo").write_text("MemFree: 1 kB\n")
     with pytest.raises(ValueError, match="no MemTotal"):
-        parse_meminfo_total("MemFree: 1 kB\n")
+        detect_memory_bytes(tmp_path / "cgroup", tmp_path / "proc")
 
 
 @pytest.mark.parametrize(
@@ -101,7 +122,8 @@ def test_nvidia_smi() -> None:
 )
 def test_cgroup_paths(text: str, expected: tuple[str | None, str | None]) -> None:
     """The v2 path is the '0::' line; the v1 memory path is the line naming memory."""
-    assert cgroup_paths(text) == expected
+    paths = parse_proc_cgroup(text)
+    assert (paths.get(""), paths.get("memory")) == expected
 
 
 def _fake_roots(tmp_path: Path, files: dict[str, str]) -> tuple[Path, Path]:

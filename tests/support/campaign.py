@@ -39,7 +39,7 @@ from simrun.core.reports import WorkerInfo
 from simrun.local.machine import free_port
 from simrun.local.redis import PrivateRedis
 from simrun.queues.keys import Keys
-from simrun.worker.container import WorkerFlags, worker_argv
+from simrun.worker.settings import WorkerSettings, worker_argv
 from tests.support import REPO
 from tests.support.campaign_tasks import COMPLETIONS, MERGED, REFS
 from tests.support.redis_server import key_prefix
@@ -209,8 +209,8 @@ class Campaign:
         **more: Any,
     ) -> Worker:
         """A worker container serving the campaign's type, in a process group of its own
-        (``more``: other `WorkerFlags`)."""
-        flags = WorkerFlags(
+        (``more``: other `WorkerSettings`)."""
+        flags = WorkerSettings(
             queues=("cpu",), redis_url=self.redis.url, prefix=self.prefix,
             memory_gb=memory_gb, processes=processes, worker_id=worker_id, grace_s=grace_s,
             plugins=REFS, python_path=(str(REPO),), poll_delay_s=0.01,

@@ -16,7 +16,8 @@ from simrun.core.reports import ReportEntry
 from simrun.plugins import TaskPaths
 from simrun.queues.client import JobQueue
 from simrun.worker.capacity import Capacity
-from simrun.worker.container import WorkerContainer, WorkerFlags, WorkerOptions, worker_argv
+from simrun.worker.container import WorkerContainer
+from simrun.worker.settings import Machine, WorkerSettings, worker_argv
 from tests.support import REPO
 
 TASKS = "tests.support.tasks"
@@ -63,7 +64,7 @@ def make_spec(
     )
 
 
-def options(
+def make_container(
     redis_url: str,
     prefix: str,
     *,
@@ -72,11 +73,10 @@ def options(
     gpu_ids: tuple[str, ...] = (),
     queues: tuple[str, ...] = ("cpu",),
     **more: Any,
-) -> WorkerOptions:
-    """Options of a burst-mode container that loads the test task types."""
-    return WorkerOptions(
+) -> WorkerContainer:
+    """A burst-mode container that loads the test task types."""
+    settings = WorkerSettings(
         redis_url=redis_url,
-        capacity=Capacity(memory_gb=memory_gb, processes=processes, gpu_ids=gpu_ids),
         queues=queues,
         prefix=prefix,
         plugins=PLUGINS,
@@ -85,6 +85,8 @@ def options(
         poll_delay_s=0.01,
         **more,
     )
+    capacity = Capacity(memory_gb=memory_gb, processes=processes, gpu_ids=gpu_ids)
+    return WorkerContainer(settings, Machine(capacity))
 
 
 async def all_reports(queue: JobQueue) -> dict[str, ReportEntry]:
@@ -108,9 +110,9 @@ async def run_burst(
     queue = await JobQueue.connect(redis_url, prefix)
     try:
         assert all(await queue.enqueue_many(specs))
-        container = WorkerContainer(options(redis_url, prefix, **opts))
-        await asyncio.wait_for(container.run(), 60)
-        return container, await all_reports(queue)
+        worker = make_container(redis_url, prefix, **opts)
+        await asyncio.wait_for(worker.run(), 60)
+        return worker, await all_reports(queue)
     finally:
         await queue.close()
 
@@ -124,7 +126,7 @@ def start_worker_process(
     redis_url: str, prefix: str, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
     """``python -m simrun.cli worker`` as a child process serving the test task types."""
-    flags = WorkerFlags(
+    flags = WorkerSettings(
         redis_url=redis_url, prefix=prefix, plugins=PLUGINS, python_path=(str(REPO),),
         poll_delay_s=0.01,
     )  # fmt: skip

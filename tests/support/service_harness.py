@@ -20,7 +20,7 @@ from simrun.core.states import Limits
 from simrun.plugins import load_types
 from simrun.runstore.rows import RunRow
 from simrun.service.controller import Controller, ControllerSettings
-from simrun.worker.container import WorkerFlags, worker_argv
+from simrun.worker.settings import WorkerSettings, worker_argv
 from simrun.workflow import check_workflow, parse_workflow
 from tests.support import REPO, wait
 from tests.support.harness import spawn
@@ -130,7 +130,7 @@ def start_worker(
     serving the test types, with short heartbeats so that a killed worker is noticed
     within a second or two, and ``grace_s`` for its running units on SIGTERM. GPUs are the
     first ``gpus`` ids of ``CUDA_VISIBLE_DEVICES``."""
-    flags = WorkerFlags(
+    flags = WorkerSettings(
         queues=(queue,), redis_url=redis_url, prefix=prefix, memory_gb=memory_gb,
         processes=processes, gpus=gpus, worker_id=worker_id, grace_s=grace_s, plugins=tuple(REFS),
         python_path=(str(REPO),), poll_delay_s=0.01, heartbeat_s=heartbeat_s,

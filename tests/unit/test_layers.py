@@ -177,6 +177,7 @@ CLI_REACH: Mapping[tuple[str, str], str] = {
     ("simrun.cli.service", "simrun.service.main"): "simrun service runs serve()",
     ("simrun.cli.service", "simrun.service.settings"): "simrun service builds its settings",
     ("simrun.cli.worker", "simrun.worker.container"): "simrun worker runs a container",
+    ("simrun.cli.worker", "simrun.worker.settings"): "simrun worker builds its settings",
     ("simrun.cli.worker", "simrun.worker.pool.processes"): "PoolError: the pool did not start",
 }
 

@@ -7,28 +7,8 @@ from pathlib import Path
 import pytest
 
 from simrun.local.guard import watch
-from simrun.local.machine import default_capacity, parse_meminfo_available
+from simrun.local.machine import default_capacity
 from simrun.local.session import redis_prefix
-
-MEMINFO = """MemTotal:       24576000 kB
-MemFree:        20000000 kB
-MemAvailable:   22000000 kB
-Buffers:          100000 kB
-"""
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        (MEMINFO, 22000000 * 1024),
-        ("MemTotal: 100 kB\n", None),  # an old kernel without MemAvailable
-        ("", None),
-        ("MemAvailable: lots kB\n", None),
-    ],
-)
-def test_parse_meminfo_available(text, expected):
-    """MemAvailable in bytes, None when the text has no such number."""
-    assert parse_meminfo_available(text) == expected
 
 
 @pytest.mark.parametrize(

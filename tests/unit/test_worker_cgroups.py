@@ -13,9 +13,8 @@ from simrun.worker.cgroups import (
     oom_killed,
     owner_of,
     parse_limit,
-    parse_memory_events,
     parse_mountinfo,
-    parse_oom_control,
+    parse_oom_kills,
     parse_proc_cgroup,
 )
 
@@ -81,7 +80,7 @@ def test_cgroup_dir_is_the_path_below_the_mount_root(
 )
 def test_oom_control_gives_the_oom_kill_counter(text: str, expected: int | None) -> None:
     """v1 ``memory.oom_control``: the ``oom_kill`` line, None where the kernel has none."""
-    assert parse_oom_control(text) == expected
+    assert parse_oom_kills(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -93,7 +92,7 @@ def test_oom_control_gives_the_oom_kill_counter(text: str, expected: int | None)
 )
 def test_memory_events_gives_the_oom_kill_counter(text: str, expected: int | None) -> None:
     """v2 ``memory.events``: the ``oom_kill`` line (not ``oom`` nor ``oom_group_kill``)."""
-    assert parse_memory_events(text) == expected
+    assert parse_oom_kills(text) == expected
 
 
 @pytest.mark.parametrize(

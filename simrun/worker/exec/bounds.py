@@ -24,6 +24,7 @@ import os
 import signal
 from collections.abc import Callable
 
+from simrun.core.sizing import GIB
 from simrun.worker.cgroups import (
     Cgroup,
     WorkerCgroups,
@@ -31,7 +32,7 @@ from simrun.worker.cgroups import (
     kernel_limit_bytes,
     oom_killed,
 )
-from simrun.worker.proctree import GIB, become_subreaper, descendants, kill_pids
+from simrun.worker.proctree import become_subreaper, descendants, kill_pids
 
 #: Rounds of `CommandBounds.kill_all` looking for processes forked while it stops others.
 _FREEZE_ROUNDS = 20

@@ -50,7 +50,7 @@ from simrun.plugins import (
     load_task_types,
     resolve,
 )
-from simrun.worker.cgroups import Cgroup, parse_memory_events, parse_oom_control
+from simrun.worker.cgroups import Cgroup, parse_oom_kills
 from simrun.worker.pool.output import unit_end_marker, write_all
 from simrun.worker.pool.protocol import UnitSlot, read_blocking, write_blocking
 from simrun.worker.proctree import anon_memory_bytes, become_subreaper, kill_tree
@@ -121,7 +121,7 @@ class _CgroupFiles:
         text = self._read(self._events)
         if text is None:
             return None
-        return parse_memory_events(text) if self.version == 2 else parse_oom_control(text)
+        return parse_oom_kills(text)
 
 
 class Leftovers:

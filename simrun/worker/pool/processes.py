@@ -76,6 +76,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simrun.core.environment import with_threads
+from simrun.core.sizing import GIB
 from simrun.core.wire import UnitKey
 from simrun.worker.cgroups import (
     Cgroup,
@@ -85,7 +86,7 @@ from simrun.worker.cgroups import (
 )
 from simrun.worker.pool.output import DEFAULT_UNIT_LOG_CAP, CappedLog
 from simrun.worker.pool.protocol import UnitSlot, encode, read_async
-from simrun.worker.proctree import GIB, anon_memory_bytes, kill_tree
+from simrun.worker.proctree import anon_memory_bytes, kill_tree
 
 log = logging.getLogger(__name__)
 
