@@ -77,10 +77,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "worker": (
         "simrun.cli.worker:worker",
-        (
-            "Run a worker container: take jobs from the queues, run them in a pool of worker "
-            "processes within the container's memory, and report every unit."
-        ),
+        "Run a worker container: take jobs from the queues, run them, report every unit.",
     ),
     "service": (
         "simrun.cli.service:service",
