@@ -1,22 +1,7 @@
-"""The Python API, for scripts and notebooks: submit a workflow to a service, or run it on
-this machine as ``simrun run`` does, and wait for a typed result.
-
-```python
-import simrun
-
-result = simrun.run_local("examples/heat.yaml", store="simrun-store")
-print(result.state, result.task("sweep").counts, result.outputs())
-
-run = simrun.submit({"tasks": [...]}, url="http://127.0.0.1:8765")
-result = run.wait(timeout_s=600)
-```
-
-A workflow is a path, a YAML or JSON string, or a dict (see `simrun.api.inputs`); its
-sources are relative to ``base``, else to the file's directory, else to the current one.
-A workflow that cannot run raises `WorkflowError` with the lines ``simrun validate``
-prints. The calls block; what is asynchronous underneath runs on an event loop of the API's
-own (`simrun.api.bridge`), so they work in Jupyter, where a loop already runs.
-"""
+"""The Python API, for scripts and notebooks: `submit` a workflow to a service, or
+`run_local` it (or use a `LocalSession`) on this machine as ``simrun run`` does, and wait for
+a typed `RunResult`. A workflow is a path, YAML or JSON text, or a dict; the calls block,
+on an event loop of the API's own (`simrun.api.bridge`), so they work in Jupyter too."""
 
 from __future__ import annotations
 
@@ -29,16 +14,17 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from simrun.api.bridge import Bridge
-from simrun.api.inputs import Prepared, WorkflowInput, prepare, read_input, task_types_of
 from simrun.api.runs import LocalBackend, RemoteBackend, Run, RunResult, RunTimeout
+from simrun.app.prepare import Prepared, WorkflowInput, prepare, prepare_text, read_input
+from simrun.app.types import load_types_from_here
 from simrun.client import Client, Rejected
 from simrun.config import DEFAULT_STORE, DEFAULT_URL, ENV_STORE, ENV_TOKEN, ENV_URL
 from simrun.core.timing import DEFAULT_GRACE_S
 from simrun.local.machine import LocalError
-from simrun.workflow import Problem, WorkflowError
+from simrun.workflow import Problem, WorkflowError, parse_workflow
 
 if TYPE_CHECKING:
-    from simrun.local.session import LocalSession as EmbeddedSession
+    from simrun.local.session import EmbeddedSession
     from simrun.plugins import TaskType
 
 __all__ = [
@@ -64,12 +50,6 @@ def _store(store: str | os.PathLike[str] | None) -> Path:
     """The store given, else ``SIMRUN_STORE``, else ``simrun-store`` (as ``simrun run``)."""
     # The API is an entry point, as the command line is: it reads the environment here.
     return Path(store if store is not None else os.environ.get(ENV_STORE) or DEFAULT_STORE)
-
-
-def _types(plugins: Sequence[str], only: list[str] | None = None) -> dict[str, TaskType]:
-    from simrun.cli.common import load_types_from_here
-
-    return load_types_from_here(plugins, only=only)
 
 
 _REMOTE_BRIDGE: Bridge | None = None
@@ -119,15 +99,15 @@ def submit(
     ``--no-reuse`` and ``--rerun``). `WorkflowError` when the workflow cannot run (here or as the
     service says), `simrun.client.ClientError` when the service cannot be reached."""
     text, source, where = read_input(workflow, base)
-    used = task_types_of(text, source)
-    types = _types(plugins, only=used)
-    prepared = prepare(text, source, where, types, check=all(t in types for t in used))
+    used = [t.type for t in parse_workflow(text, source).tasks]
+    types = load_types_from_here(plugins, only=used)
+    prepared = prepare_text(text, source, where, types, check=all(t in types for t in used))
     client = Client(
         url or os.environ.get(ENV_URL) or DEFAULT_URL,
         token if token is not None else os.environ.get(ENV_TOKEN),
     )
     try:
-        run_id = client.submit(prepared.text, prepared.sources, reuse=reuse, rerun=rerun)
+        run_id = client.submit(prepared.text, prepared.sources(), reuse=reuse, rerun=rerun)
     except Rejected as exc:
         client.close()
         raise _rejected(exc, source) from exc
@@ -176,9 +156,6 @@ class LocalSession:
         self.redis_url = redis_url
         self.grace_s = grace_s
         self._types: dict[str, TaskType] | None = None
-        #: The workflow `run_local` starts the session for: its environment image and the
-        #: images of its splittable tasks get workers of their own (`start`).
-        self._for: Prepared | None = None
         self._bridge: Bridge | None = None
         self._session: EmbeddedSession | None = None
 
@@ -186,7 +163,7 @@ class LocalSession:
     def types(self) -> dict[str, TaskType]:
         """The task types the session's service and workers know."""
         if self._types is None:
-            self._types = _types(self.plugins)
+            self._types = load_types_from_here(self.plugins)
         return self._types
 
     @property
@@ -202,52 +179,36 @@ class LocalSession:
             raise LocalError("the session is not started")
         return self._session.url
 
-    def start(self) -> LocalSession:
+    def start(self, *, workflow: Prepared | None = None) -> LocalSession:
         """Start Redis, the service and the workers (`start` of a started session does
-        nothing)."""
+        nothing); with ``workflow``, workers for the images its tasks run in too."""
         if self._session is not None:
             return self
-        from simrun.cli.run import check_run, held_line, local_options, local_pool
-        from simrun.local.session import LocalSession as Embedded
-        from simrun.local.session import local_engine, unit_images
+        from simrun.local.session import EmbeddedSession, local_engine
+        from simrun.local.start import held_line, local_pool, session_options
 
-        if self.workers < 1:
-            raise LocalError(f"workers must be at least 1, not {self.workers}")
         pool = local_pool(self.workers, self.processes, self.memory_gb)
-        engine = local_engine(None)
-        run_image: str | None = None
-        in_image: tuple[str, ...] = ()
-        if self._for is not None:
-            run_image = self._for.doc.image
-            in_image = unit_images(_in_images(self._for, self.types), run_image)
-            _check_images(self._for, self.types, engine, run_image, in_image)
-        options = local_options(
+        options = session_options(
             self.store,
             pool,
-            self.plugins,
             self.types,
+            plugins=self.plugins,
+            engine=local_engine(None),
+            prepared=workflow,
+            go_on_with=self.resume,
             redis_url=self.redis_url,
             grace_s=self.grace_s,
-            engine=engine,
-            go_on_with=self.resume,
-            run_image=run_image,
-            in_image=in_image,
         )
         bridge = Bridge()
-        if self.resume is not None:
-            try:
-                bridge.call(check_run(self.store, self.resume, None))
-            except BaseException:
-                bridge.close()
-                raise
-        session = Embedded(options, self.types)
         try:
-            bridge.call(session.start())
-        except BaseException:
+            session = EmbeddedSession(bridge.call(options), self.types)
             try:
+                bridge.call(session.start())
+            except BaseException:
                 bridge.call(session.stop())
-            finally:
-                bridge.close()
+                raise
+        except BaseException:
+            bridge.close()
             raise
         self._bridge, self._session = bridge, session
         note = held_line(session.held, self.store, self.plugins)
@@ -290,8 +251,7 @@ class LocalSession:
     ) -> Prepared:
         """``workflow`` read, planned and checked against the session's task types
         (`WorkflowError` names every problem); nothing is started."""
-        text, source, where = read_input(workflow, base)
-        return prepare(text, source, where, self.types)
+        return prepare(workflow, self.types, base=base)
 
     def submit(
         self,
@@ -338,10 +298,6 @@ class LocalSession:
         return Run(run_id, LocalBackend(self._session, self.store), self._bridge)
 
 
-def _in_images(prepared: Prepared, types: dict[str, TaskType]) -> list[tuple[str, TaskType]]:
-    return [(t.name, types[t.type]) for t in prepared.doc.tasks if t.type in types]
-
-
 def _check_images(
     prepared: Prepared,
     types: dict[str, TaskType],
@@ -354,8 +310,9 @@ def _check_images(
     ``prepared``'s tasks in their images, naming the first that it cannot (as `simrun run`
     refuses it before anything starts)."""
     from simrun.local.session import image_problem, unit_images
+    from simrun.local.start import task_types_in
 
-    tasks = _in_images(prepared, types)
+    tasks = task_types_in(prepared, types)
     problem = image_problem(tasks, engine, prepared.doc.image)
     if problem is not None:
         raise LocalError(problem)
@@ -409,6 +366,6 @@ def run_local(
         with session:
             return session.run().wait(timeout_s, progress=progress)
     prepared = session.prepare(workflow, base=base)  # before anything starts
-    session._for = prepared  # its images get the workers they need
+    session.start(workflow=prepared)  # its images get the workers they need
     with session:
         return session.submit(prepared, reuse=reuse, rerun=rerun).wait(timeout_s, progress=progress)

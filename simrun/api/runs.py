@@ -1,7 +1,5 @@
-"""A submitted run as the Python API hands it out: `Run` (its id, its view, `wait`,
-`cancel`) over a service (`RemoteBackend`, through `simrun.client.Client`) or an embedded
-session (`LocalBackend`, through its controller), and `RunResult`, the view `wait` returns.
-"""
+"""A submitted run as the Python API hands it out: `Run` (its view, `wait`, `cancel`) over a
+service (`RemoteBackend`) or an embedded session (`LocalBackend`), and `RunResult`."""
 
 from __future__ import annotations
 
@@ -17,14 +15,14 @@ from typing import TYPE_CHECKING, Protocol
 
 from simrun.api.bridge import Bridge
 from simrun.api.display import Display, make_display
-from simrun.cli.follow import STUCK_AFTER_S, Outcome, RemoteWatch, follow
+from simrun.app.follow import FollowEnd, watch_remote
 from simrun.cli.progress import format_duration, plain_lines
 from simrun.core.views import FailureView, RunView, TaskView
 from simrun.local.machine import LocalError
 
 if TYPE_CHECKING:
     from simrun.client import Client
-    from simrun.local.session import LocalSession as EmbeddedSession
+    from simrun.local.session import EmbeddedSession
 
 #: Seconds between two looks of `Run.wait` at its display and its deadline.
 TICK_S = 0.1
@@ -88,13 +86,13 @@ class Backend(Protocol):
 
     async def failures(self, run_id: str) -> list[FailureView]: ...
 
-    async def follow(self, run_id: str, on_view: Callable[[RunView], None]) -> Outcome: ...
+    async def follow(self, run_id: str, on_view: Callable[[RunView], None]) -> FollowEnd: ...
 
     async def cancel(self, run_id: str) -> int: ...
 
 
 class _Forward:
-    """A progress view of `simrun.cli.follow.follow` that hands each view to a callback."""
+    """A progress view of `simrun.app.follow.follow` that hands each view to a callback."""
 
     def __init__(self, on_view: Callable[[RunView], None]) -> None:
         self.on_view = on_view
@@ -120,55 +118,29 @@ class RemoteBackend:
     async def failures(self, run_id: str) -> list[FailureView]:
         return await asyncio.to_thread(self.client.failures, run_id)
 
-    async def follow(self, run_id: str, on_view: Callable[[RunView], None]) -> Outcome:
-        watch = RemoteWatch(self.client, run_id, poll_s=POLL_S)
-        try:
-            return await follow(watch.fetch, _Forward(on_view), changed=watch.changed)
-        finally:
-            await watch.close()
+    async def follow(self, run_id: str, on_view: Callable[[RunView], None]) -> FollowEnd:
+        return await watch_remote(self.client, run_id, _Forward(on_view), poll_s=POLL_S)
 
     async def cancel(self, run_id: str) -> int:
         return await asyncio.to_thread(self.client.cancel, run_id)
 
 
 class LocalBackend:
-    """An embedded session (`simrun.local.session.LocalSession`): its runs are read from
-    its controller, woken by its change notifications; outputs are shown under
-    ``shown_store``."""
+    """An embedded session (`simrun.local.session.EmbeddedSession`); outputs are shown
+    under ``shown_store``."""
 
     def __init__(self, session: EmbeddedSession, shown_store: Path) -> None:
         self.session = session
         self.shown_store = shown_store
 
     async def view(self, run_id: str) -> RunView:
-        view = await self.session.reader(self.shown_store).run(run_id)
-        if view is None:
-            raise LocalError(f"there is no run {run_id!r} in {self.session.store}")
-        return view
+        return await self.session.view(run_id, self.shown_store)
 
     async def failures(self, run_id: str) -> list[FailureView]:
         return await self.session.reader(self.shown_store).failures(run_id)
 
-    async def follow(self, run_id: str, on_view: Callable[[RunView], None]) -> Outcome:
-        reader = self.session.reader(self.shown_store)
-        version = 0
-
-        async def fetch() -> RunView:
-            nonlocal version
-            version = reader.version(run_id)  # before the read: no change is missed
-            return await self.view(run_id)
-
-        async def changed(timeout_s: float) -> None:
-            await reader.changed(run_id, version, timeout_s)
-
-        return await follow(
-            fetch,
-            _Forward(on_view),
-            poll_s=POLL_S,
-            changed=changed,
-            problem=self.session.problem,
-            stuck_after_s=STUCK_AFTER_S,
-        )
+    async def follow(self, run_id: str, on_view: Callable[[RunView], None]) -> FollowEnd:
+        return await self.session.follow(run_id, _Forward(on_view), self.shown_store, poll_s=POLL_S)
 
     async def cancel(self, run_id: str) -> int:
         return await self.session.controller.cancel(run_id)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -31,6 +31,9 @@ from simrun.core.reuse import reused_text, units_reused_text
 from simrun.core.sizing import is_probing
 from simrun.core.states import ACTIVE_TASK_STATES, ACTIVE_UNIT_STATES, FINISHED_TASK_STATES
 from simrun.core.views import FailureView, RunView, TaskView, running_seconds
+
+if TYPE_CHECKING:
+    from simrun.app.follow import ProgressView
 
 #: Failed units listed at most at the end of a run (the rest are counted).
 MAX_FAILURES_SHOWN = 20
@@ -420,25 +423,6 @@ def failure_lines(
     if len(failures) > limit:
         lines.append(f"… and {len(failures) - limit} more")
     return lines
-
-
-def stuck_reason(run: RunView) -> str | None:
-    """Why a running run cannot go on by itself, or None: every task with units on the
-    way is blocked (no worker can fit them) and none of its units is queued or running."""
-    if run.state != "running":
-        return None
-    active = [task_line(t) for t in run.tasks if t.state in ACTIVE_TASK_STATES]
-    if not active or any(t.state != "blocked" or t.running or t.queued for t in active):
-        return None
-    return "; ".join(f"task {t.name!r} is blocked: {t.status or 'no worker fits'}" for t in active)
-
-
-class ProgressView(Protocol):
-    """What follows a run: `update` with each new view, `close` at the end."""
-
-    def update(self, run: RunView) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class LiveView:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from simrun.cli.common import console, err_console, load_types_from_here, prepare, shell_join
+from simrun.cli.common import console, err_console, load_types_from_here, shell_join
 from simrun.cli.options import (
     EMBEDDED_REDIS_URL,
     EVERY_S,
@@ -45,7 +45,7 @@ from simrun.local.machine import LocalError
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from simrun.cli.follow import Reader
+    from simrun.app.follow import Reader
     from simrun.client import Client
     from simrun.core.sizing import WorkerCapacity
     from simrun.core.views import RunView
@@ -113,20 +113,17 @@ async def _watch(
 ) -> int:
     """Follow ``run_id`` to its end and print how it ended: a service's by its event
     stream (polling only when it has none), a store's by reading it every `POLL_S`."""
-    from simrun.cli.follow import RemoteReader, RemoteWatch, follow, report_end
+    from simrun.app.follow import RemoteReader, follow, watch_remote
+    from simrun.cli.follow import report_end
     from simrun.cli.progress import make_view
 
     out = console()
     view = make_view(out, every_s)
     if isinstance(reader, RemoteReader):
         err = err_console()
-        watch = RemoteWatch(
-            reader.client, run_id, poll_s=POLL_S, note=lambda text: err.print(text, markup=False)
+        outcome = await watch_remote(
+            reader.client, run_id, view, poll_s=POLL_S, note=lambda t: err.print(t, markup=False)
         )
-        try:
-            outcome = await follow(watch.fetch, view, poll_s=POLL_S, changed=watch.changed)
-        finally:
-            await watch.close()
     else:
 
         async def fetch() -> RunView:
@@ -142,8 +139,8 @@ async def _watch(
 
 def _live_pool(client: Client) -> tuple[WorkerCapacity, ...] | None:
     """The live workers the service tells of (None when it cannot tell: an older service)."""
-    from simrun.cli.forecast import live_pool
     from simrun.client import ClientError
+    from simrun.core.forecast import live_pool
 
     try:
         return live_pool(client.backlog())
@@ -152,7 +149,7 @@ def _live_pool(client: Client) -> tuple[WorkerCapacity, ...] | None:
 
 
 def _live_text(pool: tuple[WorkerCapacity, ...] | None) -> str:
-    from simrun.cli.forecast import pool_text
+    from simrun.core.forecast import pool_text
 
     if pool is None:
         return "unknown: the service does not tell its workers"
@@ -199,7 +196,8 @@ def submit(
     The task types installed here (and --plugins) plan their tasks first and count their
     units for --dry-run; the service checks the rest.
     """
-    from simrun.cli.follow import RemoteReader
+    from simrun.app.follow import RemoteReader
+    from simrun.app.prepare import prepare
     from simrun.client import Client
 
     used = _task_types(workflow)
@@ -209,13 +207,9 @@ def submit(
     out = console()
     with Client(url, token) as client:
         if dry_run:
-            from simrun.cli.dryrun import (
-                dry_run_exit,
-                print_forecast,
-                summaries_resolver,
-                task_plans,
-            )
-            from simrun.cli.forecast import pool_of, pool_text
+            from simrun.app.plans import summaries_resolver, task_plans
+            from simrun.cli.dryrun import dry_run_exit, print_forecast
+            from simrun.core.forecast import pool_of, pool_text
 
             resolver = summaries_resolver(client.resources())
             rows = asyncio.run(task_plans(prepared.doc, types, resolver))
@@ -279,7 +273,7 @@ def status(
     if watch and as_json:
         raise click.UsageError("--watch shows the run as it goes; --json prints it once")
 
-    from simrun.cli.follow import RemoteReader
+    from simrun.app.follow import RemoteReader
     from simrun.cli.progress import (
         failure_lines,
         plain_lines,
@@ -398,30 +392,23 @@ def replay(
     if rerun and (task is None or units):
         raise click.UsageError("--all needs --task (the task to run again) and no --unit")
     if store is not None:
-        from simrun.cli.run import (
-            ReplayRequest,
-            embedded,
-            local_options,
-            local_pool,
-            stored_run_images,
-        )
+        from simrun.cli.run import embedded
         from simrun.local.session import local_engine
+        from simrun.local.start import ReplayRequest, local_pool, session_options
 
         types = load_types_from_here(plugins)
         pool = local_pool(workers, processes, worker_memory_gb)
-        engine = local_engine(None)
-        run_image, in_image = asyncio.run(stored_run_images(store, run_id, types, engine))
-        options = local_options(
-            store, pool, plugins, types, redis_url=redis_url, token=token, go_on_with=run_id,
-            engine=engine, run_image=run_image, in_image=in_image,
-        )  # fmt: skip
         request = ReplayRequest(task, units, memory_gb, rerun=rerun)
-        _exit(asyncio.run(embedded(options, types, store, pool, run_id=run_id, replay=request,
+        options = asyncio.run(session_options(
+            store, pool, types, plugins=plugins, engine=local_engine(None), go_on_with=run_id,
+            replay=request, redis_url=redis_url, token=token,
+        ))  # fmt: skip
+        _exit(asyncio.run(embedded(options, types, pool, run_id=run_id, replay=request,
                                    every_s=every_s)))  # fmt: skip
         return
     if plugins:
         raise click.UsageError("--plugins is for --store (a service loads its own task types)")
-    from simrun.cli.follow import RemoteReader
+    from simrun.app.follow import RemoteReader
 
     out = console()
     with _service(url, token) as client:

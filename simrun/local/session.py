@@ -1,6 +1,6 @@
 """Embedded mode: everything ``simrun run`` needs on one machine, started and stopped in order.
 
-A `LocalSession` holds, for as long as the command runs:
+A `EmbeddedSession` holds, for as long as the command runs:
 
 * a **lock** on the store (``STORE/.simrun.lock``), so two embedded sessions never drive one
   SQLite file;
@@ -13,7 +13,7 @@ A `LocalSession` holds, for as long as the command runs:
   queues (and the queues of the task images), each in a session of its own so that a
   Ctrl-C at the terminal reaches this process only, which then stops them in order.
 
-Stopping (`LocalSession.stop`): the workers get SIGTERM (no new jobs; running ones get
+Stopping (`EmbeddedSession.stop`): the workers get SIGTERM (no new jobs; running ones get
 their grace period, then what they had not finished is handed back), the controller
 applies their last reports, then the HTTP API, the controller and Redis stop. A run that
 did not end stays ``running`` in SQLite with every finished unit kept: a later session on
@@ -46,11 +46,13 @@ from typing import IO
 import uvicorn
 from redis.exceptions import RedisError
 
+from simrun.app.follow import STUCK_AFTER_S, FollowEnd, ProgressView, follow
 from simrun.config import redact_url
 from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S
+from simrun.core.views import RunView
 from simrun.local import lock as store_lock
 from simrun.local.guard import DONE, REMOVE
 from simrun.local.machine import LocalError, free_socket, gpu_shares, last_line
@@ -96,7 +98,7 @@ log = logging.getLogger(__name__)
 #: Seconds between two looks at the private redis-server (started again if it exited).
 REDIS_WATCH_S = 0.5
 
-#: How long `LocalSession.drain` waits for the controller to ingest the stopped workers'
+#: How long `EmbeddedSession.drain` waits for the controller to ingest the stopped workers'
 #: last reports, and how often it looks.
 DRAIN_TIMEOUT_S = 10.0
 DRAIN_POLL_S = 0.05
@@ -151,7 +153,7 @@ class LocalOptions:
     #: Whether a task of a key with no history probes first (``--no-probe``).
     probe: bool = True
     #: Whether the runs this session finds interrupted (running in the store, their
-    #: session gone) are left alone (`LocalSession.held`) rather than finished too; the
+    #: session gone) are left alone (`EmbeddedSession.held`) rather than finished too; the
     #: run ``go_on_with`` (a resumed or replayed one) is never held.
     hold_interrupted: bool = False
     go_on_with: str | None = None
@@ -164,7 +166,7 @@ class _Worker:
     log: Path
 
 
-class LocalSession:
+class EmbeddedSession:
     """Redis, the service and the workers of one ``simrun run``; see the module's doc."""
 
     def __init__(self, options: LocalOptions, types: Mapping[str, TaskType]) -> None:
@@ -204,7 +206,48 @@ class LocalSession:
         controller = self.controller
         return StoreReader(controller.store, controller.resources, shown_store, controller)
 
-    async def __aenter__(self) -> LocalSession:
+    async def view(self, run_id: str, shown_store: Path) -> RunView:
+        """Run ``run_id`` as the session's reader shows it (`LocalError` when there is none)."""
+        view = await self.reader(shown_store).run(run_id)
+        if view is None:
+            raise LocalError(f"there is no run {run_id!r} in {self.store}")
+        return view
+
+    async def follow(
+        self,
+        run_id: str,
+        view: ProgressView,
+        shown_store: Path,
+        *,
+        interrupted: asyncio.Event | None = None,
+        poll_s: float = 0.25,
+        gap_s: float = 0.0,
+    ) -> FollowEnd:
+        """`simrun.app.follow.follow` run ``run_id``, read again on each change the
+        controller notifies (``gap_s`` after it: a burst of steps is read once)."""
+        reader = self.reader(shown_store)
+        version = 0
+
+        async def fetch() -> RunView:
+            nonlocal version
+            version = reader.version(run_id)  # before the read: no change is missed
+            return await self.view(run_id, shown_store)
+
+        async def changed(timeout_s: float) -> None:
+            await reader.changed(run_id, version, timeout_s)
+            await asyncio.sleep(gap_s)
+
+        return await follow(
+            fetch,
+            view,
+            poll_s=poll_s,
+            changed=changed,
+            interrupted=interrupted,
+            problem=self.problem,
+            stuck_after_s=STUCK_AFTER_S,
+        )
+
+    async def __aenter__(self) -> EmbeddedSession:
         try:
             await self.start()
         except BaseException:

@@ -7,10 +7,12 @@ The layers, lowest first (ARCHITECTURE.md draws them):
    plugin package and the curated top package ``simrun`` — none of them imports another;
 2. ``workflow`` — the workflow document;
 3. ``resources``, ``runstore``, ``queues`` and ``client`` — storage and transport;
-4. ``service`` and ``worker`` — the two sides, which never import each other;
-5. ``local`` — embedded mode, which starts both;
-6. ``cli`` — the command line, at the edge;
-7. ``api`` — the Python API, the command line's work as functions for scripts and notebooks.
+4. ``app`` — what the command line, the Python API and the Editor share: preparing a
+   workflow, its plans, following a run;
+5. ``service`` and ``worker`` — the two sides, which never import each other;
+6. ``local`` — embedded mode, which starts both;
+7. ``cli`` — the command line, at the edge;
+8. ``api`` — the Python API, for scripts and notebooks.
 
 The top package ``simrun`` exports the API lazily (PEP 562): that one import, up from
 layer 1, is allowed by name (`LAZY_EXPORTS`), and importing ``simrun`` imports none of it.
@@ -36,6 +38,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     ),
     frozenset({"simrun.workflow"}),
     frozenset({"simrun.resources", "simrun.runstore", "simrun.queues", "simrun.client"}),
+    frozenset({"simrun.app"}),
     frozenset({"simrun.service", "simrun.worker"}),
     frozenset({"simrun.local"}),
     frozenset({"simrun.cli"}),

@@ -1,0 +1,200 @@
+"""The one way an embedded session is made ready, for ``simrun run``, ``simrun replay
+--store`` and the Python API: its pool from this machine, the images its workers serve
+(a new workflow's, or a stored run's), the check of a run to go on with, its options."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from simrun.app.prepare import Prepared
+from simrun.core.forecast import pool_text
+from simrun.core.intake import InputLimits
+from simrun.core.layout import StoreLayout
+from simrun.core.states import Limits
+from simrun.core.timing import DEFAULT_GRACE_S
+from simrun.local.machine import (
+    LocalError,
+    default_capacity,
+    gpu_shares,
+    local_gpus,
+    machine,
+)
+from simrun.local.session import LocalOptions, image_problem, images_of, unit_images
+from simrun.plugins import TaskType
+from simrun.runstore.store import RunStore
+from simrun.workflow import WorkflowError, parse_workflow
+
+
+@dataclass(frozen=True)
+class LocalPool:
+    """The worker containers of an embedded session, and the machine's GPUs they share."""
+
+    workers: int
+    processes: int
+    memory_gb: float
+    gpu_ids: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        text = pool_text(self.workers, self.processes, self.memory_gb)
+        return f"{text}; GPUs {', '.join(self.gpu_ids)}" if self.gpu_ids else text
+
+    @property
+    def gpus_per_worker(self) -> int:
+        """The most GPUs one worker gets (the forecast's figure)."""
+        return max((len(s) for s in gpu_shares(self.gpu_ids, self.workers)), default=0)
+
+
+def local_pool(workers: int, processes: int | None, memory_gb: float | None) -> LocalPool:
+    """The pool given, completed from this machine (its cores, 80% of its free memory, its
+    GPUs: CUDA_VISIBLE_DEVICES, else nvidia-smi -L)."""
+    if workers < 1:
+        raise LocalError(f"workers must be at least 1, not {workers}")
+    cores, available_gb = machine()
+    procs, memory = default_capacity(cores, available_gb, workers, processes, memory_gb)
+    return LocalPool(workers, procs, memory, local_gpus(os.environ))
+
+
+@dataclass(frozen=True)
+class ReplayRequest:
+    """Which failed units to put back (`simrun.service.controller.Controller.replay`);
+    with ``rerun``, every unit of ``task`` and of the tasks reading it."""
+
+    task: str | None = None
+    units: tuple[int, ...] = ()
+    memory_gb: float | None = None
+    rerun: bool = False
+
+
+def task_types_in(prepared: Prepared, types: dict[str, TaskType]) -> list[tuple[str, TaskType]]:
+    """The (task, type) pairs of ``prepared`` whose type is installed here."""
+    return [(t.name, types[t.type]) for t in prepared.doc.tasks if t.type in types]
+
+
+async def check_run(store: Path, run_id: str, replay: ReplayRequest | None = None) -> None:
+    """Fail before anything starts when ``run_id`` of ``store`` cannot go on: no such
+    store or run, a run that ended with nothing failed, an ended run without a replay."""
+    db = StoreLayout(store).db
+    if not db.is_file():
+        raise LocalError(
+            f"{store} is not a simrun store (there is no {db}); give the --store of the run"
+        )
+    runs = await RunStore.open(db)
+    try:
+        row = await runs.run(run_id)
+        if row is None:
+            latest = [r.id for r in await runs.runs(limit=3)]
+            hint = f"; its latest: {', '.join(latest)}" if latest else ""
+            raise LocalError(f"there is no run {run_id!r} in {store}{hint}")
+        failed = await runs.failures(run_id)
+    finally:
+        await runs.close()
+    if row.state == "running":
+        return
+    if replay is None:
+        what = "; retry its failed units with `simrun replay`" if row.state == "failed" else ""
+        raise LocalError(f"run {run_id} already ended ({row.state}){what}")
+    if not failed and not replay.rerun:
+        raise LocalError(
+            f"run {run_id} ended ({row.state}) with no failed units to replay; "
+            "run a task again, done units too, with --task TASK --all"
+        )
+
+
+async def stored_run_images(
+    store: Path, run_id: str, types: dict[str, TaskType], engine: str | None
+) -> tuple[str | None, tuple[str, ...]]:
+    """The environment image of run ``run_id`` of ``store`` and the images its splittable
+    tasks run in (from its stored document); `LocalError` when a task of it runs in an
+    image and there is no container ``engine``."""
+    runs = await RunStore.open(StoreLayout(store).db)
+    try:
+        row = await runs.run(run_id)
+    finally:
+        await runs.close()
+    if row is None:
+        return None, ()
+    try:
+        doc = parse_workflow(row.document)
+    except WorkflowError:
+        return row.image, ()
+    tasks = [(t.name, types[t.type]) for t in doc.tasks if t.type in types]
+    problem = image_problem(tasks, engine, row.image)
+    if problem is not None:
+        raise LocalError(problem)
+    return row.image, unit_images(tasks, row.image)
+
+
+async def session_options(
+    store: Path,
+    pool: LocalPool,
+    types: dict[str, TaskType],
+    *,
+    plugins: tuple[str, ...] = (),
+    engine: str | None = None,
+    prepared: Prepared | None = None,
+    go_on_with: str | None = None,
+    replay: ReplayRequest | None = None,
+    redis_url: str | None = None,
+    token: str | None = None,
+    limits: Limits | None = None,
+    grace_s: float = DEFAULT_GRACE_S,
+    intake: InputLimits | None = None,
+    probe: bool = True,
+    scratch_dir: Path | None = None,
+) -> LocalOptions:
+    """The options of an embedded session over ``store`` (a private Redis without
+    ``redis_url``) for the workflow ``prepared`` or the run ``go_on_with`` (checked here,
+    `check_run`); the images their tasks run in get workers of their own. `LocalError`
+    when the session cannot run them. Interrupted runs of the store are left alone."""
+    run_image: str | None = None
+    in_image: tuple[str, ...] = ()
+    if go_on_with is not None:
+        await check_run(store, go_on_with, replay)
+        run_image, in_image = await stored_run_images(store, go_on_with, types, engine)
+    elif prepared is not None:
+        tasks = task_types_in(prepared, types)
+        problem = image_problem(tasks, engine, prepared.doc.image)
+        if problem is not None:
+            raise LocalError(problem)
+        run_image, in_image = prepared.doc.image, unit_images(tasks, prepared.doc.image)
+    return LocalOptions(
+        store=store,
+        workers=pool.workers,
+        processes=pool.processes,
+        memory_gb=pool.memory_gb,
+        plugins=plugins,
+        python_path=(os.getcwd(),) if plugins else (),
+        images=images_of(list(types.values()), run_image),
+        unit_images=in_image if engine is not None else (),
+        engine=engine,
+        scratch_dir=scratch_dir,
+        gpu_ids=pool.gpu_ids,
+        redis_url=redis_url,
+        token=token,
+        limits=limits or Limits(),
+        grace_s=grace_s,
+        intake=intake or InputLimits(),
+        probe=probe,
+        hold_interrupted=True,
+        go_on_with=go_on_with,
+    )
+
+
+def held_line(held: tuple[str, ...], store: Path, plugins: tuple[str, ...]) -> str | None:
+    """The line about the interrupted runs a session leaves alone (None without any): which
+    they are, and the commands that go on with one or cancel it."""
+    if not held:
+        return None
+    extra = [a for ref in plugins for a in ("--plugins", ref)]
+    one = held[0] if len(held) == 1 else "RUN"
+    resume = shlex.join(["simrun", "run", "--resume", one, "--store", str(store), *extra])
+    cancel = shlex.join(["simrun", "cancel", one, "--store", str(store)])
+    runs = "run " + held[0] if len(held) == 1 else "runs " + ", ".join(held)
+    return (
+        f"note: {runs} of this store {'was' if len(held) == 1 else 'were'} interrupted and "
+        f"{'is' if len(held) == 1 else 'are'} left as stopped; go on: {resume}; "
+        f"or drop: {cancel}"
+    )
