@@ -90,14 +90,10 @@ def submit(
     reuse: bool = True,
     rerun: Sequence[str] = (),
 ) -> Run:
-    """Send ``workflow`` and its sources to the service at ``url`` (default ``SIMRUN_URL``,
-    else ``http://127.0.0.1:8765``) with ``token`` (default ``SIMRUN_TOKEN``), as
-    ``simrun submit`` does: the task types installed here (and ``plugins``,
-    "module:OBJECT") plan and check their tasks, the service checks the rest. The `Run`,
-    to `Run.wait` for. A task unchanged since an earlier run of the store reuses its
-    outputs unless ``reuse`` is False or it is in ``rerun`` (or depends on one: as
-    ``--no-reuse`` and ``--rerun``). `WorkflowError` when the workflow cannot run (here or as the
-    service says), `simrun.client.ClientError` when the service cannot be reached."""
+    """Send ``workflow`` and its sources to the service at ``url`` (default ``SIMRUN_URL``)
+    with ``token`` (default ``SIMRUN_TOKEN``), as ``simrun submit`` does; ``reuse`` and
+    ``rerun`` as ``--no-reuse`` and ``--rerun``. The `Run`; `WorkflowError` when the
+    workflow cannot run (here or as the service says), `ClientError` when unreachable."""
     text, source, where = read_input(workflow, base)
     used = [t.type for t in parse_workflow(text, source).tasks]
     types = load_types_from_here(plugins, only=used)
@@ -118,22 +114,12 @@ def submit(
 
 
 class LocalSession:
-    """What ``simrun run`` starts on this machine — a lock on ``store``, a private
-    ``redis-server`` (or ``redis_url``), the service and ``workers`` worker containers of
-    ``processes`` processes and ``memory_gb`` GiB each (by default this machine's cores
-    and 80% of its free memory) — for as long as the ``with`` block lasts::
-
-        with simrun.LocalSession(store="simrun-store") as session:
-            result = session.submit("examples/heat.yaml").wait()
-
-    A run that has not ended when the session stops stays in the store; ``simrun run
-    --resume RUN --store STORE`` (or ``resume=RUN`` here, then `LocalSession.run`) goes on
-    with it. Like ``simrun run``, a session leaves the interrupted runs it finds in the
-    store alone (none of their units is computed), but ``resume``, and says so: an
-    `InterruptedRuns` warning naming them, with the commands that go on with one or drop
-    it; `LocalSession.held` lists them. `LocalError` when the session cannot start (no
-    ``redis-server``, the store in use by another session, ``resume`` not a run of the
-    store that can go on)."""
+    """What ``simrun run`` starts on this machine (a lock on ``store``, a private
+    ``redis-server`` or ``redis_url``, the service and ``workers`` worker containers of
+    ``processes`` processes and ``memory_gb`` GiB each, by default from this machine) for
+    as long as the ``with`` block lasts. A run that has not ended stays in the store, to go
+    on with ``resume=RUN``; other interrupted runs of the store are left alone, with an
+    `InterruptedRuns` warning (`held` lists them). `LocalError` when it cannot start."""
 
     def __init__(
         self,
@@ -184,21 +170,19 @@ class LocalSession:
         nothing); with ``workflow``, workers for the images its tasks run in too."""
         if self._session is not None:
             return self
-        from simrun.local.session import EmbeddedSession, local_engine
+        from simrun.local.session import EmbeddedSession, LocalOptions, local_engine
         from simrun.local.start import held_line, local_pool, session_options
 
         pool = local_pool(self.workers, self.processes, self.memory_gb)
-        options = session_options(
+        settings = LocalOptions(
             self.store,
-            pool,
-            self.types,
             plugins=self.plugins,
             engine=local_engine(None),
-            prepared=workflow,
-            go_on_with=self.resume,
             redis_url=self.redis_url,
             grace_s=self.grace_s,
+            go_on_with=self.resume,
         )
+        options = session_options(settings, pool, self.types, prepared=workflow)
         bridge = Bridge()
         try:
             session = EmbeddedSession(bridge.call(options), self.types)
@@ -345,13 +329,9 @@ def run_local(
     rerun: Sequence[str] = (),
     resume: str | None = None,
 ) -> RunResult:
-    """Run ``workflow`` on this machine as ``simrun run`` does (a `LocalSession` started
-    for it and stopped after it) and return its last view; or, with ``resume`` instead of a
-    workflow, go on with that interrupted run of the store (``simrun run --resume RUN``).
-    The workflow is checked before anything starts (`WorkflowError`); `RunTimeout` after
-    ``timeout_s``, the run kept in the store to go on with ``resume=RUN``. Interrupted runs
-    of the store other than ``resume`` are left alone, with an `InterruptedRuns` warning
-    that names them."""
+    """Run ``workflow`` on this machine as ``simrun run`` does (a `LocalSession` for it) and
+    return its last view; or with ``resume``, go on with that run of the store. The workflow
+    is checked before anything starts; `RunTimeout` after ``timeout_s`` (the run kept)."""
     if (workflow is None) == (resume is None):
         raise TypeError("run_local needs a workflow to run, or resume=RUN to go on with one")
     session = LocalSession(

@@ -143,13 +143,9 @@ RECONNECT_S = (0.25, 5.0)
 
 
 class RemoteWatch:
-    """One run of a service followed by its event stream (`simrun.client.Client.events`):
-    `fetch` gives the latest view the service pushed and `changed` waits for the next.
-
-    Polling (``GET /runs/{id}`` every ``poll_s``) only stands in for the stream while it is
-    reconnected after it broke (with backoff, `RECONNECT_S`); ``note`` is told of it once (a
-    line for the user); ``polls`` and ``pushed`` count the views read each way.
-    """
+    """One run of a service followed by its event stream: `fetch` gives the latest view
+    pushed, `changed` waits for the next; polling stands in while the stream reconnects
+    (with backoff, `RECONNECT_S`), of which ``note`` is told once."""
 
     def __init__(
         self,

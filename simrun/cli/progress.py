@@ -1,16 +1,6 @@
-"""Showing a run as it goes and when it ended: a live display on a terminal, periodic plain
-lines elsewhere (CI logs, pipes), and the summary and failures at the end.
-
-A run is shown from its view (`simrun.core.views.RunView`), the same for ``simrun run``
-and for a service: per task its units, ``started_s`` / ``finished_s``, ``kills`` (for
-memory), ``requested_gb`` and ``peak_memory_gb`` (memory per process). A store read on this
-machine adds ``out`` (where its outputs are). What a view does not tell (an older service)
-shows as a dash. A blocked or failed task shows why, and a running task whose probe is out
-(`simrun.core.sizing.is_probing`) shows its status where its state goes.
-
-The formatting and the rows are plain functions (tested on tables); `LiveView` and
-`PlainView` are thin shells over rich and ``print``.
-"""
+"""Showing a run from its view (`simrun.core.views.RunView`): a live display on a terminal,
+plain lines elsewhere (CI logs, pipes), the summary and the failures at the end. The
+formatting and rows are plain functions; `LiveView` and `PlainView` thin shells over rich."""
 
 from __future__ import annotations
 

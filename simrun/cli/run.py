@@ -363,7 +363,7 @@ def run(
     scratch_dir = scratch_dir.resolve() if scratch_dir is not None else None
     from simrun.app.prepare import prepare
     from simrun.local import lock
-    from simrun.local.session import local_engine
+    from simrun.local.session import LocalOptions, local_engine
     from simrun.local.start import local_pool, session_options
 
     lock.check_free(store)  # before the plan: the lock's error is the first line
@@ -377,24 +377,20 @@ def run(
         _prepare_and_forecast(
             console(), prepared, types, pool, store, found_engine, scratch_dir, dry_run
         )
-    options = asyncio.run(
-        session_options(
-            store,
-            pool,
-            types,
-            plugins=plugins,
-            engine=found_engine,
-            prepared=prepared,
-            go_on_with=resume,
-            redis_url=redis_url,
-            token=token,
-            limits=Limits(max_retries=max_retries, max_kills=max_kills),
-            grace_s=grace_s,
-            intake=intake,
-            probe=probe,
-            scratch_dir=scratch_dir,
-        )
+    settings = LocalOptions(
+        store=store,
+        plugins=plugins,
+        engine=found_engine,
+        scratch_dir=scratch_dir,
+        redis_url=redis_url,
+        token=token,
+        limits=Limits(max_retries=max_retries, max_kills=max_kills),
+        intake=intake,
+        grace_s=grace_s,
+        probe=probe,
+        go_on_with=resume,
     )
+    options = asyncio.run(session_options(settings, pool, types, prepared=prepared))
     code = embedded(
         options, types, pool, prepared=prepared, run_id=resume, every_s=every_s,
         open_browser=open_browser,

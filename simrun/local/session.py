@@ -1,29 +1,8 @@
-"""Embedded mode: everything ``simrun run`` needs on one machine, started and stopped in order.
-
-A `EmbeddedSession` holds, for as long as the command runs:
-
-* a **lock** on the store (``STORE/.simrun.lock``), so two embedded sessions never drive one
-  SQLite file;
-* **Redis**: ``REDIS_URL`` when it is set (with a key prefix of this store, so several
-  stores can share a server), else a private ``redis-server`` from PATH on a free loopback
-  port with a temporary directory, thrown away at the end;
-* the **service** in this process: the controller loop and the HTTP API on a free
-  127.0.0.1 port (so ``simrun status --url`` works while the run goes on);
-* **worker containers**: ``python -m simrun.cli worker`` child processes serving the cpu and gpu
-  queues (and the queues of the task images), each in a session of its own so that a
-  Ctrl-C at the terminal reaches this process only, which then stops them in order.
-
-Stopping (`EmbeddedSession.stop`): the workers get SIGTERM (no new jobs; running ones get
-their grace period, then what they had not finished is handed back), the controller
-applies their last reports, then the HTTP API, the controller and Redis stop. A run that
-did not end stays ``running`` in SQLite with every finished unit kept: a later session on
-the same store goes on with it. Logs of the service and of each worker are in
-``STORE/logs/`` (``service.log``, ``worker-N.log``): each session appends to them (a line
-says where it starts); past `LOG_MAX_BYTES` a log is rotated (``.1`` … ``.LOG_BACKUPS``;
-the service's as it writes, a worker's when a session starts): no session overwrites
-another's. Should this process die without stopping them (SIGKILL), `simrun.local.guard`
-ends Redis and the workers.
-"""
+"""Embedded mode: `EmbeddedSession` holds, for as long as ``simrun run`` runs, the store's
+lock, Redis (``REDIS_URL``, else a private ``redis-server``), the service in this process
+(the controller loop and the HTTP API on a free loopback port) and worker containers as
+child processes; it stops them in order, and `simrun.local.guard` ends them should this
+process die. Logs go to ``STORE/logs/`` (appended, rotated past `LOG_MAX_BYTES`)."""
 
 from __future__ import annotations
 
@@ -167,7 +146,10 @@ class _Worker:
 
 
 class EmbeddedSession:
-    """Redis, the service and the workers of one ``simrun run``; see the module's doc."""
+    """Redis, the service and the workers of one ``simrun run``. Stopping: the workers get
+    SIGTERM (running units get their grace period, then are handed back), the controller
+    applies their last reports, then the HTTP API, the controller and Redis stop; a run
+    that did not end stays in the store, to go on with."""
 
     def __init__(self, options: LocalOptions, types: Mapping[str, TaskType]) -> None:
         self.options = options
@@ -451,30 +433,36 @@ class EmbeddedSession:
     def _start_workers(self, redis_url: str, prefix: str) -> None:
         env = {**os.environ, **self.options.env, "PYTHONUNBUFFERED": "1"}
         for number in range(1, self.options.workers + 1):
-            path = self.logs / f"worker-{number}.log"
-            rotate_log(path)
-            with path.open("ab") as out:
-                out.write(_session_line())
-                out.flush()
-                proc = subprocess.Popen(
-                    worker_argv(self._worker_flags(number, redis_url, prefix)),
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=self._worker_env(env, number),
-                    start_new_session=True,  # a Ctrl-C at the terminal reaches us only
-                )
-            self._guard_pid(proc.pid)
-            self._workers.append(_Worker(number, proc, path))
+            argv = worker_argv(self._worker_flags(number, redis_url, prefix))
+            self._spawn(number, argv, self._worker_env(env, number))
         for k, image in enumerate(self.options.unit_images, start=self.options.workers + 1):
             self._start_image_worker(k, image, redis_url, prefix, env)
+
+    def _spawn(self, number: int, argv: list[str], env: dict[str, str], note: str = "") -> None:
+        """Start worker container ``number``, its output appended to its log, in a session
+        of its own (a Ctrl-C at the terminal reaches this process only)."""
+        path = self.logs / f"worker-{number}.log"
+        rotate_log(path)
+        with path.open("ab") as out:
+            out.write(_session_line() + note.encode())
+            out.flush()
+            proc = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        self._guard_pid(proc.pid)
+        self._workers.append(_Worker(number, proc, path))
 
     def _start_image_worker(
         self, number: int, image: str, redis_url: str, prefix: str, env: dict[str, str]
     ) -> None:
         """Worker container ``number``: ``simrun worker --image IMAGE`` inside that image,
-        through the engine (`simrun.worker.engine.worker_argv_in_image`), the store and the
-        plugins' directories mounted at their own paths, the same size as the others."""
+        through the engine, the store and the plugins' directories mounted at their own
+        paths, the same size as the others."""
         opts = self.options
         assert opts.engine is not None  # `image_problem` refused unit images without one
         flags = replace(
@@ -494,22 +482,7 @@ class EmbeddedSession:
             mounts=[self.store, Path.cwd(), *(Path(p).resolve() for p in opts.python_path)],
             environ={"PYTHONUNBUFFERED": "1"},
         )
-        path = self.logs / f"worker-{number}.log"
-        rotate_log(path)
-        with path.open("ab") as out:
-            out.write(_session_line())
-            out.write(f"image {image} through {opts.engine}\n".encode())
-            out.flush()
-            proc = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
-        self._guard_pid(proc.pid)
-        self._workers.append(_Worker(number, proc, path))
+        self._spawn(number, argv, env, f"image {image} through {opts.engine}\n")
 
     # -- while running -------------------------------------------------------------------
 

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from simrun.app.prepare import Prepared
 from simrun.core.forecast import pool_text
-from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
-from simrun.core.states import Limits
-from simrun.core.timing import DEFAULT_GRACE_S
 from simrun.local.machine import (
     LocalError,
     default_capacity,
@@ -128,58 +125,39 @@ async def stored_run_images(
 
 
 async def session_options(
-    store: Path,
+    settings: LocalOptions,
     pool: LocalPool,
     types: dict[str, TaskType],
     *,
-    plugins: tuple[str, ...] = (),
-    engine: str | None = None,
     prepared: Prepared | None = None,
-    go_on_with: str | None = None,
     replay: ReplayRequest | None = None,
-    redis_url: str | None = None,
-    token: str | None = None,
-    limits: Limits | None = None,
-    grace_s: float = DEFAULT_GRACE_S,
-    intake: InputLimits | None = None,
-    probe: bool = True,
-    scratch_dir: Path | None = None,
 ) -> LocalOptions:
-    """The options of an embedded session over ``store`` (a private Redis without
-    ``redis_url``) for the workflow ``prepared`` or the run ``go_on_with`` (checked here,
-    `check_run`); the images their tasks run in get workers of their own. `LocalError`
-    when the session cannot run them. Interrupted runs of the store are left alone."""
+    """``settings`` (the store, Redis, limits: what the command or the caller gave) made
+    into the options of a session for the workflow ``prepared`` or the run
+    ``settings.go_on_with`` (checked here, `check_run`) on ``pool``: the images their tasks
+    run in get workers of their own. `LocalError` when the session cannot run them."""
+    store, engine = settings.store, settings.engine
     run_image: str | None = None
     in_image: tuple[str, ...] = ()
-    if go_on_with is not None:
-        await check_run(store, go_on_with, replay)
-        run_image, in_image = await stored_run_images(store, go_on_with, types, engine)
+    if settings.go_on_with is not None:
+        await check_run(store, settings.go_on_with, replay)
+        run_image, in_image = await stored_run_images(store, settings.go_on_with, types, engine)
     elif prepared is not None:
         tasks = task_types_in(prepared, types)
         problem = image_problem(tasks, engine, prepared.doc.image)
         if problem is not None:
             raise LocalError(problem)
         run_image, in_image = prepared.doc.image, unit_images(tasks, prepared.doc.image)
-    return LocalOptions(
-        store=store,
+    return replace(
+        settings,
         workers=pool.workers,
         processes=pool.processes,
         memory_gb=pool.memory_gb,
-        plugins=plugins,
-        python_path=(os.getcwd(),) if plugins else (),
+        gpu_ids=pool.gpu_ids,
+        python_path=(os.getcwd(),) if settings.plugins else (),
         images=images_of(list(types.values()), run_image),
         unit_images=in_image if engine is not None else (),
-        engine=engine,
-        scratch_dir=scratch_dir,
-        gpu_ids=pool.gpu_ids,
-        redis_url=redis_url,
-        token=token,
-        limits=limits or Limits(),
-        grace_s=grace_s,
-        intake=intake or InputLimits(),
-        probe=probe,
         hold_interrupted=True,
-        go_on_with=go_on_with,
     )
 
 
