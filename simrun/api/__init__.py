@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from simrun.api.bridge import Bridge
-from simrun.api.runs import LocalBackend, RemoteBackend, Run, RunResult, RunTimeout
+from simrun.api.runs import Run, RunResult, RunTimeout, remote
 from simrun.app.prepare import Prepared, WorkflowInput, prepare, prepare_text, read_input
 from simrun.app.types import load_types_from_here
 from simrun.client import Client, Rejected
@@ -24,7 +24,7 @@ from simrun.local.machine import LocalError
 from simrun.workflow import Problem, WorkflowError, parse_workflow
 
 if TYPE_CHECKING:
-    from simrun.local.session import EmbeddedSession
+    from simrun.local.session import EmbeddedSession, LocalOptions
     from simrun.plugins import TaskType
 
 __all__ = [
@@ -110,7 +110,7 @@ def submit(
     except BaseException:
         client.close()
         raise
-    return Run(run_id, RemoteBackend(client), _remote_bridge())
+    return Run(run_id, remote(client), _remote_bridge())
 
 
 class LocalSession:
@@ -250,14 +250,7 @@ class LocalSession:
         prepared = workflow if isinstance(workflow, Prepared) else self.prepare(workflow, base=base)
         if self._session is None or self._bridge is None:
             raise LocalError("the session is not started: use it in a `with` block")
-        options = self._session.options
-        _check_images(
-            prepared,
-            self.types,
-            options.engine,
-            prepared.doc.image if prepared.doc.image in options.images else None,
-            options.unit_images,
-        )
+        _check_images(prepared, self.types, self._session.options)
         run_id = self._bridge.call(
             self._session.controller.submit(
                 prepared.doc,
@@ -268,7 +261,7 @@ class LocalSession:
                 rerun=rerun,
             )
         )
-        return Run(run_id, LocalBackend(self._session, self.store), self._bridge)
+        return Run(run_id, self._session, self._bridge)
 
     def run(self, run_id: str | None = None) -> Run:
         """The `Run` of ``run_id`` of the session's store (default: the run ``resume``
@@ -279,34 +272,26 @@ class LocalSession:
             raise LocalError("give the id of a run (or start the session with resume=RUN)")
         if self._session is None or self._bridge is None:
             raise LocalError("the session is not started: use it in a `with` block")
-        return Run(run_id, LocalBackend(self._session, self.store), self._bridge)
+        return Run(run_id, self._session, self._bridge)
 
 
-def _check_images(
-    prepared: Prepared,
-    types: dict[str, TaskType],
-    engine: str | None,
-    served_image: str | None,
-    in_image: Sequence[str],
-) -> None:
-    """`LocalError` when a session with the container ``engine`` (None: none), serving the
-    environment image ``served_image`` and with workers inside ``in_image``, cannot run
-    ``prepared``'s tasks in their images, naming the first that it cannot (as `simrun run`
-    refuses it before anything starts)."""
+def _check_images(prepared: Prepared, types: dict[str, TaskType], options: LocalOptions) -> None:
+    """`LocalError` naming the first task of ``prepared`` that the session of ``options``
+    cannot run in its image (as `simrun run` refuses it before anything starts)."""
     from simrun.local.session import image_problem, unit_images
     from simrun.local.start import task_types_in
 
     tasks = task_types_in(prepared, types)
-    problem = image_problem(tasks, engine, prepared.doc.image)
+    problem = image_problem(tasks, options.engine, prepared.doc.image)
     if problem is not None:
         raise LocalError(problem)
-    if prepared.doc.image is not None and prepared.doc.image != served_image:
+    if prepared.doc.image is not None and prepared.doc.image not in options.images:
         raise LocalError(
             f"this session has no worker for the workflow's environment image "
             f"{prepared.doc.image!r}: run it with simrun.run_local(workflow), which starts "
             "one for it"
         )
-    missing = sorted(set(unit_images(tasks, prepared.doc.image)) - set(in_image))
+    missing = sorted(set(unit_images(tasks, prepared.doc.image)) - set(options.unit_images))
     if missing:
         raise LocalError(
             f"the units of this workflow run in image {missing[0]!r} and this session has no "

@@ -123,11 +123,21 @@ async def follow(
 class RemoteReader:
     """Runs as a service answers over HTTP (the blocking client, in a thread)."""
 
-    def __init__(self, client: Client) -> None:
-        self.client = client
+    def __init__(self, client: Client, poll_s: float = 1.0) -> None:
+        self.client, self.poll_s = client, poll_s
 
     async def run(self, run_id: str) -> RunView | None:
+        return await self.view(run_id)
+
+    async def view(self, run_id: str) -> RunView:
         return await asyncio.to_thread(self.client.run, run_id)
+
+    async def follow(self, run_id: str, view: ProgressView) -> FollowEnd:
+        """`follow` the run by the service's event stream."""
+        return await watch_remote(self.client, run_id, view, poll_s=self.poll_s)
+
+    async def cancel(self, run_id: str) -> int:
+        return await asyncio.to_thread(self.client.cancel, run_id)
 
     async def failures(self, run_id: str) -> list[FailureView]:
         return await asyncio.to_thread(self.client.failures, run_id)

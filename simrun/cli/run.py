@@ -205,9 +205,7 @@ async def embedded(
             watch = f"simrun status {current} --url {session.url}"
             out.print(f"watch it from another shell: {watch}", soft_wrap=True)
             view = make_view(out, every_s)
-            end = await session.follow(
-                current, view, store, interrupted=interrupted, gap_s=CHANGE_GAP_S
-            )
+            end = await session.follow(current, view, interrupted=interrupted, gap_s=CHANGE_GAP_S)
             if end.reason == "interrupted":
                 err.print(
                     "[yellow]stopping: running units finish or are handed back "
@@ -215,8 +213,8 @@ async def embedded(
                 )
             if end.reason != "ended":
                 await session.drain()
-            end = replace(end, run=await session.view(current, store))
-            failures = await session.reader(store).failures(current)
+            end = replace(end, run=await session.view(current))
+            failures = await session.failures(current)
             if open_browser and end.reason == "ended":  # the end first, then the page
                 code = _report_ended(out, end, failures, replay_cmd, store)
                 out.print(f"the dashboard stays up at {page}: Ctrl-C to stop", soft_wrap=True)

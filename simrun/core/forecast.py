@@ -101,17 +101,21 @@ def pool_of(
     )
 
 
-def slots_for(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> int:
-    """How many units of ``plan`` the pool runs at once (`simrun.core.sizing.parallel_slots`)."""
-    return parallel_slots(
+def _shape(plan: TaskPlan) -> tuple[str, str, float, float, int, bool]:
+    """What `simrun.core.sizing` sizes a task by."""
+    return (
         plan.kind,
         plan.queue,
         plan.memory_base_gb,
         plan.memory_per_worker_gb,
         plan.gpus,
         plan.uses_cores,
-        pool,
     )
+
+
+def slots_for(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> int:
+    """How many units of ``plan`` the pool runs at once (`simrun.core.sizing.parallel_slots`)."""
+    return parallel_slots(*_shape(plan), pool)
 
 
 def pool_advice(problem: str) -> str:
@@ -130,16 +134,7 @@ def pool_advice(problem: str) -> str:
 def _problem(plan: TaskPlan, pool: Sequence[WorkerCapacity], slots: int) -> str | None:
     if not any(plan.queue in w.queues for w in pool):
         return f"no worker of the pool serves the {plan.queue} queue"
-    problem = fit_problem(
-        plan.kind,
-        plan.queue,
-        plan.memory_base_gb,
-        plan.memory_per_worker_gb,
-        plan.gpus,
-        plan.uses_cores,
-        pool,
-        scratch_gb=plan.scratch_gb,
-    )
+    problem = fit_problem(*_shape(plan), pool, scratch_gb=plan.scratch_gb)
     if problem is None and slots == 0:
         return f"no worker of the pool fits a process of {plan.memory_per_worker_gb:g} GiB"
     return problem

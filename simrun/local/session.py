@@ -31,7 +31,7 @@ from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S
-from simrun.core.views import RunView
+from simrun.core.views import FailureView, RunView
 from simrun.local import lock as store_lock
 from simrun.local.guard import DONE, REMOVE
 from simrun.local.machine import LocalError, free_socket, gpu_shares, last_line
@@ -182,24 +182,29 @@ class EmbeddedSession:
             raise RuntimeError("the session is not started")
         return self._controller
 
-    def reader(self, shown_store: Path) -> StoreReader:
+    def reader(self) -> StoreReader:
         """A reader of the session's runs through its controller (ETAs count the live
-        worker processes); outputs are shown under ``shown_store``."""
+        worker processes); outputs are shown under the store as the options name it."""
         controller = self.controller
-        return StoreReader(controller.store, controller.resources, shown_store, controller)
+        return StoreReader(controller.store, controller.resources, self.options.store, controller)
 
-    async def view(self, run_id: str, shown_store: Path) -> RunView:
-        """Run ``run_id`` as the session's reader shows it (`LocalError` when there is none)."""
-        view = await self.reader(shown_store).run(run_id)
+    async def view(self, run_id: str) -> RunView:
+        """Run ``run_id`` as `reader` shows it (`LocalError` when there is none)."""
+        view = await self.reader().run(run_id)
         if view is None:
             raise LocalError(f"there is no run {run_id!r} in {self.store}")
         return view
+
+    async def failures(self, run_id: str) -> list[FailureView]:
+        return await self.reader().failures(run_id)
+
+    async def cancel(self, run_id: str) -> int:
+        return await self.controller.cancel(run_id)
 
     async def follow(
         self,
         run_id: str,
         view: ProgressView,
-        shown_store: Path,
         *,
         interrupted: asyncio.Event | None = None,
         poll_s: float = 0.25,
@@ -207,13 +212,13 @@ class EmbeddedSession:
     ) -> FollowEnd:
         """`simrun.app.follow.follow` run ``run_id``, read again on each change the
         controller notifies (``gap_s`` after it: a burst of steps is read once)."""
-        reader = self.reader(shown_store)
+        reader = self.reader()
         version = 0
 
         async def fetch() -> RunView:
             nonlocal version
             version = reader.version(run_id)  # before the read: no change is missed
-            return await self.view(run_id, shown_store)
+            return await self.view(run_id)
 
         async def changed(timeout_s: float) -> None:
             await reader.changed(run_id, version, timeout_s)

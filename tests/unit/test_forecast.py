@@ -295,3 +295,18 @@ def test_the_editor_s_forecast_on_the_live_pool():
     assert none["tasks"][0]["problem"] == "no worker of the pool serves the cpu queue"
     assert none["eta_s"] is None
     assert none["core_hours"] is None
+
+
+def test_the_editor_and_the_dry_run_forecast_a_command_that_uses_the_cores_alike():
+    """One forecast: a command that uses the cores costs the core-hours of every process of
+    its worker, and a task the pool cannot fit says why in the dry run's words, in the
+    Editor's table as in the dry run's."""
+    command = plan(**COMMAND, memory_base_gb=0.5, memory_per_worker_gb=1.0, uses_cores=True)
+    too_big = plan(name="big", memory_per_worker_gb=64.0)
+    result = forecast([command, too_big], [CPU4])
+    document = forecast_document(result, [CPU4])
+    cores, big = document["tasks"]
+    assert cores["core_hours"] == pytest.approx(2.0 * 4 / 3600) == result.tasks[0].core_hours
+    assert big["problem"] == result.tasks[1].problem
+    assert big["problem"] is not None
+    assert "64 GiB" in big["problem"]
