@@ -70,9 +70,17 @@ def task_types_in(prepared: Prepared, types: dict[str, TaskType]) -> list[tuple[
     return [(t.name, types[t.type]) for t in prepared.doc.tasks if t.type in types]
 
 
-async def check_run(store: Path, run_id: str, replay: ReplayRequest | None = None) -> None:
-    """Fail before anything starts when ``run_id`` of ``store`` cannot go on: no such
-    store or run, a run that ended with nothing failed, an ended run without a replay."""
+async def check_run(
+    store: Path,
+    run_id: str,
+    replay: ReplayRequest | None,
+    types: dict[str, TaskType],
+    engine: str | None,
+) -> tuple[str | None, tuple[str, ...]]:
+    """The environment image of run ``run_id`` of ``store`` and the images its splittable
+    tasks run in (from its stored document). `LocalError` before anything starts when it
+    cannot go on: no such store or run, a run that ended with nothing failed, an ended run
+    without a replay, a task in an image without a container ``engine``."""
     db = StoreLayout(store).db
     if not db.is_file():
         raise LocalError(
@@ -88,31 +96,14 @@ async def check_run(store: Path, run_id: str, replay: ReplayRequest | None = Non
         failed = await runs.failures(run_id)
     finally:
         await runs.close()
-    if row.state == "running":
-        return
-    if replay is None:
+    if row.state != "running" and replay is None:
         what = "; retry its failed units with `simrun replay`" if row.state == "failed" else ""
         raise LocalError(f"run {run_id} already ended ({row.state}){what}")
-    if not failed and not replay.rerun:
+    if row.state != "running" and not failed and replay is not None and not replay.rerun:
         raise LocalError(
             f"run {run_id} ended ({row.state}) with no failed units to replay; "
             "run a task again, done units too, with --task TASK --all"
         )
-
-
-async def stored_run_images(
-    store: Path, run_id: str, types: dict[str, TaskType], engine: str | None
-) -> tuple[str | None, tuple[str, ...]]:
-    """The environment image of run ``run_id`` of ``store`` and the images its splittable
-    tasks run in (from its stored document); `LocalError` when a task of it runs in an
-    image and there is no container ``engine``."""
-    runs = await RunStore.open(StoreLayout(store).db)
-    try:
-        row = await runs.run(run_id)
-    finally:
-        await runs.close()
-    if row is None:
-        return None, ()
     try:
         doc = parse_workflow(row.document)
     except WorkflowError:
@@ -140,8 +131,7 @@ async def session_options(
     run_image: str | None = None
     in_image: tuple[str, ...] = ()
     if settings.go_on_with is not None:
-        await check_run(store, settings.go_on_with, replay)
-        run_image, in_image = await stored_run_images(store, settings.go_on_with, types, engine)
+        run_image, in_image = await check_run(store, settings.go_on_with, replay, types, engine)
     elif prepared is not None:
         tasks = task_types_in(prepared, types)
         problem = image_problem(tasks, engine, prepared.doc.image)

@@ -131,6 +131,8 @@ def test_the_core_imports_nothing_of_simrun_but_plugins() -> None:
         ("simrun.runstore.rows", "simrun.resources", "the same layer"),
         ("simrun.service.controller", "simrun.cli.common", "a higher layer"),
         ("simrun.local.session", "simrun.cli.progress", "a higher layer"),
+        ("simrun.app.plans", "simrun.service.controller", "a higher layer"),
+        ("simrun.app.follow", "simrun.local.session", "a higher layer"),
         ("simrun.worker.__main__", "simrun.cli.worker", "a higher layer"),
     ],
 )
@@ -149,6 +151,8 @@ def test_an_import_against_the_layers_is_reported(module: str, target: str, expe
         ("simrun.worker.jobs", "simrun.queues.keys"),
         ("simrun.cli.run", "simrun.local.session"),
         ("simrun.cli.run", "simrun.service.api"),
+        ("simrun.service.api.dashboard", "simrun.app.prepare"),
+        ("simrun.api.runs", "simrun.app.follow"),
         ("simrun.core.jobs", "simrun.plugins"),
         ("simrun.service.controller", "simrun.service.dispatch"),
     ],
