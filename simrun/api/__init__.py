@@ -1,22 +1,7 @@
-"""The Python API, for scripts and notebooks: submit a workflow to a service, or run it on
-this machine as ``simrun run`` does, and wait for a typed result.
-
-```python
-import simrun
-
-result = simrun.run_local("examples/heat.yaml", store="simrun-store")
-print(result.state, result.task("sweep").counts, result.outputs())
-
-run = simrun.submit({"tasks": [...]}, url="http://127.0.0.1:8765")
-result = run.wait(timeout_s=600)
-```
-
-A workflow is a path, a YAML or JSON string, or a dict (see `simrun.api.inputs`); its
-sources are relative to ``base``, else to the file's directory, else to the current one.
-A workflow that cannot run raises `WorkflowError` with the lines ``simrun validate``
-prints. The calls block; what is asynchronous underneath runs on an event loop of the API's
-own (`simrun.api.bridge`), so they work in Jupyter, where a loop already runs.
-"""
+"""The Python API, for scripts and notebooks: `submit` a workflow to a service, or
+`run_local` it (or use a `LocalSession`) on this machine as ``simrun run`` does, and wait for
+a typed `RunResult`. A workflow is a path, YAML or JSON text, or a dict; the calls block,
+on an event loop of the API's own (`simrun.api.bridge`), so they work in Jupyter too."""
 
 from __future__ import annotations
 
@@ -29,16 +14,17 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from simrun.api.bridge import Bridge
-from simrun.api.inputs import Prepared, WorkflowInput, prepare, read_input, task_types_of
-from simrun.api.runs import LocalBackend, RemoteBackend, Run, RunResult, RunTimeout
+from simrun.api.runs import Run, RunResult, RunTimeout, remote
+from simrun.app.prepare import Prepared, WorkflowInput, prepare, prepare_text, read_input
+from simrun.app.types import load_types_from_here
 from simrun.client import Client, Rejected
 from simrun.config import DEFAULT_STORE, DEFAULT_URL, ENV_STORE, ENV_TOKEN, ENV_URL
 from simrun.core.timing import DEFAULT_GRACE_S
 from simrun.local.machine import LocalError
-from simrun.workflow import Problem, WorkflowError
+from simrun.workflow import Problem, WorkflowError, parse_workflow
 
 if TYPE_CHECKING:
-    from simrun.local.session import LocalSession as EmbeddedSession
+    from simrun.local.session import EmbeddedSession, LocalOptions
     from simrun.plugins import TaskType
 
 __all__ = [
@@ -64,12 +50,6 @@ def _store(store: str | os.PathLike[str] | None) -> Path:
     """The store given, else ``SIMRUN_STORE``, else ``simrun-store`` (as ``simrun run``)."""
     # The API is an entry point, as the command line is: it reads the environment here.
     return Path(store if store is not None else os.environ.get(ENV_STORE) or DEFAULT_STORE)
-
-
-def _types(plugins: Sequence[str], only: list[str] | None = None) -> dict[str, TaskType]:
-    from simrun.cli.common import load_types_from_here
-
-    return load_types_from_here(plugins, only=only)
 
 
 _REMOTE_BRIDGE: Bridge | None = None
@@ -110,50 +90,36 @@ def submit(
     reuse: bool = True,
     rerun: Sequence[str] = (),
 ) -> Run:
-    """Send ``workflow`` and its sources to the service at ``url`` (default ``SIMRUN_URL``,
-    else ``http://127.0.0.1:8765``) with ``token`` (default ``SIMRUN_TOKEN``), as
-    ``simrun submit`` does: the task types installed here (and ``plugins``,
-    "module:OBJECT") plan and check their tasks, the service checks the rest. The `Run`,
-    to `Run.wait` for. A task unchanged since an earlier run of the store reuses its
-    outputs unless ``reuse`` is False or it is in ``rerun`` (or depends on one: as
-    ``--no-reuse`` and ``--rerun``). `WorkflowError` when the workflow cannot run (here or as the
-    service says), `simrun.client.ClientError` when the service cannot be reached."""
+    """Send ``workflow`` and its sources to the service at ``url`` (default ``SIMRUN_URL``)
+    with ``token`` (default ``SIMRUN_TOKEN``), as ``simrun submit`` does; ``reuse`` and
+    ``rerun`` as ``--no-reuse`` and ``--rerun``. The `Run`; `WorkflowError` when the
+    workflow cannot run (here or as the service says), `ClientError` when unreachable."""
     text, source, where = read_input(workflow, base)
-    used = task_types_of(text, source)
-    types = _types(plugins, only=used)
-    prepared = prepare(text, source, where, types, check=all(t in types for t in used))
+    used = [t.type for t in parse_workflow(text, source).tasks]
+    types = load_types_from_here(plugins, only=used)
+    prepared = prepare_text(text, source, where, types, check=all(t in types for t in used))
     client = Client(
         url or os.environ.get(ENV_URL) or DEFAULT_URL,
         token if token is not None else os.environ.get(ENV_TOKEN),
     )
     try:
-        run_id = client.submit(prepared.text, prepared.sources, reuse=reuse, rerun=rerun)
+        run_id = client.submit(prepared.text, prepared.sources(), reuse=reuse, rerun=rerun)
     except Rejected as exc:
         client.close()
         raise _rejected(exc, source) from exc
     except BaseException:
         client.close()
         raise
-    return Run(run_id, RemoteBackend(client), _remote_bridge())
+    return Run(run_id, remote(client), _remote_bridge())
 
 
 class LocalSession:
-    """What ``simrun run`` starts on this machine — a lock on ``store``, a private
-    ``redis-server`` (or ``redis_url``), the service and ``workers`` worker containers of
-    ``processes`` processes and ``memory_gb`` GiB each (by default this machine's cores
-    and 80% of its free memory) — for as long as the ``with`` block lasts::
-
-        with simrun.LocalSession(store="simrun-store") as session:
-            result = session.submit("examples/heat.yaml").wait()
-
-    A run that has not ended when the session stops stays in the store; ``simrun run
-    --resume RUN --store STORE`` (or ``resume=RUN`` here, then `LocalSession.run`) goes on
-    with it. Like ``simrun run``, a session leaves the interrupted runs it finds in the
-    store alone (none of their units is computed), but ``resume``, and says so: an
-    `InterruptedRuns` warning naming them, with the commands that go on with one or drop
-    it; `LocalSession.held` lists them. `LocalError` when the session cannot start (no
-    ``redis-server``, the store in use by another session, ``resume`` not a run of the
-    store that can go on)."""
+    """What ``simrun run`` starts on this machine (a lock on ``store``, a private
+    ``redis-server`` or ``redis_url``, the service and ``workers`` worker containers of
+    ``processes`` processes and ``memory_gb`` GiB each, by default from this machine) for
+    as long as the ``with`` block lasts. A run that has not ended stays in the store, to go
+    on with ``resume=RUN``; other interrupted runs of the store are left alone, with an
+    `InterruptedRuns` warning (`held` lists them). `LocalError` when it cannot start."""
 
     def __init__(
         self,
@@ -176,9 +142,6 @@ class LocalSession:
         self.redis_url = redis_url
         self.grace_s = grace_s
         self._types: dict[str, TaskType] | None = None
-        #: The workflow `run_local` starts the session for: its environment image and the
-        #: images of its splittable tasks get workers of their own (`start`).
-        self._for: Prepared | None = None
         self._bridge: Bridge | None = None
         self._session: EmbeddedSession | None = None
 
@@ -186,7 +149,7 @@ class LocalSession:
     def types(self) -> dict[str, TaskType]:
         """The task types the session's service and workers know."""
         if self._types is None:
-            self._types = _types(self.plugins)
+            self._types = load_types_from_here(self.plugins)
         return self._types
 
     @property
@@ -202,52 +165,34 @@ class LocalSession:
             raise LocalError("the session is not started")
         return self._session.url
 
-    def start(self) -> LocalSession:
+    def start(self, *, workflow: Prepared | None = None) -> LocalSession:
         """Start Redis, the service and the workers (`start` of a started session does
-        nothing)."""
+        nothing); with ``workflow``, workers for the images its tasks run in too."""
         if self._session is not None:
             return self
-        from simrun.cli.run import check_run, held_line, local_options, local_pool
-        from simrun.local.session import LocalSession as Embedded
-        from simrun.local.session import local_engine, unit_images
+        from simrun.local.session import EmbeddedSession, LocalOptions, local_engine
+        from simrun.local.start import held_line, local_pool, session_options
 
-        if self.workers < 1:
-            raise LocalError(f"workers must be at least 1, not {self.workers}")
         pool = local_pool(self.workers, self.processes, self.memory_gb)
-        engine = local_engine(None)
-        run_image: str | None = None
-        in_image: tuple[str, ...] = ()
-        if self._for is not None:
-            run_image = self._for.doc.image
-            in_image = unit_images(_in_images(self._for, self.types), run_image)
-            _check_images(self._for, self.types, engine, run_image, in_image)
-        options = local_options(
+        settings = LocalOptions(
             self.store,
-            pool,
-            self.plugins,
-            self.types,
+            plugins=self.plugins,
+            engine=local_engine(None),
             redis_url=self.redis_url,
             grace_s=self.grace_s,
-            engine=engine,
             go_on_with=self.resume,
-            run_image=run_image,
-            in_image=in_image,
         )
+        options = session_options(settings, pool, self.types, prepared=workflow)
         bridge = Bridge()
-        if self.resume is not None:
-            try:
-                bridge.call(check_run(self.store, self.resume, None))
-            except BaseException:
-                bridge.close()
-                raise
-        session = Embedded(options, self.types)
         try:
-            bridge.call(session.start())
-        except BaseException:
+            session = EmbeddedSession(bridge.call(options), self.types)
             try:
+                bridge.call(session.start())
+            except BaseException:
                 bridge.call(session.stop())
-            finally:
-                bridge.close()
+                raise
+        except BaseException:
+            bridge.close()
             raise
         self._bridge, self._session = bridge, session
         note = held_line(session.held, self.store, self.plugins)
@@ -290,8 +235,7 @@ class LocalSession:
     ) -> Prepared:
         """``workflow`` read, planned and checked against the session's task types
         (`WorkflowError` names every problem); nothing is started."""
-        text, source, where = read_input(workflow, base)
-        return prepare(text, source, where, self.types)
+        return prepare(workflow, self.types, base=base)
 
     def submit(
         self,
@@ -306,14 +250,7 @@ class LocalSession:
         prepared = workflow if isinstance(workflow, Prepared) else self.prepare(workflow, base=base)
         if self._session is None or self._bridge is None:
             raise LocalError("the session is not started: use it in a `with` block")
-        options = self._session.options
-        _check_images(
-            prepared,
-            self.types,
-            options.engine,
-            prepared.doc.image if prepared.doc.image in options.images else None,
-            options.unit_images,
-        )
+        _check_images(prepared, self.types, self._session.options)
         run_id = self._bridge.call(
             self._session.controller.submit(
                 prepared.doc,
@@ -324,7 +261,7 @@ class LocalSession:
                 rerun=rerun,
             )
         )
-        return Run(run_id, LocalBackend(self._session, self.store), self._bridge)
+        return Run(run_id, self._session, self._bridge)
 
     def run(self, run_id: str | None = None) -> Run:
         """The `Run` of ``run_id`` of the session's store (default: the run ``resume``
@@ -335,37 +272,26 @@ class LocalSession:
             raise LocalError("give the id of a run (or start the session with resume=RUN)")
         if self._session is None or self._bridge is None:
             raise LocalError("the session is not started: use it in a `with` block")
-        return Run(run_id, LocalBackend(self._session, self.store), self._bridge)
+        return Run(run_id, self._session, self._bridge)
 
 
-def _in_images(prepared: Prepared, types: dict[str, TaskType]) -> list[tuple[str, TaskType]]:
-    return [(t.name, types[t.type]) for t in prepared.doc.tasks if t.type in types]
-
-
-def _check_images(
-    prepared: Prepared,
-    types: dict[str, TaskType],
-    engine: str | None,
-    served_image: str | None,
-    in_image: Sequence[str],
-) -> None:
-    """`LocalError` when a session with the container ``engine`` (None: none), serving the
-    environment image ``served_image`` and with workers inside ``in_image``, cannot run
-    ``prepared``'s tasks in their images, naming the first that it cannot (as `simrun run`
-    refuses it before anything starts)."""
+def _check_images(prepared: Prepared, types: dict[str, TaskType], options: LocalOptions) -> None:
+    """`LocalError` naming the first task of ``prepared`` that the session of ``options``
+    cannot run in its image (as `simrun run` refuses it before anything starts)."""
     from simrun.local.session import image_problem, unit_images
+    from simrun.local.start import task_types_in
 
-    tasks = _in_images(prepared, types)
-    problem = image_problem(tasks, engine, prepared.doc.image)
+    tasks = task_types_in(prepared, types)
+    problem = image_problem(tasks, options.engine, prepared.doc.image)
     if problem is not None:
         raise LocalError(problem)
-    if prepared.doc.image is not None and prepared.doc.image != served_image:
+    if prepared.doc.image is not None and prepared.doc.image not in options.images:
         raise LocalError(
             f"this session has no worker for the workflow's environment image "
             f"{prepared.doc.image!r}: run it with simrun.run_local(workflow), which starts "
             "one for it"
         )
-    missing = sorted(set(unit_images(tasks, prepared.doc.image)) - set(in_image))
+    missing = sorted(set(unit_images(tasks, prepared.doc.image)) - set(options.unit_images))
     if missing:
         raise LocalError(
             f"the units of this workflow run in image {missing[0]!r} and this session has no "
@@ -388,13 +314,9 @@ def run_local(
     rerun: Sequence[str] = (),
     resume: str | None = None,
 ) -> RunResult:
-    """Run ``workflow`` on this machine as ``simrun run`` does (a `LocalSession` started
-    for it and stopped after it) and return its last view; or, with ``resume`` instead of a
-    workflow, go on with that interrupted run of the store (``simrun run --resume RUN``).
-    The workflow is checked before anything starts (`WorkflowError`); `RunTimeout` after
-    ``timeout_s``, the run kept in the store to go on with ``resume=RUN``. Interrupted runs
-    of the store other than ``resume`` are left alone, with an `InterruptedRuns` warning
-    that names them."""
+    """Run ``workflow`` on this machine as ``simrun run`` does (a `LocalSession` for it) and
+    return its last view; or with ``resume``, go on with that run of the store. The workflow
+    is checked before anything starts; `RunTimeout` after ``timeout_s`` (the run kept)."""
     if (workflow is None) == (resume is None):
         raise TypeError("run_local needs a workflow to run, or resume=RUN to go on with one")
     session = LocalSession(
@@ -409,6 +331,6 @@ def run_local(
         with session:
             return session.run().wait(timeout_s, progress=progress)
     prepared = session.prepare(workflow, base=base)  # before anything starts
-    session._for = prepared  # its images get the workers they need
+    session.start(workflow=prepared)  # its images get the workers they need
     with session:
         return session.submit(prepared, reuse=reuse, rerun=rerun).wait(timeout_s, progress=progress)

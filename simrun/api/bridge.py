@@ -1,12 +1,5 @@
 """The one place where the blocking Python API meets asyncio: an event loop in a thread of
-its own.
-
-The service's client stream, the embedded session (its controller loop, HTTP API and
-Redis watch) and the follower of a run are asynchronous; a script or a notebook calls the
-API without ``await``. Jupyter already runs an event loop in the main thread, so the API
-never uses that one (nor ``asyncio.run``): every coroutine goes to the loop of a `Bridge`,
-and the caller's thread only waits for its result, where Ctrl-C still reaches it.
-"""
+its own, so a notebook's running loop is never used and Ctrl-C still reaches the caller."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The progress of a run as the Python API shows it: in a notebook, one display updated in
-place; in a terminal, the live bars of ``simrun run``; elsewhere (a log, a pipe), plain
-lines. The drawing is `simrun.cli.progress`'s; this chooses where it goes.
-
-A display is updated from the caller's thread only (the views come from the API's event
-loop through a queue), so a notebook's output goes to the cell that waits.
-"""
+"""The progress of a run as the Python API shows it: one display updated in place in a
+notebook, the live bars of ``simrun run`` on a terminal, plain lines elsewhere (the drawing
+is `simrun.cli.progress`'s), always from the caller's thread."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
-"""A submitted run as the Python API hands it out: `Run` (its id, its view, `wait`,
-`cancel`) over a service (`RemoteBackend`, through `simrun.client.Client`) or an embedded
-session (`LocalBackend`, through its controller), and `RunResult`, the view `wait` returns.
-"""
+"""A submitted run as the Python API hands it out: `Run` (its view, `wait`, `cancel`) over a
+service or an embedded session (`Backend`), and `RunResult`, the view `wait` returns."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import queue
 import time
@@ -17,14 +14,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from simrun.api.bridge import Bridge
 from simrun.api.display import Display, make_display
-from simrun.cli.follow import STUCK_AFTER_S, Outcome, RemoteWatch, follow
+from simrun.app.follow import FollowEnd, ProgressView, RemoteReader
 from simrun.cli.progress import format_duration, plain_lines
 from simrun.core.views import FailureView, RunView, TaskView
 from simrun.local.machine import LocalError
 
 if TYPE_CHECKING:
     from simrun.client import Client
-    from simrun.local.session import LocalSession as EmbeddedSession
 
 #: Seconds between two looks of `Run.wait` at its display and its deadline.
 TICK_S = 0.1
@@ -81,20 +77,20 @@ class RunTimeout(TimeoutError):
 
 
 class Backend(Protocol):
-    """Where a run lives: a service or an embedded session. Every method is a coroutine
-    of the API's event loop."""
+    """Where a run lives: a service (`simrun.app.follow.RemoteReader`) or an embedded
+    session (`simrun.local.session.EmbeddedSession`); coroutines of the API's loop."""
 
     async def view(self, run_id: str) -> RunView: ...
 
     async def failures(self, run_id: str) -> list[FailureView]: ...
 
-    async def follow(self, run_id: str, on_view: Callable[[RunView], None]) -> Outcome: ...
+    async def follow(self, run_id: str, view: ProgressView) -> FollowEnd: ...
 
     async def cancel(self, run_id: str) -> int: ...
 
 
 class _Forward:
-    """A progress view of `simrun.cli.follow.follow` that hands each view to a callback."""
+    """A progress view that hands each view to a callback (the caller's thread shows it)."""
 
     def __init__(self, on_view: Callable[[RunView], None]) -> None:
         self.on_view = on_view
@@ -106,72 +102,11 @@ class _Forward:
         """Nothing to close: the caller's display is its own."""
 
 
-class RemoteBackend:
-    """A service over HTTP (`simrun.client.Client`); runs are followed by its event
-    stream."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-        weakref.finalize(self, client.close)  # its connections go with the last `Run`
-
-    async def view(self, run_id: str) -> RunView:
-        return await asyncio.to_thread(self.client.run, run_id)
-
-    async def failures(self, run_id: str) -> list[FailureView]:
-        return await asyncio.to_thread(self.client.failures, run_id)
-
-    async def follow(self, run_id: str, on_view: Callable[[RunView], None]) -> Outcome:
-        watch = RemoteWatch(self.client, run_id, poll_s=POLL_S)
-        try:
-            return await follow(watch.fetch, _Forward(on_view), changed=watch.changed)
-        finally:
-            await watch.close()
-
-    async def cancel(self, run_id: str) -> int:
-        return await asyncio.to_thread(self.client.cancel, run_id)
-
-
-class LocalBackend:
-    """An embedded session (`simrun.local.session.LocalSession`): its runs are read from
-    its controller, woken by its change notifications; outputs are shown under
-    ``shown_store``."""
-
-    def __init__(self, session: EmbeddedSession, shown_store: Path) -> None:
-        self.session = session
-        self.shown_store = shown_store
-
-    async def view(self, run_id: str) -> RunView:
-        view = await self.session.reader(self.shown_store).run(run_id)
-        if view is None:
-            raise LocalError(f"there is no run {run_id!r} in {self.session.store}")
-        return view
-
-    async def failures(self, run_id: str) -> list[FailureView]:
-        return await self.session.reader(self.shown_store).failures(run_id)
-
-    async def follow(self, run_id: str, on_view: Callable[[RunView], None]) -> Outcome:
-        reader = self.session.reader(self.shown_store)
-        version = 0
-
-        async def fetch() -> RunView:
-            nonlocal version
-            version = reader.version(run_id)  # before the read: no change is missed
-            return await self.view(run_id)
-
-        async def changed(timeout_s: float) -> None:
-            await reader.changed(run_id, version, timeout_s)
-
-        return await follow(
-            fetch,
-            _Forward(on_view),
-            poll_s=POLL_S,
-            changed=changed,
-            problem=self.session.problem,
-            stuck_after_s=STUCK_AFTER_S,
-        )
-
-    async def cancel(self, run_id: str) -> int:
-        return await self.session.controller.cancel(run_id)
+def remote(client: Client) -> RemoteReader:
+    """The backend of a service's runs; its connections close with the last `Run`."""
+    reader = RemoteReader(client, POLL_S)
+    weakref.finalize(reader, client.close)
+    return reader
 
 
 class Run:
@@ -206,7 +141,7 @@ class Run:
         ``timeout_s`` (the run goes on); `simrun.LocalError` when an embedded session
         cannot finish it (a worker died; every task left is blocked: no worker fits)."""
         views: queue.SimpleQueue[RunView] = queue.SimpleQueue()
-        future = self._bridge.submit(self._backend.follow(self.id, views.put))
+        future = self._bridge.submit(self._backend.follow(self.id, _Forward(views.put)))
         display = make_display(progress)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         latest: RunView | None = None

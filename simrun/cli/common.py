@@ -1,22 +1,18 @@
-"""What the commands of ``simrun`` share: the console, the errors that are a user's mistake
-(one or a few lines, no traceback), loading task types and preparing a workflow."""
+"""What the commands of ``simrun`` share: the console, and the errors that are a user's
+mistake (one or a few lines, no traceback)."""
 
 from __future__ import annotations
 
 import functools
-import os
 import shlex
 import sys
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from simrun.app.types import load_types_from_here as load_types_from_here
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-    from simrun.plugins import TaskType
-    from simrun.workflow import SettingOverride, Workflow
 
 # Only what `simrun --help` needs is imported here: the rest (rich, the client, the
 # workflow's pydantic models) is imported by the functions that use it, so that a command
@@ -113,108 +109,6 @@ def err_console() -> Console:
 def exit_code_of(exc: BaseException) -> int:
     """The exit status of a command that ended with ``exc``."""
     return EXIT_USAGE if _is_one_of(exc, USAGE_ERRORS) else EXIT_FAILED
-
-
-def load_types_from_here(
-    plugins: Sequence[str] = (), *, only: Collection[str] | None = None
-) -> dict[str, TaskType]:
-    """The installed task types and those ``plugins`` name (`simrun.plugins.load_types`),
-    imported with the current directory on the path, as ``python -m`` would. With
-    ``only`` (the types a workflow uses), only the installed types of those names are
-    imported: a command that sends a workflow does not wait for the imports of every
-    plugin package installed (say, numpy for the examples)."""
-    from simrun.plugins import ENTRY_POINT_GROUP, PluginError, load_task_types, load_types
-
-    try:
-        if plugins:
-            cwd = os.getcwd()
-            if cwd not in sys.path:
-                sys.path.insert(0, cwd)
-        if only is None:
-            return load_types(plugins)
-        from importlib.metadata import entry_points
-
-        chosen = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name in only]
-        types = load_task_types(chosen)
-        types.update(load_types_of(plugins))
-        return types
-    except ValueError as exc:  # two entry points of one name
-        if isinstance(exc, PluginError):
-            raise
-        raise PluginError(str(exc)) from exc
-
-
-def load_types_of(plugins: Sequence[str]) -> dict[str, TaskType]:
-    """The task types ``plugins`` name ("module:OBJECT"), by name."""
-    from simrun.plugins import load_plugin_ref
-
-    types: dict[str, TaskType] = {}
-    for ref in plugins:
-        task_type = load_plugin_ref(ref)
-        types[task_type.name] = task_type
-    return types
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A workflow ready to submit: the planned document, its text, the settings of every
-    task as its type's model reads them, and the directory its source paths start from."""
-
-    path: Path
-    doc: Workflow
-    text: str
-    settings: dict[str, dict[str, Any]]
-    base: Path
-    #: Whether its tasks may reuse earlier work, and the tasks that run whatever the
-    #: store holds (`simrun.core.reuse`).
-    reuse: bool = True
-    rerun: tuple[str, ...] = ()
-
-
-def prepare(
-    path: Path,
-    types: Mapping[str, TaskType],
-    *,
-    check: bool = True,
-    overrides: Sequence[SettingOverride] = (),
-    programs: bool = False,
-) -> Prepared:
-    """Read ``path``, apply the ``--set`` ``overrides``, run the ``plan`` of the task types
-    installed here, and check the result (with ``check``: against ``types``, which must
-    hold every type it uses; without, only the document's form and its sources, for a
-    service to check the rest). `WorkflowError` names every problem (and the ``--set``
-    that gave a value it refuses); with ``programs``, also every task whose command's
-    program is not found here (it is to run on this machine)."""
-    from simrun.client import plan_tasks, submission_text
-    from simrun.workflow import (
-        WorkflowError,
-        apply_overrides,
-        blame_overrides,
-        check_workflow,
-        load_workflow,
-        program_problems,
-        source_problems,
-    )
-
-    original_text = path.read_text(encoding="utf-8") if path.is_file() else ""
-    written = load_workflow(path)
-    doc = apply_overrides(written, list(overrides), str(path)) if overrides else written
-    try:
-        if check:  # the document as written first: its problems carry line numbers
-            check_workflow(doc, types, str(path), original_text)
-        planned = plan_tasks(doc, types)
-        text = submission_text(original_text, written, planned)
-        settings: dict[str, dict[str, Any]] = {}
-        if check:
-            settings = check_workflow(planned, types, str(path), text)
-    except WorkflowError as exc:
-        raise blame_overrides(exc, doc, list(overrides)) if overrides else exc from None
-    missing = source_problems(planned, path.parent)
-    if programs:
-        missing += program_problems(planned, types, original_text)
-    if missing:
-        raise WorkflowError(missing, str(path))
-    return Prepared(path, planned, text, settings, path.parent)
 
 
 def shell_join(argv: Sequence[str]) -> str:

@@ -1,8 +1,5 @@
-"""The dashboard's address as `simrun run` prints it, and ``--open``: the web app of the
-embedded service (`simrun.service.web`) at the run's page, opened in the user's browser.
-
-The URL never holds the token (URLs get logged): with a token, the page asks for it once.
-"""
+"""The dashboard's address as `simrun run` prints it (never with the token: URLs get
+logged), and ``--open``: the run's page opened in the user's browser."""
 
 from __future__ import annotations
 

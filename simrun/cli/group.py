@@ -164,8 +164,8 @@ def validate(workflow: Path, overrides: tuple[SettingOverride, ...]) -> None:
 
     A command whose program is not found here (on PATH, or beside simrun) is an error,
     unless its type runs in an image of its own. The same checks as `simrun run` makes
-    (`simrun.cli.common.prepare`), the types' ``plan`` included."""
-    from simrun.cli.common import prepare
+    (`simrun.app.prepare.prepare`), the types' ``plan`` included."""
+    from simrun.app.prepare import prepare
 
     types = load_types_from_here()
     prepared = prepare(workflow, types, overrides=overrides, programs=True)

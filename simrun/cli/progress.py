@@ -1,23 +1,13 @@
-"""Showing a run as it goes and when it ended: a live display on a terminal, periodic plain
-lines elsewhere (CI logs, pipes), and the summary and failures at the end.
-
-A run is shown from its view (`simrun.core.views.RunView`), the same for ``simrun run``
-and for a service: per task its units, ``started_s`` / ``finished_s``, ``kills`` (for
-memory), ``requested_gb`` and ``peak_memory_gb`` (memory per process). A store read on this
-machine adds ``out`` (where its outputs are). What a view does not tell (an older service)
-shows as a dash. A blocked or failed task shows why, and a running task whose probe is out
-(`simrun.core.sizing.is_probing`) shows its status where its state goes.
-
-The formatting and the rows are plain functions (tested on tables); `LiveView` and
-`PlainView` are thin shells over rich and ``print``.
-"""
+"""Showing a run from its view (`simrun.core.views.RunView`): a live display on a terminal,
+plain lines elsewhere (CI logs, pipes), the summary and the failures at the end. The
+formatting and rows are plain functions; `LiveView` and `PlainView` thin shells over rich."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -31,6 +21,9 @@ from simrun.core.reuse import reused_text, units_reused_text
 from simrun.core.sizing import is_probing
 from simrun.core.states import ACTIVE_TASK_STATES, ACTIVE_UNIT_STATES, FINISHED_TASK_STATES
 from simrun.core.views import FailureView, RunView, TaskView, running_seconds
+
+if TYPE_CHECKING:
+    from simrun.app.follow import ProgressView
 
 #: Failed units listed at most at the end of a run (the rest are counted).
 MAX_FAILURES_SHOWN = 20
@@ -420,25 +413,6 @@ def failure_lines(
     if len(failures) > limit:
         lines.append(f"… and {len(failures) - limit} more")
     return lines
-
-
-def stuck_reason(run: RunView) -> str | None:
-    """Why a running run cannot go on by itself, or None: every task with units on the
-    way is blocked (no worker can fit them) and none of its units is queued or running."""
-    if run.state != "running":
-        return None
-    active = [task_line(t) for t in run.tasks if t.state in ACTIVE_TASK_STATES]
-    if not active or any(t.state != "blocked" or t.running or t.queued for t in active):
-        return None
-    return "; ".join(f"task {t.name!r} is blocked: {t.status or 'no worker fits'}" for t in active)
-
-
-class ProgressView(Protocol):
-    """What follows a run: `update` with each new view, `close` at the end."""
-
-    def update(self, run: RunView) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class LiveView:

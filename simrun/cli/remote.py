@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from simrun.cli.common import console, err_console, load_types_from_here, prepare, shell_join
+from simrun.cli.common import console, err_console, load_types_from_here, shell_join
 from simrun.cli.options import (
     EMBEDDED_REDIS_URL,
     EVERY_S,
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from rich.table import Table
 
-    from simrun.cli.follow import Reader
+    from simrun.app.follow import Reader
     from simrun.client import Client
     from simrun.core.sizing import WorkerCapacity
     from simrun.core.views import RunView
@@ -105,20 +105,17 @@ def _exit(code: int) -> None:
 async def _watch(reader: Reader, run_id: str, where: Sequence[str], every_s: float) -> int:
     """Follow ``run_id`` to its end and print how it ended (``where``: the options that
     name its store or service in the commands it prints)."""
-    from simrun.cli.follow import RemoteReader, RemoteWatch, follow, report_end
+    from simrun.app.follow import RemoteReader, follow, watch_remote
+    from simrun.cli.follow import report_end
     from simrun.cli.progress import make_view
 
     out = console()
     view = make_view(out, every_s)
     if isinstance(reader, RemoteReader):
         err = err_console()
-        watch = RemoteWatch(
-            reader.client, run_id, poll_s=POLL_S, note=lambda text: err.print(text, markup=False)
+        outcome = await watch_remote(
+            reader.client, run_id, view, poll_s=POLL_S, note=lambda t: err.print(t, markup=False)
         )
-        try:
-            outcome = await follow(watch.fetch, view, poll_s=POLL_S, changed=watch.changed)
-        finally:
-            await watch.close()
     else:
 
         async def fetch() -> RunView:
@@ -135,15 +132,15 @@ async def _watch(reader: Reader, run_id: str, where: Sequence[str], every_s: flo
 
 def _watch_service(client: Client, run_id: str, url: str, every_s: float) -> None:
     """Follow ``run_id`` of the service to its end; exit as it ended."""
-    from simrun.cli.follow import RemoteReader
+    from simrun.app.follow import RemoteReader
 
     _exit(asyncio.run(_watch(RemoteReader(client), run_id, url_args(url), every_s)))
 
 
 def _live_pool(client: Client) -> tuple[WorkerCapacity, ...] | None:
     """The live workers the service tells of (None when it cannot tell)."""
-    from simrun.cli.forecast import live_pool
     from simrun.client import ClientError
+    from simrun.core.forecast import live_pool
 
     try:
         return live_pool(client.backlog())
@@ -152,7 +149,7 @@ def _live_pool(client: Client) -> tuple[WorkerCapacity, ...] | None:
 
 
 def _live_text(pool: tuple[WorkerCapacity, ...] | None) -> str:
-    from simrun.cli.forecast import pool_text
+    from simrun.core.forecast import pool_text
 
     if pool is None:
         return "unknown: the service does not tell its workers"
@@ -199,6 +196,7 @@ def submit(
     The task types installed here (and --plugins) plan their tasks first and count their
     units for --dry-run; the service checks the rest.
     """
+    from simrun.app.prepare import prepare
     from simrun.client import Client
     from simrun.workflow import load_workflow, source_paths
 
@@ -227,8 +225,9 @@ def _dry_run(
     worker_memory_gb: float | None,
 ) -> int:
     """``simrun submit --dry-run``: the forecast on the pool given, else on the live one."""
-    from simrun.cli.dryrun import dry_run_exit, print_forecast, summaries_resolver, task_plans
-    from simrun.cli.forecast import pool_of, pool_text
+    from simrun.app.plans import summaries_resolver, task_plans
+    from simrun.cli.dryrun import dry_run_exit, print_forecast
+    from simrun.core.forecast import pool_of, pool_text
 
     out = console()
     rows = asyncio.run(task_plans(doc, types, summaries_resolver(client.resources())))
@@ -275,7 +274,7 @@ def status(
     if watch and as_json:
         raise click.UsageError("--watch shows the run as it goes; --json prints it once")
 
-    from simrun.cli.follow import RemoteReader
+    from simrun.app.follow import RemoteReader
 
     async def show(reader: Reader) -> int:
         if run_id is None:
@@ -393,25 +392,17 @@ def replay(
     if rerun and (task is None or units):
         raise click.UsageError("--all needs --task (the task to run again) and no --unit")
     if store is not None:
-        from simrun.cli.run import (
-            ReplayRequest,
-            embedded,
-            local_options,
-            local_pool,
-            stored_run_images,
-        )
-        from simrun.local.session import local_engine
+        from simrun.cli.run import embedded
+        from simrun.local.session import LocalOptions, local_engine
+        from simrun.local.start import ReplayRequest, local_pool, session_options
 
         types = load_types_from_here(plugins)
         pool = local_pool(workers, processes, worker_memory_gb)
-        engine = local_engine(None)
-        run_image, in_image = asyncio.run(stored_run_images(store, run_id, types, engine))
-        options = local_options(
-            store, pool, plugins, types, redis_url=redis_url, token=token, go_on_with=run_id,
-            engine=engine, run_image=run_image, in_image=in_image,
-        )  # fmt: skip
         request = ReplayRequest(task, units, memory_gb, rerun=rerun)
-        _exit(asyncio.run(embedded(options, types, store, pool, run_id=run_id, replay=request,
+        settings = LocalOptions(store, plugins=plugins, engine=local_engine(None),
+                                redis_url=redis_url, token=token, go_on_with=run_id)  # fmt: skip
+        options = asyncio.run(session_options(settings, pool, types, replay=request))
+        _exit(asyncio.run(embedded(options, types, pool, run_id=run_id, replay=request,
                                    every_s=every_s)))  # fmt: skip
         return
     if plugins:

@@ -1,35 +1,7 @@
-"""The ETA of a task and of a run: the one rule the service's views, the command line and
-the dry-run forecast follow (pure: every time is passed in).
-
-A task's ETA is its remaining units / its observed completion rate, blended with what is
-learned (remaining units * seconds per unit / processes, in waves) while too little has
-been observed:
-
-- The observed rate comes from samples of (time, finished units) of the task
-  (`ProgressSampler`; finished = done + failed). Observation starts at the first sample
-  that shows a unit finished, so the time before the first unit (counting, dispatch, a
-  worker starting) does not slow the rate. The rate is measured over a window of the most
-  recent samples: at least ``min_window_s``, else ``window_fraction`` of the time observed
-  (at most ``max_window_s``), and at least ``min_points`` steps of progress when there are
-  that many — so reports arriving in bursts (a chunk at a time) and gaps between samples
-  (nobody looked for a while: the rate is then the average over the gap) measure the
-  same. The time since the last progress counts only beyond the usual gap between steps:
-  a task that stalls sees its rate fall (and its ETA grow) from then on. The count is as
-  old as the time since it last grew (up to the usual gap): that much is taken off the
-  ETA, so that it does not stand still between two reports.
-- The learned ETA is ``ceil(remaining / processes) * seconds per unit`` (a unit is not
-  split, so the units go in waves of the processes); unknown without a learned speed or a
-  live process.
-- The blend: ``w * observed + (1 - w) * learned`` with ``w`` growing with the units
-  observed (``full_units_per_process`` * processes, at least ``min_full_units``) and the
-  steps of progress observed (samples that showed more units finished, at least
-  ``spacing_s`` apart: ``full_steps``): ``w = min(1, units / full) * min(1, steps /
-  full_steps)``. Either alone when the other is unknown.
-
-A run's ETA (`run_eta_s`) is over its unfinished tasks: the longest chain of tasks along
-the graph (a task starts when its inputs are done), but at least each queue's tasks one
-after the other (they share the queue's processes); unknown while one of them is.
-"""
+"""The ETA of a task and of a run, the one rule the service's views, the command line and
+the forecast follow (pure: every time is passed in): the observed completion rate blended
+with the learned speed while too little has been observed (`task_eta_s`), and over a run
+the longest chain of tasks, at least each queue's tasks one after the other (`run_eta_s`)."""
 
 from __future__ import annotations
 
@@ -41,7 +13,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class EtaRules:
-    """The constants of the rule (see the module's docstring)."""
+    """The constants of the rule: the rate's window (at least ``min_window_s``, else
+    ``window_fraction`` of the time observed, at most ``max_window_s``, and at least
+    ``min_points`` steps); the blend's full trust after ``full_units_per_process`` x
+    processes units (at least ``min_full_units``) and ``full_steps`` steps."""
 
     min_window_s: float = 5.0
     window_fraction: float = 0.5
@@ -131,14 +106,9 @@ def pace_rate(finished: int, started_s: float | None, now_s: float | None) -> Ob
 
 
 class ProgressSampler:
-    """The samples of (time, finished units) of one task, and its observed rate.
-
-    `observe` takes a sample (times on one monotonic scale); `rate` is the rate at a time.
-    Only samples that show progress are kept, merged when closer than ``spacing_s``, and
-    dropped once older than the window needs: the memory is bounded by the window.
-    A count that goes back (units replayed) or a time that does (another clock) starts
-    the observation again.
-    """
+    """The samples of (time, finished units) of one task and its observed rate: only samples
+    that show progress are kept (merged when closer than ``spacing_s``, dropped once older
+    than the window needs); a count or a time that goes back starts again."""
 
     def __init__(self, rules: EtaRules = ETA_RULES) -> None:
         self.rules = rules

@@ -1,13 +1,7 @@
-"""``python -m simrun.local.guard``: ends the processes of an embedded session whose own process
-died without stopping them (SIGKILL, a crash), so no worker or redis-server is left behind.
-
-The session starts one guard, in a process session of its own, with a pipe on its standard
-input, and writes there the id of every process it starts, one per line, and ``rm PATH``
-for a temporary directory of theirs. A line ``done`` (the session stopped them itself)
-ends the guard quietly. The end of the input without ``done`` means the session's process
-is gone: the guard sends SIGTERM to every process it was told of (workers then hand their
-units back and stop), waits a little for them to end, removes the directories and exits.
-"""
+"""``python -m simrun.local.guard``: ends the processes of an embedded session whose process
+died without stopping them. It reads their ids (and ``rm PATH`` for their temporary
+directories) from its standard input; ``done`` ends it quietly, the end of the input
+without it makes it SIGTERM them, wait a little and remove the directories."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The lock of a store (``STORE/.simrun.lock``): an embedded session holds it for as long as
-it runs, so two sessions never drive one SQLite file, and a reader of the store tells a run
-that goes on (its session holds the lock) from an interrupted one (the lock is free).
-
-The lock is an advisory ``flock`` on the file, which the kernel releases when its holder
-ends however it ends (SIGKILL included); the file says ``pid N`` of the last holder.
-"""
+"""The lock of a store (``STORE/.simrun.lock``, an advisory ``flock`` the kernel releases
+however its holder ends): an embedded session holds it while it runs, so two never drive
+one SQLite file, and a reader tells a run that goes on from an interrupted one."""
 
 from __future__ import annotations
 

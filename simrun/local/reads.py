@@ -1,11 +1,6 @@
-"""Reading the runs of a store on this machine, as views (`simrun.core.views`).
-
-`StoreReader` answers what ``simrun status`` shows — a run, the latest runs, the failed
-units — from the store's SQLite file, with the service's view builders
-(`simrun.service.views`); in an embedded session it asks the session's controller, whose
-ETAs count the live worker processes. Each task's view tells where its outputs are, under
-the store as the user named it.
-"""
+"""Reading the runs of a store on this machine as views (`simrun.core.views`): what
+``simrun status --store`` shows, through the service's view builders, or through the
+embedded controller while its session runs."""
 
 from __future__ import annotations
 
@@ -30,13 +25,9 @@ Shown = TypeVar("Shown", bound=RunSummary)
 
 
 class StoreReader:
-    """Runs as a store holds them. The view tells what a service's tells (times, kills,
-    requested and peak memory per process, which the store keeps on each task); this adds
-    where each task's outputs are, under ``shown_store`` (the store as the user named it).
-
-    With the embedded ``controller``, ETAs count the live worker processes; without (a
-    store read from outside its session), there are none to count.
-    """
+    """Runs as a store holds them, each task's outputs shown under ``shown_store`` (the
+    store as the user named it). With the embedded ``controller``, ETAs count the live
+    worker processes."""
 
     def __init__(
         self,

@@ -1,29 +1,8 @@
-"""Embedded mode: everything ``simrun run`` needs on one machine, started and stopped in order.
-
-A `LocalSession` holds, for as long as the command runs:
-
-* a **lock** on the store (``STORE/.simrun.lock``), so two embedded sessions never drive one
-  SQLite file;
-* **Redis**: ``REDIS_URL`` when it is set (with a key prefix of this store, so several
-  stores can share a server), else a private ``redis-server`` from PATH on a free loopback
-  port with a temporary directory, thrown away at the end;
-* the **service** in this process: the controller loop and the HTTP API on a free
-  127.0.0.1 port (so ``simrun status --url`` works while the run goes on);
-* **worker containers**: ``python -m simrun.cli worker`` child processes serving the cpu and gpu
-  queues (and the queues of the task images), each in a session of its own so that a
-  Ctrl-C at the terminal reaches this process only, which then stops them in order.
-
-Stopping (`LocalSession.stop`): the workers get SIGTERM (no new jobs; running ones get
-their grace period, then what they had not finished is handed back), the controller
-applies their last reports, then the HTTP API, the controller and Redis stop. A run that
-did not end stays ``running`` in SQLite with every finished unit kept: a later session on
-the same store goes on with it. Logs of the service and of each worker are in
-``STORE/logs/`` (``service.log``, ``worker-N.log``): each session appends to them (a line
-says where it starts); past `LOG_MAX_BYTES` a log is rotated (``.1`` … ``.LOG_BACKUPS``;
-the service's as it writes, a worker's when a session starts): no session overwrites
-another's. Should this process die without stopping them (SIGKILL), `simrun.local.guard`
-ends Redis and the workers.
-"""
+"""Embedded mode: `EmbeddedSession` holds, for as long as ``simrun run`` runs, the store's
+lock, Redis (``REDIS_URL``, else a private ``redis-server``), the service in this process
+(the controller loop and the HTTP API on a free loopback port) and worker containers as
+child processes; it stops them in order, and `simrun.local.guard` ends them should this
+process die. Logs go to ``STORE/logs/`` (appended, rotated past `LOG_MAX_BYTES`)."""
 
 from __future__ import annotations
 
@@ -46,11 +25,13 @@ from typing import IO
 import uvicorn
 from redis.exceptions import RedisError
 
+from simrun.app.follow import STUCK_AFTER_S, FollowEnd, ProgressView, follow
 from simrun.config import redact_url
 from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits
 from simrun.core.timing import DEFAULT_GRACE_S
+from simrun.core.views import FailureView, RunView
 from simrun.local import lock as store_lock
 from simrun.local.guard import DONE, REMOVE
 from simrun.local.machine import LocalError, free_socket, gpu_shares, last_line
@@ -96,7 +77,7 @@ log = logging.getLogger(__name__)
 #: Seconds between two looks at the private redis-server (started again if it exited).
 REDIS_WATCH_S = 0.5
 
-#: How long `LocalSession.drain` waits for the controller to ingest the stopped workers'
+#: How long `EmbeddedSession.drain` waits for the controller to ingest the stopped workers'
 #: last reports, and how often it looks.
 DRAIN_TIMEOUT_S = 10.0
 DRAIN_POLL_S = 0.05
@@ -151,7 +132,7 @@ class LocalOptions:
     #: Whether a task of a key with no history probes first (``--no-probe``).
     probe: bool = True
     #: Whether the runs this session finds interrupted (running in the store, their
-    #: session gone) are left alone (`LocalSession.held`) rather than finished too; the
+    #: session gone) are left alone (`EmbeddedSession.held`) rather than finished too; the
     #: run ``go_on_with`` (a resumed or replayed one) is never held.
     hold_interrupted: bool = False
     go_on_with: str | None = None
@@ -164,8 +145,11 @@ class _Worker:
     log: Path
 
 
-class LocalSession:
-    """Redis, the service and the workers of one ``simrun run``; see the module's doc."""
+class EmbeddedSession:
+    """Redis, the service and the workers of one ``simrun run``. Stopping: the workers get
+    SIGTERM (running units get their grace period, then are handed back), the controller
+    applies their last reports, then the HTTP API, the controller and Redis stop; a run
+    that did not end stays in the store, to go on with."""
 
     def __init__(self, options: LocalOptions, types: Mapping[str, TaskType]) -> None:
         self.options = options
@@ -198,13 +182,59 @@ class LocalSession:
             raise RuntimeError("the session is not started")
         return self._controller
 
-    def reader(self, shown_store: Path) -> StoreReader:
+    def reader(self) -> StoreReader:
         """A reader of the session's runs through its controller (ETAs count the live
-        worker processes); outputs are shown under ``shown_store``."""
+        worker processes); outputs are shown under the store as the options name it."""
         controller = self.controller
-        return StoreReader(controller.store, controller.resources, shown_store, controller)
+        return StoreReader(controller.store, controller.resources, self.options.store, controller)
 
-    async def __aenter__(self) -> LocalSession:
+    async def view(self, run_id: str) -> RunView:
+        """Run ``run_id`` as `reader` shows it (`LocalError` when there is none)."""
+        view = await self.reader().run(run_id)
+        if view is None:
+            raise LocalError(f"there is no run {run_id!r} in {self.store}")
+        return view
+
+    async def failures(self, run_id: str) -> list[FailureView]:
+        return await self.reader().failures(run_id)
+
+    async def cancel(self, run_id: str) -> int:
+        return await self.controller.cancel(run_id)
+
+    async def follow(
+        self,
+        run_id: str,
+        view: ProgressView,
+        *,
+        interrupted: asyncio.Event | None = None,
+        poll_s: float = 0.25,
+        gap_s: float = 0.0,
+    ) -> FollowEnd:
+        """`simrun.app.follow.follow` run ``run_id``, read again on each change the
+        controller notifies (``gap_s`` after it: a burst of steps is read once)."""
+        reader = self.reader()
+        version = 0
+
+        async def fetch() -> RunView:
+            nonlocal version
+            version = reader.version(run_id)  # before the read: no change is missed
+            return await self.view(run_id)
+
+        async def changed(timeout_s: float) -> None:
+            await reader.changed(run_id, version, timeout_s)
+            await asyncio.sleep(gap_s)
+
+        return await follow(
+            fetch,
+            view,
+            poll_s=poll_s,
+            changed=changed,
+            interrupted=interrupted,
+            problem=self.problem,
+            stuck_after_s=STUCK_AFTER_S,
+        )
+
+    async def __aenter__(self) -> EmbeddedSession:
         try:
             await self.start()
         except BaseException:
@@ -408,30 +438,36 @@ class LocalSession:
     def _start_workers(self, redis_url: str, prefix: str) -> None:
         env = {**os.environ, **self.options.env, "PYTHONUNBUFFERED": "1"}
         for number in range(1, self.options.workers + 1):
-            path = self.logs / f"worker-{number}.log"
-            rotate_log(path)
-            with path.open("ab") as out:
-                out.write(_session_line())
-                out.flush()
-                proc = subprocess.Popen(
-                    worker_argv(self._worker_flags(number, redis_url, prefix)),
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=self._worker_env(env, number),
-                    start_new_session=True,  # a Ctrl-C at the terminal reaches us only
-                )
-            self._guard_pid(proc.pid)
-            self._workers.append(_Worker(number, proc, path))
+            argv = worker_argv(self._worker_flags(number, redis_url, prefix))
+            self._spawn(number, argv, self._worker_env(env, number))
         for k, image in enumerate(self.options.unit_images, start=self.options.workers + 1):
             self._start_image_worker(k, image, redis_url, prefix, env)
+
+    def _spawn(self, number: int, argv: list[str], env: dict[str, str], note: str = "") -> None:
+        """Start worker container ``number``, its output appended to its log, in a session
+        of its own (a Ctrl-C at the terminal reaches this process only)."""
+        path = self.logs / f"worker-{number}.log"
+        rotate_log(path)
+        with path.open("ab") as out:
+            out.write(_session_line() + note.encode())
+            out.flush()
+            proc = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        self._guard_pid(proc.pid)
+        self._workers.append(_Worker(number, proc, path))
 
     def _start_image_worker(
         self, number: int, image: str, redis_url: str, prefix: str, env: dict[str, str]
     ) -> None:
         """Worker container ``number``: ``simrun worker --image IMAGE`` inside that image,
-        through the engine (`simrun.worker.engine.worker_argv_in_image`), the store and the
-        plugins' directories mounted at their own paths, the same size as the others."""
+        through the engine, the store and the plugins' directories mounted at their own
+        paths, the same size as the others."""
         opts = self.options
         assert opts.engine is not None  # `image_problem` refused unit images without one
         flags = replace(
@@ -451,22 +487,7 @@ class LocalSession:
             mounts=[self.store, Path.cwd(), *(Path(p).resolve() for p in opts.python_path)],
             environ={"PYTHONUNBUFFERED": "1"},
         )
-        path = self.logs / f"worker-{number}.log"
-        rotate_log(path)
-        with path.open("ab") as out:
-            out.write(_session_line())
-            out.write(f"image {image} through {opts.engine}\n".encode())
-            out.flush()
-            proc = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
-        self._guard_pid(proc.pid)
-        self._workers.append(_Worker(number, proc, path))
+        self._spawn(number, argv, env, f"image {image} through {opts.engine}\n")
 
     # -- while running -------------------------------------------------------------------
 

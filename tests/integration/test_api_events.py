@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import uvicorn
 
-from simrun.cli.follow import RemoteWatch
+from simrun.app.follow import RemoteWatch
 from simrun.client import Client, ClientError, StreamBroken
 from simrun.core.views import ErrorCode, RunView
 from simrun.local.machine import free_socket

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from simrun.cli.common import prepare
-from simrun.cli.dryrun import reuse_forecasts, store_resolver, task_plans
+from simrun.app.plans import reuse_forecasts, store_resolver, task_plans
+from simrun.app.prepare import prepare
 from simrun.core.layout import StoreLayout
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.reuse import source_hash

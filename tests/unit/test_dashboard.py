@@ -6,19 +6,15 @@ from typing import Any
 
 import pytest
 
-from simrun.core.sizing import WorkerCapacity
 from simrun.core.states import UnitRow
 from simrun.core.views import RunView, TaskView
 from simrun.service.dashboard import (
     MAX_PAGE,
-    PlanRow,
     done_page,
-    forecast_rows,
     keep_run,
     page_of,
     pending_page,
     run_line,
-    slots_on,
 )
 
 
@@ -109,61 +105,6 @@ def test_a_page_of_pending_units_is_made_from_the_frontier(
     page = pending_page(rows[: offset + limit], fresh, total, ("r", "t"), offset, limit)
     assert [u["index"] for u in page["units"]] == indices
     assert page["total"] == total
-
-
-def _plan(**more: Any) -> PlanRow:
-    fields: dict[str, Any] = {
-        "name": "t", "type": "x", "splittable": True, "units": 100, "queue": "cpu",
-        "memory_per_worker_gb": 1.0, "memory_base_gb": 0.5, "gpus": 0,
-        "seconds_per_unit": 2.0, "source": "learned",
-    }  # fmt: skip
-    return PlanRow(**{**fields, **more})
-
-
-CPU4 = WorkerCapacity("cpu4", ("cpu",), memory_gb=8.0, processes=4, gpus=0)
-SMALL = WorkerCapacity("small", ("cpu",), memory_gb=2.0, processes=4, gpus=0)
-GPU = WorkerCapacity("gpu", ("gpu",), memory_gb=32.0, processes=4, gpus=2)
-
-
-@pytest.mark.parametrize(
-    ("plan", "pool", "slots"),
-    [
-        (_plan(), [CPU4], 4),
-        (_plan(), [CPU4, SMALL], 6),  # memory leaves 2 of SMALL's processes
-        (_plan(memory_per_worker_gb=16.0), [CPU4], 0),
-        (_plan(queue="gpu", gpus=1), [GPU, CPU4], 2),
-        (_plan(splittable=False), [CPU4], 1),
-        (_plan(splittable=False, memory_base_gb=8.0), [CPU4], 0),
-        # a command that uses the cores asks for every process of the container
-        (_plan(splittable=False, memory_base_gb=0.5, memory_per_worker_gb=2.0), [CPU4], 1),
-        (
-            _plan(splittable=False, memory_base_gb=0.5, memory_per_worker_gb=2.0, uses_cores=True),
-            [CPU4],
-            0,
-        ),
-        (_plan(), [], 0),
-    ],
-)
-def test_slots_on_the_live_pool(plan: PlanRow, pool: list[WorkerCapacity], slots: int) -> None:
-    """Units run at once: per worker of the task's queue, its processes that memory (and
-    GPUs) allow; a command runs once where its whole memory fits (every process's worth
-    for one that uses the cores): the dry run's rule."""
-    assert slots_on(plan, pool) == slots
-
-
-def test_the_forecast_on_the_live_pool() -> None:
-    """Core-hours are units x seconds per unit; the ETA is in waves of the slots; a task
-    no worker serves says so; the run's ETA is unknown while a task's is."""
-    found = forecast_rows([_plan()], [CPU4])
-    (task,) = found["tasks"]
-    assert task["core_hours"] == pytest.approx(100 * 2.0 / 3600)
-    assert task["eta_s"] == pytest.approx(25 * 2.0)
-    assert task["problem"] is None
-    assert found["eta_s"] == pytest.approx(50.0)
-    none = forecast_rows([_plan(seconds_per_unit=None)], [])
-    assert none["tasks"][0]["problem"] == "no live worker serves the cpu queue"
-    assert none["eta_s"] is None
-    assert none["core_hours"] is None
 
 
 def _span(first: int, last: int) -> tuple[Any, ...]:

@@ -1,4 +1,4 @@
-"""The dry-run forecast (simrun.cli.forecast), on tables of cases."""
+"""The forecast of the dry run and the Editor (simrun.core.forecast), on tables of cases."""
 
 from __future__ import annotations
 
@@ -6,15 +6,16 @@ from dataclasses import replace
 
 import pytest
 
-from simrun.cli.forecast import (
+from simrun.app.plans import resolved_from_summary
+from simrun.core.forecast import (
     TaskPlan,
     forecast,
+    forecast_document,
     forecast_task,
     live_pool,
     pool_advice,
     pool_of,
     pool_text,
-    resolved_from_summary,
     slots_for,
 )
 from simrun.core.sizing import WorkerCapacity
@@ -249,3 +250,63 @@ def test_forecast_names_a_task_no_workers_scratch_holds(scratch, room, problem):
         assert "scratch_gb" in pool_advice(problem)
         assert "--worker-memory-gb" not in pool_advice(problem)
     assert "--worker-memory-gb" in pool_advice("needs 40 GiB per process; the largest ...")
+
+
+CPU4 = WorkerCapacity("cpu4", ("cpu",), memory_gb=8.0, processes=4, gpus=0)
+SMALL = WorkerCapacity("small", ("cpu",), memory_gb=2.0, processes=4, gpus=0)
+GPU = WorkerCapacity("gpu", ("gpu",), memory_gb=32.0, processes=4, gpus=2)
+COMMAND = {"kind": "command", "units": 1}
+
+
+@pytest.mark.parametrize(
+    ("task", "pool", "slots"),
+    [
+        (plan(), [CPU4], 4),
+        (plan(), [CPU4, SMALL], 6),  # memory leaves 2 of SMALL's processes
+        (plan(memory_per_worker_gb=16.0), [CPU4], 0),
+        (plan(queue="gpu", gpus=1), [GPU, CPU4], 2),
+        (plan(**COMMAND), [CPU4], 1),
+        (plan(**COMMAND, memory_base_gb=8.0), [CPU4], 0),
+        # a command that uses the cores asks for every process of the container
+        (plan(**COMMAND, memory_base_gb=0.5, memory_per_worker_gb=2.0), [CPU4], 1),
+        (plan(**COMMAND, memory_base_gb=0.5, memory_per_worker_gb=2.0, uses_cores=True), [CPU4], 0),
+        (plan(), [], 0),
+    ],
+)
+def test_slots_on_the_live_pool(task, pool, slots):
+    """Units run at once: per worker of the task's queue, its processes that memory (and
+    GPUs) allow; a command runs once where its whole memory fits (every process's worth
+    for one that uses the cores): the Editor's forecast follows the dry run's rule."""
+    assert slots_for(task, pool) == slots
+    assert forecast_task(task, pool).slots == slots
+
+
+def test_the_editor_s_forecast_on_the_live_pool():
+    """The Editor's table: core-hours are units x seconds per unit; the ETA is in waves of
+    the slots; a task no worker serves says so; the run's ETA is unknown while a task's is."""
+    found = forecast_document(forecast([plan()], [CPU4]), [CPU4])
+    (task,) = found["tasks"]
+    assert task["core_hours"] == pytest.approx(100 * 2.0 / 3600)
+    assert task["eta_s"] == pytest.approx(25 * 2.0)
+    assert task["problem"] is None
+    assert found["eta_s"] == pytest.approx(50.0)
+    assert found["pool"] == {"workers": 1, "processes": 4, "memory_gb": 8.0}
+    none = forecast_document(forecast([plan(seconds_per_unit=None)], []), [])
+    assert none["tasks"][0]["problem"] == "no worker of the pool serves the cpu queue"
+    assert none["eta_s"] is None
+    assert none["core_hours"] is None
+
+
+def test_the_editor_and_the_dry_run_forecast_a_command_that_uses_the_cores_alike():
+    """One forecast: a command that uses the cores costs the core-hours of every process of
+    its worker, and a task the pool cannot fit says why in the dry run's words, in the
+    Editor's table as in the dry run's."""
+    command = plan(**COMMAND, memory_base_gb=0.5, memory_per_worker_gb=1.0, uses_cores=True)
+    too_big = plan(name="big", memory_per_worker_gb=64.0)
+    result = forecast([command, too_big], [CPU4])
+    document = forecast_document(result, [CPU4])
+    cores, big = document["tasks"]
+    assert cores["core_hours"] == pytest.approx(2.0 * 4 / 3600) == result.tasks[0].core_hours
+    assert big["problem"] == result.tasks[1].problem
+    assert big["problem"] is not None
+    assert "64 GiB" in big["problem"]

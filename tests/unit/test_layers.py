@@ -7,10 +7,12 @@ The layers, lowest first (ARCHITECTURE.md draws them):
    plugin package and the curated top package ``simrun`` — none of them imports another;
 2. ``workflow`` — the workflow document;
 3. ``resources``, ``runstore``, ``queues`` and ``client`` — storage and transport;
-4. ``service`` and ``worker`` — the two sides, which never import each other;
-5. ``local`` — embedded mode, which starts both;
-6. ``cli`` — the command line, at the edge;
-7. ``api`` — the Python API, the command line's work as functions for scripts and notebooks.
+4. ``app`` — what the command line, the Python API and the Editor share: preparing a
+   workflow, its plans, following a run;
+5. ``service`` and ``worker`` — the two sides, which never import each other;
+6. ``local`` — embedded mode, which starts both;
+7. ``cli`` — the command line, at the edge;
+8. ``api`` — the Python API, for scripts and notebooks.
 
 The top package ``simrun`` exports the API lazily (PEP 562): that one import, up from
 layer 1, is allowed by name (`LAZY_EXPORTS`), and importing ``simrun`` imports none of it.
@@ -36,6 +38,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     ),
     frozenset({"simrun.workflow"}),
     frozenset({"simrun.resources", "simrun.runstore", "simrun.queues", "simrun.client"}),
+    frozenset({"simrun.app"}),
     frozenset({"simrun.service", "simrun.worker"}),
     frozenset({"simrun.local"}),
     frozenset({"simrun.cli"}),
@@ -128,6 +131,8 @@ def test_the_core_imports_nothing_of_simrun_but_plugins() -> None:
         ("simrun.runstore.rows", "simrun.resources", "the same layer"),
         ("simrun.service.controller", "simrun.cli.common", "a higher layer"),
         ("simrun.local.session", "simrun.cli.progress", "a higher layer"),
+        ("simrun.app.plans", "simrun.service.controller", "a higher layer"),
+        ("simrun.app.follow", "simrun.local.session", "a higher layer"),
         ("simrun.worker.__main__", "simrun.cli.worker", "a higher layer"),
     ],
 )
@@ -146,6 +151,8 @@ def test_an_import_against_the_layers_is_reported(module: str, target: str, expe
         ("simrun.worker.jobs", "simrun.queues.keys"),
         ("simrun.cli.run", "simrun.local.session"),
         ("simrun.cli.run", "simrun.service.api"),
+        ("simrun.service.api.dashboard", "simrun.app.prepare"),
+        ("simrun.api.runs", "simrun.app.follow"),
         ("simrun.core.jobs", "simrun.plugins"),
         ("simrun.service.controller", "simrun.service.dispatch"),
     ],

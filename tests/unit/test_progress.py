@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from simrun.app.follow import stuck_reason
 from simrun.cli.progress import (
     PlainView,
     error_line,
@@ -19,7 +20,6 @@ from simrun.cli.progress import (
     plain_lines,
     render_live,
     run_header,
-    stuck_reason,
     summary_rows,
     summary_table,
     task_line,

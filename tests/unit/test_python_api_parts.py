@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from simrun.api.display import NotebookDisplay, in_notebook
-from simrun.api.inputs import read_input
 from simrun.api.runs import RunResult, RunTimeout, result_of
+from simrun.app.prepare import read_input
 from simrun.core.views import FailureView, RunView, TaskView
 from simrun.workflow import WorkflowError
 

@@ -37,6 +37,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -44,37 +45,28 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
-from simrun.client import plan_tasks
-from simrun.core.intake import InputLimits, tasks_problem
+from simrun.app.plans import task_plans
+from simrun.app.prepare import TEXT_SOURCE, prepare_text
+from simrun.core.forecast import forecast, forecast_document
 from simrun.core.reuse import module_owners
 from simrun.core.scaling import ContainerShape, QueueBacklog, desired_containers
-from simrun.core.sizing import WorkerCapacity, queue_name
+from simrun.core.sizing import WorkerCapacity
 from simrun.core.states import UNIT_STATES, UnitState
 from simrun.core.views import type_info
-from simrun.plugins import TaskType, count_units
-from simrun.resources import resource_key
+from simrun.plugins import TaskType
 from simrun.service import metrics
 from simrun.service.api.deps import ControllerDep, known_run
 from simrun.service.api.events import EVENT_STREAM, KEEPALIVE_S, event
 from simrun.service.controller import Controller
 from simrun.service.dashboard import (
     MAX_PAGE,
-    PlanRow,
     done_page,
-    forecast_rows,
     keep_run,
     page_of,
     pending_page,
     run_line,
 )
-from simrun.workflow import (
-    Problem,
-    Workflow,
-    WorkflowError,
-    check_workflow,
-    not_uploaded,
-    parse_workflow_lines,
-)
+from simrun.workflow import WorkflowError
 
 router = APIRouter()
 
@@ -319,91 +311,30 @@ class CheckBody(BaseModel):
     forecast: bool = False
 
 
-def check_text(
-    text: str, types: Mapping[str, TaskType], uploaded: list[str], limits: InputLimits
-) -> tuple[Workflow, dict[str, dict[str, Any]]]:
-    """``simrun validate``'s checks of ``text`` (the types' plans included) within the
-    service's limits of a submission: the planned document and its settings;
-    `WorkflowError` with every problem. Blocking (plugin code): run in a thread."""
-    doc, lines = parse_workflow_lines(text, "workflow")
-    too_many = tasks_problem(len(doc.tasks), limits)
-    if too_many is not None:
-        raise WorkflowError([Problem(("tasks",), too_many)], "workflow")
-    check_workflow(doc, types, "workflow", lines=lines)
-    planned = plan_tasks(doc, types)
-    settings = check_workflow(planned, types, "workflow")
-    missing = not_uploaded(doc, uploaded)
-    if missing:
-        raise WorkflowError(missing, "workflow")
-    return planned, settings
-
-
-def _count(task_type: TaskType, settings: Mapping[str, Any]) -> int:
-    return count_units(task_type, settings) if task_type.splittable else 1
-
-
-async def plan_rows(
-    controller: Controller, doc: Workflow, settings: Mapping[str, dict[str, Any]]
-) -> list[PlanRow]:
-    """Each task of ``doc`` in the order it runs, with its units (counted in a thread) and
-    the resources the service would resolve for it now."""
-    rows = []
-    deps = doc.dependencies()
-    for name in doc.order():
-        spec = doc.task(name)
-        task_type = controller.types[spec.type]
-        count = await asyncio.to_thread(_count, task_type, settings[name])
-        key = resource_key(task_type, settings[name], doc.model)
-        resolved = await controller.queries.resources.resolve(key, task_type.hint, spec.resources)
-        rows.append(
-            PlanRow(
-                name=name,
-                type=spec.type,
-                splittable=task_type.splittable,
-                units=count,
-                queue=queue_name(doc.in_run_image(task_type).image, resolved.gpus),
-                memory_per_worker_gb=resolved.memory_per_worker_gb,
-                memory_base_gb=resolved.memory_base_gb,
-                gpus=resolved.gpus,
-                seconds_per_unit=resolved.seconds_per_unit,
-                source=resolved.source,
-                depends=tuple(sorted(deps[name])),
-                uses_cores=task_type.uses_cores,
-            )
-        )
-    return rows
-
-
 @router.post("/dashboard/check")
 async def check(body: CheckBody, controller: ControllerDep) -> dict[str, Any]:
     """The Editor's Validate and Forecast: ``ok`` with the tasks' settings (defaults
     filled in), or the problems; with ``forecast``, the forecast table too."""
     try:
-        doc, settings = await asyncio.to_thread(
-            check_text, body.workflow, controller.types, body.sources, controller.settings.intake
-        )
+        prepared = await asyncio.to_thread(
+            prepare_text, body.workflow, TEXT_SOURCE, Path.cwd(), controller.types,
+            uploaded=body.sources, limits=controller.settings.intake,
+        )  # fmt: skip
+        out: dict[str, Any] = {"ok": True, "errors": [], "settings": prepared.settings}
+        if body.forecast:
+            resolve = controller.queries.resources.resolve
+            rows = await task_plans(prepared.doc, controller.types, resolve)
+            pool = await _live_pool(controller)
+            plans = [r.plan for r in rows if r.plan is not None]
+            out["forecast"] = forecast_document(forecast(plans, pool), pool)
     except WorkflowError as exc:
         return {"ok": False, "errors": exc.as_dicts()}
-    out: dict[str, Any] = {"ok": True, "errors": [], "settings": settings}
-    if body.forecast:
-        try:
-            rows = await plan_rows(controller, doc, settings)
-        except WorkflowError as exc:
-            return {"ok": False, "errors": exc.as_dicts()}
-        except Exception as exc:  # noqa: BLE001  # plugin code (count_units) may raise anything
-            return {
-                "ok": False,
-                "errors": [
-                    {"loc": ["tasks"], "task": None, "where": "tasks", "line": None,
-                     "message": f"count_units failed: {type(exc).__name__}: {exc}"}
-                ],
-            }  # fmt: skip
-        try:
-            live = await controller.queries.live_workers()
-        except (RedisError, OSError):
-            live = []
-        pool = [
-            WorkerCapacity(w.id, tuple(w.queues), w.memory_gb, w.processes, w.gpus) for w in live
-        ]
-        out["forecast"] = forecast_rows(rows, pool)
     return out
+
+
+async def _live_pool(controller: Controller) -> list[WorkerCapacity]:
+    try:
+        live = await controller.queries.live_workers()
+    except (RedisError, OSError):
+        live = []
+    return [WorkerCapacity(w.id, tuple(w.queues), w.memory_gb, w.processes, w.gpus) for w in live]

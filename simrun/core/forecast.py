@@ -1,15 +1,6 @@
-"""The dry-run forecast: what a run would cost on a pool of workers, before anything is
-enqueued.
-
-Everything here is pure (no I/O, no clock): the caller counts the units, resolves the
-resources and describes the pool; `forecast` answers per task how many processes can run
-its units at once, the core-hours, the memory in use at the peak and the time it takes,
-and the totals of the run. The ETAs follow `simrun.core.eta`, the rule of a running run's
-ETA (`GET /runs/RUN`) with nothing observed yet: a task's is the learned one, the run's
-the longest chain of tasks along the graph (a task starts when its inputs are done), at
-least each queue's tasks one after the other. Its peak memory is the largest of its
-tasks' (taken to run one after the other).
-"""
+"""The forecast of a run on a pool of workers, before anything is enqueued (pure): per task
+the processes that run its units at once, its core-hours, peak memory and ETA, and the
+run's totals. The dry run and the Editor both use it; the ETAs follow `simrun.core.eta`."""
 
 from __future__ import annotations
 
@@ -19,9 +10,6 @@ from typing import Any, Literal
 
 from simrun.core.eta import TaskEta, learned_eta_s, run_eta_s
 from simrun.core.sizing import WorkerCapacity, fit_problem, parallel_slots, request_gb
-from simrun.plugins import ResourceHint
-from simrun.resources import ResolvedResources
-from simrun.workflow import ResourceOverride
 
 
 @dataclass(frozen=True)
@@ -41,14 +29,13 @@ class TaskPlan:
     source: str
     uses_cores: bool = False
     depends: tuple[str, ...] = ()
-    #: The local scratch it asks of a worker (GiB).
     scratch_gb: float = 0.0
 
 
 @dataclass(frozen=True)
 class TaskForecast:
-    """What one task would take on the pool. ``slots`` are the worker processes that can
-    run its units at once; ``problem`` says why the pool cannot run it at all."""
+    """One task on the pool: ``slots`` processes run its units at once; ``problem`` says
+    why the pool cannot run it at all."""
 
     plan: TaskPlan
     slots: int
@@ -82,24 +69,17 @@ UNTOLD_GPUS = 1_000_000
 
 def live_pool(backlog: Mapping[str, Any]) -> tuple[WorkerCapacity, ...]:
     """The live workers a service's ``GET /backlog`` tells of: per queue, its count of the
-    queue's most common container shape (a gpu worker's GPUs are not told, so they do not
-    bound the forecast)."""
+    queue's most common container shape."""
     pool: list[WorkerCapacity] = []
     for entry in backlog.get("queues") or ():
-        shape = entry.get("shape")
-        count = int(entry.get("workers") or 0)
+        shape, count = entry.get("shape"), int(entry.get("workers") or 0)
         if not shape or count <= 0:
             continue
         queue = str(entry["queue"])
         gpus = UNTOLD_GPUS if queue == "gpu" else 0
+        memory_gb, processes = float(shape["memory_gb"]), int(shape["processes"])
         pool += [
-            WorkerCapacity(
-                f"{queue}-{i + 1}",
-                (queue,),
-                float(shape["memory_gb"]),
-                int(shape["processes"]),
-                gpus,
-            )
+            WorkerCapacity(f"{queue}-{i + 1}", (queue,), memory_gb, processes, gpus)
             for i in range(count)
         ]
     return tuple(pool)
@@ -121,22 +101,25 @@ def pool_of(
     )
 
 
-def slots_for(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> int:
-    """How many units of ``plan`` the pool runs at once (`simrun.core.sizing.parallel_slots`)."""
-    return parallel_slots(
+def _shape(plan: TaskPlan) -> tuple[str, str, float, float, int, bool]:
+    """What `simrun.core.sizing` sizes a task by."""
+    return (
         plan.kind,
         plan.queue,
         plan.memory_base_gb,
         plan.memory_per_worker_gb,
         plan.gpus,
         plan.uses_cores,
-        pool,
     )
 
 
+def slots_for(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> int:
+    """How many units of ``plan`` the pool runs at once (`simrun.core.sizing.parallel_slots`)."""
+    return parallel_slots(*_shape(plan), pool)
+
+
 def pool_advice(problem: str) -> str:
-    """What to do about a task the embedded pool cannot run, for its ``problem``
-    (`fit_problem`'s sentence)."""
+    """What to do about a task the embedded pool cannot run, for its ``problem``."""
     if "local scratch" in problem:
         return (
             "give the workers a bigger disk for their scratch (SIMRUN_SCRATCH_DIR), or lower "
@@ -148,39 +131,27 @@ def pool_advice(problem: str) -> str:
     )
 
 
-def _problem(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> str | None:
+def _problem(plan: TaskPlan, pool: Sequence[WorkerCapacity], slots: int) -> str | None:
     if not any(plan.queue in w.queues for w in pool):
         return f"no worker of the pool serves the {plan.queue} queue"
-    return fit_problem(
-        plan.kind,
-        plan.queue,
-        plan.memory_base_gb,
-        plan.memory_per_worker_gb,
-        plan.gpus,
-        plan.uses_cores,
-        pool,
-        scratch_gb=plan.scratch_gb,
-    )
+    problem = fit_problem(*_shape(plan), pool, scratch_gb=plan.scratch_gb)
+    if problem is None and slots == 0:
+        return f"no worker of the pool fits a process of {plan.memory_per_worker_gb:g} GiB"
+    return problem
 
 
 def forecast_task(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> TaskForecast:
-    """The forecast of one task on ``pool``.
-
-    A splittable task runs its units in waves of ``slots``: ETA = ceil(units / slots) *
-    seconds per unit (`simrun.core.eta.learned_eta_s`, the ETA's rule before anything is
-    observed), core-hours = units * seconds per unit / 3600, peak memory = the
-    memory per process * the processes busy at once (at least its base memory, which its
-    merge needs). A command runs once: ETA = its seconds, on all the processes of the
-    worker when it uses the cores.
-    """
-    problem = _problem(plan, pool)
-    slots = 0 if problem is not None else slots_for(plan, pool)
-    if problem is None and slots == 0:
-        problem = f"no worker of the pool fits a process of {plan.memory_per_worker_gb:g} GiB"
+    """One task on ``pool``. A splittable task runs its units in waves of its slots (ETA:
+    `learned_eta_s`; core-hours: units x seconds per unit; peak: the busy processes' memory,
+    at least its base memory). A command runs once, on all the processes of its worker
+    when it uses the cores."""
+    slots = slots_for(plan, pool)
+    problem = _problem(plan, pool, slots)
+    slots = 0 if problem is not None else slots
     spu = plan.seconds_per_unit
-    serving = [w for w in pool if plan.queue in w.queues]
     if plan.kind == "command":
-        cores = max((w.processes for w in serving), default=1) if plan.uses_cores else 1
+        serving = [w.processes for w in pool if plan.queue in w.queues]
+        cores = max(serving, default=1) if plan.uses_cores else 1
         core_hours = None if spu is None else spu * cores / 3600
         peak: float | None = request_gb(
             "command", plan.memory_base_gb, plan.memory_per_worker_gb, cores, plan.uses_cores
@@ -195,8 +166,8 @@ def forecast_task(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> TaskForecas
 
 
 def forecast(plans: Sequence[TaskPlan], pool: Sequence[WorkerCapacity]) -> Forecast:
-    """The forecast of a run whose tasks are ``plans`` (in the order they run) on ``pool``:
-    the run's ETA by `simrun.core.eta.run_eta_s`."""
+    """A run whose tasks are ``plans`` (in the order they run) on ``pool``; its ETA is
+    `simrun.core.eta.run_eta_s`, its peak memory the largest task's."""
     tasks = tuple(forecast_task(p, pool) for p in plans)
     hours = [t.core_hours for t in tasks]
     peaks = [t.peak_memory_gb for t in tasks if t.peak_memory_gb is not None]
@@ -210,34 +181,33 @@ def forecast(plans: Sequence[TaskPlan], pool: Sequence[WorkerCapacity]) -> Forec
     )
 
 
-def resolved_from_summary(
-    summary: Mapping[str, Any] | None, hint: ResourceHint, override: ResourceOverride | None
-) -> ResolvedResources:
-    """The resources a service would resolve for a task, from its ``/resources`` row for
-    the task's key (None when nothing is learned for it): the learned memory per process
-    and seconds per unit, the hint's base memory, scratch and GPUs, each field the
-    workflow's override sets winning."""
-    fixed = override or ResourceOverride()
-    per_worker = hint.memory_per_worker_gb
-    source = "default" if hint == ResourceHint() else "plugin hint"
-    spu: float | None = None
-    samples = 0
-    if summary is not None:
-        per_worker = float(summary.get("requested_gb") or per_worker)
-        source = str(summary.get("source") or source)
-        raw = summary.get("seconds_per_unit")
-        spu = None if raw is None else float(raw)
-        samples = int(summary.get("samples") or 0)
-    if fixed.memory_per_worker_gb is not None:
-        per_worker, source, samples = fixed.memory_per_worker_gb, "override", 0
-    return ResolvedResources(
-        memory_base_gb=(
-            hint.memory_base_gb if fixed.memory_base_gb is None else fixed.memory_base_gb
-        ),
-        memory_per_worker_gb=per_worker,
-        scratch_gb=hint.scratch_gb if fixed.scratch_gb is None else fixed.scratch_gb,
-        gpus=hint.gpus if fixed.gpus is None else fixed.gpus,
-        seconds_per_unit=spu,
-        samples=samples,
-        source=source,
-    )
+def forecast_document(result: Forecast, pool: Sequence[WorkerCapacity]) -> dict[str, Any]:
+    """The forecast as the Editor's table reads it (JSON)."""
+    tasks = [
+        {
+            "task": t.plan.name,
+            "type": t.plan.type,
+            "units": t.plan.units,
+            "queue": t.plan.queue,
+            "memory_per_worker_gb": t.plan.memory_per_worker_gb,
+            "memory_source": t.plan.source,
+            "seconds_per_unit": t.plan.seconds_per_unit,
+            "core_hours": t.core_hours,
+            "peak_memory_gb": t.peak_memory_gb,
+            "slots": t.slots,
+            "eta_s": t.eta_s,
+            "problem": t.problem,
+        }
+        for t in result.tasks
+    ]
+    return {
+        "tasks": tasks,
+        "core_hours": result.core_hours,
+        "peak_memory_gb": result.peak_memory_gb,
+        "eta_s": result.eta_s,
+        "pool": {
+            "workers": len(pool),
+            "processes": sum(w.processes for w in pool),
+            "memory_gb": sum(w.memory_gb for w in pool),
+        },
+    }

@@ -1,0 +1,301 @@
+"""What each task of a workflow would be dispatched with (`task_plans`, the input of
+`simrun.core.forecast`) and what it would reuse of a store's earlier runs
+(`reuse_forecasts`), before anything is enqueued or written: the dry run's and the
+Editor's."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from simrun.app.prepare import Prepared
+from simrun.core.forecast import TaskPlan
+from simrun.core.layout import StoreLayout
+from simrun.core.reuse import (
+    Earlier,
+    UnitsEarlier,
+    best_units,
+    choose,
+    choose_units,
+    forced_tasks,
+    rerun_problems,
+    reused_text,
+    task_all_fingerprints,
+    units_present,
+    units_reused_text,
+)
+from simrun.core.sizing import queue_name
+from simrun.plugins import ResourceHint, TaskType, UnitOutputs, count_units, unit_outputs
+from simrun.resources import ResolvedResources, ResourceKey, ResourceStore, resource_key
+from simrun.resources.policy import decide
+from simrun.runstore.reads import DoneTask, done_in_file, done_ranges_in_file, done_units_in_file
+from simrun.workflow import Problem, ResourceOverride, TaskSpec, Workflow, WorkflowError
+
+#: The resources of a task from its key: (the key, its type's hint, its override).
+Resolver = Callable[
+    [ResourceKey, ResourceHint, ResourceOverride | None], Awaitable[ResolvedResources]
+]
+
+
+@dataclass(frozen=True)
+class DryRow:
+    """One task of a dry run: its plan, or why there is none here; the earlier run whose
+    work it reuses (it will not run), or the run it takes ``units_reused`` units from."""
+
+    name: str
+    type: str
+    plan: TaskPlan | None
+    note: str = ""
+    reused: str | None = None
+    units_reused: int = 0
+    units_from: str | None = None
+
+
+def store_resolver(store: Path) -> Resolver:
+    """Resolve as the embedded service would, from ``store/simrun.db``; the hint (or the
+    override) alone when the file does not exist, which is then not created."""
+    db = StoreLayout(store).db
+    if db.is_file():
+        return ResourceStore(db, keep_open=False).resolve
+
+    async def hint_only(
+        _key: ResourceKey, hint: ResourceHint, override: ResourceOverride | None
+    ) -> ResolvedResources:
+        return decide([], hint, override)
+
+    return hint_only
+
+
+def resolved_from_summary(
+    summary: Mapping[str, Any] | None, hint: ResourceHint, override: ResourceOverride | None
+) -> ResolvedResources:
+    """The resources a service would resolve for a task from its ``/resources`` row (None
+    when nothing is learned): `decide`'s rule of the hint and the override, with the
+    row's learned memory (unless the override fixes it) and seconds per unit."""
+    resolved = decide([], hint, override)
+    if summary is None:
+        return resolved
+    raw = summary.get("seconds_per_unit")
+    resolved = replace(resolved, seconds_per_unit=None if raw is None else float(raw))
+    if resolved.source == "override":
+        return resolved
+    return replace(
+        resolved,
+        memory_per_worker_gb=float(summary.get("requested_gb") or resolved.memory_per_worker_gb),
+        source=str(summary.get("source") or resolved.source),
+        samples=int(summary.get("samples") or 0),
+    )
+
+
+def summaries_resolver(summaries: Sequence[Mapping[str, Any]]) -> Resolver:
+    """Resolve from a service's ``/resources`` rows (what it learned per key)."""
+    by_key = {str(row["key"]): row for row in summaries}
+
+    async def from_summary(
+        key: ResourceKey, hint: ResourceHint, override: ResourceOverride | None
+    ) -> ResolvedResources:
+        return resolved_from_summary(by_key.get(key.text()), hint, override)
+
+    return from_summary
+
+
+@dataclass(frozen=True)
+class UnitSource:
+    """Where a task could take units from (reuse per unit): the earlier run, its task's out
+    directory, how many units it had, what the type declares, and the units done there
+    (None: all, a done task)."""
+
+    run: str
+    out: Path
+    units: int
+    declared: UnitOutputs
+    done: tuple[range, ...] | None = None
+
+    def reusable(self, count: int) -> list[range]:
+        """The units of a task of ``count`` units it would take now (blocking I/O)."""
+        return units_present(self.out, self.declared, count, self.units, self.done)
+
+
+@dataclass(frozen=True)
+class ReuseForecast:
+    """What the tasks would reuse: ``whole`` task → the run it takes its outputs from;
+    ``units`` task → where it could take units from, in order."""
+
+    whole: dict[str, str]
+    units: dict[str, tuple[UnitSource, ...]]
+
+
+async def reuse_forecasts(
+    prepared: Prepared, types: Mapping[str, TaskType], store: Path
+) -> ReuseForecast:
+    """The tasks of ``prepared`` that would reuse an earlier run of ``store`` whole
+    (`simrun.core.reuse.choose`) or take units of one (`choose_units`), as the service
+    would decide on what the store holds now (read, never written). `WorkflowError` when
+    ``--rerun`` names no task; none when a type is not installed here."""
+    doc = prepared.doc
+    problems = rerun_problems([spec.name for spec in doc.tasks], prepared.rerun)
+    if problems:
+        raise WorkflowError([Problem(("rerun",), why) for why in problems], "workflow")
+    if not prepared.reuse or any(spec.type not in types for spec in doc.tasks):
+        return ReuseForecast({}, {})
+    layout = StoreLayout(store)
+    sources = await asyncio.to_thread(prepared.sources)
+    prints, unit_prints = await asyncio.to_thread(
+        task_all_fingerprints,
+        doc.order(),
+        {
+            t.name: (doc.in_run_image(types[t.type]), prepared.settings[t.name], t.inputs)
+            for t in doc.tasks
+        },
+        sources,
+    )
+    forced = forced_tasks(doc.dependencies(), prepared.rerun, prepared.reuse)
+    whole = await _whole_reuse(layout, prints, forced)
+    wanted = {n: u for n, u in unit_prints.items() if n not in whole and n not in forced}
+    declared = {n: unit_outputs(types[doc.task(n).type]) for n in wanted}
+    return ReuseForecast(whole, await _unit_sources(layout, wanted, declared))
+
+
+async def _whole_reuse(
+    layout: StoreLayout, prints: Mapping[str, str], forced: set[str]
+) -> dict[str, str]:
+    """Task → the earlier run whose outputs it would take whole."""
+    done = await done_in_file(layout.db, sorted(set(prints.values())))
+    found: dict[str, str] = {}
+    for name, fingerprint in prints.items():
+        same = [d for d in done if d.fingerprint == fingerprint]
+        shown = await asyncio.to_thread(_present, layout, same)
+        earlier = [Earlier(d.run, d.finished_s, p) for d, p in zip(same, shown, strict=True)]
+        run = choose(name in forced, earlier)
+        if run is not None:
+            found[name] = run
+    return found
+
+
+def _present(layout: StoreLayout, done: Sequence[DoneTask]) -> list[bool]:
+    return [layout.task_out(d.run, d.task).is_dir() for d in done]
+
+
+async def _unit_sources(
+    layout: StoreLayout,
+    wanted: Mapping[str, str],
+    declared: Mapping[str, UnitOutputs | None],
+) -> dict[str, tuple[UnitSource, ...]]:
+    """Task → where it could take units from, for the tasks of unit fingerprints
+    ``wanted`` whose type declares its unit outputs."""
+    done_units = await done_units_in_file(layout.db, sorted(set(wanted.values())))
+    found: dict[str, tuple[UnitSource, ...]] = {}
+    for name, unit_print in wanted.items():
+        outputs = declared[name]
+        earlier = choose_units(
+            False,
+            [
+                UnitsEarlier(d.run, d.task, d.finished_s, d.units, d.state == "done")
+                for d in done_units
+                if d.unit_fingerprint == unit_print
+            ],
+        )
+        if not earlier or outputs is None:
+            continue
+        sources = []
+        for e in earlier:
+            done = None if e.done else tuple(await done_ranges_in_file(layout.db, e.run, e.task))
+            sources.append(
+                UnitSource(e.run, layout.task_out(e.run, e.task), e.units, outputs, done)
+            )
+        found[name] = tuple(sources)
+    return found
+
+
+async def _count(task_type: TaskType, settings: Mapping[str, Any], where: int, name: str) -> int:
+    """The units of a task (1 for a command), counted in a thread; `WorkflowError` names
+    the task whose ``count_units`` failed."""
+    if not task_type.splittable:
+        return 1
+    try:
+        return await asyncio.to_thread(count_units, task_type, settings)
+    except Exception as exc:  # plugin code may raise anything: name the task
+        problem = Problem(
+            ("tasks", where, "settings"),
+            f"count_units failed: {type(exc).__name__}: {exc}",
+            task=name,
+        )
+        raise WorkflowError([problem], "dry run") from exc
+
+
+async def _taken(
+    task_type: TaskType, units: int, sources: Sequence[UnitSource]
+) -> tuple[UnitSource | None, int]:
+    """The source a task of ``units`` units would take units from, and how many."""
+    if not task_type.splittable or not sources:
+        return None, 0
+    options = [(s, await asyncio.to_thread(s.reusable, units)) for s in sources]
+    best = best_units(options)
+    return (best[0], sum(len(r) for r in best[1])) if best is not None else (None, 0)
+
+
+async def task_plans(
+    doc: Workflow,
+    types: Mapping[str, TaskType],
+    resolve: Resolver,
+    reused: Mapping[str, str] | None = None,
+    units_from: Mapping[str, Sequence[UnitSource]] | None = None,
+) -> list[DryRow]:
+    """Each task of ``doc`` in the order it runs, with its units (all counted at once,
+    each in a thread) and resources. A task of ``reused`` (task → the run whose work it
+    reuses) has no plan; one of ``units_from`` plans the units it would not take only.
+    `WorkflowError` names a task whose ``count_units`` failed."""
+    positions = {spec.name: i for i, spec in enumerate(doc.tasks)}
+    dependencies = doc.dependencies()
+    reused = reused or {}
+    units_from = units_from or {}
+
+    async def one(name: str) -> DryRow:
+        spec = doc.task(name)
+        task_type = types.get(spec.type)
+        if name in reused:
+            return DryRow(name, spec.type, None, reused_text(reused[name]), reused=reused[name])
+        if task_type is None:
+            return DryRow(name, spec.type, None, f"type {spec.type!r} is not installed here")
+        settings = json.loads(task_type.settings.model_validate(spec.settings).model_dump_json())
+        units = await _count(task_type, settings, positions[name], name)
+        source, taken = await _taken(task_type, units, units_from.get(name, ()))
+        key = resource_key(task_type, settings, doc.model)
+        resolved = await resolve(key, task_type.hint, spec.resources)
+        depends = tuple(sorted(d for d in dependencies[name] if d not in reused))
+        plan = _plan(doc, spec, task_type, units - taken, resolved, depends)
+        if source is None:
+            return DryRow(name, spec.type, plan)
+        note = units_reused_text(taken, source.run)
+        return DryRow(name, spec.type, plan, note, units_reused=taken, units_from=source.run)
+
+    return list(await asyncio.gather(*(one(name) for name in doc.order())))
+
+
+def _plan(
+    doc: Workflow,
+    spec: TaskSpec,
+    task_type: TaskType,
+    units: int,
+    resolved: ResolvedResources,
+    depends: tuple[str, ...],
+) -> TaskPlan:
+    return TaskPlan(
+        name=spec.name,
+        type=spec.type,
+        kind="chunk" if task_type.splittable else "command",
+        units=units,
+        queue=queue_name(doc.in_run_image(task_type).image, resolved.gpus),
+        memory_base_gb=resolved.memory_base_gb,
+        memory_per_worker_gb=resolved.memory_per_worker_gb,
+        gpus=resolved.gpus,
+        seconds_per_unit=resolved.seconds_per_unit,
+        source=resolved.source,
+        uses_cores=task_type.uses_cores,
+        depends=depends,
+        scratch_gb=resolved.scratch_gb,
+    )

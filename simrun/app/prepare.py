@@ -1,0 +1,158 @@
+"""Preparing a workflow to submit, the one way the command line, the Python API and the
+Editor do it: read it (a path, YAML text or a dict), apply ``--set``, check it, run its
+types' ``plan``, check the result, and find its sources."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import yaml
+
+from simrun.client import plan_tasks, submission_text
+from simrun.core.intake import InputLimits, tasks_problem
+from simrun.workflow import (
+    Problem,
+    SettingOverride,
+    Workflow,
+    WorkflowError,
+    apply_overrides,
+    blame_overrides,
+    check_workflow,
+    not_uploaded,
+    parse_workflow_lines,
+    program_problems,
+    source_paths,
+    source_problems,
+)
+
+if TYPE_CHECKING:
+    from simrun.plugins import TaskType
+
+#: A workflow: a path (`pathlib.Path`, or a one-line string with no ``: `` that does not
+#: start with ``{``), the document as YAML or JSON text, or the document as a dict.
+WorkflowInput: TypeAlias = "str | os.PathLike[str] | Mapping[str, Any]"
+
+#: The name problems of a document given as text or a dict are reported under.
+TEXT_SOURCE = "workflow"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A workflow ready to submit: the planned document and its text, each task's settings
+    as its type's model read them (empty when not checked here), the directory its sources
+    are relative to, the name its problems are reported under, and how it reuses earlier
+    work (`simrun.core.reuse`)."""
+
+    doc: Workflow
+    text: str
+    settings: dict[str, dict[str, Any]]
+    base: Path
+    source: str = TEXT_SOURCE
+    reuse: bool = True
+    rerun: tuple[str, ...] = ()
+
+    def sources(self) -> dict[str, Path]:
+        """Each source's file (`WorkflowError` names those that do not exist)."""
+        return source_paths(self.doc, self.base)
+
+
+def _is_path(workflow: str) -> bool:
+    text = workflow.strip()
+    return "\n" not in text and ": " not in text and not text.startswith("{")
+
+
+def read_input(
+    workflow: WorkflowInput, base: str | os.PathLike[str] | None = None
+) -> tuple[str, str, Path]:
+    """The document's text, the name its problems are reported under (the file, or
+    ``workflow``), and the directory its sources are relative to (``base``, else the
+    file's directory, else the current one)."""
+    here = Path(base) if base is not None else Path.cwd()
+    if isinstance(workflow, Mapping):
+        try:
+            text = yaml.safe_dump(dict(workflow), sort_keys=False)
+        except yaml.YAMLError as exc:
+            problem = Problem((), f"the dict cannot be written as YAML: {exc}")
+            raise WorkflowError([problem], TEXT_SOURCE) from exc
+        return text, TEXT_SOURCE, here
+    if isinstance(workflow, os.PathLike) or (isinstance(workflow, str) and _is_path(workflow)):
+        path = Path(workflow)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:  # as `simrun validate` says it
+            raise WorkflowError([Problem((), f"cannot read: {exc}")], str(path)) from exc
+        return text, str(path), Path(base) if base is not None else path.parent
+    if not isinstance(workflow, str):  # a caller without a type checker
+        kind = type(workflow).__name__  # type: ignore[unreachable]  # see the line above
+        problem = Problem((), f"a workflow is a path, a YAML string or a dict, not a {kind}")
+        raise WorkflowError([problem], TEXT_SOURCE)
+    return workflow, TEXT_SOURCE, here
+
+
+def task_types_of(workflow: WorkflowInput) -> list[str]:
+    """The task types the document uses (`WorkflowError` when it does not parse)."""
+    text, source, _ = read_input(workflow)
+    doc, _ = parse_workflow_lines(text, source)
+    return [t.type for t in doc.tasks]
+
+
+def prepare(
+    workflow: WorkflowInput,
+    types: Mapping[str, TaskType],
+    *,
+    base: str | os.PathLike[str] | None = None,
+    check: bool = True,
+    overrides: Sequence[SettingOverride] = (),
+    programs: bool = False,
+) -> Prepared:
+    """``workflow`` (`read_input`) prepared by `prepare_text`."""
+    text, source, where = read_input(workflow, base)
+    return prepare_text(
+        text, source, where, types, check=check, overrides=overrides, programs=programs
+    )
+
+
+def prepare_text(
+    text: str,
+    source: str,
+    base: Path,
+    types: Mapping[str, TaskType],
+    *,
+    check: bool = True,
+    overrides: Sequence[SettingOverride] = (),
+    programs: bool = False,
+    uploaded: Collection[str] | None = None,
+    limits: InputLimits | None = None,
+) -> Prepared:
+    """The document ``text`` with the ``overrides`` applied, checked against ``types``
+    (with ``check``; without, only its form and sources, for a service to check the rest),
+    planned and checked again. Its sources must exist under ``base`` (or be among the names
+    ``uploaded``); with ``programs``, its commands' programs must be found here; with
+    ``limits``, its tasks within a submission's. `WorkflowError` names every problem (and
+    the ``--set`` that gave a value it refuses). Blocking: plugin code runs."""
+    written, lines = parse_workflow_lines(text, source)
+    too_many = tasks_problem(len(written.tasks), limits) if limits is not None else None
+    if too_many is not None:
+        raise WorkflowError([Problem(("tasks",), too_many)], source)
+    doc = apply_overrides(written, list(overrides), source) if overrides else written
+    try:
+        if check:  # the document as written first: its problems carry line numbers
+            check_workflow(doc, types, source, lines=lines)
+        planned = plan_tasks(doc, types)
+        final = submission_text(text, written, planned)
+        settings = check_workflow(planned, types, source, final) if check else {}
+    except WorkflowError as exc:
+        raise blame_overrides(exc, doc, list(overrides)) if overrides else exc from None
+    if uploaded is not None:
+        missing = not_uploaded(planned, uploaded)
+    else:
+        missing = source_problems(planned, base)
+    if programs:
+        missing += program_problems(planned, types, text)
+    if missing:
+        raise WorkflowError(missing, source)
+    return Prepared(planned, final, settings, base, source)
