@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import msgpack
@@ -182,44 +182,3 @@ def deserialize(data: bytes) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise PayloadError(f"refused a payload that is a {type(obj).__name__}, not a map")
     return obj
-
-
-def index_ranges(indices: Iterable[int]) -> list[tuple[int, int]]:
-    """The distinct ``indices`` as inclusive ranges ``(first, last)``, ascending:
-    ``[5, 0, 1, 2, 2]`` → ``[(0, 2), (5, 5)]``."""
-    ranges: list[tuple[int, int]] = []
-    for index in sorted(set(indices)):
-        if ranges and ranges[-1][1] == index - 1:
-            ranges[-1] = (ranges[-1][0], index)
-        else:
-            ranges.append((index, index))
-    return ranges
-
-
-def expand_ranges(ranges: object, most: int) -> tuple[int, ...]:
-    """The indices of inclusive ranges ``[[first, last], ...]`` as `index_ranges` makes
-    them (ascending, disjoint), at most ``most`` in all; `PayloadError` says what is
-    wrong with a bad one."""
-    if not isinstance(ranges, list | tuple):
-        raise PayloadError(f"field 'ranges' must be a list of [first, last], got {ranges!r}")
-    out: list[int] = []
-    after = -1
-    for pair in ranges:
-        ok = isinstance(pair, list | tuple) and len(pair) == 2
-        first, last = pair if ok else (None, None)
-        if not (
-            isinstance(first, int)
-            and isinstance(last, int)
-            and not isinstance(first, bool)
-            and not isinstance(last, bool)
-            and after < first <= last
-        ):
-            raise PayloadError(
-                f"field 'ranges' holds {pair!r}: each must be [first, last] with "
-                "0 <= first <= last, ascending and apart"
-            )
-        if len(out) + last - first + 1 > most:
-            raise PayloadError(f"field 'ranges' names more than {most} units")
-        out.extend(range(first, last + 1))
-        after = last
-    return tuple(out)

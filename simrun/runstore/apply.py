@@ -14,6 +14,7 @@ from typing import Any
 
 import aiosqlite
 
+from simrun.core.ranges import Ranges
 from simrun.core.reports import ReportEntry
 from simrun.core.states import (
     ACTIVE_UNIT_STATES,
@@ -23,7 +24,6 @@ from simrun.core.states import (
     unit_after_outcome,
     unit_index,
 )
-from simrun.core.wire import index_ranges
 from simrun.runstore.ingest import all_done, observed_peak_gb, split_reports
 from simrun.runstore.reads import chunks, marks
 from simrun.runstore.rows import UPDATE_UNIT, Applied, unit_of, unit_values
@@ -195,7 +195,7 @@ async def _apply_done(
                 last,
                 entry.attempt,
             )
-            for first, last in index_ranges(unit_index(k) for k in entry.outcomes)
+            for first, last in Ranges.of_indices(unit_index(k) for k in entry.outcomes).pairs
         ]
     for task, params in by_task.items():
         before = conn.total_changes

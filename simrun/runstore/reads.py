@@ -7,6 +7,7 @@ API never waits for a report batch, and never sees half of one.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -17,18 +18,26 @@ from typing import Any
 import aiosqlite
 
 from simrun import db
-from simrun.core.reuse import merge_ranges
-from simrun.core.states import FINISHED_TASK_STATES, TaskCounts, UnitKind, UnitRow, UnitState
+from simrun.core.ranges import Ranges
+from simrun.core.states import (
+    FINISHED_TASK_STATES,
+    UNIT_STATES,
+    TaskCounts,
+    UnitKind,
+    UnitRow,
+    UnitState,
+)
 from simrun.runstore.rows import (
     JobRow,
     RunRow,
     TaskRow,
+    UnitRange,
     counts_of,
-    job_indices,
+    fresh_range,
     job_of,
-    job_unit,
+    job_range,
     run_of,
-    span_units,
+    span_range,
     task_of,
     unit_of,
 )
@@ -40,6 +49,9 @@ from simrun.runstore.schema import (
     UNIT_COLUMNS,
     sql_list,
 )
+
+#: Not a state: the units killed for memory at least once (`RunReads.unit_page`).
+KILLED = "killed"
 
 #: Most host parameters in one statement, well below SQLite's limit.
 BATCH = 500
@@ -129,7 +141,7 @@ DONE_RANGES_SQL = (
 
 
 def _ranges_of(rows: Sequence[Any]) -> list[range]:
-    return merge_ranges(range(int(first), int(last) + 1) for first, last in rows)
+    return list(Ranges.of(range(int(first), int(last) + 1) for first, last in rows).parts)
 
 
 async def done_units_in_file(path: Path, unit_prints: Sequence[str]) -> list[DoneUnits]:
@@ -328,10 +340,8 @@ class RunReads:
         self, run_id: str, task: str | None = None, states: Sequence[UnitState] = ()
     ) -> list[UnitRow]:
         """The units of a run (or one task), optionally only those in ``states``, by task
-        and index: those with a row as stored, and the others as their range job, span or
-        frontier says. A listing of every unit of a large run is as large as the run: the
-        service asks only for the few states it needs."""
-        wanted = set(states) if states else None
+        and index. A listing is as large as the run: the service asks for the few states
+        it needs, and pages (`unit_page`) for the others."""
         sql = f"SELECT {UNIT_COLUMNS} FROM units WHERE run_id = ?"
         params: list[Any] = [run_id]
         if task is not None:
@@ -341,58 +351,65 @@ class RunReads:
             sql += f" AND state IN ({marks(len(states))})"
             params += states
         out = [unit_of(r) for r in await self._fetch(sql, params)]
-        scope, scope_params = ("AND task = ?", (task,)) if task is not None else ("", ())
-        name_scope = "AND name = ?" if task is not None else ""
-        if wanted is None or wanted & {"queued", "running"}:
-            for job in await self._range_jobs(run_id, scope, scope_params):
-                state: UnitState = "running" if job.running else "queued"
-                if wanted is None or state in wanted:
-                    out += [job_unit(job, i) for i in job_indices(job)]
-        if wanted is None or "done" in wanted:
-            rows = await self._fetch(
-                f"SELECT {SPAN_COLUMNS} FROM spans WHERE run_id = ? {scope}",
-                (run_id, *scope_params),
-            )
-            for r in rows:
-                out += span_units(r)
-        if wanted is None or "pending" in wanted:
-            rows = await self._fetch(
-                "SELECT name, frontier, units FROM tasks WHERE run_id = ? AND splittable = 1"
-                f" AND units > frontier {name_scope}",
-                (run_id, *scope_params),
-            )
-            for name, frontier, units in rows:
-                out += [
-                    UnitRow(run_id, str(name), i, "chunk", "pending")
-                    for i in range(int(frontier), int(units))
-                ]
+        for part in await self._unit_ranges(run_id, task, set(states or UNIT_STATES)):
+            out += [part.unit(i) for i in part.indices]
         out.sort(key=lambda u: (u.task, u.index))
         return out
 
-    async def done_parts(self, run_id: str, task: str) -> tuple[list[UnitRow], list[Any]]:
-        """A task's done units without an object per unit (a page of a large task costs a
-        page): those with a row of their own, and its spans (rows of ``SELECT
-        {SPAN_COLUMNS}``, whose units `span_units` makes), each by index."""
+    async def unit_page(
+        self, run_id: str, task: str, state: str, offset: int, limit: int
+    ) -> tuple[int, list[UnitRow]]:
+        """The total of a task's units in ``state`` (or killed for memory at least once:
+        `KILLED`) and the page of ``limit`` of them from position ``offset`` by index: the
+        units without a row are made for the page only."""
+        where, params = (
+            ("kills > 0", (run_id, task))
+            if state == KILLED
+            else ("state = ?", (run_id, task, state))
+        )
+        sql = f"FROM units WHERE run_id = ? AND task = ? AND {where}"
+        own = Ranges.of_indices(int(i) for (i,) in await self._fetch(f"SELECT idx {sql}", params))
+        ranged = [] if state == KILLED else await self._unit_ranges(run_id, task, {state})
+        ranged.sort(key=lambda part: part.indices.start)
+        found = own | Ranges.of(part.indices for part in ranged)
+        page = found.page(offset, limit)
+        if not page:
+            return found.count, []
+        first, last = page.parts[0].start, page.parts[-1].stop - 1
         rows = await self._fetch(
-            f"SELECT {UNIT_COLUMNS} FROM units WHERE run_id = ? AND task = ? AND state = 'done'"
-            " ORDER BY idx",
-            (run_id, task),
+            f"SELECT {UNIT_COLUMNS} {sql} AND idx BETWEEN ? AND ?", (*params, first, last)
         )
-        spans = await self._fetch(
-            f"SELECT {SPAN_COLUMNS} FROM spans WHERE run_id = ? AND task = ? ORDER BY first_idx",
-            (run_id, task),
-        )
-        return [unit_of(r) for r in rows], list(spans)
+        with_row = {u.index: u for u in map(unit_of, rows)}
+        starts = [part.indices.start for part in ranged]
+        return found.count, [
+            with_row[i] if i in with_row else ranged[bisect.bisect_right(starts, i) - 1].unit(i)
+            for i in page
+        ]
 
-    async def killed_units(self, run_id: str, task: str) -> list[UnitRow]:
-        """A task's units killed for memory at least once, whatever became of them (a kill
-        gives a unit a row of its own), by index."""
-        rows = await self._fetch(
-            f"SELECT {UNIT_COLUMNS} FROM units WHERE run_id = ? AND task = ? AND kills > 0"
-            " ORDER BY idx",
-            (run_id, task),
-        )
-        return [unit_of(r) for r in rows]
+    async def _unit_ranges(
+        self, run_id: str, task: str | None, states: set[str]
+    ) -> list[UnitRange]:
+        """The units of a run (or one task) in ``states`` that have no row: those of its
+        range jobs in flight, its spans and past its frontier."""
+        scope, params = ("AND task = ?", (run_id, task)) if task is not None else ("", (run_id,))
+        out: list[UnitRange] = []
+        if states & {"queued", "running"}:
+            jobs = await self._range_jobs(run_id, scope, params[1:])
+            out += [part for part in map(job_range, jobs) if part.fields["state"] in states]
+        if "done" in states:
+            spans = await self._fetch(
+                f"SELECT {SPAN_COLUMNS} FROM spans WHERE run_id = ? {scope}", params
+            )
+            out += map(span_range, spans)
+        if "pending" in states:
+            name_scope = scope.replace("task", "name")
+            rows = await self._fetch(
+                "SELECT name, frontier, units FROM tasks WHERE run_id = ? AND splittable = 1"
+                f" AND units > frontier {name_scope}",
+                params,
+            )
+            out += [fresh_range(run_id, str(n), range(int(f), int(u))) for n, f, u in rows]
+        return out
 
     async def _range_jobs(
         self, run_id: str, scope: str = "", params: Sequence[Any] = ()

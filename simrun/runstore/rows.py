@@ -342,50 +342,63 @@ def counts_of(rows: Iterable[Sequence[Any]]) -> dict[str, TaskCounts]:
     }
 
 
-def job_indices(job: JobRow) -> range:
-    """The units of a range job (none for a job whose units have rows)."""
+@dataclass(frozen=True)
+class UnitRange:
+    """Units with no row of their own, alike but for their index: those of a range job in
+    flight, of a span (done) or past a task's frontier (pending). ``fields`` are what their
+    rows would say but ``index``; `unit` makes one."""
+
+    indices: range
+    fields: Mapping[str, Any]
+
+    def unit(self, index: int) -> UnitRow:
+        return UnitRow(index=index, **self.fields)
+
+
+def job_range(job: JobRow) -> UnitRange:
+    """The units of a range job in flight, queued or running."""
     if job.first_idx is None or job.last_idx is None:
-        return range(0)
-    return range(job.first_idx, job.last_idx + 1)
-
-
-def job_unit(job: JobRow, index: int) -> UnitRow:
-    """A unit of a range job in flight, as its row would say."""
-    return UnitRow(
-        job.run,
-        job.task,
-        index,
-        "chunk",
-        "running" if job.running else "queued",
-        attempt=job.attempt,
-        job_id=job.id,
-        memory_gb=job.memory_gb,
-        worker=job.worker,
-        queued_s=job.enqueued_s,
-        started_s=job.started_s if job.running else None,
+        raise ValueError(f"job {job.id} is no range job: its units have rows")
+    return UnitRange(
+        range(job.first_idx, job.last_idx + 1),
+        {
+            "run": job.run,
+            "task": job.task,
+            "kind": "chunk",
+            "state": "running" if job.running else "queued",
+            "attempt": job.attempt,
+            "job_id": job.id,
+            "memory_gb": job.memory_gb,
+            "worker": job.worker,
+            "queued_s": job.enqueued_s,
+            "started_s": job.started_s if job.running else None,
+        },
     )
 
 
-def span_units(row: Sequence[Any]) -> list[UnitRow]:
-    """The units of a span (a row of ``SELECT {SPAN_COLUMNS}``), done, as their rows would
-    say."""
+def span_range(row: Sequence[Any]) -> UnitRange:
+    """The units of a span (a row of ``SELECT {SPAN_COLUMNS}``), done."""
     run, task, first, last, attempt, job_id, memory_gb, worker, queued_s, started_s, finished_s = (
         row
     )
-    return [
-        UnitRow(
-            str(run),
-            str(task),
-            i,
-            "chunk",
-            "done",
-            attempt=int(attempt),
-            job_id=str(job_id),
-            memory_gb=memory_gb,
-            worker=worker,
-            queued_s=queued_s,
-            started_s=started_s,
-            finished_s=finished_s,
-        )
-        for i in range(int(first), int(last) + 1)
-    ]
+    return UnitRange(
+        range(int(first), int(last) + 1),
+        {
+            "run": str(run),
+            "task": str(task),
+            "kind": "chunk",
+            "state": "done",
+            "attempt": int(attempt),
+            "job_id": str(job_id),
+            "memory_gb": memory_gb,
+            "worker": worker,
+            "queued_s": queued_s,
+            "started_s": started_s,
+            "finished_s": finished_s,
+        },
+    )
+
+
+def fresh_range(run: str, task: str, fresh: range) -> UnitRange:
+    """The units of a task never dispatched (from its frontier on), pending."""
+    return UnitRange(fresh, {"run": run, "task": task, "kind": "chunk", "state": "pending"})

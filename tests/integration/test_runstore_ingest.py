@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simrun import db
+from simrun.core.ranges import Ranges
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.states import Limits, UnitRow, unit_after_outcome, unit_index
-from simrun.core.wire import index_ranges
 from simrun.runstore.ingest import all_done, observed_peak_gb, split_reports
 from simrun.runstore.rows import Applied, NewJob, NewRun, NewTask
 from simrun.runstore.schema import COMPONENT, MIGRATIONS
@@ -93,7 +93,7 @@ def new_run() -> NewRun:
 )
 def test_index_ranges(indices: list[int], ranges: list[tuple[int, int]]) -> None:
     """Indices become the fewest inclusive ranges that hold exactly them, ascending."""
-    assert index_ranges(indices) == ranges
+    assert Ranges.of_indices(indices).pairs == ranges
 
 
 @pytest.mark.parametrize(

@@ -347,3 +347,127 @@ async def test_jobs_that_skip_fresh_units_are_refused_with_what_they_took(store:
     assert await unit_rows(store) == 0
     assert await store.fresh_units("r1", "sweep") == range(10)
     assert await store.jobs("r1") == []
+
+
+def _route(store: RunStore) -> Any:
+    """The ``GET /runs/{id}/units`` route over ``store`` alone."""
+    from types import SimpleNamespace
+
+    from simrun.service.api.dashboard import units
+
+    controller = SimpleNamespace(queries=SimpleNamespace(store=store))
+    return lambda **query: units("r1", controller, task="sweep", **query)
+
+
+@pytest.mark.parametrize(
+    ("count", "offset", "limit", "indices"),
+    [
+        (10, 0, 3, [0, 1, 2]),
+        (10, 8, 5, [8, 9]),
+        (10, 20, 5, []),
+        (10, -4, 2, [0, 1]),
+        (2000, 0, 10_000, list(range(500))),
+    ],
+)
+async def test_a_page_of_units(
+    store: RunStore, count: int, offset: int, limit: int, indices: list[int]
+) -> None:
+    """A page holds the units from its offset (never below 0), at most 500 (`MAX_PAGE`),
+    with the total of the state."""
+    await store.start_task("r1", "sweep", count, now_s=101.0)
+    page = await _route(store)(state="pending", offset=offset, limit=limit)
+    assert [u["index"] for u in page["units"]] == indices
+    assert (page["total"], page["offset"]) == (count, max(0, offset))
+
+
+@pytest.mark.parametrize(
+    ("sent_back", "offset", "limit", "indices"),
+    [
+        ([2, 5], 0, 4, [2, 5, 10, 11]),
+        ([2, 5], 1, 2, [5, 10]),
+        ([2, 5], 4, 2, [12, 13]),
+        ([], 999_998, 5, [999_998, 999_999]),
+    ],
+)
+async def test_a_page_of_pending_units_is_made_from_the_frontier(
+    store: RunStore, sent_back: list[int], offset: int, limit: int, indices: list[int]
+) -> None:
+    """Pending units: those sent back (rows below the frontier) and the fresh ones from
+    the frontier, by index, made up for the page only (a million of them cost a page)."""
+    await store.start_task("r1", "sweep", 1_000_000, now_s=101.0)
+    if sent_back:
+        await store.add_jobs([fresh_job(0, 9)], now_s=102.0)
+        outcomes = {i: "failed" if i in sent_back else "done" for i in range(10)}
+        await apply(store, [entry("j0-9:1", outcomes)])
+    page = await store.unit_page("r1", "sweep", "pending", offset, limit)
+    assert [u.index for u in page[1]] == indices
+    assert page[0] == len(sent_back) + 999_990 if sent_back else 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("rows", "spans", "offset", "limit", "indices", "total"),
+    [
+        ([], [(0, 9)], 0, 3, [0, 1, 2], 10),
+        ([], [(0, 9), (10, 999_999)], 999_997, 5, [999_997, 999_998, 999_999], 1_000_000),
+        ([5], [(0, 4), (6, 9)], 3, 4, [3, 4, 5, 6], 10),
+        ([0, 1], [], 1, 10, [1], 2),
+        ([], [], 0, 10, [], 0),
+        ([3], [(10, 19)], 0, 3, [3, 10, 11], 11),
+    ],
+)
+async def test_a_page_of_done_units_is_made_from_their_spans(
+    store: RunStore,
+    rows: list[int],
+    spans: list[tuple[int, int]],
+    offset: int,
+    limit: int,
+    indices: list[int],
+    total: int,
+) -> None:
+    """Done units: those with a row and the spans, by index, each as its row or span
+    says; only the part of a span the page reaches becomes units."""
+    await store.start_task("r1", "sweep", 1_000_000, now_s=101.0)
+    reused = [range(a, b + 1) for a, b in spans]
+    async with store.transaction() as conn:
+        await store._reuse_units(conn, "r1", "sweep", 1_000_000, reused, "r0", 101.0)
+    if rows:
+        await store.connection.executemany(
+            "INSERT OR REPLACE INTO units (run_id, task, idx, kind, state, attempt, worker)"
+            " VALUES ('r1', 'sweep', ?, 'chunk', 'done', 2, 'w9')",
+            [(i,) for i in rows],
+        )
+    count, page = await store.unit_page("r1", "sweep", "done", offset, limit)
+    assert ([u.index for u in page], count) == (indices, total)
+    for u in page:
+        assert (u.state, u.worker) == (("done", "w9") if u.index in rows else ("done", None))
+        assert u.job_id == (None if u.index in rows else "reused:r0")
+
+
+@pytest.mark.parametrize("state", ["done", "queued", "pending"])
+async def test_a_page_of_a_million_units_costs_a_page(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch, state: str
+) -> None:
+    """A page of a task's units (``GET /runs/{id}/units``) whose units are a span of
+    1,000,000 reused units, a range job in flight or the frontier makes the units of the
+    page only, never those of the whole range."""
+    if state == "done":
+        reused = [range(1_000_000)]
+        await store.start_task("r1", "sweep", 1_000_000, 101.0, reused=reused, reused_from="r0")
+    else:
+        await store.start_task("r1", "sweep", 1_000_000, now_s=101.0)
+        if state == "queued":
+            await store.add_jobs([fresh_job(0, 999_999)], now_s=102.0)
+    built = 0
+    made = UnitRow.__init__
+
+    def counting(self: UnitRow, *args: Any, **kwargs: Any) -> None:
+        nonlocal built
+        built += 1
+        made(self, *args, **kwargs)
+
+    monkeypatch.setattr(UnitRow, "__init__", counting)
+    page = await _route(store)(state=state, offset=999_990, limit=50)
+    assert page["total"] == 1_000_000
+    assert [u["index"] for u in page["units"]] == list(range(999_990, 1_000_000))
+    assert {u["state"] for u in page["units"]} == {state}
+    assert built <= 50

@@ -49,10 +49,11 @@ from simrun.core.intake import InputLimits, tasks_problem
 from simrun.core.reuse import module_owners
 from simrun.core.scaling import ContainerShape, QueueBacklog, desired_containers
 from simrun.core.sizing import WorkerCapacity, queue_name
-from simrun.core.states import UNIT_STATES, UnitState
+from simrun.core.states import UNIT_STATES
 from simrun.core.views import type_info
 from simrun.plugins import TaskType, count_units
 from simrun.resources import resource_key
+from simrun.runstore.reads import KILLED
 from simrun.service import metrics
 from simrun.service.api.deps import ControllerDep, known_run
 from simrun.service.api.events import EVENT_STREAM, KEEPALIVE_S, event
@@ -60,12 +61,10 @@ from simrun.service.controller import Controller
 from simrun.service.dashboard import (
     MAX_PAGE,
     PlanRow,
-    done_page,
     forecast_rows,
     keep_run,
-    page_of,
-    pending_page,
     run_line,
+    unit_line,
 )
 from simrun.workflow import (
     Problem,
@@ -78,8 +77,6 @@ from simrun.workflow import (
 
 router = APIRouter()
 
-#: Units killed for memory at least once (not a state: they went on, or failed).
-KILLED = "killed"
 #: What a task's strip pages: a state, or the killed units.
 STRIP_STATES = (*UNIT_STATES, KILLED)
 
@@ -192,23 +189,16 @@ async def units(
     known = {t.name for t in await controller.queries.store.tasks(run_id)}
     if task not in known:
         raise HTTPException(status_code=404, detail=f"run {run_id!r} has no task {task!r}")
-    store = controller.queries.store
-    limit = min(limit, MAX_PAGE)
-    if state == "pending":  # the fresh ones as a range: a million-unit task costs a page
-        rows = await store.pending_rows(run_id, task, max(0, offset) + limit)
-        fresh = await store.fresh_units(run_id, task)
-        counts = (await store.counts(run_id)).get(task)
-        total = counts.pending if counts is not None else len(rows) + len(fresh)
-        page = pending_page(rows, fresh, total, (run_id, task), offset, limit)
-    elif state == KILLED:  # killed for memory at least once: each has a row
-        page = page_of(await store.killed_units(run_id, task), offset, limit)
-    elif state == "done":  # the spans made into units for the page only
-        rows, spans = await store.done_parts(run_id, task)
-        page = done_page(rows, spans, offset, limit)
-    else:
-        wanted: UnitState = state  # type: ignore[assignment]  # checked against UNIT_STATES
-        page = page_of(await store.units(run_id, task, states=(wanted,)), offset, limit)
-    return {"run": run_id, "task": task, "state": state, **page}
+    offset, limit = max(0, offset), max(1, min(limit, MAX_PAGE))
+    total, page = await controller.queries.store.unit_page(run_id, task, state, offset, limit)
+    return {
+        "run": run_id,
+        "task": task,
+        "state": state,
+        "total": total,
+        "offset": offset,
+        "units": [unit_line(u) for u in page],
+    }
 
 
 async def workers_document(controller: Controller, default: ContainerShape) -> dict[str, Any]:
