@@ -1,6 +1,6 @@
 """Talking to a simrun service over HTTP, and preparing a workflow before it is sent.
 
-`Client` wraps the routes of `simrun.service.api`; `plan_tasks` runs the ``plan`` of each
+`Client` wraps the routes of `simrun.service.routes`; `plan_tasks` runs the ``plan`` of each
 task type installed here, so a plugin can complete settings from its model before the
 service sees them.
 """

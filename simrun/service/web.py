@@ -4,7 +4,7 @@ The bundle is built from the top-level ``web/`` folder (``npm run build``) into
 ``simrun/service/static/`` and shipped inside the Python package, so a service needs no
 Node.js and the page no network (no asset from a CDN). The files hold no data: they are
 served without the token (`is_static`); every data route and event stream stays behind it
-(`simrun.service.api.guard`), and the page asks the user for the token once and keeps it
+(`simrun.service.routes.guard`), and the page asks the user for the token once and keeps it
 for the browser session.
 
 The page routes with the URL's fragment (``/#/runs/RUN``), so the service serves one

@@ -145,7 +145,7 @@ def test_an_import_against_the_layers_is_reported(module: str, target: str, expe
         ("simrun.service.controller", "simrun.core.states"),
         ("simrun.worker.jobs", "simrun.queues.keys"),
         ("simrun.cli.run", "simrun.local.session"),
-        ("simrun.cli.run", "simrun.service.api"),
+        ("simrun.cli.run", "simrun.service.routes"),
         ("simrun.core.jobs", "simrun.plugins"),
         ("simrun.service.controller", "simrun.service.dispatch"),
     ],

@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from simrun.core.intake import InputLimits, body_limit, body_too_large, is_submission
 from simrun.core.views import ErrorCode, ErrorView
-from simrun.service.api.deps import STATUS
+from simrun.service.routes.deps import STATUS
 from simrun.service.web import is_static
 
 #: The paths that answer without the token: liveness probes cannot send a header, and

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
-from simrun.service.api.deps import ControllerDep, known_run
 from simrun.service.controller import Controller
+from simrun.service.routes.deps import ControllerDep, known_run
 
 router = APIRouter()
 

@@ -15,8 +15,8 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from simrun.core.views import ErrorCode
-from simrun.service.api.deps import ApiError, ControllerDep, known_run, unknown_run
-from simrun.service.api.submission import SubmitBody, receive_submission
+from simrun.service.routes.deps import ApiError, ControllerDep, known_run, unknown_run
+from simrun.service.routes.submission import SubmitBody, receive_submission
 
 router = APIRouter()
 #: The dependencies of a route of one run: 404 when there is no such run.

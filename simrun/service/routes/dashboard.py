@@ -26,7 +26,7 @@ page itself):
                                                      field and line, and the forecast on
                                                      the live pool
 
-All behind the token, like every route but /health (`simrun.service.api.guard`). The
+All behind the token, like every route but /health (`simrun.service.routes.guard`). The
 decisions (a run's line, the filter, a page, the forecast) are pure:
 `simrun.service.dashboard`.
 """
@@ -55,8 +55,6 @@ from simrun.plugins import TaskType, count_units
 from simrun.resources import resource_key
 from simrun.runstore.reads import KILLED
 from simrun.service import metrics
-from simrun.service.api.deps import ControllerDep, known_run
-from simrun.service.api.events import EVENT_STREAM, KEEPALIVE_S, event
 from simrun.service.controller import Controller
 from simrun.service.dashboard import (
     MAX_PAGE,
@@ -66,6 +64,8 @@ from simrun.service.dashboard import (
     run_line,
     unit_line,
 )
+from simrun.service.routes.deps import ControllerDep, known_run
+from simrun.service.routes.events import EVENT_STREAM, KEEPALIVE_S, event
 from simrun.workflow import (
     Problem,
     Workflow,

@@ -19,7 +19,7 @@ from simrun.core.unitlogs import (
     store_unit_logs,
 )
 from simrun.core.views import ErrorCode
-from simrun.service.api.deps import ApiError, ControllerDep, known_run
+from simrun.service.routes.deps import ApiError, ControllerDep, known_run
 
 router = APIRouter()
 ONE_RUN = [Depends(known_run)]

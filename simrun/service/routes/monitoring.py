@@ -13,9 +13,9 @@ from simrun import __version__
 from simrun.core.scaling import ContainerShape
 from simrun.core.views import ErrorCode
 from simrun.service import metrics
-from simrun.service.api.deps import ApiError, ControllerDep
+from simrun.service.routes.deps import ApiError, ControllerDep
 
-#: /health: open (`simrun.service.api.guard.OPEN_PATHS`).
+#: /health: open (`simrun.service.routes.guard.OPEN_PATHS`).
 health_router = APIRouter()
 #: /backlog and /metrics: behind the token like every route but /health (the guard).
 router = APIRouter()

@@ -12,7 +12,8 @@ from fastapi import FastAPI
 from simrun import __version__
 from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
 from simrun.service import web
-from simrun.service.api import (
+from simrun.service.controller import Controller
+from simrun.service.routes import (
     dashboard,
     deps,
     events,
@@ -23,7 +24,6 @@ from simrun.service.api import (
     runs,
     types,
 )
-from simrun.service.controller import Controller
 
 
 def create_app(

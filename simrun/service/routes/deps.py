@@ -95,7 +95,7 @@ def install_errors(app: FastAPI) -> None:
 
 
 def controller_of(request: Request) -> Controller:
-    """The controller the app was created over (`simrun.service.api.create_app`)."""
+    """The controller the app was created over (`simrun.service.routes.create_app`)."""
     controller: Controller = request.app.state.controller
     return controller
 
