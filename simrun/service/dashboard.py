@@ -2,7 +2,7 @@
 list, the runs a filter keeps, a page of a task's units, and the forecast of a workflow
 drawn up in the Editor on the live pool.
 
-The routes (`simrun.service.routes.dashboard`) read the stores and call these; the tests
+The routes (`simrun.service.routes`) read the stores and call these; the tests
 check them as tables (``tests/unit/test_dashboard.py``).
 """
 

@@ -353,7 +353,7 @@ def _route(store: RunStore) -> Any:
     """The ``GET /runs/{id}/units`` route over ``store`` alone."""
     from types import SimpleNamespace
 
-    from simrun.service.routes.dashboard import units
+    from simrun.service.routes.runs import units
 
     controller = SimpleNamespace(queries=SimpleNamespace(store=store))
     return lambda **query: units("r1", controller, task="sweep", **query)

@@ -14,8 +14,8 @@ from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
 from simrun.service import web
 from simrun.service.controller import Controller
 from simrun.service.routes import (
-    dashboard,
     deps,
+    editor,
     events,
     guard,
     logs,
@@ -55,6 +55,6 @@ def create_app(
     app.include_router(logs.router)
     app.include_router(resources.router)
     app.include_router(monitoring.router)
-    app.include_router(dashboard.router)
+    app.include_router(editor.router)
     app.include_router(web.router)
     return app

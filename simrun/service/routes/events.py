@@ -1,16 +1,14 @@
-"""``GET /runs/{id}/events``: a run's view (the JSON of ``GET /runs/{id}``) pushed as
-server-sent events named ``run``, at once and then each time it changed, woken by the
-controller's change notification (`Controller.changes`); a keep-alive comment after
-`KEEPALIVE_S` without one. The stream ends after the view of the ended run, or when the
-service stops.
-"""
+"""Server-sent events: ``GET /runs/{id}/events`` (a run's view, event ``run``, at once and
+each time it changed, until it ended) and the streams of documents read on a timer and on
+the controller's changes (`polled_events`: the runs list, the workers)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
@@ -26,6 +24,11 @@ KEEPALIVE_S = 15.0
 MIN_GAP_S = 0.05
 #: The media type of server-sent events.
 EVENT_STREAM = "text/event-stream"
+
+
+#: Seconds after a wake-up before a polled document is read again: a busy controller
+#: notifies every step (at most ~1/POLL_MIN_GAP_S reads a second).
+POLL_MIN_GAP_S = 0.25
 
 
 def event(name: str, data: str) -> bytes:
@@ -69,9 +72,42 @@ async def run_events(
 
 @router.get("/runs/{run_id}/events", dependencies=[Depends(known_run)], response_model=None)
 async def events(run_id: str, request: Request, controller: ControllerDep) -> StreamingResponse:
-    """The run's view as server-sent events while it runs (see the module's description)."""
+    """The run's view as server-sent events while it runs."""
+    return streaming(run_events(controller, run_id, disconnected=request))
+
+
+def streaming(events: AsyncIterator[bytes]) -> StreamingResponse:
+    """The answer of a route of server-sent events, never cached nor buffered."""
     return StreamingResponse(
-        run_events(controller, run_id, disconnected=request),
+        events,
         media_type=EVENT_STREAM,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
+
+
+async def polled_events(
+    controller: Controller,
+    read: Callable[[], Awaitable[tuple[str, Any]]],
+    poll_s: float,
+    disconnected: Request | None = None,
+) -> AsyncIterator[bytes]:
+    """The events ``read`` gives (its name and data): at once, then each time the data
+    changed, read every ``poll_s`` and on the controller's changes; a keep-alive comment
+    after `KEEPALIVE_S` without one. Ends when the service stops or the client left."""
+    changes = controller.changes
+    sent: str | None = None
+    quiet_since = time.monotonic()
+    while not changes.closed:
+        version = changes.version("")  # grows with every step that changed something
+        name, data = await read()
+        text = json.dumps(data, separators=(",", ":"))
+        if text != sent:
+            yield event(name, text)
+            sent, quiet_since = text, time.monotonic()
+        elif time.monotonic() - quiet_since >= KEEPALIVE_S:
+            yield b": keep-alive\n\n"
+            quiet_since = time.monotonic()
+        if disconnected is not None and await disconnected.is_disconnected():
+            return
+        if await changes.wait("", version, poll_s) > version:
+            await asyncio.sleep(POLL_MIN_GAP_S)  # a burst of steps is read once

@@ -1,4 +1,5 @@
-"""The routes of runs: submit, list, one run, its failures, replay and cancel. A rejected
+"""The routes of runs: submit, list (and the web app's runs list and its events), one run,
+a page of a task's units in one state, its failures, replay and cancel. A rejected
 document creates nothing (422, every problem); a replay or cancel the run's state does not
 allow answers 409, an unknown run 404 (`deps`)."""
 
@@ -7,15 +8,22 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from simrun.core.states import UNIT_STATES
 from simrun.core.views import ErrorCode
+from simrun.runstore.reads import KILLED
+from simrun.service.controller import Controller
+from simrun.service.dashboard import MAX_PAGE, keep_run, run_line, unit_line
 from simrun.service.routes.deps import ApiError, ControllerDep, known_run, unknown_run
+from simrun.service.routes.events import polled_events, streaming
 from simrun.service.routes.submission import SubmitBody, receive_submission
 
 router = APIRouter()
@@ -102,3 +110,94 @@ async def replay(run_id: str, body: ReplayBody, controller: ControllerDep) -> di
 @router.post("/runs/{run_id}/cancel", dependencies=ONE_RUN)
 async def cancel(run_id: str, controller: ControllerDep) -> dict[str, Any]:
     return {"run": run_id, "in_flight": await controller.cancel(run_id)}
+
+
+#: What a task's strip pages: a state, or the killed units.
+STRIP_STATES = (*UNIT_STATES, KILLED)
+
+#: Seconds between two reads of the runs list while nothing was notified (a submission
+#: notifies its own run only, which the list's follower does not wait on).
+LIST_POLL_S = 1.0
+
+
+#: The lines of ended runs a follower of the list has read, by run id, with the run's
+#: ``updated_s`` then (a replay changes it): an ended run's line does not change.
+EndedLines = dict[str, tuple[float, dict[str, Any]]]
+
+
+async def runs_lines(
+    controller: Controller,
+    state: str | None,
+    text: str | None,
+    limit: int,
+    ended: EndedLines | None = None,
+) -> list[dict[str, Any]]:
+    """The runs list under a filter, the latest first. With ``ended`` (a follower's own),
+    the lines of ended runs are read once and kept there."""
+    now = time.time()
+    out = []
+    for row in await controller.queries.runs(limit=max(1, min(limit, 1000))):
+        kept = ended.get(row.id) if ended is not None else None
+        if kept is not None and kept[0] == row.updated_s:
+            line = kept[1]
+        else:
+            view = await controller.queries.run(row.id)
+            if view is None:
+                continue
+            line = run_line(view, now)
+            if ended is not None and row.state != "running":
+                ended[row.id] = (row.updated_s, line)
+        if keep_run(line, state, text):
+            out.append(line)
+    return out
+
+
+@router.get("/dashboard/runs")
+async def dashboard_runs(
+    controller: ControllerDep, state: str | None = None, q: str | None = None, limit: int = 50
+) -> list[dict[str, Any]]:
+    return await runs_lines(controller, state, q, limit)
+
+
+@router.get("/dashboard/runs/events", response_model=None)
+async def dashboard_run_events(
+    request: Request,
+    controller: ControllerDep,
+    state: str | None = None,
+    q: str | None = None,
+    limit: int = 50,
+) -> StreamingResponse:
+    ended: EndedLines = {}
+
+    async def read() -> tuple[str, Any]:
+        return "runs", await runs_lines(controller, state, q, limit, ended)
+
+    return streaming(polled_events(controller, read, LIST_POLL_S, request))
+
+
+@router.get("/runs/{run_id}/units", dependencies=ONE_RUN)
+async def units(
+    run_id: str,
+    controller: ControllerDep,
+    task: str,
+    state: str,
+    offset: int = 0,
+    limit: int = 100,
+) -> dict[str, Any]:
+    """A page of ``task``'s units in ``state`` (by index), or of its units killed for
+    memory (``killed``), with their total."""
+    if state not in STRIP_STATES:
+        raise ApiError(ErrorCode.INVALID, f"state {state!r} is none of {', '.join(STRIP_STATES)}")
+    known = {t.name for t in await controller.queries.store.tasks(run_id)}
+    if task not in known:
+        raise ApiError(ErrorCode.NOT_FOUND, f"run {run_id!r} has no task {task!r}")
+    offset, limit = max(0, offset), max(1, min(limit, MAX_PAGE))
+    total, page = await controller.queries.store.unit_page(run_id, task, state, offset, limit)
+    return {
+        "run": run_id,
+        "task": task,
+        "state": state,
+        "total": total,
+        "offset": offset,
+        "units": [unit_line(u) for u in page],
+    }
