@@ -1,10 +1,6 @@
-"""What is shown of runs: the views the HTTP API sends and the command line shows.
-
-Neutral data: the service builds them from its stored rows (`simrun.service.views`), the
-HTTP API sends them as JSON (`to_dict`), and `simrun.client.Client` parses that JSON back
-(`parse_run`, `parse_runs`, `parse_failures`) for the terminal views. A field an older
-service does not send has its default (None: the view does not tell, shown as a dash).
-"""
+"""What is shown of runs: the views the service builds from its rows, the HTTP API sends
+as JSON (`to_dict`) and `simrun.client.Client` parses back (`parse_run` and friends); the
+error answers of the HTTP API (`ErrorView`); what a client knows of a task type."""
 
 from __future__ import annotations
 

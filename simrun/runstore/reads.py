@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,27 +86,20 @@ def _done_sql(n: int) -> str:
 
 async def done_in_file(path: Path, fingerprints: Sequence[str]) -> list[DoneTask]:
     """The done tasks with one of ``fingerprints`` in the store file ``path``, latest
-    first, read without writing (the dry run's reuse forecast): none when the file is not
-    there or is older than fingerprints."""
+    first, read without writing (the dry run's reuse forecast); none without the file."""
     rows = await _rows_in_file(path, fingerprints, _done_sql)
     return [DoneTask(*r) for r in rows]
 
 
 async def _rows_in_file(path: Path, keys: Sequence[str], sql: Callable[[int], str]) -> list[Any]:
     """The rows of ``sql(n)`` for ``keys`` (in chunks) in the store file ``path``, read
-    without writing: none when the file is not there, or is older than the columns the
-    query reads (a store from before reuse: nothing to reuse)."""
+    without writing; none when the file is not there."""
     if not keys or not await asyncio.to_thread(path.is_file):
         return []
     found: list[Any] = []
     async with db.session(path) as conn:
         for part in chunks(list(keys)):
-            try:
-                found += await conn.execute_fetchall(sql(len(part)), tuple(part))
-            except sqlite3.OperationalError as exc:
-                if "no such column" in str(exc):
-                    return []
-                raise
+            found += await conn.execute_fetchall(sql(len(part)), tuple(part))
     return found
 
 
@@ -146,8 +138,7 @@ def _ranges_of(rows: Sequence[Any]) -> list[range]:
 
 async def done_units_in_file(path: Path, unit_prints: Sequence[str]) -> list[DoneUnits]:
     """The finished tasks with one of ``unit_prints`` in the store file ``path``, latest
-    first, read without writing (the dry run's forecast): none when the file is not there
-    or is older than unit fingerprints."""
+    first, read without writing (the dry run's forecast); none without the file."""
     rows = await _rows_in_file(path, unit_prints, _done_units_sql)
     return [DoneUnits(*r) for r in rows]
 

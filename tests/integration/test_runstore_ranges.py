@@ -13,13 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simrun import db
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.states import Limits, TaskCounts, UnitRow
 from simrun.runstore.rows import NewJob, NewRun, NewTask
-from simrun.runstore.schema import COMPONENT, MIGRATIONS
 from simrun.runstore.store import RunStore
-from tests.support.old_stores import old_store_file
 
 LIMITS = Limits(max_retries=1, max_kills=1)
 
@@ -210,45 +207,6 @@ async def test_cancel_returns_the_units_of_range_jobs(store: RunStore):
     ]  # fmt: skip
     assert await store.jobs("r1") == []
     assert await store.counts("r1") == {"sweep": TaskCounts(pending=10)}
-
-
-async def test_a_store_of_the_third_schema_keeps_its_units(tmp_path: Path):
-    """A file written before units were ranges is upgraded on open: every unit of a
-    started task keeps its row (the frontier is set past them), so counts, pending units
-    and reports read as before, and nothing fresh is made up."""
-    path = tmp_path / "simrun.db"
-    async with old_store_file(path, steps=3) as conn:
-        await conn.execute(
-            "INSERT INTO tasks (run_id, name, position, type, settings, inputs, depends,"
-            " splittable, has_merge, state, units) VALUES ('old', 'sweep', 0, 'heat', '{}',"
-            " '{}', '[]', 1, 0, 'running', 3)"
-        )
-        await conn.executemany(
-            "INSERT INTO units (run_id, task, idx, kind, state, attempt, job_id)"
-            " VALUES ('old', 'sweep', ?, 'chunk', ?, ?, ?)",
-            [(0, "done", 1, "a"), (1, "queued", 1, "b"), (2, "pending", 1, None)],
-        )
-        await conn.execute(
-            "INSERT INTO jobs (id, run_id, task, kind, queue, attempt, units, enqueued_s)"
-            " VALUES ('b', 'old', 'sweep', 'chunk', 'cpu', 1, 1, 1)"
-        )
-        await conn.commit()
-    store = await RunStore.open(path)
-    try:
-        assert await db.component_version(store.connection, COMPONENT) == len(MIGRATIONS)
-        (task,) = await store.tasks("old")
-        assert (task.frontier, task.spans_done) == (3, 0)
-        assert await store.counts("old") == {"sweep": TaskCounts(pending=1, queued=1, done=1)}
-        assert await store.fresh_units("old", "sweep") == range(3, 3)
-        assert [u.index for u in await store.pending_units("old", "sweep", 10)] == [2]
-        async with store.transaction() as c:
-            await store.apply_reports(
-                [entry("b", {1: "done"}).model_copy(update={"run": "old"})],
-                conn=c, limits=LIMITS, now_s=5.0,
-            )  # fmt: skip
-        assert await store.counts("old") == {"sweep": TaskCounts(pending=1, done=2)}
-    finally:
-        await store.close()
 
 
 # -- the same story with range jobs and with rows -------------------------------------------
