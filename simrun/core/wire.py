@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import types
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import msgpack
@@ -77,64 +78,74 @@ def _must(info: FieldInfo) -> str | None:
     return None
 
 
+@dataclass
+class _Place:
+    """Where an error of a model is: the field's name, the nested models on the way to it,
+    its `FieldInfo`, the fields known where it is, and the steps past it (keys, indices)."""
+
+    name: str = ""
+    parents: list[str] = field(default_factory=list)
+    info: FieldInfo | None = None
+    known: list[str] = field(default_factory=list)
+    rest: list[str] = field(default_factory=list)
+
+
+def _place(model: type[BaseModel], loc: list[str]) -> _Place:
+    """The place of an error at ``loc`` in ``model``, going into nested models."""
+    found = _Place(rest=list(loc))
+    current = model
+    while found.rest:
+        part = found.rest.pop(0)
+        fields = current.model_fields
+        found.known, found.info, found.name = sorted(fields), fields.get(part), part
+        nested = found.info.annotation if found.info is not None else None
+        if not (found.rest and isinstance(nested, type) and issubclass(nested, BaseModel)):
+            break
+        found.parents.append(part)
+        current = nested
+    return found
+
+
+def _must_be(error: Any, at: _Place, dotted: bool) -> str:
+    """What a field must be, for the error of a value."""
+    if error["type"] == "literal_error":
+        return f"one of {error['ctx']['expected']}"
+    must = _must(at.info) if at.info is not None and not (dotted and at.rest) else None
+    if must is None:
+        must = error["msg"][0].lower() + error["msg"][1:]
+        must = must.removeprefix("input should be ")
+    return str(must)
+
+
 def explain(
     exc: ValidationError, model: type[BaseModel], where: str = "", *, dotted: bool = False
 ) -> str:
     """One sentence about the first error of ``exc`` (raised validating ``model``):
-
-    ``<where>: the field 'x' is missing``, ``<where>: unknown field 'x' (known: ...)``,
-    ``<where>: field 'x' must be <its description>, got <value>``, or the message a
-    validator of the model raised. A field validator's `ValueError` says what the field
-    "must be ..." (its message follows the field's name). A field of a nested model is
-    named ``'paths.out'`` with ``dotted``, else the nested model goes into the place:
-    ``<where>: paths: the field 'out' is missing``.
-    """
+    ``<where>: the field 'x' is missing``, ``unknown field 'x' (known: ...)``, ``field 'x'
+    must be <its description>, got <value>``, or a validator's message (a field
+    validator's says what the field "must be ..."). A field of a nested model is named
+    ``'paths.out'`` with ``dotted``, else it goes into the place: ``paths: the field
+    'out' is missing``."""
     error = exc.errors(include_url=False)[0]
     # pydantic marks an error in a key of a map with an extra "[key]" step: the key is named.
-    loc = [str(part) for part in error["loc"] if part != "[key]"]
-    places = [where] if where else []
-    current: type[BaseModel] | None = model
-    parents: list[str] = []
-    name = ""
-    info: FieldInfo | None = None
-    while loc:
-        part = loc.pop(0)
-        fields = current.model_fields if current is not None else {}
-        known = sorted(fields)
-        info = fields.get(part)
-        name = part
-        nested = info.annotation if info is not None else None
-        if loc and isinstance(nested, type) and issubclass(nested, BaseModel):
-            parents.append(part)
-            current = nested
-            continue
-        break
-    if dotted:
-        name = ".".join([*parents, name, *loc])
-    else:
-        places += parents
-    place = ": ".join(places)
+    at = _place(model, [str(part) for part in error["loc"] if part != "[key]"])
+    name = ".".join([*at.parents, at.name, *at.rest]) if dotted else at.name
+    place = ": ".join([*([where] if where else []), *([] if dotted else at.parents)])
     prefix = f"{place}: " if place else ""
     kind = error["type"]
     if kind == "missing":
         return f"{prefix}the field {name!r} is missing"
     if kind == "extra_forbidden":
-        listed = "" if loc else f" (known: {', '.join(known)})"
+        listed = "" if at.rest else f" (known: {', '.join(at.known)})"
         return f"{prefix}unknown field {name!r}{listed}"
     if not name:  # the whole input: a validator of the model, or input that is no map
         ctx = error.get("ctx", {})
         return f"{prefix}{ctx['error'] if 'error' in ctx else error['msg']}"
-    at = f" at {name}[{']['.join(loc)}]" if loc and not dotted else ""
-    got = f", got {error['input']!r}{at}"
+    steps = f" at {name}[{']['.join(at.rest)}]" if at.rest and not dotted else ""
+    got = f", got {error['input']!r}{steps}"
     if kind == "value_error":  # a field validator's ValueError says "must be ..."
         return f"{prefix}field {name!r} {error['ctx']['error']}{got}"
-    must = _must(info) if info is not None and not (dotted and loc) else None
-    if kind == "literal_error":
-        must = f"one of {error['ctx']['expected']}"
-    if must is None:
-        must = error["msg"][0].lower() + error["msg"][1:]
-        must = must.removeprefix("input should be ")
-    return f"{prefix}field {name!r} must be {must}{got}"
+    return f"{prefix}field {name!r} must be {_must_be(error, at, dotted)}{got}"
 
 
 def job_id(run: str, task: str, kind: JobKind, indices: Sequence[int], attempt: int) -> str:

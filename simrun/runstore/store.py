@@ -33,7 +33,9 @@ from simrun.runstore.rows import (
     Applied,
     NewJob,
     NewRun,
+    RunRow,
     RunStateError,
+    TaskRow,
     UnknownRunError,
     dumps,
     insert,
@@ -540,6 +542,42 @@ class RunStore(RunReads):
 
     # -- replay and cancel -----------------------------------------------------------------
 
+    async def _run_again(
+        self, run_id: str, task: str | None, memory_gb: float | None
+    ) -> tuple[RunRow, list[TaskRow]]:
+        """A run that a replay or rerun of ``task`` may run again, and its tasks;
+        `RunStateError` says why not."""
+        run = await self.run(run_id)
+        if run is None:
+            raise UnknownRunError(f"there is no run {run_id!r}")
+        if run.state == "cancelled":
+            raise RunStateError(f"run {run_id!r} was cancelled; submit it again instead")
+        if memory_gb is not None and not memory_gb > 0:
+            raise RunStateError(f"memory_gb must be more than 0, got {memory_gb!r}")
+        tasks = await self.tasks(run_id)
+        names = sorted(t.name for t in tasks)
+        if task is not None and task not in names:
+            raise RunStateError(f"run {run_id!r} has no task {task!r} (its tasks: {names})")
+        return run, tasks
+
+    async def _failed(
+        self, run_id: str, task: str | None, indices: Sequence[int]
+    ) -> list[tuple[str, int]]:
+        """The failed units of a run (or of ``task``, or only its ``indices``) to replay."""
+        where, params = ("AND task = ?", [run_id, task]) if task is not None else ("", [run_id])
+        sql = f"SELECT task, idx FROM units WHERE run_id = ? AND state = 'failed' {where}"
+        failed = [(str(t), int(i)) for t, i in await self._fetch(sql, params)]
+        if indices:
+            wanted = set(indices)
+            failed = [(t, i) for t, i in failed if i in wanted]
+            missing = sorted(wanted - {i for _, i in failed})
+            if missing:
+                raise RunStateError(f"task {task!r}: units {missing} are not failed")
+        if not failed:
+            scope = f"task {task!r} of run {run_id!r}" if task else f"run {run_id!r}"
+            raise RunStateError(f"{scope} has no failed units to replay")
+        return failed
+
     async def replay(
         self,
         run_id: str,
@@ -553,38 +591,10 @@ class RunStore(RunReads):
         ``memory_gb`` fixes the memory per process of the replayed tasks. Done units are
         never touched. Returns the number of units replayed; `RunStateError` says why none
         (`UnknownRunError` for an unknown run)."""
-        run = await self.run(run_id)
-        if run is None:
-            raise UnknownRunError(f"there is no run {run_id!r}")
-        if run.state == "cancelled":
-            raise RunStateError(f"run {run_id!r} was cancelled; submit it again instead")
+        run, _ = await self._run_again(run_id, task, memory_gb)
         if indices and task is None:
             raise RunStateError("unit indices need a task (--task) to pick them from")
-        if memory_gb is not None and not memory_gb > 0:
-            raise RunStateError(f"memory_gb must be more than 0, got {memory_gb!r}")
-        names = {t.name: t for t in await self.tasks(run_id)}
-        if task is not None and task not in names:
-            raise RunStateError(f"run {run_id!r} has no task {task!r} (its tasks: {sorted(names)})")
-        where = "run_id = ? AND state = 'failed'"
-        params: list[Any] = [run_id]
-        if task is not None:
-            where += " AND task = ?"
-            params.append(task)
-        failed = [
-            (str(r[0]), int(r[1]))
-            for r in await self._fetch(f"SELECT task, idx FROM units WHERE {where}", params)
-        ]
-        if indices:
-            wanted = set(indices)
-            chosen = [(t, i) for t, i in failed if i in wanted]
-            missing = sorted(wanted - {i for _, i in chosen})
-            if missing:
-                raise RunStateError(f"task {task!r}: units {missing} are not failed")
-            failed = chosen
-        if not failed:
-            scope = f"task {task!r} of run {run_id!r}" if task else f"run {run_id!r}"
-            raise RunStateError(f"{scope} has no failed units to replay")
-        tasks = sorted({t for t, _ in failed})
+        failed = await self._failed(run_id, task, indices)
         async with self.transaction() as c:
             await c.executemany(
                 "UPDATE units SET state = 'pending', errors = 0, kills = 0, finished_s = NULL,"
@@ -599,7 +609,7 @@ class RunStore(RunReads):
                 " status = '', finished_s = NULL,"
                 " memory_override_gb = coalesce(?, memory_override_gb)"
                 " WHERE run_id = ? AND name = ?",
-                [(memory_gb, run_id, t) for t in tasks],
+                [(memory_gb, run_id, t) for t in sorted({t for t, _ in failed})],
             )
             if run.finished_s is not None:  # an ended run: the time until now was no run time
                 await self._pause(c, run_id, run.finished_s, now_s)
@@ -610,31 +620,15 @@ class RunStore(RunReads):
         self, run_id: str, task: str, now_s: float, memory_gb: float | None = None
     ) -> tuple[list[str], int]:
         """Run ``task`` again from the start, done units included, and every task that reads
-        its outputs (directly or not): each goes back to ``waiting`` with no unit (as if it
-        had never started), so the controller starts it again, counting its units, once its
-        inputs are done; the run runs again. ``memory_gb`` fixes the memory per process of
+        its outputs: each goes back to ``waiting`` with no unit, so the controller starts it
+        again once its inputs are done. ``memory_gb`` fixes the memory per process of
         ``task``. Returns the tasks reset (``task`` first, then in the run's order) and the
-        units they had.
-
-        `RunStateError` for a cancelled run, an unknown task, a task that never started, or
-        one of those tasks still active (its units in flight: let the run end first).
-
-        Units start again as fresh ones of attempt 1: a job id still kept by Redis (a
-        result of the last minutes) is refused at enqueue and dispatched again under the
-        next attempt (`simrun.service.dispatch`); the caller drops the tasks' attempts
-        hashes (their units are current again).
-        """
-        run = await self.run(run_id)
-        if run is None:
-            raise UnknownRunError(f"there is no run {run_id!r}")
-        if run.state == "cancelled":
-            raise RunStateError(f"run {run_id!r} was cancelled; submit it again instead")
-        if memory_gb is not None and not memory_gb > 0:
-            raise RunStateError(f"memory_gb must be more than 0, got {memory_gb!r}")
-        rows = await self.tasks(run_id)
+        units they had; `RunStateError` for a cancelled run, an unknown task, one that never
+        started, or one of those tasks still active. Units start again as fresh ones of
+        attempt 1 (a job id Redis still keeps is dispatched under the next attempt); the
+        caller drops the tasks' attempts hashes."""
+        _, rows = await self._run_again(run_id, task, memory_gb)
         names = {t.name: t for t in rows}
-        if task not in names:
-            raise RunStateError(f"run {run_id!r} has no task {task!r} (its tasks: {sorted(names)})")
         if names[task].state in NOT_STARTED_TASK_STATES:
             raise RunStateError(
                 f"task {task!r} of run {run_id!r} has not run yet ({names[task].state}): "
@@ -642,15 +636,13 @@ class RunStore(RunReads):
             )
         below = downstream({t.name: t.depends for t in rows}, task)
         chosen = [task, *(t.name for t in rows if t.name in below)]
-        active = [n for n in chosen if names[n].state in ACTIVE_TASK_STATES]
-        flying = {j.task for j in await self.jobs(run_id)} & set(chosen)
-        if active or flying:
-            which = ", ".join(repr(n) for n in sorted(set(active) | flying))
+        active = {n for n in chosen if names[n].state in ACTIVE_TASK_STATES}
+        active |= {j.task for j in await self.jobs(run_id)} & set(chosen)
+        if active:
             raise RunStateError(
-                f"task {which} of run {run_id!r} is still running; let the run end first "
-                "(or cancel it and submit it again)"
+                f"task {', '.join(repr(n) for n in sorted(active))} of run {run_id!r} is still"
+                " running; let the run end first (or cancel it and submit it again)"
             )
-        units = sum(names[n].units or 0 for n in chosen)
         params = [(run_id, n) for n in chosen]
         async with self.transaction() as c:
             await c.executemany("DELETE FROM units WHERE run_id = ? AND task = ?", params)
@@ -659,17 +651,14 @@ class RunStore(RunReads):
                 "UPDATE tasks SET state = 'waiting', status = '', units = NULL,"
                 " started_s = NULL, finished_s = NULL, frontier = 0, spans_done = 0,"
                 # Run again means run: no reuse of earlier work, whole or per unit.
-                " reuse = 0, reused_from = NULL, units_reused = 0, units_reused_from = NULL"
+                " reuse = 0, reused_from = NULL, units_reused = 0, units_reused_from = NULL,"
+                " memory_override_gb = CASE WHEN name = ? AND ? IS NOT NULL THEN ?"
+                " ELSE memory_override_gb END"
                 " WHERE run_id = ? AND name = ?",
-                params,
+                [(task, memory_gb, memory_gb, *p) for p in params],
             )
-            if memory_gb is not None:
-                await c.execute(
-                    "UPDATE tasks SET memory_override_gb = ? WHERE run_id = ? AND name = ?",
-                    (memory_gb, run_id, task),
-                )
             await self.set_run_state(run_id, "running", "", now_s, conn=c)
-        return chosen, units
+        return chosen, sum(names[n].units or 0 for n in chosen)
 
     async def cancel(self, run_id: str, now_s: float) -> list[UnitRow]:
         """Cancel a running run: unfinished tasks become cancelled, its jobs leave the set in
