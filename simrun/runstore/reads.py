@@ -1,15 +1,13 @@
-"""The read side of the run store: queries on a connection of their own.
-
-WAL lets this connection see the last committed state while the writer works, so the HTTP
-API never waits for a report batch, and never sees half of one.
-"""
+"""The read side of the run store, on a connection of its own: WAL lets it see the last
+committed state while the writer works, so the HTTP API never waits for a report batch."""
 
 from __future__ import annotations
 
 import asyncio
 import bisect
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,25 +82,6 @@ def _done_sql(n: int) -> str:
     )
 
 
-async def done_in_file(path: Path, fingerprints: Sequence[str]) -> list[DoneTask]:
-    """The done tasks with one of ``fingerprints`` in the store file ``path``, latest
-    first, read without writing (the dry run's reuse forecast); none without the file."""
-    rows = await _rows_in_file(path, fingerprints, _done_sql)
-    return [DoneTask(*r) for r in rows]
-
-
-async def _rows_in_file(path: Path, keys: Sequence[str], sql: Callable[[int], str]) -> list[Any]:
-    """The rows of ``sql(n)`` for ``keys`` (in chunks) in the store file ``path``, read
-    without writing; none when the file is not there."""
-    if not keys or not await asyncio.to_thread(path.is_file):
-        return []
-    found: list[Any] = []
-    async with db.session(path) as conn:
-        for part in chunks(list(keys)):
-            found += await conn.execute_fetchall(sql(len(part)), tuple(part))
-    return found
-
-
 @dataclass(frozen=True)
 class DoneUnits:
     """A finished splittable task of some run with a given unit fingerprint (done, failed
@@ -132,25 +111,6 @@ DONE_RANGES_SQL = (
 )
 
 
-def _ranges_of(rows: Sequence[Any]) -> list[range]:
-    return list(Ranges.of(range(int(first), int(last) + 1) for first, last in rows).parts)
-
-
-async def done_units_in_file(path: Path, unit_prints: Sequence[str]) -> list[DoneUnits]:
-    """The finished tasks with one of ``unit_prints`` in the store file ``path``, latest
-    first, read without writing (the dry run's forecast); none without the file."""
-    rows = await _rows_in_file(path, unit_prints, _done_units_sql)
-    return [DoneUnits(*r) for r in rows]
-
-
-async def done_ranges_in_file(path: Path, run_id: str, task: str) -> list[range]:
-    """The done chunk units of a task in the store file ``path`` (read without writing),
-    as sorted, disjoint ranges."""
-    async with db.session(path) as conn:
-        rows = await conn.execute_fetchall(DONE_RANGES_SQL, (run_id, task) * 2)
-    return _ranges_of(list(rows))
-
-
 #: The last time anything of a run (``?`` four times) was recorded.
 LAST_ACTIVITY_SQL = (
     "SELECT max(t) FROM ("
@@ -170,8 +130,7 @@ class RunReads:
     def __init__(self) -> None:
         self._read: aiosqlite.Connection | None = None
         self._read_lock = asyncio.Lock()
-        #: Running runs this process leaves alone (`running_runs` omits them): the
-        #: interrupted runs an embedded session found and was not asked to go on with.
+        #: Running runs this process leaves alone (an embedded session's interrupted ones).
         self.held: frozenset[str] = frozenset()
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -185,9 +144,8 @@ class RunReads:
         return (await self._with_pauses([run_of(rows[0])]))[0] if rows else None
 
     async def last_activity_s(self, run_id: str) -> float | None:
-        """The last time anything of ``run_id`` was recorded (a unit or span ended, a task
-        started or ended, the run changed state): when a session that was killed stopped
-        it, near enough. None for an unknown run."""
+        """The last time anything of ``run_id`` was recorded: when a session that was killed
+        stopped it, near enough. None for an unknown run."""
         rows = await self._fetch(LAST_ACTIVITY_SQL, (run_id,) * 4)
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
@@ -227,24 +185,26 @@ class RunReads:
     async def done_tasks(self, fingerprints: Sequence[str], other_than: str) -> list[DoneTask]:
         """The done tasks with one of ``fingerprints`` of runs other than ``other_than``,
         latest first."""
-        found: list[DoneTask] = []
-        for part in chunks(list(fingerprints)):
-            rows = await self._fetch(_done_sql(len(part)), tuple(part))
-            found += [DoneTask(*r) for r in rows if r[1] != other_than]
-        return found
+        return [DoneTask(*r) for r in await self._finished(_done_sql, fingerprints, other_than)]
 
     async def done_units(self, unit_prints: Sequence[str], other_than: str) -> list[DoneUnits]:
         """The finished tasks with one of ``unit_prints`` of runs other than
         ``other_than``, latest first (reuse per unit)."""
-        found: list[DoneUnits] = []
-        for part in chunks(list(unit_prints)):
-            rows = await self._fetch(_done_units_sql(len(part)), tuple(part))
-            found += [DoneUnits(*r) for r in rows if r[1] != other_than]
+        found = await self._finished(_done_units_sql, unit_prints, other_than)
+        return [DoneUnits(*r) for r in found]
+
+    async def _finished(
+        self, sql: Callable[[int], str], keys: Sequence[str], other_than: str
+    ) -> list[Any]:
+        found: list[Any] = []
+        for part in chunks(list(keys)):
+            found += [r for r in await self._fetch(sql(len(part)), part) if r[1] != other_than]
         return found
 
     async def done_ranges(self, run_id: str, task: str) -> list[range]:
         """The done chunk units of a task (rows and spans), as sorted, disjoint ranges."""
-        return _ranges_of(await self._fetch(DONE_RANGES_SQL, (run_id, task) * 2))
+        rows = await self._fetch(DONE_RANGES_SQL, (run_id, task) * 2)
+        return list(Ranges.of(range(int(a), int(b) + 1) for a, b in rows).parts)
 
     async def tasks(self, run_id: str) -> list[TaskRow]:
         """The tasks of a run in topological order."""
@@ -254,9 +214,8 @@ class RunReads:
         return [task_of(r) for r in rows]
 
     async def counts(self, run_id: str) -> dict[str, TaskCounts]:
-        """Units by state of every task of a run that has units: from the rows of the units
-        that have one (few), the range jobs in flight and each task's counters, never a
-        scan of every unit."""
+        """Units by state of every task of a run that has units, from the unit rows, the
+        range jobs in flight and each task's counters (never a scan of every unit)."""
         rows = await self._fetch(
             "SELECT task, kind, state, count(*) FROM units WHERE run_id = ?"
             " GROUP BY task, kind, state",
@@ -286,8 +245,7 @@ class RunReads:
         self, run_id: str, task: str, limit: int, kind: UnitKind | None = None
     ) -> list[UnitRow]:
         """Up to ``limit`` pending units of a task, by index: those sent back (with a row),
-        then fresh ones (never dispatched, made up from the frontier). The dispatcher takes
-        the two apart (`pending_rows`, `fresh_units`) to make no object per fresh unit."""
+        then fresh ones from the frontier."""
         units = await self.pending_rows(run_id, task, limit, kind)
         if kind in (None, "chunk") and len(units) < limit:
             fresh = (await self.fresh_units(run_id, task))[: limit - len(units)]
@@ -302,9 +260,8 @@ class RunReads:
         kind: UnitKind | None = None,
         now_s: float | None = None,
     ) -> list[UnitRow]:
-        """Up to ``limit`` pending units of a task that have a row (sent back, replayed, a
-        merge or a command), by index; with ``now_s``, only those whose retry may go now
-        (``not_before_s`` passed): a unit waiting for its delay holds no other back."""
+        """Up to ``limit`` pending units of a task that have a row, by index; with ``now_s``,
+        only those whose retry may go now (a unit waiting for its delay holds none back)."""
         kind_clause = "AND kind = ?" if kind is not None else ""
         time_clause = "AND (not_before_s IS NULL OR not_before_s <= ?)" if now_s is not None else ""
         rows = await self._fetch(
@@ -316,8 +273,7 @@ class RunReads:
         return [unit_of(r) for r in rows]
 
     async def fresh_units(self, run_id: str, task: str) -> range:
-        """The chunk units of a task never dispatched (pending, with no row): the indices
-        from its frontier on."""
+        """The chunk units of a task never dispatched: from its frontier on."""
         rows = await self._fetch(
             "SELECT frontier, coalesce(units, 0) FROM tasks"
             " WHERE run_id = ? AND name = ? AND splittable = 1",
@@ -385,8 +341,13 @@ class RunReads:
         scope, params = ("AND task = ?", (run_id, task)) if task is not None else ("", (run_id,))
         out: list[UnitRange] = []
         if states & {"queued", "running"}:
-            jobs = await self._range_jobs(run_id, scope, params[1:])
-            out += [part for part in map(job_range, jobs) if part.fields["state"] in states]
+            jobs = await self._fetch(
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE run_id = ? {scope}"
+                " AND first_idx IS NOT NULL",
+                params,
+            )
+            ranged = [job_range(job_of(r)) for r in jobs]
+            out += [part for part in ranged if part.fields["state"] in states]
         if "done" in states:
             spans = await self._fetch(
                 f"SELECT {SPAN_COLUMNS} FROM spans WHERE run_id = ? {scope}", params
@@ -401,15 +362,6 @@ class RunReads:
             )
             out += [fresh_range(run_id, str(n), range(int(f), int(u))) for n, f, u in rows]
         return out
-
-    async def _range_jobs(
-        self, run_id: str, scope: str = "", params: Sequence[Any] = ()
-    ) -> list[JobRow]:
-        rows = await self._fetch(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE run_id = ? AND first_idx IS NOT NULL {scope}",
-            (run_id, *params),
-        )
-        return [job_of(r) for r in rows]
 
     async def jobs(self, run_id: str | None = None) -> list[JobRow]:
         """The jobs in flight (of one run, or all)."""
@@ -429,9 +381,8 @@ class RunReads:
         return await self.units(run_id, states=("failed",))
 
     async def pending_counts(self, run_id: str) -> dict[str, dict[str, int]]:
-        """Pending units of a run per task and kind (chunk, command, merge): the rows of
-        units sent back (a partial index holds only pending ones) and each task's fresh
-        units (a counter)."""
+        """Pending units of a run per task and kind: the unit rows (a partial index holds
+        only pending ones) and each task's fresh units (a counter)."""
         rows = await self._fetch(
             "SELECT task, kind, count(*) FROM units INDEXED BY units_pending"
             " WHERE run_id = ? AND state = 'pending' GROUP BY task, kind",
@@ -449,3 +400,37 @@ class RunReads:
             by_kind = out.setdefault(str(task), {})
             by_kind["chunk"] = by_kind.get("chunk", 0) + int(n)
         return out
+
+
+@asynccontextmanager
+async def reads_of_file(path: Path) -> AsyncIterator[RunReads]:
+    """The reads of the store file ``path``, which is neither migrated nor written (the dry
+    run's forecasts)."""
+    reads = RunReads()
+    reads.path, reads._read = path, await db.connect(path)
+    try:
+        yield reads
+    finally:
+        await reads._read.close()
+
+
+async def done_in_file(path: Path, fingerprints: Sequence[str]) -> list[DoneTask]:
+    """`RunReads.done_tasks` in the store file ``path``; none without the file."""
+    if not fingerprints or not await asyncio.to_thread(path.is_file):
+        return []
+    async with reads_of_file(path) as reads:
+        return await reads.done_tasks(fingerprints, other_than="")
+
+
+async def done_units_in_file(path: Path, unit_prints: Sequence[str]) -> list[DoneUnits]:
+    """`RunReads.done_units` in the store file ``path``; none without the file."""
+    if not unit_prints or not await asyncio.to_thread(path.is_file):
+        return []
+    async with reads_of_file(path) as reads:
+        return await reads.done_units(unit_prints, other_than="")
+
+
+async def done_ranges_in_file(path: Path, run_id: str, task: str) -> list[range]:
+    """`RunReads.done_ranges` in the store file ``path``."""
+    async with reads_of_file(path) as reads:
+        return await reads.done_ranges(run_id, task)

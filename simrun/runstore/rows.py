@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from simrun.core.reports import ReportEntry
@@ -18,14 +18,14 @@ class UnknownRunError(LookupError):
 
 
 class RunStateError(ValueError):
-    """What was asked of a run cannot be done in its state, and why: a replay of a
-    cancelled run or of units that did not fail, a cancel of a run that ended, … (the HTTP
-    API answers 409)."""
+    """What was asked of a run cannot be done in its state, and why (the HTTP API answers
+    409)."""
 
 
 @dataclass(frozen=True)
 class NewTask:
-    """A task of a run being created. ``inputs`` maps each port to the path it reads."""
+    """A task of a run being created (the columns: `simrun.runstore.schema`). ``inputs``
+    maps each port to the path it reads; ``retry`` holds its own retry fields."""
 
     name: str
     type: str
@@ -36,17 +36,10 @@ class NewTask:
     splittable: bool
     has_merge: bool
     override: dict[str, Any] | None = None
-    #: The task's own retry fields (``retries``, ``retry_on``, ``retry_delay_s``,
-    #: ``timeout_s``) as JSON, None for the service's defaults.
     retry: dict[str, Any] | None = None
-    #: Its `simrun.core.reuse` fingerprint, and whether it may reuse an earlier run's
-    #: outputs (False: forced to run).
     fingerprint: str | None = None
     reuse: bool = False
-    #: Its unit fingerprint (`simrun.core.reuse.unit_fingerprint`), None when its type
-    #: declares no unit outputs.
     unit_fingerprint: str | None = None
-    #: The input ports staged into the task's local scratch (the workflow's ``stage``).
     staged: tuple[str, ...] = ()
 
 
@@ -60,13 +53,12 @@ class NewRun:
     document: str
     tasks: tuple[NewTask, ...]
     created_s: float
-    #: The environment image of the run (`RunRow.image`).
     image: str | None = None
 
 
 @dataclass(frozen=True)
 class RunRow:
-    """A run as stored."""
+    """A run as stored, with its pauses (stopped and resumed, None: still stopped)."""
 
     id: str
     name: str | None
@@ -77,11 +69,7 @@ class RunRow:
     created_s: float
     updated_s: float
     finished_s: float | None
-    #: When it was stopped (its session ended before it did) and went on again (None:
-    #: still stopped), the first first; `simrun.core.views.running_seconds` leaves them out.
     pauses: tuple[tuple[float, float | None], ...] = ()
-    #: The environment image of the run: its tasks whose type has no image run in it
-    #: (`task_image`); None: on the cpu and gpu queues.
     image: str | None = None
 
     def task_image(self, type_image: str | None) -> str | None:
@@ -91,13 +79,8 @@ class RunRow:
 
 @dataclass(frozen=True, kw_only=True)
 class TaskRow(NewTask):
-    """A task as stored: the task as it was created, and what became of it. ``units``
-    counts its chunk units (1 for a command), None until it started; ``resources`` is the
-    resolved request of its last dispatch. ``kills`` counts every kill for memory of its
-    units (a replay does not undo them), ``requested_gb`` is the largest memory per process
-    its chunk or command units were dispatched with, and ``peak_memory_gb`` the largest
-    peak of a worker process its reports measured (merges and reports killed for memory
-    left out); the store keeps them as it goes."""
+    """A task as stored: the task as it was created, and what became of it (the columns:
+    `simrun.runstore.schema`)."""
 
     run: str
     memory_override_gb: float | None
@@ -112,18 +95,12 @@ class TaskRow(NewTask):
     kills: int = 0
     requested_gb: float | None = None
     peak_memory_gb: float | None = None
-    #: The largest memory its reports measured on the GPUs of a job (None: unknown).
     peak_gpu_memory_gb: float | None = None
     frontier: int = 0
     spans_done: int = 0
-    #: The run whose outputs it took instead of running (`simrun.core.reuse`).
     reused_from: str | None = None
-    #: How many of its units it took from the run ``units_reused_from`` instead of running
-    #: them (reuse per unit, `simrun.core.reuse`).
     units_reused: int = 0
     units_reused_from: str | None = None
-    #: Bytes and seconds its workers spent staging its inputs, and the most local scratch
-    #: a job of it was measured to use (GiB).
     staged_bytes: int = 0
     staged_s: float = 0.0
     scratch_peak_gb: float | None = None
@@ -131,8 +108,7 @@ class TaskRow(NewTask):
 
 @dataclass(frozen=True)
 class Job:
-    """What names a job: its id, its run, task and kind of units, its logical queue and the
-    attempt of its units."""
+    """What names a job: its id, run, task, kind of units, logical queue and attempt."""
 
     id: str
     run: str
@@ -144,10 +120,8 @@ class Job:
 
 @dataclass(frozen=True)
 class NewJob(Job):
-    """A job being dispatched: its units (stored indices) go from pending to queued. A
-    ``fresh`` job takes the next units of its task that were never dispatched, ``indices``
-    a `range` from the task's frontier: those units get no row of their own (the job's row
-    speaks for them); the others move units that have a row."""
+    """A job being dispatched: its units go from pending to queued. A ``fresh`` job takes
+    the next units from its task's frontier (``indices`` a `range`), which get no row."""
 
     indices: Sequence[int]
     memory_gb: float
@@ -156,10 +130,8 @@ class NewJob(Job):
 
 @dataclass(frozen=True)
 class JobRow(Job):
-    """A job in flight. ``worker`` is the worker container that said it holds the job. A
-    range job (``first_idx`` set) holds the units ``first_idx..last_idx`` that have no row:
-    they run under its ``memory_gb``, and are running since ``started_s`` when
-    ``running``."""
+    """A job in flight, and the worker container that said it holds it. A range job
+    (``first_idx`` set) holds the units ``first_idx..last_idx``, which have no row."""
 
     units: int
     worker: str | None
@@ -170,19 +142,12 @@ class JobRow(Job):
     running: bool = False
     started_s: float | None = None
 
-    @property
-    def is_range(self) -> bool:
-        return self.first_idx is not None
-
 
 @dataclass
 class Applied:
-    """What `RunStore.apply_reports` did.
-
-    ``recorded``: the entries whose job was still in flight (their measurements are new,
-    record them once); ``touched``: the tasks whose units changed; ``refused``: a refusal
-    message per task; ``changed``: units whose state changed.
-    """
+    """What `RunStore.apply_reports` did: the entries whose job was in flight (``recorded``:
+    their measurements are new), the tasks whose units changed, a refusal per task, and
+    how many units changed."""
 
     recorded: list[ReportEntry] = field(default_factory=list)
     touched: set[tuple[str, str]] = field(default_factory=set)
@@ -199,8 +164,7 @@ def loads(text: Any) -> Any:
 
 
 def insert(table: str, row: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
-    """An INSERT of ``row`` (column → value; the columns left out take their defaults) into
-    ``table``, with named parameters: the SQL and the row."""
+    """The INSERT of ``row`` (column → value) into ``table``, and its parameters."""
     columns = ", ".join(row)
     values = ", ".join(f":{c}" for c in row)
     return f"INSERT INTO {table} ({columns}) VALUES ({values})", row
@@ -208,55 +172,38 @@ def insert(table: str, row: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
 
 def run_values(run: NewRun) -> dict[str, Any]:
     """The row of a new run (state running)."""
-    return {
-        "id": run.id,
-        "name": run.name,
-        "model": run.model,
-        "state": "running",
-        "document": run.document,
-        "image": run.image,
-        "created_s": run.created_s,
-        "updated_s": run.created_s,
-    }
+    names = ("id", "name", "model", "document", "image", "created_s")
+    return {**{n: getattr(run, n) for n in names}, "state": "running", "updated_s": run.created_s}
 
 
 def task_values(run_id: str, task: NewTask) -> dict[str, Any]:
     """The row of a new task of a run (state waiting; no unit, queue or resources yet)."""
+    values = {f.name: getattr(task, f.name) for f in fields(NewTask)}
+    for flag in ("splittable", "has_merge", "reuse"):
+        values[flag] = int(values[flag])
     return {
+        **values,
         "run_id": run_id,
-        "name": task.name,
-        "position": task.position,
-        "type": task.type,
+        "state": "waiting",
         "settings": json.dumps(task.settings, sort_keys=True),
         "inputs": json.dumps(task.inputs, sort_keys=True),
         "depends": json.dumps(list(task.depends)),
         "override": dumps(task.override),
         "retry": dumps(task.retry),
         "staged": dumps(list(task.staged)) if task.staged else None,
-        "fingerprint": task.fingerprint,
-        "reuse": int(task.reuse),
-        "unit_fingerprint": task.unit_fingerprint,
-        "splittable": int(task.splittable),
-        "has_merge": int(task.has_merge),
-        "state": "waiting",
     }
 
 
 def job_values(job: NewJob, now_s: float) -> dict[str, Any]:
-    """The row of a job going in flight now (no worker has said it holds it yet); a fresh
-    job keeps the range of its units."""
+    """The row of a job going in flight now; a fresh job keeps the range of its units."""
+    names = ("id", "task", "kind", "queue", "attempt", "memory_gb")
     return {
-        "id": job.id,
+        **{n: getattr(job, n) for n in names},
         "run_id": job.run,
-        "task": job.task,
-        "kind": job.kind,
-        "queue": job.queue,
-        "attempt": job.attempt,
         "units": len(job.indices),
         "enqueued_s": now_s,
         "first_idx": job.indices[0] if job.fresh else None,
         "last_idx": job.indices[-1] if job.fresh else None,
-        "memory_gb": job.memory_gb,
     }
 
 
@@ -268,8 +215,7 @@ def job_of(row: Sequence[Any]) -> JobRow:
 
 
 def _named(columns: str, row: Sequence[Any]) -> dict[str, Any]:
-    """A row read with ``SELECT {columns}`` by column name (``run_id`` is the field
-    ``run``)."""
+    """A row of ``SELECT {columns}`` by field name (``run_id`` is ``run``)."""
     names = [c.strip() for c in columns.split(",")]
     return {("run" if n == "run_id" else n): v for n, v in zip(names, row, strict=True)}
 
@@ -327,8 +273,7 @@ UPDATE_UNIT = (
 
 
 def counts_of(rows: Iterable[Sequence[Any]]) -> dict[str, TaskCounts]:
-    """Task → `TaskCounts` from rows of (task, kind, state, count); the counts of rows
-    naming the same task and state add up."""
+    """Task → `TaskCounts` from rows of (task, kind, state, count), added up."""
     by_task: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     merges: dict[str, str] = {}
     for task, kind, state, n in rows:

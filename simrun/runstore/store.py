@@ -27,7 +27,7 @@ from simrun.core.states import (
 )
 from simrun.graph import downstream
 from simrun.runstore.apply import apply_reports as write_reports
-from simrun.runstore.apply import insert_unit_rows, materialize_jobs
+from simrun.runstore.apply import insert_unit_rows, materialize_jobs, raised
 from simrun.runstore.reads import LAST_ACTIVITY_SQL, RunReads
 from simrun.runstore.rows import (
     Applied,
@@ -394,10 +394,8 @@ class RunStore(RunReads):
                 if j.kind != "merge":
                     task = (j.run, j.task)
                     requested[task] = max(j.memory_gb, requested.get(task, j.memory_gb))
-            # max() of SQLite is NULL when an argument is: coalesce keeps whichever is known.
             await c.executemany(
-                "UPDATE tasks SET"
-                " requested_gb = coalesce(max(requested_gb, :gb), requested_gb, :gb)"
+                f"UPDATE tasks SET {raised('requested_gb', 'gb')}"
                 " WHERE run_id = :run AND name = :task",
                 [{"run": r, "task": t, "gb": gb} for (r, t), gb in sorted(requested.items())],
             )
