@@ -29,26 +29,19 @@ class PayloadError(ValueError):
     """A job payload, report entry or heartbeat that cannot be used, and why."""
 
 
-# --- the field types of the wire models ---------------------------------------------------
-# Strict: a bool is not a number, a string is not a number and a number is not a bool. Each
-# type's description completes "field 'x' must be ..." in the messages of `explain`.
-
-#: A finite number >= 0 (an int is taken as a float): not a bool, NaN, an infinity, a
-#: negative number or a string. The one rule for memory, seconds and sizes on the wire.
+# The field types of the wire models, strict (a bool is no number, a string no number, a
+# number no bool); each description completes "field 'x' must be ..." (`explain`).
+#: The one rule for memory, seconds and sizes on the wire (an int is taken as a float).
 FiniteNonNeg = Annotated[
     float, Field(strict=True, ge=0, allow_inf_nan=False, description="a finite number >= 0")
 ]
-#: A finite number > 0: a limit or a timeout, where 0 means nothing sensible.
+#: A limit or a timeout, where 0 means nothing sensible.
 FinitePositive = Annotated[
     float, Field(strict=True, gt=0, allow_inf_nan=False, description="a finite number > 0")
 ]
-#: An integer >= 0 (not a bool): a count of units.
 Count = Annotated[int, Field(strict=True, ge=0, description="an integer >= 0")]
-#: An integer >= 1 (not a bool): the attempt of a job, counted from 1.
 Attempt = Annotated[int, Field(strict=True, ge=1, description="an integer >= 1")]
-#: True or false, nothing else.
 Flag = Annotated[bool, Field(strict=True, description="true or false")]
-#: A string with at least one character.
 NonEmptyStr = Annotated[str, Field(strict=True, min_length=1, description="a non-empty string")]
 
 _FINITE_NONNEG: TypeAdapter[float] = TypeAdapter(FiniteNonNeg)
@@ -149,9 +142,8 @@ def explain(
 
 
 def job_id(run: str, task: str, kind: JobKind, indices: Sequence[int], attempt: int) -> str:
-    """The deterministic id of a job: ``run:task:<first index>:attempt`` for a chunk,
-    ``run:task:merge:attempt`` and ``run:task:command:attempt`` for the others. An id
-    enqueued twice is one job, so a re-enqueue never doubles work."""
+    """The deterministic id of a job, ``run:task:<first index, merge or command>:attempt``:
+    an id enqueued twice is one job."""
     if kind == "chunk":
         if not indices:
             raise PayloadError("a chunk job has no unit indices")
@@ -171,12 +163,8 @@ def serialize(obj: Any) -> bytes:
 
 
 def deserialize(data: bytes) -> dict[str, Any]:
-    """The dict that `serialize` wrote; `PayloadError` for anything else.
-
-    A pickle (what arq writes by default, and what an attacker with access to Redis would
-    write to run code on a worker) is recognised by its protocol header and refused
-    without being unpickled; other non-msgpack bytes are refused as well.
-    """
+    """The dict that `serialize` wrote; `PayloadError` for anything else, a pickle (arq's
+    default, an attacker's way to run code on a worker) refused by its header unread."""
     if len(data) >= 2 and data[0] == 0x80 and data[1] <= 5:
         raise PayloadError(
             f"refused a pickled payload (pickle protocol {data[1]}): simrun jobs are msgpack, "

@@ -23,8 +23,8 @@ from simrun.core.states import (
 )
 from simrun.runstore.ingest import all_done, observed_peak_gb, split_reports
 from simrun.runstore.reads import chunks, marks
-from simrun.runstore.rows import UPDATE_UNIT, Applied, unit_of, unit_values
-from simrun.runstore.schema import UNIT_COLUMNS, sql_list
+from simrun.runstore.rows import UNIT_COLUMNS, UPDATE_UNIT, Applied, unit_of, unit_values
+from simrun.runstore.schema import sql_list
 
 
 async def apply_reports(

@@ -25,6 +25,10 @@ from simrun.core.states import (
     UnitState,
 )
 from simrun.runstore.rows import (
+    JOB_COLUMNS,
+    RUN_COLUMNS,
+    TASK_COLUMNS,
+    UNIT_COLUMNS,
     JobRow,
     RunRow,
     TaskRow,
@@ -38,14 +42,7 @@ from simrun.runstore.rows import (
     task_of,
     unit_of,
 )
-from simrun.runstore.schema import (
-    JOB_COLUMNS,
-    RUN_COLUMNS,
-    SPAN_COLUMNS,
-    TASK_COLUMNS,
-    UNIT_COLUMNS,
-    sql_list,
-)
+from simrun.runstore.schema import SPAN_COLUMNS, sql_list
 
 #: Not a state: the units killed for memory at least once (`RunReads.unit_page`).
 KILLED = "killed"

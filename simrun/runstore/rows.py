@@ -10,7 +10,6 @@ from typing import Any
 
 from simrun.core.reports import ReportEntry
 from simrun.core.states import RunState, TaskCounts, TaskState, UnitKind, UnitRow
-from simrun.runstore.schema import JOB_COLUMNS, RUN_COLUMNS, TASK_COLUMNS
 
 
 class UnknownRunError(LookupError):
@@ -155,6 +154,35 @@ class Applied:
     changed: int = 0
 
 
+#: The columns of the fields of the row types that are not named as their field.
+_COLUMN = {"run": "run_id", "index": "idx"}
+_FIELD = {c: f for f, c in _COLUMN.items()}
+
+
+def _columns(row_type: type, leave_out: tuple[str, ...] = ()) -> str:
+    """The columns a row type is read from, in the order of its fields."""
+    return ", ".join(
+        _COLUMN.get(f.name, f.name) for f in fields(row_type) if f.name not in leave_out
+    )
+
+
+RUN_COLUMNS = _columns(RunRow, leave_out=("pauses",))
+TASK_COLUMNS = _columns(TaskRow)
+JOB_COLUMNS = _columns(JobRow)
+UNIT_COLUMNS = _columns(UnitRow)
+#: What an update of a unit sets: every field from its state on (the key comes before).
+_UNIT_SETS = [f.name for f in fields(UnitRow)][4:]
+UPDATE_UNIT = (
+    f"UPDATE units SET {', '.join(f'{c} = ?' for c in _UNIT_SETS)}"
+    " WHERE run_id = ? AND task = ? AND idx = ?"
+)
+
+
+def unit_values(u: UnitRow) -> tuple[Any, ...]:
+    """The values of `UPDATE_UNIT` for ``u``."""
+    return (*(getattr(u, c) for c in _UNIT_SETS), u.run, u.task, u.index)
+
+
 def dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value, sort_keys=True)
 
@@ -217,7 +245,7 @@ def job_of(row: Sequence[Any]) -> JobRow:
 def _named(columns: str, row: Sequence[Any]) -> dict[str, Any]:
     """A row of ``SELECT {columns}`` by field name (``run_id`` is ``run``)."""
     names = [c.strip() for c in columns.split(",")]
-    return {("run" if n == "run_id" else n): v for n, v in zip(names, row, strict=True)}
+    return {_FIELD.get(n, n): v for n, v in zip(names, row, strict=True)}
 
 
 def run_of(row: Sequence[Any]) -> RunRow:
@@ -242,34 +270,6 @@ def task_of(row: Sequence[Any]) -> TaskRow:
 
 def unit_of(row: Sequence[Any]) -> UnitRow:
     return UnitRow(*row)
-
-
-def unit_values(u: UnitRow) -> tuple[Any, ...]:
-    """Values of an UPDATE of every mutable column, keyed by the primary key at the end."""
-    return (
-        u.state,
-        u.attempt,
-        u.job_id,
-        u.memory_gb,
-        u.worker,
-        u.error,
-        u.errors,
-        u.kills,
-        u.queued_s,
-        u.started_s,
-        u.finished_s,
-        u.not_before_s,
-        u.run,
-        u.task,
-        u.index,
-    )
-
-
-UPDATE_UNIT = (
-    "UPDATE units SET state = ?, attempt = ?, job_id = ?, memory_gb = ?, worker = ?,"
-    " error = ?, errors = ?, kills = ?, queued_s = ?, started_s = ?, finished_s = ?,"
-    " not_before_s = ? WHERE run_id = ? AND task = ? AND idx = ?"
-)
 
 
 def counts_of(rows: Iterable[Sequence[Any]]) -> dict[str, TaskCounts]:

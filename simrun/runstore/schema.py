@@ -165,23 +165,6 @@ MIGRATIONS: tuple[db.Migration, ...] = (
     ),
 )
 
-UNIT_COLUMNS = (
-    "run_id, task, idx, kind, state, attempt, job_id, memory_gb, worker, error, errors, kills,"
-    " queued_s, started_s, finished_s, not_before_s"
-)
-TASK_COLUMNS = (
-    "run_id, name, position, type, settings, inputs, depends, override, memory_override_gb,"
-    " splittable, has_merge, state, status, queue, resource_key, resources, units,"
-    " started_s, finished_s, kills, requested_gb, peak_memory_gb, frontier, spans_done, retry,"
-    " fingerprint, reuse, reused_from, unit_fingerprint, units_reused, units_reused_from,"
-    " peak_gpu_memory_gb,"
-    " staged, staged_bytes, staged_s, scratch_peak_gb"
-)
-RUN_COLUMNS = "id, name, model, state, message, document, created_s, updated_s, finished_s, image"
-JOB_COLUMNS = (
-    "id, run_id, task, kind, queue, attempt, units, worker, enqueued_s,"
-    " first_idx, last_idx, memory_gb, running, started_s"
-)
 SPAN_COLUMNS = (
     "run_id, task, first_idx, last_idx, attempt, job_id, memory_gb, worker, queued_s,"
     " started_s, finished_s"

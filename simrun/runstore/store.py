@@ -86,8 +86,7 @@ class RunStore(RunReads):
 
     @property
     def connection(self) -> aiosqlite.Connection:
-        """The write connection (for schema set-up of stores sharing the file, outside a
-        transaction)."""
+        """The write connection (for the schema of stores sharing the file)."""
         if self._write is None:
             raise RuntimeError(f"RunStore({self.path}) is closed or was never opened")
         return self._write
@@ -101,8 +100,8 @@ class RunStore(RunReads):
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """A write transaction on the store's connection, alone: other writers of this store
-        wait for it. Pass the connection to the methods that take ``conn``."""
+        """A write transaction on the store's connection, alone; pass the connection to the
+        methods that take ``conn``."""
         async with self._write_lock, db.transaction(self.connection) as conn:
             yield conn
 
@@ -116,8 +115,6 @@ class RunStore(RunReads):
             return
         async with self.transaction() as own:
             yield own
-
-    # -- runs ------------------------------------------------------------------------------
 
     async def create_run(self, run: NewRun) -> None:
         """Store a new run (state running) and its tasks (state waiting), all or nothing."""
@@ -156,9 +153,8 @@ class RunStore(RunReads):
                     await self._pause(c, run_id, now_s, None)
 
     async def resume_runs(self, run_ids: Sequence[str], now_s: float) -> None:
-        """``run_ids`` go on at ``now_s``: their open pause ends. One without an open pause
-        was stopped by a session that was killed (it had no time to say when): its pause
-        is taken from its last recorded activity (`last_activity_s`)."""
+        """``run_ids`` go on at ``now_s``: their open pause ends; one without (its session was
+        killed) is paused from its last recorded activity."""
         async with self.transaction() as c:
             for run_id in run_ids:
                 cursor = await c.execute(
@@ -182,8 +178,6 @@ class RunStore(RunReads):
             (run_id, stopped_s, resumed_s),
         )
 
-    # -- tasks -----------------------------------------------------------------------------
-
     async def set_task(
         self,
         run_id: str,
@@ -197,8 +191,8 @@ class RunStore(RunReads):
         now_s: float | None = None,
         conn: aiosqlite.Connection | None = None,
     ) -> None:
-        """Update the given fields of a task. With ``state`` a ``now_s`` is needed: it sets
-        the finish time of a done, failed or cancelled task."""
+        """Update the given fields of a task; a ``state`` needs ``now_s`` (a finished task's
+        finish time)."""
         sets: list[str] = []
         params: list[Any] = []
         if state is not None:
@@ -231,8 +225,7 @@ class RunStore(RunReads):
         now_s: float,
         conn: aiosqlite.Connection | None = None,
     ) -> None:
-        """Mark a task that has not started done with the outputs of the same task of
-        ``from_run`` (`simrun.core.reuse`): no unit, ``status`` says so."""
+        """Mark a task that has not started done with the outputs of ``from_run``'s."""
         async with self._writing(conn) as c:
             cursor = await c.execute(
                 "UPDATE tasks SET state = 'done', status = ?, reused_from = ?, started_s = ?,"
@@ -253,11 +246,9 @@ class RunStore(RunReads):
         reused: Sequence[range] = (),
         reused_from: str | None = None,
     ) -> None:
-        """Set a task running with its pending units: ``units`` chunk units of a splittable
-        task (no row each: its frontier, 0, says every one is pending, so the cost does not
-        grow with ``units``), or its one command unit (``units`` must then be 1). The units
-        of ``reused`` (sorted, disjoint ranges; their outputs were taken from the same units
-        of run ``reused_from``, `simrun.core.reuse`) start done, as spans of their own."""
+        """Set a task running with ``units`` pending chunk units (no row each: its frontier
+        says so) or its one command unit; the units of ``reused`` (sorted, disjoint ranges
+        taken from run ``reused_from``) start done, as spans."""
         async with self._writing(conn) as c:
             rows = list(
                 await c.execute_fetchall(
@@ -305,9 +296,8 @@ class RunStore(RunReads):
         reused_from: str | None,
         now_s: float,
     ) -> None:
-        """Make the units of ``reused`` of a task just started done (a span each, its job
-        ``reused:RUN``, attempt 0, no worker), the units below the last of them that are not
-        reused pending rows, and its frontier past them (`simrun.core.reuse.unit_start`)."""
+        """Make the units of ``reused`` done (a span each, job ``reused:RUN``), the others
+        below the last of them pending rows, and the frontier past them."""
         if reused_from is None:
             raise ValueError(f"task {task!r}: reused units need the run they come from")
         start = unit_start(units, reused)
@@ -331,7 +321,7 @@ class RunStore(RunReads):
     async def add_merge_unit(
         self, run_id: str, task: str, conn: aiosqlite.Connection | None = None
     ) -> None:
-        """Create the pending merge unit of a task (once; a second call changes nothing)."""
+        """Create the pending merge unit of a task, once."""
         async with self._writing(conn) as c:
             await c.execute(
                 "INSERT OR IGNORE INTO units (run_id, task, idx, kind, state)"
@@ -339,16 +329,12 @@ class RunStore(RunReads):
                 (run_id, task, MERGE_INDEX),
             )
 
-    # -- jobs ------------------------------------------------------------------------------
-
     async def add_jobs(
         self, jobs: Sequence[NewJob], now_s: float, conn: aiosqlite.Connection | None = None
     ) -> None:
-        """Record jobs as in flight and move their units from pending to queued with the
-        job's attempt and memory; a task keeps the largest memory per process its chunks or
-        command were dispatched with. A fresh job must start at its task's frontier, which
-        moves past it (its units get no row); the units of the others must be pending rows.
-        Else nothing is written."""
+        """Record jobs as in flight and move their units from pending to queued. A fresh job
+        must start at its task's frontier, which moves past it; the units of the others
+        must be pending rows; else nothing is written."""
         unit_params = [
             (j.attempt, j.id, j.memory_gb, now_s, j.run, j.task, i)
             for j in jobs
@@ -402,9 +388,8 @@ class RunStore(RunReads):
 
     @staticmethod
     async def _give_rows(c: aiosqlite.Connection, jobs: Sequence[NewJob]) -> None:
-        """Fresh units that jobs of unit rows take (a caller that took them from
-        `pending_units`) get their pending rows first: per task, they must be the next
-        ones from its frontier, which moves past them."""
+        """Fresh units that jobs of unit rows take get pending rows first: they must be the
+        next ones from their task's frontier, which moves past them."""
         wanted: dict[tuple[str, str], list[int]] = {}
         for j in jobs:
             if j.kind == "chunk":
@@ -441,9 +426,8 @@ class RunStore(RunReads):
         now_s: float,
         conn: aiosqlite.Connection | None = None,
     ) -> int:
-        """Record what worker heartbeats said: job id → (worker id, whether it runs, not just
-        waits). Units of a running job become running on that worker. Returns the units
-        changed; ids that are not in flight are ignored."""
+        """Record what worker heartbeats said: job id → (worker id, whether it runs). Units
+        of a running job become running on that worker. Returns the units changed."""
         items = list(sightings.items())
         async with self._writing(conn) as c:
             await c.executemany(
@@ -482,9 +466,8 @@ class RunStore(RunReads):
     async def release_jobs(
         self, job_ids: Sequence[str], reason: str, conn: aiosqlite.Connection | None = None
     ) -> int:
-        """Give up on jobs in flight (their worker died, Redis lost them, or the run is
-        cancelled): their queued or running units go back to pending with ``reason`` as their
-        last error, to be dispatched again with a new attempt. Returns the units released."""
+        """Give up on jobs in flight: their active units go back to pending with ``reason``
+        as their last error. Returns the units released."""
         async with self._writing(conn) as c:
             await materialize_jobs(c, job_ids)
             before = c.total_changes
@@ -498,9 +481,8 @@ class RunStore(RunReads):
             return released
 
     async def release_orphans(self, conn: aiosqlite.Connection | None = None) -> int:
-        """Units of running runs that are queued or running while their job is not in flight
-        (which no write of this store leaves behind, but a file edited by hand or a bug
-        might) go back to pending. Returns how many."""
+        """Active units of running runs whose job is not in flight (a file edited by hand,
+        a bug) go back to pending. Returns how many."""
         async with self._writing(conn) as c:
             before = c.total_changes
             await c.execute(
@@ -513,8 +495,6 @@ class RunStore(RunReads):
             released: int = c.total_changes - before
             return released
 
-    # -- reports ---------------------------------------------------------------------------
-
     async def apply_reports(
         self,
         entries: Sequence[ReportEntry],
@@ -523,22 +503,12 @@ class RunStore(RunReads):
         limits: Limits,
         now_s: float,
     ) -> Applied:
-        """Apply the unit outcomes of report entries inside the caller's transaction.
-
-        Each outcome is what `simrun.core.states.unit_after_outcome` makes of it: a report
-        whose units are all done is one set-based update (`simrun.runstore.ingest`), the
-        others go unit by unit (`simrun.runstore.apply`). The jobs reported on leave the
-        set in flight. Entries whose job was in flight come back in ``Applied.recorded`` (a
-        report read twice, after a restart before its acknowledgement, is recorded once).
-        Outcomes for units of unknown tasks are ignored. Each task reported on keeps its
-        count of kills for memory and the largest peak memory per process its reports
-        measured.
-        """
+        """Apply the unit outcomes of report entries inside the caller's transaction
+        (`simrun.runstore.apply`); the entries whose job was in flight come back in
+        ``Applied.recorded``, so a report read twice is recorded once."""
         if not conn.in_transaction:
             raise RuntimeError("RunStore.apply_reports: the connection is not in a transaction")
         return await write_reports(conn, entries, limits, now_s)
-
-    # -- replay and cancel -----------------------------------------------------------------
 
     async def _run_again(
         self, run_id: str, task: str | None, memory_gb: float | None
