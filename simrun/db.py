@@ -64,10 +64,8 @@ WAL_LIMIT_BYTES = 4 * 1024 * 1024
 
 
 def _configure(conn: sqlite3.Connection, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
-    """WAL, foreign keys and ``synchronous=NORMAL`` (durable across a crash of the process;
-    the last transactions may be lost to a power cut); the WAL file is cut back to
-    `WAL_LIMIT_BYTES` after each checkpoint that empties it, so a burst of writes does not
-    leave it large for good."""
+    """WAL, foreign keys, ``synchronous=NORMAL`` (durable across a crash of the process) and
+    the WAL file cut back to `WAL_LIMIT_BYTES` after each checkpoint that empties it."""
     mode = _journal_mode(conn, time.monotonic() + busy_timeout_s)
     if mode != "wal":
         raise SchemaError(

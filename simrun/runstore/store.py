@@ -263,28 +263,21 @@ class RunStore(RunReads):
                 raise ValueError(f"task {task!r} of run {run_id!r} is {state}, it cannot start")
             if units < 0 or (not splittable and units != 1):
                 raise ValueError(f"task {task!r}: cannot start with {units} units")
-            if splittable:
-                # Fresh units have no row: the frontier (0) says they are all pending.
-                await c.execute(
-                    "UPDATE tasks SET state = 'running', units = ?, started_s = ?, status = '',"
-                    " frontier = 0, spans_done = 0 WHERE run_id = ? AND name = ?",
-                    (units, now_s, run_id, task),
-                )
-                if reused:
-                    await self._reuse_units(c, run_id, task, units, reused, reused_from, now_s)
-                return
-            if reused:
+            if reused and not splittable:
                 raise ValueError(f"task {task!r}: only a splittable task reuses units")
             await c.execute(
-                "INSERT INTO units (run_id, task, idx, kind, state)"
-                " VALUES (?, ?, ?, 'command', 'pending')",
-                (run_id, task, COMMAND_INDEX),
-            )
-            await c.execute(
-                "UPDATE tasks SET state = 'running', units = ?, started_s = ?, status = ''"
-                " WHERE run_id = ? AND name = ?",
+                "UPDATE tasks SET state = 'running', units = ?, started_s = ?, status = '',"
+                " frontier = 0, spans_done = 0 WHERE run_id = ? AND name = ?",
                 (units, now_s, run_id, task),
             )
+            if not splittable:
+                await c.execute(
+                    "INSERT INTO units (run_id, task, idx, kind, state)"
+                    " VALUES (?, ?, ?, 'command', 'pending')",
+                    (run_id, task, COMMAND_INDEX),
+                )
+            elif reused:
+                await self._reuse_units(c, run_id, task, units, reused, reused_from, now_s)
 
     @staticmethod
     async def _reuse_units(
@@ -555,10 +548,8 @@ class RunStore(RunReads):
         memory_gb: float | None = None,
     ) -> int:
         """Put failed units back to pending (all of the run, of one ``task``, or only
-        ``indices`` of it), with fresh retry counts; their tasks and the run run again.
-        ``memory_gb`` fixes the memory per process of the replayed tasks. Done units are
-        never touched. Returns the number of units replayed; `RunStateError` says why none
-        (`UnknownRunError` for an unknown run)."""
+        ``indices`` of it) with fresh retry counts, ``memory_gb`` fixing the memory per
+        process of their tasks; returns how many. `RunStateError` says why none."""
         run, _ = await self._run_again(run_id, task, memory_gb)
         if indices and task is None:
             raise RunStateError("unit indices need a task (--task) to pick them from")
@@ -587,14 +578,10 @@ class RunStore(RunReads):
     async def rerun(
         self, run_id: str, task: str, now_s: float, memory_gb: float | None = None
     ) -> tuple[list[str], int]:
-        """Run ``task`` again from the start, done units included, and every task that reads
-        its outputs: each goes back to ``waiting`` with no unit, so the controller starts it
-        again once its inputs are done. ``memory_gb`` fixes the memory per process of
-        ``task``. Returns the tasks reset (``task`` first, then in the run's order) and the
-        units they had; `RunStateError` for a cancelled run, an unknown task, one that never
-        started, or one of those tasks still active. Units start again as fresh ones of
-        attempt 1 (a job id Redis still keeps is dispatched under the next attempt); the
-        caller drops the tasks' attempts hashes."""
+        """Run ``task`` again from the start, and every task that reads its outputs: each
+        goes back to ``waiting`` with no unit (fresh units of attempt 1 once it starts
+        again). Returns the tasks reset, ``task`` first, and the units they had; the caller
+        drops their attempts hashes."""
         _, rows = await self._run_again(run_id, task, memory_gb)
         names = {t.name: t for t in rows}
         if names[task].state in NOT_STARTED_TASK_STATES:
@@ -630,9 +617,7 @@ class RunStore(RunReads):
 
     async def cancel(self, run_id: str, now_s: float) -> list[UnitRow]:
         """Cancel a running run: unfinished tasks become cancelled, its jobs leave the set in
-        flight and their units go back to pending. Returns those units (as they were), so
-        the caller can tell workers they are stale. `UnknownRunError` for an unknown run,
-        `RunStateError` for a run that already ended."""
+        flight; returns their units as they were (the caller tells workers they are stale)."""
         run = await self.run(run_id)
         if run is None:
             raise UnknownRunError(f"there is no run {run_id!r}")

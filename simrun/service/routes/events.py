@@ -44,8 +44,8 @@ async def run_events(
     keepalive_s: float = KEEPALIVE_S,
     min_gap_s: float = MIN_GAP_S,
 ) -> AsyncIterator[bytes]:
-    """The events of ``run_id`` (see the module's description); ends after the run ended,
-    when the changes are closed, or once the client of ``disconnected`` went away."""
+    """The events of ``run_id``; ends after the run ended, when the changes are closed, or
+    once the client of ``disconnected`` went away."""
     changes = controller.changes
     sent: str | None = None
     quiet_since = time.monotonic()

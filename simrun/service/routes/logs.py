@@ -1,8 +1,6 @@
-"""The routes of the kept logs of a run's units (`simrun.core.unitlogs`), read from the
-store the service and its workers share: per task the last attempt of each unit with a log,
-a unit's attempts with their headers and output, and what a unit printed from given byte
-offsets on (``simrun logs --follow``). Anything unknown answers 404 with one line.
-"""
+"""The routes of the kept logs of a run's units (`simrun.core.unitlogs`) in the shared
+store: per task the last attempt of each unit, a unit's attempts, and what a unit printed
+from given byte offsets on (``simrun logs --follow``); anything unknown answers 404."""
 
 from __future__ import annotations
 
