@@ -143,36 +143,12 @@ def running_seconds(
     return max(0.0, total)
 
 
-_TASK = TypeAdapter(TaskView)
-_RUN = TypeAdapter(RunView)
-_RUNS = TypeAdapter(list[RunSummary])
-_FAILURES = TypeAdapter(list[FailureView])
-_ERROR = TypeAdapter(ErrorView)
-
-
-def parse_task(data: Any) -> TaskView:
-    """A task's view from its JSON; `ValueError` names what does not fit."""
-    return _TASK.validate_python(data)
-
-
-def parse_run(data: Any) -> RunView:
-    """A run's view from its JSON (``GET /runs/{id}``)."""
-    return _RUN.validate_python(data)
-
-
-def parse_runs(data: Any) -> list[RunSummary]:
-    """The latest runs from their JSON (``GET /runs``)."""
-    return _RUNS.validate_python(data)
-
-
-def parse_failures(data: Any) -> list[FailureView]:
-    """The failed units of a run from their JSON (``GET /runs/{id}/failures``)."""
-    return _FAILURES.validate_python(data)
-
-
-def parse_error(data: Any) -> ErrorView:
-    """An error answer from its JSON; `ValueError` when it is none (a proxy's, say)."""
-    return _ERROR.validate_python(data)
+#: Views from their JSON; `ValueError` (pydantic's) names what does not fit.
+parse_task = TypeAdapter(TaskView).validate_python
+parse_run = TypeAdapter(RunView).validate_python  # GET /runs/{id}
+parse_runs = TypeAdapter(list[RunSummary]).validate_python  # GET /runs
+parse_failures = TypeAdapter(list[FailureView]).validate_python  # GET /runs/{id}/failures
+parse_error = TypeAdapter(ErrorView).validate_python  # an error answer (not a proxy's)
 
 
 def type_info(task_type: TaskType) -> dict[str, Any]:

@@ -23,7 +23,16 @@ from simrun.core.states import (
 )
 from simrun.runstore.ingest import all_done, observed_peak_gb, split_reports
 from simrun.runstore.reads import chunks, marks
-from simrun.runstore.rows import UNIT_COLUMNS, UPDATE_UNIT, Applied, unit_of, unit_values
+from simrun.runstore.rows import (
+    JOB_COLUMNS,
+    UNIT_COLUMNS,
+    UPDATE_UNIT,
+    Applied,
+    job_of,
+    job_range,
+    unit_of,
+    unit_values,
+)
 from simrun.runstore.schema import sql_list
 
 
@@ -101,34 +110,19 @@ async def materialize_jobs(conn: aiosqlite.Connection, job_ids: Iterable[str]) -
     are, to be written unit by unit from then on; returns the rows made."""
     made = 0
     for job_id in sorted(set(job_ids)):
-        rows = list(
-            await conn.execute_fetchall(
-                "SELECT run_id, task, first_idx, last_idx, attempt, memory_gb, worker, running,"
-                " enqueued_s, started_s FROM jobs WHERE id = ? AND first_idx IS NOT NULL",
-                (job_id,),
+        rows = await conn.execute_fetchall(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? AND first_idx IS NOT NULL", (job_id,)
+        )
+        for row in rows:
+            job = job_of(row)
+            part = job_range(job)
+            values = {k: v for k, v in part.fields.items() if k not in ("run", "task", "kind")}
+            before = conn.total_changes
+            await insert_unit_rows(conn, job.run, job.task, part.indices, **values)
+            made += conn.total_changes - before
+            await conn.execute(
+                "UPDATE jobs SET first_idx = NULL, last_idx = NULL WHERE id = ?", (job_id,)
             )
-        )
-        if not rows:
-            continue
-        run, task, first, last, attempt, memory_gb, worker, running, queued_s, started_s = rows[0]
-        before = conn.total_changes
-        await insert_unit_rows(
-            conn,
-            run,
-            task,
-            range(first, last + 1),
-            state="running" if running else "queued",
-            attempt=attempt,
-            job_id=job_id,
-            memory_gb=memory_gb,
-            worker=worker,
-            queued_s=queued_s,
-            started_s=started_s if running else None,
-        )
-        made += conn.total_changes - before
-        await conn.execute(
-            "UPDATE jobs SET first_idx = NULL, last_idx = NULL WHERE id = ?", (job_id,)
-        )
     return made
 
 

@@ -43,11 +43,7 @@ from simrun.runstore.rows import (
     run_values,
     task_values,
 )
-from simrun.runstore.schema import (
-    COMPONENT,
-    MIGRATIONS,
-    sql_list,
-)
+from simrun.runstore.schema import COMPONENT, MIGRATIONS, sql_list
 
 
 class RunStore(RunReads):
