@@ -113,3 +113,5 @@ async def known_run(run_id: str, request: Request) -> None:
 
 #: The controller, as a parameter of a route.
 ControllerDep = Annotated[Controller, Depends(controller_of)]
+#: The dependencies of a route of one run: 404 when there is no such run.
+ONE_RUN = [Depends(known_run)]

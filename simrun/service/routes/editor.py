@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
@@ -21,7 +21,7 @@ from simrun.plugins import TaskType, count_units
 from simrun.resources import resource_key
 from simrun.service.controller import Controller
 from simrun.service.dashboard import PlanRow, forecast_rows
-from simrun.service.routes.deps import ControllerDep, known_run
+from simrun.service.routes.deps import ControllerDep, unknown_run
 from simrun.workflow import (
     Problem,
     Workflow,
@@ -34,12 +34,12 @@ from simrun.workflow import (
 router = APIRouter()
 
 
-@router.get("/runs/{run_id}/document", dependencies=[Depends(known_run)])
+@router.get("/runs/{run_id}/document")
 async def document(run_id: str, controller: ControllerDep) -> dict[str, Any]:
     """The workflow document of a run as it was submitted (the Editor opens it)."""
     row = await controller.queries.store.run(run_id)
     if row is None:
-        raise HTTPException(status_code=404, detail=f"there is no run {run_id!r}")
+        raise unknown_run(run_id)
     return {"run": run_id, "workflow": row.document}
 
 

@@ -10,11 +10,11 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from simrun.service.controller import Controller
-from simrun.service.routes.deps import ControllerDep, known_run
+from simrun.service.routes.deps import ONE_RUN, ControllerDep
 
 router = APIRouter()
 
@@ -70,7 +70,7 @@ async def run_events(
             await asyncio.sleep(min_gap_s)  # a burst of steps is read once
 
 
-@router.get("/runs/{run_id}/events", dependencies=[Depends(known_run)], response_model=None)
+@router.get("/runs/{run_id}/events", dependencies=ONE_RUN, response_model=None)
 async def events(run_id: str, request: Request, controller: ControllerDep) -> StreamingResponse:
     """The run's view as server-sent events while it runs."""
     return streaming(run_events(controller, run_id, disconnected=request))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 
 from simrun.core.unitlogs import (
     LogNotFound,
@@ -17,10 +17,9 @@ from simrun.core.unitlogs import (
     store_unit_logs,
 )
 from simrun.core.views import ErrorCode
-from simrun.service.routes.deps import ApiError, ControllerDep, known_run
+from simrun.service.routes.deps import ONE_RUN, ApiError, ControllerDep
 
 router = APIRouter()
-ONE_RUN = [Depends(known_run)]
 
 
 @router.get("/runs/{run_id}/logs", dependencies=ONE_RUN)

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,13 +22,11 @@ from simrun.core.views import ErrorCode
 from simrun.runstore.reads import KILLED
 from simrun.service.controller import Controller
 from simrun.service.dashboard import MAX_PAGE, keep_run, run_line, unit_line
-from simrun.service.routes.deps import ApiError, ControllerDep, known_run, unknown_run
+from simrun.service.routes.deps import ONE_RUN, ApiError, ControllerDep, unknown_run
 from simrun.service.routes.events import polled_events, streaming
 from simrun.service.routes.submission import SubmitBody, receive_submission
 
 router = APIRouter()
-#: The dependencies of a route of one run: 404 when there is no such run.
-ONE_RUN = [Depends(known_run)]
 
 
 class ReplayBody(BaseModel):
