@@ -25,7 +25,6 @@ MIN_GAP_S = 0.05
 #: The media type of server-sent events.
 EVENT_STREAM = "text/event-stream"
 
-
 #: Seconds after a wake-up before a polled document is read again: a busy controller
 #: notifies every step (at most ~1/POLL_MIN_GAP_S reads a second).
 POLL_MIN_GAP_S = 0.25
@@ -36,44 +35,23 @@ def event(name: str, data: str) -> bytes:
     return f"event: {name}\ndata: {data}\n\n".encode()
 
 
-async def run_events(
-    controller: Controller,
-    run_id: str,
-    *,
-    disconnected: Request | None = None,
-    keepalive_s: float = KEEPALIVE_S,
-    min_gap_s: float = MIN_GAP_S,
+def run_events(
+    controller: Controller, run_id: str, disconnected: Request | None = None
 ) -> AsyncIterator[bytes]:
-    """The events of ``run_id``; ends after the run ended, when the changes are closed, or
-    once the client of ``disconnected`` went away."""
-    changes = controller.changes
-    sent: str | None = None
-    quiet_since = time.monotonic()
-    while True:
-        version = changes.version(run_id)  # before the read: nothing after it is missed
+    """The events of ``run_id``; ends after the run ended, when the service stops, or once
+    the client of ``disconnected`` went away."""
+
+    async def read() -> tuple[str, Any, bool] | None:
         view = await controller.queries.run(run_id)
-        if view is None:
-            return
-        text = json.dumps(view.to_dict(), separators=(",", ":"))
-        if text != sent:
-            yield event("run", text)
-            sent, quiet_since = text, time.monotonic()
-        if view.state != "running" or changes.closed:
-            return
-        if disconnected is not None and await disconnected.is_disconnected():
-            return
-        left = keepalive_s - (time.monotonic() - quiet_since)
-        if left <= 0:
-            yield b": keep-alive\n\n"
-            quiet_since, left = time.monotonic(), keepalive_s
-        if await changes.wait(run_id, version, left) > version and min_gap_s > 0:
-            await asyncio.sleep(min_gap_s)  # a burst of steps is read once
+        return None if view is None else ("run", view.to_dict(), view.state == "running")
+
+    return polled_events(controller, read, KEEPALIVE_S, disconnected, key=run_id, gap_s=MIN_GAP_S)
 
 
 @router.get("/runs/{run_id}/events", dependencies=ONE_RUN, response_model=None)
 async def events(run_id: str, request: Request, controller: ControllerDep) -> StreamingResponse:
     """The run's view as server-sent events while it runs."""
-    return streaming(run_events(controller, run_id, disconnected=request))
+    return streaming(run_events(controller, run_id, request))
 
 
 def streaming(events: AsyncIterator[bytes]) -> StreamingResponse:
@@ -87,19 +65,26 @@ def streaming(events: AsyncIterator[bytes]) -> StreamingResponse:
 
 async def polled_events(
     controller: Controller,
-    read: Callable[[], Awaitable[tuple[str, Any]]],
+    read: Callable[[], Awaitable[tuple[str, Any, bool] | None]],
     poll_s: float,
     disconnected: Request | None = None,
+    *,
+    key: str = "",
+    gap_s: float = POLL_MIN_GAP_S,
 ) -> AsyncIterator[bytes]:
-    """The events ``read`` gives (its name and data): at once, then each time the data
-    changed, read every ``poll_s`` and on the controller's changes; a keep-alive comment
-    after `KEEPALIVE_S` without one. Ends when the service stops or the client left."""
+    """The events ``read`` gives (name, data, and whether more may come; None: nothing to
+    send): at once, then each time the data changed, read every ``poll_s`` and on the
+    controller's changes of ``key`` (any run: ""); a keep-alive comment after `KEEPALIVE_S`
+    without one. Ends when the service stops or the client left."""
     changes = controller.changes
     sent: str | None = None
     quiet_since = time.monotonic()
-    while not changes.closed:
-        version = changes.version("")  # grows with every step that changed something
-        name, data = await read()
+    while True:
+        version = changes.version(key)  # before the read: nothing after it is missed
+        found = await read()
+        if found is None:
+            return
+        name, data, more = found
         text = json.dumps(data, separators=(",", ":"))
         if text != sent:
             yield event(name, text)
@@ -107,7 +92,9 @@ async def polled_events(
         elif time.monotonic() - quiet_since >= KEEPALIVE_S:
             yield b": keep-alive\n\n"
             quiet_since = time.monotonic()
+        if not more or changes.closed:
+            return
         if disconnected is not None and await disconnected.is_disconnected():
             return
-        if await changes.wait("", version, poll_s) > version:
-            await asyncio.sleep(POLL_MIN_GAP_S)  # a burst of steps is read once
+        if await changes.wait(key, version, poll_s) > version and gap_s > 0:
+            await asyncio.sleep(gap_s)  # a burst of steps is read once

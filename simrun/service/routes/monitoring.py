@@ -108,10 +108,10 @@ async def workers_stream(request: Request, controller: ControllerDep) -> Streami
     ``unavailable`` with the reason."""
     default = _default_shape(request)
 
-    async def read() -> tuple[str, Any]:
+    async def read() -> tuple[str, Any, bool]:
         try:
-            return "workers", await workers_document(controller, default)
+            return "workers", await workers_document(controller, default), True
         except (RedisError, OSError) as exc:
-            return "unavailable", {"detail": f"Redis unreachable: {exc}"}
+            return "unavailable", {"detail": f"Redis unreachable: {exc}"}, True
 
     return streaming(polled_events(controller, read, WORKERS_POLL_S, request))

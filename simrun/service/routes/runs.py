@@ -167,8 +167,8 @@ async def dashboard_run_events(
 ) -> StreamingResponse:
     ended: EndedLines = {}
 
-    async def read() -> tuple[str, Any]:
-        return "runs", await runs_lines(controller, state, q, limit, ended)
+    async def read() -> tuple[str, Any, bool]:
+        return "runs", await runs_lines(controller, state, q, limit, ended), True
 
     return streaming(polled_events(controller, read, LIST_POLL_S, request))
 
