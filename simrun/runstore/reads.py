@@ -238,17 +238,6 @@ class RunReads:
             extra += [(str(name), "chunk", "done", int(spans_done))]
         return counts_of([*rows, *extra])
 
-    async def pending_units(
-        self, run_id: str, task: str, limit: int, kind: UnitKind | None = None
-    ) -> list[UnitRow]:
-        """Up to ``limit`` pending units of a task, by index: those sent back (with a row),
-        then fresh ones from the frontier."""
-        units = await self.pending_rows(run_id, task, limit, kind)
-        if kind in (None, "chunk") and len(units) < limit:
-            fresh = (await self.fresh_units(run_id, task))[: limit - len(units)]
-            units += [UnitRow(run_id, task, i, "chunk", "pending") for i in fresh]
-        return units
-
     async def pending_rows(
         self,
         run_id: str,

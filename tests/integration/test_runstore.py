@@ -128,7 +128,8 @@ async def test_start_task_creates_many_units(store: RunStore):
     await store.start_task("r1", "sweep", 20_000, now_s=101.0)
     counts = await store.counts("r1")
     assert counts["sweep"] == TaskCounts(pending=20_000)
-    assert [u.index for u in await store.pending_units("r1", "sweep", 3)] == [0, 1, 2]
+    _, pending = await store.unit_page("r1", "sweep", "pending", 0, 3)
+    assert [u.index for u in pending] == [0, 1, 2]
     assert await store.pending_counts("r1") == {"sweep": {"chunk": 20_000}}
     (sweep,) = [t for t in await store.tasks("r1") if t.name == "sweep"]
     assert (sweep.state, sweep.units) == ("running", 20_000)
@@ -294,7 +295,7 @@ async def test_merge_unit_is_made_once(store: RunStore):
     counts = (await store.counts("r1"))["sweep"]
     assert (counts.queued, counts.merge) == (6, "pending")
     assert await store.pending_counts("r1") == {"sweep": {"merge": 1}}
-    (merge,) = await store.pending_units("r1", "sweep", 10, kind="merge")
+    (merge,) = await store.pending_rows("r1", "sweep", 10, kind="merge")
     assert merge.key == "merge"
 
 

@@ -181,7 +181,7 @@ async def test_a_released_range_job_gets_rows_and_a_newer_attempt(store: RunStor
     await store.add_jobs([fresh_job(0, 3)], now_s=102.0)
     await store.see_jobs({"j0-3:1": ("w1", True)}, now_s=103.0)
     assert await store.release_jobs(["j0-3:1"], "its worker died") == 4
-    pending = await store.pending_units("r1", "sweep", 10)
+    _, pending = await store.unit_page("r1", "sweep", "pending", 0, 10)
     assert [(u.index, u.attempt, u.error) for u in pending] == [
         (i, 1, "its worker died") for i in range(4)
     ]
@@ -254,7 +254,7 @@ async def play(path: Path, story: dict[str, Any], fresh: bool) -> tuple[list[Uni
         if story["twice"]:
             entries += entries
         await apply(store, entries)
-        pending = await store.pending_units("r1", "sweep", UNITS)
+        _, pending = await store.unit_page("r1", "sweep", "pending", 0, UNITS)
         if pending:
             attempt = max(u.attempt for u in pending) + 1
             await store.add_jobs([row_job([u.index for u in pending], attempt, "again")], 104.0)
