@@ -74,6 +74,10 @@ class Ranges:
         return [(r.start, r.stop - 1) for r in self.parts]
 
     @cached_property
+    def _starts(self) -> list[int]:
+        return [r.start for r in self.parts]
+
+    @cached_property
     def _ends(self) -> list[int]:
         """How many units the parts up to each one hold."""
         return list(itertools.accumulate(len(r) for r in self.parts))
@@ -94,7 +98,7 @@ class Ranges:
     def __contains__(self, index: object) -> bool:
         if not isinstance(index, int):
             return False
-        at = bisect.bisect_right([r.start for r in self.parts], index) - 1
+        at = bisect.bisect_right(self._starts, index) - 1
         return at >= 0 and index in self.parts[at]
 
     def __or__(self, other: Ranges) -> Ranges:

@@ -189,23 +189,18 @@ class RunStore(RunReads):
     ) -> None:
         """Update the given fields of a task; a ``state`` needs ``now_s`` (a finished task's
         finish time)."""
-        sets: list[str] = []
-        params: list[Any] = []
+        given: dict[str, Any] = {"status": status, "queue": queue, "resource_key": resource_key}
+        if resources is not None:
+            given["resources"] = dumps(dict(resources))
+        values = {column: value for column, value in given.items() if value is not None}
         if state is not None:
             if now_s is None:
                 raise ValueError("RunStore.set_task: a state change needs now_s")
-            final = state in FINISHED_TASK_STATES
-            sets += ["state = ?", "finished_s = ?"]
-            params += [state, now_s if final else None]
-        for column, value in (("status", status), ("queue", queue), ("resource_key", resource_key)):
-            if value is not None:
-                sets.append(f"{column} = ?")
-                params.append(value)
-        if resources is not None:
-            sets.append("resources = ?")
-            params.append(dumps(dict(resources)))
-        if not sets:
+            values["state"] = state
+            values["finished_s"] = now_s if state in FINISHED_TASK_STATES else None
+        if not values:
             return
+        sets, params = [f"{column} = ?" for column in values], list(values.values())
         async with self._writing(conn) as c:
             await c.execute(
                 f"UPDATE tasks SET {', '.join(sets)} WHERE run_id = ? AND name = ?",
