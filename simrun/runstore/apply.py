@@ -22,7 +22,7 @@ from simrun.core.states import (
     unit_index,
 )
 from simrun.runstore.ingest import all_done, observed_peak_gb, split_reports
-from simrun.runstore.reads import chunks, marks
+from simrun.runstore.reads import in_chunks
 from simrun.runstore.rows import (
     JOB_COLUMNS,
     UNIT_COLUMNS,
@@ -299,16 +299,13 @@ async def _unit_rows(
     for run_id, task, index in wanted:
         by_task[(run_id, task)].append(index)
     found: dict[tuple[str, str, int], UnitRow] = {}
+    sql = f"SELECT {UNIT_COLUMNS} FROM units WHERE run_id = ? AND task = ? AND idx IN (?*)"
     for (run_id, task), indices in by_task.items():
-        for part in chunks(sorted(set(indices))):
-            rows = await conn.execute_fetchall(
-                f"SELECT {UNIT_COLUMNS} FROM units WHERE run_id = ? AND task = ?"
-                f" AND idx IN ({marks(len(part))})",
-                (run_id, task, *part),
-            )
-            for r in rows:
-                unit = unit_of(r)
-                found[(unit.run, unit.task, unit.index)] = unit
+        for row in await in_chunks(
+            conn.execute_fetchall, sql, sorted(set(indices)), (run_id, task)
+        ):
+            unit = unit_of(row)
+            found[(unit.run, unit.task, unit.index)] = unit
     return found
 
 
@@ -317,10 +314,6 @@ async def _existing_jobs(
 ) -> dict[str, tuple[int | None, int | None]]:
     """The jobs of ``job_ids`` in flight, with their range (None, None for jobs whose units
     have rows)."""
-    found: dict[str, tuple[int | None, int | None]] = {}
-    for part in chunks(sorted(set(job_ids))):
-        rows = await conn.execute_fetchall(
-            f"SELECT id, first_idx, last_idx FROM jobs WHERE id IN ({marks(len(part))})", part
-        )
-        found.update({str(r[0]): (r[1], r[2]) for r in rows})
-    return found
+    sql = "SELECT id, first_idx, last_idx FROM jobs WHERE id IN (?*)"
+    rows = await in_chunks(conn.execute_fetchall, sql, sorted(set(job_ids)))
+    return {str(r[0]): (r[1], r[2]) for r in rows}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +61,20 @@ def marks(n: int) -> str:
     return ", ".join("?" * n)
 
 
+async def in_chunks(
+    fetch: Callable[[str, Sequence[Any]], Awaitable[Iterable[Any]]],
+    sql: str,
+    keys: Iterable[Any],
+    before: Sequence[Any] = (),
+) -> list[Any]:
+    """The rows of ``sql`` for ``keys``, fetched in chunks: its ``(?*)`` takes the keys of
+    one, after the parameters ``before``."""
+    found: list[Any] = []
+    for part in chunks(list(keys)):
+        found += await fetch(sql.replace("(?*)", f"({marks(len(part))})"), (*before, *part))
+    return found
+
+
 @dataclass(frozen=True)
 class DoneTask:
     """A done task of some run with a given fingerprint (`simrun.core.reuse`)."""
@@ -71,12 +85,11 @@ class DoneTask:
     finished_s: float
 
 
-def _done_sql(n: int) -> str:
-    return (
-        "SELECT fingerprint, run_id, name, finished_s FROM tasks"
-        f" WHERE state = 'done' AND fingerprint IN ({marks(n)}) AND finished_s IS NOT NULL"
-        " ORDER BY finished_s DESC"
-    )
+_DONE_SQL = (
+    "SELECT fingerprint, run_id, name, finished_s FROM tasks"
+    " WHERE state = 'done' AND fingerprint IN (?*) AND finished_s IS NOT NULL"
+    " ORDER BY finished_s DESC"
+)
 
 
 @dataclass(frozen=True)
@@ -92,12 +105,11 @@ class DoneUnits:
     state: str
 
 
-def _done_units_sql(n: int) -> str:
-    return (
-        "SELECT unit_fingerprint, run_id, name, finished_s, units, state FROM tasks"
-        f" WHERE state IN {sql_list(FINISHED_TASK_STATES)} AND unit_fingerprint IN ({marks(n)})"
-        " AND finished_s IS NOT NULL AND units IS NOT NULL ORDER BY finished_s DESC"
-    )
+_DONE_UNITS_SQL = (
+    "SELECT unit_fingerprint, run_id, name, finished_s, units, state FROM tasks"
+    f" WHERE state IN {sql_list(FINISHED_TASK_STATES)} AND unit_fingerprint IN (?*)"
+    " AND finished_s IS NOT NULL AND units IS NOT NULL ORDER BY finished_s DESC"
+)
 
 
 #: The done chunk units of a task (``?`` twice: run and task): rows and spans, as ranges.
@@ -151,13 +163,10 @@ class RunReads:
         if not runs:
             return runs
         found: dict[str, list[tuple[float, float | None]]] = {}
-        for part in chunks([r.id for r in runs]):
-            for run_id, stopped, resumed in await self._fetch(
-                f"SELECT run_id, stopped_s, resumed_s FROM pauses WHERE run_id IN"
-                f" ({marks(len(part))}) ORDER BY stopped_s",
-                part,
-            ):
-                found.setdefault(run_id, []).append((stopped, resumed))
+        sql = "SELECT run_id, stopped_s, resumed_s FROM pauses WHERE run_id IN (?*)"
+        sql += " ORDER BY stopped_s"
+        for run_id, stopped, resumed in await in_chunks(self._fetch, sql, [r.id for r in runs]):
+            found.setdefault(run_id, []).append((stopped, resumed))
         return [
             dataclasses.replace(r, pauses=tuple(found[r.id])) if r.id in found else r for r in runs
         ]
@@ -182,21 +191,16 @@ class RunReads:
     async def done_tasks(self, fingerprints: Sequence[str], other_than: str) -> list[DoneTask]:
         """The done tasks with one of ``fingerprints`` of runs other than ``other_than``,
         latest first."""
-        return [DoneTask(*r) for r in await self._finished(_done_sql, fingerprints, other_than)]
+        return [DoneTask(*r) for r in await self._finished(_DONE_SQL, fingerprints, other_than)]
 
     async def done_units(self, unit_prints: Sequence[str], other_than: str) -> list[DoneUnits]:
         """The finished tasks with one of ``unit_prints`` of runs other than
         ``other_than``, latest first (reuse per unit)."""
-        found = await self._finished(_done_units_sql, unit_prints, other_than)
+        found = await self._finished(_DONE_UNITS_SQL, unit_prints, other_than)
         return [DoneUnits(*r) for r in found]
 
-    async def _finished(
-        self, sql: Callable[[int], str], keys: Sequence[str], other_than: str
-    ) -> list[Any]:
-        found: list[Any] = []
-        for part in chunks(list(keys)):
-            found += [r for r in await self._fetch(sql(len(part)), part) if r[1] != other_than]
-        return found
+    async def _finished(self, sql: str, keys: Sequence[str], other_than: str) -> list[Any]:
+        return [r for r in await in_chunks(self._fetch, sql, keys) if r[1] != other_than]
 
     async def done_ranges(self, run_id: str, task: str) -> list[range]:
         """The done chunk units of a task (rows and spans), as sorted, disjoint ranges."""
