@@ -1,21 +1,6 @@
-"""The SQLite file of the service: connections and per-component schema migrations.
-
-One file holds everything the service keeps (run state and learned resources), so that
-unit states and the observations of a report are written in one transaction. Each store
-owns a *component* of the file: its tables and an ordered list of migration steps. This
-module only opens connections and applies those steps; the SQL of each store stays in the
-store's module.
-
-Connections are in autocommit mode (``isolation_level=None``): a transaction is exactly
-what `transaction` (or an explicit ``BEGIN``) opens, never an implicit one. The file is in
-WAL mode, so readers (a second process, the CLI) never block the writer nor see a
-half-written transaction, and a writer waits up to ``busy_timeout_s`` for another.
-
-Versions: the table ``schema_versions`` holds the version of each component (the number
-of its steps applied), and ``PRAGMA user_version`` holds the file's schema *generation*,
-the sum of all component versions. It only grows, so a tool outside simrun can tell from
-the header alone that the schema changed.
-"""
+"""The SQLite file of the service: connections (autocommit, WAL, foreign keys) and the
+schema migrations of each component of the file (the run store's, the resource store's),
+so that unit states and the observations of a report are written in one transaction."""
 
 from __future__ import annotations
 
@@ -47,24 +32,17 @@ class SchemaError(RuntimeError):
 
 @dataclass(frozen=True)
 class Migration:
-    """One step of a component's schema: SQL statements applied together, in order.
-
-    Statements are separate strings (not a script) because a script would end the
-    transaction that makes the step atomic.
-    """
+    """One step of a component's schema: SQL statements applied together, in order
+    (separate strings: a script would end the transaction that makes the step atomic)."""
 
     description: str
     statements: tuple[str, ...]
 
 
 def _journal_mode(conn: sqlite3.Connection, deadline_s: float) -> str:
-    """The file's journal mode, switched to WAL when it is not yet.
-
-    SQLite answers "database is locked" to these pragmas without waiting on the busy
-    timeout while another connection creates, recovers or deletes the WAL (several
-    processes opening one new file, the last connection of another closing). That state
-    lasts microseconds, so it is retried until ``deadline_s`` (monotonic) passes.
-    """
+    """The file's journal mode, switched to WAL when it is not yet; retried until
+    ``deadline_s`` (monotonic) while SQLite answers "locked" without waiting on the busy
+    timeout (another connection creating or deleting the WAL, for microseconds)."""
     delay_s = 0.001
     while True:
         try:
@@ -86,10 +64,8 @@ WAL_LIMIT_BYTES = 4 * 1024 * 1024
 
 
 def _configure(conn: sqlite3.Connection, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
-    """WAL, foreign keys and ``synchronous=NORMAL`` (durable across a crash of the process;
-    the last transactions may be lost to a power cut); the WAL file is cut back to
-    `WAL_LIMIT_BYTES` after each checkpoint that empties it, so a burst of writes does not
-    leave it large for good."""
+    """WAL, foreign keys, ``synchronous=NORMAL`` (durable across a crash of the process) and
+    the WAL file cut back to `WAL_LIMIT_BYTES` after each checkpoint that empties it."""
     mode = _journal_mode(conn, time.monotonic() + busy_timeout_s)
     if mode != "wal":
         raise SchemaError(
@@ -117,12 +93,8 @@ class _Configured(sqlite3.Connection):
 async def connect(
     path: Path, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S
 ) -> aiosqlite.Connection:
-    """Open (and create when needed, with its directory) the SQLite file at ``path``.
-
-    The connection is in autocommit mode, in WAL mode, waits ``busy_timeout_s`` for a
-    writer, enforces foreign keys and syncs at ``NORMAL``. Close it when done (or use
-    `session`).
-    """
+    """A connection to the SQLite file at ``path`` (created when needed, with its
+    directory): autocommit, WAL, waiting ``busy_timeout_s`` for a writer."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -146,13 +118,9 @@ async def session(
 
 
 class FileKeeper:
-    """Holds one idle connection to a WAL database so that its ``-wal`` and ``-shm`` files
-    outlive the short connections of the stores.
-
-    Without it, closing the last connection checkpoints and deletes the WAL, and the next
-    one rebuilds it: about 1 ms per open on the machine it was measured on
-    (benchmarks/store.py). The idle connection holds no lock. Thread-safe.
-    """
+    """Holds one idle connection (no lock) to a WAL database so that its ``-wal`` and
+    ``-shm`` files outlive the short connections of the stores, which would otherwise
+    rebuild the WAL at each open. Thread-safe."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -185,12 +153,8 @@ class FileKeeper:
 
 @asynccontextmanager
 async def transaction(conn: aiosqlite.Connection) -> AsyncIterator[aiosqlite.Connection]:
-    """A write transaction on ``conn``: ``BEGIN IMMEDIATE``, then commit, or roll back on
-    an exception.
-
-    IMMEDIATE takes the write lock at the start, so two writers queue on ``busy_timeout``
-    instead of one failing at its first write.
-    """
+    """A write transaction on ``conn``: ``BEGIN IMMEDIATE`` (two writers queue on the busy
+    timeout instead of one failing at its first write), then commit, or roll back."""
     if conn.in_transaction:
         raise RuntimeError("simrun.db.transaction: the connection is already in a transaction")
     await conn.execute("BEGIN IMMEDIATE")
@@ -217,12 +181,10 @@ async def component_version(conn: aiosqlite.Connection, component: str) -> int:
 
 
 async def migrate(conn: aiosqlite.Connection, component: str, steps: Sequence[Migration]) -> int:
-    """Bring ``component`` up to ``len(steps)`` and return that version.
-
-    Runs in one IMMEDIATE transaction, so concurrent callers (threads, processes) apply
-    each step exactly once; a failing step leaves the file as it was. A file whose
-    component is newer than ``steps`` (written by a later simrun) raises `SchemaError`.
-    """
+    """Bring ``component`` up to ``len(steps)`` and return that version, in one transaction
+    (concurrent callers apply each step once; a failing step leaves the file as it was).
+    ``PRAGMA user_version`` is the sum of the components' versions. A component newer
+    than ``steps`` (a later simrun's) raises `SchemaError`."""
     if not component:
         raise ValueError("simrun.db.migrate: the component name is empty")
     target = len(steps)

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic import ValidationError as _ValidationError
 
+from simrun.core.ranges import Ranges
 from simrun.core.sizing import queue_name
 from simrun.core.wire import (
     Attempt,
@@ -20,9 +21,7 @@ from simrun.core.wire import (
     NonEmptyStr,
     PayloadError,
     UnitKey,
-    expand_ranges,
     explain,
-    index_ranges,
     job_id,
 )
 from simrun.plugins import TaskPaths
@@ -194,7 +193,7 @@ class JobSpec(BaseModel):
         """
         data = self.model_dump()
         del data["indices"]
-        data["ranges"] = [list(r) for r in index_ranges(self.indices)]
+        data["ranges"] = Ranges.of_indices(self.indices).to_wire()
         return {"job_id": self.job_id, **data}
 
     @classmethod
@@ -206,7 +205,7 @@ class JobSpec(BaseModel):
         if "ranges" in data:
             if "indices" in data:
                 raise PayloadError(f"{where}: fields 'ranges' and 'indices' both given")
-            data = {**data, "indices": expand_ranges(data["ranges"], MAX_JOB_UNITS)}
+            data = {**data, "indices": tuple(Ranges.from_wire(data["ranges"], MAX_JOB_UNITS))}
             del data["ranges"]
         try:
             spec = cls.model_validate(data)

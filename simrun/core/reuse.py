@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from simrun.core.layout import InputRef
+from simrun.core.ranges import Ranges
 from simrun.plugins import REFERENCE_FIELDS, TaskType, UnitOutputs, unit_outputs
 
 T = TypeVar("T")
@@ -198,13 +199,7 @@ def best_units(options: Sequence[tuple[T, Sequence[range]]]) -> tuple[T, list[ra
 
 def merge_ranges(ranges: Iterable[range]) -> list[range]:
     """The union of ``ranges`` (step 1) as sorted, disjoint ranges, adjacent ones joined."""
-    out: list[range] = []
-    for part in sorted((r for r in ranges if r), key=lambda r: r.start):
-        if out and part.start <= out[-1].stop:
-            out[-1] = range(out[-1].start, max(out[-1].stop, part.stop))
-        else:
-            out.append(part)
-    return out
+    return list(Ranges.of(ranges).parts)
 
 
 def covered(ranges: Sequence[range], size: int) -> list[bool]:
@@ -218,13 +213,7 @@ def covered(ranges: Sequence[range], size: int) -> list[bool]:
 
 def as_ranges(indices: Collection[int]) -> list[range]:
     """``indices`` as the fewest ranges of consecutive indices, in order."""
-    out: list[range] = []
-    for i in sorted(set(indices)):
-        if out and out[-1].stop == i:
-            out[-1] = range(out[-1].start, i + 1)
-        else:
-            out.append(range(i, i + 1))
-    return out
+    return list(Ranges.of_indices(indices).parts)
 
 
 def reusable_units(count: int, earlier_units: int, present: Sequence[bool]) -> list[range]:

@@ -1,10 +1,6 @@
-"""What is shown of runs: the views the HTTP API sends and the command line shows.
-
-Neutral data: the service builds them from its stored rows (`simrun.service.views`), the
-HTTP API sends them as JSON (`to_dict`), and `simrun.client.Client` parses that JSON back
-(`parse_run`, `parse_runs`, `parse_failures`) for the terminal views. A field an older
-service does not send has its default (None: the view does not tell, shown as a dash).
-"""
+"""What is shown of runs: the views the service builds from its rows, the HTTP API sends
+as JSON (`to_dict`) and `simrun.client.Client` parses back (`parse_run` and friends); the
+error answers of the HTTP API (`ErrorView`); what a client knows of a task type."""
 
 from __future__ import annotations
 
@@ -20,16 +16,10 @@ from simrun.plugins import TaskType, unit_outputs
 
 @dataclass(frozen=True)
 class TaskView:
-    """One task: its state, status message (why it is blocked or failed, or that it probes:
-    "probing: 2 units first, the other 998 wait for their memory"), units by state, and its
-    ETA in seconds (None while unknown). ``splittable`` is False for a command;
-    ``started_s``/``finished_s`` are when it started and ended; ``kills`` counts the kills
-    for memory of its units; ``requested_gb`` is the largest memory per process its units
-    were dispatched with and ``peak_memory_gb`` the largest peak of a worker process its
-    reports measured (None while unknown). ``out`` is where its outputs are, when the
-    reader knows (a store read on this machine). ``units_per_s`` is its observed completion
-    rate (None before two samples showed progress); ``eta_s`` follows `simrun.core.eta`.
-    ``reused_from`` is the earlier run whose outputs it reused (it ran no unit)."""
+    """One task: its state, status message (why it is blocked or failed, or that it probes),
+    units by state, ETA (`simrun.core.eta`; None while unknown) and observed rate, kills
+    for memory, requested and peak memory, where its outputs are (when the reader knows),
+    the run it reused from (whole or per unit), what staging and scratch took."""
 
     name: str
     type: str
@@ -50,20 +40,14 @@ class TaskView:
     kills: int | None = None
     requested_gb: float | None = None
     peak_memory_gb: float | None = None
-    #: The largest memory its jobs used on their GPUs (None: no GPU, or not measured).
     peak_gpu_memory_gb: float | None = None
     out: str | None = None
     units_per_s: float | None = None
-    #: The run whose outputs it took instead of running (`simrun.core.reuse`).
     reused_from: str | None = None
-    #: How many of its units it took from the run ``units_reused_from`` instead of running
-    #: them (reuse per unit: they count as done).
     units_reused: int = 0
     units_reused_from: str | None = None
-    #: Bytes its workers copied to stage its inputs, and the seconds that took.
     staged_bytes: int = 0
     staged_s: float = 0.0
-    #: The most local scratch a job of it was measured to use (GiB; None: not measured).
     scratch_peak_gb: float | None = None
     #: `simrun.core.states.TaskPhase`: "probing" while a probe of its units goes first.
     phase: str = ""
@@ -85,7 +69,6 @@ class RunSummary:
     updated_s: float
     finished_s: float | None
     model: str = ""
-    #: When it was stopped and went on again (None: still stopped): `running_seconds`.
     pauses: tuple[tuple[float, float | None], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,9 +77,7 @@ class RunSummary:
 
 @dataclass(frozen=True)
 class RunView(RunSummary):
-    """One run with its tasks. ``eta_s`` is over its unfinished tasks
-    (`simrun.core.eta.run_eta_s`: the longest chain along the graph, at least each queue's
-    tasks one after the other), None while a task's is unknown; 0 once the run ended."""
+    """One run with its tasks and ETA (`simrun.core.eta.run_eta_s`; 0 once it ended)."""
 
     tasks: tuple[TaskView, ...] = ()
     eta_s: float | None = None
@@ -104,8 +85,7 @@ class RunView(RunSummary):
 
 @dataclass(frozen=True)
 class FailureView:
-    """A failed unit (an index, or ``merge``/``command``) and its last traceback (or
-    message)."""
+    """A failed unit (an index, or ``merge``/``command``) and its last traceback."""
 
     task: str
     unit: int | str
@@ -120,8 +100,7 @@ class FailureView:
 
 
 class ErrorCode(StrEnum):
-    """What an error answer of the HTTP API is (its ``code``, on which the client acts; its
-    ``detail`` is the line for a person)."""
+    """What an error answer of the HTTP API is: the client acts on it."""
 
     BAD_REQUEST = "bad_request"  # 400: a request that cannot be read
     UNAUTHORIZED = "unauthorized"  # 401: the bearer token is missing or wrong
@@ -139,8 +118,8 @@ class ErrorCode(StrEnum):
 
 @dataclass(frozen=True)
 class ErrorView:
-    """The body of every error answer of the HTTP API; ``errors`` are the problems of a
-    refused workflow (`ErrorCode.REJECTED`: each with where, line and message)."""
+    """The body of every error answer of the HTTP API; ``errors``: the problems of a refused
+    workflow."""
 
     code: ErrorCode
     detail: str
@@ -153,8 +132,8 @@ class ErrorView:
 def running_seconds(
     start_s: float, end_s: float, pauses: Sequence[tuple[float, float | None]] = ()
 ) -> float:
-    """The seconds from ``start_s`` to ``end_s`` a run was running: less the parts of its
-    ``pauses`` in between (an open pause, None, lasts to ``end_s``)."""
+    """The seconds from ``start_s`` to ``end_s`` less the ``pauses`` (an open one lasts to
+    ``end_s``)."""
     total = max(0.0, end_s - start_s)
     for stopped, resumed in pauses:
         overlap = min(end_s, end_s if resumed is None else resumed) - max(start_s, stopped)
@@ -162,43 +141,17 @@ def running_seconds(
     return max(0.0, total)
 
 
-_TASK = TypeAdapter(TaskView)
-_RUN = TypeAdapter(RunView)
-_RUNS = TypeAdapter(list[RunSummary])
-_FAILURES = TypeAdapter(list[FailureView])
-_ERROR = TypeAdapter(ErrorView)
-
-
-def parse_task(data: Any) -> TaskView:
-    """A task's view from its JSON; `ValueError` names what does not fit."""
-    return _TASK.validate_python(data)
-
-
-def parse_run(data: Any) -> RunView:
-    """A run's view from its JSON (``GET /runs/{id}``); `ValueError` names what does not
-    fit."""
-    return _RUN.validate_python(data)
-
-
-def parse_runs(data: Any) -> list[RunSummary]:
-    """The latest runs from their JSON (``GET /runs``)."""
-    return _RUNS.validate_python(data)
-
-
-def parse_failures(data: Any) -> list[FailureView]:
-    """The failed units of a run from their JSON (``GET /runs/{id}/failures``)."""
-    return _FAILURES.validate_python(data)
-
-
-def parse_error(data: Any) -> ErrorView:
-    """An error answer from its JSON; `ValueError` when it is none (a proxy's, say)."""
-    return _ERROR.validate_python(data)
+#: Views from their JSON; `ValueError` (pydantic's) names what does not fit.
+parse_task = TypeAdapter(TaskView).validate_python
+parse_run = TypeAdapter(RunView).validate_python  # GET /runs/{id}
+parse_runs = TypeAdapter(list[RunSummary]).validate_python  # GET /runs
+parse_failures = TypeAdapter(list[FailureView]).validate_python  # GET /runs/{id}/failures
+parse_error = TypeAdapter(ErrorView).validate_python  # an error answer (not a proxy's)
 
 
 def type_info(task_type: TaskType) -> dict[str, Any]:
     """What a client knows of a task type (``GET /types``, ``simrun types --json``, the
-    Editor's palette): its ports, hint, traits and settings schema; ``unit_outputs``: what
-    it declares for reuse per unit (`simrun.plugins.UnitOutputs`), None if nothing."""
+    Editor's palette): ports, hint, traits, unit outputs and settings schema."""
     declared = unit_outputs(task_type)
     return {
         "name": task_type.name,

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import msgpack
@@ -28,26 +29,19 @@ class PayloadError(ValueError):
     """A job payload, report entry or heartbeat that cannot be used, and why."""
 
 
-# --- the field types of the wire models ---------------------------------------------------
-# Strict: a bool is not a number, a string is not a number and a number is not a bool. Each
-# type's description completes "field 'x' must be ..." in the messages of `explain`.
-
-#: A finite number >= 0 (an int is taken as a float): not a bool, NaN, an infinity, a
-#: negative number or a string. The one rule for memory, seconds and sizes on the wire.
+# The field types of the wire models, strict (a bool is no number, a string no number, a
+# number no bool); each description completes "field 'x' must be ..." (`explain`).
+#: The one rule for memory, seconds and sizes on the wire (an int is taken as a float).
 FiniteNonNeg = Annotated[
     float, Field(strict=True, ge=0, allow_inf_nan=False, description="a finite number >= 0")
 ]
-#: A finite number > 0: a limit or a timeout, where 0 means nothing sensible.
+#: A limit or a timeout, where 0 means nothing sensible.
 FinitePositive = Annotated[
     float, Field(strict=True, gt=0, allow_inf_nan=False, description="a finite number > 0")
 ]
-#: An integer >= 0 (not a bool): a count of units.
 Count = Annotated[int, Field(strict=True, ge=0, description="an integer >= 0")]
-#: An integer >= 1 (not a bool): the attempt of a job, counted from 1.
 Attempt = Annotated[int, Field(strict=True, ge=1, description="an integer >= 1")]
-#: True or false, nothing else.
 Flag = Annotated[bool, Field(strict=True, description="true or false")]
-#: A string with at least one character.
 NonEmptyStr = Annotated[str, Field(strict=True, min_length=1, description="a non-empty string")]
 
 _FINITE_NONNEG: TypeAdapter[float] = TypeAdapter(FiniteNonNeg)
@@ -77,70 +71,79 @@ def _must(info: FieldInfo) -> str | None:
     return None
 
 
+@dataclass
+class _Place:
+    """Where an error of a model is: the field's name, the nested models on the way to it,
+    its `FieldInfo`, the fields known where it is, and the steps past it (keys, indices)."""
+
+    name: str = ""
+    parents: list[str] = field(default_factory=list)
+    info: FieldInfo | None = None
+    known: list[str] = field(default_factory=list)
+    rest: list[str] = field(default_factory=list)
+
+
+def _place(model: type[BaseModel], loc: list[str]) -> _Place:
+    """The place of an error at ``loc`` in ``model``, going into nested models."""
+    found = _Place(rest=list(loc))
+    current = model
+    while found.rest:
+        part = found.rest.pop(0)
+        fields = current.model_fields
+        found.known, found.info, found.name = sorted(fields), fields.get(part), part
+        nested = found.info.annotation if found.info is not None else None
+        if not (found.rest and isinstance(nested, type) and issubclass(nested, BaseModel)):
+            break
+        found.parents.append(part)
+        current = nested
+    return found
+
+
+def _must_be(error: Any, at: _Place, dotted: bool) -> str:
+    """What a field must be, for the error of a value."""
+    if error["type"] == "literal_error":
+        return f"one of {error['ctx']['expected']}"
+    must = _must(at.info) if at.info is not None and not (dotted and at.rest) else None
+    if must is None:
+        must = error["msg"][0].lower() + error["msg"][1:]
+        must = must.removeprefix("input should be ")
+    return str(must)
+
+
 def explain(
     exc: ValidationError, model: type[BaseModel], where: str = "", *, dotted: bool = False
 ) -> str:
     """One sentence about the first error of ``exc`` (raised validating ``model``):
-
-    ``<where>: the field 'x' is missing``, ``<where>: unknown field 'x' (known: ...)``,
-    ``<where>: field 'x' must be <its description>, got <value>``, or the message a
-    validator of the model raised. A field validator's `ValueError` says what the field
-    "must be ..." (its message follows the field's name). A field of a nested model is
-    named ``'paths.out'`` with ``dotted``, else the nested model goes into the place:
-    ``<where>: paths: the field 'out' is missing``.
-    """
+    ``<where>: the field 'x' is missing``, ``unknown field 'x' (known: ...)``, ``field 'x'
+    must be <its description>, got <value>``, or a validator's message (a field
+    validator's says what the field "must be ..."). A field of a nested model is named
+    ``'paths.out'`` with ``dotted``, else it goes into the place: ``paths: the field
+    'out' is missing``."""
     error = exc.errors(include_url=False)[0]
     # pydantic marks an error in a key of a map with an extra "[key]" step: the key is named.
-    loc = [str(part) for part in error["loc"] if part != "[key]"]
-    places = [where] if where else []
-    current: type[BaseModel] | None = model
-    parents: list[str] = []
-    name = ""
-    info: FieldInfo | None = None
-    while loc:
-        part = loc.pop(0)
-        fields = current.model_fields if current is not None else {}
-        known = sorted(fields)
-        info = fields.get(part)
-        name = part
-        nested = info.annotation if info is not None else None
-        if loc and isinstance(nested, type) and issubclass(nested, BaseModel):
-            parents.append(part)
-            current = nested
-            continue
-        break
-    if dotted:
-        name = ".".join([*parents, name, *loc])
-    else:
-        places += parents
-    place = ": ".join(places)
+    at = _place(model, [str(part) for part in error["loc"] if part != "[key]"])
+    name = ".".join([*at.parents, at.name, *at.rest]) if dotted else at.name
+    place = ": ".join([*([where] if where else []), *([] if dotted else at.parents)])
     prefix = f"{place}: " if place else ""
     kind = error["type"]
     if kind == "missing":
         return f"{prefix}the field {name!r} is missing"
     if kind == "extra_forbidden":
-        listed = "" if loc else f" (known: {', '.join(known)})"
+        listed = "" if at.rest else f" (known: {', '.join(at.known)})"
         return f"{prefix}unknown field {name!r}{listed}"
     if not name:  # the whole input: a validator of the model, or input that is no map
         ctx = error.get("ctx", {})
         return f"{prefix}{ctx['error'] if 'error' in ctx else error['msg']}"
-    at = f" at {name}[{']['.join(loc)}]" if loc and not dotted else ""
-    got = f", got {error['input']!r}{at}"
+    steps = f" at {name}[{']['.join(at.rest)}]" if at.rest and not dotted else ""
+    got = f", got {error['input']!r}{steps}"
     if kind == "value_error":  # a field validator's ValueError says "must be ..."
         return f"{prefix}field {name!r} {error['ctx']['error']}{got}"
-    must = _must(info) if info is not None and not (dotted and loc) else None
-    if kind == "literal_error":
-        must = f"one of {error['ctx']['expected']}"
-    if must is None:
-        must = error["msg"][0].lower() + error["msg"][1:]
-        must = must.removeprefix("input should be ")
-    return f"{prefix}field {name!r} must be {must}{got}"
+    return f"{prefix}field {name!r} must be {_must_be(error, at, dotted)}{got}"
 
 
 def job_id(run: str, task: str, kind: JobKind, indices: Sequence[int], attempt: int) -> str:
-    """The deterministic id of a job: ``run:task:<first index>:attempt`` for a chunk,
-    ``run:task:merge:attempt`` and ``run:task:command:attempt`` for the others. An id
-    enqueued twice is one job, so a re-enqueue never doubles work."""
+    """The deterministic id of a job, ``run:task:<first index, merge or command>:attempt``:
+    an id enqueued twice is one job."""
     if kind == "chunk":
         if not indices:
             raise PayloadError("a chunk job has no unit indices")
@@ -160,12 +163,8 @@ def serialize(obj: Any) -> bytes:
 
 
 def deserialize(data: bytes) -> dict[str, Any]:
-    """The dict that `serialize` wrote; `PayloadError` for anything else.
-
-    A pickle (what arq writes by default, and what an attacker with access to Redis would
-    write to run code on a worker) is recognised by its protocol header and refused
-    without being unpickled; other non-msgpack bytes are refused as well.
-    """
+    """The dict that `serialize` wrote; `PayloadError` for anything else, a pickle (arq's
+    default, an attacker's way to run code on a worker) refused by its header unread."""
     if len(data) >= 2 and data[0] == 0x80 and data[1] <= 5:
         raise PayloadError(
             f"refused a pickled payload (pickle protocol {data[1]}): simrun jobs are msgpack, "
@@ -182,44 +181,3 @@ def deserialize(data: bytes) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise PayloadError(f"refused a payload that is a {type(obj).__name__}, not a map")
     return obj
-
-
-def index_ranges(indices: Iterable[int]) -> list[tuple[int, int]]:
-    """The distinct ``indices`` as inclusive ranges ``(first, last)``, ascending:
-    ``[5, 0, 1, 2, 2]`` → ``[(0, 2), (5, 5)]``."""
-    ranges: list[tuple[int, int]] = []
-    for index in sorted(set(indices)):
-        if ranges and ranges[-1][1] == index - 1:
-            ranges[-1] = (ranges[-1][0], index)
-        else:
-            ranges.append((index, index))
-    return ranges
-
-
-def expand_ranges(ranges: object, most: int) -> tuple[int, ...]:
-    """The indices of inclusive ranges ``[[first, last], ...]`` as `index_ranges` makes
-    them (ascending, disjoint), at most ``most`` in all; `PayloadError` says what is
-    wrong with a bad one."""
-    if not isinstance(ranges, list | tuple):
-        raise PayloadError(f"field 'ranges' must be a list of [first, last], got {ranges!r}")
-    out: list[int] = []
-    after = -1
-    for pair in ranges:
-        ok = isinstance(pair, list | tuple) and len(pair) == 2
-        first, last = pair if ok else (None, None)
-        if not (
-            isinstance(first, int)
-            and isinstance(last, int)
-            and not isinstance(first, bool)
-            and not isinstance(last, bool)
-            and after < first <= last
-        ):
-            raise PayloadError(
-                f"field 'ranges' holds {pair!r}: each must be [first, last] with "
-                "0 <= first <= last, ascending and apart"
-            )
-        if len(out) + last - first + 1 > most:
-            raise PayloadError(f"field 'ranges' names more than {most} units")
-        out.extend(range(first, last + 1))
-        after = last
-    return tuple(out)

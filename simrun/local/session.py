@@ -40,8 +40,8 @@ from simrun.local.redis import PrivateRedis, find_redis_server
 from simrun.plugins import TaskType
 from simrun.queues.connect import RedisUnusable
 from simrun.queues.keys import DEFAULT_PREFIX
-from simrun.service.api import create_app
 from simrun.service.controller import Controller
+from simrun.service.routes import create_app
 from simrun.service.settings import ControllerSettings
 from simrun.worker.engine import EngineError, find_engine, worker_argv_in_image
 from simrun.worker.settings import WorkerSettings, worker_argv

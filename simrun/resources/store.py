@@ -60,14 +60,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             " units INTEGER NOT NULL CHECK (units >= 0),"
             " base_gb REAL NOT NULL CHECK (base_gb >= 0),"
             " limit_gb REAL NOT NULL CHECK (limit_gb >= 0),"
-            " recorded_s REAL NOT NULL"  # Unix time
+            " recorded_s REAL NOT NULL,"  # Unix time
+            " input_bytes INTEGER CHECK (input_bytes >= 0)"  # the size of the task's inputs
             ")",
             "CREATE INDEX observations_by_key ON observations (key, oom, id)",
         ),
-    ),
-    Migration(
-        "observations: the size of the task's inputs (learning v2 fits memory to it)",
-        ("ALTER TABLE observations ADD COLUMN input_bytes INTEGER CHECK (input_bytes >= 0)",),
     ),
 )
 

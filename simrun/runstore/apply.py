@@ -1,9 +1,6 @@
-"""Writing a batch of worker reports into the run store, inside the caller's transaction.
-
-`RunStore.apply_reports` is this module's `apply_reports`; which report takes which path is
-decided by `simrun.runstore.ingest` (no I/O there), what becomes of each unit by
-`simrun.core.states.unit_after_outcome`.
-"""
+"""Writing a batch of worker reports into the run store, inside the caller's transaction
+(the path of each report: `simrun.runstore.ingest`; what becomes of a unit:
+`simrun.core.states.unit_after_outcome`)."""
 
 from __future__ import annotations
 
@@ -14,6 +11,7 @@ from typing import Any
 
 import aiosqlite
 
+from simrun.core.ranges import Ranges
 from simrun.core.reports import ReportEntry
 from simrun.core.states import (
     ACTIVE_UNIT_STATES,
@@ -23,24 +21,27 @@ from simrun.core.states import (
     unit_after_outcome,
     unit_index,
 )
-from simrun.core.wire import index_ranges
 from simrun.runstore.ingest import all_done, observed_peak_gb, split_reports
-from simrun.runstore.reads import chunks, marks
-from simrun.runstore.rows import UPDATE_UNIT, Applied, unit_of, unit_values
-from simrun.runstore.schema import UNIT_COLUMNS, sql_list
+from simrun.runstore.reads import in_chunks
+from simrun.runstore.rows import (
+    JOB_COLUMNS,
+    UNIT_COLUMNS,
+    UPDATE_UNIT,
+    Applied,
+    job_of,
+    job_range,
+    unit_of,
+    unit_values,
+)
+from simrun.runstore.schema import sql_list
 
 
 async def apply_reports(
     conn: aiosqlite.Connection, entries: Sequence[ReportEntry], limits: Limits, now_s: float
 ) -> Applied:
-    """Apply the unit outcomes of report entries on ``conn`` (in a transaction).
-
-    A range job in flight that a report says is done whole becomes a span (no unit row is
-    written); the range jobs of the other reports get their unit rows first. Then all-done
-    reports are one set-based update each, the others go unit by unit; then the units of
-    reported jobs that their report left out are released, those jobs leave the set in
-    flight, and each task reported on gets its kills and peak.
-    """
+    """Apply the unit outcomes of report entries on ``conn`` (in a transaction): a range job
+    done whole becomes a span, other range jobs get unit rows first; units a report left
+    out are released, the jobs reported on leave the set in flight."""
     applied = Applied()
     in_flight = await _existing_jobs(conn, [e.job_id for e in entries])
     recorded: set[str] = set()
@@ -90,9 +91,8 @@ def done_whole(entry: ReportEntry, job: tuple[int | None, int | None]) -> bool:
 async def insert_unit_rows(
     conn: aiosqlite.Connection, run: str, task: str, indices: range, **values: Any
 ) -> None:
-    """Rows for the chunk units ``indices`` (consecutive) of a task, each with the same
-    ``values`` (columns of ``units``: ``state`` at least), made by SQLite (a recursive
-    count), not as a list in Python."""
+    """Rows for the chunk units ``indices`` of a task, each with the same ``values``
+    (columns of ``units``), made by SQLite (a recursive count), not in Python."""
     if not indices:
         return
     columns = ", ".join(values)
@@ -107,39 +107,22 @@ async def insert_unit_rows(
 
 async def materialize_jobs(conn: aiosqlite.Connection, job_ids: Iterable[str]) -> int:
     """Give the units of these range jobs in flight rows of their own, as the job says they
-    are (queued, or running on its worker), and make them jobs of unit rows: what happens
-    to them next (a release, a report that is not all done) is then written unit by unit.
-    Jobs that are not range jobs in flight are left alone. Returns the rows made."""
+    are, to be written unit by unit from then on; returns the rows made."""
     made = 0
     for job_id in sorted(set(job_ids)):
-        rows = list(
-            await conn.execute_fetchall(
-                "SELECT run_id, task, first_idx, last_idx, attempt, memory_gb, worker, running,"
-                " enqueued_s, started_s FROM jobs WHERE id = ? AND first_idx IS NOT NULL",
-                (job_id,),
+        rows = await conn.execute_fetchall(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? AND first_idx IS NOT NULL", (job_id,)
+        )
+        for row in rows:
+            job = job_of(row)
+            part = job_range(job)
+            values = {k: v for k, v in part.fields.items() if k not in ("run", "task", "kind")}
+            before = conn.total_changes
+            await insert_unit_rows(conn, job.run, job.task, part.indices, **values)
+            made += conn.total_changes - before
+            await conn.execute(
+                "UPDATE jobs SET first_idx = NULL, last_idx = NULL WHERE id = ?", (job_id,)
             )
-        )
-        if not rows:
-            continue
-        run, task, first, last, attempt, memory_gb, worker, running, queued_s, started_s = rows[0]
-        before = conn.total_changes
-        await insert_unit_rows(
-            conn,
-            run,
-            task,
-            range(first, last + 1),
-            state="running" if running else "queued",
-            attempt=attempt,
-            job_id=job_id,
-            memory_gb=memory_gb,
-            worker=worker,
-            queued_s=queued_s,
-            started_s=started_s if running else None,
-        )
-        made += conn.total_changes - before
-        await conn.execute(
-            "UPDATE jobs SET first_idx = NULL, last_idx = NULL WHERE id = ?", (job_id,)
-        )
     return made
 
 
@@ -150,8 +133,7 @@ async def _apply_spans(
     now_s: float,
     applied: Applied,
 ) -> None:
-    """Range jobs done whole: each becomes a span, its task counts its units done, and the
-    job leaves the set in flight."""
+    """Range jobs done whole: each becomes a span and leaves the set in flight."""
     done: dict[tuple[str, str], int] = defaultdict(int)
     for job_id, entry in spans.items():
         first, last = in_flight[job_id]
@@ -178,10 +160,8 @@ async def _apply_spans(
 async def _apply_done(
     conn: aiosqlite.Connection, entries: Sequence[ReportEntry], now_s: float, applied: Applied
 ) -> None:
-    """All-done reports: per task one batch of range updates, in the reports' order (the
-    first report to finish a unit gives its worker and start time, as unit by unit). A
-    unit queued or running under another attempt is left to that attempt, as
-    `unit_after_outcome` does."""
+    """All-done reports: per task one batch of range updates, in the reports' order; a unit
+    in flight under another attempt is left to it, as `unit_after_outcome` does."""
     by_task: dict[tuple[str, str], list[tuple[Any, ...]]] = defaultdict(list)
     for entry in entries:
         by_task[(entry.run, entry.task)] += [
@@ -195,7 +175,7 @@ async def _apply_done(
                 last,
                 entry.attempt,
             )
-            for first, last in index_ranges(unit_index(k) for k in entry.outcomes)
+            for first, last in Ranges.of_indices(unit_index(k) for k in entry.outcomes).pairs
         ]
     for task, params in by_task.items():
         before = conn.total_changes
@@ -275,69 +255,41 @@ async def _retry_rules(
     return rules
 
 
+def raised(column: str, param: str) -> str:
+    """SQL setting ``column`` to the larger of it and ``:param``, whichever is known (max()
+    of SQLite is NULL when an argument is)."""
+    return f"{column} = coalesce(max({column}, :{param}), {column}, :{param})"
+
+
+def _most(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
 async def _task_facts(
     conn: aiosqlite.Connection,
     entries: Sequence[ReportEntry],
     kills: Mapping[tuple[str, str], int],
 ) -> None:
-    """Add the kills taken to their tasks, and raise their peaks to what was measured."""
-    peaks: dict[tuple[str, str], float] = {}
-    gpu_peaks: dict[tuple[str, str], float] = {}
-    for entry in entries:
-        task = (entry.run, entry.task)
-        peak = observed_peak_gb(entry)
-        if peak is not None:
-            peaks[task] = max(peak, peaks.get(task, peak))
-        gpu = entry.report.peak_gpu_memory_gb
-        if gpu is not None:
-            gpu_peaks[task] = max(gpu, gpu_peaks.get(task, gpu))
-    params = [
-        {
-            "run": run,
-            "task": task,
-            "kills": kills.get((run, task), 0),
-            "peak": peaks.get((run, task)),
-            "gpu": gpu_peaks.get((run, task)),
-        }
-        for run, task in sorted(set(peaks) | set(kills) | set(gpu_peaks))
-    ]
-    if params:
-        # max() of SQLite is NULL when an argument is: coalesce keeps whichever is known.
-        await conn.executemany(
-            "UPDATE tasks SET kills = kills + :kills,"
-            " peak_memory_gb = coalesce(max(peak_memory_gb, :peak), peak_memory_gb, :peak),"
-            " peak_gpu_memory_gb ="
-            " coalesce(max(peak_gpu_memory_gb, :gpu), peak_gpu_memory_gb, :gpu)"
-            " WHERE run_id = :run AND name = :task",
-            params,
-        )
-    await _scratch_facts(conn, entries)
-
-
-async def _scratch_facts(conn: aiosqlite.Connection, entries: Sequence[ReportEntry]) -> None:
-    """Add what staging took to the tasks, and raise their scratch peaks to what was
-    measured."""
-    facts: dict[tuple[str, str], tuple[int, float, float | None]] = {}
+    """Add the kills and the staging the reports tell to their tasks, and raise their peaks
+    of memory, GPU memory and scratch to what was measured."""
+    facts: dict[tuple[str, str], dict[str, Any]] = {}
     for entry in entries:
         r = entry.report
-        if not r.staged_bytes and not r.staged_s and r.scratch_gb is None:
-            continue
         key = (entry.run, entry.task)
-        size, seconds, peak = facts.get(key, (0, 0.0, None))
-        if r.scratch_gb is not None:
-            peak = r.scratch_gb if peak is None else max(peak, r.scratch_gb)
-        facts[key] = (size + r.staged_bytes, seconds + r.staged_s, peak)
-    if facts:
-        await conn.executemany(
-            "UPDATE tasks SET staged_bytes = staged_bytes + :size,"
-            " staged_s = staged_s + :seconds,"
-            " scratch_peak_gb = coalesce(max(scratch_peak_gb, :peak), scratch_peak_gb, :peak)"
-            " WHERE run_id = :run AND name = :task",
-            [
-                {"run": run, "task": task, "size": size, "seconds": seconds, "peak": peak}
-                for (run, task), (size, seconds, peak) in sorted(facts.items())
-            ],
-        )
+        f = facts.setdefault(key, {"run": entry.run, "task": entry.task, "size": 0, "seconds": 0.0})
+        f["kills"] = kills.get(key, 0)
+        f["peak"] = _most(f.get("peak"), observed_peak_gb(entry))
+        f["gpu"] = _most(f.get("gpu"), r.peak_gpu_memory_gb)
+        f["scratch"] = _most(f.get("scratch"), r.scratch_gb)
+        f["size"] += r.staged_bytes
+        f["seconds"] += r.staged_s
+    await conn.executemany(
+        "UPDATE tasks SET kills = kills + :kills, staged_bytes = staged_bytes + :size,"
+        f" staged_s = staged_s + :seconds, {raised('peak_memory_gb', 'peak')},"
+        f" {raised('peak_gpu_memory_gb', 'gpu')}, {raised('scratch_peak_gb', 'scratch')}"
+        " WHERE run_id = :run AND name = :task",
+        [facts[key] for key in sorted(facts)],
+    )
 
 
 async def _unit_rows(
@@ -347,16 +299,13 @@ async def _unit_rows(
     for run_id, task, index in wanted:
         by_task[(run_id, task)].append(index)
     found: dict[tuple[str, str, int], UnitRow] = {}
+    sql = f"SELECT {UNIT_COLUMNS} FROM units WHERE run_id = ? AND task = ? AND idx IN (?*)"
     for (run_id, task), indices in by_task.items():
-        for part in chunks(sorted(set(indices))):
-            rows = await conn.execute_fetchall(
-                f"SELECT {UNIT_COLUMNS} FROM units WHERE run_id = ? AND task = ?"
-                f" AND idx IN ({marks(len(part))})",
-                (run_id, task, *part),
-            )
-            for r in rows:
-                unit = unit_of(r)
-                found[(unit.run, unit.task, unit.index)] = unit
+        for row in await in_chunks(
+            conn.execute_fetchall, sql, sorted(set(indices)), (run_id, task)
+        ):
+            unit = unit_of(row)
+            found[(unit.run, unit.task, unit.index)] = unit
     return found
 
 
@@ -365,10 +314,6 @@ async def _existing_jobs(
 ) -> dict[str, tuple[int | None, int | None]]:
     """The jobs of ``job_ids`` in flight, with their range (None, None for jobs whose units
     have rows)."""
-    found: dict[str, tuple[int | None, int | None]] = {}
-    for part in chunks(sorted(set(job_ids))):
-        rows = await conn.execute_fetchall(
-            f"SELECT id, first_idx, last_idx FROM jobs WHERE id IN ({marks(len(part))})", part
-        )
-        found.update({str(r[0]): (r[1], r[2]) for r in rows})
-    return found
+    sql = "SELECT id, first_idx, last_idx FROM jobs WHERE id IN (?*)"
+    rows = await in_chunks(conn.execute_fetchall, sql, sorted(set(job_ids)))
+    return {str(r[0]): (r[1], r[2]) for r in rows}

@@ -1,15 +1,13 @@
-"""The read side of the run store: queries on a connection of their own.
-
-WAL lets this connection see the last committed state while the writer works, so the HTTP
-API never waits for a report batch, and never sees half of one.
-"""
+"""The read side of the run store, on a connection of its own: WAL lets it see the last
+committed state while the writer works, so the HTTP API never waits for a report batch."""
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
-import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,29 +15,37 @@ from typing import Any
 import aiosqlite
 
 from simrun import db
-from simrun.core.reuse import merge_ranges
-from simrun.core.states import FINISHED_TASK_STATES, TaskCounts, UnitKind, UnitRow, UnitState
+from simrun.core.ranges import Ranges
+from simrun.core.states import (
+    FINISHED_TASK_STATES,
+    UNIT_STATES,
+    TaskCounts,
+    UnitKind,
+    UnitRow,
+    UnitState,
+)
 from simrun.runstore.rows import (
+    JOB_COLUMNS,
+    RUN_COLUMNS,
+    TASK_COLUMNS,
+    UNIT_COLUMNS,
     JobRow,
     RunRow,
     TaskRow,
+    UnitRange,
     counts_of,
-    job_indices,
+    fresh_range,
     job_of,
-    job_unit,
+    job_range,
     run_of,
-    span_units,
+    span_range,
     task_of,
     unit_of,
 )
-from simrun.runstore.schema import (
-    JOB_COLUMNS,
-    RUN_COLUMNS,
-    SPAN_COLUMNS,
-    TASK_COLUMNS,
-    UNIT_COLUMNS,
-    sql_list,
-)
+from simrun.runstore.schema import SPAN_COLUMNS, sql_list
+
+#: Not a state: the units killed for memory at least once (`RunReads.unit_page`).
+KILLED = "killed"
 
 #: Most host parameters in one statement, well below SQLite's limit.
 BATCH = 500
@@ -55,6 +61,20 @@ def marks(n: int) -> str:
     return ", ".join("?" * n)
 
 
+async def in_chunks(
+    fetch: Callable[[str, Sequence[Any]], Awaitable[Iterable[Any]]],
+    sql: str,
+    keys: Iterable[Any],
+    before: Sequence[Any] = (),
+) -> list[Any]:
+    """The rows of ``sql`` for ``keys``, fetched in chunks: its ``(?*)`` takes the keys of
+    one, after the parameters ``before``."""
+    found: list[Any] = []
+    for part in chunks(list(keys)):
+        found += await fetch(sql.replace("(?*)", f"({marks(len(part))})"), (*before, *part))
+    return found
+
+
 @dataclass(frozen=True)
 class DoneTask:
     """A done task of some run with a given fingerprint (`simrun.core.reuse`)."""
@@ -65,38 +85,11 @@ class DoneTask:
     finished_s: float
 
 
-def _done_sql(n: int) -> str:
-    return (
-        "SELECT fingerprint, run_id, name, finished_s FROM tasks"
-        f" WHERE state = 'done' AND fingerprint IN ({marks(n)}) AND finished_s IS NOT NULL"
-        " ORDER BY finished_s DESC"
-    )
-
-
-async def done_in_file(path: Path, fingerprints: Sequence[str]) -> list[DoneTask]:
-    """The done tasks with one of ``fingerprints`` in the store file ``path``, latest
-    first, read without writing (the dry run's reuse forecast): none when the file is not
-    there or is older than fingerprints."""
-    rows = await _rows_in_file(path, fingerprints, _done_sql)
-    return [DoneTask(*r) for r in rows]
-
-
-async def _rows_in_file(path: Path, keys: Sequence[str], sql: Callable[[int], str]) -> list[Any]:
-    """The rows of ``sql(n)`` for ``keys`` (in chunks) in the store file ``path``, read
-    without writing: none when the file is not there, or is older than the columns the
-    query reads (a store from before reuse: nothing to reuse)."""
-    if not keys or not await asyncio.to_thread(path.is_file):
-        return []
-    found: list[Any] = []
-    async with db.session(path) as conn:
-        for part in chunks(list(keys)):
-            try:
-                found += await conn.execute_fetchall(sql(len(part)), tuple(part))
-            except sqlite3.OperationalError as exc:
-                if "no such column" in str(exc):
-                    return []
-                raise
-    return found
+_DONE_SQL = (
+    "SELECT fingerprint, run_id, name, finished_s FROM tasks"
+    " WHERE state = 'done' AND fingerprint IN (?*) AND finished_s IS NOT NULL"
+    " ORDER BY finished_s DESC"
+)
 
 
 @dataclass(frozen=True)
@@ -112,12 +105,11 @@ class DoneUnits:
     state: str
 
 
-def _done_units_sql(n: int) -> str:
-    return (
-        "SELECT unit_fingerprint, run_id, name, finished_s, units, state FROM tasks"
-        f" WHERE state IN {sql_list(FINISHED_TASK_STATES)} AND unit_fingerprint IN ({marks(n)})"
-        " AND finished_s IS NOT NULL AND units IS NOT NULL ORDER BY finished_s DESC"
-    )
+_DONE_UNITS_SQL = (
+    "SELECT unit_fingerprint, run_id, name, finished_s, units, state FROM tasks"
+    f" WHERE state IN {sql_list(FINISHED_TASK_STATES)} AND unit_fingerprint IN (?*)"
+    " AND finished_s IS NOT NULL AND units IS NOT NULL ORDER BY finished_s DESC"
+)
 
 
 #: The done chunk units of a task (``?`` twice: run and task): rows and spans, as ranges.
@@ -126,26 +118,6 @@ DONE_RANGES_SQL = (
     " AND state = 'done'"
     " UNION ALL SELECT first_idx, last_idx FROM spans WHERE run_id = ? AND task = ?"
 )
-
-
-def _ranges_of(rows: Sequence[Any]) -> list[range]:
-    return merge_ranges(range(int(first), int(last) + 1) for first, last in rows)
-
-
-async def done_units_in_file(path: Path, unit_prints: Sequence[str]) -> list[DoneUnits]:
-    """The finished tasks with one of ``unit_prints`` in the store file ``path``, latest
-    first, read without writing (the dry run's forecast): none when the file is not there
-    or is older than unit fingerprints."""
-    rows = await _rows_in_file(path, unit_prints, _done_units_sql)
-    return [DoneUnits(*r) for r in rows]
-
-
-async def done_ranges_in_file(path: Path, run_id: str, task: str) -> list[range]:
-    """The done chunk units of a task in the store file ``path`` (read without writing),
-    as sorted, disjoint ranges."""
-    async with db.session(path) as conn:
-        rows = await conn.execute_fetchall(DONE_RANGES_SQL, (run_id, task) * 2)
-    return _ranges_of(list(rows))
 
 
 #: The last time anything of a run (``?`` four times) was recorded.
@@ -167,8 +139,7 @@ class RunReads:
     def __init__(self) -> None:
         self._read: aiosqlite.Connection | None = None
         self._read_lock = asyncio.Lock()
-        #: Running runs this process leaves alone (`running_runs` omits them): the
-        #: interrupted runs an embedded session found and was not asked to go on with.
+        #: Running runs this process leaves alone (an embedded session's interrupted ones).
         self.held: frozenset[str] = frozenset()
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -182,9 +153,8 @@ class RunReads:
         return (await self._with_pauses([run_of(rows[0])]))[0] if rows else None
 
     async def last_activity_s(self, run_id: str) -> float | None:
-        """The last time anything of ``run_id`` was recorded (a unit or span ended, a task
-        started or ended, the run changed state): when a session that was killed stopped
-        it, near enough. None for an unknown run."""
+        """The last time anything of ``run_id`` was recorded: when a session that was killed
+        stopped it, near enough. None for an unknown run."""
         rows = await self._fetch(LAST_ACTIVITY_SQL, (run_id,) * 4)
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
@@ -193,13 +163,10 @@ class RunReads:
         if not runs:
             return runs
         found: dict[str, list[tuple[float, float | None]]] = {}
-        for part in chunks([r.id for r in runs]):
-            for run_id, stopped, resumed in await self._fetch(
-                f"SELECT run_id, stopped_s, resumed_s FROM pauses WHERE run_id IN"
-                f" ({marks(len(part))}) ORDER BY stopped_s",
-                part,
-            ):
-                found.setdefault(run_id, []).append((stopped, resumed))
+        sql = "SELECT run_id, stopped_s, resumed_s FROM pauses WHERE run_id IN (?*)"
+        sql += " ORDER BY stopped_s"
+        for run_id, stopped, resumed in await in_chunks(self._fetch, sql, [r.id for r in runs]):
+            found.setdefault(run_id, []).append((stopped, resumed))
         return [
             dataclasses.replace(r, pauses=tuple(found[r.id])) if r.id in found else r for r in runs
         ]
@@ -224,24 +191,21 @@ class RunReads:
     async def done_tasks(self, fingerprints: Sequence[str], other_than: str) -> list[DoneTask]:
         """The done tasks with one of ``fingerprints`` of runs other than ``other_than``,
         latest first."""
-        found: list[DoneTask] = []
-        for part in chunks(list(fingerprints)):
-            rows = await self._fetch(_done_sql(len(part)), tuple(part))
-            found += [DoneTask(*r) for r in rows if r[1] != other_than]
-        return found
+        return [DoneTask(*r) for r in await self._finished(_DONE_SQL, fingerprints, other_than)]
 
     async def done_units(self, unit_prints: Sequence[str], other_than: str) -> list[DoneUnits]:
         """The finished tasks with one of ``unit_prints`` of runs other than
         ``other_than``, latest first (reuse per unit)."""
-        found: list[DoneUnits] = []
-        for part in chunks(list(unit_prints)):
-            rows = await self._fetch(_done_units_sql(len(part)), tuple(part))
-            found += [DoneUnits(*r) for r in rows if r[1] != other_than]
-        return found
+        found = await self._finished(_DONE_UNITS_SQL, unit_prints, other_than)
+        return [DoneUnits(*r) for r in found]
+
+    async def _finished(self, sql: str, keys: Sequence[str], other_than: str) -> list[Any]:
+        return [r for r in await in_chunks(self._fetch, sql, keys) if r[1] != other_than]
 
     async def done_ranges(self, run_id: str, task: str) -> list[range]:
         """The done chunk units of a task (rows and spans), as sorted, disjoint ranges."""
-        return _ranges_of(await self._fetch(DONE_RANGES_SQL, (run_id, task) * 2))
+        rows = await self._fetch(DONE_RANGES_SQL, (run_id, task) * 2)
+        return list(Ranges.of(range(int(a), int(b) + 1) for a, b in rows).parts)
 
     async def tasks(self, run_id: str) -> list[TaskRow]:
         """The tasks of a run in topological order."""
@@ -251,9 +215,8 @@ class RunReads:
         return [task_of(r) for r in rows]
 
     async def counts(self, run_id: str) -> dict[str, TaskCounts]:
-        """Units by state of every task of a run that has units: from the rows of the units
-        that have one (few), the range jobs in flight and each task's counters, never a
-        scan of every unit."""
+        """Units by state of every task of a run that has units, from the unit rows, the
+        range jobs in flight and each task's counters (never a scan of every unit)."""
         rows = await self._fetch(
             "SELECT task, kind, state, count(*) FROM units WHERE run_id = ?"
             " GROUP BY task, kind, state",
@@ -279,18 +242,6 @@ class RunReads:
             extra += [(str(name), "chunk", "done", int(spans_done))]
         return counts_of([*rows, *extra])
 
-    async def pending_units(
-        self, run_id: str, task: str, limit: int, kind: UnitKind | None = None
-    ) -> list[UnitRow]:
-        """Up to ``limit`` pending units of a task, by index: those sent back (with a row),
-        then fresh ones (never dispatched, made up from the frontier). The dispatcher takes
-        the two apart (`pending_rows`, `fresh_units`) to make no object per fresh unit."""
-        units = await self.pending_rows(run_id, task, limit, kind)
-        if kind in (None, "chunk") and len(units) < limit:
-            fresh = (await self.fresh_units(run_id, task))[: limit - len(units)]
-            units += [UnitRow(run_id, task, i, "chunk", "pending") for i in fresh]
-        return units
-
     async def pending_rows(
         self,
         run_id: str,
@@ -299,9 +250,8 @@ class RunReads:
         kind: UnitKind | None = None,
         now_s: float | None = None,
     ) -> list[UnitRow]:
-        """Up to ``limit`` pending units of a task that have a row (sent back, replayed, a
-        merge or a command), by index; with ``now_s``, only those whose retry may go now
-        (``not_before_s`` passed): a unit waiting for its delay holds no other back."""
+        """Up to ``limit`` pending units of a task that have a row, by index; with ``now_s``,
+        only those whose retry may go now (a unit waiting for its delay holds none back)."""
         kind_clause = "AND kind = ?" if kind is not None else ""
         time_clause = "AND (not_before_s IS NULL OR not_before_s <= ?)" if now_s is not None else ""
         rows = await self._fetch(
@@ -313,8 +263,7 @@ class RunReads:
         return [unit_of(r) for r in rows]
 
     async def fresh_units(self, run_id: str, task: str) -> range:
-        """The chunk units of a task never dispatched (pending, with no row): the indices
-        from its frontier on."""
+        """The chunk units of a task never dispatched: from its frontier on."""
         rows = await self._fetch(
             "SELECT frontier, coalesce(units, 0) FROM tasks"
             " WHERE run_id = ? AND name = ? AND splittable = 1",
@@ -328,10 +277,8 @@ class RunReads:
         self, run_id: str, task: str | None = None, states: Sequence[UnitState] = ()
     ) -> list[UnitRow]:
         """The units of a run (or one task), optionally only those in ``states``, by task
-        and index: those with a row as stored, and the others as their range job, span or
-        frontier says. A listing of every unit of a large run is as large as the run: the
-        service asks only for the few states it needs."""
-        wanted = set(states) if states else None
+        and index. A listing is as large as the run: the service asks for the few states
+        it needs, and pages (`unit_page`) for the others."""
         sql = f"SELECT {UNIT_COLUMNS} FROM units WHERE run_id = ?"
         params: list[Any] = [run_id]
         if task is not None:
@@ -341,67 +288,70 @@ class RunReads:
             sql += f" AND state IN ({marks(len(states))})"
             params += states
         out = [unit_of(r) for r in await self._fetch(sql, params)]
-        scope, scope_params = ("AND task = ?", (task,)) if task is not None else ("", ())
-        name_scope = "AND name = ?" if task is not None else ""
-        if wanted is None or wanted & {"queued", "running"}:
-            for job in await self._range_jobs(run_id, scope, scope_params):
-                state: UnitState = "running" if job.running else "queued"
-                if wanted is None or state in wanted:
-                    out += [job_unit(job, i) for i in job_indices(job)]
-        if wanted is None or "done" in wanted:
-            rows = await self._fetch(
-                f"SELECT {SPAN_COLUMNS} FROM spans WHERE run_id = ? {scope}",
-                (run_id, *scope_params),
-            )
-            for r in rows:
-                out += span_units(r)
-        if wanted is None or "pending" in wanted:
-            rows = await self._fetch(
-                "SELECT name, frontier, units FROM tasks WHERE run_id = ? AND splittable = 1"
-                f" AND units > frontier {name_scope}",
-                (run_id, *scope_params),
-            )
-            for name, frontier, units in rows:
-                out += [
-                    UnitRow(run_id, str(name), i, "chunk", "pending")
-                    for i in range(int(frontier), int(units))
-                ]
+        for part in await self._unit_ranges(run_id, task, set(states or UNIT_STATES)):
+            out += [part.unit(i) for i in part.indices]
         out.sort(key=lambda u: (u.task, u.index))
         return out
 
-    async def done_parts(self, run_id: str, task: str) -> tuple[list[UnitRow], list[Any]]:
-        """A task's done units without an object per unit (a page of a large task costs a
-        page): those with a row of their own, and its spans (rows of ``SELECT
-        {SPAN_COLUMNS}``, whose units `span_units` makes), each by index."""
+    async def unit_page(
+        self, run_id: str, task: str, state: str, offset: int, limit: int
+    ) -> tuple[int, list[UnitRow]]:
+        """The total of a task's units in ``state`` (or killed for memory at least once:
+        `KILLED`) and the page of ``limit`` of them from position ``offset`` by index: the
+        units without a row are made for the page only."""
+        where, params = (
+            ("kills > 0", (run_id, task))
+            if state == KILLED
+            else ("state = ?", (run_id, task, state))
+        )
+        sql = f"FROM units WHERE run_id = ? AND task = ? AND {where}"
+        own = Ranges.of_indices(int(i) for (i,) in await self._fetch(f"SELECT idx {sql}", params))
+        ranged = [] if state == KILLED else await self._unit_ranges(run_id, task, {state})
+        ranged.sort(key=lambda part: part.indices.start)
+        found = own | Ranges.of(part.indices for part in ranged)
+        page = found.page(offset, limit)
+        if not page:
+            return found.count, []
+        first, last = page.parts[0].start, page.parts[-1].stop - 1
         rows = await self._fetch(
-            f"SELECT {UNIT_COLUMNS} FROM units WHERE run_id = ? AND task = ? AND state = 'done'"
-            " ORDER BY idx",
-            (run_id, task),
+            f"SELECT {UNIT_COLUMNS} {sql} AND idx BETWEEN ? AND ?", (*params, first, last)
         )
-        spans = await self._fetch(
-            f"SELECT {SPAN_COLUMNS} FROM spans WHERE run_id = ? AND task = ? ORDER BY first_idx",
-            (run_id, task),
-        )
-        return [unit_of(r) for r in rows], list(spans)
+        with_row = {u.index: u for u in map(unit_of, rows)}
+        starts = [part.indices.start for part in ranged]
+        return found.count, [
+            with_row[i] if i in with_row else ranged[bisect.bisect_right(starts, i) - 1].unit(i)
+            for i in page
+        ]
 
-    async def killed_units(self, run_id: str, task: str) -> list[UnitRow]:
-        """A task's units killed for memory at least once, whatever became of them (a kill
-        gives a unit a row of its own), by index."""
-        rows = await self._fetch(
-            f"SELECT {UNIT_COLUMNS} FROM units WHERE run_id = ? AND task = ? AND kills > 0"
-            " ORDER BY idx",
-            (run_id, task),
-        )
-        return [unit_of(r) for r in rows]
-
-    async def _range_jobs(
-        self, run_id: str, scope: str = "", params: Sequence[Any] = ()
-    ) -> list[JobRow]:
-        rows = await self._fetch(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE run_id = ? AND first_idx IS NOT NULL {scope}",
-            (run_id, *params),
-        )
-        return [job_of(r) for r in rows]
+    async def _unit_ranges(
+        self, run_id: str, task: str | None, states: set[str]
+    ) -> list[UnitRange]:
+        """The units of a run (or one task) in ``states`` that have no row: those of its
+        range jobs in flight, its spans and past its frontier."""
+        scope, params = ("AND task = ?", (run_id, task)) if task is not None else ("", (run_id,))
+        out: list[UnitRange] = []
+        if states & {"queued", "running"}:
+            jobs = await self._fetch(
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE run_id = ? {scope}"
+                " AND first_idx IS NOT NULL",
+                params,
+            )
+            ranged = [job_range(job_of(r)) for r in jobs]
+            out += [part for part in ranged if part.fields["state"] in states]
+        if "done" in states:
+            spans = await self._fetch(
+                f"SELECT {SPAN_COLUMNS} FROM spans WHERE run_id = ? {scope}", params
+            )
+            out += map(span_range, spans)
+        if "pending" in states:
+            name_scope = scope.replace("task", "name")
+            rows = await self._fetch(
+                "SELECT name, frontier, units FROM tasks WHERE run_id = ? AND splittable = 1"
+                f" AND units > frontier {name_scope}",
+                params,
+            )
+            out += [fresh_range(run_id, str(n), range(int(f), int(u))) for n, f, u in rows]
+        return out
 
     async def jobs(self, run_id: str | None = None) -> list[JobRow]:
         """The jobs in flight (of one run, or all)."""
@@ -421,9 +371,8 @@ class RunReads:
         return await self.units(run_id, states=("failed",))
 
     async def pending_counts(self, run_id: str) -> dict[str, dict[str, int]]:
-        """Pending units of a run per task and kind (chunk, command, merge): the rows of
-        units sent back (a partial index holds only pending ones) and each task's fresh
-        units (a counter)."""
+        """Pending units of a run per task and kind: the unit rows (a partial index holds
+        only pending ones) and each task's fresh units (a counter)."""
         rows = await self._fetch(
             "SELECT task, kind, count(*) FROM units INDEXED BY units_pending"
             " WHERE run_id = ? AND state = 'pending' GROUP BY task, kind",
@@ -441,3 +390,37 @@ class RunReads:
             by_kind = out.setdefault(str(task), {})
             by_kind["chunk"] = by_kind.get("chunk", 0) + int(n)
         return out
+
+
+@asynccontextmanager
+async def reads_of_file(path: Path) -> AsyncIterator[RunReads]:
+    """The reads of the store file ``path``, which is neither migrated nor written (the dry
+    run's forecasts)."""
+    reads = RunReads()
+    reads.path, reads._read = path, await db.connect(path)
+    try:
+        yield reads
+    finally:
+        await reads._read.close()
+
+
+async def done_in_file(path: Path, fingerprints: Sequence[str]) -> list[DoneTask]:
+    """`RunReads.done_tasks` in the store file ``path``; none without the file."""
+    if not fingerprints or not await asyncio.to_thread(path.is_file):
+        return []
+    async with reads_of_file(path) as reads:
+        return await reads.done_tasks(fingerprints, other_than="")
+
+
+async def done_units_in_file(path: Path, unit_prints: Sequence[str]) -> list[DoneUnits]:
+    """`RunReads.done_units` in the store file ``path``; none without the file."""
+    if not unit_prints or not await asyncio.to_thread(path.is_file):
+        return []
+    async with reads_of_file(path) as reads:
+        return await reads.done_units(unit_prints, other_than="")
+
+
+async def done_ranges_in_file(path: Path, run_id: str, task: str) -> list[range]:
+    """`RunReads.done_ranges` in the store file ``path``."""
+    async with reads_of_file(path) as reads:
+        return await reads.done_ranges(run_id, task)

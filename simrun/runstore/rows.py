@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from simrun.core.reports import ReportEntry
 from simrun.core.states import RunState, TaskCounts, TaskPhase, TaskState, UnitKind, UnitRow
-from simrun.runstore.schema import JOB_COLUMNS, RUN_COLUMNS, TASK_COLUMNS
 
 
 class UnknownRunError(LookupError):
@@ -18,14 +17,14 @@ class UnknownRunError(LookupError):
 
 
 class RunStateError(ValueError):
-    """What was asked of a run cannot be done in its state, and why: a replay of a
-    cancelled run or of units that did not fail, a cancel of a run that ended, … (the HTTP
-    API answers 409)."""
+    """What was asked of a run cannot be done in its state, and why (the HTTP API answers
+    409)."""
 
 
 @dataclass(frozen=True)
 class NewTask:
-    """A task of a run being created. ``inputs`` maps each port to the path it reads."""
+    """A task of a run being created (the columns: `simrun.runstore.schema`). ``inputs``
+    maps each port to the path it reads; ``retry`` holds its own retry fields."""
 
     name: str
     type: str
@@ -36,17 +35,10 @@ class NewTask:
     splittable: bool
     has_merge: bool
     override: dict[str, Any] | None = None
-    #: The task's own retry fields (``retries``, ``retry_on``, ``retry_delay_s``,
-    #: ``timeout_s``) as JSON, None for the service's defaults.
     retry: dict[str, Any] | None = None
-    #: Its `simrun.core.reuse` fingerprint, and whether it may reuse an earlier run's
-    #: outputs (False: forced to run).
     fingerprint: str | None = None
     reuse: bool = False
-    #: Its unit fingerprint (`simrun.core.reuse.unit_fingerprint`), None when its type
-    #: declares no unit outputs.
     unit_fingerprint: str | None = None
-    #: The input ports staged into the task's local scratch (the workflow's ``stage``).
     staged: tuple[str, ...] = ()
 
 
@@ -60,13 +52,12 @@ class NewRun:
     document: str
     tasks: tuple[NewTask, ...]
     created_s: float
-    #: The environment image of the run (`RunRow.image`).
     image: str | None = None
 
 
 @dataclass(frozen=True)
 class RunRow:
-    """A run as stored."""
+    """A run as stored, with its pauses (stopped and resumed, None: still stopped)."""
 
     id: str
     name: str | None
@@ -77,11 +68,7 @@ class RunRow:
     created_s: float
     updated_s: float
     finished_s: float | None
-    #: When it was stopped (its session ended before it did) and went on again (None:
-    #: still stopped), the first first; `simrun.core.views.running_seconds` leaves them out.
     pauses: tuple[tuple[float, float | None], ...] = ()
-    #: The environment image of the run: its tasks whose type has no image run in it
-    #: (`task_image`); None: on the cpu and gpu queues.
     image: str | None = None
 
     def task_image(self, type_image: str | None) -> str | None:
@@ -91,13 +78,8 @@ class RunRow:
 
 @dataclass(frozen=True, kw_only=True)
 class TaskRow(NewTask):
-    """A task as stored: the task as it was created, and what became of it. ``units``
-    counts its chunk units (1 for a command), None until it started; ``resources`` is the
-    resolved request of its last dispatch. ``kills`` counts every kill for memory of its
-    units (a replay does not undo them), ``requested_gb`` is the largest memory per process
-    its chunk or command units were dispatched with, and ``peak_memory_gb`` the largest
-    peak of a worker process its reports measured (merges and reports killed for memory
-    left out); the store keeps them as it goes."""
+    """A task as stored: the task as it was created, and what became of it (the columns:
+    `simrun.runstore.schema`)."""
 
     run: str
     memory_override_gb: float | None
@@ -112,18 +94,12 @@ class TaskRow(NewTask):
     kills: int = 0
     requested_gb: float | None = None
     peak_memory_gb: float | None = None
-    #: The largest memory its reports measured on the GPUs of a job (None: unknown).
     peak_gpu_memory_gb: float | None = None
     frontier: int = 0
     spans_done: int = 0
-    #: The run whose outputs it took instead of running (`simrun.core.reuse`).
     reused_from: str | None = None
-    #: How many of its units it took from the run ``units_reused_from`` instead of running
-    #: them (reuse per unit, `simrun.core.reuse`).
     units_reused: int = 0
     units_reused_from: str | None = None
-    #: Bytes and seconds its workers spent staging its inputs, and the most local scratch
-    #: a job of it was measured to use (GiB).
     staged_bytes: int = 0
     staged_s: float = 0.0
     scratch_peak_gb: float | None = None
@@ -132,8 +108,7 @@ class TaskRow(NewTask):
 
 @dataclass(frozen=True)
 class Job:
-    """What names a job: its id, its run, task and kind of units, its logical queue and the
-    attempt of its units."""
+    """What names a job: its id, run, task, kind of units, logical queue and attempt."""
 
     id: str
     run: str
@@ -145,10 +120,8 @@ class Job:
 
 @dataclass(frozen=True)
 class NewJob(Job):
-    """A job being dispatched: its units (stored indices) go from pending to queued. A
-    ``fresh`` job takes the next units of its task that were never dispatched, ``indices``
-    a `range` from the task's frontier: those units get no row of their own (the job's row
-    speaks for them); the others move units that have a row."""
+    """A job being dispatched: its units go from pending to queued. A ``fresh`` job takes
+    the next units from its task's frontier (``indices`` a `range`), which get no row."""
 
     indices: Sequence[int]
     memory_gb: float
@@ -157,10 +130,8 @@ class NewJob(Job):
 
 @dataclass(frozen=True)
 class JobRow(Job):
-    """A job in flight. ``worker`` is the worker container that said it holds the job. A
-    range job (``first_idx`` set) holds the units ``first_idx..last_idx`` that have no row:
-    they run under its ``memory_gb``, and are running since ``started_s`` when
-    ``running``."""
+    """A job in flight, and the worker container that said it holds it. A range job
+    (``first_idx`` set) holds the units ``first_idx..last_idx``, which have no row."""
 
     units: int
     worker: str | None
@@ -171,24 +142,46 @@ class JobRow(Job):
     running: bool = False
     started_s: float | None = None
 
-    @property
-    def is_range(self) -> bool:
-        return self.first_idx is not None
-
 
 @dataclass
 class Applied:
-    """What `RunStore.apply_reports` did.
-
-    ``recorded``: the entries whose job was still in flight (their measurements are new,
-    record them once); ``touched``: the tasks whose units changed; ``refused``: a refusal
-    message per task; ``changed``: units whose state changed.
-    """
+    """What `RunStore.apply_reports` did: the entries whose job was in flight (``recorded``:
+    their measurements are new), the tasks whose units changed, a refusal per task, and
+    how many units changed."""
 
     recorded: list[ReportEntry] = field(default_factory=list)
     touched: set[tuple[str, str]] = field(default_factory=set)
     refused: dict[tuple[str, str], str] = field(default_factory=dict)
     changed: int = 0
+
+
+#: The columns of the fields of the row types that are not named as their field.
+_COLUMN = {"run": "run_id", "index": "idx"}
+_FIELD = {c: f for f, c in _COLUMN.items()}
+
+
+def _columns(row_type: type, leave_out: tuple[str, ...] = ()) -> str:
+    """The columns a row type is read from, in the order of its fields."""
+    return ", ".join(
+        _COLUMN.get(f.name, f.name) for f in fields(row_type) if f.name not in leave_out
+    )
+
+
+RUN_COLUMNS = _columns(RunRow, leave_out=("pauses",))
+TASK_COLUMNS = _columns(TaskRow)
+JOB_COLUMNS = _columns(JobRow)
+UNIT_COLUMNS = _columns(UnitRow)
+#: What an update of a unit sets: every field from its state on (the key comes before).
+_UNIT_SETS = [f.name for f in fields(UnitRow)][4:]
+UPDATE_UNIT = (
+    f"UPDATE units SET {', '.join(f'{c} = ?' for c in _UNIT_SETS)}"
+    " WHERE run_id = ? AND task = ? AND idx = ?"
+)
+
+
+def unit_values(u: UnitRow) -> tuple[Any, ...]:
+    """The values of `UPDATE_UNIT` for ``u``."""
+    return (*(getattr(u, c) for c in _UNIT_SETS), u.run, u.task, u.index)
 
 
 def dumps(value: Any) -> str | None:
@@ -200,8 +193,7 @@ def loads(text: Any) -> Any:
 
 
 def insert(table: str, row: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
-    """An INSERT of ``row`` (column → value; the columns left out take their defaults) into
-    ``table``, with named parameters: the SQL and the row."""
+    """The INSERT of ``row`` (column → value) into ``table``, and its parameters."""
     columns = ", ".join(row)
     values = ", ".join(f":{c}" for c in row)
     return f"INSERT INTO {table} ({columns}) VALUES ({values})", row
@@ -209,55 +201,38 @@ def insert(table: str, row: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
 
 def run_values(run: NewRun) -> dict[str, Any]:
     """The row of a new run (state running)."""
-    return {
-        "id": run.id,
-        "name": run.name,
-        "model": run.model,
-        "state": "running",
-        "document": run.document,
-        "image": run.image,
-        "created_s": run.created_s,
-        "updated_s": run.created_s,
-    }
+    names = ("id", "name", "model", "document", "image", "created_s")
+    return {**{n: getattr(run, n) for n in names}, "state": "running", "updated_s": run.created_s}
 
 
 def task_values(run_id: str, task: NewTask) -> dict[str, Any]:
     """The row of a new task of a run (state waiting; no unit, queue or resources yet)."""
+    values = {f.name: getattr(task, f.name) for f in fields(NewTask)}
+    for flag in ("splittable", "has_merge", "reuse"):
+        values[flag] = int(values[flag])
     return {
+        **values,
         "run_id": run_id,
-        "name": task.name,
-        "position": task.position,
-        "type": task.type,
+        "state": "waiting",
         "settings": json.dumps(task.settings, sort_keys=True),
         "inputs": json.dumps(task.inputs, sort_keys=True),
         "depends": json.dumps(list(task.depends)),
         "override": dumps(task.override),
         "retry": dumps(task.retry),
         "staged": dumps(list(task.staged)) if task.staged else None,
-        "fingerprint": task.fingerprint,
-        "reuse": int(task.reuse),
-        "unit_fingerprint": task.unit_fingerprint,
-        "splittable": int(task.splittable),
-        "has_merge": int(task.has_merge),
-        "state": "waiting",
     }
 
 
 def job_values(job: NewJob, now_s: float) -> dict[str, Any]:
-    """The row of a job going in flight now (no worker has said it holds it yet); a fresh
-    job keeps the range of its units."""
+    """The row of a job going in flight now; a fresh job keeps the range of its units."""
+    names = ("id", "task", "kind", "queue", "attempt", "memory_gb")
     return {
-        "id": job.id,
+        **{n: getattr(job, n) for n in names},
         "run_id": job.run,
-        "task": job.task,
-        "kind": job.kind,
-        "queue": job.queue,
-        "attempt": job.attempt,
         "units": len(job.indices),
         "enqueued_s": now_s,
         "first_idx": job.indices[0] if job.fresh else None,
         "last_idx": job.indices[-1] if job.fresh else None,
-        "memory_gb": job.memory_gb,
     }
 
 
@@ -269,10 +244,9 @@ def job_of(row: Sequence[Any]) -> JobRow:
 
 
 def _named(columns: str, row: Sequence[Any]) -> dict[str, Any]:
-    """A row read with ``SELECT {columns}`` by column name (``run_id`` is the field
-    ``run``)."""
+    """A row of ``SELECT {columns}`` by field name (``run_id`` is ``run``)."""
     names = [c.strip() for c in columns.split(",")]
-    return {("run" if n == "run_id" else n): v for n, v in zip(names, row, strict=True)}
+    return {_FIELD.get(n, n): v for n, v in zip(names, row, strict=True)}
 
 
 def run_of(row: Sequence[Any]) -> RunRow:
@@ -300,37 +274,8 @@ def unit_of(row: Sequence[Any]) -> UnitRow:
     return UnitRow(*row)
 
 
-def unit_values(u: UnitRow) -> tuple[Any, ...]:
-    """Values of an UPDATE of every mutable column, keyed by the primary key at the end."""
-    return (
-        u.state,
-        u.attempt,
-        u.job_id,
-        u.memory_gb,
-        u.worker,
-        u.error,
-        u.errors,
-        u.kills,
-        u.queued_s,
-        u.started_s,
-        u.finished_s,
-        u.not_before_s,
-        u.run,
-        u.task,
-        u.index,
-    )
-
-
-UPDATE_UNIT = (
-    "UPDATE units SET state = ?, attempt = ?, job_id = ?, memory_gb = ?, worker = ?,"
-    " error = ?, errors = ?, kills = ?, queued_s = ?, started_s = ?, finished_s = ?,"
-    " not_before_s = ? WHERE run_id = ? AND task = ? AND idx = ?"
-)
-
-
 def counts_of(rows: Iterable[Sequence[Any]]) -> dict[str, TaskCounts]:
-    """Task → `TaskCounts` from rows of (task, kind, state, count); the counts of rows
-    naming the same task and state add up."""
+    """Task → `TaskCounts` from rows of (task, kind, state, count), added up."""
     by_task: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     merges: dict[str, str] = {}
     for task, kind, state, n in rows:
@@ -344,50 +289,63 @@ def counts_of(rows: Iterable[Sequence[Any]]) -> dict[str, TaskCounts]:
     }
 
 
-def job_indices(job: JobRow) -> range:
-    """The units of a range job (none for a job whose units have rows)."""
+@dataclass(frozen=True)
+class UnitRange:
+    """Units with no row of their own, alike but for their index: those of a range job in
+    flight, of a span (done) or past a task's frontier (pending). ``fields`` are what their
+    rows would say but ``index``; `unit` makes one."""
+
+    indices: range
+    fields: Mapping[str, Any]
+
+    def unit(self, index: int) -> UnitRow:
+        return UnitRow(index=index, **self.fields)
+
+
+def job_range(job: JobRow) -> UnitRange:
+    """The units of a range job in flight, queued or running."""
     if job.first_idx is None or job.last_idx is None:
-        return range(0)
-    return range(job.first_idx, job.last_idx + 1)
-
-
-def job_unit(job: JobRow, index: int) -> UnitRow:
-    """A unit of a range job in flight, as its row would say."""
-    return UnitRow(
-        job.run,
-        job.task,
-        index,
-        "chunk",
-        "running" if job.running else "queued",
-        attempt=job.attempt,
-        job_id=job.id,
-        memory_gb=job.memory_gb,
-        worker=job.worker,
-        queued_s=job.enqueued_s,
-        started_s=job.started_s if job.running else None,
+        raise ValueError(f"job {job.id} is no range job: its units have rows")
+    return UnitRange(
+        range(job.first_idx, job.last_idx + 1),
+        {
+            "run": job.run,
+            "task": job.task,
+            "kind": "chunk",
+            "state": "running" if job.running else "queued",
+            "attempt": job.attempt,
+            "job_id": job.id,
+            "memory_gb": job.memory_gb,
+            "worker": job.worker,
+            "queued_s": job.enqueued_s,
+            "started_s": job.started_s if job.running else None,
+        },
     )
 
 
-def span_units(row: Sequence[Any]) -> list[UnitRow]:
-    """The units of a span (a row of ``SELECT {SPAN_COLUMNS}``), done, as their rows would
-    say."""
+def span_range(row: Sequence[Any]) -> UnitRange:
+    """The units of a span (a row of ``SELECT {SPAN_COLUMNS}``), done."""
     run, task, first, last, attempt, job_id, memory_gb, worker, queued_s, started_s, finished_s = (
         row
     )
-    return [
-        UnitRow(
-            str(run),
-            str(task),
-            i,
-            "chunk",
-            "done",
-            attempt=int(attempt),
-            job_id=str(job_id),
-            memory_gb=memory_gb,
-            worker=worker,
-            queued_s=queued_s,
-            started_s=started_s,
-            finished_s=finished_s,
-        )
-        for i in range(int(first), int(last) + 1)
-    ]
+    return UnitRange(
+        range(int(first), int(last) + 1),
+        {
+            "run": str(run),
+            "task": str(task),
+            "kind": "chunk",
+            "state": "done",
+            "attempt": int(attempt),
+            "job_id": str(job_id),
+            "memory_gb": memory_gb,
+            "worker": worker,
+            "queued_s": queued_s,
+            "started_s": started_s,
+            "finished_s": finished_s,
+        },
+    )
+
+
+def fresh_range(run: str, task: str, fresh: range) -> UnitRange:
+    """The units of a task never dispatched (from its frontier on), pending."""
+    return UnitRange(fresh, {"run": run, "task": task, "kind": "chunk", "state": "pending"})

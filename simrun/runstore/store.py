@@ -28,13 +28,15 @@ from simrun.core.states import (
 )
 from simrun.graph import downstream
 from simrun.runstore.apply import apply_reports as write_reports
-from simrun.runstore.apply import insert_unit_rows, materialize_jobs
+from simrun.runstore.apply import insert_unit_rows, materialize_jobs, raised
 from simrun.runstore.reads import LAST_ACTIVITY_SQL, RunReads
 from simrun.runstore.rows import (
     Applied,
     NewJob,
     NewRun,
+    RunRow,
     RunStateError,
+    TaskRow,
     UnknownRunError,
     dumps,
     insert,
@@ -42,11 +44,7 @@ from simrun.runstore.rows import (
     run_values,
     task_values,
 )
-from simrun.runstore.schema import (
-    COMPONENT,
-    MIGRATIONS,
-    sql_list,
-)
+from simrun.runstore.schema import COMPONENT, MIGRATIONS, sql_list
 
 
 class RunStore(RunReads):
@@ -85,8 +83,7 @@ class RunStore(RunReads):
 
     @property
     def connection(self) -> aiosqlite.Connection:
-        """The write connection (for schema set-up of stores sharing the file, outside a
-        transaction)."""
+        """The write connection (for the schema of stores sharing the file)."""
         if self._write is None:
             raise RuntimeError(f"RunStore({self.path}) is closed or was never opened")
         return self._write
@@ -100,8 +97,8 @@ class RunStore(RunReads):
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """A write transaction on the store's connection, alone: other writers of this store
-        wait for it. Pass the connection to the methods that take ``conn``."""
+        """A write transaction on the store's connection, alone; pass the connection to the
+        methods that take ``conn``."""
         async with self._write_lock, db.transaction(self.connection) as conn:
             yield conn
 
@@ -115,8 +112,6 @@ class RunStore(RunReads):
             return
         async with self.transaction() as own:
             yield own
-
-    # -- runs ------------------------------------------------------------------------------
 
     async def create_run(self, run: NewRun) -> None:
         """Store a new run (state running) and its tasks (state waiting), all or nothing."""
@@ -155,9 +150,8 @@ class RunStore(RunReads):
                     await self._pause(c, run_id, now_s, None)
 
     async def resume_runs(self, run_ids: Sequence[str], now_s: float) -> None:
-        """``run_ids`` go on at ``now_s``: their open pause ends. One without an open pause
-        was stopped by a session that was killed (it had no time to say when): its pause
-        is taken from its last recorded activity (`last_activity_s`)."""
+        """``run_ids`` go on at ``now_s``: their open pause ends; one without (its session was
+        killed) is paused from its last recorded activity."""
         async with self.transaction() as c:
             for run_id in run_ids:
                 cursor = await c.execute(
@@ -181,8 +175,6 @@ class RunStore(RunReads):
             (run_id, stopped_s, resumed_s),
         )
 
-    # -- tasks -----------------------------------------------------------------------------
-
     async def set_task(
         self,
         run_id: str,
@@ -197,26 +189,25 @@ class RunStore(RunReads):
         conn: aiosqlite.Connection | None = None,
         phase: TaskPhase | None = None,
     ) -> None:
-        """Update the given fields of a task. With ``state`` a ``now_s`` is needed: it sets
-        the finish time of a done, failed or cancelled task."""
-        sets: list[str] = []
-        params: list[Any] = []
+        """Update the given fields of a task; a ``state`` needs ``now_s`` (a finished task's
+        finish time)."""
+        given: dict[str, Any] = {
+            "status": status,
+            "queue": queue,
+            "resource_key": resource_key,
+            "phase": phase,
+        }
+        if resources is not None:
+            given["resources"] = dumps(dict(resources))
+        values = {column: value for column, value in given.items() if value is not None}
         if state is not None:
             if now_s is None:
                 raise ValueError("RunStore.set_task: a state change needs now_s")
-            final = state in FINISHED_TASK_STATES
-            sets += ["state = ?", "finished_s = ?"]
-            params += [state, now_s if final else None]
-        columns = (("status", status), ("queue", queue), ("resource_key", resource_key))
-        for column, value in (*columns, ("phase", phase)):
-            if value is not None:
-                sets.append(f"{column} = ?")
-                params.append(value)
-        if resources is not None:
-            sets.append("resources = ?")
-            params.append(dumps(dict(resources)))
-        if not sets:
+            values["state"] = state
+            values["finished_s"] = now_s if state in FINISHED_TASK_STATES else None
+        if not values:
             return
+        sets, params = [f"{column} = ?" for column in values], list(values.values())
         async with self._writing(conn) as c:
             await c.execute(
                 f"UPDATE tasks SET {', '.join(sets)} WHERE run_id = ? AND name = ?",
@@ -232,8 +223,7 @@ class RunStore(RunReads):
         now_s: float,
         conn: aiosqlite.Connection | None = None,
     ) -> None:
-        """Mark a task that has not started done with the outputs of the same task of
-        ``from_run`` (`simrun.core.reuse`): no unit, ``status`` says so."""
+        """Mark a task that has not started done with the outputs of ``from_run``'s."""
         async with self._writing(conn) as c:
             cursor = await c.execute(
                 "UPDATE tasks SET state = 'done', status = ?, reused_from = ?, started_s = ?,"
@@ -254,11 +244,9 @@ class RunStore(RunReads):
         reused: Sequence[range] = (),
         reused_from: str | None = None,
     ) -> None:
-        """Set a task running with its pending units: ``units`` chunk units of a splittable
-        task (no row each: its frontier, 0, says every one is pending, so the cost does not
-        grow with ``units``), or its one command unit (``units`` must then be 1). The units
-        of ``reused`` (sorted, disjoint ranges; their outputs were taken from the same units
-        of run ``reused_from``, `simrun.core.reuse`) start done, as spans of their own."""
+        """Set a task running with ``units`` pending chunk units (no row each: its frontier
+        says so) or its one command unit; the units of ``reused`` (sorted, disjoint ranges
+        taken from run ``reused_from``) start done, as spans."""
         async with self._writing(conn) as c:
             rows = list(
                 await c.execute_fetchall(
@@ -273,28 +261,21 @@ class RunStore(RunReads):
                 raise ValueError(f"task {task!r} of run {run_id!r} is {state}, it cannot start")
             if units < 0 or (not splittable and units != 1):
                 raise ValueError(f"task {task!r}: cannot start with {units} units")
-            if splittable:
-                # Fresh units have no row: the frontier (0) says they are all pending.
-                await c.execute(
-                    "UPDATE tasks SET state = 'running', units = ?, started_s = ?, status = '',"
-                    " phase = '', frontier = 0, spans_done = 0 WHERE run_id = ? AND name = ?",
-                    (units, now_s, run_id, task),
-                )
-                if reused:
-                    await self._reuse_units(c, run_id, task, units, reused, reused_from, now_s)
-                return
-            if reused:
+            if reused and not splittable:
                 raise ValueError(f"task {task!r}: only a splittable task reuses units")
             await c.execute(
-                "INSERT INTO units (run_id, task, idx, kind, state)"
-                " VALUES (?, ?, ?, 'command', 'pending')",
-                (run_id, task, COMMAND_INDEX),
-            )
-            await c.execute(
                 "UPDATE tasks SET state = 'running', units = ?, started_s = ?, status = '',"
-                " phase = '' WHERE run_id = ? AND name = ?",
+                " phase = '', frontier = 0, spans_done = 0 WHERE run_id = ? AND name = ?",
                 (units, now_s, run_id, task),
             )
+            if not splittable:
+                await c.execute(
+                    "INSERT INTO units (run_id, task, idx, kind, state)"
+                    " VALUES (?, ?, ?, 'command', 'pending')",
+                    (run_id, task, COMMAND_INDEX),
+                )
+            elif reused:
+                await self._reuse_units(c, run_id, task, units, reused, reused_from, now_s)
 
     @staticmethod
     async def _reuse_units(
@@ -306,9 +287,8 @@ class RunStore(RunReads):
         reused_from: str | None,
         now_s: float,
     ) -> None:
-        """Make the units of ``reused`` of a task just started done (a span each, its job
-        ``reused:RUN``, attempt 0, no worker), the units below the last of them that are not
-        reused pending rows, and its frontier past them (`simrun.core.reuse.unit_start`)."""
+        """Make the units of ``reused`` done (a span each, job ``reused:RUN``), the others
+        below the last of them pending rows, and the frontier past them."""
         if reused_from is None:
             raise ValueError(f"task {task!r}: reused units need the run they come from")
         start = unit_start(units, reused)
@@ -332,7 +312,7 @@ class RunStore(RunReads):
     async def add_merge_unit(
         self, run_id: str, task: str, conn: aiosqlite.Connection | None = None
     ) -> None:
-        """Create the pending merge unit of a task (once; a second call changes nothing)."""
+        """Create the pending merge unit of a task, once."""
         async with self._writing(conn) as c:
             await c.execute(
                 "INSERT OR IGNORE INTO units (run_id, task, idx, kind, state)"
@@ -340,16 +320,12 @@ class RunStore(RunReads):
                 (run_id, task, MERGE_INDEX),
             )
 
-    # -- jobs ------------------------------------------------------------------------------
-
     async def add_jobs(
         self, jobs: Sequence[NewJob], now_s: float, conn: aiosqlite.Connection | None = None
     ) -> None:
-        """Record jobs as in flight and move their units from pending to queued with the
-        job's attempt and memory; a task keeps the largest memory per process its chunks or
-        command were dispatched with. A fresh job must start at its task's frontier, which
-        moves past it (its units get no row); the units of the others must be pending rows.
-        Else nothing is written."""
+        """Record jobs as in flight and move their units from pending to queued. A fresh job
+        must start at its task's frontier, which moves past it; the units of the others
+        must be pending rows; else nothing is written."""
         unit_params = [
             (j.attempt, j.id, j.memory_gb, now_s, j.run, j.task, i)
             for j in jobs
@@ -395,19 +371,16 @@ class RunStore(RunReads):
                 if j.kind != "merge":
                     task = (j.run, j.task)
                     requested[task] = max(j.memory_gb, requested.get(task, j.memory_gb))
-            # max() of SQLite is NULL when an argument is: coalesce keeps whichever is known.
             await c.executemany(
-                "UPDATE tasks SET"
-                " requested_gb = coalesce(max(requested_gb, :gb), requested_gb, :gb)"
+                f"UPDATE tasks SET {raised('requested_gb', 'gb')}"
                 " WHERE run_id = :run AND name = :task",
                 [{"run": r, "task": t, "gb": gb} for (r, t), gb in sorted(requested.items())],
             )
 
     @staticmethod
     async def _give_rows(c: aiosqlite.Connection, jobs: Sequence[NewJob]) -> None:
-        """Fresh units that jobs of unit rows take (a caller that took them from
-        `pending_units`) get their pending rows first: per task, they must be the next
-        ones from its frontier, which moves past them."""
+        """Fresh units that jobs of unit rows take get pending rows first: they must be the
+        next ones from their task's frontier, which moves past them."""
         wanted: dict[tuple[str, str], list[int]] = {}
         for j in jobs:
             if j.kind == "chunk":
@@ -444,9 +417,8 @@ class RunStore(RunReads):
         now_s: float,
         conn: aiosqlite.Connection | None = None,
     ) -> int:
-        """Record what worker heartbeats said: job id → (worker id, whether it runs, not just
-        waits). Units of a running job become running on that worker. Returns the units
-        changed; ids that are not in flight are ignored."""
+        """Record what worker heartbeats said: job id → (worker id, whether it runs). Units
+        of a running job become running on that worker. Returns the units changed."""
         items = list(sightings.items())
         async with self._writing(conn) as c:
             await c.executemany(
@@ -485,9 +457,8 @@ class RunStore(RunReads):
     async def release_jobs(
         self, job_ids: Sequence[str], reason: str, conn: aiosqlite.Connection | None = None
     ) -> int:
-        """Give up on jobs in flight (their worker died, Redis lost them, or the run is
-        cancelled): their queued or running units go back to pending with ``reason`` as their
-        last error, to be dispatched again with a new attempt. Returns the units released."""
+        """Give up on jobs in flight: their active units go back to pending with ``reason``
+        as their last error. Returns the units released."""
         async with self._writing(conn) as c:
             await materialize_jobs(c, job_ids)
             before = c.total_changes
@@ -501,9 +472,8 @@ class RunStore(RunReads):
             return released
 
     async def release_orphans(self, conn: aiosqlite.Connection | None = None) -> int:
-        """Units of running runs that are queued or running while their job is not in flight
-        (which no write of this store leaves behind, but a file edited by hand or a bug
-        might) go back to pending. Returns how many."""
+        """Active units of running runs whose job is not in flight (a file edited by hand,
+        a bug) go back to pending. Returns how many."""
         async with self._writing(conn) as c:
             before = c.total_changes
             await c.execute(
@@ -516,8 +486,6 @@ class RunStore(RunReads):
             released: int = c.total_changes - before
             return released
 
-    # -- reports ---------------------------------------------------------------------------
-
     async def apply_reports(
         self,
         entries: Sequence[ReportEntry],
@@ -526,22 +494,48 @@ class RunStore(RunReads):
         limits: Limits,
         now_s: float,
     ) -> Applied:
-        """Apply the unit outcomes of report entries inside the caller's transaction.
-
-        Each outcome is what `simrun.core.states.unit_after_outcome` makes of it: a report
-        whose units are all done is one set-based update (`simrun.runstore.ingest`), the
-        others go unit by unit (`simrun.runstore.apply`). The jobs reported on leave the
-        set in flight. Entries whose job was in flight come back in ``Applied.recorded`` (a
-        report read twice, after a restart before its acknowledgement, is recorded once).
-        Outcomes for units of unknown tasks are ignored. Each task reported on keeps its
-        count of kills for memory and the largest peak memory per process its reports
-        measured.
-        """
+        """Apply the unit outcomes of report entries inside the caller's transaction
+        (`simrun.runstore.apply`); the entries whose job was in flight come back in
+        ``Applied.recorded``, so a report read twice is recorded once."""
         if not conn.in_transaction:
             raise RuntimeError("RunStore.apply_reports: the connection is not in a transaction")
         return await write_reports(conn, entries, limits, now_s)
 
-    # -- replay and cancel -----------------------------------------------------------------
+    async def _run_again(
+        self, run_id: str, task: str | None, memory_gb: float | None
+    ) -> tuple[RunRow, list[TaskRow]]:
+        """A run that a replay or rerun of ``task`` may run again, and its tasks;
+        `RunStateError` says why not."""
+        run = await self.run(run_id)
+        if run is None:
+            raise UnknownRunError(f"there is no run {run_id!r}")
+        if run.state == "cancelled":
+            raise RunStateError(f"run {run_id!r} was cancelled; submit it again instead")
+        if memory_gb is not None and not memory_gb > 0:
+            raise RunStateError(f"memory_gb must be more than 0, got {memory_gb!r}")
+        tasks = await self.tasks(run_id)
+        names = sorted(t.name for t in tasks)
+        if task is not None and task not in names:
+            raise RunStateError(f"run {run_id!r} has no task {task!r} (its tasks: {names})")
+        return run, tasks
+
+    async def _failed(
+        self, run_id: str, task: str | None, indices: Sequence[int]
+    ) -> list[tuple[str, int]]:
+        """The failed units of a run (or of ``task``, or only its ``indices``) to replay."""
+        where, params = ("AND task = ?", [run_id, task]) if task is not None else ("", [run_id])
+        sql = f"SELECT task, idx FROM units WHERE run_id = ? AND state = 'failed' {where}"
+        failed = [(str(t), int(i)) for t, i in await self._fetch(sql, params)]
+        if indices:
+            wanted = set(indices)
+            failed = [(t, i) for t, i in failed if i in wanted]
+            missing = sorted(wanted - {i for _, i in failed})
+            if missing:
+                raise RunStateError(f"task {task!r}: units {missing} are not failed")
+        if not failed:
+            scope = f"task {task!r} of run {run_id!r}" if task else f"run {run_id!r}"
+            raise RunStateError(f"{scope} has no failed units to replay")
+        return failed
 
     async def replay(
         self,
@@ -552,42 +546,12 @@ class RunStore(RunReads):
         memory_gb: float | None = None,
     ) -> int:
         """Put failed units back to pending (all of the run, of one ``task``, or only
-        ``indices`` of it), with fresh retry counts; their tasks and the run run again.
-        ``memory_gb`` fixes the memory per process of the replayed tasks. Done units are
-        never touched. Returns the number of units replayed; `RunStateError` says why none
-        (`UnknownRunError` for an unknown run)."""
-        run = await self.run(run_id)
-        if run is None:
-            raise UnknownRunError(f"there is no run {run_id!r}")
-        if run.state == "cancelled":
-            raise RunStateError(f"run {run_id!r} was cancelled; submit it again instead")
+        ``indices`` of it) with fresh retry counts, ``memory_gb`` fixing the memory per
+        process of their tasks; returns how many. `RunStateError` says why none."""
+        run, _ = await self._run_again(run_id, task, memory_gb)
         if indices and task is None:
             raise RunStateError("unit indices need a task (--task) to pick them from")
-        if memory_gb is not None and not memory_gb > 0:
-            raise RunStateError(f"memory_gb must be more than 0, got {memory_gb!r}")
-        names = {t.name: t for t in await self.tasks(run_id)}
-        if task is not None and task not in names:
-            raise RunStateError(f"run {run_id!r} has no task {task!r} (its tasks: {sorted(names)})")
-        where = "run_id = ? AND state = 'failed'"
-        params: list[Any] = [run_id]
-        if task is not None:
-            where += " AND task = ?"
-            params.append(task)
-        failed = [
-            (str(r[0]), int(r[1]))
-            for r in await self._fetch(f"SELECT task, idx FROM units WHERE {where}", params)
-        ]
-        if indices:
-            wanted = set(indices)
-            chosen = [(t, i) for t, i in failed if i in wanted]
-            missing = sorted(wanted - {i for _, i in chosen})
-            if missing:
-                raise RunStateError(f"task {task!r}: units {missing} are not failed")
-            failed = chosen
-        if not failed:
-            scope = f"task {task!r} of run {run_id!r}" if task else f"run {run_id!r}"
-            raise RunStateError(f"{scope} has no failed units to replay")
-        tasks = sorted({t for t, _ in failed})
+        failed = await self._failed(run_id, task, indices)
         async with self.transaction() as c:
             await c.executemany(
                 "UPDATE units SET state = 'pending', errors = 0, kills = 0, finished_s = NULL,"
@@ -602,7 +566,7 @@ class RunStore(RunReads):
                 " status = '', phase = '', finished_s = NULL,"
                 " memory_override_gb = coalesce(?, memory_override_gb)"
                 " WHERE run_id = ? AND name = ?",
-                [(memory_gb, run_id, t) for t in tasks],
+                [(memory_gb, run_id, t) for t in sorted({t for t, _ in failed})],
             )
             if run.finished_s is not None:  # an ended run: the time until now was no run time
                 await self._pause(c, run_id, run.finished_s, now_s)
@@ -612,32 +576,12 @@ class RunStore(RunReads):
     async def rerun(
         self, run_id: str, task: str, now_s: float, memory_gb: float | None = None
     ) -> tuple[list[str], int]:
-        """Run ``task`` again from the start, done units included, and every task that reads
-        its outputs (directly or not): each goes back to ``waiting`` with no unit (as if it
-        had never started), so the controller starts it again, counting its units, once its
-        inputs are done; the run runs again. ``memory_gb`` fixes the memory per process of
-        ``task``. Returns the tasks reset (``task`` first, then in the run's order) and the
-        units they had.
-
-        `RunStateError` for a cancelled run, an unknown task, a task that never started, or
-        one of those tasks still active (its units in flight: let the run end first).
-
-        Units start again as fresh ones of attempt 1: a job id still kept by Redis (a
-        result of the last minutes) is refused at enqueue and dispatched again under the
-        next attempt (`simrun.service.dispatch`); the caller drops the tasks' attempts
-        hashes (their units are current again).
-        """
-        run = await self.run(run_id)
-        if run is None:
-            raise UnknownRunError(f"there is no run {run_id!r}")
-        if run.state == "cancelled":
-            raise RunStateError(f"run {run_id!r} was cancelled; submit it again instead")
-        if memory_gb is not None and not memory_gb > 0:
-            raise RunStateError(f"memory_gb must be more than 0, got {memory_gb!r}")
-        rows = await self.tasks(run_id)
+        """Run ``task`` again from the start, and every task that reads its outputs: each
+        goes back to ``waiting`` with no unit (fresh units of attempt 1 once it starts
+        again). Returns the tasks reset, ``task`` first, and the units they had; the caller
+        drops their attempts hashes."""
+        _, rows = await self._run_again(run_id, task, memory_gb)
         names = {t.name: t for t in rows}
-        if task not in names:
-            raise RunStateError(f"run {run_id!r} has no task {task!r} (its tasks: {sorted(names)})")
         if names[task].state in NOT_STARTED_TASK_STATES:
             raise RunStateError(
                 f"task {task!r} of run {run_id!r} has not run yet ({names[task].state}): "
@@ -645,15 +589,13 @@ class RunStore(RunReads):
             )
         below = downstream({t.name: t.depends for t in rows}, task)
         chosen = [task, *(t.name for t in rows if t.name in below)]
-        active = [n for n in chosen if names[n].state in ACTIVE_TASK_STATES]
-        flying = {j.task for j in await self.jobs(run_id)} & set(chosen)
-        if active or flying:
-            which = ", ".join(repr(n) for n in sorted(set(active) | flying))
+        active = {n for n in chosen if names[n].state in ACTIVE_TASK_STATES}
+        active |= {j.task for j in await self.jobs(run_id)} & set(chosen)
+        if active:
             raise RunStateError(
-                f"task {which} of run {run_id!r} is still running; let the run end first "
-                "(or cancel it and submit it again)"
+                f"task {', '.join(repr(n) for n in sorted(active))} of run {run_id!r} is still"
+                " running; let the run end first (or cancel it and submit it again)"
             )
-        units = sum(names[n].units or 0 for n in chosen)
         params = [(run_id, n) for n in chosen]
         async with self.transaction() as c:
             await c.executemany("DELETE FROM units WHERE run_id = ? AND task = ?", params)
@@ -662,23 +604,18 @@ class RunStore(RunReads):
                 "UPDATE tasks SET state = 'waiting', status = '', phase = '', units = NULL,"
                 " started_s = NULL, finished_s = NULL, frontier = 0, spans_done = 0,"
                 # Run again means run: no reuse of earlier work, whole or per unit.
-                " reuse = 0, reused_from = NULL, units_reused = 0, units_reused_from = NULL"
+                " reuse = 0, reused_from = NULL, units_reused = 0, units_reused_from = NULL,"
+                " memory_override_gb = CASE WHEN name = ? AND ? IS NOT NULL THEN ?"
+                " ELSE memory_override_gb END"
                 " WHERE run_id = ? AND name = ?",
-                params,
+                [(task, memory_gb, memory_gb, *p) for p in params],
             )
-            if memory_gb is not None:
-                await c.execute(
-                    "UPDATE tasks SET memory_override_gb = ? WHERE run_id = ? AND name = ?",
-                    (memory_gb, run_id, task),
-                )
             await self.set_run_state(run_id, "running", "", now_s, conn=c)
-        return chosen, units
+        return chosen, sum(names[n].units or 0 for n in chosen)
 
     async def cancel(self, run_id: str, now_s: float) -> list[UnitRow]:
         """Cancel a running run: unfinished tasks become cancelled, its jobs leave the set in
-        flight and their units go back to pending. Returns those units (as they were), so
-        the caller can tell workers they are stale. `UnknownRunError` for an unknown run,
-        `RunStateError` for a run that already ended."""
+        flight; returns their units as they were (the caller tells workers they are stale)."""
         run = await self.run(run_id)
         if run is None:
             raise UnknownRunError(f"there is no run {run_id!r}")

@@ -8,8 +8,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from simrun.core.ranges import Ranges
 from simrun.core.states import ENDED_RUN_STATES
-from simrun.core.wire import index_ranges
 
 
 def job_attempt(unit_attempts: Iterable[int]) -> int:
@@ -99,7 +99,7 @@ def attempts_verdict(state: str | None, in_flight: bool, in_redis: bool) -> Atte
 
 def _ranges(indices: Sequence[int]) -> str:
     """``0, 3-5, 9`` for the indices [0, 3, 4, 5, 9]."""
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in index_ranges(indices))
+    return str(Ranges.of_indices(indices))
 
 
 def failure_message(failed: Mapping[str, Sequence[int | str]]) -> str:

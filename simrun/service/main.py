@@ -14,9 +14,9 @@ import uvicorn
 
 from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
 from simrun.plugins import TaskType
-from simrun.service.api import create_app
 from simrun.service.controller import Controller
 from simrun.service.dbvolume import db_volume_problem
+from simrun.service.routes import create_app
 from simrun.service.settings import ControllerSettings
 
 

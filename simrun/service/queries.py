@@ -1,9 +1,5 @@
-"""The read side of the service: what the HTTP API, the metrics and the store reader ask of
-the run store, the learned resources and Redis. Nothing here writes, but for
-`JobQueue.live_workers` forgetting the ids of expired heartbeats (as every controller step
-does), and nothing waits for the controller's lock: the run store reads on a connection of
-its own.
-"""
+"""The read side of the service: what the HTTP API and the metrics ask of the run store,
+the learned resources and Redis, never waiting for the controller's lock."""
 
 from __future__ import annotations
 
@@ -51,8 +47,8 @@ MAX_SAMPLED_RUNS = 256
 
 @dataclass(frozen=True)
 class Backlog:
-    """The work of the running runs: per queue the units not done by resource key (with
-    the resources a dispatch would use now) and the unit totals, and how many runs run."""
+    """The work of the running runs: per queue the units not done by resource key, the unit
+    totals, and how many runs run."""
 
     queues: dict[str, QueueBacklog]
     units: dict[str, UnitTotals]
@@ -65,11 +61,9 @@ def _field(info: Mapping[Any, Any], name: str) -> Any:
 
 
 class ProgressSamples:
-    """The progress samples of the running runs (`simrun.core.eta.RunProgress`), the state
-    the observed completion rates of the ETA need: fed with the finished units of each
-    task each time a run's view is computed, read on the clock's monotonic scale, kept in
-    memory only (a restarted service observes again). A run that is not running is
-    forgotten, and at most ``max_runs`` are kept."""
+    """The progress samples of the running runs (`simrun.core.eta.RunProgress`) behind the
+    observed rates of the ETAs, taken each time a run's view is computed, in memory only;
+    at most ``max_runs`` running runs are kept."""
 
     def __init__(
         self, clock: Clock, rules: EtaRules = ETA_RULES, max_runs: int = MAX_SAMPLED_RUNS
@@ -87,9 +81,8 @@ class ProgressSamples:
         counts: Mapping[str, TaskCounts],
         reused: Mapping[str, int] | None = None,
     ) -> dict[str, ObservedRate]:
-        """Sample a run's tasks now; their observed rates (none once the run ended). The
-        units a task took from an earlier run (``reused``: task → how many) were never
-        computed: they count for no rate."""
+        """Sample a run's tasks now; their observed rates (none once the run ended). Units
+        reused from an earlier run (``reused``: task → how many) count for no rate."""
         if not running:
             self._runs.pop(run_id, None)
             return {}
@@ -105,8 +98,7 @@ class ProgressSamples:
 
 
 class RunQueries:
-    """Queries over the controller's stores and queue (`simrun.service.controller`).
-    ``clock`` times the progress samples of the ETAs (`ProgressSamples`)."""
+    """Queries over the controller's stores and queue; ``clock`` times the ETAs' samples."""
 
     def __init__(
         self,
@@ -121,8 +113,6 @@ class RunQueries:
         self.types, self.settings = types, settings
         self.progress = ProgressSamples(clock)
 
-    # -- runs ----------------------------------------------------------------------------
-
     async def exists(self, run_id: str) -> bool:
         """Whether the store knows the run."""
         return await self.store.run(run_id) is not None
@@ -132,10 +122,8 @@ class RunQueries:
         return await self.store.runs(limit=limit)
 
     async def run(self, run_id: str) -> RunView | None:
-        """One run with per-task unit counts by state and ETAs (`simrun.core.eta`: the
-        observed completion rates, sampled here, blended with the learned speed over the
-        live workers' processes; while Redis does not answer, the observed rate alone);
-        None when unknown."""
+        """One run with per-task unit counts by state and ETAs (observed rates blended with
+        the learned speed over the live workers' processes); None when unknown."""
         row = await self.store.run(run_id)
         if row is None:
             return None
@@ -157,8 +145,6 @@ class RunQueries:
         """The failed units of a run with their tracebacks."""
         return [failure_view(u) for u in await self.store.failures(run_id)]
 
-    # -- resources and workers -----------------------------------------------------------
-
     async def resources_by_key(self) -> list[KeySummary]:
         """What is learned per resource key."""
         return await self.resources.summaries({n: t.hint for n, t in self.types.items()})
@@ -171,11 +157,8 @@ class RunQueries:
         )
 
     async def live_workers(self) -> list[WorkerInfo]:
-        """The worker containers whose heartbeat has not expired (raises when Redis does
-        not answer)."""
+        """The worker containers whose heartbeat has not expired."""
         return await self.queue.live_workers()
-
-    # -- load ----------------------------------------------------------------------------
 
     async def backlog(self) -> Backlog:
         """Per queue the backlog of the running runs (by resource key, with the resources
@@ -230,9 +213,8 @@ class RunQueries:
         return Backlog(backlogs, totals, len(runs))
 
     async def report_lag(self) -> ReportLag:
-        """The report stream's length, the entries delivered to the controller's group but
-        not acknowledged, and the age of its oldest entry by the Redis server's clock
-        (reads only: XLEN, XRANGE of one entry, TIME, XINFO GROUPS)."""
+        """The report stream's length, its entries not acknowledged by the controller's
+        group, and the age of its oldest entry by the Redis server's clock."""
         redis, stream = self.queue.redis, self.queue.keys.reports
         async with redis.pipeline(transaction=False) as pipe:
             pipe.xlen(stream)
@@ -259,8 +241,7 @@ class RunQueries:
         default_shape: ContainerShape = DEFAULT_SHAPE,
         policy: ScalePolicy = METRICS_POLICY,
     ) -> Metrics:
-        """The numbers of ``/metrics`` now. The store's numbers are given even when Redis
-        does not answer (``redis_up`` false, no workers, no lag)."""
+        """The numbers of ``/metrics`` now, the store's even while Redis is away."""
         backlog = await self.backlog()
         redis_up = True
         workers: list[WorkerInfo] = []

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from simrun.service.api import create_app
 from simrun.service.controller import Controller
+from simrun.service.routes import create_app
 from tests.support.service_harness import TYPES, settings
 
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from simrun.core.views import ErrorCode
-from simrun.service.api import create_app
 from simrun.service.controller import Controller
+from simrun.service.routes import create_app
 from tests.support import REPO
 
 pytestmark = pytest.mark.redis

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from simrun.service import web
-from simrun.service.api import create_app
 from simrun.service.controller import Controller
+from simrun.service.routes import create_app
 from tests.integration.test_api_events import TOKEN as EVENTS_TOKEN
 from tests.integration.test_api_events import serving
 from tests.support.service_harness import submit, work_doc

@@ -15,8 +15,8 @@ from simrun.app.follow import RemoteWatch
 from simrun.client import Client, ClientError, StreamBroken
 from simrun.core.views import ErrorCode, RunView
 from simrun.local.machine import free_socket
-from simrun.service.api import create_app
 from simrun.service.controller import Controller
+from simrun.service.routes import create_app
 from tests.support.service_harness import submit, work_doc
 from tests.support.wait import still_running, until
 

@@ -18,8 +18,8 @@ from simrun.client import Client, UnknownKey
 from simrun.local.machine import free_socket
 from simrun.resources import ResourceKey
 from simrun.resources.store import Record
-from simrun.service.api import create_app
 from simrun.service.controller import Controller
+from simrun.service.routes import create_app
 from tests.support.reports import killed as kill
 from tests.support.reports import success as report
 from tests.support.service_tasks import WORK

@@ -25,8 +25,8 @@ from starlette.routing import Route
 from simrun.client import Client, ClientError, directory_files
 from simrun.core.intake import InputLimits
 from simrun.local.machine import free_socket
-from simrun.service.api import create_app
 from simrun.service.controller import Controller
+from simrun.service.routes import create_app
 from simrun.service.web import is_static
 from simrun.workflow import WorkflowError
 from tests.support import REPO

@@ -11,8 +11,8 @@ import pytest
 
 from simrun.core.layout import StoreLayout, task_logs
 from simrun.core.unitlogs import UnitLogHeader, UnitLogs, attempt_paths, write_atomic
-from simrun.service.api import create_app
 from simrun.service.controller import Controller
+from simrun.service.routes import create_app
 from tests.support import REPO
 
 pytestmark = pytest.mark.redis

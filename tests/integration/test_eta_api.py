@@ -22,8 +22,8 @@ from simrun.core.jobs import JobSpec
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.wire import deserialize
 from simrun.plugins import load_types
-from simrun.service.api import create_app
 from simrun.service.controller import Controller, ControllerSettings
+from simrun.service.routes import create_app
 from simrun.worker.heartbeat import Heartbeat
 from simrun.workflow import check_workflow, parse_workflow
 from tests.support.heartbeats import worker_info

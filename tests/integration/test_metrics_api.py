@@ -18,8 +18,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from simrun.core.reports import ReportEntry, WorkerReport
-from simrun.service.api import create_app
 from simrun.service.controller import Controller
+from simrun.service.routes import create_app
 from tests.support import REPO
 from tests.support.heartbeats import worker_info
 

@@ -15,7 +15,6 @@ from simrun.resources.store import Record
 from simrun.runstore.rows import NewJob, NewRun, NewTask, RunStateError, UnknownRunError
 from simrun.runstore.schema import COMPONENT, MIGRATIONS
 from simrun.runstore.store import RunStore
-from tests.support.old_stores import old_store_file
 
 LIMITS = Limits(max_retries=1, max_kills=2)
 
@@ -90,6 +89,10 @@ async def test_schema_is_versioned_and_wal(tmp_path: Path):
         row = await (await conn.execute("PRAGMA journal_mode")).fetchone()
         assert row is not None
         assert row[0] == "wal"
+        indexes = await conn.execute_fetchall(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND name = 'units_pending'"
+        )
+        assert list(indexes) == [("units_pending",)]  # what the dispatcher reads
 
 
 async def test_create_and_read_run(store: RunStore):
@@ -125,7 +128,8 @@ async def test_start_task_creates_many_units(store: RunStore):
     await store.start_task("r1", "sweep", 20_000, now_s=101.0)
     counts = await store.counts("r1")
     assert counts["sweep"] == TaskCounts(pending=20_000)
-    assert [u.index for u in await store.pending_units("r1", "sweep", 3)] == [0, 1, 2]
+    _, pending = await store.unit_page("r1", "sweep", "pending", 0, 3)
+    assert [u.index for u in pending] == [0, 1, 2]
     assert await store.pending_counts("r1") == {"sweep": {"chunk": 20_000}}
     (sweep,) = [t for t in await store.tasks("r1") if t.name == "sweep"]
     assert (sweep.state, sweep.units) == ("running", 20_000)
@@ -291,7 +295,7 @@ async def test_merge_unit_is_made_once(store: RunStore):
     counts = (await store.counts("r1"))["sweep"]
     assert (counts.queued, counts.merge) == (6, "pending")
     assert await store.pending_counts("r1") == {"sweep": {"merge": 1}}
-    (merge,) = await store.pending_units("r1", "sweep", 10, kind="merge")
+    (merge,) = await store.pending_rows("r1", "sweep", 10, kind="merge")
     assert merge.key == "merge"
 
 
@@ -416,23 +420,3 @@ async def test_orphaned_units_are_released(store: RunStore):
         5: "queued",
     }
     assert await store.release_orphans() == 0
-
-
-async def test_a_file_of_the_first_schema_is_upgraded(tmp_path: Path):
-    """A file written with the first version of the schema is upgraded on open, its runs
-    kept, and the pending units are read through the new partial index."""
-    path = tmp_path / "simrun.db"
-    async with old_store_file(path, steps=1):
-        pass
-    store = await RunStore.open(path)
-    try:
-        assert await db.component_version(store.connection, COMPONENT) == len(MIGRATIONS) == 12
-        indexes = await store.connection.execute_fetchall(
-            "SELECT name FROM sqlite_master WHERE type = 'index' AND name = 'units_pending'"
-        )
-        assert list(indexes) == [("units_pending",)]
-        old = await store.run("old")
-        assert old is not None
-        assert await store.pending_counts("old") == {}
-    finally:
-        await store.close()

@@ -13,16 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simrun import db
+from simrun.core.ranges import Ranges
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.states import Limits, UnitRow, unit_after_outcome, unit_index
-from simrun.core.wire import index_ranges
 from simrun.runstore.ingest import all_done, observed_peak_gb, split_reports
 from simrun.runstore.rows import Applied, NewJob, NewRun, NewTask
-from simrun.runstore.schema import COMPONENT, MIGRATIONS
 from simrun.runstore.store import RunStore
 from tests.support.examples import examples
-from tests.support.old_stores import old_store_file
 
 LIMITS = Limits(max_retries=1, max_kills=1)
 UNITS = 6
@@ -93,7 +90,7 @@ def new_run() -> NewRun:
 )
 def test_index_ranges(indices: list[int], ranges: list[tuple[int, int]]) -> None:
     """Indices become the fewest inclusive ranges that hold exactly them, ascending."""
-    assert index_ranges(indices) == ranges
+    assert Ranges.of_indices(indices).pairs == ranges
 
 
 @pytest.mark.parametrize(
@@ -269,42 +266,6 @@ async def test_task_keeps_kills_peak_and_requested_memory(store: RunStore) -> No
     (sweep, _) = await store.tasks("r1")
     assert (sweep.kills, sweep.requested_gb, sweep.peak_memory_gb) == (2, 2.5, 0.6)
     assert {u.state for u in await store.units("r1", "sweep")} == {"done"}
-
-
-async def test_a_file_of_the_second_schema_gets_the_task_facts_of_its_units(
-    tmp_path: Path,
-) -> None:
-    """A file written by the first two schema steps is upgraded on open: its tasks get the
-    kills of their units and the largest memory their chunks ran under (not a merge's); the
-    peaks are unknown there."""
-    path = tmp_path / "simrun.db"
-    async with old_store_file(path, steps=2) as conn:
-        for name in ("sweep", "idle"):
-            await conn.execute(
-                "INSERT INTO tasks (run_id, name, position, type, settings, inputs, depends,"
-                " splittable, has_merge, state) VALUES ('old', ?, 0, 'heat', '{}', '{}', '[]',"
-                " 1, 1, 'running')",
-                (name,),
-            )
-        await conn.executemany(
-            "INSERT INTO units (run_id, task, idx, kind, state, memory_gb, kills)"
-            " VALUES ('old', 'sweep', ?, ?, ?, ?, ?)",
-            [
-                (0, "chunk", "done", 1.0, 2),
-                (1, "chunk", "pending", 4.0, 1),
-                (2, "chunk", "pending", None, 0),
-                (-1, "merge", "queued", 9.0, 1),
-            ],
-        )
-    store = await RunStore.open(path)
-    try:
-        assert await db.component_version(store.connection, COMPONENT) == len(MIGRATIONS)
-        tasks = {t.name: t for t in await store.tasks("old")}
-        sweep, idle = tasks["sweep"], tasks["idle"]
-        assert (sweep.kills, sweep.requested_gb, sweep.peak_memory_gb) == (4, 4.0, None)
-        assert (idle.kills, idle.requested_gb, idle.peak_memory_gb) == (0, None, None)
-    finally:
-        await store.close()
 
 
 # -- the set-based path against the rule of core.states--------------------------------------

@@ -13,13 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simrun import db
 from simrun.core.reports import ReportEntry, WorkerReport
 from simrun.core.states import Limits, TaskCounts, UnitRow
 from simrun.runstore.rows import NewJob, NewRun, NewTask
-from simrun.runstore.schema import COMPONENT, MIGRATIONS
 from simrun.runstore.store import RunStore
-from tests.support.old_stores import old_store_file
 
 LIMITS = Limits(max_retries=1, max_kills=1)
 
@@ -184,7 +181,7 @@ async def test_a_released_range_job_gets_rows_and_a_newer_attempt(store: RunStor
     await store.add_jobs([fresh_job(0, 3)], now_s=102.0)
     await store.see_jobs({"j0-3:1": ("w1", True)}, now_s=103.0)
     assert await store.release_jobs(["j0-3:1"], "its worker died") == 4
-    pending = await store.pending_units("r1", "sweep", 10)
+    _, pending = await store.unit_page("r1", "sweep", "pending", 0, 10)
     assert [(u.index, u.attempt, u.error) for u in pending] == [
         (i, 1, "its worker died") for i in range(4)
     ]
@@ -210,45 +207,6 @@ async def test_cancel_returns_the_units_of_range_jobs(store: RunStore):
     ]  # fmt: skip
     assert await store.jobs("r1") == []
     assert await store.counts("r1") == {"sweep": TaskCounts(pending=10)}
-
-
-async def test_a_store_of_the_third_schema_keeps_its_units(tmp_path: Path):
-    """A file written before units were ranges is upgraded on open: every unit of a
-    started task keeps its row (the frontier is set past them), so counts, pending units
-    and reports read as before, and nothing fresh is made up."""
-    path = tmp_path / "simrun.db"
-    async with old_store_file(path, steps=3) as conn:
-        await conn.execute(
-            "INSERT INTO tasks (run_id, name, position, type, settings, inputs, depends,"
-            " splittable, has_merge, state, units) VALUES ('old', 'sweep', 0, 'heat', '{}',"
-            " '{}', '[]', 1, 0, 'running', 3)"
-        )
-        await conn.executemany(
-            "INSERT INTO units (run_id, task, idx, kind, state, attempt, job_id)"
-            " VALUES ('old', 'sweep', ?, 'chunk', ?, ?, ?)",
-            [(0, "done", 1, "a"), (1, "queued", 1, "b"), (2, "pending", 1, None)],
-        )
-        await conn.execute(
-            "INSERT INTO jobs (id, run_id, task, kind, queue, attempt, units, enqueued_s)"
-            " VALUES ('b', 'old', 'sweep', 'chunk', 'cpu', 1, 1, 1)"
-        )
-        await conn.commit()
-    store = await RunStore.open(path)
-    try:
-        assert await db.component_version(store.connection, COMPONENT) == len(MIGRATIONS)
-        (task,) = await store.tasks("old")
-        assert (task.frontier, task.spans_done) == (3, 0)
-        assert await store.counts("old") == {"sweep": TaskCounts(pending=1, queued=1, done=1)}
-        assert await store.fresh_units("old", "sweep") == range(3, 3)
-        assert [u.index for u in await store.pending_units("old", "sweep", 10)] == [2]
-        async with store.transaction() as c:
-            await store.apply_reports(
-                [entry("b", {1: "done"}).model_copy(update={"run": "old"})],
-                conn=c, limits=LIMITS, now_s=5.0,
-            )  # fmt: skip
-        assert await store.counts("old") == {"sweep": TaskCounts(pending=1, done=2)}
-    finally:
-        await store.close()
 
 
 # -- the same story with range jobs and with rows -------------------------------------------
@@ -296,7 +254,7 @@ async def play(path: Path, story: dict[str, Any], fresh: bool) -> tuple[list[Uni
         if story["twice"]:
             entries += entries
         await apply(store, entries)
-        pending = await store.pending_units("r1", "sweep", UNITS)
+        _, pending = await store.unit_page("r1", "sweep", "pending", 0, UNITS)
         if pending:
             attempt = max(u.attempt for u in pending) + 1
             await store.add_jobs([row_job([u.index for u in pending], attempt, "again")], 104.0)
@@ -347,3 +305,128 @@ async def test_jobs_that_skip_fresh_units_are_refused_with_what_they_took(store:
     assert await unit_rows(store) == 0
     assert await store.fresh_units("r1", "sweep") == range(10)
     assert await store.jobs("r1") == []
+
+
+def _route(store: RunStore) -> Any:
+    """The ``GET /runs/{id}/units`` route over ``store`` alone."""
+    from types import SimpleNamespace
+
+    from simrun.service.routes.runs import units
+
+    controller = SimpleNamespace(queries=SimpleNamespace(store=store))
+    return lambda **query: units("r1", controller, task="sweep", **query)
+
+
+@pytest.mark.parametrize(
+    ("count", "offset", "limit", "indices"),
+    [
+        (10, 0, 3, [0, 1, 2]),
+        (10, 8, 5, [8, 9]),
+        (10, 20, 5, []),
+        (10, -4, 2, [0, 1]),
+        (2000, 0, 10_000, list(range(500))),
+    ],
+)
+async def test_a_page_of_units(
+    store: RunStore, count: int, offset: int, limit: int, indices: list[int]
+) -> None:
+    """A page holds the units from its offset (never below 0), at most 500 (`MAX_PAGE`),
+    with the total of the state."""
+    await store.start_task("r1", "sweep", count, now_s=101.0)
+    page = await _route(store)(state="pending", offset=offset, limit=limit)
+    assert [u["index"] for u in page["units"]] == indices
+    assert (page["total"], page["offset"]) == (count, max(0, offset))
+
+
+@pytest.mark.parametrize(
+    ("units", "sent_back", "offset", "limit", "indices"),
+    [
+        (1_000_000, [2, 5], 0, 4, [2, 5, 10, 11]),
+        (1_000_000, [2, 5], 1, 2, [5, 10]),
+        (1_000_000, [2, 5], 4, 2, [12, 13]),
+        (1_000_000, [], 999_998, 5, [999_998, 999_999]),
+        (10, [7], 0, 5, [7]),
+    ],
+)
+async def test_a_page_of_pending_units_is_made_from_the_frontier(
+    store: RunStore, units: int, sent_back: list[int], offset: int, limit: int, indices: list[int]
+) -> None:
+    """Pending units: those sent back (rows below the frontier) and the fresh ones from
+    the frontier, by index, made up for the page only (a million of them cost a page)."""
+    await store.start_task("r1", "sweep", units, now_s=101.0)
+    if sent_back:
+        await store.add_jobs([fresh_job(0, 9)], now_s=102.0)
+        outcomes = {i: "failed" if i in sent_back else "done" for i in range(10)}
+        await apply(store, [entry("j0-9:1", outcomes)])
+    total, page = await store.unit_page("r1", "sweep", "pending", offset, limit)
+    assert [u.index for u in page] == indices
+    assert total == len(sent_back) + units - (10 if sent_back else 0)
+
+
+@pytest.mark.parametrize(
+    ("rows", "spans", "offset", "limit", "indices", "total"),
+    [
+        ([], [(0, 9)], 0, 3, [0, 1, 2], 10),
+        ([], [(0, 9), (10, 999_999)], 999_997, 5, [999_997, 999_998, 999_999], 1_000_000),
+        ([5], [(0, 4), (6, 9)], 3, 4, [3, 4, 5, 6], 10),
+        ([0, 1], [], 1, 10, [1], 2),
+        ([], [], 0, 10, [], 0),
+        ([3], [(10, 19)], 0, 3, [3, 10, 11], 11),
+    ],
+)
+async def test_a_page_of_done_units_is_made_from_their_spans(
+    store: RunStore,
+    rows: list[int],
+    spans: list[tuple[int, int]],
+    offset: int,
+    limit: int,
+    indices: list[int],
+    total: int,
+) -> None:
+    """Done units: those with a row and the spans, by index, each as its row or span
+    says; only the part of a span the page reaches becomes units."""
+    await store.start_task("r1", "sweep", 1_000_000, now_s=101.0)
+    reused = [range(a, b + 1) for a, b in spans]
+    async with store.transaction() as conn:
+        await store._reuse_units(conn, "r1", "sweep", 1_000_000, reused, "r0", 101.0)
+    if rows:
+        await store.connection.executemany(
+            "INSERT OR REPLACE INTO units (run_id, task, idx, kind, state, attempt, worker)"
+            " VALUES ('r1', 'sweep', ?, 'chunk', 'done', 2, 'w9')",
+            [(i,) for i in rows],
+        )
+    count, page = await store.unit_page("r1", "sweep", "done", offset, limit)
+    assert ([u.index for u in page], count) == (indices, total)
+    for u in page:
+        assert (u.state, u.worker) == (("done", "w9") if u.index in rows else ("done", None))
+        assert u.job_id == (None if u.index in rows else "reused:r0")
+
+
+@pytest.mark.parametrize("state", ["done", "queued", "pending"])
+async def test_a_page_of_a_million_units_costs_a_page(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch, state: str
+) -> None:
+    """A page of a task's units (``GET /runs/{id}/units``) whose units are a span of
+    1,000,000 reused units, a range job in flight or the frontier makes the units of the
+    page only, never those of the whole range."""
+    if state == "done":
+        reused = [range(1_000_000)]
+        await store.start_task("r1", "sweep", 1_000_000, 101.0, reused=reused, reused_from="r0")
+    else:
+        await store.start_task("r1", "sweep", 1_000_000, now_s=101.0)
+        if state == "queued":
+            await store.add_jobs([fresh_job(0, 999_999)], now_s=102.0)
+    built = 0
+    made = UnitRow.__init__
+
+    def counting(self: UnitRow, *args: Any, **kwargs: Any) -> None:
+        nonlocal built
+        built += 1
+        made(self, *args, **kwargs)
+
+    monkeypatch.setattr(UnitRow, "__init__", counting)
+    page = await _route(store)(state=state, offset=999_990, limit=50)
+    assert page["total"] == 1_000_000
+    assert [u["index"] for u in page["units"]] == list(range(999_990, 1_000_000))
+    assert {u["state"] for u in page["units"]} == {state}
+    assert built <= 50

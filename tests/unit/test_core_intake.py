@@ -24,7 +24,7 @@ from simrun.core.intake import (
     upload_path_problem,
     workflow_size_problem,
 )
-from simrun.service.api.guard import token_matches
+from simrun.service.routes.guard import token_matches
 from simrun.workflow import WorkflowError, parse_workflow
 
 LIMITS = InputLimits(max_units_per_task=100, max_units_per_run=150, max_depth=2, max_tasks=3)

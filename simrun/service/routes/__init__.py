@@ -1,9 +1,6 @@
 """The HTTP API of the service (FastAPI) over one `Controller`: one router per resource
-behind `guard` (the bearer token and the body size); every error answer is an
-`simrun.core.views.ErrorView` (`deps`). No /docs or /redoc pages (FastAPI's load their
-scripts from a CDN); the schema is /openapi.json, behind the token like every route but
-/health.
-"""
+behind `guard`; every error answer is an `ErrorView` (`deps`). No /docs pages (FastAPI's
+load scripts from a CDN); the schema is /openapi.json."""
 
 from __future__ import annotations
 
@@ -12,9 +9,10 @@ from fastapi import FastAPI
 from simrun import __version__
 from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
 from simrun.service import web
-from simrun.service.api import (
-    dashboard,
+from simrun.service.controller import Controller
+from simrun.service.routes import (
     deps,
+    editor,
     events,
     guard,
     logs,
@@ -23,7 +21,6 @@ from simrun.service.api import (
     runs,
     types,
 )
-from simrun.service.controller import Controller
 
 
 def create_app(
@@ -32,9 +29,8 @@ def create_app(
     *,
     default_shape: ContainerShape = DEFAULT_SHAPE,
 ) -> FastAPI:
-    """The API over ``controller``; with ``token``, every route but /health needs
-    ``Authorization: Bearer <token>``. ``default_shape`` is the worker container /metrics
-    decides the desired workers of a queue with while none of its workers is live."""
+    """The API over ``controller``; with ``token``, every route but /health needs it.
+    ``default_shape``: the worker container of a queue none of whose workers is live."""
     if token is not None and not token.strip():
         raise ValueError("the service's token is empty: give a token, or none")
     app = FastAPI(
@@ -55,6 +51,6 @@ def create_app(
     app.include_router(logs.router)
     app.include_router(resources.router)
     app.include_router(monitoring.router)
-    app.include_router(dashboard.router)
+    app.include_router(editor.router)
     app.include_router(web.router)
     return app

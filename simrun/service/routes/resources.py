@@ -11,7 +11,7 @@ from fastapi import APIRouter
 from simrun.core.views import ErrorCode
 from simrun.resources import ResourceKey
 from simrun.resources.keys import unknown_key_message
-from simrun.service.api.deps import ApiError, ControllerDep
+from simrun.service.routes.deps import ApiError, ControllerDep
 
 router = APIRouter()
 

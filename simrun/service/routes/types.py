@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from simrun.core.views import type_info
-from simrun.service.api.deps import ControllerDep
+from simrun.service.routes.deps import ControllerDep
 
 router = APIRouter()
 

@@ -1,7 +1,6 @@
-"""Reading a submission (``POST /runs``) in a thread (`receive_submission`): its body, its
-workflow, and its sources, each a file or a directory the client uploaded (the service
-never reads a path of its host because a workflow names it), bounded by `InputLimits`.
-"""
+"""Reading a submission (``POST /runs``) in a thread: its body, workflow and sources, each
+a file or directory the client uploaded (never a path of the service's host), bounded by
+`InputLimits`."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ class SourceUpload(BaseModel):
 
 
 class SubmitBody(BaseModel):
-    """A submission: the workflow document as written, and its sources; ``reuse`` False
-    runs every task, ``rerun`` names tasks that run whatever the store holds
+    """A submission: the workflow as written, its sources, and what may be reused
     (`simrun.core.reuse`)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -67,8 +65,7 @@ class SubmitBody(BaseModel):
 
 @dataclass(frozen=True)
 class Received:
-    """A submission read and checked: the document, its settings by task, its text, and
-    where each uploaded source was written."""
+    """A submission read and checked, and where each uploaded source was written."""
 
     doc: Workflow
     settings: dict[str, dict[str, Any]]
@@ -97,9 +94,8 @@ def _body(raw: bytes) -> SubmitBody:
 def upload_problems(
     doc: Workflow, uploads: Mapping[str, SourceUpload], limits: InputLimits
 ) -> list[Problem]:
-    """Every problem of the uploads of a submission, before a byte is decoded: a source of
-    the document that was not uploaded, an upload that is no source of it, a bad name,
-    a file or a directory path past the limits. Pure."""
+    """Every problem of the uploads of a submission (missing, unknown, badly named, past the
+    limits), before a byte is decoded."""
     problems = [
         Problem(
             ("sources", name),
@@ -123,8 +119,7 @@ def upload_problems(
 def _upload_problems(
     name: str, upload: SourceUpload, doc: Workflow, limits: InputLimits
 ) -> tuple[list[str], int]:
-    """The problems of one upload (its names, its shape, its files' sizes and paths), and
-    the files it counts."""
+    """The problems of one upload, and the files it counts."""
     if (why := name_problem(name)) is not None:
         return [f"source name {why}"], 0
     if name not in doc.sources:
@@ -143,8 +138,8 @@ def _upload_problems(
 
 
 def _directory_problems(files: list[DirectoryFile], limits: InputLimits) -> list[str]:
-    """The problems of the files of an uploaded directory: paths past the limits or given
-    twice, a path both a file and a directory, a file past its size."""
+    """The problems of the files of an uploaded directory: bad or repeated paths, a path
+    both a file and a directory, a file past its size."""
     out: list[str] = []
     seen: set[str] = set()
     for entry in files:
@@ -176,8 +171,7 @@ def _decode(content_b64: str, name: str, what: str, limits: InputLimits) -> byte
 def write_uploads(
     uploads: Mapping[str, SourceUpload], directory: Path, limits: InputLimits
 ) -> dict[str, Path]:
-    """Decode checked uploads (`upload_problems` found none) into ``directory``; each
-    source's file or directory. `WorkflowError` names a file that is not base64."""
+    """Decode checked uploads into ``directory``: each source's file or directory."""
     written: dict[str, Path] = {}
     root = directory.resolve()
     for name, upload in uploads.items():

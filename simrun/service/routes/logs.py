@@ -1,15 +1,13 @@
-"""The routes of the kept logs of a run's units (`simrun.core.unitlogs`), read from the
-store the service and its workers share: per task the last attempt of each unit with a log,
-a unit's attempts with their headers and output, and what a unit printed from given byte
-offsets on (``simrun logs --follow``). Anything unknown answers 404 with one line.
-"""
+"""The routes of the kept logs of a run's units (`simrun.core.unitlogs`) in the shared
+store: per task the last attempt of each unit, a unit's attempts, and what a unit printed
+from given byte offsets on (``simrun logs --follow``); anything unknown answers 404."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 
 from simrun.core.unitlogs import (
     LogNotFound,
@@ -19,10 +17,9 @@ from simrun.core.unitlogs import (
     store_unit_logs,
 )
 from simrun.core.views import ErrorCode
-from simrun.service.api.deps import ApiError, ControllerDep, known_run
+from simrun.service.routes.deps import ONE_RUN, ApiError, ControllerDep
 
 router = APIRouter()
-ONE_RUN = [Depends(known_run)]
 
 
 @router.get("/runs/{run_id}/logs", dependencies=ONE_RUN)

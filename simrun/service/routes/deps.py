@@ -95,7 +95,7 @@ def install_errors(app: FastAPI) -> None:
 
 
 def controller_of(request: Request) -> Controller:
-    """The controller the app was created over (`simrun.service.api.create_app`)."""
+    """The controller the app was created over (`simrun.service.routes.create_app`)."""
     controller: Controller = request.app.state.controller
     return controller
 
@@ -113,3 +113,5 @@ async def known_run(run_id: str, request: Request) -> None:
 
 #: The controller, as a parameter of a route.
 ControllerDep = Annotated[Controller, Depends(controller_of)]
+#: The dependencies of a route of one run: 404 when there is no such run.
+ONE_RUN = [Depends(known_run)]

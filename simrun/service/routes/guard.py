@@ -1,11 +1,6 @@
-"""The gate in front of every route: the bearer token and the size of the request body.
-
-ASGI middleware, so that a route added later (/openapi.json included) needs the token
-without anyone remembering it (only `OPEN_PATHS` and the web app's files are open), and a
-request is refused before its body is read: by its ``Content-Length``, or as soon as the
-bytes received pass the limit (`simrun.core.intake.body_limit`). The token is compared in
-constant time and never put in a message or a log line.
-"""
+"""The gate in front of every route (ASGI middleware, so a route added later needs the
+token too): the bearer token, compared in constant time and never logged, and the size of
+the body, refused by its ``Content-Length`` or once the bytes received pass the limit."""
 
 from __future__ import annotations
 
@@ -19,11 +14,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from simrun.core.intake import InputLimits, body_limit, body_too_large, is_submission
 from simrun.core.views import ErrorCode, ErrorView
-from simrun.service.api.deps import STATUS
+from simrun.service.routes.deps import STATUS
 from simrun.service.web import is_static
 
-#: The paths that answer without the token: liveness probes cannot send a header, and
-#: /health tells nothing of the runs.
+#: The paths open without the token (probes cannot send a header; /health tells no run).
 OPEN_PATHS = frozenset({"/health"})
 
 UNAUTHORIZED = "missing or wrong bearer token (set SIMRUN_TOKEN)"
@@ -40,8 +34,8 @@ def token_matches(header: str | None, token: str | None) -> bool:
 
 
 class BodyTooLarge(HTTPException):
-    """A body whose bytes passed its limit while it was read (an `HTTPException`, so
-    FastAPI's body reading lets it through as the 413 it is)."""
+    """A body whose bytes passed its limit while it was read (an `HTTPException`: FastAPI
+    lets it through as the 413 it is)."""
 
     def __init__(self, limit: int, submission: bool) -> None:
         super().__init__(status_code=413, detail=body_too_large(limit, submission=submission))
