@@ -1,65 +1,6 @@
-"""The pool of worker processes of one worker container.
-
-Each worker process is a long-lived child (``python -m simrun.worker.pool.child``, started with
-exec, never forked from this threaded event-loop process) that runs plugin code on
-request. The pool keeps ``size`` of them; a job checks one out for its whole run and checks
-it back in; a process that died or was killed is replaced in the background.
-
-Which process a job gets (`choose`): one bound to the GPUs the job was granted (a GPU id
-can only be given to a process through ``CUDA_VISIBLE_DEVICES`` when it starts), preferably
-the one whose last job was of the same task (its ``setup`` is done, its memory is the
-task's own). A process switching to another task is started afresh when the anonymous
-memory it keeps beyond its *baseline* passes `RECYCLE_KEPT_GB`, a few MiB
-(`needs_fresh_start`).
-
-Why: the peak a job reports is its process's memory, and it is what the key learns. A
-process keeps what its earlier tasks left: a setup's state (a model loaded once per task
-and process), modules they imported, the heap the allocator did not give back. Counted as
-the next task's, that made a light key that uses 25 MiB alone learn 70 MiB when it shared
-a process with a task whose setup holds 50 MiB. Two ways out were weighed:
-
-* a baseline per (task, process): report the peak minus what the process held when the
-  task's first job began. It is exact only while the leftover stays resident and untouched;
-  freed pages reused by the new task (a heap with holes) make it undercount what the task
-  needs, and an undercount becomes a kill on the next run. It also leaves the leftover
-  counting against the kill limit.
-* a fresh process per change of task: what the task measures is what it uses alone (the
-  interpreter, its imports, its setup, its units), on both sides. It costs a start-up
-  (about 0.2 s of one core: the interpreter, simrun's imports, the plugins; the old
-  process ends meanwhile) and the task's setup again when a task comes back.
-
-The rule takes the second, but only when there is something to lose: a process keeping at
-most `RECYCLE_KEPT_GB` beyond its baseline (what light tasks leave: a few hundredths of a
-MiB, measured) is kept, so light tasks share processes without start-ups, and what a task
-measures is never more than `RECYCLE_KEPT_GB` above what it uses alone (and never below).
-The threshold is absolute, not a part of the job's limit: a first run's limit is the hint,
-often far above the use it is about to measure. Tasks that keep more (a setup's state, a
-library imported) pay a start-up at each switch; a container mixing such tasks keeps them
-apart when it can, since a process whose last job was of the job's task is taken first.
-The kill limit needs no rule of its own: a process may keep at most `RECYCLE_KEPT_GB` of
-another task's, far below the `KILL_HEADROOM_GB` every job gets above the baseline.
-
-The *baseline* is the anonymous memory the process measured itself after it started,
-imported simrun and loaded the ``--plugin`` references it was given, before any task ran
-(about 20 MiB for CPython with simrun's imports). A fresh process holds that much too, so
-restarting cannot win it back; counting it would restart every process at every new task.
-
-Each process runs in a memory cgroup of its own where the worker has them
-(`simrun.worker.cgroups`; ``cgroups`` of `ProcessPool`), else as the root of its process
-tree (it is a child subreaper, so double-forked descendants stay in it): what it starts is
-measured with it, killed with it (`WorkerProcess.kill`), and ended after every request by
-the process itself (`simrun.worker.pool.child`). The cgroup's kernel limit follows the
-job's, a little above the sampler's (`kernel_limit_bytes`); when the kernel's OOM killer
-ends the process, or one it started, the job is reported killed for memory
-(`WorkerProcess.note_death`). Its stdout and stderr reach the worker's log through
-`simrun.worker.pool.output`, capped per unit.
-
-The memory limit a process is killed at (`kill_limit_gb`) is the job's limit, but never
-less than its baseline plus `KILL_HEADROOM_GB`: a limit below what the bare interpreter
-holds can never be met, and killing the process for it would only loop through kills. Such
-a limit comes from a hint or an override (learned requests have a floor, see
-`simrun.resources.policy.MIN_MEMORY_PER_WORKER_GB`); the job runs under the raised limit
-and reports it as the limit it ran under, so a kill there retries above it.
+"""The pool of long-lived worker processes of one worker container (`ProcessPool`), and
+which idle process a job gets (`choose`): one with the job's GPUs, preferably last used
+for the same task; one switching task restarts when it keeps more than `RECYCLE_KEPT_GB`.
 """
 
 from __future__ import annotations
@@ -73,7 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simrun.core.environment import with_threads
 from simrun.core.wire import UnitKey
@@ -86,6 +27,9 @@ from simrun.worker.cgroups import (
 from simrun.worker.pool.output import DEFAULT_UNIT_LOG_CAP, CappedLog
 from simrun.worker.pool.protocol import UnitSlot, encode, read_async
 from simrun.worker.proctree import GIB, anon_memory_bytes, kill_tree
+
+if TYPE_CHECKING:
+    from simrun.worker.pool.runner import Pace
 
 log = logging.getLogger(__name__)
 
@@ -151,9 +95,8 @@ class WorkerProcess:
         #: The "units" request in flight: its batch number, job id and units (see `where`).
         self.batch: tuple[int, str, list[UnitKey]] | None = None
         self._batches = 0
-        #: The task of the last chunk this process ran, the size of its last batch and the
-        #: seconds that batch took.
-        self.pace: tuple[tuple[str, str], int, float | None] | None = None
+        #: The task of the last chunk this process ran and its `Pace` there.
+        self.pace: tuple[tuple[str, str], Pace] | None = None
         self.gpu_ids = gpu_ids
         self.pid = proc.pid
         self.box = box
