@@ -67,12 +67,12 @@ class JobResources(BaseModel):
 
 
 class JobPaths(BaseModel):
-    """`TaskPaths` as strings, for the wire (the job payload and simrun-exec's job file)."""
+    """`TaskPaths` on the wire, as strings: the one shape of the job payload's and of
+    simrun-exec's job file; built from a map or a `TaskPaths`, no unknown field."""
 
-    model_config = _WIRE
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # inputs first, so that a map lacking several fields names inputs, as the reader of
-    # the hand-written checks did (errors come in the order of the fields)
+    # inputs first, so that a map lacking several fields names inputs first
     inputs: Annotated[dict[PortName, PathText], Field(description="a map of port names to paths")]
     store: PathText
     run_dir: PathText
@@ -80,17 +80,19 @@ class JobPaths(BaseModel):
     out: PathText
     scratch: PathText
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_task_paths(cls, data: object) -> object:
+        if not isinstance(data, TaskPaths):
+            return data
+        inputs = {port: str(p) for port, p in sorted(data.inputs.items())}
+        fields = ("store", "run_dir", "task_dir", "out", "scratch")
+        return {"inputs": inputs, **{name: str(getattr(data, name)) for name in fields}}
+
     @classmethod
     def of(cls, paths: TaskPaths) -> JobPaths:
         """The wire form of ``paths`` (ports sorted by name)."""
-        return cls(
-            store=str(paths.store),
-            run_dir=str(paths.run_dir),
-            task_dir=str(paths.task_dir),
-            out=str(paths.out),
-            inputs={port: str(p) for port, p in sorted(paths.inputs.items())},
-            scratch=str(paths.scratch),
-        )
+        return cls.model_validate(paths)
 
     def task_paths(self) -> TaskPaths:
         return TaskPaths(
@@ -101,6 +103,13 @@ class JobPaths(BaseModel):
             inputs={port: Path(p) for port, p in self.inputs.items()},
             scratch=Path(self.scratch),
         )
+
+    def absolute(self) -> JobPaths:
+        """These paths made absolute against the current working directory."""
+        data = self.model_dump()
+        whole = {k: str(Path(v).absolute()) for k, v in data.items() if k != "inputs"}
+        inputs = {port: str(Path(v).absolute()) for port, v in self.inputs.items()}
+        return JobPaths.model_validate({**whole, "inputs": inputs})
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump()

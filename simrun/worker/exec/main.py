@@ -132,7 +132,7 @@ def exec_main(argv: Sequence[str] | None = None) -> int:
             _write_report(report_arg, _bad_job_result(message))
         return EXIT_BAD_JOB
     run = CommandRun(spec)
-    report_path = report_arg or run.spec.report or default_report_path(run.spec.paths, spec.attempt)
+    report_path = report_arg or run.spec.report or default_report_path(run.paths, spec.attempt)
     try:
         with _forwarding_signals(run):
             result = run.run()

@@ -96,17 +96,8 @@ def default_report_path(paths: TaskPaths, attempt: int) -> Path:
 def absolute_spec(spec: CommandSpec) -> CommandSpec:
     """``spec`` with every path made absolute against the current working directory (the
     command itself runs in the task directory, where relative paths would mean otherwise)."""
-    p = spec.paths
-    paths = TaskPaths(
-        store=p.store.absolute(),
-        run_dir=p.run_dir.absolute(),
-        task_dir=p.task_dir.absolute(),
-        out=p.out.absolute(),
-        inputs={port: where.absolute() for port, where in p.inputs.items()},
-        scratch=p.scratch.absolute(),
-    )
     report = None if spec.report is None else spec.report.absolute()
-    return spec.model_copy(update={"paths": paths, "report": report})
+    return spec.model_copy(update={"paths": spec.paths.absolute(), "report": report})
 
 
 def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
@@ -160,9 +151,8 @@ def _clear_out(paths: TaskPaths) -> None:
         ) from None
 
 
-def _prepare(spec: CommandSpec) -> None:
+def _prepare(spec: CommandSpec, paths: TaskPaths) -> None:
     """Make the directories, clear the output of a restarted attempt, write the settings."""
-    paths = spec.paths
     try:
         if not spec.checkpoints and spec.attempt > 1:
             _clear_out(paths)
@@ -203,7 +193,7 @@ def in_container(spec: CommandSpec, argv: list[str], name: str) -> list[str]:
     a command (``SIMRUN_PROCESSES``, the thread counts, the granted GPUs) passed in."""
     assert spec.engine is not None
     assert spec.image is not None
-    paths = spec.paths
+    paths = spec.paths.task_paths()
     environ = with_threads(thread_environment(spec.processes), spec.processes)
     if "CUDA_VISIBLE_DEVICES" in os.environ:
         environ["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
@@ -257,6 +247,7 @@ class CommandRun:
 
     def __init__(self, spec: CommandSpec) -> None:
         self.spec = absolute_spec(spec)
+        self.paths = self.spec.paths.task_paths()
         self._lock = threading.Lock()
         self._reason: str | None = None  # the first of "memory", "timeout", "terminated"
         self._limit_seen_gb = 0.0
@@ -340,15 +331,14 @@ class CommandRun:
 
     def run(self) -> CommandResult:
         """Prepare the task directory, run the command to its end, and say how it went."""
-        spec = self.spec
-        paths = spec.paths
+        spec, paths = self.spec, self.paths
         started = _now()
         try:
             argv = expand_argv(spec.command, settings_path(paths), paths.out, paths.inputs)
         except ValueError as exc:
             return not_started(spec, str(exc), started)
         try:
-            _prepare(spec)
+            _prepare(spec, paths)
         except _PrepareError as exc:
             return not_started(spec, str(exc), started).model_copy(update={"argv": tuple(argv)})
         container, oom = None, False
@@ -436,7 +426,7 @@ class CommandRun:
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE if capped else out_fh,
                     stderr=subprocess.PIPE if capped else err_fh,
-                    cwd=spec.paths.task_dir,
+                    cwd=self.paths.task_dir,
                     start_new_session=True,
                     close_fds=True,
                     preexec_fn=bounds.preexec,  # only an os.write to the cgroup

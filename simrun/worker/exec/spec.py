@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self
 
@@ -21,16 +20,12 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    GetCoreSchemaHandler,
-    GetPydanticSchema,
     ValidationError,
 )
-from pydantic_core import CoreSchema, core_schema
 
 from simrun.core.jobs import JobPaths, path_text
 from simrun.core.reports import WorkerReport
 from simrun.core.wire import Attempt, FiniteNonNeg, FinitePositive, Flag, explain
-from simrun.plugins import TaskPaths
 from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP
 
 JOB_VERSION = 1
@@ -44,37 +39,6 @@ class JobFileError(ValueError):
     """A job or result file that cannot be used; the message names the field at fault."""
 
 
-# --- the field types of the files ---------------------------------------------------------
-
-
-class _FilePaths(JobPaths):
-    """The paths of a job file: the job payload's paths, with no unknown field."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-def _paths_map(value: object) -> object:
-    """A `TaskPaths` as the map the file holds (ports sorted); anything else as given."""
-    if isinstance(value, TaskPaths):
-        return {**asdict(value), "inputs": dict(sorted(value.inputs.items()))}
-    return value
-
-
-def _task_paths_schema(source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-    """A `TaskPaths` checked as `_FilePaths` (from a map or a `TaskPaths`), written as one."""
-    return core_schema.chain_schema(
-        [
-            core_schema.no_info_before_validator_function(
-                _paths_map, handler.generate_schema(_FilePaths)
-            ),
-            core_schema.no_info_plain_validator_function(_FilePaths.task_paths),
-        ],
-        serialization=core_schema.plain_serializer_function_ser_schema(
-            lambda paths: JobPaths.of(paths).to_dict()
-        ),
-    )
-
-
 def _json_data(settings: dict[str, Any]) -> dict[str, Any]:
     try:
         json.dumps(settings, allow_nan=False)
@@ -83,10 +47,6 @@ def _json_data(settings: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
-#: The paths of a task: checked as the file's paths map, held as `TaskPaths`.
-FileTaskPaths = Annotated[
-    TaskPaths, GetPydanticSchema(_task_paths_schema), Field(description="an object of paths")
-]
 #: A path (a string or a `Path` on construction).
 FilePath = Annotated[
     Path, BeforeValidator(path_text), Field(description="a non-empty path without NUL")
@@ -163,7 +123,7 @@ class CommandSpec(_VersionedFile):
     settings: Annotated[
         dict[str, Any], AfterValidator(_json_data), Field(description="a JSON object")
     ]
-    paths: FileTaskPaths
+    paths: JobPaths
     limit_gb: FinitePositive
     timeout_s: FinitePositive | None = None
     checkpoints: Flag = False

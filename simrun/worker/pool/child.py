@@ -40,6 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from simrun.core.jobs import JobPaths
 from simrun.core.states import exception_names
 from simrun.plugins import (
     ENTRY_POINT_GROUP,
@@ -306,15 +307,7 @@ class Child:
         current = self._tasks.pop(key, None)
         if current is None:
             task_type = self.task_type(str(message["task_type"]))
-            raw = message["paths"]
-            paths = TaskPaths(
-                store=Path(raw["store"]),
-                run_dir=Path(raw["run_dir"]),
-                task_dir=Path(raw["task_dir"]),
-                out=Path(raw["out"]),
-                inputs={port: Path(p) for port, p in raw["inputs"].items()},
-                scratch=Path(raw["scratch"]),
-            )
+            paths = JobPaths.model_validate(message["paths"]).task_paths()
             settings = task_type.settings.model_validate(message["settings"])
             current = _Context(key, task_type, settings, paths)
         self._tasks[key] = current  # most recent last
