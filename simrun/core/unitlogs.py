@@ -1,24 +1,7 @@
-"""The logs of a task's units: where they live, what their header says, how to read them.
-
-The worker writes them, the command line and the service read them (the store is shared)::
-
-    <task>/logs/units/unit-<index>.attempt-<n>.log    what the unit printed (capped)
-    <task>/logs/units/unit-<index>.attempt-<n>.json   its header (`UnitLogHeader`)
-    <task>/logs/units/merge.attempt-<n>.{log,json}     the merge of a splittable task
-    <task>/logs/units/command.attempt-<n>.json        the header of a command's attempt,
-    <task>/logs/attempt-<n>.out / .err                beside what the command printed
-
-While a unit runs, what it prints is written to its ``.log`` as it comes (when the worker
-knows for sure which unit prints); once it ended, the whole ``.log`` is written again,
-starting with the same bytes, then its header. `live_unit_logs` reads what an attempt
-wrote from given offsets on, for ``simrun logs --follow``.
-
-Only a unit that printed something or did not end well gets files: a unit that printed
-nothing and succeeded costs nothing (a task of a million no-op units writes none). The
-output of a unit is bounded as in the worker's log (`simrun.worker.pool.output`): the head
-and the tail are kept, and a line says how many bytes were dropped between them. Each file
-is written once, whole, through a temporary name (`write_atomic`): a reader never sees half
-a header.
+"""The logs of a task's units under ``<task>/logs/units/``: ``unit-<i>.attempt-<n>.log``
+(what the unit printed, capped) and ``.json`` (its `UnitLogHeader`), ``merge.attempt-<n>``,
+and ``command.attempt-<n>.json`` beside the command's ``attempt-<n>.out/.err``. Only a unit
+that printed or did not end well has files; each is written whole (`write_atomic`).
 """
 
 from __future__ import annotations

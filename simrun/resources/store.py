@@ -1,10 +1,6 @@
-"""`ResourceStore`: the observations of past tasks in the service's SQLite file.
-
-All SQL about observations is here. The store is a thin shell: it reads what
-`simrun.resources.policy.learn` needs and lets `decide` answer. Every call opens its own
-connection (`simrun.db.connect`), so one store may serve many asyncio tasks and several
-threads with their own event loops; `record_many` can also write on a caller's connection,
-inside the caller's transaction (the service stores unit states and observations at once).
+"""`ResourceStore`: the observations of past tasks in the service's SQLite file, all their
+SQL; `policy` decides. Each call opens its own connection; `record_many` can also write in
+a caller's transaction.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
-"""Turning the ``command`` template of an unsplit task type into an argv list.
-
-A pure function, without I/O: `expand_argv`. The template is split like a POSIX shell splits
-words (quotes group, backslashes escape) but never run by a shell; then the placeholders of
-each part are filled in:
-
-* ``{settings}`` becomes the path of the JSON file holding the task's settings;
-* ``{out}`` becomes the task's output directory;
-* a part with ``{input}`` stands for every input port of the task: it is written once per
-  port, ports sorted by name, with ``{input}`` replaced by ``<port>=<path>``, and left out
-  entirely when the task has no input.
-
-A placeholder may sit inside a larger part (``--out={out}``). ``{{`` and ``}}`` stand for a
-literal brace; any other brace, and any other name in braces, is an error.
+"""The ``command`` template of an unsplit task type as an argv (`expand_argv`, pure): split
+like a POSIX shell (never run by one); ``{settings}`` is the settings file, ``{out}`` the
+output directory, a part with ``{input}`` is repeated per port as ``<port>=<path>`` (ports
+sorted, none: dropped); ``{{`` and ``}}`` are literal braces.
 """
 
 from __future__ import annotations

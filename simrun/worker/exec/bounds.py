@@ -1,20 +1,6 @@
-"""What holds the processes of one command: `CommandBounds`.
-
-Where the kernel allows it (``cgroups: auto`` and `simrun.worker.cgroups.detect` finds a
-usable memory cgroup), the command runs in a memory cgroup of its own
-(``<own cgroup>/simrun-w<pid>-<start>-exec/p1``, named after ``simrun-exec`` so a
-SIGKILLed simrun-exec's is swept by the next worker or simrun-exec there). The cgroup
-holds every process the command starts, whatever it does (``setsid``, a double fork): they
-are counted, limited by the kernel (`kernel_limit_bytes` of the command's limit, as for a
-worker process), listed and ended together, and the kernel's OOM kills among them are
-read from the cgroup.
-
-Otherwise (``cgroups: off``, or no usable cgroup: the description says why) its process
-tree stands for it: simrun-exec becomes a child subreaper, so an orphan of the command
-(a double fork) is adopted by simrun-exec and still found among its descendants. What was
-simrun-exec's before the command started is not the command's (simrun-exec run inside a
-test process). A process that escapes both (its ancestors all exit before it is adopted by
-another subreaper) is not found: only a cgroup catches everything.
+"""What holds the processes of one command (`CommandBounds`): a memory cgroup of its own
+where the kernel allows it (counted, limited, listed and killed together), else its process
+tree with simrun-exec as a child subreaper (a process escaping both is not found).
 """
 
 from __future__ import annotations

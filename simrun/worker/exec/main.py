@@ -1,12 +1,6 @@
-"""The ``simrun-exec`` command: run the command of one unsplit task from a job file.
-
-``simrun-exec --job JOB.json [--report REPORT.json]`` reads a `CommandSpec`, runs it with
-`CommandRun` and writes a `CommandResult` to the report path (``--report``, else the job's
-``report``, else ``task_dir/logs/attempt-<N>.report.json``). A report is written whatever
-happens, as long as a report path is known; a bad job file gets one line on stderr.
-
-Exit codes: 0 the command succeeded; 1 it failed, was killed or timed out; 2 bad usage or a
-bad job file; 3 the report could not be written.
+"""``simrun-exec --job JOB.json [--report REPORT.json]``: run a `CommandSpec` and write its
+`CommandResult` (always, once a report path is known). Exit codes: 0 the command succeeded;
+1 it failed, was killed or timed out; 2 bad usage or job file; 3 no report written.
 """
 
 from __future__ import annotations

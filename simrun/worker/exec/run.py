@@ -1,25 +1,7 @@
-"""Running the command of one unsplit task: `CommandRun`.
-
-The command runs without a shell, in a session (and so a process group) of its own, with its
-working directory in the task directory and its stdout and stderr in
-``task_dir/logs/attempt-<N>.{out,err}``. A `MemorySampler` follows the anonymous memory of
-its whole process tree; past the limit, past the timeout, or when ``simrun-exec`` is told to
-stop, the tree is signalled: its process group and every descendant still found under it.
-When the command's first process ends, whatever is left of its process group is killed:
-the command is over when its main process is.
-
-The command's processes are held by `CommandBounds`: a memory cgroup of its own where the
-kernel allows it (a daemon that forks twice and calls ``setsid`` stays in it: it is counted,
-limited by the kernel a little above the sampler's limit, and killed with the rest), else
-its process tree with simrun-exec as a subreaper; the result's ``isolation`` says which.
-Whatever is left of the command's processes is killed when its first process ends, when it
-is killed for memory or time, or when simrun-exec is stopped, and the cgroup is removed. A
-kill by the kernel's OOM killer (read from the cgroup) is a kill for memory, as the
-sampler's is.
-
-Its stdout and stderr go through pipes into the log files, each capped at the spec's
-``log_cap`` bytes: the head as it comes, the tail kept in memory and written at the end
-after a line saying how many bytes were dropped (`simrun.worker.pool.output`).
+"""Running the command of one unsplit task (`CommandRun`): without a shell, in a session
+of its own, bounded by `CommandBounds`, its anonymous memory sampled and its time limited;
+its stdout and stderr capped into ``task_dir/logs/attempt-<N>.{out,err}``. The command is
+over when its first process is: what is left of it is killed.
 """
 
 from __future__ import annotations

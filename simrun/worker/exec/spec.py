@@ -1,10 +1,5 @@
-"""The two files ``simrun-exec`` speaks: the job it reads and the result it writes.
-
-A worker writes a `CommandSpec` as JSON (``CommandSpec.to_dict``) and starts
-``simrun-exec --job FILE``; ``simrun-exec`` writes a `CommandResult` as JSON to the report
-path. Both are plain JSON (never pickle) and carry a ``version``, so that a worker and a
-``simrun-exec`` of different releases notice they disagree instead of guessing.
-"""
+"""The two JSON files ``simrun-exec`` speaks, each with a ``version``: the job it reads
+(`CommandSpec`) and the result it writes (`CommandResult`)."""
 
 from __future__ import annotations
 

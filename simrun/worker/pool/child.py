@@ -1,23 +1,8 @@
-"""A worker process: the only place where plugin code (setup, compute_unit, merge) runs.
-
-Started by the worker container as ``python -m simrun.worker.pool.child [--plugin REF]...
-[--path DIR]... [--cuda-visible-devices IDS]``, it answers the requests of
-`simrun.worker.pool.protocol` one after the other until its stdin closes; a "units" request is
-answered in batches (a message after a unit that failed, and one at the end), the unit
-running being written to the `UnitSlot` the container reads (``--slot-fd``). An exception
-in plugin code is caught and sent back with its traceback; the process goes on. The
-container kills the process when it passes its memory limit or a unit's time runs out,
-and starts another.
-
-Whatever a request starts lives no longer than the request: after each one (a task's
-setup, a unit, a merge) every process left in the worker process's cgroup (``--cgroup``),
-or in its tree, is killed and reaped before the reply goes back. The process is a child
-subreaper, so a descendant that leaves the tree by a double fork is adopted by it and
-still found. A reply says when the kernel's OOM killer ended a process of the cgroup
-meanwhile (``"oom_kill": true``). Output of plugin code is flushed before each reply.
-
-Task types are found by name among the ``--plugin`` references (``module:OBJECT`` naming a
-`TaskType`, loaded by `simrun.plugins.load_plugin_ref`) and the installed entry points.
+"""A worker process (``python -m simrun.worker.pool.child``): the only place where plugin
+code (setup, compute_unit, merge) runs. It answers the requests of
+`simrun.worker.pool.protocol` until its stdin closes, sends a plugin's exception back with
+its traceback, and after each request ends every process the request left (in its cgroup,
+else in its tree: it is a child subreaper).
 """
 
 from __future__ import annotations

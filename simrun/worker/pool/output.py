@@ -1,35 +1,9 @@
 """What worker processes print, on its way to the units' logs, capped per unit.
 
-A worker process's stdout and stderr (plugin code's, and its children's) go through a pipe
-to the worker container. While a job runs, each unit's output goes to the unit's own log in
-the run's directory, and the worker's log (the container's stderr) gets one line per unit
-that printed, saying how many bytes and where; what a process prints outside a job's units
-goes to the worker's log itself. One unit may keep at most ``cap`` bytes
-(`DEFAULT_UNIT_LOG_CAP`): the first half of the cap as it
-comes, then only the last half is kept, and when the unit ends (its reply arrives, or the
-process ends) a line says how many bytes were dropped, followed by the tail kept. The
-bookkeeping (`CappedSegment`) is pure; `CappedLog` reads on the event loop (it only moves
-bytes; the writes go to a thread).
-
-The units of a batch send no message each, so a unit's end is told in the output itself:
-after each unit the process flushes what was printed and writes a marker (`unit_end_marker`)
-into the same pipe, after the unit's last byte. `CappedLog` ends the unit's segment at the
-marker (and drops the marker), however late it reads the pipe: a unit's output is never
-counted toward the next one. Output a plugin's own child writes to the pipe after the
-marker is counted toward what comes next; the bound holds all the same, one cap per unit
-(and one more for what a process prints outside units).
-
-Each unit's capped output is kept in the run's directory (`simrun.core.unitlogs`): while a
-job runs, its `UnitLogSink` is the log's ``sink``, and a unit whose segment holds anything
-(the head, the note, the tail) is written to its own file as the segment ends. A unit that
-printed nothing writes no file (a task of a million no-op units costs no file at all). At
-the end of a batch the runner waits for the marker of its last unit (`CappedLog.settle`),
-so a unit's output never lands in the next job's sink. What a process printed when it died
-(no marker) goes to the unit the runner says it died in (`UnitLogSink.orphan_unit`), once
-it says it (`UnitLogSink.settle_orphan`).
-
-``simrun-exec`` caps the stdout and the stderr of a command the same way, one segment per
-stream (`copy_capped`, in a thread per stream, `DEFAULT_COMMAND_LOG_CAP` each).
+`CappedSegment` (pure) keeps the head of a unit's output and its last bytes within a cap,
+with a note of what was dropped; `CappedLog` copies a process's pipe through it, ending a
+unit's segment at the marker the process writes after each unit (`unit_end_marker`), and
+writes each unit's output to its log (`UnitLogSink`). `copy_capped` caps simrun-exec's.
 """
 
 from __future__ import annotations

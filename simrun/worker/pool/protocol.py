@@ -1,38 +1,12 @@
-"""The messages between a worker container and its worker processes.
+"""The messages between a worker container and its worker processes: msgpack maps framed
+by a 4-byte big-endian length, on the process's stdin and stdout.
 
-Each message is a msgpack map preceded by its length (4 bytes, big endian). The container
-writes to a process's stdin and reads its replies from the process's stdout; the process
-moves its own ``sys.stdout`` to stderr first, so a plugin that prints cannot garble them.
-
-Requests (container → process):
-
-* ``{"op": "task", "run", "task", "task_type", "settings", "paths", "setup": bool}``: work
-  on this task from now on; run the type's ``setup`` when asked and this process has not
-  run it for this task yet. One reply.
-* ``{"op": "units", "indices": [int, ...], "batch": int}``: compute these units of the
-  current task, in order; a failing unit does not stop the others. The outcomes come back
-  batched, not one message per unit: ``{"units": [[index, ok, seconds, error, exception],
-  ...], "end": bool}`` (``exception``: the qualified names of the type a failed unit raised
-  and of its bases, `simrun.core.states.exception_names`; [] when it ended well), sent at
-  once after a unit that failed and at the end of the batch (``"end": true``, the last
-  message of the request). A unit whose leftovers the kernel's OOM killer
-  ended stops the batch: the last message names it (``"oom_kill": index``) instead of
-  listing it. A request without a list of indices gets ``{"ok": false, "index": null,
-  "error": ..., "units": [], "end": true}``.
-
-  Which unit is running is in the process's `UnitSlot` (shared memory the container gives
-  it with ``--slot-fd``), written before and after each unit: the container reads it to
-  tell the unit a kill or a death ended and the unit a timeout is counted from, without a
-  message per unit. Where one unit's output ends is a marker the process writes into its
-  output after the unit (`simrun.worker.pool.output.unit_end_marker`).
-* ``{"op": "merge"}``: run the merge of the current task. One reply.
-
-A reply is ``{"ok": bool, "seconds": float, "error": str | None}`` (and ``"exception"``,
-the names above, when it raised); ``seconds`` is the wall time of the plugin call alone.
-At start the process sends ``{"ok": bool, "pid": int, "error": str | None,
-"baseline_bytes": int}`` once it has loaded the plugins it was given;
-``baseline_bytes`` is its anonymous memory measured once they are loaded, before any task
-ran (0 when unknown).
+Requests: ``task`` (run, task, task_type, settings, paths, setup) opens a task, ``merge``
+runs its merge (one reply each: ok, seconds, error, exception); ``units`` (indices, batch)
+computes units, answered by ``{"units": [[index, ok, seconds, error, exception], ...],
+"end": bool}`` after each failure and at the end (``"oom_kill": index`` when the kernel
+killed a leftover). The unit running is in the `UnitSlot`; the hello carries
+``baseline_bytes``.
 """
 
 from __future__ import annotations
