@@ -29,8 +29,7 @@ from simrun.plugins import TaskPaths
 
 
 def path_text(value: object) -> str:
-    """The text of a path (a string or a `os.PathLike`): non-empty and without NUL;
-    `ValueError` otherwise."""
+    """The text of a path (a string or a `os.PathLike`): non-empty and without NUL."""
     text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
     if not isinstance(text, str) or not text or "\0" in text:
         raise ValueError("must be a non-empty path without NUL")
@@ -116,16 +115,11 @@ class JobPaths(BaseModel):
 
 
 class JobSpec(BaseModel):
-    """One job: a chunk of units, the merge, or the command of an unsplit task.
+    """One job: a chunk of units (``indices``), the merge, or the command of an unsplit task.
 
-    ``indices`` are the units of a chunk (empty for merge and command). ``attempt`` counts
-    from 1; the service raises it when it dispatches a unit again. ``timeout_s`` bounds
-    one unit (and the setup of a process), None for no bound. ``command`` is the argv
-    template of a command job. ``image`` routes the job to its image's queue.
-
-    Construction validates every field (a `pydantic.ValidationError`, a ValueError);
-    `from_dict` reads a payload and raises `PayloadError` naming the first bad field.
-    """
+    ``attempt`` counts from 1; ``timeout_s`` bounds one unit (and a process's setup);
+    ``image`` routes the job to its image's queue. `from_dict` raises `PayloadError` naming
+    the first bad field."""
 
     model_config = _WIRE
 
@@ -172,8 +166,7 @@ class JobSpec(BaseModel):
         return job_id(self.run, self.task, self.kind, self.indices, self.attempt)
 
     def identity(self) -> dict[str, Any]:
-        """What names the job in a report or a heartbeat: ``job_id``, ``run``, ``task``,
-        ``kind`` and ``attempt``."""
+        """What names the job in a report or a heartbeat."""
         return {
             "job_id": self.job_id,
             "run": self.run,
@@ -188,19 +181,8 @@ class JobSpec(BaseModel):
         return self.indices if self.kind == "chunk" else (self.kind,)
 
     def to_dict(self) -> dict[str, Any]:
-        """The payload on the wire (msgpack): a map of
-
-        ``job_id`` str (derived, checked on reading), ``kind`` "chunk"|"merge"|"command",
-        ``run``, ``task``, ``task_type`` str, ``settings`` map, ``paths`` {store, run_dir,
-        task_dir, out, scratch: str, inputs: {port: str}}, ``resources`` {memory_base_gb,
-        memory_per_worker_gb, scratch_gb: float, gpus: int, seconds_per_unit: float|null},
-        ``attempt`` int >= 1, ``ranges`` [[first, last]] (the indices as inclusive
-        ranges: a chunk of a thousand units is a few bytes, not a few kilobytes, in the
-        queue and in arq's result), ``uses_cores``, ``checkpoints`` bool, ``timeout_s``
-        float|null, ``command`` str|null, ``image`` str|null, ``staged`` [str] (input
-        ports staged into local scratch). A payload with ``indices``
-        [int] instead of ``ranges`` is read too.
-        """
+        """The payload on the wire (msgpack): the fields with the indices as inclusive ``ranges``
+        (a chunk of a thousand units is a few bytes), and the derived ``job_id``."""
         data = self.model_dump()
         del data["indices"]
         data["ranges"] = [list(r) for r in index_ranges(self.indices)]

@@ -51,8 +51,7 @@ _FILE = ConfigDict(frozen=True, extra="forbid")
 
 
 class _VersionedFile(BaseModel):
-    """A JSON file ``simrun-exec`` speaks, with its ``version``: `to_dict` writes it and
-    `from_dict` reads it back, raising `JobFileError` naming a missing, unknown or bad field."""
+    """A JSON file ``simrun-exec`` speaks, with its ``version`` (`to_dict`, `from_dict`)."""
 
     #: The version this simrun-exec writes and reads.
     VERSION: ClassVar[int]
@@ -88,26 +87,13 @@ class _VersionedFile(BaseModel):
 class CommandSpec(_VersionedFile):
     """Everything ``simrun-exec`` needs to run the command of one unsplit task once.
 
-    ``command`` is the type's argv template, ``settings`` the task's settings (JSON data),
-    ``paths`` where the task reads and writes. ``limit_gb`` bounds the anonymous memory of
-    the command's whole process tree, ``timeout_s`` its wall time (None: no bound).
-    ``checkpoints`` keeps the output of earlier attempts; without it, an ``attempt`` above 1
-    starts from an empty output directory. ``report`` is where the result goes (None: the
-    caller passes ``--report``, else ``task_dir/logs/attempt-<N>.report.json``).
-    ``cgroups`` ``auto`` runs the command in a memory cgroup of its own where the kernel
-    allows it (``off``, or where it does not: its process tree, simrun-exec being a
-    subreaper); ``log_cap`` bounds each of its log files, stdout and stderr, in bytes (its
-    head and tail are kept; 0: no bound). ``processes`` is what the command was sized for
-    (all the slots of its worker for a type that ``uses_cores``, else 1): the command gets
-    it as ``SIMRUN_PROCESSES`` and as its thread counts (`simrun.core.environment`).
-    ``image`` with ``engine`` (the container engine's executable) runs the command inside
-    that image through the engine (`simrun.worker.engine`); without an engine the command
-    runs here, as if this were the image's container.
-
-    Relative paths are taken relative to the working directory of ``simrun-exec``.
-    Construction checks every value (a `pydantic.ValidationError`); `from_dict` raises
-    `JobFileError` naming the field.
-    """
+    ``limit_gb`` bounds the anonymous memory of the command's processes, ``timeout_s`` its
+    wall time; without ``checkpoints`` an ``attempt`` above 1 starts from an empty output
+    directory. ``report`` is where the result goes; ``cgroups`` "auto" gives the command a
+    memory cgroup where the kernel allows it; ``log_cap`` bounds each log file (0: no bound);
+    ``processes`` is what it was sized for (``SIMRUN_PROCESSES``, thread counts). ``image``
+    with ``engine`` runs it inside that image. Relative paths are the caller's working
+    directory's."""
 
     model_config = _FILE
     VERSION = JOB_VERSION
@@ -135,19 +121,11 @@ class CommandSpec(_VersionedFile):
 
 
 class CommandResult(_VersionedFile):
-    """What one run of a command came to, as ``simrun-exec`` writes it.
-
-    ``outcome`` is ``done`` (exit code 0), ``failed`` (a non-zero exit, death by a signal
-    nobody here sent, or a command that could not start), ``killed`` (its tree passed the
-    memory limit, then ``report.killed_for_memory`` is true, or ``simrun-exec`` was told to
-    stop) or ``timeout``. ``exit_code`` is None when the command did not exit by itself
-    (``signal`` then names the signal that ended it) or never started. ``error`` is empty
-    when done; otherwise its first line says why, followed by the end of the command's
-    stderr. ``argv`` is None when the template could not be expanded. ``started`` and
-    ``finished`` are ISO 8601 UTC times; ``wall_s`` the seconds the command ran.
-    ``isolation`` says what bounded the command's processes (a memory cgroup, or its process
-    tree and why no cgroup).
-    """
+    """What one run of a command came to: ``outcome`` done (exit 0), failed (a non-zero exit,
+    a signal nobody here sent, or no start), killed (memory, or simrun-exec stopped) or
+    timeout; ``exit_code`` None when it did not exit by itself (``signal`` names what ended
+    it); ``error``'s first line says why, then the end of its stderr; ``isolation`` what
+    bounded its processes."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
     VERSION = RESULT_VERSION
@@ -177,8 +155,7 @@ class CommandResult(_VersionedFile):
 
 
 def write_json_atomic(path: Path, data: object) -> None:
-    """Write ``data`` as JSON to ``path`` so a reader sees the old file or the whole new one:
-    a temporary file in the same directory, flushed to disk, then renamed over ``path``."""
+    """Write ``data`` as JSON to ``path`` atomically (a flushed temporary file, renamed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(data, indent=2, allow_nan=False) + "\n"
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -194,8 +171,7 @@ def write_json_atomic(path: Path, data: object) -> None:
 
 
 def read_json(path: Path, what: str) -> Any:
-    """The JSON content of ``path``; `JobFileError` says which ``what`` file is unreadable
-    or not JSON, and where."""
+    """The JSON content of ``path``; `JobFileError` says why the ``what`` file cannot be read."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -33,13 +33,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: A process switching task restarts when what it keeps beyond its baseline passes this
-#: (GiB): what an earlier task may add to the peak a job measures. A light task leaves a
-#: few hundredths of a MiB; a module such as numpy about 6 MiB.
+#: A process switching task restarts when it keeps more than this beyond its baseline (GiB):
+#: what an earlier task may add to the peak a job measures (numpy alone is about 6 MiB).
 RECYCLE_KEPT_GB = 4 / 1024
-#: The least memory a job's plugin code gets above the process's baseline before the
-#: process is killed for memory (see `kill_limit_gb`): room to import a module such as
-#: numpy (about 6 MiB) and do a little work.
+#: The least memory a job gets above its process's baseline before a kill (`kill_limit_gb`).
 KILL_HEADROOM_GB = 32 / 1024
 SPAWN_TIMEOUT_S = 120.0
 #: As many tasks as a worker process remembers (simrun.worker.pool.child.MAX_TASKS).
@@ -67,18 +64,15 @@ def describe_exit(returncode: int | None) -> str:
     return f"exit code {returncode}"
 
 
-#: Seconds the log of a process that ended may take to reach its end of file (a
-#: descendant that escaped the process may hold the pipe open).
+#: Seconds the log of a process that ended may take to reach its end (an escaped
+#: descendant may hold the pipe open).
 _LOG_END_WAIT_S = 2.0
 
 
 class WorkerProcess:
-    """One worker process and the pipe to it. ``kill_reason`` says who killed it, if we did
-    ("memory", "timeout" or "stop"), or "memory" when the kernel's OOM killer did
-    (``killed_by_kernel``). ``box`` is its cgroup (None: its process tree stands for it);
-    ``outer`` the cgroup of the whole worker, whose OOM kills also count for a process
-    that was SIGKILLed (the container's limit); ``log`` copies its output to the worker's
-    log."""
+    """One worker process and the pipe to it. ``kill_reason``: "memory" (by the sampler or
+    the kernel: ``killed_by_kernel``), "timeout" or "stop"; ``box`` its cgroup (None: its
+    tree); ``outer`` the worker's cgroup, whose OOM kills count for a SIGKILLed process."""
 
     def __init__(
         self,
@@ -121,15 +115,13 @@ class WorkerProcess:
         self.kill_reason: str | None = None
 
     def number_batch(self) -> int:
-        """The number of a new "units" request (numbers are never reused by a process, so
-        its slot cannot be mistaken for an earlier request's)."""
+        """The number of a new "units" request (never reused, so its slot is not mistaken)."""
         self._batches += 1
         return self._batches
 
     def slot_position(self) -> tuple[int, float, float] | None:
-        """Where the process is in the "units" request in flight: the position of the unit
-        running (the length of the batch once all ended), when it started (`time.monotonic`)
-        and the seconds of the units that ended well; None before it started the request."""
+        """Where the process is in the "units" request in flight (position, started, seconds
+        of the units that ended well); None before it started the request."""
         if self.slot is None or self.batch is None:
             return None
         batch, pos, started, done_s = self.slot.read()
@@ -138,16 +130,14 @@ class WorkerProcess:
         return pos, started, done_s
 
     def unit_label(self, index: int) -> str:
-        """The label of unit ``index`` in the log (`CappedLog`): with the job of the batch
-        in flight."""
+        """The label of unit ``index`` in the log, with the job of the batch in flight."""
         job = f" of job {self.batch[1]}" if self.batch is not None else ""
         return f"unit {index}{job}"
 
     def open_unit(self, last_mark: int | None) -> UnitKey | None:
-        """The unit whose output the process writes now, given the index of the last
-        unit-end marker its log read: the merge during a merge; in the batch in flight, the
-        unit after the one marked (the first while none of it is); None when not known for
-        sure (its last unit is marked: a batch sent ahead runs, or nothing does)."""
+        """The unit whose output the process writes now, given the last unit-end marker its
+        log read: the merge, or the unit after the marked one in the batch in flight; None
+        when not known for sure (a batch sent ahead may run)."""
         if self.live_unit is not None:
             return self.live_unit
         if self.batch is None:
@@ -163,8 +153,7 @@ class WorkerProcess:
         return self.proc.returncode is None and self.kill_reason is None
 
     def kill(self, reason: str) -> None:
-        """SIGKILL the process and everything it started (safe from any thread, does not
-        wait); the first reason given sticks."""
+        """SIGKILL the process and all it started (from any thread); the first reason sticks."""
         if self.kill_reason is None:
             self.kill_reason = reason
         if self.proc.returncode is not None:
@@ -177,8 +166,8 @@ class WorkerProcess:
             os.kill(self.pid, signal.SIGKILL)
 
     def members(self) -> list[int]:
-        """The processes that count with this one: its cgroup's, else its tree's (the
-        sampler walks the tree itself)."""
+        """The processes that count with this one: its cgroup's, else itself (the sampler
+        walks its tree)."""
         return self.box.procs() if self.box is not None else [self.pid]
 
     def _oom_counts(self) -> tuple[int | None, int | None]:
@@ -188,9 +177,8 @@ class WorkerProcess:
         )
 
     def begin_job(self, limit_gb: float | None) -> None:
-        """Give the process's cgroup the kernel limit of a job the sampler kills it at
-        ``limit_gb`` GiB (`kernel_limit_bytes`; blocking: call it in a thread) and remember
-        the OOM kill counters it starts from."""
+        """Give the cgroup the kernel limit of a job killed at ``limit_gb`` and note the OOM
+        kill counters (blocking)."""
         if self.box is not None:
             try:
                 self.box.set_limit(kernel_limit_bytes(limit_gb))
@@ -205,9 +193,8 @@ class WorkerProcess:
         self._oom_before = self._oom_counts()
 
     def note_death(self) -> None:
-        """For a process that ended without us killing it: when its cgroup's OOM kill
-        counter went up, or it was SIGKILLed while the worker's cgroup's did, the kernel
-        killed it for memory (``kill_reason`` "memory", ``killed_by_kernel``)."""
+        """For a process that ended without us killing it: whether the kernel killed it for
+        memory (its cgroup's OOM counter went up, or the worker's while it was SIGKILLed)."""
         if self.kill_reason is not None:
             return
         box_now, outer_now = self._oom_counts()
@@ -218,14 +205,12 @@ class WorkerProcess:
             self.killed_by_kernel = True
 
     def kernel_killed_child(self) -> None:
-        """The kernel's OOM killer ended a process this one started (its reply said so):
-        the job is killed for memory, and so is this process."""
+        """The kernel's OOM killer ended a process this one started: kill it for memory."""
         self.killed_by_kernel = True
         self.kill("memory")
 
     async def release(self) -> None:
-        """After the process ended: end what is left of its cgroup and remove it, and let
-        its log reach its end."""
+        """After the process ended: remove its cgroup and let its log reach its end."""
         if self.box is not None:
             await asyncio.to_thread(self.box.remove)
         if self._log_task is not None:
@@ -241,6 +226,13 @@ class WorkerProcess:
         await self.send(message)
         return await self.receive(timeout_s)
 
+    async def _gone(self, kill: str | None = None) -> ProcessGone:
+        """The `ProcessGone` to raise once the process ended (killed first for ``kill``)."""
+        if kill is not None:
+            self.kill(kill)
+        await self.proc.wait()
+        return ProcessGone(describe_exit(self.proc.returncode))
+
     async def send(self, message: dict[str, Any]) -> None:
         """Send a request; `ProcessGone` when the process has ended."""
         stdin = self.proc.stdin
@@ -249,30 +241,23 @@ class WorkerProcess:
             stdin.write(encode(message))
             await stdin.drain()
         except ConnectionError as exc:
-            await self.proc.wait()
-            raise ProcessGone(describe_exit(self.proc.returncode)) from exc
+            raise await self._gone() from exc
 
     async def receive(self, timeout_s: float | None = None) -> dict[str, Any]:
-        """The next reply. Past ``timeout_s`` the process is killed (reason "timeout");
-        `ProcessGone` when it ends before replying, for whatever reason."""
+        """The next reply; past ``timeout_s`` the process is killed ("timeout");
+        `ProcessGone` when it ends before replying."""
         stdout = self.proc.stdout
         assert stdout is not None
         try:
-            if timeout_s is None:
-                return await read_async(stdout)
             return await asyncio.wait_for(read_async(stdout), timeout_s)
         except TimeoutError:
-            self.kill("timeout")
-            await self.proc.wait()
-            raise ProcessGone(describe_exit(self.proc.returncode)) from None
+            raise await self._gone("timeout") from None
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            await self.proc.wait()
-            raise ProcessGone(describe_exit(self.proc.returncode)) from exc
+            raise await self._gone() from exc
 
     async def receive_batch(self, timeout_s: float | None, sent_at: float) -> dict[str, Any]:
-        """The next message of a "units" request sent at ``sent_at`` (`time.monotonic`). With
-        ``timeout_s``, the unit the slot says is running is killed past ``timeout_s`` from its
-        start (reason "timeout"); `ProcessGone` when the process ends first."""
+        """The next message of a "units" request sent at ``sent_at``; the unit the slot says
+        runs is killed ("timeout") past ``timeout_s`` from its start."""
         if timeout_s is None or self.slot is None:
             return await self.receive(timeout_s)
         stdout = self.proc.stdout
@@ -288,12 +273,9 @@ class WorkerProcess:
                     if done:
                         return reading.result()
                 if self.slot_position() == found and time.monotonic() >= started + timeout_s:
-                    self.kill("timeout")
-                    await self.proc.wait()
-                    raise ProcessGone(describe_exit(self.proc.returncode))
+                    raise await self._gone("timeout")
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            await self.proc.wait()
-            raise ProcessGone(describe_exit(self.proc.returncode)) from exc
+            raise await self._gone() from exc
         finally:
             if not reading.done():
                 reading.cancel()
@@ -328,43 +310,34 @@ class WorkerProcess:
             self.slot.close()
 
 
-# The kernel limit of a cgroup (KERNEL_LIMIT_FACTOR, kernel_limit_bytes) lives in
-# simrun.worker.cgroups, shared with simrun-exec; re-exported here where it was.
-
-
 #: The shell that moves itself into a cgroup and then becomes the worker process.
 _JOIN_SHELL = 'echo $$ > "$0" && exec "$@"'
 
 
 def join_then_exec(box: Cgroup, argv: list[str]) -> list[str]:
-    """``argv`` started inside the cgroup ``box``: a shell joins it and then execs the
-    program, so all the program's memory is charged to the cgroup (memory a process holds
-    when it is moved stays charged to its old cgroup)."""
+    """``argv`` started inside the cgroup ``box`` (a shell joins it, then execs the program,
+    so all the program's memory is charged there)."""
     return ["/bin/sh", "-c", _JOIN_SHELL, str(box.path / "cgroup.procs"), *argv]
 
 
 def kill_limit_gb(limit_gb: float | None, baseline_gb: float) -> float | None:
-    """The anonymous memory (GiB) past which a process of baseline ``baseline_gb`` is killed
-    while it runs a job of limit ``limit_gb``: the limit, raised to at least the baseline
-    plus `KILL_HEADROOM_GB`. None (no limit) when ``limit_gb`` is None or not above 0."""
+    """The anonymous memory (GiB) past which a process is killed in a job of ``limit_gb``:
+    at least its baseline plus `KILL_HEADROOM_GB` (a lower limit can never be met)."""
     if limit_gb is None or not limit_gb > 0:
         return None
     return max(limit_gb, baseline_gb + KILL_HEADROOM_GB)
 
 
 def needs_fresh_start(anon_gb: float, baseline_gb: float) -> bool:
-    """Whether a process switching task must be started afresh: the anonymous memory it
-    holds beyond its baseline passes `RECYCLE_KEPT_GB` (what it keeps would count in the
-    peak of the new task). The job's limit does not matter: a wrong peak is learned under
-    any limit."""
+    """Whether a process switching task must start afresh: it keeps more than
+    `RECYCLE_KEPT_GB` beyond its baseline (it would count in the new task's peak)."""
     return anon_gb - baseline_gb > RECYCLE_KEPT_GB
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """What `choose` knows of an idle process: its GPUs, the task of its last job (None:
-    none yet), its anonymous memory now and its baseline (what it held before any task
-    ran), in GiB, and the tasks whose setup it has done."""
+    """What `choose` knows of an idle process: its GPUs, the task of its last job, its
+    anonymous memory and baseline (GiB), and the tasks whose setup it has done."""
 
     gpu_ids: tuple[str, ...]
     task: tuple[str, str] | None
@@ -379,21 +352,16 @@ class Candidate:
 
     @property
     def heavy(self) -> bool:
-        """Whether it must start afresh to switch task (a process that has run nothing
-        never must: a fresh one would hold as much)."""
+        """Whether it must start afresh to switch task (never before its first job)."""
         return self.task is not None and needs_fresh_start(self.anon_gb, self.baseline_gb)
 
 
 def choose(
     idle: Sequence[Candidate], gpu_ids: tuple[str, ...], task_key: tuple[str, str]
 ) -> tuple[int, bool]:
-    """The idle process to give a job (its index) and whether to start it afresh first.
-
-    Prefers a process bound to ``gpu_ids`` whose last job was of ``task_key``; then one
-    bound to ``gpu_ids`` that can switch task as it is (see `needs_fresh_start`), one
-    already set up for ``task_key`` first, then the one keeping the least; then one that
-    must start afresh; then any (started afresh with the right GPUs).
-    """
+    """The idle process to give a job (its index) and whether to start it afresh first:
+    with ``gpu_ids``, last used for ``task_key``; else one that can switch as it is (set up
+    for the task first, then keeping the least); else one started afresh."""
     if not idle:
         raise ValueError("no idle process to choose from")
     same_gpus = [i for i, c in enumerate(idle) if c.gpu_ids == gpu_ids]
@@ -411,13 +379,8 @@ def choose(
 
 class ProcessPool:
     """``size`` worker processes; `checkout` one for a job, `checkin` it after.
-
-    ``hide_gpus`` gives processes without a GPU an empty ``CUDA_VISIBLE_DEVICES`` (in a
-    container that has GPUs, a CPU job must not use one granted to another job).
-    ``cgroups`` gives each process a memory cgroup (None: the process tree stands for it);
-    ``outer`` is the worker's own cgroup (read for OOM kills); ``unit_log_cap`` bounds
-    the bytes one unit puts into the worker's log (0: no bound).
-    """
+    ``hide_gpus``: processes without a GPU get an empty ``CUDA_VISIBLE_DEVICES``;
+    ``cgroups`` gives each a memory cgroup; ``unit_log_cap`` bounds a unit's log bytes."""
 
     def __init__(
         self,
@@ -534,10 +497,8 @@ class ProcessPool:
             return
 
     async def checkout(self, task_key: tuple[str, str], gpu_ids: tuple[str, ...]) -> WorkerProcess:
-        """An idle process bound to ``gpu_ids``, ready for ``task_key`` (see `choose`).
-
-        The caller must hold a slot of admission, so a process is idle or on its way.
-        """
+        """An idle process bound to ``gpu_ids``, ready for ``task_key`` (see `choose`); the
+        caller holds a slot of admission, so one is idle or on its way."""
         async with self._changed:
             while True:
                 await self._changed.wait_for(lambda: bool(self._idle) or self._closed)
