@@ -48,9 +48,8 @@ MAX_ERROR_CHARS = 20_000
 
 
 def _error_text() -> str:
-    """The traceback of the exception being handled, from the plugin's first frame on: the
-    frames of this module that called the plugin (``_timed``, ``_unit``…) say nothing to
-    the plugin's author. Chained exceptions are kept whole."""
+    """The traceback of the exception being handled, from the plugin's first frame on (this
+    module's frames say nothing to the plugin's author), its end kept when too long."""
     error = sys.exc_info()[1]
     if error is None:
         return traceback.format_exc()
@@ -72,10 +71,8 @@ _GONE_WAIT_S = 10.0
 
 
 class _CgroupFiles:
-    """The two files of a cgroup read after every unit, kept open and read again from
-    their start (a unit of a millisecond must not pay for opening them): who is in it,
-    and its OOM kill counter. A read that fails gives None (the caller asks the
-    `Cgroup` then)."""
+    """A cgroup's member list and OOM kill counter, kept open (read after every unit); a
+    failed read gives None."""
 
     def __init__(self, box: Cgroup) -> None:
         self.version = box.version
@@ -111,9 +108,8 @@ class _CgroupFiles:
 
 
 class Leftovers:
-    """Ends what a request left behind: the other processes of the worker process's
-    cgroup (``box``), else its descendants; and tells when the kernel's OOM killer ended
-    one of them (the cgroup's counter went up)."""
+    """Ends what a request left behind (the other processes of the cgroup ``box``, else the
+    descendants) and tells when the kernel's OOM killer ended one of them."""
 
     def __init__(self, box: Cgroup | None) -> None:
         self.box = box
@@ -128,8 +124,7 @@ class Leftovers:
         return found if found is not None else self.box.oom_kills()
 
     def end(self) -> bool:
-        """Kill and reap every process left; whether the kernel OOM-killed one of the
-        cgroup since the last call."""
+        """Kill and reap every process left; whether the kernel OOM-killed one since."""
         if self.box is not None:
             pids = self._files.pids() if self._files is not None else None
             if pids is None or any(p != self.pid for p in pids):
@@ -162,16 +157,14 @@ def _flush() -> None:
 
 
 def _end_output(index: int) -> None:
-    """Mark the end of unit ``index``'s output in the pipe the container reads (after its
-    last byte: `_timed` flushed Python's buffers), so the unit's log cap never takes in the
-    next unit's output however late the container reads."""
+    """Mark the end of unit ``index``'s output in the pipe, after its last (flushed) byte."""
     with contextlib.suppress(OSError):
         write_all(2, unit_end_marker(index))
 
 
 def _timed(call: Callable[[], None], leftovers: Leftovers | None = None) -> dict[str, Any]:
-    """Run ``call``: the reply with its wall time, and its traceback when it raised; then
-    end what it left behind (the reply says ``oom_kill`` when the kernel killed one)."""
+    """Run ``call``: the reply with its wall time (and traceback), once what it left behind
+    is ended (``oom_kill`` when the kernel killed one)."""
     start = time.perf_counter()
     try:
         call()
@@ -202,9 +195,8 @@ class _Context:
 
 
 class Child:
-    """The state of one worker process: its task types, the tasks it has worked on (setup
-    runs once per task per process; the last `MAX_TASKS` tasks are remembered) and the
-    current one."""
+    """The state of one worker process: its task types, the last `MAX_TASKS` tasks it set
+    up, and the current one."""
 
     def __init__(
         self,
@@ -256,9 +248,7 @@ class Child:
             self.slot.write(batch, pos, time.monotonic(), done_s)
 
     def units(self, message: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        """The messages answering a "units" request (see `simrun.worker.pool.protocol`):
-        one after each unit that failed, one at the end; the slot says which unit runs. A
-        request without a list of indices gets one failed message with index None."""
+        """The messages answering a "units" request (`simrun.worker.pool.protocol`)."""
         indices = message.get("indices")
         if not isinstance(indices, list) or not all(type(i) is int for i in indices):
             reply = _timed(functools.partial(_unknown, f"units with indices {indices!r}"))
@@ -379,9 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PluginError as exc:
         write_blocking(out_fd, {"ok": False, "pid": os.getpid(), "error": str(exc)})
         return 2
-    # What this process holds before any task runs, the plugins it was given loaded (every
-    # fresh process holds as much): the pool counts the memory a process keeps from its
-    # tasks beyond this (simrun.worker.pool.processes).
+    # What every fresh process holds, plugins loaded: the pool counts what tasks keep beyond.
     baseline_bytes = anon_memory_bytes(os.getpid()) or 0
     hello = {"ok": True, "pid": os.getpid(), "error": None, "baseline_bytes": baseline_bytes}
     write_blocking(out_fd, hello)

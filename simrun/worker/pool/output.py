@@ -26,8 +26,7 @@ DEFAULT_UNIT_LOG_CAP = 2**20
 #: Bytes of each of a command's log files, stdout and stderr (head and tail together).
 DEFAULT_COMMAND_LOG_CAP = 64 * 2**20
 _READ_BYTES = 64 * 1024
-#: What a worker process writes into its output after each unit of a batch: this, the
-#: unit's index, and a NUL (`unit_end_marker`).
+#: What a worker process writes after each unit: this, the unit's index and a NUL.
 _MARK = b"\x00\x1esimrun-unit-end:"
 #: A marker longer than this is not one (its bytes are output).
 _MARK_MAX = len(_MARK) + 24
@@ -40,9 +39,8 @@ def unit_end_marker(index: int) -> bytes:
 
 class CappedSegment:
     """The output of one unit: `feed` gives what to write now (the head), `end` what to
-    write when the unit is over (a note on what was dropped, then the tail), and starts
-    the next unit's segment. ``cap`` 0 keeps everything; ``scope`` is what the cap is of,
-    as the note says it ("a unit", "a stream")."""
+    write once it is over (a note on what was dropped, then the tail). ``cap`` 0 keeps
+    everything; ``scope`` is what the cap is of ("a unit", "a stream")."""
 
     def __init__(self, cap: int, scope: str = "a unit") -> None:
         if cap < 0:
@@ -80,8 +78,7 @@ class CappedSegment:
         return now
 
     def end(self, label: str) -> bytes:
-        """What to write as the segment of ``label`` ends (nothing when nothing was held
-        back); the next segment starts empty."""
+        """What to write as the segment of ``label`` ends; the next one starts empty."""
         tail = b"".join(self._tail)
         note = b""
         if self.dropped:
@@ -102,24 +99,22 @@ def write_all(fd: int, data: bytes) -> None:
 
 @dataclass
 class UnitLogSink:
-    """Where the output of one job's units goes: the files of attempt ``attempt`` under
-    ``task_logs`` (`simrun.core.unitlogs.attempt_paths`). ``written`` says how many bytes
-    each unit with output got; ``orphan_unit`` is the unit the process died in (what it
-    printed last goes there)."""
+    """Where the output of one job's units goes (`simrun.core.unitlogs.attempt_paths`):
+    ``written`` the bytes of each unit with output; ``orphan_unit`` the unit its process
+    died in (what it printed last goes there)."""
 
     task_logs: Path
     attempt: int
     written: dict[UnitKey, int] = field(default_factory=dict)
     orphan_unit: UnitKey | None = None
     #: The last output of a process that died, read before the runner said which unit it
-    #: died in (its output pipe may reach its end first): `settle_orphan` writes it.
+    #: died in: `settle_orphan` writes it.
     orphan_output: bytes = b""
     #: The unit whose log got that output live (it may not be the one the runner names).
     orphan_live: UnitKey | None = None
 
     def settle_orphan(self) -> None:
-        """Write the last output of a process that died to the unit it died in, once that
-        is known (blocking: call it in a thread); output no unit can own is dropped."""
+        """Write the last output of a process that died to the unit it died in (blocking)."""
         data, self.orphan_output = self.orphan_output, b""
         live, self.orphan_live = self.orphan_live, None
         if live is not None and live != self.orphan_unit:
@@ -128,8 +123,8 @@ class UnitLogSink:
             self.write(self.orphan_unit, data)
 
     def write(self, unit: UnitKey, data: bytes) -> None:
-        """Write ``data`` as the output of ``unit`` (blocking: call it in a thread); a unit
-        written twice (a death after its marker) gets both parts."""
+        """Write ``data`` as the output of ``unit`` (blocking); a unit written twice (a death
+        after its marker) gets both parts."""
         path = attempt_paths(self.task_logs, unit, self.attempt)[1]
         if unit in self.written and path.is_file():
             data = path.read_bytes() + data
@@ -137,10 +132,8 @@ class UnitLogSink:
         self.written[unit] = len(data)
 
     def write_live(self, unit: UnitKey, data: bytes, fresh: bool) -> None:
-        """Write ``data`` to the log of ``unit`` while it runs (blocking: call it in a
-        thread): the file anew when ``fresh``, else appended. What is written live is
-        always the start of what `write` writes once the unit ended, so a reader that
-        follows the file by offset reads on into the final one."""
+        """Write ``data`` to the log of ``unit`` while it runs (blocking): anew when
+        ``fresh``, else appended; always the start of what `write` writes at its end."""
         path = attempt_paths(self.task_logs, unit, self.attempt)[1]
         if fresh:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -148,24 +141,21 @@ class UnitLogSink:
             f.write(data)
 
     def drop_live(self, unit: UnitKey) -> None:
-        """Remove what was written live to the log of ``unit``, which was not its output
-        after all (blocking: call it in a thread); a unit with output of its own keeps it."""
+        """Remove what was written live to the log of ``unit``, not its output after all
+        (blocking); a unit with output of its own keeps it."""
         if unit not in self.written:
             attempt_paths(self.task_logs, unit, self.attempt)[1].unlink(missing_ok=True)
 
 
 #: The most markers a log remembers for `CappedLog.settle` (more than a batch holds).
 _MARKS_KEPT = 4096
-#: Seconds the runner waits for the marker of a batch's last unit (it was written before
-#: the batch's end message, so it is normally there already).
+#: Seconds the runner waits for the marker of a batch's last unit (normally there already).
 SETTLE_S = 1.0
 
 
 class CappedLog:
-    """The log of one worker process: its output copied to ``fd`` through a
-    `CappedSegment`, each unit's segment ended at its marker; writes happen in a thread,
-    in the order they were made. Each unit's segment also goes to ``sink`` when one is set
-    and the segment holds anything."""
+    """The log of one worker process: its output through a `CappedSegment`, each unit's
+    segment ended at its marker and written to ``sink`` (a job's unit logs), else ``fd``."""
 
     def __init__(self, cap: int, fd: int = 2) -> None:
         self.segment = CappedSegment(cap)
@@ -173,9 +163,8 @@ class CappedLog:
         self._lock = asyncio.Lock()
         #: The label of unit ``index`` of the batch running ("unit 4 of job ...").
         self.label_of: Callable[[int], str] = lambda index: f"unit {index}"
-        #: The unit whose output the open segment is, given the index of the last marker
-        #: read (None: not known for sure, as in a batch sent ahead): its output is
-        #: written to its log as it comes (`UnitLogSink.write_live`).
+        #: The unit whose output the open segment is, given the last marker read (None:
+        #: not known for sure); its output is written to its log as it comes.
         self.open_unit: Callable[[int | None], UnitKey | None] = lambda last: None
         self._sink: UnitLogSink | None = None
         self._captured = bytearray()
@@ -199,9 +188,8 @@ class CappedLog:
         self._live_unit, self._live_bytes = None, 0
 
     async def _write(self, data: bytes) -> None:
-        """The capped output of the open segment: held for the unit's own log while a job's
-        units have one (``sink``), and written to that log as it comes when the unit is
-        known; else written to the worker's log."""
+        """The capped output of the open segment: held for the unit's log (and written to
+        it live when the unit is known) while a job runs, else to the worker's log."""
         if data:
             if self.sink is not None:
                 self._captured += data
@@ -229,11 +217,9 @@ class CappedLog:
             await asyncio.to_thread(write_all, self.fd, data)
 
     async def _deliver(self, unit: UnitKey | None, label: str, ended: bool = False) -> None:
-        """The segment of ``label`` that just ended was ``unit``'s (None: no unit's, or the
-        last output of a process that died): its captured bytes go to the unit's log, and
-        one line saying where goes to the worker's log. The last output of a process
-        (``ended``) whose unit is not known yet waits in the sink for the runner to say it
-        (`UnitLogSink.settle_orphan`); output of no unit goes to the worker's log."""
+        """The segment of ``label`` that ended was ``unit``'s: its bytes go to the unit's log
+        and a line saying where to the worker's log. A dead process's last output
+        (``ended``) waits in the sink for its unit (`UnitLogSink.settle_orphan`)."""
         live, self._live_unit, self._live_bytes = self._live_unit, None, 0
         if not self._captured:
             return  # the unit printed nothing (the common case): no work at all
@@ -260,8 +246,8 @@ class CappedLog:
         await self._to_fd(f"[simrun: {label}: {len(data)} bytes of output in {path}]\n".encode())
 
     async def settle(self, index: int, timeout_s: float = SETTLE_S) -> bool:
-        """Wait until the marker of unit ``index`` was read (at most ``timeout_s``); whether
-        it was (then the segment open now is a later unit's, of a batch sent ahead)."""
+        """Whether the marker of unit ``index`` was read within ``timeout_s`` (then the open
+        segment is a later unit's)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while index not in self._marked:
@@ -291,8 +277,8 @@ class CappedLog:
         await self._deliver(None, last, ended=True)
 
     async def _take(self, data: bytes) -> bytes:
-        """Feed ``data`` up to its markers, ending a segment at each; returns the bytes held
-        back because they may be the start of a marker not read in full yet."""
+        """Feed ``data``, ending a segment at each marker; returns the bytes that may start a
+        marker not read in full yet."""
         while data:
             at = data.find(_MARK)
             if at < 0:
@@ -322,8 +308,7 @@ class CappedLog:
         return b""
 
     async def end_unit(self, label: str, unit: UnitKey | None = None) -> None:
-        """The unit ``label`` ended without its marker (its process died, or it was the
-        batch's reply): write what its segment held back (to ``unit``'s log too)."""
+        """The unit ``label`` ended without its marker: write what its segment held back."""
         await self._write(self.segment.end(label))
         await self._deliver(unit, label)
 
@@ -343,10 +328,8 @@ _LINGER_S = 0.2
 def copy_capped(
     source: int, sink: BinaryIO, segment: CappedSegment, label: str, done: threading.Event
 ) -> None:
-    """Copy file descriptor ``source`` to ``sink`` through ``segment`` (blocking: run it in
-    a thread) until end of file, or once ``done`` is set and nothing came for a moment (a
-    writer that escaped may hold the pipe open); then write what the segment held back as
-    the end of ``label``."""
+    """Copy ``source`` to ``sink`` through ``segment`` (blocking) until end of file, or once
+    ``done`` is set and nothing came for a moment (an escaped writer may hold the pipe)."""
     while True:
         ready, _, _ = select.select([source], [], [], _LINGER_S)
         if not ready:

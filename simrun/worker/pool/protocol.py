@@ -91,11 +91,9 @@ _SLOT = struct.Struct("<qqdd")
 
 
 class UnitSlot:
-    """Shared memory between the container and one worker process: the ``batch`` (the
-    number of the "units" request) and the ``pos`` (position in it) of the unit running,
-    the `time.monotonic` time it started (or the previous one ended), and the seconds of
-    the units of the batch that ended well so far. ``pos`` equal to the length of the
-    batch: every unit of it ended. The process writes it, the container reads it."""
+    """Shared memory a worker process writes and the container reads: the ``batch`` number
+    and the ``pos`` of the unit running (the batch's length once all ended), when it started
+    (`time.monotonic`), and the seconds of the batch's units that ended well."""
 
     size = _SLOT.size
 
@@ -104,8 +102,7 @@ class UnitSlot:
 
     @classmethod
     def create(cls) -> tuple[UnitSlot, int]:
-        """A new slot and the file descriptor to give the process (close it once the process
-        started)."""
+        """A new slot and the fd to give the process (close it once the process started)."""
         fd = os.memfd_create("simrun-unit-slot", os.MFD_CLOEXEC)
         os.ftruncate(fd, _SLOT.size)
         return cls(fd), fd
@@ -114,8 +111,7 @@ class UnitSlot:
         _SLOT.pack_into(self._map, 0, batch, pos, started, done_s)
 
     def read(self) -> tuple[int, int, float, float]:
-        """(batch, pos, started, done_s), read again until two reads agree (the other side
-        may be writing)."""
+        """(batch, pos, started, done_s), read until two reads agree."""
         first = _SLOT.unpack_from(self._map, 0)
         while True:
             again = _SLOT.unpack_from(self._map, 0)
@@ -128,8 +124,7 @@ class UnitSlot:
 
 
 def task_message(spec: JobSpec, setup: bool) -> dict[str, object]:
-    """The request that opens the task of ``spec`` on a worker process (running the type's
-    ``setup`` there when ``setup``); its units or merge follow."""
+    """The request that opens the task of ``spec`` on a worker process (with its setup)."""
     return {
         "op": "task",
         "run": spec.run,
