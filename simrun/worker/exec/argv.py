@@ -25,11 +25,8 @@ def _describe(template: str) -> str:
 
 
 def split_template(template: str) -> list[str]:
-    """The parts of ``template`` after POSIX shell-like splitting, placeholders untouched.
-
-    Raises `ValueError` naming the template and the part that starts an unclosed quote or
-    ends with a lone backslash, or saying that the template is empty.
-    """
+    """The parts of ``template`` after POSIX shell-like splitting, placeholders untouched;
+    `ValueError` for an unclosed quote, a lone backslash, or an empty template."""
     if not isinstance(template, str):
         raise ValueError(f"command template must be a string, got {type(template).__name__}")
     stream = io.StringIO(template)
@@ -94,15 +91,9 @@ def _uses_input(part: str) -> bool:
 def expand_argv(
     template: str, settings_file: Path, out: Path, inputs: Mapping[str, Path]
 ) -> list[str]:
-    """The argv that ``template`` stands for, for a task with these files.
-
-    ``settings_file`` replaces ``{settings}``, ``out`` replaces ``{out}``; each part holding
-    ``{input}`` is repeated for every item of ``inputs`` in the order of the port names, as
-    ``<port>=<path>``, and dropped when ``inputs`` is empty. Raises `ValueError` naming the
-    template and the part at fault for unbalanced quotes, an unknown placeholder or a stray
-    brace, for an input port whose name is empty or holds ``=``, and when nothing is left
-    to run.
-    """
+    """The argv that ``template`` stands for, for a task with these files; `ValueError` names
+    the template and the part at fault (quotes, placeholders, braces, a port name that cannot
+    be ``<port>=<path>``, nothing left to run)."""
     parts = split_template(template)
     for port in inputs:
         if not isinstance(port, str) or not port or "=" in port or "\0" in port:

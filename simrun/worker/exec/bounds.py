@@ -78,8 +78,7 @@ class CommandBounds:
 
     @property
     def preexec(self) -> Callable[[], None] | None:
-        """What the command's first process runs before its program: it joins the cgroup
-        (so all the program's memory is charged there); None without a cgroup."""
+        """What the command's first process runs before its program: it joins the cgroup."""
         if self.box is None:
             return None
         procs = str(self.box.path / "cgroup.procs")
@@ -105,10 +104,8 @@ class CommandBounds:
         kill_pids(self.members(), sig)
 
     def kill_all(self, main: int) -> None:
-        """SIGKILL every process of the command: the whole cgroup, else the tree stopped
-        first (SIGSTOP, until no new process shows up) so a forking one leaves no orphan;
-        orphans simrun-exec adopted are reaped (not ``main``, the command's first process,
-        which its `subprocess.Popen` reaps)."""
+        """SIGKILL every process of the command: the cgroup, else the tree stopped first (so a
+        forking one leaves no orphan), reaping the orphans adopted (not ``main``)."""
         if self.box is not None:
             self.box.kill_all()
             return
@@ -131,8 +128,7 @@ class CommandBounds:
         return oom_killed(self._oom_before, self.box.oom_kills())
 
     def kernel_peak_gb(self) -> float | None:
-        """The most memory the kernel charged to the command's cgroup (page cache
-        included), None without one."""
+        """The most memory the kernel charged to the command's cgroup (page cache included)."""
         peak = self.box.peak_bytes() if self.box is not None else None
         return None if peak is None else peak / GIB
 

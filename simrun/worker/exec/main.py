@@ -64,10 +64,8 @@ def _parser() -> argparse.ArgumentParser:
 
 @contextmanager
 def _forwarding_signals(run: CommandRun) -> Iterator[None]:
-    """While inside, SIGTERM, SIGINT and SIGHUP stop the command instead of this process.
-
-    Signal handlers can only be set from the main thread; elsewhere nothing is changed.
-    """
+    """While inside, SIGTERM, SIGINT and SIGHUP stop the command instead of this process
+    (signal handlers can only be set from the main thread)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

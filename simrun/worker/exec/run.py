@@ -76,8 +76,7 @@ def default_report_path(paths: TaskPaths, attempt: int) -> Path:
 
 
 def absolute_spec(spec: CommandSpec) -> CommandSpec:
-    """``spec`` with every path made absolute against the current working directory (the
-    command itself runs in the task directory, where relative paths would mean otherwise)."""
+    """``spec`` with every path made absolute (the command runs in the task directory)."""
     report = None if spec.report is None else spec.report.absolute()
     return spec.model_copy(update={"paths": spec.paths.absolute(), "report": report})
 
@@ -170,9 +169,8 @@ def _signal_name(number: int) -> str:
 
 def in_container(spec: CommandSpec, argv: list[str], name: str) -> list[str]:
     """``argv`` run inside the spec's image through its engine, as container ``name``: the
-    store, the scratch and every input mounted at their own paths, the task directory the
-    working directory, the job's memory limit the engine's, and the variables simrun gives
-    a command (``SIMRUN_PROCESSES``, the thread counts, the granted GPUs) passed in."""
+    store, scratch and inputs mounted where they are, the job's memory limit, and the
+    variables simrun gives a command (``SIMRUN_PROCESSES``, thread counts, GPUs)."""
     assert spec.engine is not None
     assert spec.image is not None
     paths = spec.paths.task_paths()
@@ -203,7 +201,7 @@ def _end_container(spec: CommandSpec, name: str) -> bool:
 
 def engine_oom_result(spec: CommandSpec, result: CommandResult) -> CommandResult:
     """``result`` of a command whose container the engine's OOM killer ended: killed for
-    memory at the job's limit (the engine held the container to it)."""
+    memory at the job's limit."""
     report = result.report.model_copy(
         update={
             "killed_for_memory": True,
@@ -221,11 +219,8 @@ def engine_oom_result(spec: CommandSpec, result: CommandResult) -> CommandResult
 
 
 class CommandRun:
-    """One run of a `CommandSpec`: `run` does it, `request_stop` (from any thread, or from a
-    signal handler) ends it early as ``killed``.
-
-    The spec's paths are made absolute first (`absolute_spec`).
-    """
+    """One run of a `CommandSpec` (its paths made absolute): `run` does it, `request_stop`
+    (from any thread or a signal handler) ends it early as ``killed``."""
 
     def __init__(self, spec: CommandSpec) -> None:
         self.spec = absolute_spec(spec)
@@ -243,8 +238,8 @@ class CommandRun:
     # -- stopping, from other threads ------------------------------------------------------
 
     def _signal_tree(self, sig: signal.Signals) -> None:
-        """Send ``sig`` to the command's process group and to its descendants; call with the
-        lock held, while the first process is not yet reaped (so its ids are not reused)."""
+        """Send ``sig`` to the command's process group and descendants (lock held, first
+        process not reaped yet, so its ids are not reused)."""
         proc = self._proc
         if proc is None or self._reaped:
             return
@@ -277,8 +272,7 @@ class CommandRun:
         self._stop("memory", signal.SIGKILL)
 
     def _watch_kernel(self, bounds: CommandBounds) -> None:
-        """Until the command is over: when the kernel's OOM killer ends one of its
-        processes, kill the rest as killed for memory."""
+        """Until the command is over: after a kernel OOM kill, kill the rest for memory."""
         while not self._over.wait(_OOM_POLL_S):
             if bounds.oom_killed():
                 self._kernel_oom = True
@@ -293,11 +287,8 @@ class CommandRun:
         self._start_timer(TERM_GRACE_S, lambda: self._stop("terminated", signal.SIGKILL))
 
     def request_stop(self) -> None:
-        """End the command: SIGTERM to its tree, SIGKILL `TERM_GRACE_S` later.
-
-        Safe in a signal handler: the work happens in a new thread, so a handler never waits
-        for a lock its own thread holds.
-        """
+        """End the command: SIGTERM to its tree, SIGKILL `TERM_GRACE_S` later (from a new
+        thread, so a signal handler never waits for a lock its own thread holds)."""
         threading.Thread(target=self._terminate, name="simrun-exec-stop", daemon=True).start()
 
     def _start_timer(self, seconds: float, action: Callable[[], None]) -> None:
@@ -357,8 +348,7 @@ class CommandRun:
     def _start_copies(
         self, proc: subprocess.Popen[bytes], out_fh: IO[bytes], err_fh: IO[bytes]
     ) -> list[threading.Thread]:
-        """Threads copying the command's stdout and stderr pipes into the log files, each
-        through a `CappedSegment` of the spec's ``log_cap``."""
+        """Threads copying the command's stdout and stderr into the log files, capped."""
         threads = []
         for pipe, sink, name in ((proc.stdout, out_fh, "stdout"), (proc.stderr, err_fh, "stderr")):
             assert pipe is not None  # started with PIPE
