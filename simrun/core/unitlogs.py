@@ -13,7 +13,9 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
+
+from pydantic import TypeAdapter, ValidationError
 
 from simrun.core.layout import StoreLayout, task_logs
 
@@ -51,10 +53,8 @@ def attempt_paths(task_logs: Path, unit: int | str, attempt: int) -> tuple[Path,
 
 @dataclass(frozen=True)
 class UnitLogHeader:
-    """What is known of one attempt of a unit: who ran it (worker, process id), how it
-    ended (outcome, error: the traceback or the message), its seconds (of the unit when it
-    ended well), the job's peak memory and limit (GiB), when the job started and ended
-    (seconds since the epoch), and how many bytes of output were kept and dropped."""
+    """What is known of one attempt of a unit: who ran it, how it ended, its seconds, the
+    job's peak memory and limit (GiB), when the job ran (epoch seconds), its output bytes."""
 
     run: str
     task: str
@@ -95,61 +95,58 @@ def write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+class _Wire:
+    """A dataclass that goes over the wire as JSON data (`to_dict`, `from_dict`)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = _adapter(type(self)).dump_python(self, mode="json")
+        return data
+
+    @classmethod
+    def from_dict(cls, data: object, where: str) -> Self:
+        """The value in ``data`` (`to_dict`'s form); ValueError naming ``where``."""
+        try:
+            found: Self = _adapter(cls).validate_python(data)
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            at = ".".join(str(part) for part in error["loc"])
+            raise ValueError(f"{where}: not {cls.WHAT} ({at}: {error['msg']})") from None
+        return found
+
+    WHAT: ClassVar[str]
+
+
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type) -> TypeAdapter[Any]:
+    if cls not in _ADAPTERS:
+        _ADAPTERS[cls] = TypeAdapter(cls)
+    return _ADAPTERS[cls]
+
+
 @dataclass(frozen=True)
-class UnitAttempt:
+class UnitAttempt(_Wire):
     """One attempt of a unit as read: its header and its output (the command's stdout
     and stderr, one after the other, for the unit "command")."""
+
+    WHAT = "a unit's attempt"
 
     header: UnitLogHeader
     output: str
     log_paths: tuple[Path, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "header": self.header.to_dict(),
-            "output": self.output,
-            "log_paths": [str(p) for p in self.log_paths],
-        }
-
-    @classmethod
-    def from_dict(cls, data: object, where: str) -> UnitAttempt:
-        """The attempt in ``data`` (`to_dict`'s form); ValueError naming ``where``."""
-        if not isinstance(data, dict) or not isinstance(data.get("output"), str):
-            raise ValueError(f"{where}: not a unit's attempt")
-        paths = data.get("log_paths") or []
-        if not isinstance(paths, list):
-            raise ValueError(f"{where}: log_paths is not a list")
-        header = UnitLogHeader.from_dict(data.get("header"), where)
-        return cls(header, data["output"], tuple(Path(str(p)) for p in paths))
-
 
 @dataclass(frozen=True)
-class UnitLogs:
+class UnitLogs(_Wire):
     """A unit's attempts with a log, first attempt first."""
+
+    WHAT = "the logs of a unit"
 
     run: str
     task: str
     unit: int | str
     attempts: tuple[UnitAttempt, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run": self.run,
-            "task": self.task,
-            "unit": self.unit,
-            "attempts": [a.to_dict() for a in self.attempts],
-        }
-
-    @classmethod
-    def from_dict(cls, data: object, where: str) -> UnitLogs:
-        """The logs in ``data`` (`to_dict`'s form); ValueError naming ``where``."""
-        if not isinstance(data, dict) or not isinstance(data.get("attempts"), list):
-            raise ValueError(f"{where}: not the logs of a unit")
-        unit = data.get("unit")
-        if not isinstance(unit, int | str):
-            raise ValueError(f"{where}: unit is not an index or a word")
-        attempts = tuple(UnitAttempt.from_dict(a, where) for a in data["attempts"])
-        return cls(str(data.get("run")), str(data.get("task")), unit, attempts)
 
 
 class LogNotFound(LookupError):
@@ -237,17 +234,11 @@ def read_unit_logs(
     task_logs: Path, run: str, task: str, unit: int | str, attempt: int | None = None
 ) -> UnitLogs:
     """The attempts of ``unit`` (only ``attempt`` when given) with a header, in order."""
-    wanted = unit_stem(unit)
     found: list[UnitAttempt] = []
-    for header_path in _headers(task_logs):
-        match = _NAME.match(header_path.name)
-        assert match is not None
-        if (match["word"] or f"unit-{match['index']}") != wanted:
-            continue
-        n = int(match["n"])
+    for n, header_path in _unit_headers(task_logs, unit).items():
         if attempt is not None and n != attempt:
             continue
-        header = UnitLogHeader.from_dict(json.loads(header_path.read_text()), str(header_path))
+        header = _read_header(header_path)
         if unit == "command":
             output, paths = _command_output(task_logs, n)
         else:
@@ -257,6 +248,22 @@ def read_unit_logs(
         found.append(UnitAttempt(header, output, paths))
     found.sort(key=lambda a: a.header.attempt)
     return UnitLogs(run, task, unit, tuple(found))
+
+
+def _read_header(path: Path) -> UnitLogHeader:
+    return UnitLogHeader.from_dict(json.loads(path.read_text()), str(path))
+
+
+def _unit_headers(task_logs: Path, unit: int | str) -> dict[int, Path]:
+    """The header files of ``unit``, by attempt."""
+    wanted = unit_stem(unit)
+    found: dict[int, Path] = {}
+    for path in _headers(task_logs):
+        match = _NAME.match(path.name)
+        assert match is not None
+        if (match["word"] or f"unit-{match['index']}") == wanted:
+            found[int(match["n"])] = path
+    return found
 
 
 def _headers(task_logs: Path) -> list[Path]:
@@ -272,7 +279,7 @@ def list_unit_logs(task_logs: Path) -> list[UnitLogHeader]:
     last: dict[int | str, UnitLogHeader] = {}
     for path in _headers(task_logs):
         try:
-            header = UnitLogHeader.from_dict(json.loads(path.read_text()), str(path))
+            header = _read_header(path)
         except (OSError, ValueError):
             continue  # a header being replaced, or not ours: the listing goes on
         seen = last.get(header.unit)
@@ -291,52 +298,23 @@ _COMMAND_NAME = re.compile(r"^attempt-(?P<n>\d+)\.(out|err)$")
 
 @dataclass(frozen=True)
 class LiveChunk:
-    """What one output file of an attempt holds from the offset asked on: ``text``, and
-    ``offset``, the byte offset to ask from next time (a character cut at the end of what
-    was read waits for the next read)."""
+    """What one output file of an attempt holds from the offset asked on, and the offset
+    to ask from next time (a character cut at the end waits for the next read)."""
 
     name: str
     offset: int
     text: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class LiveAttempt:
-    """One attempt of a unit as it is now: its new output, and its header once it ended
-    (None while it runs)."""
+class LiveAttempt(_Wire):
+    """One attempt of a unit as it is now: its new output, and its header once it ended."""
+
+    WHAT = "a unit's live attempt"
 
     attempt: int
     header: UnitLogHeader | None
     chunks: tuple[LiveChunk, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "attempt": self.attempt,
-            "header": self.header.to_dict() if self.header is not None else None,
-            "chunks": [c.to_dict() for c in self.chunks],
-        }
-
-    @classmethod
-    def from_dict(cls, data: object, where: str) -> LiveAttempt:
-        """The attempt in ``data`` (`to_dict`'s form); ValueError naming ``where``."""
-        if not isinstance(data, dict) or not isinstance(data.get("attempt"), int):
-            raise ValueError(f"{where}: not a unit's live attempt")
-        header = data.get("header")
-        chunks = data.get("chunks")
-        if not isinstance(chunks, list):
-            raise ValueError(f"{where}: chunks is not a list")
-        return cls(
-            data["attempt"],
-            UnitLogHeader.from_dict(header, where) if header is not None else None,
-            tuple(
-                LiveChunk(str(c["name"]), int(c["offset"]), str(c["text"]))
-                for c in chunks
-                if isinstance(c, dict)
-            ),
-        )
 
 
 def whole_utf8(data: bytes) -> int:
@@ -390,22 +368,14 @@ def _output_files(task_logs: Path, unit: int | str) -> dict[int, list[Path]]:
 def live_unit_logs(
     task_logs: Path, unit: int | str, since: Mapping[str, int] | None = None
 ) -> list[LiveAttempt]:
-    """Every attempt of ``unit`` with an output file or a header, first attempt first:
-    what its files hold past the offsets of ``since`` (by file name; 0 for a file not in
-    it), and its header once it ended. Its header is read before its output, so the
-    output of an attempt with a header is whole."""
+    """Every attempt of ``unit`` with an output file or a header, first attempt first: what
+    its files hold past the offsets of ``since`` (by file name), and its header once it
+    ended (read before its output, so that output is whole)."""
     since = since or {}
     headers: dict[int, UnitLogHeader] = {}
-    wanted = unit_stem(unit)
-    for path in _headers(task_logs):
-        match = _NAME.match(path.name)
-        assert match is not None
-        if (match["word"] or f"unit-{match['index']}") != wanted:
-            continue
+    for n, path in _unit_headers(task_logs, unit).items():
         try:
-            headers[int(match["n"])] = UnitLogHeader.from_dict(
-                json.loads(path.read_text()), str(path)
-            )
+            headers[n] = _read_header(path)
         except (OSError, ValueError):
             continue  # being replaced: the next look finds it
     files = _output_files(task_logs, unit)
