@@ -102,13 +102,8 @@ class Record:
 
 @dataclass(frozen=True)
 class KeySummary:
-    """What is known about one key (for ``simrun resources``).
-
-    ``requested_gb`` is the memory per worker a task of the key would get now without an
-    override; ``typical_gb`` the typical peak it is learned around (at the sizes seen);
-    ``last_kill_s`` is the Unix time of its latest kill for memory and ``last_kill_gb`` the
-    limit of that kill.
-    """
+    """What is known about one key (for ``simrun resources``): what a task of it would request
+    now, the typical peak, and its latest kill (Unix time, limit)."""
 
     key: ResourceKey
     observations: int
@@ -127,16 +122,9 @@ EVIDENCE_KILLS = 50
 
 @dataclass(frozen=True)
 class KeyEvidence:
-    """What ``simrun resources KEY`` shows of one key: why a task of it requests what it
-    does, and the measurements behind it.
-
-    ``explanation`` is `policy.explain` on the key's history; ``peaks_gb`` are the peaks of
-    the window of successes (one per worker process), oldest first, and ``peaks_s`` when
-    each was recorded (Unix time; the plots put them on a time axis); ``kills`` are the
-    latest `EVIDENCE_KILLS` kills for memory as (Unix time recorded, limit in GiB), oldest
-    first, pending or not; ``observations`` counts every observation ever recorded of the
-    key (0: the key is unknown, and the explanation is the hint's).
-    """
+    """What ``simrun resources KEY`` shows of one key: `policy.explain` on its history, the
+    window's peaks (and when each was recorded), the latest `EVIDENCE_KILLS` kills as (time,
+    limit), and how many observations it has (0: unknown key)."""
 
     key: ResourceKey
     explanation: Explanation
@@ -158,9 +146,8 @@ class KeyEvidence:
 
 
 def rows_of(record: Record, recorded_s: float) -> list[Row]:
-    """The rows a record becomes, checked: one per worker process of a successful report;
-    one at the report's limit for a kill. `ValueError` names the key, the run and the bad
-    field. (A `WorkerReport`'s numbers are finite and >= 0 by construction.)"""
+    """The rows a record becomes, checked: one per worker process of a successful report, one
+    at the limit for a kill; `ValueError` names the key, the run and the bad field."""
     report = record.report
     if not isinstance(record.key, ResourceKey):
         raise TypeError(f"Record.key must be a ResourceKey, got {type(record.key).__name__}")
@@ -188,11 +175,8 @@ def rows_of(record: Record, recorded_s: float) -> list[Row]:
 
 
 class ResourceStore:
-    """The observations of past tasks' workers, in the SQLite file ``db``.
-
-    The file must be on a local volume (SQLite's locking does not hold over NFS). It and
-    its tables are created on first use.
-    """
+    """The observations of past tasks' workers, in the SQLite file ``db`` (on a local volume:
+    SQLite's locking does not hold over NFS), created on first use."""
 
     def __init__(self, db: Path, *, keep_open: bool = True) -> None:
         self.db = Path(db)
@@ -211,8 +195,7 @@ class ResourceStore:
             yield conn
 
     def close(self) -> None:
-        """Close the idle connection the store holds; the store stays usable (a later call
-        opens it again)."""
+        """Close the idle connection the store holds (a later call opens it again)."""
         if self._keeper is not None:
             self._keeper.close()
 
@@ -241,25 +224,15 @@ class ResourceStore:
         run: str = "",
         input_bytes: int | None = None,
     ) -> None:
-        """Store one worker report under ``key`` (of a task whose inputs hold
-        ``input_bytes``, when known).
-
-        A successful report gives one observation per worker process (its peak memory and
-        the report's seconds per unit); with ``oom`` (the controller decided the process was
-        killed for memory) it gives one kill observation at the report's ``limit_gb``.
-        """
+        """Store one worker report under ``key``: one observation per worker process, or with
+        ``oom`` one kill at the report's ``limit_gb``."""
         await self.record_many([Record(key, report, base_gb, oom, run, input_bytes)])
 
     async def record_many(
         self, records: Iterable[Record], conn: aiosqlite.Connection | None = None
     ) -> int:
-        """Store many reports in one transaction; returns the number of observations.
-
-        Without ``conn`` the store opens a connection and commits. With ``conn`` (the
-        caller's, already inside its transaction, schema ensured by `ensure_schema`) the
-        rows are written there and the caller commits or rolls back. Every record is
-        checked before anything is written.
-        """
+        """Store many reports in one transaction (every record checked first); returns the number
+        of observations. With ``conn`` (the caller's, in its transaction) the caller commits."""
         now_s = time.time()
         rows = [row for record in records for row in rows_of(record, now_s)]
         if conn is not None:
@@ -326,11 +299,8 @@ class ResourceStore:
         return sorted(ResourceKey.from_text(str(r[0])) for r in rows)
 
     async def summaries(self, hints: Mapping[str, ResourceHint] | None = None) -> list[KeySummary]:
-        """One line per key: what was seen and what a task would request now.
-
-        ``hints`` maps task type names to their hints (the default hint for types not in
-        it); a hint matters only for keys with kills and no success.
-        """
+        """One line per key: what was seen and what a task would request now (``hints`` by task
+        type; a hint matters only for keys with kills and no success)."""
         hints = hints or {}
         out: list[KeySummary] = []
         async with self._connection() as conn:
