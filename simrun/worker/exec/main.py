@@ -12,11 +12,9 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
-from simrun.core.reports import WorkerReport
 from simrun.worker.exec.run import CommandRun, default_report_path
 from simrun.worker.exec.spec import (
     CommandResult,
@@ -83,18 +81,6 @@ def _forwarding_signals(run: CommandRun) -> Iterator[None]:
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
 
-def _bad_job_result(message: str, limit_gb: float = 0.0) -> CommandResult:
-    now = datetime.now(UTC).isoformat(timespec="milliseconds")
-    return CommandResult(
-        outcome="failed",
-        exit_code=None,
-        error=message,
-        report=WorkerReport.empty(limit_gb),
-        started=now,
-        finished=now,
-    )
-
-
 def _write_report(path: Path, result: CommandResult) -> bool:
     try:
         write_json_atomic(path, result.to_dict())
@@ -121,7 +107,7 @@ def exec_main(argv: Sequence[str] | None = None) -> int:
             message = f"job file {str(job_path)!r}: {message}"
         _say(message)
         if report_arg is not None:
-            _write_report(report_arg, _bad_job_result(message))
+            _write_report(report_arg, CommandResult.not_run(message))
         return EXIT_BAD_JOB
     run = CommandRun(spec)
     report_path = report_arg or run.spec.report or default_report_path(run.paths, spec.attempt)
@@ -131,7 +117,7 @@ def exec_main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001  # a bug here must still leave a report behind
         traceback.print_exc()
         message = f"simrun-exec failed: {type(exc).__name__}: {exc}"
-        result = _bad_job_result(message, spec.limit_gb)
+        result = CommandResult.not_run(message, spec.limit_gb)
     if not _write_report(report_path, result):
         return EXIT_NO_REPORT
     if not result.ok:

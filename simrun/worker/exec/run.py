@@ -14,7 +14,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
@@ -26,7 +25,13 @@ from simrun.worker import engine as container_engine
 from simrun.worker.cgroups import KERNEL_LIMIT_FACTOR
 from simrun.worker.exec.argv import expand_argv
 from simrun.worker.exec.bounds import CommandBounds
-from simrun.worker.exec.spec import CommandResult, CommandSpec, Outcome, write_json_atomic
+from simrun.worker.exec.spec import (
+    CommandResult,
+    CommandSpec,
+    Outcome,
+    utc_now,
+    write_json_atomic,
+)
 from simrun.worker.pool.output import CappedSegment, copy_capped
 from simrun.worker.proctree import group_members, signal_tree
 from simrun.worker.sampler import MemorySampler
@@ -53,10 +58,6 @@ def _wait_group_gone(pgid: int, timeout_s: float = _GROUP_GONE_WAIT_S) -> list[i
     while (left := group_members(pgid)) and time.monotonic() < deadline:
         time.sleep(0.01)
     return left
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def settings_path(paths: TaskPaths) -> Path:
@@ -97,16 +98,8 @@ def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
 def not_started(
     spec: CommandSpec, reason: str, started: str, outcome: Outcome = "failed"
 ) -> CommandResult:
-    """The result of a command that never ran: no memory was measured, no unit done."""
-    return CommandResult(
-        outcome=outcome,
-        exit_code=None,
-        error=reason,
-        report=WorkerReport.empty(spec.limit_gb),
-        started=started,
-        finished=_now(),
-        attempt=spec.attempt,
-    )
+    """The result of a command of ``spec`` that never ran."""
+    return CommandResult.not_run(reason, spec.limit_gb, spec.attempt, started, outcome)
 
 
 class _PrepareError(Exception):
@@ -305,7 +298,7 @@ class CommandRun:
     def run(self) -> CommandResult:
         """Prepare the task directory, run the command to its end, and say how it went."""
         spec, paths = self.spec, self.paths
-        started = _now()
+        started = utc_now()
         try:
             argv = expand_argv(spec.command, settings_path(paths), paths.out, paths.inputs)
         except ValueError as exc:
@@ -502,7 +495,7 @@ class CommandRun:
             error=error,
             report=report,
             started=started,
-            finished=_now(),
+            finished=utc_now(),
             wall_s=wall_s,
             signal=sig,
             attempt=spec.attempt,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self
 
@@ -149,6 +150,32 @@ class CommandResult(_VersionedFile):
     def ok(self) -> bool:
         """Whether the command succeeded."""
         return self.outcome == "done"
+
+    @classmethod
+    def not_run(
+        cls,
+        error: str,
+        limit_gb: float = 0.0,
+        attempt: int = 1,
+        started: str | None = None,
+        outcome: Outcome = "failed",
+    ) -> CommandResult:
+        """The result of a command that never ran: nothing measured, no unit done."""
+        now = utc_now()
+        return cls(
+            outcome=outcome,
+            exit_code=None,
+            error=error,
+            report=WorkerReport.empty(limit_gb),
+            started=started or now,
+            finished=now,
+            attempt=attempt,
+        )
+
+
+def utc_now() -> str:
+    """The time now as ISO 8601 UTC, to the millisecond."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 # --- files --------------------------------------------------------------------------------

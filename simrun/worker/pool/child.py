@@ -37,12 +37,16 @@ from simrun.plugins import (
     resolve,
 )
 from simrun.worker.cgroups import Cgroup, parse_memory_events, parse_oom_control
-from simrun.worker.pool.output import unit_end_marker, write_all
-from simrun.worker.pool.protocol import UnitSlot, read_blocking, write_blocking
+from simrun.worker.pool.output import unit_end_marker
+from simrun.worker.pool.protocol import (
+    MAX_TASKS,
+    UnitSlot,
+    read_blocking,
+    write_all,
+    write_blocking,
+)
 from simrun.worker.proctree import anon_memory_bytes, become_subreaper, kill_tree
 
-#: Tasks a process remembers (with their setup done); an older one is set up again.
-MAX_TASKS = 16
 #: Longest traceback sent back; a longer one keeps its end, where the error is.
 MAX_ERROR_CHARS = 20_000
 

@@ -20,6 +20,7 @@ from typing import BinaryIO
 
 from simrun.core.unitlogs import attempt_paths, write_atomic
 from simrun.core.wire import UnitKey
+from simrun.worker.pool.protocol import write_all
 
 #: Bytes of output one unit may keep in its log (head and tail together).
 DEFAULT_UNIT_LOG_CAP = 2**20
@@ -88,13 +89,6 @@ class CappedSegment:
             ).encode()
         self._head, self._tail, self._tail_bytes, self.dropped = 0, deque(), 0, 0
         return note + tail
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """Write all of ``data`` to ``fd``."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 @dataclass

@@ -25,7 +25,7 @@ from simrun.worker.cgroups import (
     oom_killed,
 )
 from simrun.worker.pool.output import DEFAULT_UNIT_LOG_CAP, CappedLog
-from simrun.worker.pool.protocol import UnitSlot, encode, read_async
+from simrun.worker.pool.protocol import MAX_TASKS, UnitSlot, encode, read_async
 from simrun.worker.proctree import GIB, anon_memory_bytes, kill_tree
 
 if TYPE_CHECKING:
@@ -39,8 +39,6 @@ RECYCLE_KEPT_GB = 4 / 1024
 #: The least memory a job gets above its process's baseline before a kill (`kill_limit_gb`).
 KILL_HEADROOM_GB = 32 / 1024
 SPAWN_TIMEOUT_S = 120.0
-#: As many tasks as a worker process remembers (simrun.worker.pool.child.MAX_TASKS).
-MAX_TASK_KEYS = 16
 
 
 class PoolError(RuntimeError):
@@ -536,7 +534,7 @@ class ProcessPool:
             finally:
                 await asyncio.shield(ending)
             self._busy.add(worker)
-        if len(worker.task_keys) >= MAX_TASK_KEYS:  # the process forgets old tasks too
+        if len(worker.task_keys) >= MAX_TASKS:  # the process forgets old tasks too
             worker.task_keys.clear()
         worker.task_keys.add(task_key)
         worker.task = task_key

@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # the worker process needs none of the wire models (its start
 
 _HEADER = struct.Struct(">I")
 MAX_MESSAGE_BYTES = 64 * 2**20
+#: Tasks a worker process remembers with their setup done; an older one is set up again.
+MAX_TASKS = 16
 
 
 class ProtocolError(RuntimeError):
@@ -79,12 +81,16 @@ def read_blocking(fd: int) -> dict[str, Any] | None:
     return _decode(body)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd``."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def write_blocking(fd: int, message: dict[str, Any]) -> None:
     """Write one message to ``fd`` completely."""
-    data = memoryview(encode(message))
-    while data:
-        written = os.write(fd, data)
-        data = data[written:]
+    write_all(fd, encode(message))
 
 
 _SLOT = struct.Struct("<qqdd")
