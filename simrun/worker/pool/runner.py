@@ -187,7 +187,8 @@ class _Chunk:
     ) -> None:
         self.worker, self.spec, self.ledger = worker, spec, ledger
         self.is_stale, self.stopping = is_stale, stopping
-        self.pending, self.position = ledger.pending, 0
+        self.pending: list[UnitKey] = []
+        self.position = 0
         self.task_key = (spec.run, spec.task)
         known = worker.pace is not None and worker.pace[0] == self.task_key
         self.pace = worker.pace[1] if worker.pace is not None and known else Pace()
@@ -225,6 +226,8 @@ class _Chunk:
         return None
 
     async def run(self) -> None:
+        """Send the units pending after the setup in batches and record their outcomes."""
+        self.pending = self.ledger.pending
         head = await self._send_next()
         ahead = await self._send_next() if head is not None and self.pace.sends_ahead else None
         begun = time.monotonic()
