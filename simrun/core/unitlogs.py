@@ -45,6 +45,11 @@ def units_dir(task_logs: Path) -> Path:
     return task_logs / UNITS_DIR
 
 
+def command_log_paths(task_logs: Path, attempt: int) -> tuple[Path, Path]:
+    """Where a command's attempt writes its stdout and its stderr."""
+    return task_logs / f"attempt-{attempt}.out", task_logs / f"attempt-{attempt}.err"
+
+
 def attempt_paths(task_logs: Path, unit: int | str, attempt: int) -> tuple[Path, Path]:
     """The header (.json) and the output (.log) of ``unit``'s attempt ``attempt``."""
     base = f"{unit_stem(unit)}.attempt-{attempt}"
@@ -153,33 +158,24 @@ class LogNotFound(LookupError):
     """A run, task, unit or attempt without logs; the message says which, in one line."""
 
 
-def _run_dir(root: Path, run: str) -> Path:
+def _task_logs(root: Path, run: str, task: str | None) -> dict[str, Path]:
+    """The logs directory of each task of run ``run`` (only ``task`` when given);
+    `LogNotFound` for an unknown run or task."""
     run_dir = StoreLayout(root).run_dir(run)
     if not run_dir.is_dir():
         raise LogNotFound(f"there is no run {run!r} in the store {root}")
-    return run_dir
-
-
-def _task_names(run_dir: Path) -> list[str]:
-    return sorted(p.name for p in run_dir.iterdir() if p.is_dir() and p.name != "sources")
+    names = sorted(p.name for p in run_dir.iterdir() if p.is_dir() and p.name != "sources")
+    if task is not None and task not in names:
+        known = ", ".join(names) or "none has started"
+        raise LogNotFound(f"run {run!r} has no task {task!r} with files (its tasks: {known})")
+    layout = StoreLayout(root)
+    return {name: task_logs(layout.task_dir(run, name)) for name in names if task in (None, name)}
 
 
 def run_logs(root: Path, run: str, task: str | None = None) -> dict[str, list[UnitLogHeader]]:
     """The last attempt of every unit with a log, per task of run ``run`` of the store at
     ``root`` (only ``task`` when given); `LogNotFound` for an unknown run or task."""
-    run_dir = _run_dir(root, run)
-    names = _task_names(run_dir)
-    if task is not None:
-        if task not in names:
-            raise LogNotFound(_no_task(run, task, names))
-        names = [task]
-    layout = StoreLayout(root)
-    return {name: list_unit_logs(task_logs(layout.task_dir(run, name))) for name in names}
-
-
-def _no_task(run: str, task: str, names: list[str]) -> str:
-    known = ", ".join(names) or "none has started"
-    return f"run {run!r} has no task {task!r} with files (its tasks: {known})"
+    return {name: list_unit_logs(logs) for name, logs in _task_logs(root, run, task).items()}
 
 
 def store_unit_logs(
@@ -187,11 +183,7 @@ def store_unit_logs(
 ) -> UnitLogs:
     """`read_unit_logs` of a unit of the store at ``root``; `LogNotFound` (one line) for
     an unknown run or task, a unit without a log, an attempt without one."""
-    run_dir = _run_dir(root, run)
-    names = _task_names(run_dir)
-    if task not in names:
-        raise LogNotFound(_no_task(run, task, names))
-    logs = task_logs(StoreLayout(root).task_dir(run, task))
+    logs = _task_logs(root, run, task)[task]
     found = read_unit_logs(logs, run, task, unit)
     what = f"unit {unit} of task {task!r} of run {run!r}"
     if not found.attempts:
@@ -212,16 +204,13 @@ def store_unit_logs(
     return found
 
 
-def _read_text(path: Path, limit: int | None = None) -> str:
-    with path.open("rb") as f:
-        data = f.read() if limit is None else f.read(limit)
-    return data.decode("utf-8", errors="replace")
+def _read_text(path: Path) -> str:
+    return path.read_bytes().decode("utf-8", errors="replace")
 
 
 def _command_output(task_logs: Path, attempt: int) -> tuple[str, tuple[Path, ...]]:
     parts, paths = [], []
-    for name, suffix in (("stdout", "out"), ("stderr", "err")):
-        path = task_logs / f"attempt-{attempt}.{suffix}"
+    for name, path in zip(("stdout", "stderr"), command_log_paths(task_logs, attempt), strict=True):
         if path.is_file():
             paths.append(path)
             text = _read_text(path)
@@ -395,5 +384,6 @@ def store_live_unit_logs(
 ) -> list[LiveAttempt]:
     """`live_unit_logs` of a unit of the store at ``root``; `LogNotFound` for an unknown
     run; a task with no files yet (not started) has no attempts."""
-    _run_dir(root, run)
+    if not StoreLayout(root).run_dir(run).is_dir():
+        raise LogNotFound(f"there is no run {run!r} in the store {root}")
     return live_unit_logs(task_logs(StoreLayout(root).task_dir(run, task)), unit, since)

@@ -20,6 +20,7 @@ from typing import IO
 from simrun.core.environment import find_program, program_dirs, thread_environment, with_threads
 from simrun.core.layout import task_logs
 from simrun.core.reports import WorkerReport
+from simrun.core.unitlogs import command_log_paths
 from simrun.plugins import TaskPaths
 from simrun.worker import engine as container_engine
 from simrun.worker.cgroups import KERNEL_LIMIT_FACTOR
@@ -67,8 +68,7 @@ def settings_path(paths: TaskPaths) -> Path:
 
 def log_paths(paths: TaskPaths, attempt: int) -> tuple[Path, Path]:
     """Where the stdout and the stderr of an attempt go."""
-    logs = task_logs(paths.task_dir)
-    return logs / f"attempt-{attempt}.out", logs / f"attempt-{attempt}.err"
+    return command_log_paths(task_logs(paths.task_dir), attempt)
 
 
 def default_report_path(paths: TaskPaths, attempt: int) -> Path:
