@@ -132,8 +132,7 @@ def _adapter(cls: type) -> TypeAdapter[Any]:
 
 @dataclass(frozen=True)
 class UnitAttempt(_Wire):
-    """One attempt of a unit as read: its header and its output (the command's stdout
-    and stderr, one after the other, for the unit "command")."""
+    """One attempt of a unit as read: its header and output (a command's: both streams)."""
 
     WHAT = "a unit's attempt"
 
@@ -173,16 +172,14 @@ def _task_logs(root: Path, run: str, task: str | None) -> dict[str, Path]:
 
 
 def run_logs(root: Path, run: str, task: str | None = None) -> dict[str, list[UnitLogHeader]]:
-    """The last attempt of every unit with a log, per task of run ``run`` of the store at
-    ``root`` (only ``task`` when given); `LogNotFound` for an unknown run or task."""
+    """The last attempt of every unit with a log, per task of run ``run``."""
     return {name: list_unit_logs(logs) for name, logs in _task_logs(root, run, task).items()}
 
 
 def store_unit_logs(
     root: Path, run: str, task: str, unit: int | str, attempt: int | None = None
 ) -> UnitLogs:
-    """`read_unit_logs` of a unit of the store at ``root``; `LogNotFound` (one line) for
-    an unknown run or task, a unit without a log, an attempt without one."""
+    """`read_unit_logs` of a unit of the store at ``root``; `LogNotFound` in one line."""
     logs = _task_logs(root, run, task)[task]
     found = read_unit_logs(logs, run, task, unit)
     what = f"unit {unit} of task {task!r} of run {run!r}"
@@ -263,8 +260,7 @@ def _headers(task_logs: Path) -> list[Path]:
 
 
 def list_unit_logs(task_logs: Path) -> list[UnitLogHeader]:
-    """The header of the last attempt of every unit of a task that has a log: the units
-    whose last attempt did not end well first, then by unit."""
+    """The last attempt of each unit of a task with a log, failures first."""
     last: dict[int | str, UnitLogHeader] = {}
     for path in _headers(task_logs):
         try:
@@ -321,8 +317,7 @@ def whole_utf8(data: bytes) -> int:
 
 
 def _read_from(path: Path, offset: int) -> tuple[int, str] | None:
-    """The text of ``path`` from byte ``offset`` on (at most `LIVE_READ_MAX` bytes) and the
-    offset after it; None when the file is not there."""
+    """The text of ``path`` from ``offset`` on and the offset after it (None: no file)."""
     try:
         with path.open("rb") as f:
             f.seek(offset)
@@ -382,8 +377,7 @@ def live_unit_logs(
 def store_live_unit_logs(
     root: Path, run: str, task: str, unit: int | str, since: Mapping[str, int] | None = None
 ) -> list[LiveAttempt]:
-    """`live_unit_logs` of a unit of the store at ``root``; `LogNotFound` for an unknown
-    run; a task with no files yet (not started) has no attempts."""
+    """`live_unit_logs` of a unit of the store at ``root``; `LogNotFound`: no run."""
     if not StoreLayout(root).run_dir(run).is_dir():
         raise LogNotFound(f"there is no run {run!r} in the store {root}")
     return live_unit_logs(task_logs(StoreLayout(root).task_dir(run, task)), unit, since)

@@ -89,8 +89,7 @@ def resource_key(task_type: TaskType, settings: Mapping[str, Any], model: str) -
 
 
 def unknown_key_message(text: str, known: Iterable[str]) -> str:
-    """The one line that says ``text`` names no key with observations (or is no key at all),
-    with the closest of the ``known`` keys' texts when some are close."""
+    """The line saying ``text`` names no known key, with the closest ``known`` keys."""
     try:
         ResourceKey.from_text(text)
     except ValueError as exc:

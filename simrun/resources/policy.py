@@ -230,8 +230,7 @@ def _largest(observations: Sequence[Observation]) -> float | None:
 def _fit_window(
     successes: Sequence[Observation], input_bytes: int | None, margin: float
 ) -> tuple[float | None, float | None, float | None, float | None]:
-    """`_fit` of the window's peaks (with their input sizes when all are known); all None
-    without a success."""
+    """`_fit` of the window's peaks (sizes when all are known); None without a success."""
     if not successes:
         return None, None, None, None
     sizes = [o.input_bytes for o in successes]

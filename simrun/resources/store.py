@@ -224,8 +224,7 @@ class ResourceStore:
         run: str = "",
         input_bytes: int | None = None,
     ) -> None:
-        """Store one worker report under ``key``: one observation per worker process, or with
-        ``oom`` one kill at the report's ``limit_gb``."""
+        """Store one worker report under ``key`` (with ``oom``: one kill at its limit)."""
         await self.record_many([Record(key, report, base_gb, oom, run, input_bytes)])
 
     async def record_many(
@@ -286,8 +285,7 @@ class ResourceStore:
         override: ResourceOverride | None,
         input_bytes: int | None = None,
     ) -> ResolvedResources:
-        """The resources to request for a task of ``key`` whose inputs hold ``input_bytes``
-        (None when unknown; see `policy.decide`)."""
+        """The resources for a task of ``key`` (`policy.decide`)."""
         async with self._connection() as conn:
             history = await self._history(conn, key, WINDOW)
         return decide(history, hint, override, input_bytes=input_bytes)

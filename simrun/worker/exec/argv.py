@@ -53,8 +53,7 @@ def split_template(template: str) -> list[str]:
 
 
 def _fill(template: str, part: str, values: Mapping[str, str]) -> str:
-    """``part`` with its placeholders replaced by ``values`` (which must hold each name
-    the part uses) and its doubled braces undoubled."""
+    """``part`` with its placeholders replaced by ``values`` and its braces undoubled."""
     pieces: list[str] = []
     last = 0
     for match in _BRACES.finditer(part):

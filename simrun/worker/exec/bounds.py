@@ -24,8 +24,7 @@ _FREEZE_ROUNDS = 20
 
 
 class CommandBounds:
-    """The cgroup of a command (``box``) or its process tree; `open` one per command run,
-    `close` it when the command is over."""
+    """The cgroup of a command (``box``) or its process tree, for one command run."""
 
     def __init__(
         self,
@@ -43,8 +42,7 @@ class CommandBounds:
 
     @classmethod
     def open(cls, mode: str, limit_gb: float) -> CommandBounds:
-        """A cgroup for a command of limit ``limit_gb`` when ``mode`` is "auto" and the
-        kernel allows it, else the process tree (blocking: reads and writes cgroup files)."""
+        """A cgroup for the command when ``mode`` is "auto" and usable, else its tree."""
         if mode == "off":
             reason = "turned off (cgroups: off)"
         else:
@@ -93,8 +91,7 @@ class CommandBounds:
         return join
 
     def members(self) -> list[int]:
-        """The command's processes: its cgroup's, else simrun-exec's descendants that were
-        not there before (the command's tree and the orphans adopted since)."""
+        """The command's processes: its cgroup's, else the descendants new since."""
         if self.box is not None:
             return self.box.procs()
         return [p for p in descendants(os.getpid()) if p not in self._before]

@@ -91,8 +91,7 @@ def _write_report(path: Path, result: CommandResult) -> bool:
 
 
 def exec_main(argv: Sequence[str] | None = None) -> int:
-    """Run ``simrun-exec`` with ``argv`` (default: the process's arguments); returns the exit
-    code (0 only when the command succeeded)."""
+    """Run ``simrun-exec`` with ``argv``; returns the exit code."""
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # argparse has printed the usage and its error already

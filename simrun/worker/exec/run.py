@@ -193,8 +193,7 @@ def _end_container(spec: CommandSpec, name: str) -> bool:
 
 
 def engine_oom_result(spec: CommandSpec, result: CommandResult) -> CommandResult:
-    """``result`` of a command whose container the engine's OOM killer ended: killed for
-    memory at the job's limit."""
+    """``result`` of a command the engine's OOM killer ended: killed at its limit."""
     report = result.report.model_copy(
         update={
             "killed_for_memory": True,

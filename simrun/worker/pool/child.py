@@ -75,8 +75,7 @@ _GONE_WAIT_S = 10.0
 
 
 class _CgroupFiles:
-    """A cgroup's member list and OOM kill counter, kept open (read after every unit); a
-    failed read gives None."""
+    """A cgroup's member list and OOM counter, kept open (read after every unit)."""
 
     def __init__(self, box: Cgroup) -> None:
         self.version = box.version
@@ -112,8 +111,7 @@ class _CgroupFiles:
 
 
 class Leftovers:
-    """Ends what a request left behind (the other processes of the cgroup ``box``, else the
-    descendants) and tells when the kernel's OOM killer ended one of them."""
+    """Ends what a request left behind; tells when the kernel OOM-killed one of them."""
 
     def __init__(self, box: Cgroup | None) -> None:
         self.box = box
@@ -199,8 +197,7 @@ class _Context:
 
 
 class Child:
-    """The state of one worker process: its task types, the last `MAX_TASKS` tasks it set
-    up, and the current one."""
+    """One worker process's task types, the tasks it set up, and the current one."""
 
     def __init__(
         self,

@@ -117,8 +117,7 @@ class UnitLogSink:
             self.write(self.orphan_unit, data)
 
     def write(self, unit: UnitKey, data: bytes) -> None:
-        """Write ``data`` as the output of ``unit`` (blocking); a unit written twice (a death
-        after its marker) gets both parts."""
+        """Write ``data`` as the output of ``unit`` (blocking), after what it had."""
         path = attempt_paths(self.task_logs, unit, self.attempt)[1]
         if unit in self.written and path.is_file():
             data = path.read_bytes() + data
@@ -135,8 +134,7 @@ class UnitLogSink:
             f.write(data)
 
     def drop_live(self, unit: UnitKey) -> None:
-        """Remove what was written live to the log of ``unit``, not its output after all
-        (blocking); a unit with output of its own keeps it."""
+        """Remove what was written live to ``unit``'s log, not its output after all."""
         if unit not in self.written:
             attempt_paths(self.task_logs, unit, self.attempt)[1].unlink(missing_ok=True)
 
@@ -148,8 +146,7 @@ SETTLE_S = 1.0
 
 
 class CappedLog:
-    """The log of one worker process: its output through a `CappedSegment`, each unit's
-    segment ended at its marker and written to ``sink`` (a job's unit logs), else ``fd``."""
+    """The log of one worker process, each unit's output capped and sent to its unit's log."""
 
     def __init__(self, cap: int, fd: int = 2) -> None:
         self.segment = CappedSegment(cap)
@@ -240,8 +237,7 @@ class CappedLog:
         await self._to_fd(f"[simrun: {label}: {len(data)} bytes of output in {path}]\n".encode())
 
     async def settle(self, index: int, timeout_s: float = SETTLE_S) -> bool:
-        """Whether the marker of unit ``index`` was read within ``timeout_s`` (then the open
-        segment is a later unit's)."""
+        """Whether the marker of unit ``index`` was read within ``timeout_s``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while index not in self._marked:
@@ -271,8 +267,7 @@ class CappedLog:
         await self._deliver(None, last, ended=True)
 
     async def _take(self, data: bytes) -> bytes:
-        """Feed ``data``, ending a segment at each marker; returns the bytes that may start a
-        marker not read in full yet."""
+        """Feed ``data`` up to its markers; returns bytes that may start a marker."""
         while data:
             at = data.find(_MARK)
             if at < 0:

@@ -164,8 +164,7 @@ class WorkerProcess:
             os.kill(self.pid, signal.SIGKILL)
 
     def members(self) -> list[int]:
-        """The processes that count with this one: its cgroup's, else itself (the sampler
-        walks its tree)."""
+        """The processes that count with this one: its cgroup's, else itself."""
         return self.box.procs() if self.box is not None else [self.pid]
 
     def _oom_counts(self) -> tuple[int | None, int | None]:
@@ -175,8 +174,7 @@ class WorkerProcess:
         )
 
     def begin_job(self, limit_gb: float | None) -> None:
-        """Give the cgroup the kernel limit of a job killed at ``limit_gb`` and note the OOM
-        kill counters (blocking)."""
+        """Set the cgroup's kernel limit for a job, note the OOM counters (blocking)."""
         if self.box is not None:
             try:
                 self.box.set_limit(kernel_limit_bytes(limit_gb))
@@ -242,8 +240,7 @@ class WorkerProcess:
             raise await self._gone() from exc
 
     async def receive(self, timeout_s: float | None = None) -> dict[str, Any]:
-        """The next reply; past ``timeout_s`` the process is killed ("timeout");
-        `ProcessGone` when it ends before replying."""
+        """The next reply, the process killed past ``timeout_s``; `ProcessGone` if it ends."""
         stdout = self.proc.stdout
         assert stdout is not None
         try:
@@ -313,8 +310,7 @@ _JOIN_SHELL = 'echo $$ > "$0" && exec "$@"'
 
 
 def join_then_exec(box: Cgroup, argv: list[str]) -> list[str]:
-    """``argv`` started inside the cgroup ``box`` (a shell joins it, then execs the program,
-    so all the program's memory is charged there)."""
+    """``argv`` started inside the cgroup ``box``, all its memory charged there."""
     return ["/bin/sh", "-c", _JOIN_SHELL, str(box.path / "cgroup.procs"), *argv]
 
 
@@ -334,8 +330,7 @@ def needs_fresh_start(anon_gb: float, baseline_gb: float) -> bool:
 
 @dataclass(frozen=True)
 class Candidate:
-    """What `choose` knows of an idle process: its GPUs, the task of its last job, its
-    anonymous memory and baseline (GiB), and the tasks whose setup it has done."""
+    """What `choose` knows of an idle process."""
 
     gpu_ids: tuple[str, ...]
     task: tuple[str, str] | None

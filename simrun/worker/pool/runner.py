@@ -83,8 +83,7 @@ def ended_before_death(
 
 @dataclass(frozen=True)
 class JobMemory:
-    """The peak memory of a job's process, whether it was killed for memory, and the limit
-    it ran under (GiB; 0 without one)."""
+    """A job's process: its peak memory, killed for memory, and its limit (GiB; 0: none)."""
 
     peak_gb: float
     killed_for_memory: bool
@@ -174,8 +173,7 @@ def _names(raised: object) -> tuple[str, ...]:
 
 
 class _Chunk:
-    """The loop of one chunk job on a worker process: setup, then batches of its pending
-    units (two in flight while batches are short), each outcome recorded in ``ledger``."""
+    """The loop of one chunk job on a worker process: its setup, then its batches."""
 
     def __init__(
         self,
@@ -208,8 +206,7 @@ class _Chunk:
             self.ledger.close_rest("failed", message, _names(reply.get("exception")))
 
     async def _send_next(self) -> tuple[int, list[UnitKey]] | None:
-        """Check the next ``pace.size`` units for staleness and send those that are not;
-        None once no unit is left or the stop's grace period is over."""
+        """Send the next ``pace.size`` units not stale; None once none is left or it stops."""
         while self.position < len(self.pending) and not self.stopping():
             batch: list[UnitKey] = []
             while self.position < len(self.pending) and len(batch) < self.pace.size:
@@ -292,8 +289,7 @@ class _Chunk:
             self.received_s += seconds
 
     def settle_death(self) -> None:
-        """After the process died: record the units its slot says ended well, and find the
-        unit it died in (`ended_before_death`)."""
+        """Record what the dead process's slot says ended well; find the unit it died in."""
         batch = self.worker.batch
         if batch is None or self.current is None:
             return
@@ -356,8 +352,7 @@ async def run_chunk(
 async def run_merge(
     worker: WorkerProcess, spec: JobSpec, ledger: Ledger, *, limit_gb: float | None
 ) -> JobMemory:
-    """Run the merge of ``spec``'s task on ``worker`` under ``limit_gb`` (the task's base
-    memory), recording the outcome of the unit "merge" in ``ledger``."""
+    """Run the merge of ``spec``'s task on ``worker``, recording the unit "merge"."""
     kill_at = kill_limit_gb(limit_gb, worker.baseline_gb)
     sampler = await _sampler(worker, kill_at)
     what = f"merging task {spec.task!r}"
