@@ -212,8 +212,7 @@ class JobSpec(BaseModel):
         return spec
 
 
-#: The most units one job payload may name (chunks are far smaller:
-#: `simrun.core.sizing.DEFAULT_MAX_CHUNK`).
+#: The most units one job payload may name (chunks are far smaller).
 MAX_JOB_UNITS = 1_000_000
 
 

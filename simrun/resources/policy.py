@@ -21,24 +21,19 @@ from simrun.workflow import ResourceOverride
 WINDOW = 200
 #: The least margin of a learned request over the center (a factor).
 MARGIN = 1.05
-#: After a kill for memory the request is at least this times the killed process's limit,
-#: until a later observation of the key succeeds.
+#: After a kill, the request is at least this times the killed limit until a later success.
 RETRY_FACTOR = 2.0
 #: The margin is exp(KILL_Z x the scale of the peaks around the center).
 KILL_Z = 2.326
-#: The spread (standard deviation of log peaks) assumed before a key shows its own; it
-#: weighs as one sample.
+#: The spread (sd of log peaks) assumed before a key shows its own; it weighs as one sample.
 PRIOR_SPREAD = 0.25
-#: The exponent of input size assumed before a key's own sizes show it, and its
-#: uncertainty (standard deviation).
+#: The exponent of input size assumed before a key's sizes show it, and its sd.
 PRIOR_INPUT_SLOPE = 0.5
 PRIOR_INPUT_SLOPE_SD = 0.5
-#: Once a key has this many successes, a request asks at most `CEILING_FACTOR` times the
-#: 95th percentile of its peaks (at the task's input size): the rule of learning v1.
+#: From this many successes on, a request asks at most `CEILING_FACTOR` x the P95 of peaks.
 CEILING_SAMPLES = 20
 CEILING_FACTOR = 1.4
-#: The latest successes compared with the fit to notice a key that drifts upward (a quarter
-#: of the window).
+#: The latest successes compared with the fit to notice a key that drifts upward.
 DRIFT_SAMPLES = 50
 #: The largest exponent of input size a fit may give.
 MAX_INPUT_SLOPE = 1.5

@@ -73,8 +73,7 @@ _INSERT = (
     " input_bytes)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-# The window (the last N successes of a key) and its last N kills, oldest first, in one
-# statement: both parts walk the index (key, oom, id).
+# The window (a key's last N successes) and its last N kills, oldest first, by the index.
 _HISTORY = (
     "SELECT * FROM ("
     " SELECT id, memory_gb, oom, seconds_per_unit, run, input_bytes FROM observations"
@@ -181,8 +180,7 @@ class ResourceStore:
     def __init__(self, db: Path, *, keep_open: bool = True) -> None:
         self.db = Path(db)
         self._schema_ready = False
-        # One idle connection keeps the WAL files alive between the per-call connections
-        # (see simrun.db.FileKeeper); keep_open=False is the peer of benchmarks/store.py.
+        # An idle connection keeps the WAL files alive between calls (simrun.db.FileKeeper).
         self._keeper = FileKeeper(self.db) if keep_open else None
 
     @asynccontextmanager
@@ -212,8 +210,6 @@ class ResourceStore:
         except SchemaError as exc:
             raise SchemaError(f"{self.db}: {exc}") from exc
         self._schema_ready = True
-
-    # -- writing ---------------------------------------------------------------------------
 
     async def record(
         self,
@@ -254,8 +250,6 @@ class ResourceStore:
         async with self._connection() as own, transaction(own):
             await own.executemany(_INSERT, rows)
         return len(rows)
-
-    # -- reading ---------------------------------------------------------------------------
 
     async def _history(
         self, conn: aiosqlite.Connection, key: ResourceKey, window: int

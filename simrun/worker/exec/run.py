@@ -227,8 +227,6 @@ class CommandRun:
         self._kernel_oom = False
         self._over = threading.Event()  # the command's first process has ended
 
-    # -- stopping, from other threads ------------------------------------------------------
-
     def _signal_tree(self, sig: signal.Signals) -> None:
         """Send ``sig`` to the command's process group and descendants (lock held, first
         process not reaped yet, so its ids are not reused)."""
@@ -291,8 +289,6 @@ class CommandRun:
                 return
             self._timers.append(timer)
         timer.start()
-
-    # -- running ---------------------------------------------------------------------------
 
     def run(self) -> CommandResult:
         """Prepare the task directory, run the command to its end, and say how it went."""
@@ -379,8 +375,7 @@ class CommandRun:
                 return not_started(
                     spec, "simrun-exec was stopped before the command started", started, "killed"
                 )
-            # A bare name is looked up on PATH, then beside simrun's interpreter (a
-            # virtual environment's bin, active or not); argv[0] stays as written.
+            # A bare name: on PATH, then beside simrun's interpreter; argv[0] as written.
             found = None if "/" in argv[0] else find_program(argv[0])
             try:
                 self._proc = subprocess.Popen(
@@ -418,8 +413,7 @@ class CommandRun:
             watcher.start()
             if spec.timeout_s is not None:
                 self._start_timer(spec.timeout_s, self._on_timeout)
-            # Wait for the first process to end without reaping it, so that its process
-            # group id stays ours while the rest of the group is killed below.
+            # Not reaped, so its group id stays ours while the rest is killed below.
             os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
             wall_s = time.monotonic() - t0
             peak_gb = sampler.stop()
@@ -433,8 +427,7 @@ class CommandRun:
                 self._reaped = True
             self._over.set()
             watcher.join()
-            # SIGKILL is not instant: a big process takes a while to free its memory. The
-            # group id cannot be reused while one of its members exists, so this is safe.
+            # SIGKILL is not instant; the group id is not reused while a member exists.
             left = _wait_group_gone(proc.pid)
             if left:
                 log.warning("processes %s of the command survive SIGKILL", left)

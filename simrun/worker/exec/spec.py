@@ -82,9 +82,6 @@ class _VersionedFile(BaseModel):
             raise JobFileError(explain(exc, cls, cls.WHERE, dotted=True)) from None
 
 
-# --- the job ------------------------------------------------------------------------------
-
-
 class CommandSpec(_VersionedFile):
     """Everything ``simrun-exec`` needs to run the command of one unsplit task once.
 
@@ -116,9 +113,6 @@ class CommandSpec(_VersionedFile):
     processes: Annotated[int, Field(strict=True, ge=1)] = 1
     image: Annotated[str, Field(strict=True, pattern=r"\S")] | None = None
     engine: Annotated[str, Field(strict=True, pattern=r"\S")] | None = None
-
-
-# --- the result ---------------------------------------------------------------------------
 
 
 class CommandResult(_VersionedFile):
@@ -176,9 +170,6 @@ class CommandResult(_VersionedFile):
 def utc_now() -> str:
     """The time now as ISO 8601 UTC, to the millisecond."""
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-# --- files --------------------------------------------------------------------------------
 
 
 def write_json_atomic(path: Path, data: object) -> None:

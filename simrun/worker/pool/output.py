@@ -101,8 +101,7 @@ class UnitLogSink:
     attempt: int
     written: dict[UnitKey, int] = field(default_factory=dict)
     orphan_unit: UnitKey | None = None
-    #: The last output of a process that died, read before the runner said which unit it
-    #: died in: `settle_orphan` writes it.
+    #: A dead process's last output, read before its unit was known (`settle_orphan`).
     orphan_output: bytes = b""
     #: The unit whose log got that output live (it may not be the one the runner names).
     orphan_live: UnitKey | None = None
@@ -154,8 +153,7 @@ class CappedLog:
         self._lock = asyncio.Lock()
         #: The label of unit ``index`` of the batch running ("unit 4 of job ...").
         self.label_of: Callable[[int], str] = lambda index: f"unit {index}"
-        #: The unit whose output the open segment is, given the last marker read (None:
-        #: not known for sure); its output is written to its log as it comes.
+        #: The unit whose output the open segment is, given the last marker read (or None).
         self.open_unit: Callable[[int | None], UnitKey | None] = lambda last: None
         self._sink: UnitLogSink | None = None
         self._captured = bytearray()

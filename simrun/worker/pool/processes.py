@@ -33,8 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: A process switching task restarts when it keeps more than this beyond its baseline (GiB):
-#: what an earlier task may add to the peak a job measures (numpy alone is about 6 MiB).
+#: A process switching task restarts when it keeps more than this beyond its baseline (GiB).
 RECYCLE_KEPT_GB = 4 / 1024
 #: The least memory a job gets above its process's baseline before a kill (`kill_limit_gb`).
 KILL_HEADROOM_GB = 32 / 1024
@@ -62,8 +61,7 @@ def describe_exit(returncode: int | None) -> str:
     return f"exit code {returncode}"
 
 
-#: Seconds the log of a process that ended may take to reach its end (an escaped
-#: descendant may hold the pipe open).
+#: Seconds the log of a process that ended may take to reach its end.
 _LOG_END_WAIT_S = 2.0
 
 
@@ -426,8 +424,7 @@ class ProcessPool:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 pass_fds=(slot_fd,),
-                # One core's worth of threads each (set before plugin code imports numpy);
-                # what the user set in the worker's environment is kept.
+                # One core's worth of threads each, unless the user set them.
                 env=with_threads(os.environ, 1),
             )
         except BaseException:
