@@ -11,7 +11,7 @@ import os
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
@@ -56,50 +56,6 @@ def attempt_paths(task_logs: Path, unit: int | str, attempt: int) -> tuple[Path,
     return units_dir(task_logs) / f"{base}.json", units_dir(task_logs) / f"{base}.log"
 
 
-@dataclass(frozen=True)
-class UnitLogHeader:
-    """What is known of one attempt of a unit: who ran it, how it ended, its seconds, the
-    job's peak memory and limit (GiB), when the job ran (epoch seconds), its output bytes."""
-
-    run: str
-    task: str
-    unit: int | str
-    attempt: int
-    job_id: str
-    worker: str
-    pid: int | None
-    outcome: str
-    error: str | None
-    seconds: float | None
-    peak_gb: float
-    limit_gb: float
-    started: float
-    finished: float
-    output_bytes: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: object, where: str) -> UnitLogHeader:
-        """The header in ``data``; ValueError naming ``where`` when it is not one."""
-        if not isinstance(data, dict):
-            raise ValueError(f"{where}: not a unit log header (a JSON object)")
-        names = {f.name for f in fields(cls)}
-        missing = sorted(names - {"output_bytes"} - set(data))
-        if missing:
-            raise ValueError(f"{where}: not a unit log header (no {', '.join(missing)})")
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary name in the same directory."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 class _Wire:
     """A dataclass that goes over the wire as JSON data (`to_dict`, `from_dict`)."""
 
@@ -128,6 +84,48 @@ def _adapter(cls: type) -> TypeAdapter[Any]:
     if cls not in _ADAPTERS:
         _ADAPTERS[cls] = TypeAdapter(cls)
     return _ADAPTERS[cls]
+
+
+@dataclass(frozen=True)
+class UnitLogHeader(_Wire):
+    """What is known of one attempt of a unit: who ran it, how it ended, its seconds, the
+    job's peak memory and limit (GiB), when the job ran (epoch seconds), its output bytes."""
+
+    run: str
+    task: str
+    unit: int | str
+    attempt: int
+    job_id: str
+    worker: str
+    pid: int | None
+    outcome: str
+    error: str | None
+    seconds: float | None
+    peak_gb: float
+    limit_gb: float
+    started: float
+    finished: float
+    output_bytes: int = 0
+
+    WHAT = "a unit log header"
+
+    @classmethod
+    def from_dict(cls, data: object, where: str) -> UnitLogHeader:
+        """The header in ``data``; ValueError naming ``where`` and what it lacks."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: not a unit log header (a JSON object)")
+        missing = sorted({f.name for f in fields(cls)} - {"output_bytes"} - set(data))
+        if missing:
+            raise ValueError(f"{where}: not a unit log header (no {', '.join(missing)})")
+        return super().from_dict(data, where)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary name in the same directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 @dataclass(frozen=True)

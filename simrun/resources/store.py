@@ -84,6 +84,12 @@ _HISTORY = (
     ") ORDER BY id"
 )
 
+#: A key's latest kills (time recorded, limit), the latest first.
+_KILLS = (
+    "SELECT recorded_s, memory_gb FROM observations"
+    " WHERE key = ? AND oom = 1 ORDER BY id DESC LIMIT ?"
+)
+
 Row = tuple[str, str, float, int, float | None, int, float, float, float, int | None]
 
 
@@ -306,13 +312,7 @@ class ResourceStore:
                 learned = learn(history)
                 # What a dispatch without an override would request: the very same rule.
                 resolved = decide(history, hint, None)
-                kill = list(
-                    await conn.execute_fetchall(
-                        "SELECT recorded_s, memory_gb FROM observations"
-                        " WHERE key = ? AND oom = 1 ORDER BY id DESC LIMIT 1",
-                        (key.text(),),
-                    )
-                )
+                kill = list(await conn.execute_fetchall(_KILLS, (key.text(), 1)))
                 out.append(
                     KeySummary(
                         key=key,
@@ -332,11 +332,7 @@ class ResourceStore:
         """What ``key``'s request rests on (see `KeyEvidence`); ``hint`` is its type's."""
         async with self._connection() as conn:
             history = await self._history(conn, key, WINDOW)
-            kills = await conn.execute_fetchall(
-                "SELECT recorded_s, memory_gb FROM observations"
-                " WHERE key = ? AND oom = 1 ORDER BY id DESC LIMIT ?",
-                (key.text(), EVIDENCE_KILLS),
-            )
+            kills = await conn.execute_fetchall(_KILLS, (key.text(), EVIDENCE_KILLS))
             total = await conn.execute_fetchall(
                 "SELECT count(*) FROM observations WHERE key = ?", (key.text(),)
             )

@@ -13,12 +13,6 @@ from pathlib import Path
 
 from simrun.plugins import COMMAND_BRACES, COMMAND_PLACEHOLDERS
 
-#: The names a template may use in braces.
-PLACEHOLDERS = COMMAND_PLACEHOLDERS
-
-# One lexical item of a part: an escaped brace, a placeholder, or a brace standing alone.
-_BRACES = COMMAND_BRACES
-
 
 def _describe(template: str) -> str:
     return f"command template {template!r}"
@@ -56,7 +50,7 @@ def _fill(template: str, part: str, values: Mapping[str, str]) -> str:
     """``part`` with its placeholders replaced by ``values`` and its braces undoubled."""
     pieces: list[str] = []
     last = 0
-    for match in _BRACES.finditer(part):
+    for match in COMMAND_BRACES.finditer(part):
         pieces.append(part[last : match.start()])
         last = match.end()
         item = match.group()
@@ -71,8 +65,8 @@ def _fill(template: str, part: str, values: Mapping[str, str]) -> str:
             )
         else:
             name = item[1:-1]
-            if name not in PLACEHOLDERS:
-                known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+            if name not in COMMAND_PLACEHOLDERS:
+                known = ", ".join("{" + p + "}" for p in COMMAND_PLACEHOLDERS)
                 raise ValueError(
                     f"{_describe(template)}: the part {part!r} uses the unknown placeholder "
                     f"{item!r}; the placeholders are {known} (write {{{{ and }}}} for "
@@ -84,7 +78,7 @@ def _fill(template: str, part: str, values: Mapping[str, str]) -> str:
 
 
 def _uses_input(part: str) -> bool:
-    return any(m.group() == "{input}" for m in _BRACES.finditer(part))
+    return any(m.group() == "{input}" for m in COMMAND_BRACES.finditer(part))
 
 
 def expand_argv(
