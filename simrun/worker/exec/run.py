@@ -439,40 +439,39 @@ class CommandRun:
             peak_gb = max(peak_gb, bounds.kernel_peak_gb() or 0.0)
         return self._result(proc.returncode, peak_gb, wall_s, started)
 
+    def _verdict(self, code: int, how: str, sig: str | None) -> tuple[Outcome, str]:
+        """The outcome of a command that ended with ``code``, and why."""
+        limit_gb = self.spec.limit_gb
+        if self._reason == "memory" and self._kernel_oom:
+            return "killed", (
+                "the kernel's OOM killer ended a process of the command: its memory cgroup "
+                f"reached the kernel limit of {KERNEL_LIMIT_FACTOR:g} x its limit of "
+                f"{limit_gb:g} GiB, so the command was killed ({how})"
+            )
+        if self._reason == "memory":
+            return "killed", (
+                f"the command's processes used {self._limit_seen_gb:.3f} GiB of anonymous "
+                f"memory, more than its limit of {limit_gb:g} GiB, and was killed ({how})"
+            )
+        if self._reason == "timeout":
+            return "timeout", (
+                f"the command ran longer than its timeout of {self.spec.timeout_s:g} s "
+                f"and was killed ({how})"
+            )
+        if self._reason == "terminated":
+            return "killed", f"simrun-exec was asked to stop, so it stopped the command ({how})"
+        if code == 0:
+            return "done", ""
+        if code > 0:
+            return "failed", f"the command exited with code {code}"
+        return "failed", f"the command was killed by {sig}, not by simrun-exec"
+
     def _result(self, code: int, peak_gb: float, wall_s: float, started: str) -> CommandResult:
         spec = self.spec
         exit_code = code if code >= 0 else None
         sig = _signal_name(-code) if code < 0 else None
         how = f"exit code {code}" if code >= 0 else f"signal {sig}"
-        outcome: Outcome
-        if self._reason == "memory" and self._kernel_oom:
-            outcome = "killed"
-            error = (
-                "the kernel's OOM killer ended a process of the command: its memory cgroup "
-                f"reached the kernel limit of {KERNEL_LIMIT_FACTOR:g} x its limit of "
-                f"{spec.limit_gb:g} GiB, so the command was killed ({how})"
-            )
-        elif self._reason == "memory":
-            outcome = "killed"
-            error = (
-                f"the command's processes used {self._limit_seen_gb:.3f} GiB of anonymous "
-                f"memory, more than its limit of {spec.limit_gb:g} GiB, and was killed ({how})"
-            )
-        elif self._reason == "timeout":
-            outcome = "timeout"
-            error = (
-                f"the command ran longer than its timeout of {spec.timeout_s:g} s "
-                f"and was killed ({how})"
-            )
-        elif self._reason == "terminated":
-            outcome = "killed"
-            error = f"simrun-exec was asked to stop, so it stopped the command ({how})"
-        elif code == 0:
-            outcome, error = "done", ""
-        elif code > 0:
-            outcome, error = "failed", f"the command exited with code {code}"
-        else:
-            outcome, error = "failed", f"the command was killed by {sig}, not by simrun-exec"
+        outcome, error = self._verdict(code, how, sig)
         done = outcome == "done"
         report = WorkerReport(
             peak_memory_gb=(peak_gb,),

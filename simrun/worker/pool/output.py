@@ -106,6 +106,9 @@ class UnitLogSink:
     #: The unit whose log got that output live (it may not be the one the runner names).
     orphan_live: UnitKey | None = None
 
+    def path(self, unit: UnitKey) -> Path:
+        return attempt_paths(self.task_logs, unit, self.attempt)[1]
+
     def settle_orphan(self) -> None:
         """Write the last output of a process that died to the unit it died in (blocking)."""
         data, self.orphan_output = self.orphan_output, b""
@@ -117,7 +120,7 @@ class UnitLogSink:
 
     def write(self, unit: UnitKey, data: bytes) -> None:
         """Write ``data`` as the output of ``unit`` (blocking), after what it had."""
-        path = attempt_paths(self.task_logs, unit, self.attempt)[1]
+        path = self.path(unit)
         if unit in self.written and path.is_file():
             data = path.read_bytes() + data
         write_atomic(path, data)
@@ -126,7 +129,7 @@ class UnitLogSink:
     def write_live(self, unit: UnitKey, data: bytes, fresh: bool) -> None:
         """Write ``data`` to the log of ``unit`` while it runs (blocking): anew when
         ``fresh``, else appended; always the start of what `write` writes at its end."""
-        path = attempt_paths(self.task_logs, unit, self.attempt)[1]
+        path = self.path(unit)
         if fresh:
             path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("wb" if fresh else "ab") as f:
@@ -135,7 +138,7 @@ class UnitLogSink:
     def drop_live(self, unit: UnitKey) -> None:
         """Remove what was written live to ``unit``'s log, not its output after all."""
         if unit not in self.written:
-            attempt_paths(self.task_logs, unit, self.attempt)[1].unlink(missing_ok=True)
+            self.path(unit).unlink(missing_ok=True)
 
 
 #: The most markers a log remembers for `CappedLog.settle` (more than a batch holds).
@@ -231,8 +234,8 @@ class CappedLog:
             await self._to_fd(data)
             return
         await asyncio.to_thread(sink.write, unit, data)
-        path = attempt_paths(sink.task_logs, unit, sink.attempt)[1]
-        await self._to_fd(f"[simrun: {label}: {len(data)} bytes of output in {path}]\n".encode())
+        where = sink.path(unit)
+        await self._to_fd(f"[simrun: {label}: {len(data)} bytes of output in {where}]\n".encode())
 
     async def settle(self, index: int, timeout_s: float = SETTLE_S) -> bool:
         """Whether the marker of unit ``index`` was read within ``timeout_s``."""
