@@ -120,12 +120,21 @@ class UnitLogHeader(_Wire):
         return super().from_dict(data, where)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary name in the same directory."""
+def write_atomic(path: Path, data: bytes, *, sync: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temporary name in the same directory (flushed
+    to disk first with ``sync``), so a reader sees the old file or the whole new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(data)
+            if sync:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self
@@ -21,6 +19,7 @@ from pydantic import (
 
 from simrun.core.jobs import JobPaths, path_text
 from simrun.core.reports import WorkerReport
+from simrun.core.unitlogs import write_atomic
 from simrun.core.wire import Attempt, FiniteNonNeg, FinitePositive, Flag, explain
 from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP
 
@@ -173,19 +172,8 @@ def utc_now() -> str:
 
 
 def write_json_atomic(path: Path, data: object) -> None:
-    """Write ``data`` as JSON to ``path`` atomically (a flushed temporary file, renamed)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``data`` as JSON to ``path`` atomically, flushed to disk."""
+    write_atomic(path, (json.dumps(data, indent=2, allow_nan=False) + "\n").encode(), sync=True)
 
 
 def read_json(path: Path, what: str) -> Any:
