@@ -124,9 +124,7 @@ def _death_message(
 
 
 async def _sampler(worker: WorkerProcess, kill_at: float | None) -> MemorySampler:
-    """A sampler following ``worker`` and what it started (its cgroup, else its tree) that
-    kills it past ``kill_at`` GiB, started off the event loop (starting a thread waits
-    until it runs, and so does stopping it), after the cgroup got the job's limit."""
+    """A sampler of ``worker`` and what it started that kills it past ``kill_at`` GiB."""
     await asyncio.to_thread(worker.begin_job, kill_at)
     sampler = MemorySampler(
         worker.pid,
@@ -146,11 +144,8 @@ async def _after_reply(
     unit: UnitKey | None = None,
     settle: int | None = None,
 ) -> None:
-    """What follows a reply: the output of what it answers (``unit``'s, if any) is over,
-    once the marker of unit ``settle`` was read when given (then the marker ended it, and
-    what the log holds now is a later unit's: a batch sent ahead runs already); a process
-    that the kernel's OOM killer ended meanwhile kills the worker process for memory, and
-    `ProcessGone` tells the caller."""
+    """What follows a reply: the output of ``unit`` is over (unless the marker of ``settle`` was
+    read: then a later unit prints); a kernel OOM kill meanwhile kills the process."""
     if worker.log is not None:
         marked = settle is not None and await worker.log.settle(settle)
         if not marked:
