@@ -115,11 +115,8 @@ class JobPaths(BaseModel):
 
 
 class JobSpec(BaseModel):
-    """One job: a chunk of units (``indices``), the merge, or the command of an unsplit task.
-
-    ``attempt`` counts from 1; ``timeout_s`` bounds one unit (and a process's setup);
-    ``image`` routes the job to its image's queue. `from_dict` raises `PayloadError` naming
-    the first bad field."""
+    """One job: a chunk of units (``indices``), the merge, or the command of an unsplit task;
+    `from_dict` raises `PayloadError` naming the first bad field."""
 
     model_config = _WIRE
 

@@ -81,9 +81,8 @@ def percentile(
 
 @dataclass(frozen=True)
 class Observation:
-    """One recorded observation: the peak anonymous memory of one worker process, or for a
-    kill (``oom``) the limit it ran under; the run that reported it; the size of the task's
-    inputs then (None: unknown)."""
+    """One observation: the peak anonymous memory of one worker process, or for a kill
+    (``oom``) its limit; the run that reported it; the task's input size (None: unknown)."""
 
     memory_gb: float
     oom: bool = False
@@ -94,10 +93,8 @@ class Observation:
 
 @dataclass(frozen=True)
 class Learned:
-    """What the observations of a key say for one task, before hint and override: the
-    typical peak (``center_gb``), the scale of log peaks around it, the margin on it and
-    their product (None without a success), the least request while kills are pending
-    (``floor_gb``), the exponent of input size used, and the observations and runs used."""
+    """What the observations of a key say for one task, before hint and override (None
+    without a success; ``floor_gb``: the least request while kills are pending)."""
 
     center_gb: float | None
     spread: float | None
@@ -357,9 +354,8 @@ def _pending(history: Sequence[Observation]) -> int:
 
 
 def _cap(got: Learned, hint: ResourceHint, margin: float, retry_factor: float) -> float | None:
-    """The most a learned request may ask: the hint until a kill at the hint, then the
-    larger of retry_factor x that kill and the largest peak x margin; never below the
-    typical peak x margin; None for a default hint (no author's bound)."""
+    """The most a learned request may ask: the hint until a kill at it, then the larger of
+    retry_factor x that kill and the largest peak x margin; None for a default hint."""
     if hint.memory_per_worker_gb == _DEFAULT_HINT.memory_per_worker_gb:
         return None
     typical = (got.center_gb or 0.0) * margin

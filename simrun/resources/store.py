@@ -128,8 +128,7 @@ EVIDENCE_KILLS = 50
 @dataclass(frozen=True)
 class KeyEvidence:
     """What ``simrun resources KEY`` shows of one key: `policy.explain` on its history, the
-    window's peaks (and when each was recorded), the latest `EVIDENCE_KILLS` kills as (time,
-    limit), and how many observations it has (0: unknown key)."""
+    window's peaks and their times, its latest kills, its count of observations."""
 
     key: ResourceKey
     explanation: Explanation

@@ -85,8 +85,7 @@ def expand_argv(
     template: str, settings_file: Path, out: Path, inputs: Mapping[str, Path]
 ) -> list[str]:
     """The argv that ``template`` stands for, for a task with these files; `ValueError` names
-    the template and the part at fault (quotes, placeholders, braces, a port name that cannot
-    be ``<port>=<path>``, nothing left to run)."""
+    the template and the part at fault."""
     parts = split_template(template)
     for port in inputs:
         if not isinstance(port, str) or not port or "=" in port or "\0" in port:

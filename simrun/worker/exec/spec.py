@@ -82,15 +82,9 @@ class _VersionedFile(BaseModel):
 
 
 class CommandSpec(_VersionedFile):
-    """Everything ``simrun-exec`` needs to run the command of one unsplit task once.
-
-    ``limit_gb`` bounds the anonymous memory of the command's processes, ``timeout_s`` its
-    wall time; without ``checkpoints`` an ``attempt`` above 1 starts from an empty output
-    directory. ``report`` is where the result goes; ``cgroups`` "auto" gives the command a
-    memory cgroup where the kernel allows it; ``log_cap`` bounds each log file (0: no bound);
-    ``processes`` is what it was sized for (``SIMRUN_PROCESSES``, thread counts). ``image``
-    with ``engine`` runs it inside that image. Relative paths are the caller's working
-    directory's."""
+    """Everything ``simrun-exec`` needs to run the command of one unsplit task once: its
+    bounds (``limit_gb``, ``timeout_s``), its logs' cap, how many processes it was sized for,
+    its memory cgroup (``cgroups``), and ``image`` with ``engine`` to run it in an image."""
 
     model_config = _FILE
     VERSION = JOB_VERSION
@@ -115,11 +109,8 @@ class CommandSpec(_VersionedFile):
 
 
 class CommandResult(_VersionedFile):
-    """What one run of a command came to: ``outcome`` done (exit 0), failed (a non-zero exit,
-    a signal nobody here sent, or no start), killed (memory, or simrun-exec stopped) or
-    timeout; ``exit_code`` None when it did not exit by itself (``signal`` names what ended
-    it); ``error``'s first line says why, then the end of its stderr; ``isolation`` what
-    bounded its processes."""
+    """What one run of a command came to: done, failed, killed (memory, or a stop) or
+    timeout; ``error``'s first line says why, then the end of its stderr."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
     VERSION = RESULT_VERSION

@@ -93,9 +93,8 @@ class CappedSegment:
 
 @dataclass
 class UnitLogSink:
-    """Where the output of one job's units goes (`simrun.core.unitlogs.attempt_paths`):
-    ``written`` the bytes of each unit with output; ``orphan_unit`` the unit its process
-    died in (what it printed last goes there)."""
+    """Where the output of one job's units goes; ``orphan_unit`` is the unit its process died
+    in (what it printed last goes there)."""
 
     task_logs: Path
     attempt: int

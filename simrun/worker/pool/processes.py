@@ -66,9 +66,8 @@ _LOG_END_WAIT_S = 2.0
 
 
 class WorkerProcess:
-    """One worker process and the pipe to it. ``kill_reason``: "memory" (by the sampler or
-    the kernel: ``killed_by_kernel``), "timeout" or "stop"; ``box`` its cgroup (None: its
-    tree); ``outer`` the worker's cgroup, whose OOM kills count for a SIGKILLed process."""
+    """One worker process and the pipe to it; ``kill_reason``: "memory", "timeout" or "stop";
+    ``box`` its cgroup, ``outer`` the worker's (its OOM kills count for a SIGKILLed process)."""
 
     def __init__(
         self,
@@ -369,9 +368,8 @@ def choose(
 
 
 class ProcessPool:
-    """``size`` worker processes; `checkout` one for a job, `checkin` it after.
-    ``hide_gpus``: processes without a GPU get an empty ``CUDA_VISIBLE_DEVICES``;
-    ``cgroups`` gives each a memory cgroup; ``unit_log_cap`` bounds a unit's log bytes."""
+    """``size`` worker processes; `checkout` one for a job, `checkin` it after. With
+    ``hide_gpus`` a process without a GPU gets an empty ``CUDA_VISIBLE_DEVICES``."""
 
     def __init__(
         self,

@@ -97,9 +97,8 @@ _SLOT = struct.Struct("<qqdd")
 
 
 class UnitSlot:
-    """Shared memory a worker process writes and the container reads: the ``batch`` number
-    and the ``pos`` of the unit running (the batch's length once all ended), when it started
-    (`time.monotonic`), and the seconds of the batch's units that ended well."""
+    """Shared memory a worker process writes and the container reads: the batch and position
+    of the unit running, when it started, and the seconds of those that ended well."""
 
     size = _SLOT.size
 

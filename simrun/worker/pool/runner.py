@@ -322,9 +322,8 @@ async def run_chunk(
     is_stale: StaleCheck,
     stopping: Callable[[], bool],
 ) -> JobMemory:
-    """Compute the units of ``spec`` on ``worker`` in order, recording each in ``ledger``:
-    a unit found stale before its batch is sent is "stale"; once ``stopping()``, the units
-    not sent are handed back ("not_run")."""
+    """Compute the units of ``spec`` on ``worker``, recording each in ``ledger`` ("stale"
+    before its batch is sent; "not_run" once ``stopping()``)."""
     kill_at = kill_limit_gb(limit_gb, worker.baseline_gb)
     sampler = await _sampler(worker, kill_at)
     chunk = _Chunk(worker, spec, ledger, is_stale, stopping)
