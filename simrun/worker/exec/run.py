@@ -27,9 +27,9 @@ from simrun.worker.cgroups import KERNEL_LIMIT_FACTOR
 from simrun.worker.exec.argv import expand_argv
 from simrun.worker.exec.bounds import CommandBounds
 from simrun.worker.exec.spec import (
+    CommandOutcome,
     CommandResult,
     CommandSpec,
-    Outcome,
     utc_now,
     write_json_atomic,
 )
@@ -96,7 +96,7 @@ def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
 
 
 def not_started(
-    spec: CommandSpec, reason: str, started: str, outcome: Outcome = "failed"
+    spec: CommandSpec, reason: str, started: str, outcome: CommandOutcome = "failed"
 ) -> CommandResult:
     """The result of a command of ``spec`` that never ran."""
     return CommandResult.not_run(reason, spec.limit_gb, spec.attempt, started, outcome)
@@ -439,7 +439,7 @@ class CommandRun:
             peak_gb = max(peak_gb, bounds.kernel_peak_gb() or 0.0)
         return self._result(proc.returncode, peak_gb, wall_s, started)
 
-    def _verdict(self, code: int, how: str, sig: str | None) -> tuple[Outcome, str]:
+    def _verdict(self, code: int, how: str, sig: str | None) -> tuple[CommandOutcome, str]:
         """The outcome of a command that ended with ``code``, and why."""
         limit_gb = self.spec.limit_gb
         if self._reason == "memory" and self._kernel_oom:

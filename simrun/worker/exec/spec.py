@@ -23,11 +23,8 @@ from simrun.core.unitlogs import write_atomic
 from simrun.core.wire import Attempt, FiniteNonNeg, FinitePositive, Flag, explain
 from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP
 
-JOB_VERSION = 1
-RESULT_VERSION = 1
-
-Outcome = Literal["done", "failed", "killed", "timeout"]
-OUTCOMES: tuple[Outcome, ...] = ("done", "failed", "killed", "timeout")
+#: How a command ended: the part of `simrun.core.wire.Outcome` a command can come to.
+CommandOutcome = Literal["done", "failed", "killed", "timeout"]
 
 
 class JobFileError(ValueError):
@@ -87,7 +84,7 @@ class CommandSpec(_VersionedFile):
     its memory cgroup (``cgroups``), and ``image`` with ``engine`` to run it in an image."""
 
     model_config = _FILE
-    VERSION = JOB_VERSION
+    VERSION = 1
     WHAT = "job"
     WHERE = ""
 
@@ -113,11 +110,11 @@ class CommandResult(_VersionedFile):
     timeout; ``error``'s first line says why, then the end of its stderr."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
-    VERSION = RESULT_VERSION
+    VERSION = 1
     WHAT = "result"
     WHERE = "result"
 
-    outcome: Outcome
+    outcome: CommandOutcome
     exit_code: Annotated[int, Field(strict=True)] | None
     error: _Text
     report: WorkerReport
@@ -142,7 +139,7 @@ class CommandResult(_VersionedFile):
         limit_gb: float = 0.0,
         attempt: int = 1,
         started: str | None = None,
-        outcome: Outcome = "failed",
+        outcome: CommandOutcome = "failed",
     ) -> CommandResult:
         """The result of a command that never ran: nothing measured, no unit done."""
         now = utc_now()
