@@ -213,21 +213,17 @@ class Child:
         self._functions: dict[str, Callable[..., Any]] = {}
 
     def task_type(self, name: str) -> TaskType:
-        found = self.registry.get(name)
-        if found is not None:
-            return found
-        eps = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
-        if not eps:
-            known = sorted(
-                {*self.registry, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))}
-            )
-            raise PluginError(
-                f"task type {name!r} is not installed on this worker "
-                f"(known: {', '.join(known) or 'none'})"
-            )
-        loaded = load_task_types(eps)[name]
-        self.registry[name] = loaded
-        return loaded
+        if name not in self.registry:
+            installed = list(entry_points(group=ENTRY_POINT_GROUP))
+            eps = [ep for ep in installed if ep.name == name]
+            if not eps:
+                known = sorted({*self.registry, *(ep.name for ep in installed)})
+                raise PluginError(
+                    f"task type {name!r} is not installed on this worker "
+                    f"(known: {', '.join(known) or 'none'})"
+                )
+            self.registry[name] = load_task_types(eps)[name]
+        return self.registry[name]
 
     def function(self, ref: str) -> Callable[..., Any]:
         func = self._functions.get(ref)

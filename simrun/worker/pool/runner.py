@@ -247,8 +247,8 @@ class _Chunk:
         label = f"of job {self.spec.job_id}"
         while True:
             got = await self.worker.receive_batch(self.spec.timeout_s, begun)
-            for index, ok, seconds, error, *raised in got.get("units", ()):
-                self._record(batch, index, ok, float(seconds), error, raised)
+            for row in got.get("units", ()):
+                self._record(batch, row)
             if self.received < len(batch):
                 self._at(batch[self.received])
             killed = got.get("oom_kill")
@@ -261,27 +261,21 @@ class _Chunk:
         last = batch[-1]
         await _after_reply(self.worker, {}, f"unit {last} {label}", settle=_index(last))
 
-    def _record(
-        self,
-        batch: list[UnitKey],
-        index: UnitKey,
-        ok: bool,
-        seconds: float,
-        error: str | None,
-        raised: list[object],
-    ) -> None:
+    def _record(self, batch: list[UnitKey], row: list[Any]) -> None:
+        """Record one outcome of ``batch``: [index, ok, seconds, error, exception names]."""
+        index, ok, seconds, error, *raised = row
         if self.received >= len(batch) or index != batch[self.received]:
             raise ProtocolError(f"an outcome for unit {index!r}, out of order")
         self.received += 1
         self.ledger.record(
             index,
             "done" if ok else "failed",
-            seconds=seconds,
+            seconds=float(seconds),
             error=error,
             exceptions=_names(raised[0] if raised else None),
         )
         if ok:
-            self.received_s += seconds
+            self.received_s += float(seconds)
 
     def settle_death(self) -> None:
         """Record what the dead process's slot says ended well; find the unit it died in."""
