@@ -66,20 +66,9 @@ def settings_path(paths: TaskPaths) -> Path:
     return paths.task_dir / "settings.json"
 
 
-def log_paths(paths: TaskPaths, attempt: int) -> tuple[Path, Path]:
-    """Where the stdout and the stderr of an attempt go."""
-    return command_log_paths(task_logs(paths.task_dir), attempt)
-
-
 def default_report_path(paths: TaskPaths, attempt: int) -> Path:
     """Where the result goes when neither ``--report`` nor the job names a place."""
     return task_logs(paths.task_dir) / f"attempt-{attempt}.report.json"
-
-
-def absolute_spec(spec: CommandSpec) -> CommandSpec:
-    """``spec`` with every path made absolute (the command runs in the task directory)."""
-    report = None if spec.report is None else spec.report.absolute()
-    return spec.model_copy(update={"paths": spec.paths.absolute(), "report": report})
 
 
 def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
@@ -215,7 +204,9 @@ class CommandRun:
     (from any thread or a signal handler) ends it early as ``killed``."""
 
     def __init__(self, spec: CommandSpec) -> None:
-        self.spec = absolute_spec(spec)
+        # Paths made absolute: the command runs in the task directory.
+        report = None if spec.report is None else spec.report.absolute()
+        self.spec = spec.model_copy(update={"paths": spec.paths.absolute(), "report": report})
         self.paths = self.spec.paths.task_paths()
         self._lock = threading.Lock()
         self._reason: str | None = None  # the first of "memory", "timeout", "terminated"
@@ -306,7 +297,7 @@ class CommandRun:
         if spec.image is not None and spec.engine is not None:
             container = container_engine.container_name()
             argv = in_container(spec, argv, container)
-        out_log, err_log = log_paths(paths, spec.attempt)
+        out_log, err_log = command_log_paths(task_logs(paths.task_dir), spec.attempt)
         logs = {"stdout": str(out_log), "stderr": str(err_log)}
         bounds = self._bounds = CommandBounds.open(spec.cgroups, spec.limit_gb)
         try:

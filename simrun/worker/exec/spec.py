@@ -44,7 +44,6 @@ FilePath = Annotated[
     Path, BeforeValidator(path_text), Field(description="a non-empty path without NUL")
 ]
 _Text = Annotated[str, Field(strict=True)]
-_FILE = ConfigDict(frozen=True, extra="forbid")
 
 
 class _VersionedFile(BaseModel):
@@ -83,7 +82,7 @@ class CommandSpec(_VersionedFile):
     bounds (``limit_gb``, ``timeout_s``), its logs' cap, how many processes it was sized for,
     its memory cgroup (``cgroups``), and ``image`` with ``engine`` to run it in an image."""
 
-    model_config = _FILE
+    model_config = ConfigDict(frozen=True, extra="forbid")
     VERSION = 1
     WHAT = "job"
     WHERE = ""
