@@ -345,12 +345,8 @@ def explain(
 
 
 def _pending(history: Sequence[Observation]) -> int:
-    count = 0
-    for o in reversed(history):
-        if not o.oom:
-            break
-        count += 1
-    return count
+    """How many kills end ``history`` (since its last success)."""
+    return next((i for i, o in enumerate(reversed(history)) if not o.oom), len(history))
 
 
 def _cap(got: Learned, hint: ResourceHint, margin: float, retry_factor: float) -> float | None:

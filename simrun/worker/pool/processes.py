@@ -336,11 +336,6 @@ class Candidate:
     set_up: frozenset[tuple[str, str]] = frozenset()
 
     @property
-    def kept_gb(self) -> float:
-        """What the process keeps beyond its baseline."""
-        return self.anon_gb - self.baseline_gb
-
-    @property
     def heavy(self) -> bool:
         """Whether it must start afresh to switch task (never before its first job)."""
         return self.task is not None and needs_fresh_start(self.anon_gb, self.baseline_gb)
@@ -359,10 +354,12 @@ def choose(
         if idle[i].task == task_key:
             return i, False
     if same_gpus:
-        best = min(
-            same_gpus,
-            key=lambda i: (idle[i].heavy, task_key not in idle[i].set_up, idle[i].kept_gb),
-        )
+
+        def rank(i: int) -> tuple[bool, bool, float]:
+            c = idle[i]
+            return c.heavy, task_key not in c.set_up, c.anon_gb - c.baseline_gb
+
+        best = min(same_gpus, key=rank)
         return best, idle[best].heavy
     return 0, True
 
