@@ -110,9 +110,6 @@ class JobPaths(BaseModel):
         inputs = {port: str(Path(v).absolute()) for port, v in self.inputs.items()}
         return JobPaths.model_validate({**whole, "inputs": inputs})
 
-    def to_dict(self) -> dict[str, Any]:
-        return self.model_dump()
-
 
 class JobSpec(BaseModel):
     """One job: a chunk of units (``indices``), the merge, or the command of an unsplit task;

@@ -379,9 +379,9 @@ def test_task_paths_have_one_wire_shape() -> None:
     wire = JobPaths.of(paths)
     assert list(wire.inputs) == ["a", "b"]
     assert wire.task_paths() == paths
-    assert JobPaths.model_validate(wire.to_dict()) == wire
+    assert JobPaths.model_validate(wire.model_dump()) == wire
     assert wire.absolute().inputs["a"] == str(Path("a").absolute())
     data = _spec().to_dict()
-    data["paths"] = {**wire.to_dict(), "extra": "/x"}
+    data["paths"] = {**wire.model_dump(), "extra": "/x"}
     with pytest.raises(PayloadError, match="paths: unknown field 'extra'"):
         JobSpec.from_dict(data)

@@ -76,9 +76,7 @@ def read_blocking(fd: int) -> dict[str, Any] | None:
         return None
     (size,) = _HEADER.unpack(header)
     body = _read_exactly(fd, _check_size(size))
-    if body is None:
-        return None
-    return _decode(body)
+    return None if body is None else _decode(body)
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -136,6 +134,6 @@ def task_message(spec: JobSpec, setup: bool) -> dict[str, object]:
         "task": spec.task,
         "task_type": spec.task_type,
         "settings": spec.settings,
-        "paths": spec.paths.to_dict(),
+        "paths": spec.paths.model_dump(),
         "setup": setup,
     }

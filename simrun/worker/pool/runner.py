@@ -156,10 +156,6 @@ async def _after_reply(
         raise ProcessGone(describe_exit(worker.proc.returncode))
 
 
-def _index(unit: UnitKey) -> int | None:
-    return unit if isinstance(unit, int) else None
-
-
 def _names(raised: object) -> tuple[str, ...]:
     """The exception type names of a reply (a list of strings; anything else: none)."""
     if not isinstance(raised, list | tuple):
@@ -258,8 +254,8 @@ class _Chunk:
                 break
         if self.received < len(batch):
             raise ProtocolError(f"the batch ended after {self.received} of {len(batch)} units")
-        last = batch[-1]
-        await _after_reply(self.worker, {}, f"unit {last} {label}", settle=_index(last))
+        last = batch[-1]  # a unit of a chunk: an index
+        await _after_reply(self.worker, {}, f"unit {last} {label}", settle=int(last))
 
     def _record(self, batch: list[UnitKey], row: list[Any]) -> None:
         """Record one outcome of ``batch``: [index, ok, seconds, error, exception names]."""
