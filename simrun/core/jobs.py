@@ -156,7 +156,6 @@ class JobSpec(BaseModel):
 
     @property
     def job_id(self) -> str:
-        """The deterministic id (see `job_id`)."""
         return job_id(self.run, self.task, self.kind, self.indices, self.attempt)
 
     def identity(self) -> dict[str, Any]:

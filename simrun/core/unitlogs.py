@@ -19,8 +19,6 @@ from pydantic import TypeAdapter, ValidationError
 
 from simrun.core.layout import StoreLayout, task_logs
 
-#: The directory of the units' logs, under a task's logs directory.
-UNITS_DIR = "units"
 _NAME = re.compile(r"^(unit-(?P<index>\d+)|(?P<word>merge|command))\.attempt-(?P<n>\d+)\.json$")
 #: The outcomes that say a unit did not end well.
 FAILED = frozenset({"failed", "killed", "timeout"})
@@ -41,8 +39,7 @@ def parse_unit(text: str) -> int | str:
 
 
 def units_dir(task_logs: Path) -> Path:
-    """The directory of the units' logs of the task whose logs directory is ``task_logs``."""
-    return task_logs / UNITS_DIR
+    return task_logs / "units"
 
 
 def command_log_paths(task_logs: Path, attempt: int) -> tuple[Path, Path]:

@@ -383,14 +383,13 @@ class ResolvedResources:
     source: str
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for JSON."""
         return asdict(self)
 
 
 def source_of(learned_runs: int | None, hint: ResourceHint) -> str:
     """The source text: learned from N runs, else plugin hint or default."""
     if learned_runs is not None:
-        return f"learned from {learned_runs} run{'s' if learned_runs != 1 else ''}"
+        return f"learned from {_count(learned_runs, 'run')}"
     return "default" if hint == ResourceHint() else "plugin hint"
 
 

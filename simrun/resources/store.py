@@ -198,7 +198,6 @@ class ResourceStore:
             yield conn
 
     def close(self) -> None:
-        """Close the idle connection the store holds (a later call opens it again)."""
         if self._keeper is not None:
             self._keeper.close()
 
@@ -290,7 +289,6 @@ class ResourceStore:
         return decide(history, hint, override, input_bytes=input_bytes)
 
     async def keys(self) -> list[ResourceKey]:
-        """Every key with observations, sorted."""
         async with self._connection() as conn:
             rows = await conn.execute_fetchall("SELECT DISTINCT key FROM observations")
         return sorted(ResourceKey.from_text(str(r[0])) for r in rows)
@@ -309,7 +307,6 @@ class ResourceStore:
                 hint = hints.get(key.task_type, ResourceHint())
                 history = await self._history(conn, key, WINDOW)
                 learned = learn(history)
-                # What a dispatch without an override would request: the very same rule.
                 resolved = decide(history, hint, None)
                 kill = list(await conn.execute_fetchall(_KILLS, (key.text(), 1)))
                 out.append(

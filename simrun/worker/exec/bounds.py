@@ -97,7 +97,6 @@ class CommandBounds:
         return [p for p in descendants(os.getpid()) if p not in self._before]
 
     def signal(self, sig: int) -> None:
-        """Send ``sig`` to every process of the command."""
         kill_pids(self.members(), sig)
 
     def kill_all(self, main: int) -> None:
@@ -119,7 +118,6 @@ class CommandBounds:
                 os.waitpid(pid, 0)
 
     def oom_killed(self) -> bool:
-        """Whether the kernel's OOM killer ended a process of the command's cgroup."""
         if self.box is None:
             return False
         return oom_killed(self._oom_before, self.box.oom_kills())

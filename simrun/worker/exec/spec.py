@@ -56,7 +56,6 @@ class _VersionedFile(BaseModel):
     WHERE: ClassVar[str]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON data; `from_dict` reads it back."""
         return {"version": self.VERSION, **self.model_dump(mode="json")}
 
     @classmethod
@@ -128,7 +127,6 @@ class CommandResult(_VersionedFile):
 
     @property
     def ok(self) -> bool:
-        """Whether the command succeeded."""
         return self.outcome == "done"
 
     @classmethod
@@ -154,7 +152,6 @@ class CommandResult(_VersionedFile):
 
 
 def utc_now() -> str:
-    """The time now as ISO 8601 UTC, to the millisecond."""
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 

@@ -215,7 +215,6 @@ class WorkerProcess:
                     await self._log_task
 
     async def call(self, message: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
-        """Send a request and wait for its (first) reply; see `send` and `receive`."""
         await self.send(message)
         return await self.receive(timeout_s)
 

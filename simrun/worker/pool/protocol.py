@@ -33,7 +33,6 @@ class ProtocolError(RuntimeError):
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    """One framed message."""
     body: bytes = msgpack.packb(message, use_bin_type=True)
     return _HEADER.pack(len(body)) + body
 
@@ -58,15 +57,13 @@ async def read_async(reader: asyncio.StreamReader) -> dict[str, Any]:
 
 
 def _read_exactly(fd: int, size: int) -> bytes | None:
-    chunks: list[bytes] = []
-    remaining = size
-    while remaining:
-        chunk = os.read(fd, remaining)
+    data = bytearray()
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
         if not chunk:
             return None
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
+        data += chunk
+    return bytes(data)
 
 
 def read_blocking(fd: int) -> dict[str, Any] | None:
@@ -80,14 +77,12 @@ def read_blocking(fd: int) -> dict[str, Any] | None:
 
 
 def write_all(fd: int, data: bytes) -> None:
-    """Write all of ``data`` to ``fd``."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
 
 
 def write_blocking(fd: int, message: dict[str, Any]) -> None:
-    """Write one message to ``fd`` completely."""
     write_all(fd, encode(message))
 
 

@@ -339,7 +339,6 @@ async def run_merge(
     """Run the merge of ``spec``'s task on ``worker``, recording the unit "merge"."""
     kill_at = kill_limit_gb(limit_gb, worker.baseline_gb)
     sampler = await _sampler(worker, kill_at)
-    what = f"merging task {spec.task!r}"
     try:
         reply = await worker.call(task_message(spec, setup=False))
         await _after_reply(worker, reply, f"the task request of job {spec.job_id}")
@@ -356,6 +355,7 @@ async def run_merge(
         )
     except ProcessGone as gone:
         worker.note_death()
+        what = f"merging task {spec.task!r}"
         message = _death_message(worker, gone, what, limit_gb, kill_at, sampler.peak_gb)
         _orphan_output(worker, "merge")
         ledger.record("merge", death_outcome(worker.kill_reason), error=message)
