@@ -28,8 +28,7 @@ from simrun.plugins import TaskPaths
 
 
 def path_text(value: object) -> str:
-    """The text of a path (a string or a `os.PathLike`): non-empty and without NUL;
-    `ValueError` otherwise."""
+    """The text of a path (a string or a `os.PathLike`): non-empty and without NUL."""
     text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
     if not isinstance(text, str) or not text or "\0" in text:
         raise ValueError("must be a non-empty path without NUL")
@@ -66,12 +65,12 @@ class JobResources(BaseModel):
 
 
 class JobPaths(BaseModel):
-    """`TaskPaths` as strings, for the wire (the job payload and simrun-exec's job file)."""
+    """`TaskPaths` on the wire, as strings: the one shape of the job payload's and of
+    simrun-exec's job file; built from a map or a `TaskPaths`, no unknown field."""
 
-    model_config = _WIRE
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # inputs first, so that a map lacking several fields names inputs, as the reader of
-    # the hand-written checks did (errors come in the order of the fields)
+    # inputs first, so that a map lacking several fields names inputs first
     inputs: Annotated[dict[PortName, PathText], Field(description="a map of port names to paths")]
     store: PathText
     run_dir: PathText
@@ -79,17 +78,19 @@ class JobPaths(BaseModel):
     out: PathText
     scratch: PathText
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_task_paths(cls, data: object) -> object:
+        if not isinstance(data, TaskPaths):
+            return data
+        inputs = {port: str(p) for port, p in sorted(data.inputs.items())}
+        fields = ("store", "run_dir", "task_dir", "out", "scratch")
+        return {"inputs": inputs, **{name: str(getattr(data, name)) for name in fields}}
+
     @classmethod
     def of(cls, paths: TaskPaths) -> JobPaths:
         """The wire form of ``paths`` (ports sorted by name)."""
-        return cls(
-            store=str(paths.store),
-            run_dir=str(paths.run_dir),
-            task_dir=str(paths.task_dir),
-            out=str(paths.out),
-            inputs={port: str(p) for port, p in sorted(paths.inputs.items())},
-            scratch=str(paths.scratch),
-        )
+        return cls.model_validate(paths)
 
     def task_paths(self) -> TaskPaths:
         return TaskPaths(
@@ -101,21 +102,17 @@ class JobPaths(BaseModel):
             scratch=Path(self.scratch),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return self.model_dump()
+    def absolute(self) -> JobPaths:
+        """These paths made absolute against the current working directory."""
+        data = self.model_dump()
+        whole = {k: str(Path(v).absolute()) for k, v in data.items() if k != "inputs"}
+        inputs = {port: str(Path(v).absolute()) for port, v in self.inputs.items()}
+        return JobPaths.model_validate({**whole, "inputs": inputs})
 
 
 class JobSpec(BaseModel):
-    """One job: a chunk of units, the merge, or the command of an unsplit task.
-
-    ``indices`` are the units of a chunk (empty for merge and command). ``attempt`` counts
-    from 1; the service raises it when it dispatches a unit again. ``timeout_s`` bounds
-    one unit (and the setup of a process), None for no bound. ``command`` is the argv
-    template of a command job. ``image`` routes the job to its image's queue.
-
-    Construction validates every field (a `pydantic.ValidationError`, a ValueError);
-    `from_dict` reads a payload and raises `PayloadError` naming the first bad field.
-    """
+    """One job: a chunk of units (``indices``), the merge, or the command of an unsplit task;
+    `from_dict` raises `PayloadError` naming the first bad field."""
 
     model_config = _WIRE
 
@@ -158,12 +155,10 @@ class JobSpec(BaseModel):
 
     @property
     def job_id(self) -> str:
-        """The deterministic id (see `job_id`)."""
         return job_id(self.run, self.task, self.kind, self.indices, self.attempt)
 
     def identity(self) -> dict[str, Any]:
-        """What names the job in a report or a heartbeat: ``job_id``, ``run``, ``task``,
-        ``kind`` and ``attempt``."""
+        """What names the job in a report or a heartbeat."""
         return {
             "job_id": self.job_id,
             "run": self.run,
@@ -178,19 +173,8 @@ class JobSpec(BaseModel):
         return self.indices if self.kind == "chunk" else (self.kind,)
 
     def to_dict(self) -> dict[str, Any]:
-        """The payload on the wire (msgpack): a map of
-
-        ``job_id`` str (derived, checked on reading), ``kind`` "chunk"|"merge"|"command",
-        ``run``, ``task``, ``task_type`` str, ``settings`` map, ``paths`` {store, run_dir,
-        task_dir, out, scratch: str, inputs: {port: str}}, ``resources`` {memory_base_gb,
-        memory_per_worker_gb, scratch_gb: float, gpus: int, seconds_per_unit: float|null},
-        ``attempt`` int >= 1, ``ranges`` [[first, last]] (the indices as inclusive
-        ranges: a chunk of a thousand units is a few bytes, not a few kilobytes, in the
-        queue and in arq's result), ``uses_cores``, ``checkpoints`` bool, ``timeout_s``
-        float|null, ``command`` str|null, ``image`` str|null, ``staged`` [str] (input
-        ports staged into local scratch). A payload with ``indices``
-        [int] instead of ``ranges`` is read too.
-        """
+        """The payload on the wire (msgpack): the fields with the indices as inclusive ``ranges``
+        (a chunk of a thousand units is a few bytes), and the derived ``job_id``."""
         data = self.model_dump()
         del data["indices"]
         data["ranges"] = Ranges.of_indices(self.indices).to_wire()
@@ -220,8 +204,7 @@ class JobSpec(BaseModel):
         return spec
 
 
-#: The most units one job payload may name (chunks are far smaller:
-#: `simrun.core.sizing.DEFAULT_MAX_CHUNK`).
+#: The most units one job payload may name (chunks are far smaller).
 MAX_JOB_UNITS = 1_000_000
 
 

@@ -1,24 +1,7 @@
-"""The logs of a task's units: where they live, what their header says, how to read them.
-
-The worker writes them, the command line and the service read them (the store is shared)::
-
-    <task>/logs/units/unit-<index>.attempt-<n>.log    what the unit printed (capped)
-    <task>/logs/units/unit-<index>.attempt-<n>.json   its header (`UnitLogHeader`)
-    <task>/logs/units/merge.attempt-<n>.{log,json}     the merge of a splittable task
-    <task>/logs/units/command.attempt-<n>.json        the header of a command's attempt,
-    <task>/logs/attempt-<n>.out / .err                beside what the command printed
-
-While a unit runs, what it prints is written to its ``.log`` as it comes (when the worker
-knows for sure which unit prints); once it ended, the whole ``.log`` is written again,
-starting with the same bytes, then its header. `live_unit_logs` reads what an attempt
-wrote from given offsets on, for ``simrun logs --follow``.
-
-Only a unit that printed something or did not end well gets files: a unit that printed
-nothing and succeeded costs nothing (a task of a million no-op units writes none). The
-output of a unit is bounded as in the worker's log (`simrun.worker.pool.output`): the head
-and the tail are kept, and a line says how many bytes were dropped between them. Each file
-is written once, whole, through a temporary name (`write_atomic`): a reader never sees half
-a header.
+"""The logs of a task's units under ``<task>/logs/units/``: ``unit-<i>.attempt-<n>.log``
+(what the unit printed, capped) and ``.json`` (its `UnitLogHeader`), ``merge.attempt-<n>``,
+and ``command.attempt-<n>.json`` beside the command's ``attempt-<n>.out/.err``. Only a unit
+that printed or did not end well has files; each is written whole (`write_atomic`).
 """
 
 from __future__ import annotations
@@ -28,14 +11,14 @@ import os
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
+
+from pydantic import TypeAdapter, ValidationError
 
 from simrun.core.layout import StoreLayout, task_logs
 
-#: The directory of the units' logs, under a task's logs directory.
-UNITS_DIR = "units"
 _NAME = re.compile(r"^(unit-(?P<index>\d+)|(?P<word>merge|command))\.attempt-(?P<n>\d+)\.json$")
 #: The outcomes that say a unit did not end well.
 FAILED = frozenset({"failed", "killed", "timeout"})
@@ -56,8 +39,12 @@ def parse_unit(text: str) -> int | str:
 
 
 def units_dir(task_logs: Path) -> Path:
-    """The directory of the units' logs of the task whose logs directory is ``task_logs``."""
-    return task_logs / UNITS_DIR
+    return task_logs / "units"
+
+
+def command_log_paths(task_logs: Path, attempt: int) -> tuple[Path, Path]:
+    """Where a command's attempt writes its stdout and its stderr."""
+    return task_logs / f"attempt-{attempt}.out", task_logs / f"attempt-{attempt}.err"
 
 
 def attempt_paths(task_logs: Path, unit: int | str, attempt: int) -> tuple[Path, Path]:
@@ -66,12 +53,40 @@ def attempt_paths(task_logs: Path, unit: int | str, attempt: int) -> tuple[Path,
     return units_dir(task_logs) / f"{base}.json", units_dir(task_logs) / f"{base}.log"
 
 
+class _Wire:
+    """A dataclass that goes over the wire as JSON data (`to_dict`, `from_dict`)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = _adapter(type(self)).dump_python(self, mode="json")
+        return data
+
+    @classmethod
+    def from_dict(cls, data: object, where: str) -> Self:
+        """The value in ``data`` (`to_dict`'s form); ValueError naming ``where``."""
+        try:
+            found: Self = _adapter(cls).validate_python(data)
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            at = ".".join(str(part) for part in error["loc"])
+            raise ValueError(f"{where}: not {cls.WHAT} ({at}: {error['msg']})") from None
+        return found
+
+    WHAT: ClassVar[str]
+
+
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type) -> TypeAdapter[Any]:
+    if cls not in _ADAPTERS:
+        _ADAPTERS[cls] = TypeAdapter(cls)
+    return _ADAPTERS[cls]
+
+
 @dataclass(frozen=True)
-class UnitLogHeader:
-    """What is known of one attempt of a unit: who ran it (worker, process id), how it
-    ended (outcome, error: the traceback or the message), its seconds (of the unit when it
-    ended well), the job's peak memory and limit (GiB), when the job started and ended
-    (seconds since the epoch), and how many bytes of output were kept and dropped."""
+class UnitLogHeader(_Wire):
+    """What is known of one attempt of a unit: who ran it, how it ended, its seconds, the
+    job's peak memory and limit (GiB), when the job ran (epoch seconds), its output bytes."""
 
     run: str
     task: str
@@ -89,129 +104,87 @@ class UnitLogHeader:
     finished: float
     output_bytes: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    WHAT = "a unit log header"
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> UnitLogHeader:
-        """The header in ``data``; ValueError naming ``where`` when it is not one."""
+        """The header in ``data``; ValueError naming ``where`` and what it lacks."""
         if not isinstance(data, dict):
             raise ValueError(f"{where}: not a unit log header (a JSON object)")
-        names = {f.name for f in fields(cls)}
-        missing = sorted(names - {"output_bytes"} - set(data))
+        missing = sorted({f.name for f in fields(cls)} - {"output_bytes"} - set(data))
         if missing:
             raise ValueError(f"{where}: not a unit log header (no {', '.join(missing)})")
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return super().from_dict(data, where)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary name in the same directory."""
+def write_atomic(path: Path, data: bytes, *, sync: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temporary name in the same directory (flushed
+    to disk first with ``sync``), so a reader sees the old file or the whole new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(data)
+            if sync:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 @dataclass(frozen=True)
-class UnitAttempt:
-    """One attempt of a unit as read: its header and its output (the command's stdout
-    and stderr, one after the other, for the unit "command")."""
+class UnitAttempt(_Wire):
+    """One attempt of a unit as read: its header and output (a command's: both streams)."""
+
+    WHAT = "a unit's attempt"
 
     header: UnitLogHeader
     output: str
     log_paths: tuple[Path, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "header": self.header.to_dict(),
-            "output": self.output,
-            "log_paths": [str(p) for p in self.log_paths],
-        }
-
-    @classmethod
-    def from_dict(cls, data: object, where: str) -> UnitAttempt:
-        """The attempt in ``data`` (`to_dict`'s form); ValueError naming ``where``."""
-        if not isinstance(data, dict) or not isinstance(data.get("output"), str):
-            raise ValueError(f"{where}: not a unit's attempt")
-        paths = data.get("log_paths") or []
-        if not isinstance(paths, list):
-            raise ValueError(f"{where}: log_paths is not a list")
-        header = UnitLogHeader.from_dict(data.get("header"), where)
-        return cls(header, data["output"], tuple(Path(str(p)) for p in paths))
-
 
 @dataclass(frozen=True)
-class UnitLogs:
+class UnitLogs(_Wire):
     """A unit's attempts with a log, first attempt first."""
+
+    WHAT = "the logs of a unit"
 
     run: str
     task: str
     unit: int | str
     attempts: tuple[UnitAttempt, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run": self.run,
-            "task": self.task,
-            "unit": self.unit,
-            "attempts": [a.to_dict() for a in self.attempts],
-        }
-
-    @classmethod
-    def from_dict(cls, data: object, where: str) -> UnitLogs:
-        """The logs in ``data`` (`to_dict`'s form); ValueError naming ``where``."""
-        if not isinstance(data, dict) or not isinstance(data.get("attempts"), list):
-            raise ValueError(f"{where}: not the logs of a unit")
-        unit = data.get("unit")
-        if not isinstance(unit, int | str):
-            raise ValueError(f"{where}: unit is not an index or a word")
-        attempts = tuple(UnitAttempt.from_dict(a, where) for a in data["attempts"])
-        return cls(str(data.get("run")), str(data.get("task")), unit, attempts)
-
 
 class LogNotFound(LookupError):
     """A run, task, unit or attempt without logs; the message says which, in one line."""
 
 
-def _run_dir(root: Path, run: str) -> Path:
+def _task_logs(root: Path, run: str, task: str | None) -> dict[str, Path]:
+    """The logs directory of each task of run ``run`` (only ``task`` when given);
+    `LogNotFound` for an unknown run or task."""
     run_dir = StoreLayout(root).run_dir(run)
     if not run_dir.is_dir():
         raise LogNotFound(f"there is no run {run!r} in the store {root}")
-    return run_dir
-
-
-def _task_names(run_dir: Path) -> list[str]:
-    return sorted(p.name for p in run_dir.iterdir() if p.is_dir() and p.name != "sources")
+    names = sorted(p.name for p in run_dir.iterdir() if p.is_dir() and p.name != "sources")
+    if task is not None and task not in names:
+        known = ", ".join(names) or "none has started"
+        raise LogNotFound(f"run {run!r} has no task {task!r} with files (its tasks: {known})")
+    layout = StoreLayout(root)
+    return {name: task_logs(layout.task_dir(run, name)) for name in names if task in (None, name)}
 
 
 def run_logs(root: Path, run: str, task: str | None = None) -> dict[str, list[UnitLogHeader]]:
-    """The last attempt of every unit with a log, per task of run ``run`` of the store at
-    ``root`` (only ``task`` when given); `LogNotFound` for an unknown run or task."""
-    run_dir = _run_dir(root, run)
-    names = _task_names(run_dir)
-    if task is not None:
-        if task not in names:
-            raise LogNotFound(_no_task(run, task, names))
-        names = [task]
-    layout = StoreLayout(root)
-    return {name: list_unit_logs(task_logs(layout.task_dir(run, name))) for name in names}
-
-
-def _no_task(run: str, task: str, names: list[str]) -> str:
-    known = ", ".join(names) or "none has started"
-    return f"run {run!r} has no task {task!r} with files (its tasks: {known})"
+    """The last attempt of every unit with a log, per task of run ``run``."""
+    return {name: list_unit_logs(logs) for name, logs in _task_logs(root, run, task).items()}
 
 
 def store_unit_logs(
     root: Path, run: str, task: str, unit: int | str, attempt: int | None = None
 ) -> UnitLogs:
-    """`read_unit_logs` of a unit of the store at ``root``; `LogNotFound` (one line) for
-    an unknown run or task, a unit without a log, an attempt without one."""
-    run_dir = _run_dir(root, run)
-    names = _task_names(run_dir)
-    if task not in names:
-        raise LogNotFound(_no_task(run, task, names))
-    logs = task_logs(StoreLayout(root).task_dir(run, task))
+    """`read_unit_logs` of a unit of the store at ``root``; `LogNotFound` in one line."""
+    logs = _task_logs(root, run, task)[task]
     found = read_unit_logs(logs, run, task, unit)
     what = f"unit {unit} of task {task!r} of run {run!r}"
     if not found.attempts:
@@ -232,16 +205,13 @@ def store_unit_logs(
     return found
 
 
-def _read_text(path: Path, limit: int | None = None) -> str:
-    with path.open("rb") as f:
-        data = f.read() if limit is None else f.read(limit)
-    return data.decode("utf-8", errors="replace")
+def _read_text(path: Path) -> str:
+    return path.read_bytes().decode("utf-8", errors="replace")
 
 
 def _command_output(task_logs: Path, attempt: int) -> tuple[str, tuple[Path, ...]]:
     parts, paths = [], []
-    for name, suffix in (("stdout", "out"), ("stderr", "err")):
-        path = task_logs / f"attempt-{attempt}.{suffix}"
+    for name, path in zip(("stdout", "stderr"), command_log_paths(task_logs, attempt), strict=True):
         if path.is_file():
             paths.append(path)
             text = _read_text(path)
@@ -254,17 +224,11 @@ def read_unit_logs(
     task_logs: Path, run: str, task: str, unit: int | str, attempt: int | None = None
 ) -> UnitLogs:
     """The attempts of ``unit`` (only ``attempt`` when given) with a header, in order."""
-    wanted = unit_stem(unit)
     found: list[UnitAttempt] = []
-    for header_path in _headers(task_logs):
-        match = _NAME.match(header_path.name)
-        assert match is not None
-        if (match["word"] or f"unit-{match['index']}") != wanted:
-            continue
-        n = int(match["n"])
+    for n, header_path in _unit_headers(task_logs, unit).items():
         if attempt is not None and n != attempt:
             continue
-        header = UnitLogHeader.from_dict(json.loads(header_path.read_text()), str(header_path))
+        header = _read_header(header_path)
         if unit == "command":
             output, paths = _command_output(task_logs, n)
         else:
@@ -276,6 +240,22 @@ def read_unit_logs(
     return UnitLogs(run, task, unit, tuple(found))
 
 
+def _read_header(path: Path) -> UnitLogHeader:
+    return UnitLogHeader.from_dict(json.loads(path.read_text()), str(path))
+
+
+def _unit_headers(task_logs: Path, unit: int | str) -> dict[int, Path]:
+    """The header files of ``unit``, by attempt."""
+    wanted = unit_stem(unit)
+    found: dict[int, Path] = {}
+    for path in _headers(task_logs):
+        match = _NAME.match(path.name)
+        assert match is not None
+        if (match["word"] or f"unit-{match['index']}") == wanted:
+            found[int(match["n"])] = path
+    return found
+
+
 def _headers(task_logs: Path) -> list[Path]:
     directory = units_dir(task_logs)
     if not directory.is_dir():
@@ -284,12 +264,11 @@ def _headers(task_logs: Path) -> list[Path]:
 
 
 def list_unit_logs(task_logs: Path) -> list[UnitLogHeader]:
-    """The header of the last attempt of every unit of a task that has a log: the units
-    whose last attempt did not end well first, then by unit."""
+    """The last attempt of each unit of a task with a log, failures first."""
     last: dict[int | str, UnitLogHeader] = {}
     for path in _headers(task_logs):
         try:
-            header = UnitLogHeader.from_dict(json.loads(path.read_text()), str(path))
+            header = _read_header(path)
         except (OSError, ValueError):
             continue  # a header being replaced, or not ours: the listing goes on
         seen = last.get(header.unit)
@@ -308,52 +287,23 @@ _COMMAND_NAME = re.compile(r"^attempt-(?P<n>\d+)\.(out|err)$")
 
 @dataclass(frozen=True)
 class LiveChunk:
-    """What one output file of an attempt holds from the offset asked on: ``text``, and
-    ``offset``, the byte offset to ask from next time (a character cut at the end of what
-    was read waits for the next read)."""
+    """What one output file of an attempt holds from the offset asked on, and the offset
+    to ask from next time (a character cut at the end waits for the next read)."""
 
     name: str
     offset: int
     text: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class LiveAttempt:
-    """One attempt of a unit as it is now: its new output, and its header once it ended
-    (None while it runs)."""
+class LiveAttempt(_Wire):
+    """One attempt of a unit as it is now: its new output, and its header once it ended."""
+
+    WHAT = "a unit's live attempt"
 
     attempt: int
     header: UnitLogHeader | None
     chunks: tuple[LiveChunk, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "attempt": self.attempt,
-            "header": self.header.to_dict() if self.header is not None else None,
-            "chunks": [c.to_dict() for c in self.chunks],
-        }
-
-    @classmethod
-    def from_dict(cls, data: object, where: str) -> LiveAttempt:
-        """The attempt in ``data`` (`to_dict`'s form); ValueError naming ``where``."""
-        if not isinstance(data, dict) or not isinstance(data.get("attempt"), int):
-            raise ValueError(f"{where}: not a unit's live attempt")
-        header = data.get("header")
-        chunks = data.get("chunks")
-        if not isinstance(chunks, list):
-            raise ValueError(f"{where}: chunks is not a list")
-        return cls(
-            data["attempt"],
-            UnitLogHeader.from_dict(header, where) if header is not None else None,
-            tuple(
-                LiveChunk(str(c["name"]), int(c["offset"]), str(c["text"]))
-                for c in chunks
-                if isinstance(c, dict)
-            ),
-        )
 
 
 def whole_utf8(data: bytes) -> int:
@@ -371,8 +321,7 @@ def whole_utf8(data: bytes) -> int:
 
 
 def _read_from(path: Path, offset: int) -> tuple[int, str] | None:
-    """The text of ``path`` from byte ``offset`` on (at most `LIVE_READ_MAX` bytes) and the
-    offset after it; None when the file is not there."""
+    """The text of ``path`` from ``offset`` on and the offset after it (None: no file)."""
     try:
         with path.open("rb") as f:
             f.seek(offset)
@@ -407,22 +356,14 @@ def _output_files(task_logs: Path, unit: int | str) -> dict[int, list[Path]]:
 def live_unit_logs(
     task_logs: Path, unit: int | str, since: Mapping[str, int] | None = None
 ) -> list[LiveAttempt]:
-    """Every attempt of ``unit`` with an output file or a header, first attempt first:
-    what its files hold past the offsets of ``since`` (by file name; 0 for a file not in
-    it), and its header once it ended. Its header is read before its output, so the
-    output of an attempt with a header is whole."""
+    """Every attempt of ``unit`` with an output file or a header, first attempt first: what
+    its files hold past the offsets of ``since`` (by file name), and its header once it
+    ended (read before its output, so that output is whole)."""
     since = since or {}
     headers: dict[int, UnitLogHeader] = {}
-    wanted = unit_stem(unit)
-    for path in _headers(task_logs):
-        match = _NAME.match(path.name)
-        assert match is not None
-        if (match["word"] or f"unit-{match['index']}") != wanted:
-            continue
+    for n, path in _unit_headers(task_logs, unit).items():
         try:
-            headers[int(match["n"])] = UnitLogHeader.from_dict(
-                json.loads(path.read_text()), str(path)
-            )
+            headers[n] = _read_header(path)
         except (OSError, ValueError):
             continue  # being replaced: the next look finds it
     files = _output_files(task_logs, unit)
@@ -440,7 +381,7 @@ def live_unit_logs(
 def store_live_unit_logs(
     root: Path, run: str, task: str, unit: int | str, since: Mapping[str, int] | None = None
 ) -> list[LiveAttempt]:
-    """`live_unit_logs` of a unit of the store at ``root``; `LogNotFound` for an unknown
-    run; a task with no files yet (not started) has no attempts."""
-    _run_dir(root, run)
+    """`live_unit_logs` of a unit of the store at ``root``; `LogNotFound`: no run."""
+    if not StoreLayout(root).run_dir(run).is_dir():
+        raise LogNotFound(f"there is no run {run!r} in the store {root}")
     return live_unit_logs(task_logs(StoreLayout(root).task_dir(run, task)), unit, since)

@@ -19,13 +19,8 @@ KEY_SEPARATOR = "/"
 
 @dataclass(frozen=True, order=True)
 class ResourceKey:
-    """The group a task's observations belong to: its type, its model and a variant.
-
-    ``model`` is the name of the run's first source (empty without); ``variant`` is the
-    value of the setting the type declares cost-relevant (empty without). The type and the
-    model may not contain ``/`` (source names never do), so the text form below reads back
-    unambiguously while the variant may hold anything, ``/`` included.
-    """
+    """The group a task's observations belong to: its type, its model (the run's first source)
+    and a variant (the value of its cost setting); the type and the model hold no ``/``."""
 
     task_type: str
     model: str
@@ -72,13 +67,8 @@ def _variant_text(value: Any) -> str:
 
 
 def resource_key(task_type: TaskType, settings: Mapping[str, Any], model: str) -> ResourceKey:
-    """The key under which a task's observations are recorded and its resources resolved.
-
-    The variant is the value of the type's ``cost_setting`` as the settings model reads it
-    (so ``64`` and ``64.0`` of a float setting are one key, and the model's default counts
-    when the task leaves the setting out): text as is, other values as JSON with sorted
-    keys and no spaces. A type without a ``cost_setting`` has an empty variant.
-    """
+    """The key of a task: the variant is its ``cost_setting``'s value as the settings model reads
+    it (``64`` and ``64.0`` of a float are one key; defaults count), text as is, else JSON."""
     name = task_type.cost_setting
     if name is None:
         return ResourceKey(task_type.name, model)
@@ -99,8 +89,7 @@ def resource_key(task_type: TaskType, settings: Mapping[str, Any], model: str) -
 
 
 def unknown_key_message(text: str, known: Iterable[str]) -> str:
-    """The one line that says ``text`` names no key with observations (or is no key at all),
-    with the closest of the ``known`` keys' texts when some are close."""
+    """The line saying ``text`` names no known key, with the closest ``known`` keys."""
     try:
         ResourceKey.from_text(text)
     except ValueError as exc:

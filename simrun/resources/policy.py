@@ -1,39 +1,8 @@
-"""The decision: from the recorded observations of a key to the memory to request.
-
-The rule, in the terms ``simrun resources KEY`` prints:
-
-1. Memory spreads by factors, so peaks are compared as logarithms. The *center* is the
-   typical peak of the last `WINDOW` successes; when the tasks' input sizes are known it is
-   a fit of log peak against log input size (a power law, exponent between 0 and
-   `MAX_INPUT_SLOPE`, pulled toward `PRIOR_INPUT_SLOPE` while few sizes are known), so a
-   larger input asks for more.
-2. The *spread* is the scale of the peaks around the center. With few samples it is pulled
-   toward `PRIOR_SPREAD` (a key seen once is uncertain; a key with 200 identical peaks is
-   not).
-3. The *margin* is exp(`KILL_Z` x that scale, widened for few samples): the chance that a
-   unit like the past ones goes over its request is about 1 in 100. For an input size far
-   from those seen it also allows a steeper (or, below them, flatter) exponent, by
-   `KILL_Z` x the exponent's uncertainty, so a larger input never asks for less. It is
-   never below `MARGIN`, nor below the margin that covers the highest 5 % of the past peaks
-   (all of them under 20). When the latest `DRIFT_SAMPLES` successes sit above the fit by
-   more than two standard errors (a key drifting upward), it rises by the difference. From
-   20 successes on it asks at most what learning v1 did, `CEILING_FACTOR` (1.4) times the
-   95th percentile of the peaks: a key whose peaks spread over decades is rarely
-   log-normal, and the normal shape would ask past them all.
-4. The plugin's hint *caps* the margin: the author believed the task fits in it, and a
-   learned figure above it is rarely right, until a unit killed at (or above) the hint has
-   shown otherwise; from then on the cap is `RETRY_FACTOR` x that kill's limit or the
-   largest peak seen times `MARGIN`, whichever is larger. It never caps below the typical
-   peak times `MARGIN`: a typical peak above the hint shows the hint too small for this
-   input.
-5. After a kill for memory the request is at least `RETRY_FACTOR` x the killed limit until
-   a later success of the key (the seed rule), and at least the largest peak seen above
-   that limit times `MARGIN` (the retry should fit at once); a learned request is at least
-   `MIN_MEMORY_PER_WORKER_GB`.
-
-Everything here is pure (no I/O, no clock), so the rules are tested with tables and
-properties, and the replay benchmark (``benchmarks/learning.py``) runs the very functions
-the store runs.
+"""The pure decision from a key's observations to the memory to request (`decide`, and
+`explain` for why): a log-normal fit of the last `WINDOW` peaks, at the task's input size
+when sizes are known, times a margin from their spread (1 kill in 100), capped by the
+plugin's hint until a kill at the hint, and at least `RETRY_FACTOR` x a killed limit until
+a later success. No I/O, no clock: ``benchmarks/learning.py`` replays these functions.
 """
 
 from __future__ import annotations
@@ -48,57 +17,29 @@ from typing import Any, Literal
 from simrun.plugins import ResourceHint
 from simrun.workflow import ResourceOverride
 
-# The constants are chosen by reasoning, then checked on both shipped traces (python
-# benchmarks/learning.py; figures in its output and in the closing note of issue 13), not
-# searched on one:
-#
-# - KILL_Z = 2.326 is the one-sided 99 % point of a normal: the request of a key whose log
-#   peaks scatter normally is exceeded by about 1 unit in 100, the kill rate we aim at.
-# - PRIOR_SPREAD = 0.25 (a factor of 1.28 per standard deviation) is what one is ready to
-#   believe of a key seen once: repeated runs of one configuration rarely differ by more,
-#   and a key that does shows it after a few samples. It weighs as one sample.
-# - PRIOR_INPUT_SLOPE = 0.5 +- 0.5 says "memory grows with input, between not at all and
-#   linearly" until the key's own sizes say how; MAX_INPUT_SLOPE = 1.5 bounds a fit on a
-#   few points.
-# - MARGIN = 1.05 only keeps a request off a peak measured to the byte.
-# - CEILING_FACTOR = 1.4 over the P95 from CEILING_SAMPLES = 20 successes is learning v1's
-#   rule, kept as a ceiling: where the normal shape asks more than the rule that ran before,
-#   the shape is the thing in doubt (a key spread over decades, or blind to input sizes).
-# - DRIFT_SAMPLES = 50, a quarter of the window, compared with the fit at two standard
-#   errors: a drift of a few percent over 50 units is seen, noise is not.
-
 #: How many of the latest successful memory observations of a key are summarized.
 WINDOW = 200
 #: The least margin of a learned request over the center (a factor).
 MARGIN = 1.05
-#: After a kill for memory the request is at least this times the killed process's limit,
-#: until a later observation of the key succeeds.
+#: After a kill, the request is at least this times the killed limit until a later success.
 RETRY_FACTOR = 2.0
 #: The margin is exp(KILL_Z x the scale of the peaks around the center).
 KILL_Z = 2.326
-#: The spread (standard deviation of log peaks) assumed before a key shows its own; it
-#: weighs as one sample.
+#: The spread (sd of log peaks) assumed before a key shows its own; it weighs as one sample.
 PRIOR_SPREAD = 0.25
-#: The exponent of input size assumed before a key's own sizes show it, and its
-#: uncertainty (standard deviation).
+#: The exponent of input size assumed before a key's sizes show it, and its sd.
 PRIOR_INPUT_SLOPE = 0.5
 PRIOR_INPUT_SLOPE_SD = 0.5
-#: Once a key has this many successes, a request asks at most `CEILING_FACTOR` times the
-#: 95th percentile of its peaks (at the task's input size): the rule of learning v1.
+#: From this many successes on, a request asks at most `CEILING_FACTOR` x the P95 of peaks.
 CEILING_SAMPLES = 20
 CEILING_FACTOR = 1.4
-#: The latest successes compared with the fit to notice a key that drifts upward (a quarter
-#: of the window).
+#: The latest successes compared with the fit to notice a key that drifts upward.
 DRIFT_SAMPLES = 50
 #: The largest exponent of input size a fit may give.
 MAX_INPUT_SLOPE = 1.5
 
-#: The least memory per worker a learned request asks for (GiB). Below it a request is
-#: smaller than a Python interpreter with numpy imported (a worker process holds about
-#: 20 MiB before any plugin code, numpy adds more), so a learned figure under it says more
-#: about the allocator than about the task, and a process switching to such a task would be
-#: too tight to run anything. It bounds learned requests only: a workflow's override and a
-#: plugin's hint are taken as given.
+#: The least memory per worker a learned request asks for (GiB): less is smaller than an
+#: interpreter with numpy. Overrides and hints are taken as given.
 MIN_MEMORY_PER_WORKER_GB = 0.25
 
 #: The part of the past peaks whose margin a request always covers (nearest rank).
@@ -106,9 +47,7 @@ PERCENTILE = 95
 
 PercentileMethod = Literal["nearest-rank", "linear"]
 
-#: Nearest rank (Hyndman & Fan type 1, numpy's "inverted_cdf"): the smallest value with at
-#: least 95 % of the values at or below it. It is always a value that was really measured,
-#: and with fewer than 20 values it is their maximum.
+#: Nearest rank (Hyndman & Fan type 1): always a measured value; the maximum under 20 values.
 PERCENTILE_METHOD: PercentileMethod = "nearest-rank"
 
 #: The default hint: its memory per worker is no author's bound (it caps nothing).
@@ -118,12 +57,8 @@ _DEFAULT_HINT = ResourceHint()
 def percentile(
     values: Sequence[float], q: float, method: PercentileMethod = PERCENTILE_METHOD
 ) -> float:
-    """The ``q``-th percentile (0 < q <= 100) of ``values``.
-
-    ``"nearest-rank"``: the ceil(q/100 * n)-th smallest value (computed exactly, without
-    float rounding of q/100 * n). ``"linear"``: interpolation between the closest ranks
-    (Hyndman & Fan type 7, numpy's default), for comparison in the benchmark.
-    """
+    """The ``q``-th percentile (0 < q <= 100) of ``values``: the exact nearest rank, or
+    ``"linear"`` interpolation (numpy's default) for comparison in the benchmark."""
     if not values:
         raise ValueError("percentile of no values")
     if not 0 < q <= 100:
@@ -146,13 +81,8 @@ def percentile(
 
 @dataclass(frozen=True)
 class Observation:
-    """One recorded observation as the decision sees it.
-
-    ``memory_gb`` is the peak anonymous memory of one worker process, or for a kill
-    (``oom``) the limit the killed process ran under. ``seconds_per_unit`` is None for a
-    kill or when unknown. ``run`` is the id of the run that reported it. ``input_bytes``
-    is the size of the task's inputs when it was measured (None when unknown).
-    """
+    """One observation: the peak anonymous memory of one worker process, or for a kill
+    (``oom``) its limit; the run that reported it; the task's input size (None: unknown)."""
 
     memory_gb: float
     oom: bool = False
@@ -163,18 +93,8 @@ class Observation:
 
 @dataclass(frozen=True)
 class Learned:
-    """What the observations of a key say for one task, before hint and override.
-
-    ``center_gb`` is the typical peak (at the task's input size when sizes are known),
-    ``spread`` the scale of log peaks around it, ``margin`` the factor applied on the
-    center, ``learned_gb`` center x margin (None without a success); ``floor_gb`` is
-    RETRY_FACTOR times the largest limit killed since the last success, or the largest peak
-    of the window above that limit times the margin floor if more (None when no kill is
-    pending); ``largest_kill_gb`` the largest limit killed among the observations read
-    and ``largest_peak_gb`` the largest peak of the window; ``input_slope`` the exponent of
-    input size used (None when sizes were not used); ``samples`` and ``runs`` count the
-    observations used (the window and the pending kills) and their distinct runs.
-    """
+    """What the observations of a key say for one task, before hint and override (None
+    without a success; ``floor_gb``: the least request while kills are pending)."""
 
     center_gb: float | None
     spread: float | None
@@ -207,8 +127,7 @@ def _fit(
     sxy = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
     slope, slope_var = (PRIOR_INPUT_SLOPE, PRIOR_INPUT_SLOPE_SD**2) if use_sizes else (0.0, 0.0)
     spread2 = PRIOR_SPREAD**2
-    # Two passes: the spread around the prior line weighs the key's own slope, whose line
-    # then gives the residuals of the spread.
+    # Two passes: the spread around the prior line weighs the key's own slope.
     for _ in range(2):
         residual2 = sum(
             (y - mean_y - slope * (x - mean_x)) ** 2 for x, y in zip(xs, ys, strict=True)
@@ -226,9 +145,7 @@ def _fit(
             slope_var = 1 / (data_precision + prior_precision)
     shift = x0 - mean_x
     center = mean_y + slope * shift
-    # The slope's uncertainty pushes up, on either side: toward a steeper slope for a larger
-    # input, a flatter one (never below 0) for a smaller one, so a larger input never asks
-    # for less.
+    # The slope's uncertainty pushes up on either side, so a larger input never asks less.
     spread_z = KILL_Z * math.sqrt(slope_var)
     worst = min(slope + spread_z, MAX_INPUT_SLOPE) if shift > 0 else max(slope - spread_z, 0.0)
     by_spread = mean_y + worst * shift + KILL_Z * math.sqrt(spread2 * (1 + 1 / n))
@@ -236,13 +153,11 @@ def _fit(
     covered = center + percentile(residuals, PERCENTILE) + math.log(margin_floor)
     recent = residuals[-DRIFT_SAMPLES:]
     if len(recent) < n:
-        # the latest successes sit above the fit by more than two standard errors: the key
-        # drifts upward and the center lags it, so the margin rises by the difference
+        # latest successes above the fit by two standard errors: a key drifting upward
         drift = sum(recent) / len(recent) - 2 * math.sqrt(spread2 / len(recent))
         by_spread += max(0.0, drift)
     if n >= CEILING_SAMPLES:
-        # never past what the rule of learning v1 asks (P95 x 1.4): a key whose peaks spread
-        # over decades is rarely log-normal, and the normal shape would ask past them all
+        # never past learning v1's P95 x 1.4: a key spread over decades is not log-normal
         ceiling = center + percentile(residuals, PERCENTILE) + math.log(CEILING_FACTOR)
         by_spread = min(by_spread, ceiling)
     upper = max(by_spread, covered, center + math.log(margin_floor))
@@ -262,13 +177,33 @@ def learn(
     retry_factor: float = RETRY_FACTOR,
     input_bytes: int | None = None,
 ) -> Learned:
-    """Summarize the observations of one key, oldest first, for a task of ``input_bytes``.
+    """Summarize the observations of one key, oldest first, for a task of ``input_bytes``:
+    the last ``window`` successes and kills (pending: the kills after the last success)."""
+    _check(window, margin, retry_factor)
+    success_at = [i for i, o in enumerate(history) if not o.oom][-window:]
+    successes = [history[i] for i in success_at]
+    last = success_at[-1] if success_at else -1
+    kills = [o for o in history if o.oom][-window:]
+    pending = [o for o in history[last + 1 :] if o.oom][-window:]
+    seconds = [o.seconds_per_unit for o in successes if o.seconds_per_unit is not None]
+    used = successes + pending
+    center, spread, factor, slope = _fit_window(successes, input_bytes, margin)
+    return Learned(
+        center_gb=center,
+        spread=spread,
+        margin=factor,
+        learned_gb=None if center is None or factor is None else center * factor,
+        floor_gb=_kill_floor(pending, successes, retry_factor, margin),
+        largest_kill_gb=_largest(kills),
+        largest_peak_gb=_largest(successes),
+        input_slope=slope,
+        seconds_per_unit=statistics.median(seconds) if seconds else None,
+        samples=len(used),
+        runs=len({o.run for o in used}),
+    )
 
-    The window is the last ``window`` successful observations; the kills read are the
-    last ``window`` kills, and the pending kills those of them after the last success.
-    ``history`` may be the whole history or only those observations: the answer is the
-    same. Input sizes are used when the task's and every window observation's are known.
-    """
+
+def _check(window: int, margin: float, retry_factor: float) -> None:
     if window < 1:
         raise ValueError(f"learn: window must be >= 1, got {window!r}")
     if not retry_factor > 1:
@@ -278,37 +213,22 @@ def learn(
         )
     if not margin >= 1:
         raise ValueError(f"learn: margin must be >= 1, got {margin!r}")
-    success_at = [i for i, o in enumerate(history) if not o.oom][-window:]
-    successes = [history[i] for i in success_at]
-    last = success_at[-1] if success_at else -1
-    kills = [o for o in history if o.oom][-window:]
-    pending = [o for o in history[last + 1 :] if o.oom][-window:]
-    seconds = [o.seconds_per_unit for o in successes if o.seconds_per_unit is not None]
-    used = successes + pending
-    center = spread = factor = learned = slope = None
-    if successes:
-        sizes = [o.input_bytes for o in successes]
-        known = [s for s in sizes if s is not None]
-        center, spread, factor, slope = _fit(
-            [o.memory_gb for o in successes],
-            known if len(known) == len(sizes) else None,
-            input_bytes,
-            margin,
-        )
-        learned = center * factor
-    return Learned(
-        center_gb=center,
-        spread=spread,
-        margin=factor,
-        learned_gb=learned,
-        floor_gb=_kill_floor(pending, successes, retry_factor, margin),
-        largest_kill_gb=max(o.memory_gb for o in kills) if kills else None,
-        largest_peak_gb=max(o.memory_gb for o in successes) if successes else None,
-        input_slope=slope,
-        seconds_per_unit=statistics.median(seconds) if seconds else None,
-        samples=len(used),
-        runs=len({o.run for o in used}),
-    )
+
+
+def _largest(observations: Sequence[Observation]) -> float | None:
+    return max((o.memory_gb for o in observations), default=None)
+
+
+def _fit_window(
+    successes: Sequence[Observation], input_bytes: int | None, margin: float
+) -> tuple[float | None, float | None, float | None, float | None]:
+    """`_fit` of the window's peaks (sizes when all are known); None without a success."""
+    if not successes:
+        return None, None, None, None
+    sizes = [o.input_bytes for o in successes]
+    known = [s for s in sizes if s is not None]
+    peaks = [o.memory_gb for o in successes]
+    return _fit(peaks, known if len(known) == len(sizes) else None, input_bytes, margin)
 
 
 def _kill_floor(
@@ -318,9 +238,7 @@ def _kill_floor(
     margin: float,
 ) -> float | None:
     """The least request while kills are pending: retry_factor x the largest killed limit,
-    and the largest peak of the window x margin when it is above that limit (a unit killed
-    at L is one of the key's larger ones: the largest peak the key showed above L is where
-    such units end, so the retry fits at once rather than after more doublings)."""
+    and the largest peak of the window above it x margin (so the retry fits at once)."""
     if not pending:
         return None
     killed = max(o.memory_gb for o in pending)
@@ -330,12 +248,8 @@ def _kill_floor(
 
 @dataclass(frozen=True)
 class Explanation:
-    """Why a key's next task gets the memory per worker it gets (``simrun resources KEY``).
-
-    ``requested_gb`` and ``source`` are what `decide` gives without an override; the other
-    fields are the parts of `Learned` and the hint it was made of, and ``reasons`` says in
-    words which of them decided (one line each).
-    """
+    """Why a key's next task gets the memory per worker it gets (``simrun resources KEY``):
+    what `decide` gives without an override, the parts it was made of, and ``reasons``."""
 
     requested_gb: float
     source: str
@@ -431,20 +345,13 @@ def explain(
 
 
 def _pending(history: Sequence[Observation]) -> int:
-    count = 0
-    for o in reversed(history):
-        if not o.oom:
-            break
-        count += 1
-    return count
+    """How many kills end ``history`` (since its last success)."""
+    return next((i for i, o in enumerate(reversed(history)) if not o.oom), len(history))
 
 
 def _cap(got: Learned, hint: ResourceHint, margin: float, retry_factor: float) -> float | None:
-    """The most a learned request may ask: the hint until a kill at the hint, then the
-    larger of retry_factor x that kill and the largest peak x margin; never less than the
-    typical peak x margin (a typical peak above the hint shows the hint too small for this
-    input); None when the type left the memory per worker at the default (not an author's
-    bound)."""
+    """The most a learned request may ask: the hint until a kill at it, then the larger of
+    retry_factor x that kill and the largest peak x margin; None for a default hint."""
     if hint.memory_per_worker_gb == _DEFAULT_HINT.memory_per_worker_gb:
         return None
     typical = (got.center_gb or 0.0) * margin
@@ -464,12 +371,8 @@ def _gb(value: float) -> str:
 
 @dataclass(frozen=True)
 class ResolvedResources:
-    """The resources to request for a task, and where the memory per worker came from.
-
-    ``source`` is ``"learned from N runs"``, ``"plugin hint"``, ``"default"`` (the type
-    gives no hint of its own) or ``"override"`` (the workflow fixed the memory per worker).
-    ``samples`` counts the memory observations the memory per worker was learned from.
-    """
+    """The resources to request for a task; ``source`` says where the memory per worker
+    came from: "learned from N runs", "plugin hint", "default" or "override"."""
 
     memory_base_gb: float
     memory_per_worker_gb: float
@@ -480,14 +383,13 @@ class ResolvedResources:
     source: str
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for JSON."""
         return asdict(self)
 
 
 def source_of(learned_runs: int | None, hint: ResourceHint) -> str:
     """The source text: learned from N runs, else plugin hint or default."""
     if learned_runs is not None:
-        return f"learned from {learned_runs} run{'s' if learned_runs != 1 else ''}"
+        return f"learned from {_count(learned_runs, 'run')}"
     return "default" if hint == ResourceHint() else "plugin hint"
 
 
@@ -502,13 +404,8 @@ def decide(
     retry_factor: float = RETRY_FACTOR,
     min_memory_gb: float = MIN_MEMORY_PER_WORKER_GB,
 ) -> ResolvedResources:
-    """The resources for a task whose key has ``history`` (oldest first) and whose inputs
-    hold ``input_bytes`` (None when unknown).
-
-    Memory per worker: the override's when it sets one; else the rule of the module's
-    docstring (`explain` says which part of it decided); else the hint. Base memory,
-    scratch and GPUs are the hint's. Each field the override sets wins.
-    """
+    """The resources for a task whose key has ``history`` (oldest first): each field the
+    override sets, else the memory per worker `explain` gives and the hint's others."""
     why = explain(
         history,
         hint,

@@ -1,10 +1,6 @@
-"""`ResourceStore`: the observations of past tasks in the service's SQLite file.
-
-All SQL about observations is here. The store is a thin shell: it reads what
-`simrun.resources.policy.learn` needs and lets `decide` answer. Every call opens its own
-connection (`simrun.db.connect`), so one store may serve many asyncio tasks and several
-threads with their own event loops; `record_many` can also write on a caller's connection,
-inside the caller's transaction (the service stores unit states and observations at once).
+"""`ResourceStore`: the observations of past tasks in the service's SQLite file, all their
+SQL; `policy` decides. Each call opens its own connection; `record_many` can also write in
+a caller's transaction.
 """
 
 from __future__ import annotations
@@ -74,8 +70,7 @@ _INSERT = (
     " input_bytes)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-# The window (the last N successes of a key) and its last N kills, oldest first, in one
-# statement: both parts walk the index (key, oom, id).
+# The window (a key's last N successes) and its last N kills, oldest first, by the index.
 _HISTORY = (
     "SELECT * FROM ("
     " SELECT id, memory_gb, oom, seconds_per_unit, run, input_bytes FROM observations"
@@ -84,6 +79,12 @@ _HISTORY = (
     " SELECT id, memory_gb, oom, seconds_per_unit, run, input_bytes FROM observations"
     " WHERE key = :key AND oom = 1 ORDER BY id DESC LIMIT :window"
     ") ORDER BY id"
+)
+
+#: A key's latest kills (time recorded, limit), the latest first.
+_KILLS = (
+    "SELECT recorded_s, memory_gb FROM observations"
+    " WHERE key = ? AND oom = 1 ORDER BY id DESC LIMIT ?"
 )
 
 Row = tuple[str, str, float, int, float | None, int, float, float, float, int | None]
@@ -103,13 +104,8 @@ class Record:
 
 @dataclass(frozen=True)
 class KeySummary:
-    """What is known about one key (for ``simrun resources``).
-
-    ``requested_gb`` is the memory per worker a task of the key would get now without an
-    override; ``typical_gb`` the typical peak it is learned around (at the sizes seen);
-    ``last_kill_s`` is the Unix time of its latest kill for memory and ``last_kill_gb`` the
-    limit of that kill.
-    """
+    """What is known about one key (for ``simrun resources``): what a task of it would request
+    now, the typical peak, and its latest kill (Unix time, limit)."""
 
     key: ResourceKey
     observations: int
@@ -128,16 +124,8 @@ EVIDENCE_KILLS = 50
 
 @dataclass(frozen=True)
 class KeyEvidence:
-    """What ``simrun resources KEY`` shows of one key: why a task of it requests what it
-    does, and the measurements behind it.
-
-    ``explanation`` is `policy.explain` on the key's history; ``peaks_gb`` are the peaks of
-    the window of successes (one per worker process), oldest first, and ``peaks_s`` when
-    each was recorded (Unix time; the plots put them on a time axis); ``kills`` are the
-    latest `EVIDENCE_KILLS` kills for memory as (Unix time recorded, limit in GiB), oldest
-    first, pending or not; ``observations`` counts every observation ever recorded of the
-    key (0: the key is unknown, and the explanation is the hint's).
-    """
+    """What ``simrun resources KEY`` shows of one key: `policy.explain` on its history, the
+    window's peaks and their times, its latest kills, its count of observations."""
 
     key: ResourceKey
     explanation: Explanation
@@ -159,9 +147,8 @@ class KeyEvidence:
 
 
 def rows_of(record: Record, recorded_s: float) -> list[Row]:
-    """The rows a record becomes, checked: one per worker process of a successful report;
-    one at the report's limit for a kill. `ValueError` names the key, the run and the bad
-    field. (A `WorkerReport`'s numbers are finite and >= 0 by construction.)"""
+    """The rows a record becomes, checked: one per worker process of a successful report, one
+    at the limit for a kill; `ValueError` names the key, the run and the bad field."""
     report = record.report
     if not isinstance(record.key, ResourceKey):
         raise TypeError(f"Record.key must be a ResourceKey, got {type(record.key).__name__}")
@@ -189,17 +176,13 @@ def rows_of(record: Record, recorded_s: float) -> list[Row]:
 
 
 class ResourceStore:
-    """The observations of past tasks' workers, in the SQLite file ``db``.
-
-    The file must be on a local volume (SQLite's locking does not hold over NFS). It and
-    its tables are created on first use.
-    """
+    """The observations of past tasks' workers, in the SQLite file ``db`` (on a local volume:
+    SQLite's locking does not hold over NFS), created on first use."""
 
     def __init__(self, db: Path, *, keep_open: bool = True) -> None:
         self.db = Path(db)
         self._schema_ready = False
-        # One idle connection keeps the WAL files alive between the per-call connections
-        # (see simrun.db.FileKeeper); keep_open=False is the peer of benchmarks/store.py.
+        # An idle connection keeps the WAL files alive between calls (simrun.db.FileKeeper).
         self._keeper = FileKeeper(self.db) if keep_open else None
 
     @asynccontextmanager
@@ -212,8 +195,6 @@ class ResourceStore:
             yield conn
 
     def close(self) -> None:
-        """Close the idle connection the store holds; the store stays usable (a later call
-        opens it again)."""
         if self._keeper is not None:
             self._keeper.close()
 
@@ -231,8 +212,6 @@ class ResourceStore:
             raise SchemaError(f"{self.db}: {exc}") from exc
         self._schema_ready = True
 
-    # -- writing ---------------------------------------------------------------------------
-
     async def record(
         self,
         key: ResourceKey,
@@ -242,25 +221,14 @@ class ResourceStore:
         run: str = "",
         input_bytes: int | None = None,
     ) -> None:
-        """Store one worker report under ``key`` (of a task whose inputs hold
-        ``input_bytes``, when known).
-
-        A successful report gives one observation per worker process (its peak memory and
-        the report's seconds per unit); with ``oom`` (the controller decided the process was
-        killed for memory) it gives one kill observation at the report's ``limit_gb``.
-        """
+        """Store one worker report under ``key`` (with ``oom``: one kill at its limit)."""
         await self.record_many([Record(key, report, base_gb, oom, run, input_bytes)])
 
     async def record_many(
         self, records: Iterable[Record], conn: aiosqlite.Connection | None = None
     ) -> int:
-        """Store many reports in one transaction; returns the number of observations.
-
-        Without ``conn`` the store opens a connection and commits. With ``conn`` (the
-        caller's, already inside its transaction, schema ensured by `ensure_schema`) the
-        rows are written there and the caller commits or rolls back. Every record is
-        checked before anything is written.
-        """
+        """Store many reports in one transaction (every record checked first); returns the number
+        of observations. With ``conn`` (the caller's, in its transaction) the caller commits."""
         now_s = time.time()
         rows = [row for record in records for row in rows_of(record, now_s)]
         if conn is not None:
@@ -283,8 +251,6 @@ class ResourceStore:
         async with self._connection() as own, transaction(own):
             await own.executemany(_INSERT, rows)
         return len(rows)
-
-    # -- reading ---------------------------------------------------------------------------
 
     async def _history(
         self, conn: aiosqlite.Connection, key: ResourceKey, window: int
@@ -314,24 +280,19 @@ class ResourceStore:
         override: ResourceOverride | None,
         input_bytes: int | None = None,
     ) -> ResolvedResources:
-        """The resources to request for a task of ``key`` whose inputs hold ``input_bytes``
-        (None when unknown; see `policy.decide`)."""
+        """The resources for a task of ``key`` (`policy.decide`)."""
         async with self._connection() as conn:
             history = await self._history(conn, key, WINDOW)
         return decide(history, hint, override, input_bytes=input_bytes)
 
     async def keys(self) -> list[ResourceKey]:
-        """Every key with observations, sorted."""
         async with self._connection() as conn:
             rows = await conn.execute_fetchall("SELECT DISTINCT key FROM observations")
         return sorted(ResourceKey.from_text(str(r[0])) for r in rows)
 
     async def summaries(self, hints: Mapping[str, ResourceHint] | None = None) -> list[KeySummary]:
-        """One line per key: what was seen and what a task would request now.
-
-        ``hints`` maps task type names to their hints (the default hint for types not in
-        it); a hint matters only for keys with kills and no success.
-        """
+        """One line per key: what was seen and what a task would request now (``hints`` by task
+        type; a hint matters only for keys with kills and no success)."""
         hints = hints or {}
         out: list[KeySummary] = []
         async with self._connection() as conn:
@@ -343,15 +304,8 @@ class ResourceStore:
                 hint = hints.get(key.task_type, ResourceHint())
                 history = await self._history(conn, key, WINDOW)
                 learned = learn(history)
-                # What a dispatch without an override would request: the very same rule.
                 resolved = decide(history, hint, None)
-                kill = list(
-                    await conn.execute_fetchall(
-                        "SELECT recorded_s, memory_gb FROM observations"
-                        " WHERE key = ? AND oom = 1 ORDER BY id DESC LIMIT 1",
-                        (key.text(),),
-                    )
-                )
+                kill = list(await conn.execute_fetchall(_KILLS, (key.text(), 1)))
                 out.append(
                     KeySummary(
                         key=key,
@@ -371,11 +325,7 @@ class ResourceStore:
         """What ``key``'s request rests on (see `KeyEvidence`); ``hint`` is its type's."""
         async with self._connection() as conn:
             history = await self._history(conn, key, WINDOW)
-            kills = await conn.execute_fetchall(
-                "SELECT recorded_s, memory_gb FROM observations"
-                " WHERE key = ? AND oom = 1 ORDER BY id DESC LIMIT ?",
-                (key.text(), EVIDENCE_KILLS),
-            )
+            kills = await conn.execute_fetchall(_KILLS, (key.text(), EVIDENCE_KILLS))
             total = await conn.execute_fetchall(
                 "SELECT count(*) FROM observations WHERE key = ?", (key.text(),)
             )

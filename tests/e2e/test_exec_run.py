@@ -152,7 +152,7 @@ print("cwd", os.getcwd())
     inputs = {"table": table, "b": tmp_path}
     spec = make_spec(tmp_path, f"{PY} {prog} {{settings}} {{out}} {{input}}", inputs)
     code, result = run_in_process(tmp_path, spec)
-    task_dir = spec.paths.task_dir
+    task_dir = spec.paths.task_paths().task_dir
     assert code == 0
     assert result.outcome == "done"
     assert result.exit_code == 0
@@ -273,13 +273,13 @@ def test_a_bad_template_fails_before_touching_the_output(tmp_path: Path) -> None
     """A template that cannot be expanded fails naming it, and a retried task's output is
     not cleared for a command that cannot run."""
     spec = make_spec(tmp_path, "prog {foo} {out}", attempt=2)
-    spec.paths.out.mkdir(parents=True)
-    (spec.paths.out / "keep").write_text("x")
+    spec.paths.task_paths().out.mkdir(parents=True)
+    (spec.paths.task_paths().out / "keep").write_text("x")
     code, result = run_in_process(tmp_path, spec)
     assert code == 1
     assert result.outcome == "failed"
     assert "'{foo}'" in result.error
-    assert (spec.paths.out / "keep").exists()
+    assert (spec.paths.task_paths().out / "keep").exists()
 
 
 @pytest.mark.parametrize(
@@ -294,15 +294,15 @@ def test_a_retry_starts_clean_unless_the_type_checkpoints(
     spec = make_spec(
         tmp_path, "sh -c 'echo new > $0/new' {out}", checkpoints=checkpoints, attempt=attempt
     )
-    spec.paths.out.mkdir(parents=True)
-    (spec.paths.out / "sub").mkdir()
-    (spec.paths.out / "sub" / "old").write_text("old")
+    spec.paths.task_paths().out.mkdir(parents=True)
+    (spec.paths.task_paths().out / "sub").mkdir()
+    (spec.paths.task_paths().out / "sub" / "old").write_text("old")
     code, result = run_in_process(tmp_path, spec)
     assert code == 0
     assert result.outcome == "done"
-    assert (spec.paths.out / "new").read_text() == "new\n"
-    assert (spec.paths.out / "sub" / "old").exists() is kept
-    assert (spec.paths.task_dir / "logs" / f"attempt-{attempt}.err").exists()
+    assert (spec.paths.task_paths().out / "new").read_text() == "new\n"
+    assert (spec.paths.task_paths().out / "sub" / "old").exists() is kept
+    assert (spec.paths.task_paths().task_dir / "logs" / f"attempt-{attempt}.err").exists()
 
 
 # --- simrun-exec as a process --------------------------------------------------------------
@@ -355,9 +355,9 @@ def test_the_console_script_runs_a_job(tmp_path: Path) -> None:
     job.write_text(json.dumps(spec.to_dict()))
     proc = subprocess.run([str(exe), "--job", str(job)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    report = spec.paths.task_dir / "logs" / "attempt-1.report.json"
+    report = spec.paths.task_paths().task_dir / "logs" / "attempt-1.report.json"
     assert CommandResult.from_dict(json.loads(report.read_text())).outcome == "done"
-    assert (spec.paths.out / "ok").read_text() == "ok\n"
+    assert (spec.paths.task_paths().out / "ok").read_text() == "ok\n"
 
 
 def test_sigterm_is_forwarded_to_the_command_tree_and_reported(tmp_path: Path) -> None:
@@ -396,7 +396,7 @@ async def test_run_command_job_returns_the_report(tmp_path: Path) -> None:
     assert result.outcome == "failed"
     assert result.exit_code == 4
     assert result.error.splitlines()[-1] == "oops"
-    assert (spec.paths.out / "ok").read_text() == "ok\n"
+    assert (spec.paths.task_paths().out / "ok").read_text() == "ok\n"
     assert len(list((tmp_path / "jobs").glob("attempt-1-*.job.json"))) == 1
 
 

@@ -19,7 +19,7 @@ from simrun.worker.pool.processes import (
     WorkerProcess,
 )
 from simrun.worker.pool.protocol import task_message
-from simrun.worker.pool.runner import RunResult, run_chunk
+from simrun.worker.pool.runner import JobMemory, run_chunk
 from tests.support import REPO
 from tests.support.harness import PLUGINS, make_spec, run_burst
 from tests.support.mem_tasks import REFS as MEM_REFS
@@ -46,7 +46,7 @@ async def never_stale(_unit: UnitKey) -> bool:
 
 async def run_on(
     pool: ProcessPool, spec: JobSpec, limit_gb: float
-) -> tuple[WorkerProcess, RunResult, Ledger]:
+) -> tuple[WorkerProcess, JobMemory, Ledger]:
     """Check a process out for ``spec``, run the chunk, check it back in."""
     worker = await pool.checkout((spec.run, spec.task), ())
     ledger = Ledger(spec.units)

@@ -369,3 +369,19 @@ def test_chunk_indices_travel_as_ranges() -> None:
     assert JobSpec.from_dict(data) == spec
     older = {k: v for k, v in data.items() if k != "ranges"} | {"indices": list(spec.indices)}
     assert JobSpec.from_dict(older) == spec
+
+
+def test_task_paths_have_one_wire_shape() -> None:
+    """`JobPaths` is the one wire shape of `TaskPaths` (the job payload's and simrun-exec's
+    job file's): a `TaskPaths` is taken as it, reads back whole, and a map with an unknown
+    path field is refused."""
+    paths = TaskPaths.for_task(Path("/store"), "r", "t", inputs={"b": Path("/b"), "a": Path("a")})
+    wire = JobPaths.of(paths)
+    assert list(wire.inputs) == ["a", "b"]
+    assert wire.task_paths() == paths
+    assert JobPaths.model_validate(wire.model_dump()) == wire
+    assert wire.absolute().inputs["a"] == str(Path("a").absolute())
+    data = _spec().to_dict()
+    data["paths"] = {**wire.model_dump(), "extra": "/x"}
+    with pytest.raises(PayloadError, match="paths: unknown field 'extra'"):
+        JobSpec.from_dict(data)

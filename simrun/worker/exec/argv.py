@@ -1,17 +1,7 @@
-"""Turning the ``command`` template of an unsplit task type into an argv list.
-
-A pure function, without I/O: `expand_argv`. The template is split like a POSIX shell splits
-words (quotes group, backslashes escape) but never run by a shell; then the placeholders of
-each part are filled in:
-
-* ``{settings}`` becomes the path of the JSON file holding the task's settings;
-* ``{out}`` becomes the task's output directory;
-* a part with ``{input}`` stands for every input port of the task: it is written once per
-  port, ports sorted by name, with ``{input}`` replaced by ``<port>=<path>``, and left out
-  entirely when the task has no input.
-
-A placeholder may sit inside a larger part (``--out={out}``). ``{{`` and ``}}`` stand for a
-literal brace; any other brace, and any other name in braces, is an error.
+"""The ``command`` template of an unsplit task type as an argv (`expand_argv`, pure): split
+like a POSIX shell (never run by one); ``{settings}`` is the settings file, ``{out}`` the
+output directory, a part with ``{input}`` is repeated per port as ``<port>=<path>`` (ports
+sorted, none: dropped); ``{{`` and ``}}`` are literal braces.
 """
 
 from __future__ import annotations
@@ -23,23 +13,14 @@ from pathlib import Path
 
 from simrun.plugins import COMMAND_BRACES, COMMAND_PLACEHOLDERS
 
-#: The names a template may use in braces.
-PLACEHOLDERS = COMMAND_PLACEHOLDERS
-
-# One lexical item of a part: an escaped brace, a placeholder, or a brace standing alone.
-_BRACES = COMMAND_BRACES
-
 
 def _describe(template: str) -> str:
     return f"command template {template!r}"
 
 
 def split_template(template: str) -> list[str]:
-    """The parts of ``template`` after POSIX shell-like splitting, placeholders untouched.
-
-    Raises `ValueError` naming the template and the part that starts an unclosed quote or
-    ends with a lone backslash, or saying that the template is empty.
-    """
+    """The parts of ``template`` after POSIX shell-like splitting, placeholders untouched;
+    `ValueError` for an unclosed quote, a lone backslash, or an empty template."""
     if not isinstance(template, str):
         raise ValueError(f"command template must be a string, got {type(template).__name__}")
     stream = io.StringIO(template)
@@ -66,11 +47,10 @@ def split_template(template: str) -> list[str]:
 
 
 def _fill(template: str, part: str, values: Mapping[str, str]) -> str:
-    """``part`` with its placeholders replaced by ``values`` (which must hold each name
-    the part uses) and its doubled braces undoubled."""
+    """``part`` with its placeholders replaced by ``values`` and its braces undoubled."""
     pieces: list[str] = []
     last = 0
-    for match in _BRACES.finditer(part):
+    for match in COMMAND_BRACES.finditer(part):
         pieces.append(part[last : match.start()])
         last = match.end()
         item = match.group()
@@ -85,8 +65,8 @@ def _fill(template: str, part: str, values: Mapping[str, str]) -> str:
             )
         else:
             name = item[1:-1]
-            if name not in PLACEHOLDERS:
-                known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+            if name not in COMMAND_PLACEHOLDERS:
+                known = ", ".join("{" + p + "}" for p in COMMAND_PLACEHOLDERS)
                 raise ValueError(
                     f"{_describe(template)}: the part {part!r} uses the unknown placeholder "
                     f"{item!r}; the placeholders are {known} (write {{{{ and }}}} for "
@@ -98,21 +78,14 @@ def _fill(template: str, part: str, values: Mapping[str, str]) -> str:
 
 
 def _uses_input(part: str) -> bool:
-    return any(m.group() == "{input}" for m in _BRACES.finditer(part))
+    return any(m.group() == "{input}" for m in COMMAND_BRACES.finditer(part))
 
 
 def expand_argv(
     template: str, settings_file: Path, out: Path, inputs: Mapping[str, Path]
 ) -> list[str]:
-    """The argv that ``template`` stands for, for a task with these files.
-
-    ``settings_file`` replaces ``{settings}``, ``out`` replaces ``{out}``; each part holding
-    ``{input}`` is repeated for every item of ``inputs`` in the order of the port names, as
-    ``<port>=<path>``, and dropped when ``inputs`` is empty. Raises `ValueError` naming the
-    template and the part at fault for unbalanced quotes, an unknown placeholder or a stray
-    brace, for an input port whose name is empty or holds ``=``, and when nothing is left
-    to run.
-    """
+    """The argv that ``template`` stands for, for a task with these files; `ValueError` names
+    the template and the part at fault."""
     parts = split_template(template)
     for port in inputs:
         if not isinstance(port, str) or not port or "=" in port or "\0" in port:

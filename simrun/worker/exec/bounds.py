@@ -1,20 +1,6 @@
-"""What holds the processes of one command: `CommandBounds`.
-
-Where the kernel allows it (``cgroups: auto`` and `simrun.worker.cgroups.detect` finds a
-usable memory cgroup), the command runs in a memory cgroup of its own
-(``<own cgroup>/simrun-w<pid>-<start>-exec/p1``, named after ``simrun-exec`` so a
-SIGKILLed simrun-exec's is swept by the next worker or simrun-exec there). The cgroup
-holds every process the command starts, whatever it does (``setsid``, a double fork): they
-are counted, limited by the kernel (`kernel_limit_bytes` of the command's limit, as for a
-worker process), listed and ended together, and the kernel's OOM kills among them are
-read from the cgroup.
-
-Otherwise (``cgroups: off``, or no usable cgroup: the description says why) its process
-tree stands for it: simrun-exec becomes a child subreaper, so an orphan of the command
-(a double fork) is adopted by simrun-exec and still found among its descendants. What was
-simrun-exec's before the command started is not the command's (simrun-exec run inside a
-test process). A process that escapes both (its ancestors all exit before it is adopted by
-another subreaper) is not found: only a cgroup catches everything.
+"""What holds the processes of one command (`CommandBounds`): a memory cgroup of its own
+where the kernel allows it (counted, limited, listed and killed together), else its process
+tree with simrun-exec as a child subreaper (a process escaping both is not found).
 """
 
 from __future__ import annotations
@@ -39,8 +25,7 @@ _FREEZE_ROUNDS = 20
 
 
 class CommandBounds:
-    """The cgroup of a command (``box``) or its process tree; `open` one per command run,
-    `close` it when the command is over."""
+    """The cgroup of a command (``box``) or its process tree, for one command run."""
 
     def __init__(
         self,
@@ -58,8 +43,7 @@ class CommandBounds:
 
     @classmethod
     def open(cls, mode: str, limit_gb: float) -> CommandBounds:
-        """A cgroup for a command of limit ``limit_gb`` when ``mode`` is "auto" and the
-        kernel allows it, else the process tree (blocking: reads and writes cgroup files)."""
+        """A cgroup for the command when ``mode`` is "auto" and usable, else its tree."""
         if mode == "off":
             reason = "turned off (cgroups: off)"
         else:
@@ -93,8 +77,7 @@ class CommandBounds:
 
     @property
     def preexec(self) -> Callable[[], None] | None:
-        """What the command's first process runs before its program: it joins the cgroup
-        (so all the program's memory is charged there); None without a cgroup."""
+        """What the command's first process runs before its program: it joins the cgroup."""
         if self.box is None:
             return None
         procs = str(self.box.path / "cgroup.procs")
@@ -109,21 +92,17 @@ class CommandBounds:
         return join
 
     def members(self) -> list[int]:
-        """The command's processes: its cgroup's, else simrun-exec's descendants that were
-        not there before (the command's tree and the orphans adopted since)."""
+        """The command's processes: its cgroup's, else the descendants new since."""
         if self.box is not None:
             return self.box.procs()
         return [p for p in descendants(os.getpid()) if p not in self._before]
 
     def signal(self, sig: int) -> None:
-        """Send ``sig`` to every process of the command."""
         kill_pids(self.members(), sig)
 
     def kill_all(self, main: int) -> None:
-        """SIGKILL every process of the command: the whole cgroup, else the tree stopped
-        first (SIGSTOP, until no new process shows up) so a forking one leaves no orphan;
-        orphans simrun-exec adopted are reaped (not ``main``, the command's first process,
-        which its `subprocess.Popen` reaps)."""
+        """SIGKILL every process of the command: the cgroup, else the tree stopped first (so a
+        forking one leaves no orphan), reaping the orphans adopted (not ``main``)."""
         if self.box is not None:
             self.box.kill_all()
             return
@@ -140,14 +119,12 @@ class CommandBounds:
                 os.waitpid(pid, 0)
 
     def oom_killed(self) -> bool:
-        """Whether the kernel's OOM killer ended a process of the command's cgroup."""
         if self.box is None:
             return False
         return oom_killed(self._oom_before, self.box.oom_kills())
 
     def kernel_peak_gb(self) -> float | None:
-        """The most memory the kernel charged to the command's cgroup (page cache
-        included), None without one."""
+        """The most memory the kernel charged to the command's cgroup (page cache included)."""
         peak = self.box.peak_bytes() if self.box is not None else None
         return None if peak is None else peak / GIB
 

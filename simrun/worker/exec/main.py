@@ -1,12 +1,6 @@
-"""The ``simrun-exec`` command: run the command of one unsplit task from a job file.
-
-``simrun-exec --job JOB.json [--report REPORT.json]`` reads a `CommandSpec`, runs it with
-`CommandRun` and writes a `CommandResult` to the report path (``--report``, else the job's
-``report``, else ``task_dir/logs/attempt-<N>.report.json``). A report is written whatever
-happens, as long as a report path is known; a bad job file gets one line on stderr.
-
-Exit codes: 0 the command succeeded; 1 it failed, was killed or timed out; 2 bad usage or a
-bad job file; 3 the report could not be written.
+"""``simrun-exec --job JOB.json [--report REPORT.json]``: run a `CommandSpec` and write its
+`CommandResult` (always, once a report path is known). Exit codes: 0 the command succeeded;
+1 it failed, was killed or timed out; 2 bad usage or job file; 3 no report written.
 """
 
 from __future__ import annotations
@@ -18,11 +12,9 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
-from simrun.core.reports import WorkerReport
 from simrun.worker.exec.run import CommandRun, default_report_path
 from simrun.worker.exec.spec import (
     CommandResult,
@@ -70,10 +62,8 @@ def _parser() -> argparse.ArgumentParser:
 
 @contextmanager
 def _forwarding_signals(run: CommandRun) -> Iterator[None]:
-    """While inside, SIGTERM, SIGINT and SIGHUP stop the command instead of this process.
-
-    Signal handlers can only be set from the main thread; elsewhere nothing is changed.
-    """
+    """While inside, SIGTERM, SIGINT and SIGHUP stop the command instead of this process
+    (signal handlers can only be set from the main thread)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -91,18 +81,6 @@ def _forwarding_signals(run: CommandRun) -> Iterator[None]:
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
 
-def _bad_job_result(message: str, limit_gb: float = 0.0) -> CommandResult:
-    now = datetime.now(UTC).isoformat(timespec="milliseconds")
-    return CommandResult(
-        outcome="failed",
-        exit_code=None,
-        error=message,
-        report=WorkerReport.empty(limit_gb),
-        started=now,
-        finished=now,
-    )
-
-
 def _write_report(path: Path, result: CommandResult) -> bool:
     try:
         write_json_atomic(path, result.to_dict())
@@ -113,8 +91,7 @@ def _write_report(path: Path, result: CommandResult) -> bool:
 
 
 def exec_main(argv: Sequence[str] | None = None) -> int:
-    """Run ``simrun-exec`` with ``argv`` (default: the process's arguments); returns the exit
-    code (0 only when the command succeeded)."""
+    """Run ``simrun-exec`` with ``argv``; returns the exit code."""
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # argparse has printed the usage and its error already
@@ -129,17 +106,17 @@ def exec_main(argv: Sequence[str] | None = None) -> int:
             message = f"job file {str(job_path)!r}: {message}"
         _say(message)
         if report_arg is not None:
-            _write_report(report_arg, _bad_job_result(message))
+            _write_report(report_arg, CommandResult.not_run(message))
         return EXIT_BAD_JOB
     run = CommandRun(spec)
-    report_path = report_arg or run.spec.report or default_report_path(run.spec.paths, spec.attempt)
+    report_path = report_arg or run.spec.report or default_report_path(run.paths, spec.attempt)
     try:
         with _forwarding_signals(run):
             result = run.run()
     except Exception as exc:  # noqa: BLE001  # a bug here must still leave a report behind
         traceback.print_exc()
         message = f"simrun-exec failed: {type(exc).__name__}: {exc}"
-        result = _bad_job_result(message, spec.limit_gb)
+        result = CommandResult.not_run(message, spec.limit_gb)
     if not _write_report(report_path, result):
         return EXIT_NO_REPORT
     if not result.ok:

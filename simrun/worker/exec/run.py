@@ -1,25 +1,7 @@
-"""Running the command of one unsplit task: `CommandRun`.
-
-The command runs without a shell, in a session (and so a process group) of its own, with its
-working directory in the task directory and its stdout and stderr in
-``task_dir/logs/attempt-<N>.{out,err}``. A `MemorySampler` follows the anonymous memory of
-its whole process tree; past the limit, past the timeout, or when ``simrun-exec`` is told to
-stop, the tree is signalled: its process group and every descendant still found under it.
-When the command's first process ends, whatever is left of its process group is killed:
-the command is over when its main process is.
-
-The command's processes are held by `CommandBounds`: a memory cgroup of its own where the
-kernel allows it (a daemon that forks twice and calls ``setsid`` stays in it: it is counted,
-limited by the kernel a little above the sampler's limit, and killed with the rest), else
-its process tree with simrun-exec as a subreaper; the result's ``isolation`` says which.
-Whatever is left of the command's processes is killed when its first process ends, when it
-is killed for memory or time, or when simrun-exec is stopped, and the cgroup is removed. A
-kill by the kernel's OOM killer (read from the cgroup) is a kill for memory, as the
-sampler's is.
-
-Its stdout and stderr go through pipes into the log files, each capped at the spec's
-``log_cap`` bytes: the head as it comes, the tail kept in memory and written at the end
-after a line saying how many bytes were dropped (`simrun.worker.pool.output`).
+"""Running the command of one unsplit task (`CommandRun`): without a shell, in a session
+of its own, bounded by `CommandBounds`, its anonymous memory sampled and its time limited;
+its stdout and stderr capped into ``task_dir/logs/attempt-<N>.{out,err}``. The command is
+over when its first process is: what is left of it is killed.
 """
 
 from __future__ import annotations
@@ -32,19 +14,25 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
 from simrun.core.environment import find_program, program_dirs, thread_environment, with_threads
 from simrun.core.layout import task_logs
 from simrun.core.reports import WorkerReport
+from simrun.core.unitlogs import command_log_paths
 from simrun.plugins import TaskPaths
 from simrun.worker import engine as container_engine
 from simrun.worker.cgroups import KERNEL_LIMIT_FACTOR
 from simrun.worker.exec.argv import expand_argv
 from simrun.worker.exec.bounds import CommandBounds
-from simrun.worker.exec.spec import CommandResult, CommandSpec, Outcome, write_json_atomic
+from simrun.worker.exec.spec import (
+    CommandOutcome,
+    CommandResult,
+    CommandSpec,
+    utc_now,
+    write_json_atomic,
+)
 from simrun.worker.pool.output import CappedSegment, copy_capped
 from simrun.worker.proctree import group_members, signal_tree
 from simrun.worker.sampler import MemorySampler
@@ -73,40 +61,14 @@ def _wait_group_gone(pgid: int, timeout_s: float = _GROUP_GONE_WAIT_S) -> list[i
     return left
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
 def settings_path(paths: TaskPaths) -> Path:
     """The JSON file of the settings that ``{settings}`` names."""
     return paths.task_dir / "settings.json"
 
 
-def log_paths(paths: TaskPaths, attempt: int) -> tuple[Path, Path]:
-    """Where the stdout and the stderr of an attempt go."""
-    logs = task_logs(paths.task_dir)
-    return logs / f"attempt-{attempt}.out", logs / f"attempt-{attempt}.err"
-
-
 def default_report_path(paths: TaskPaths, attempt: int) -> Path:
     """Where the result goes when neither ``--report`` nor the job names a place."""
     return task_logs(paths.task_dir) / f"attempt-{attempt}.report.json"
-
-
-def absolute_spec(spec: CommandSpec) -> CommandSpec:
-    """``spec`` with every path made absolute against the current working directory (the
-    command itself runs in the task directory, where relative paths would mean otherwise)."""
-    p = spec.paths
-    paths = TaskPaths(
-        store=p.store.absolute(),
-        run_dir=p.run_dir.absolute(),
-        task_dir=p.task_dir.absolute(),
-        out=p.out.absolute(),
-        inputs={port: where.absolute() for port, where in p.inputs.items()},
-        scratch=p.scratch.absolute(),
-    )
-    report = None if spec.report is None else spec.report.absolute()
-    return spec.model_copy(update={"paths": paths, "report": report})
 
 
 def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
@@ -123,18 +85,10 @@ def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
 
 
 def not_started(
-    spec: CommandSpec, reason: str, started: str, outcome: Outcome = "failed"
+    spec: CommandSpec, reason: str, started: str, outcome: CommandOutcome = "failed"
 ) -> CommandResult:
-    """The result of a command that never ran: no memory was measured, no unit done."""
-    return CommandResult(
-        outcome=outcome,
-        exit_code=None,
-        error=reason,
-        report=WorkerReport.empty(spec.limit_gb),
-        started=started,
-        finished=_now(),
-        attempt=spec.attempt,
-    )
+    """The result of a command of ``spec`` that never ran."""
+    return CommandResult.not_run(reason, spec.limit_gb, spec.attempt, started, outcome)
 
 
 class _PrepareError(Exception):
@@ -160,9 +114,8 @@ def _clear_out(paths: TaskPaths) -> None:
         ) from None
 
 
-def _prepare(spec: CommandSpec) -> None:
+def _prepare(spec: CommandSpec, paths: TaskPaths) -> None:
     """Make the directories, clear the output of a restarted attempt, write the settings."""
-    paths = spec.paths
     try:
         if not spec.checkpoints and spec.attempt > 1:
             _clear_out(paths)
@@ -198,12 +151,11 @@ def _signal_name(number: int) -> str:
 
 def in_container(spec: CommandSpec, argv: list[str], name: str) -> list[str]:
     """``argv`` run inside the spec's image through its engine, as container ``name``: the
-    store, the scratch and every input mounted at their own paths, the task directory the
-    working directory, the job's memory limit the engine's, and the variables simrun gives
-    a command (``SIMRUN_PROCESSES``, the thread counts, the granted GPUs) passed in."""
+    store, scratch and inputs mounted where they are, the job's memory limit, and the
+    variables simrun gives a command (``SIMRUN_PROCESSES``, thread counts, GPUs)."""
     assert spec.engine is not None
     assert spec.image is not None
-    paths = spec.paths
+    paths = spec.paths.task_paths()
     environ = with_threads(thread_environment(spec.processes), spec.processes)
     if "CUDA_VISIBLE_DEVICES" in os.environ:
         environ["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
@@ -230,8 +182,7 @@ def _end_container(spec: CommandSpec, name: str) -> bool:
 
 
 def engine_oom_result(spec: CommandSpec, result: CommandResult) -> CommandResult:
-    """``result`` of a command whose container the engine's OOM killer ended: killed for
-    memory at the job's limit (the engine held the container to it)."""
+    """``result`` of a command the engine's OOM killer ended: killed at its limit."""
     report = result.report.model_copy(
         update={
             "killed_for_memory": True,
@@ -249,14 +200,14 @@ def engine_oom_result(spec: CommandSpec, result: CommandResult) -> CommandResult
 
 
 class CommandRun:
-    """One run of a `CommandSpec`: `run` does it, `request_stop` (from any thread, or from a
-    signal handler) ends it early as ``killed``.
-
-    The spec's paths are made absolute first (`absolute_spec`).
-    """
+    """One run of a `CommandSpec` (its paths made absolute): `run` does it, `request_stop`
+    (from any thread or a signal handler) ends it early as ``killed``."""
 
     def __init__(self, spec: CommandSpec) -> None:
-        self.spec = absolute_spec(spec)
+        # Paths made absolute: the command runs in the task directory.
+        report = None if spec.report is None else spec.report.absolute()
+        self.spec = spec.model_copy(update={"paths": spec.paths.absolute(), "report": report})
+        self.paths = self.spec.paths.task_paths()
         self._lock = threading.Lock()
         self._reason: str | None = None  # the first of "memory", "timeout", "terminated"
         self._limit_seen_gb = 0.0
@@ -267,11 +218,9 @@ class CommandRun:
         self._kernel_oom = False
         self._over = threading.Event()  # the command's first process has ended
 
-    # -- stopping, from other threads ------------------------------------------------------
-
     def _signal_tree(self, sig: signal.Signals) -> None:
-        """Send ``sig`` to the command's process group and to its descendants; call with the
-        lock held, while the first process is not yet reaped (so its ids are not reused)."""
+        """Send ``sig`` to the command's process group and descendants (lock held, first
+        process not reaped yet, so its ids are not reused)."""
         proc = self._proc
         if proc is None or self._reaped:
             return
@@ -304,8 +253,7 @@ class CommandRun:
         self._stop("memory", signal.SIGKILL)
 
     def _watch_kernel(self, bounds: CommandBounds) -> None:
-        """Until the command is over: when the kernel's OOM killer ends one of its
-        processes, kill the rest as killed for memory."""
+        """Until the command is over: after a kernel OOM kill, kill the rest for memory."""
         while not self._over.wait(_OOM_POLL_S):
             if bounds.oom_killed():
                 self._kernel_oom = True
@@ -320,11 +268,8 @@ class CommandRun:
         self._start_timer(TERM_GRACE_S, lambda: self._stop("terminated", signal.SIGKILL))
 
     def request_stop(self) -> None:
-        """End the command: SIGTERM to its tree, SIGKILL `TERM_GRACE_S` later.
-
-        Safe in a signal handler: the work happens in a new thread, so a handler never waits
-        for a lock its own thread holds.
-        """
+        """End the command: SIGTERM to its tree, SIGKILL `TERM_GRACE_S` later (from a new
+        thread, so a signal handler never waits for a lock its own thread holds)."""
         threading.Thread(target=self._terminate, name="simrun-exec-stop", daemon=True).start()
 
     def _start_timer(self, seconds: float, action: Callable[[], None]) -> None:
@@ -336,26 +281,23 @@ class CommandRun:
             self._timers.append(timer)
         timer.start()
 
-    # -- running ---------------------------------------------------------------------------
-
     def run(self) -> CommandResult:
         """Prepare the task directory, run the command to its end, and say how it went."""
-        spec = self.spec
-        paths = spec.paths
-        started = _now()
+        spec, paths = self.spec, self.paths
+        started = utc_now()
         try:
             argv = expand_argv(spec.command, settings_path(paths), paths.out, paths.inputs)
         except ValueError as exc:
             return not_started(spec, str(exc), started)
         try:
-            _prepare(spec)
+            _prepare(spec, paths)
         except _PrepareError as exc:
             return not_started(spec, str(exc), started).model_copy(update={"argv": tuple(argv)})
         container, oom = None, False
         if spec.image is not None and spec.engine is not None:
             container = container_engine.container_name()
             argv = in_container(spec, argv, container)
-        out_log, err_log = log_paths(paths, spec.attempt)
+        out_log, err_log = command_log_paths(task_logs(paths.task_dir), spec.attempt)
         logs = {"stdout": str(out_log), "stderr": str(err_log)}
         bounds = self._bounds = CommandBounds.open(spec.cgroups, spec.limit_gb)
         try:
@@ -385,8 +327,7 @@ class CommandRun:
     def _start_copies(
         self, proc: subprocess.Popen[bytes], out_fh: IO[bytes], err_fh: IO[bytes]
     ) -> list[threading.Thread]:
-        """Threads copying the command's stdout and stderr pipes into the log files, each
-        through a `CappedSegment` of the spec's ``log_cap``."""
+        """Threads copying the command's stdout and stderr into the log files, capped."""
         threads = []
         for pipe, sink, name in ((proc.stdout, out_fh, "stdout"), (proc.stderr, err_fh, "stderr")):
             assert pipe is not None  # started with PIPE
@@ -425,8 +366,7 @@ class CommandRun:
                 return not_started(
                     spec, "simrun-exec was stopped before the command started", started, "killed"
                 )
-            # A bare name is looked up on PATH, then beside simrun's interpreter (a
-            # virtual environment's bin, active or not); argv[0] stays as written.
+            # A bare name: on PATH, then beside simrun's interpreter; argv[0] as written.
             found = None if "/" in argv[0] else find_program(argv[0])
             try:
                 self._proc = subprocess.Popen(
@@ -436,7 +376,7 @@ class CommandRun:
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE if capped else out_fh,
                     stderr=subprocess.PIPE if capped else err_fh,
-                    cwd=spec.paths.task_dir,
+                    cwd=self.paths.task_dir,
                     start_new_session=True,
                     close_fds=True,
                     preexec_fn=bounds.preexec,  # only an os.write to the cgroup
@@ -464,8 +404,7 @@ class CommandRun:
             watcher.start()
             if spec.timeout_s is not None:
                 self._start_timer(spec.timeout_s, self._on_timeout)
-            # Wait for the first process to end without reaping it, so that its process
-            # group id stays ours while the rest of the group is killed below.
+            # Not reaped, so its group id stays ours while the rest is killed below.
             os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
             wall_s = time.monotonic() - t0
             peak_gb = sampler.stop()
@@ -479,8 +418,7 @@ class CommandRun:
                 self._reaped = True
             self._over.set()
             watcher.join()
-            # SIGKILL is not instant: a big process takes a while to free its memory. The
-            # group id cannot be reused while one of its members exists, so this is safe.
+            # SIGKILL is not instant; the group id is not reused while a member exists.
             left = _wait_group_gone(proc.pid)
             if left:
                 log.warning("processes %s of the command survive SIGKILL", left)
@@ -492,40 +430,39 @@ class CommandRun:
             peak_gb = max(peak_gb, bounds.kernel_peak_gb() or 0.0)
         return self._result(proc.returncode, peak_gb, wall_s, started)
 
+    def _verdict(self, code: int, how: str, sig: str | None) -> tuple[CommandOutcome, str]:
+        """The outcome of a command that ended with ``code``, and why."""
+        limit_gb = self.spec.limit_gb
+        if self._reason == "memory" and self._kernel_oom:
+            return "killed", (
+                "the kernel's OOM killer ended a process of the command: its memory cgroup "
+                f"reached the kernel limit of {KERNEL_LIMIT_FACTOR:g} x its limit of "
+                f"{limit_gb:g} GiB, so the command was killed ({how})"
+            )
+        if self._reason == "memory":
+            return "killed", (
+                f"the command's processes used {self._limit_seen_gb:.3f} GiB of anonymous "
+                f"memory, more than its limit of {limit_gb:g} GiB, and was killed ({how})"
+            )
+        if self._reason == "timeout":
+            return "timeout", (
+                f"the command ran longer than its timeout of {self.spec.timeout_s:g} s "
+                f"and was killed ({how})"
+            )
+        if self._reason == "terminated":
+            return "killed", f"simrun-exec was asked to stop, so it stopped the command ({how})"
+        if code == 0:
+            return "done", ""
+        if code > 0:
+            return "failed", f"the command exited with code {code}"
+        return "failed", f"the command was killed by {sig}, not by simrun-exec"
+
     def _result(self, code: int, peak_gb: float, wall_s: float, started: str) -> CommandResult:
         spec = self.spec
         exit_code = code if code >= 0 else None
         sig = _signal_name(-code) if code < 0 else None
         how = f"exit code {code}" if code >= 0 else f"signal {sig}"
-        outcome: Outcome
-        if self._reason == "memory" and self._kernel_oom:
-            outcome = "killed"
-            error = (
-                "the kernel's OOM killer ended a process of the command: its memory cgroup "
-                f"reached the kernel limit of {KERNEL_LIMIT_FACTOR:g} x its limit of "
-                f"{spec.limit_gb:g} GiB, so the command was killed ({how})"
-            )
-        elif self._reason == "memory":
-            outcome = "killed"
-            error = (
-                f"the command's processes used {self._limit_seen_gb:.3f} GiB of anonymous "
-                f"memory, more than its limit of {spec.limit_gb:g} GiB, and was killed ({how})"
-            )
-        elif self._reason == "timeout":
-            outcome = "timeout"
-            error = (
-                f"the command ran longer than its timeout of {spec.timeout_s:g} s "
-                f"and was killed ({how})"
-            )
-        elif self._reason == "terminated":
-            outcome = "killed"
-            error = f"simrun-exec was asked to stop, so it stopped the command ({how})"
-        elif code == 0:
-            outcome, error = "done", ""
-        elif code > 0:
-            outcome, error = "failed", f"the command exited with code {code}"
-        else:
-            outcome, error = "failed", f"the command was killed by {sig}, not by simrun-exec"
+        outcome, error = self._verdict(code, how, sig)
         done = outcome == "done"
         report = WorkerReport(
             peak_memory_gb=(peak_gb,),
@@ -540,7 +477,7 @@ class CommandRun:
             error=error,
             report=report,
             started=started,
-            finished=_now(),
+            finished=utc_now(),
             wall_s=wall_s,
             signal=sig,
             attempt=spec.attempt,

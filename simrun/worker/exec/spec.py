@@ -1,17 +1,10 @@
-"""The two files ``simrun-exec`` speaks: the job it reads and the result it writes.
-
-A worker writes a `CommandSpec` as JSON (``CommandSpec.to_dict``) and starts
-``simrun-exec --job FILE``; ``simrun-exec`` writes a `CommandResult` as JSON to the report
-path. Both are plain JSON (never pickle) and carry a ``version``, so that a worker and a
-``simrun-exec`` of different releases notice they disagree instead of guessing.
-"""
+"""The two JSON files ``simrun-exec`` speaks, each with a ``version``: the job it reads
+(`CommandSpec`) and the result it writes (`CommandResult`)."""
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self
 
@@ -21,58 +14,21 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    GetCoreSchemaHandler,
-    GetPydanticSchema,
     ValidationError,
 )
-from pydantic_core import CoreSchema, core_schema
 
 from simrun.core.jobs import JobPaths, path_text
 from simrun.core.reports import WorkerReport
+from simrun.core.unitlogs import write_atomic
 from simrun.core.wire import Attempt, FiniteNonNeg, FinitePositive, Flag, explain
-from simrun.plugins import TaskPaths
 from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP
 
-JOB_VERSION = 1
-RESULT_VERSION = 1
-
-Outcome = Literal["done", "failed", "killed", "timeout"]
-OUTCOMES: tuple[Outcome, ...] = ("done", "failed", "killed", "timeout")
+#: How a command ended: the part of `simrun.core.wire.Outcome` a command can come to.
+CommandOutcome = Literal["done", "failed", "killed", "timeout"]
 
 
 class JobFileError(ValueError):
     """A job or result file that cannot be used; the message names the field at fault."""
-
-
-# --- the field types of the files ---------------------------------------------------------
-
-
-class _FilePaths(JobPaths):
-    """The paths of a job file: the job payload's paths, with no unknown field."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-def _paths_map(value: object) -> object:
-    """A `TaskPaths` as the map the file holds (ports sorted); anything else as given."""
-    if isinstance(value, TaskPaths):
-        return {**asdict(value), "inputs": dict(sorted(value.inputs.items()))}
-    return value
-
-
-def _task_paths_schema(source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-    """A `TaskPaths` checked as `_FilePaths` (from a map or a `TaskPaths`), written as one."""
-    return core_schema.chain_schema(
-        [
-            core_schema.no_info_before_validator_function(
-                _paths_map, handler.generate_schema(_FilePaths)
-            ),
-            core_schema.no_info_plain_validator_function(_FilePaths.task_paths),
-        ],
-        serialization=core_schema.plain_serializer_function_ser_schema(
-            lambda paths: JobPaths.of(paths).to_dict()
-        ),
-    )
 
 
 def _json_data(settings: dict[str, Any]) -> dict[str, Any]:
@@ -83,21 +39,15 @@ def _json_data(settings: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
-#: The paths of a task: checked as the file's paths map, held as `TaskPaths`.
-FileTaskPaths = Annotated[
-    TaskPaths, GetPydanticSchema(_task_paths_schema), Field(description="an object of paths")
-]
 #: A path (a string or a `Path` on construction).
 FilePath = Annotated[
     Path, BeforeValidator(path_text), Field(description="a non-empty path without NUL")
 ]
 _Text = Annotated[str, Field(strict=True)]
-_FILE = ConfigDict(frozen=True, extra="forbid")
 
 
 class _VersionedFile(BaseModel):
-    """A JSON file ``simrun-exec`` speaks, with its ``version``: `to_dict` writes it and
-    `from_dict` reads it back, raising `JobFileError` naming a missing, unknown or bad field."""
+    """A JSON file ``simrun-exec`` speaks, with its ``version`` (`to_dict`, `from_dict`)."""
 
     #: The version this simrun-exec writes and reads.
     VERSION: ClassVar[int]
@@ -106,7 +56,6 @@ class _VersionedFile(BaseModel):
     WHERE: ClassVar[str]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON data; `from_dict` reads it back."""
         return {"version": self.VERSION, **self.model_dump(mode="json")}
 
     @classmethod
@@ -127,35 +76,13 @@ class _VersionedFile(BaseModel):
             raise JobFileError(explain(exc, cls, cls.WHERE, dotted=True)) from None
 
 
-# --- the job ------------------------------------------------------------------------------
-
-
 class CommandSpec(_VersionedFile):
-    """Everything ``simrun-exec`` needs to run the command of one unsplit task once.
+    """Everything ``simrun-exec`` needs to run the command of one unsplit task once: its
+    bounds (``limit_gb``, ``timeout_s``), its logs' cap, how many processes it was sized for,
+    its memory cgroup (``cgroups``), and ``image`` with ``engine`` to run it in an image."""
 
-    ``command`` is the type's argv template, ``settings`` the task's settings (JSON data),
-    ``paths`` where the task reads and writes. ``limit_gb`` bounds the anonymous memory of
-    the command's whole process tree, ``timeout_s`` its wall time (None: no bound).
-    ``checkpoints`` keeps the output of earlier attempts; without it, an ``attempt`` above 1
-    starts from an empty output directory. ``report`` is where the result goes (None: the
-    caller passes ``--report``, else ``task_dir/logs/attempt-<N>.report.json``).
-    ``cgroups`` ``auto`` runs the command in a memory cgroup of its own where the kernel
-    allows it (``off``, or where it does not: its process tree, simrun-exec being a
-    subreaper); ``log_cap`` bounds each of its log files, stdout and stderr, in bytes (its
-    head and tail are kept; 0: no bound). ``processes`` is what the command was sized for
-    (all the slots of its worker for a type that ``uses_cores``, else 1): the command gets
-    it as ``SIMRUN_PROCESSES`` and as its thread counts (`simrun.core.environment`).
-    ``image`` with ``engine`` (the container engine's executable) runs the command inside
-    that image through the engine (`simrun.worker.engine`); without an engine the command
-    runs here, as if this were the image's container.
-
-    Relative paths are taken relative to the working directory of ``simrun-exec``.
-    Construction checks every value (a `pydantic.ValidationError`); `from_dict` raises
-    `JobFileError` naming the field.
-    """
-
-    model_config = _FILE
-    VERSION = JOB_VERSION
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    VERSION = 1
     WHAT = "job"
     WHERE = ""
 
@@ -163,7 +90,7 @@ class CommandSpec(_VersionedFile):
     settings: Annotated[
         dict[str, Any], AfterValidator(_json_data), Field(description="a JSON object")
     ]
-    paths: FileTaskPaths
+    paths: JobPaths
     limit_gb: FinitePositive
     timeout_s: FinitePositive | None = None
     checkpoints: Flag = False
@@ -176,30 +103,16 @@ class CommandSpec(_VersionedFile):
     engine: Annotated[str, Field(strict=True, pattern=r"\S")] | None = None
 
 
-# --- the result ---------------------------------------------------------------------------
-
-
 class CommandResult(_VersionedFile):
-    """What one run of a command came to, as ``simrun-exec`` writes it.
-
-    ``outcome`` is ``done`` (exit code 0), ``failed`` (a non-zero exit, death by a signal
-    nobody here sent, or a command that could not start), ``killed`` (its tree passed the
-    memory limit, then ``report.killed_for_memory`` is true, or ``simrun-exec`` was told to
-    stop) or ``timeout``. ``exit_code`` is None when the command did not exit by itself
-    (``signal`` then names the signal that ended it) or never started. ``error`` is empty
-    when done; otherwise its first line says why, followed by the end of the command's
-    stderr. ``argv`` is None when the template could not be expanded. ``started`` and
-    ``finished`` are ISO 8601 UTC times; ``wall_s`` the seconds the command ran.
-    ``isolation`` says what bounded the command's processes (a memory cgroup, or its process
-    tree and why no cgroup).
-    """
+    """What one run of a command came to: done, failed, killed (memory, or a stop) or
+    timeout; ``error``'s first line says why, then the end of its stderr."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
-    VERSION = RESULT_VERSION
+    VERSION = 1
     WHAT = "result"
     WHERE = "result"
 
-    outcome: Outcome
+    outcome: CommandOutcome
     exit_code: Annotated[int, Field(strict=True)] | None
     error: _Text
     report: WorkerReport
@@ -214,33 +127,41 @@ class CommandResult(_VersionedFile):
 
     @property
     def ok(self) -> bool:
-        """Whether the command succeeded."""
         return self.outcome == "done"
 
+    @classmethod
+    def not_run(
+        cls,
+        error: str,
+        limit_gb: float = 0.0,
+        attempt: int = 1,
+        started: str | None = None,
+        outcome: CommandOutcome = "failed",
+    ) -> CommandResult:
+        """The result of a command that never ran: nothing measured, no unit done."""
+        now = utc_now()
+        return cls(
+            outcome=outcome,
+            exit_code=None,
+            error=error,
+            report=WorkerReport.empty(limit_gb),
+            started=started or now,
+            finished=now,
+            attempt=attempt,
+        )
 
-# --- files --------------------------------------------------------------------------------
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def write_json_atomic(path: Path, data: object) -> None:
-    """Write ``data`` as JSON to ``path`` so a reader sees the old file or the whole new one:
-    a temporary file in the same directory, flushed to disk, then renamed over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``data`` as JSON to ``path`` atomically, flushed to disk."""
+    write_atomic(path, (json.dumps(data, indent=2, allow_nan=False) + "\n").encode(), sync=True)
 
 
 def read_json(path: Path, what: str) -> Any:
-    """The JSON content of ``path``; `JobFileError` says which ``what`` file is unreadable
-    or not JSON, and where."""
+    """The JSON content of ``path``; `JobFileError` says why the ``what`` file cannot be read."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -1,23 +1,8 @@
-"""A worker process: the only place where plugin code (setup, compute_unit, merge) runs.
-
-Started by the worker container as ``python -m simrun.worker.pool.child [--plugin REF]...
-[--path DIR]... [--cuda-visible-devices IDS]``, it answers the requests of
-`simrun.worker.pool.protocol` one after the other until its stdin closes; a "units" request is
-answered in batches (a message after a unit that failed, and one at the end), the unit
-running being written to the `UnitSlot` the container reads (``--slot-fd``). An exception
-in plugin code is caught and sent back with its traceback; the process goes on. The
-container kills the process when it passes its memory limit or a unit's time runs out,
-and starts another.
-
-Whatever a request starts lives no longer than the request: after each one (a task's
-setup, a unit, a merge) every process left in the worker process's cgroup (``--cgroup``),
-or in its tree, is killed and reaped before the reply goes back. The process is a child
-subreaper, so a descendant that leaves the tree by a double fork is adopted by it and
-still found. A reply says when the kernel's OOM killer ended a process of the cgroup
-meanwhile (``"oom_kill": true``). Output of plugin code is flushed before each reply.
-
-Task types are found by name among the ``--plugin`` references (``module:OBJECT`` naming a
-`TaskType`, loaded by `simrun.plugins.load_plugin_ref`) and the installed entry points.
+"""A worker process (``python -m simrun.worker.pool.child``): the only place where plugin
+code (setup, compute_unit, merge) runs. It answers the requests of
+`simrun.worker.pool.protocol` until its stdin closes, sends a plugin's exception back with
+its traceback, and after each request ends every process the request left (in its cgroup,
+else in its tree: it is a child subreaper).
 """
 
 from __future__ import annotations
@@ -40,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from simrun.core.jobs import JobPaths
 from simrun.core.states import exception_names
 from simrun.plugins import (
     ENTRY_POINT_GROUP,
@@ -51,20 +37,23 @@ from simrun.plugins import (
     resolve,
 )
 from simrun.worker.cgroups import Cgroup, parse_oom_kills
-from simrun.worker.pool.output import unit_end_marker, write_all
-from simrun.worker.pool.protocol import UnitSlot, read_blocking, write_blocking
+from simrun.worker.pool.output import unit_end_marker
+from simrun.worker.pool.protocol import (
+    MAX_TASKS,
+    UnitSlot,
+    read_blocking,
+    write_all,
+    write_blocking,
+)
 from simrun.worker.proctree import anon_memory_bytes, become_subreaper, kill_tree
 
-#: Tasks a process remembers (with their setup done); an older one is set up again.
-MAX_TASKS = 16
 #: Longest traceback sent back; a longer one keeps its end, where the error is.
 MAX_ERROR_CHARS = 20_000
 
 
 def _error_text() -> str:
-    """The traceback of the exception being handled, from the plugin's first frame on: the
-    frames of this module that called the plugin (``_timed``, ``_unit``…) say nothing to
-    the plugin's author. Chained exceptions are kept whole."""
+    """The traceback of the exception being handled, from the plugin's first frame on (this
+    module's frames say nothing to the plugin's author), its end kept when too long."""
     error = sys.exc_info()[1]
     if error is None:
         return traceback.format_exc()
@@ -86,10 +75,7 @@ _GONE_WAIT_S = 10.0
 
 
 class _CgroupFiles:
-    """The two files of a cgroup read after every unit, kept open and read again from
-    their start (a unit of a millisecond must not pay for opening them): who is in it,
-    and its OOM kill counter. A read that fails gives None (the caller asks the
-    `Cgroup` then)."""
+    """A cgroup's member list and OOM counter, kept open (read after every unit)."""
 
     def __init__(self, box: Cgroup) -> None:
         self.version = box.version
@@ -125,9 +111,7 @@ class _CgroupFiles:
 
 
 class Leftovers:
-    """Ends what a request left behind: the other processes of the worker process's
-    cgroup (``box``), else its descendants; and tells when the kernel's OOM killer ended
-    one of them (the cgroup's counter went up)."""
+    """Ends what a request left behind; tells when the kernel OOM-killed one of them."""
 
     def __init__(self, box: Cgroup | None) -> None:
         self.box = box
@@ -142,8 +126,7 @@ class Leftovers:
         return found if found is not None else self.box.oom_kills()
 
     def end(self) -> bool:
-        """Kill and reap every process left; whether the kernel OOM-killed one of the
-        cgroup since the last call."""
+        """Kill and reap every process left; whether the kernel OOM-killed one since."""
         if self.box is not None:
             pids = self._files.pids() if self._files is not None else None
             if pids is None or any(p != self.pid for p in pids):
@@ -176,16 +159,14 @@ def _flush() -> None:
 
 
 def _end_output(index: int) -> None:
-    """Mark the end of unit ``index``'s output in the pipe the container reads (after its
-    last byte: `_timed` flushed Python's buffers), so the unit's log cap never takes in the
-    next unit's output however late the container reads."""
+    """Mark the end of unit ``index``'s output in the pipe, after its last (flushed) byte."""
     with contextlib.suppress(OSError):
         write_all(2, unit_end_marker(index))
 
 
 def _timed(call: Callable[[], None], leftovers: Leftovers | None = None) -> dict[str, Any]:
-    """Run ``call``: the reply with its wall time, and its traceback when it raised; then
-    end what it left behind (the reply says ``oom_kill`` when the kernel killed one)."""
+    """Run ``call``: the reply with its wall time (and traceback), once what it left behind
+    is ended (``oom_kill`` when the kernel killed one)."""
     start = time.perf_counter()
     try:
         call()
@@ -216,9 +197,7 @@ class _Context:
 
 
 class Child:
-    """The state of one worker process: its task types, the tasks it has worked on (setup
-    runs once per task per process; the last `MAX_TASKS` tasks are remembered) and the
-    current one."""
+    """One worker process's task types, the tasks it set up, and the current one."""
 
     def __init__(
         self,
@@ -234,21 +213,17 @@ class Child:
         self._functions: dict[str, Callable[..., Any]] = {}
 
     def task_type(self, name: str) -> TaskType:
-        found = self.registry.get(name)
-        if found is not None:
-            return found
-        eps = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
-        if not eps:
-            known = sorted(
-                {*self.registry, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))}
-            )
-            raise PluginError(
-                f"task type {name!r} is not installed on this worker "
-                f"(known: {', '.join(known) or 'none'})"
-            )
-        loaded = load_task_types(eps)[name]
-        self.registry[name] = loaded
-        return loaded
+        if name not in self.registry:
+            installed = list(entry_points(group=ENTRY_POINT_GROUP))
+            eps = [ep for ep in installed if ep.name == name]
+            if not eps:
+                known = sorted({*self.registry, *(ep.name for ep in installed)})
+                raise PluginError(
+                    f"task type {name!r} is not installed on this worker "
+                    f"(known: {', '.join(known) or 'none'})"
+                )
+            self.registry[name] = load_task_types(eps)[name]
+        return self.registry[name]
 
     def function(self, ref: str) -> Callable[..., Any]:
         func = self._functions.get(ref)
@@ -270,9 +245,7 @@ class Child:
             self.slot.write(batch, pos, time.monotonic(), done_s)
 
     def units(self, message: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        """The messages answering a "units" request (see `simrun.worker.pool.protocol`):
-        one after each unit that failed, one at the end; the slot says which unit runs. A
-        request without a list of indices gets one failed message with index None."""
+        """The messages answering a "units" request (`simrun.worker.pool.protocol`)."""
         indices = message.get("indices")
         if not isinstance(indices, list) or not all(type(i) is int for i in indices):
             reply = _timed(functools.partial(_unknown, f"units with indices {indices!r}"))
@@ -306,15 +279,7 @@ class Child:
         current = self._tasks.pop(key, None)
         if current is None:
             task_type = self.task_type(str(message["task_type"]))
-            raw = message["paths"]
-            paths = TaskPaths(
-                store=Path(raw["store"]),
-                run_dir=Path(raw["run_dir"]),
-                task_dir=Path(raw["task_dir"]),
-                out=Path(raw["out"]),
-                inputs={port: Path(p) for port, p in raw["inputs"].items()},
-                scratch=Path(raw["scratch"]),
-            )
+            paths = JobPaths.model_validate(message["paths"]).task_paths()
             settings = task_type.settings.model_validate(message["settings"])
             current = _Context(key, task_type, settings, paths)
         self._tasks[key] = current  # most recent last
@@ -401,9 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PluginError as exc:
         write_blocking(out_fd, {"ok": False, "pid": os.getpid(), "error": str(exc)})
         return 2
-    # What this process holds before any task runs, the plugins it was given loaded (every
-    # fresh process holds as much): the pool counts the memory a process keeps from its
-    # tasks beyond this (simrun.worker.pool.processes).
+    # What every fresh process holds, plugins loaded: the pool counts what tasks keep beyond.
     baseline_bytes = anon_memory_bytes(os.getpid()) or 0
     hello = {"ok": True, "pid": os.getpid(), "error": None, "baseline_bytes": baseline_bytes}
     write_blocking(out_fd, hello)

@@ -1,35 +1,9 @@
 """What worker processes print, on its way to the units' logs, capped per unit.
 
-A worker process's stdout and stderr (plugin code's, and its children's) go through a pipe
-to the worker container. While a job runs, each unit's output goes to the unit's own log in
-the run's directory, and the worker's log (the container's stderr) gets one line per unit
-that printed, saying how many bytes and where; what a process prints outside a job's units
-goes to the worker's log itself. One unit may keep at most ``cap`` bytes
-(`DEFAULT_UNIT_LOG_CAP`): the first half of the cap as it
-comes, then only the last half is kept, and when the unit ends (its reply arrives, or the
-process ends) a line says how many bytes were dropped, followed by the tail kept. The
-bookkeeping (`CappedSegment`) is pure; `CappedLog` reads on the event loop (it only moves
-bytes; the writes go to a thread).
-
-The units of a batch send no message each, so a unit's end is told in the output itself:
-after each unit the process flushes what was printed and writes a marker (`unit_end_marker`)
-into the same pipe, after the unit's last byte. `CappedLog` ends the unit's segment at the
-marker (and drops the marker), however late it reads the pipe: a unit's output is never
-counted toward the next one. Output a plugin's own child writes to the pipe after the
-marker is counted toward what comes next; the bound holds all the same, one cap per unit
-(and one more for what a process prints outside units).
-
-Each unit's capped output is kept in the run's directory (`simrun.core.unitlogs`): while a
-job runs, its `UnitLogSink` is the log's ``sink``, and a unit whose segment holds anything
-(the head, the note, the tail) is written to its own file as the segment ends. A unit that
-printed nothing writes no file (a task of a million no-op units costs no file at all). At
-the end of a batch the runner waits for the marker of its last unit (`CappedLog.settle`),
-so a unit's output never lands in the next job's sink. What a process printed when it died
-(no marker) goes to the unit the runner says it died in (`UnitLogSink.orphan_unit`), once
-it says it (`UnitLogSink.settle_orphan`).
-
-``simrun-exec`` caps the stdout and the stderr of a command the same way, one segment per
-stream (`copy_capped`, in a thread per stream, `DEFAULT_COMMAND_LOG_CAP` each).
+`CappedSegment` (pure) keeps the head of a unit's output and its last bytes within a cap,
+with a note of what was dropped; `CappedLog` copies a process's pipe through it, ending a
+unit's segment at the marker the process writes after each unit (`unit_end_marker`), and
+writes each unit's output to its log (`UnitLogSink`). `copy_capped` caps simrun-exec's.
 """
 
 from __future__ import annotations
@@ -46,14 +20,14 @@ from typing import BinaryIO
 
 from simrun.core.unitlogs import attempt_paths, write_atomic
 from simrun.core.wire import UnitKey
+from simrun.worker.pool.protocol import write_all
 
 #: Bytes of output one unit may keep in its log (head and tail together).
 DEFAULT_UNIT_LOG_CAP = 2**20
 #: Bytes of each of a command's log files, stdout and stderr (head and tail together).
 DEFAULT_COMMAND_LOG_CAP = 64 * 2**20
 _READ_BYTES = 64 * 1024
-#: What a worker process writes into its output after each unit of a batch: this, the
-#: unit's index, and a NUL (`unit_end_marker`).
+#: What a worker process writes after each unit: this, the unit's index and a NUL.
 _MARK = b"\x00\x1esimrun-unit-end:"
 #: A marker longer than this is not one (its bytes are output).
 _MARK_MAX = len(_MARK) + 24
@@ -66,9 +40,8 @@ def unit_end_marker(index: int) -> bytes:
 
 class CappedSegment:
     """The output of one unit: `feed` gives what to write now (the head), `end` what to
-    write when the unit is over (a note on what was dropped, then the tail), and starts
-    the next unit's segment. ``cap`` 0 keeps everything; ``scope`` is what the cap is of,
-    as the note says it ("a unit", "a stream")."""
+    write once it is over (a note on what was dropped, then the tail). ``cap`` 0 keeps
+    everything; ``scope`` is what the cap is of ("a unit", "a stream")."""
 
     def __init__(self, cap: int, scope: str = "a unit") -> None:
         if cap < 0:
@@ -106,8 +79,7 @@ class CappedSegment:
         return now
 
     def end(self, label: str) -> bytes:
-        """What to write as the segment of ``label`` ends (nothing when nothing was held
-        back); the next segment starts empty."""
+        """What to write as the segment of ``label`` ends; the next one starts empty."""
         tail = b"".join(self._tail)
         note = b""
         if self.dropped:
@@ -119,33 +91,25 @@ class CappedSegment:
         return note + tail
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """Write all of ``data`` to ``fd``."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 @dataclass
 class UnitLogSink:
-    """Where the output of one job's units goes: the files of attempt ``attempt`` under
-    ``task_logs`` (`simrun.core.unitlogs.attempt_paths`). ``written`` says how many bytes
-    each unit with output got; ``orphan_unit`` is the unit the process died in (what it
-    printed last goes there)."""
+    """Where the output of one job's units goes; ``orphan_unit`` is the unit its process died
+    in (what it printed last goes there)."""
 
     task_logs: Path
     attempt: int
     written: dict[UnitKey, int] = field(default_factory=dict)
     orphan_unit: UnitKey | None = None
-    #: The last output of a process that died, read before the runner said which unit it
-    #: died in (its output pipe may reach its end first): `settle_orphan` writes it.
+    #: A dead process's last output, read before its unit was known (`settle_orphan`).
     orphan_output: bytes = b""
     #: The unit whose log got that output live (it may not be the one the runner names).
     orphan_live: UnitKey | None = None
 
+    def path(self, unit: UnitKey) -> Path:
+        return attempt_paths(self.task_logs, unit, self.attempt)[1]
+
     def settle_orphan(self) -> None:
-        """Write the last output of a process that died to the unit it died in, once that
-        is known (blocking: call it in a thread); output no unit can own is dropped."""
+        """Write the last output of a process that died to the unit it died in (blocking)."""
         data, self.orphan_output = self.orphan_output, b""
         live, self.orphan_live = self.orphan_live, None
         if live is not None and live != self.orphan_unit:
@@ -154,44 +118,36 @@ class UnitLogSink:
             self.write(self.orphan_unit, data)
 
     def write(self, unit: UnitKey, data: bytes) -> None:
-        """Write ``data`` as the output of ``unit`` (blocking: call it in a thread); a unit
-        written twice (a death after its marker) gets both parts."""
-        path = attempt_paths(self.task_logs, unit, self.attempt)[1]
+        """Write ``data`` as the output of ``unit`` (blocking), after what it had."""
+        path = self.path(unit)
         if unit in self.written and path.is_file():
             data = path.read_bytes() + data
         write_atomic(path, data)
         self.written[unit] = len(data)
 
     def write_live(self, unit: UnitKey, data: bytes, fresh: bool) -> None:
-        """Write ``data`` to the log of ``unit`` while it runs (blocking: call it in a
-        thread): the file anew when ``fresh``, else appended. What is written live is
-        always the start of what `write` writes once the unit ended, so a reader that
-        follows the file by offset reads on into the final one."""
-        path = attempt_paths(self.task_logs, unit, self.attempt)[1]
+        """Write ``data`` to the log of ``unit`` while it runs (blocking): anew when
+        ``fresh``, else appended; always the start of what `write` writes at its end."""
+        path = self.path(unit)
         if fresh:
             path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("wb" if fresh else "ab") as f:
             f.write(data)
 
     def drop_live(self, unit: UnitKey) -> None:
-        """Remove what was written live to the log of ``unit``, which was not its output
-        after all (blocking: call it in a thread); a unit with output of its own keeps it."""
+        """Remove what was written live to ``unit``'s log, not its output after all."""
         if unit not in self.written:
-            attempt_paths(self.task_logs, unit, self.attempt)[1].unlink(missing_ok=True)
+            self.path(unit).unlink(missing_ok=True)
 
 
 #: The most markers a log remembers for `CappedLog.settle` (more than a batch holds).
 _MARKS_KEPT = 4096
-#: Seconds the runner waits for the marker of a batch's last unit (it was written before
-#: the batch's end message, so it is normally there already).
+#: Seconds the runner waits for the marker of a batch's last unit (normally there already).
 SETTLE_S = 1.0
 
 
 class CappedLog:
-    """The log of one worker process: its output copied to ``fd`` through a
-    `CappedSegment`, each unit's segment ended at its marker; writes happen in a thread,
-    in the order they were made. Each unit's segment also goes to ``sink`` when one is set
-    and the segment holds anything."""
+    """The log of one worker process, each unit's output capped and sent to its unit's log."""
 
     def __init__(self, cap: int, fd: int = 2) -> None:
         self.segment = CappedSegment(cap)
@@ -199,9 +155,7 @@ class CappedLog:
         self._lock = asyncio.Lock()
         #: The label of unit ``index`` of the batch running ("unit 4 of job ...").
         self.label_of: Callable[[int], str] = lambda index: f"unit {index}"
-        #: The unit whose output the open segment is, given the index of the last marker
-        #: read (None: not known for sure, as in a batch sent ahead): its output is
-        #: written to its log as it comes (`UnitLogSink.write_live`).
+        #: The unit whose output the open segment is, given the last marker read (or None).
         self.open_unit: Callable[[int | None], UnitKey | None] = lambda last: None
         self._sink: UnitLogSink | None = None
         self._captured = bytearray()
@@ -225,9 +179,8 @@ class CappedLog:
         self._live_unit, self._live_bytes = None, 0
 
     async def _write(self, data: bytes) -> None:
-        """The capped output of the open segment: held for the unit's own log while a job's
-        units have one (``sink``), and written to that log as it comes when the unit is
-        known; else written to the worker's log."""
+        """The capped output of the open segment: held for the unit's log (and written to
+        it live when the unit is known) while a job runs, else to the worker's log."""
         if data:
             if self.sink is not None:
                 self._captured += data
@@ -255,11 +208,9 @@ class CappedLog:
             await asyncio.to_thread(write_all, self.fd, data)
 
     async def _deliver(self, unit: UnitKey | None, label: str, ended: bool = False) -> None:
-        """The segment of ``label`` that just ended was ``unit``'s (None: no unit's, or the
-        last output of a process that died): its captured bytes go to the unit's log, and
-        one line saying where goes to the worker's log. The last output of a process
-        (``ended``) whose unit is not known yet waits in the sink for the runner to say it
-        (`UnitLogSink.settle_orphan`); output of no unit goes to the worker's log."""
+        """The segment of ``label`` that ended was ``unit``'s: its bytes go to the unit's log
+        and a line saying where to the worker's log. A dead process's last output
+        (``ended``) waits in the sink for its unit (`UnitLogSink.settle_orphan`)."""
         live, self._live_unit, self._live_bytes = self._live_unit, None, 0
         if not self._captured:
             return  # the unit printed nothing (the common case): no work at all
@@ -282,12 +233,11 @@ class CappedLog:
             await self._to_fd(data)
             return
         await asyncio.to_thread(sink.write, unit, data)
-        path = attempt_paths(sink.task_logs, unit, sink.attempt)[1]
-        await self._to_fd(f"[simrun: {label}: {len(data)} bytes of output in {path}]\n".encode())
+        where = sink.path(unit)
+        await self._to_fd(f"[simrun: {label}: {len(data)} bytes of output in {where}]\n".encode())
 
     async def settle(self, index: int, timeout_s: float = SETTLE_S) -> bool:
-        """Wait until the marker of unit ``index`` was read (at most ``timeout_s``); whether
-        it was (then the segment open now is a later unit's, of a batch sent ahead)."""
+        """Whether the marker of unit ``index`` was read within ``timeout_s``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while index not in self._marked:
@@ -317,8 +267,7 @@ class CappedLog:
         await self._deliver(None, last, ended=True)
 
     async def _take(self, data: bytes) -> bytes:
-        """Feed ``data`` up to its markers, ending a segment at each; returns the bytes held
-        back because they may be the start of a marker not read in full yet."""
+        """Feed ``data`` up to its markers; returns bytes that may start a marker."""
         while data:
             at = data.find(_MARK)
             if at < 0:
@@ -348,8 +297,7 @@ class CappedLog:
         return b""
 
     async def end_unit(self, label: str, unit: UnitKey | None = None) -> None:
-        """The unit ``label`` ended without its marker (its process died, or it was the
-        batch's reply): write what its segment held back (to ``unit``'s log too)."""
+        """The unit ``label`` ended without its marker: write what its segment held back."""
         await self._write(self.segment.end(label))
         await self._deliver(unit, label)
 
@@ -369,10 +317,8 @@ _LINGER_S = 0.2
 def copy_capped(
     source: int, sink: BinaryIO, segment: CappedSegment, label: str, done: threading.Event
 ) -> None:
-    """Copy file descriptor ``source`` to ``sink`` through ``segment`` (blocking: run it in
-    a thread) until end of file, or once ``done`` is set and nothing came for a moment (a
-    writer that escaped may hold the pipe open); then write what the segment held back as
-    the end of ``label``."""
+    """Copy ``source`` to ``sink`` through ``segment`` (blocking) until end of file, or once
+    ``done`` is set and nothing came for a moment (an escaped writer may hold the pipe)."""
     while True:
         ready, _, _ = select.select([source], [], [], _LINGER_S)
         if not ready:

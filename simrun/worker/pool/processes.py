@@ -1,65 +1,6 @@
-"""The pool of worker processes of one worker container.
-
-Each worker process is a long-lived child (``python -m simrun.worker.pool.child``, started with
-exec, never forked from this threaded event-loop process) that runs plugin code on
-request. The pool keeps ``size`` of them; a job checks one out for its whole run and checks
-it back in; a process that died or was killed is replaced in the background.
-
-Which process a job gets (`choose`): one bound to the GPUs the job was granted (a GPU id
-can only be given to a process through ``CUDA_VISIBLE_DEVICES`` when it starts), preferably
-the one whose last job was of the same task (its ``setup`` is done, its memory is the
-task's own). A process switching to another task is started afresh when the anonymous
-memory it keeps beyond its *baseline* passes `RECYCLE_KEPT_GB`, a few MiB
-(`needs_fresh_start`).
-
-Why: the peak a job reports is its process's memory, and it is what the key learns. A
-process keeps what its earlier tasks left: a setup's state (a model loaded once per task
-and process), modules they imported, the heap the allocator did not give back. Counted as
-the next task's, that made a light key that uses 25 MiB alone learn 70 MiB when it shared
-a process with a task whose setup holds 50 MiB. Two ways out were weighed:
-
-* a baseline per (task, process): report the peak minus what the process held when the
-  task's first job began. It is exact only while the leftover stays resident and untouched;
-  freed pages reused by the new task (a heap with holes) make it undercount what the task
-  needs, and an undercount becomes a kill on the next run. It also leaves the leftover
-  counting against the kill limit.
-* a fresh process per change of task: what the task measures is what it uses alone (the
-  interpreter, its imports, its setup, its units), on both sides. It costs a start-up
-  (about 0.2 s of one core: the interpreter, simrun's imports, the plugins; the old
-  process ends meanwhile) and the task's setup again when a task comes back.
-
-The rule takes the second, but only when there is something to lose: a process keeping at
-most `RECYCLE_KEPT_GB` beyond its baseline (what light tasks leave: a few hundredths of a
-MiB, measured) is kept, so light tasks share processes without start-ups, and what a task
-measures is never more than `RECYCLE_KEPT_GB` above what it uses alone (and never below).
-The threshold is absolute, not a part of the job's limit: a first run's limit is the hint,
-often far above the use it is about to measure. Tasks that keep more (a setup's state, a
-library imported) pay a start-up at each switch; a container mixing such tasks keeps them
-apart when it can, since a process whose last job was of the job's task is taken first.
-The kill limit needs no rule of its own: a process may keep at most `RECYCLE_KEPT_GB` of
-another task's, far below the `KILL_HEADROOM_GB` every job gets above the baseline.
-
-The *baseline* is the anonymous memory the process measured itself after it started,
-imported simrun and loaded the ``--plugin`` references it was given, before any task ran
-(about 20 MiB for CPython with simrun's imports). A fresh process holds that much too, so
-restarting cannot win it back; counting it would restart every process at every new task.
-
-Each process runs in a memory cgroup of its own where the worker has them
-(`simrun.worker.cgroups`; ``cgroups`` of `ProcessPool`), else as the root of its process
-tree (it is a child subreaper, so double-forked descendants stay in it): what it starts is
-measured with it, killed with it (`WorkerProcess.kill`), and ended after every request by
-the process itself (`simrun.worker.pool.child`). The cgroup's kernel limit follows the
-job's, a little above the sampler's (`kernel_limit_bytes`); when the kernel's OOM killer
-ends the process, or one it started, the job is reported killed for memory
-(`WorkerProcess.note_death`). Its stdout and stderr reach the worker's log through
-`simrun.worker.pool.output`, capped per unit.
-
-The memory limit a process is killed at (`kill_limit_gb`) is the job's limit, but never
-less than its baseline plus `KILL_HEADROOM_GB`: a limit below what the bare interpreter
-holds can never be met, and killing the process for it would only loop through kills. Such
-a limit comes from a hint or an override (learned requests have a floor, see
-`simrun.resources.policy.MIN_MEMORY_PER_WORKER_GB`); the job runs under the raised limit
-and reports it as the limit it ran under, so a kill there retries above it.
+"""The pool of long-lived worker processes of one worker container (`ProcessPool`), and
+which idle process a job gets (`choose`): one with the job's GPUs, preferably last used
+for the same task; one switching task restarts when it keeps more than `RECYCLE_KEPT_GB`.
 """
 
 from __future__ import annotations
@@ -73,7 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simrun.core.environment import with_threads
 from simrun.core.sizing import GIB
@@ -85,22 +26,19 @@ from simrun.worker.cgroups import (
     oom_killed,
 )
 from simrun.worker.pool.output import DEFAULT_UNIT_LOG_CAP, CappedLog
-from simrun.worker.pool.protocol import UnitSlot, encode, read_async
+from simrun.worker.pool.protocol import MAX_TASKS, UnitSlot, encode, read_async
 from simrun.worker.proctree import anon_memory_bytes, kill_tree
+
+if TYPE_CHECKING:
+    from simrun.worker.pool.runner import Pace
 
 log = logging.getLogger(__name__)
 
-#: A process switching task restarts when what it keeps beyond its baseline passes this
-#: (GiB): what an earlier task may add to the peak a job measures. A light task leaves a
-#: few hundredths of a MiB; a module such as numpy about 6 MiB.
+#: A process switching task restarts when it keeps more than this beyond its baseline (GiB).
 RECYCLE_KEPT_GB = 4 / 1024
-#: The least memory a job's plugin code gets above the process's baseline before the
-#: process is killed for memory (see `kill_limit_gb`): room to import a module such as
-#: numpy (about 6 MiB) and do a little work.
+#: The least memory a job gets above its process's baseline before a kill (`kill_limit_gb`).
 KILL_HEADROOM_GB = 32 / 1024
 SPAWN_TIMEOUT_S = 120.0
-#: As many tasks as a worker process remembers (simrun.worker.pool.child.MAX_TASKS).
-MAX_TASK_KEYS = 16
 
 
 class PoolError(RuntimeError):
@@ -124,18 +62,13 @@ def describe_exit(returncode: int | None) -> str:
     return f"exit code {returncode}"
 
 
-#: Seconds the log of a process that ended may take to reach its end of file (a
-#: descendant that escaped the process may hold the pipe open).
+#: Seconds the log of a process that ended may take to reach its end.
 _LOG_END_WAIT_S = 2.0
 
 
 class WorkerProcess:
-    """One worker process and the pipe to it. ``kill_reason`` says who killed it, if we did
-    ("memory", "timeout" or "stop"), or "memory" when the kernel's OOM killer did
-    (``killed_by_kernel``). ``box`` is its cgroup (None: its process tree stands for it);
-    ``outer`` the cgroup of the whole worker, whose OOM kills also count for a process
-    that was SIGKILLed (the container's limit); ``log`` copies its output to the worker's
-    log."""
+    """One worker process and the pipe to it; ``kill_reason``: "memory", "timeout" or "stop";
+    ``box`` its cgroup, ``outer`` the worker's (its OOM kills count for a SIGKILLed process)."""
 
     def __init__(
         self,
@@ -152,9 +85,8 @@ class WorkerProcess:
         #: The "units" request in flight: its batch number, job id and units (see `where`).
         self.batch: tuple[int, str, list[UnitKey]] | None = None
         self._batches = 0
-        #: The task of the last chunk this process ran, the size of its last batch and the
-        #: seconds that batch took.
-        self.pace: tuple[tuple[str, str], int, float | None] | None = None
+        #: The task of the last chunk this process ran and its `Pace` there.
+        self.pace: tuple[tuple[str, str], Pace] | None = None
         self.gpu_ids = gpu_ids
         self.pid = proc.pid
         self.box = box
@@ -179,15 +111,13 @@ class WorkerProcess:
         self.kill_reason: str | None = None
 
     def number_batch(self) -> int:
-        """The number of a new "units" request (numbers are never reused by a process, so
-        its slot cannot be mistaken for an earlier request's)."""
+        """The number of a new "units" request (never reused, so its slot is not mistaken)."""
         self._batches += 1
         return self._batches
 
     def slot_position(self) -> tuple[int, float, float] | None:
-        """Where the process is in the "units" request in flight: the position of the unit
-        running (the length of the batch once all ended), when it started (`time.monotonic`)
-        and the seconds of the units that ended well; None before it started the request."""
+        """Where the process is in the "units" request in flight (position, started, seconds
+        of the units that ended well); None before it started the request."""
         if self.slot is None or self.batch is None:
             return None
         batch, pos, started, done_s = self.slot.read()
@@ -196,16 +126,14 @@ class WorkerProcess:
         return pos, started, done_s
 
     def unit_label(self, index: int) -> str:
-        """The label of unit ``index`` in the log (`CappedLog`): with the job of the batch
-        in flight."""
+        """The label of unit ``index`` in the log, with the job of the batch in flight."""
         job = f" of job {self.batch[1]}" if self.batch is not None else ""
         return f"unit {index}{job}"
 
     def open_unit(self, last_mark: int | None) -> UnitKey | None:
-        """The unit whose output the process writes now, given the index of the last
-        unit-end marker its log read: the merge during a merge; in the batch in flight, the
-        unit after the one marked (the first while none of it is); None when not known for
-        sure (its last unit is marked: a batch sent ahead runs, or nothing does)."""
+        """The unit whose output the process writes now, given the last unit-end marker its
+        log read: the merge, or the unit after the marked one in the batch in flight; None
+        when not known for sure (a batch sent ahead may run)."""
         if self.live_unit is not None:
             return self.live_unit
         if self.batch is None:
@@ -221,8 +149,7 @@ class WorkerProcess:
         return self.proc.returncode is None and self.kill_reason is None
 
     def kill(self, reason: str) -> None:
-        """SIGKILL the process and everything it started (safe from any thread, does not
-        wait); the first reason given sticks."""
+        """SIGKILL the process and all it started (from any thread); the first reason sticks."""
         if self.kill_reason is None:
             self.kill_reason = reason
         if self.proc.returncode is not None:
@@ -235,8 +162,7 @@ class WorkerProcess:
             os.kill(self.pid, signal.SIGKILL)
 
     def members(self) -> list[int]:
-        """The processes that count with this one: its cgroup's, else its tree's (the
-        sampler walks the tree itself)."""
+        """The processes that count with this one: its cgroup's, else itself."""
         return self.box.procs() if self.box is not None else [self.pid]
 
     def _oom_counts(self) -> tuple[int | None, int | None]:
@@ -246,9 +172,7 @@ class WorkerProcess:
         )
 
     def begin_job(self, limit_gb: float | None) -> None:
-        """Give the process's cgroup the kernel limit of a job the sampler kills it at
-        ``limit_gb`` GiB (`kernel_limit_bytes`; blocking: call it in a thread) and remember
-        the OOM kill counters it starts from."""
+        """Set the cgroup's kernel limit for a job, note the OOM counters (blocking)."""
         if self.box is not None:
             try:
                 self.box.set_limit(kernel_limit_bytes(limit_gb))
@@ -263,9 +187,8 @@ class WorkerProcess:
         self._oom_before = self._oom_counts()
 
     def note_death(self) -> None:
-        """For a process that ended without us killing it: when its cgroup's OOM kill
-        counter went up, or it was SIGKILLed while the worker's cgroup's did, the kernel
-        killed it for memory (``kill_reason`` "memory", ``killed_by_kernel``)."""
+        """For a process that ended without us killing it: whether the kernel killed it for
+        memory (its cgroup's OOM counter went up, or the worker's while it was SIGKILLed)."""
         if self.kill_reason is not None:
             return
         box_now, outer_now = self._oom_counts()
@@ -276,14 +199,12 @@ class WorkerProcess:
             self.killed_by_kernel = True
 
     def kernel_killed_child(self) -> None:
-        """The kernel's OOM killer ended a process this one started (its reply said so):
-        the job is killed for memory, and so is this process."""
+        """The kernel's OOM killer ended a process this one started: kill it for memory."""
         self.killed_by_kernel = True
         self.kill("memory")
 
     async def release(self) -> None:
-        """After the process ended: end what is left of its cgroup and remove it, and let
-        its log reach its end."""
+        """After the process ended: remove its cgroup and let its log reach its end."""
         if self.box is not None:
             await asyncio.to_thread(self.box.remove)
         if self._log_task is not None:
@@ -295,9 +216,15 @@ class WorkerProcess:
                     await self._log_task
 
     async def call(self, message: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
-        """Send a request and wait for its (first) reply; see `send` and `receive`."""
         await self.send(message)
         return await self.receive(timeout_s)
+
+    async def _gone(self, kill: str | None = None) -> ProcessGone:
+        """The `ProcessGone` to raise once the process ended (killed first for ``kill``)."""
+        if kill is not None:
+            self.kill(kill)
+        await self.proc.wait()
+        return ProcessGone(describe_exit(self.proc.returncode))
 
     async def send(self, message: dict[str, Any]) -> None:
         """Send a request; `ProcessGone` when the process has ended."""
@@ -307,30 +234,22 @@ class WorkerProcess:
             stdin.write(encode(message))
             await stdin.drain()
         except ConnectionError as exc:
-            await self.proc.wait()
-            raise ProcessGone(describe_exit(self.proc.returncode)) from exc
+            raise await self._gone() from exc
 
     async def receive(self, timeout_s: float | None = None) -> dict[str, Any]:
-        """The next reply. Past ``timeout_s`` the process is killed (reason "timeout");
-        `ProcessGone` when it ends before replying, for whatever reason."""
+        """The next reply, the process killed past ``timeout_s``; `ProcessGone` if it ends."""
         stdout = self.proc.stdout
         assert stdout is not None
         try:
-            if timeout_s is None:
-                return await read_async(stdout)
             return await asyncio.wait_for(read_async(stdout), timeout_s)
         except TimeoutError:
-            self.kill("timeout")
-            await self.proc.wait()
-            raise ProcessGone(describe_exit(self.proc.returncode)) from None
+            raise await self._gone("timeout") from None
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            await self.proc.wait()
-            raise ProcessGone(describe_exit(self.proc.returncode)) from exc
+            raise await self._gone() from exc
 
     async def receive_batch(self, timeout_s: float | None, sent_at: float) -> dict[str, Any]:
-        """The next message of a "units" request sent at ``sent_at`` (`time.monotonic`). With
-        ``timeout_s``, the unit the slot says is running is killed past ``timeout_s`` from its
-        start (reason "timeout"); `ProcessGone` when the process ends first."""
+        """The next message of a "units" request sent at ``sent_at``; the unit the slot says
+        runs is killed ("timeout") past ``timeout_s`` from its start."""
         if timeout_s is None or self.slot is None:
             return await self.receive(timeout_s)
         stdout = self.proc.stdout
@@ -346,12 +265,9 @@ class WorkerProcess:
                     if done:
                         return reading.result()
                 if self.slot_position() == found and time.monotonic() >= started + timeout_s:
-                    self.kill("timeout")
-                    await self.proc.wait()
-                    raise ProcessGone(describe_exit(self.proc.returncode))
+                    raise await self._gone("timeout")
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            await self.proc.wait()
-            raise ProcessGone(describe_exit(self.proc.returncode)) from exc
+            raise await self._gone() from exc
         finally:
             if not reading.done():
                 reading.cancel()
@@ -386,43 +302,32 @@ class WorkerProcess:
             self.slot.close()
 
 
-# The kernel limit of a cgroup (KERNEL_LIMIT_FACTOR, kernel_limit_bytes) lives in
-# simrun.worker.cgroups, shared with simrun-exec; re-exported here where it was.
-
-
 #: The shell that moves itself into a cgroup and then becomes the worker process.
 _JOIN_SHELL = 'echo $$ > "$0" && exec "$@"'
 
 
 def join_then_exec(box: Cgroup, argv: list[str]) -> list[str]:
-    """``argv`` started inside the cgroup ``box``: a shell joins it and then execs the
-    program, so all the program's memory is charged to the cgroup (memory a process holds
-    when it is moved stays charged to its old cgroup)."""
+    """``argv`` started inside the cgroup ``box``, all its memory charged there."""
     return ["/bin/sh", "-c", _JOIN_SHELL, str(box.path / "cgroup.procs"), *argv]
 
 
 def kill_limit_gb(limit_gb: float | None, baseline_gb: float) -> float | None:
-    """The anonymous memory (GiB) past which a process of baseline ``baseline_gb`` is killed
-    while it runs a job of limit ``limit_gb``: the limit, raised to at least the baseline
-    plus `KILL_HEADROOM_GB`. None (no limit) when ``limit_gb`` is None or not above 0."""
+    """The anonymous memory (GiB) past which a process is killed in a job of ``limit_gb``:
+    at least its baseline plus `KILL_HEADROOM_GB` (a lower limit can never be met)."""
     if limit_gb is None or not limit_gb > 0:
         return None
     return max(limit_gb, baseline_gb + KILL_HEADROOM_GB)
 
 
 def needs_fresh_start(anon_gb: float, baseline_gb: float) -> bool:
-    """Whether a process switching task must be started afresh: the anonymous memory it
-    holds beyond its baseline passes `RECYCLE_KEPT_GB` (what it keeps would count in the
-    peak of the new task). The job's limit does not matter: a wrong peak is learned under
-    any limit."""
+    """Whether a process switching task must start afresh: it keeps more than
+    `RECYCLE_KEPT_GB` beyond its baseline (it would count in the new task's peak)."""
     return anon_gb - baseline_gb > RECYCLE_KEPT_GB
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """What `choose` knows of an idle process: its GPUs, the task of its last job (None:
-    none yet), its anonymous memory now and its baseline (what it held before any task
-    ran), in GiB, and the tasks whose setup it has done."""
+    """What `choose` knows of an idle process."""
 
     gpu_ids: tuple[str, ...]
     task: tuple[str, str] | None
@@ -431,27 +336,17 @@ class Candidate:
     set_up: frozenset[tuple[str, str]] = frozenset()
 
     @property
-    def kept_gb(self) -> float:
-        """What the process keeps beyond its baseline."""
-        return self.anon_gb - self.baseline_gb
-
-    @property
     def heavy(self) -> bool:
-        """Whether it must start afresh to switch task (a process that has run nothing
-        never must: a fresh one would hold as much)."""
+        """Whether it must start afresh to switch task (never before its first job)."""
         return self.task is not None and needs_fresh_start(self.anon_gb, self.baseline_gb)
 
 
 def choose(
     idle: Sequence[Candidate], gpu_ids: tuple[str, ...], task_key: tuple[str, str]
 ) -> tuple[int, bool]:
-    """The idle process to give a job (its index) and whether to start it afresh first.
-
-    Prefers a process bound to ``gpu_ids`` whose last job was of ``task_key``; then one
-    bound to ``gpu_ids`` that can switch task as it is (see `needs_fresh_start`), one
-    already set up for ``task_key`` first, then the one keeping the least; then one that
-    must start afresh; then any (started afresh with the right GPUs).
-    """
+    """The idle process to give a job (its index) and whether to start it afresh first:
+    with ``gpu_ids``, last used for ``task_key``; else one that can switch as it is (set up
+    for the task first, then keeping the least); else one started afresh."""
     if not idle:
         raise ValueError("no idle process to choose from")
     same_gpus = [i for i, c in enumerate(idle) if c.gpu_ids == gpu_ids]
@@ -459,23 +354,19 @@ def choose(
         if idle[i].task == task_key:
             return i, False
     if same_gpus:
-        best = min(
-            same_gpus,
-            key=lambda i: (idle[i].heavy, task_key not in idle[i].set_up, idle[i].kept_gb),
-        )
+
+        def rank(i: int) -> tuple[bool, bool, float]:
+            c = idle[i]
+            return c.heavy, task_key not in c.set_up, c.anon_gb - c.baseline_gb
+
+        best = min(same_gpus, key=rank)
         return best, idle[best].heavy
     return 0, True
 
 
 class ProcessPool:
-    """``size`` worker processes; `checkout` one for a job, `checkin` it after.
-
-    ``hide_gpus`` gives processes without a GPU an empty ``CUDA_VISIBLE_DEVICES`` (in a
-    container that has GPUs, a CPU job must not use one granted to another job).
-    ``cgroups`` gives each process a memory cgroup (None: the process tree stands for it);
-    ``outer`` is the worker's own cgroup (read for OOM kills); ``unit_log_cap`` bounds
-    the bytes one unit puts into the worker's log (0: no bound).
-    """
+    """``size`` worker processes; `checkout` one for a job, `checkin` it after. With
+    ``hide_gpus`` a process without a GPU gets an empty ``CUDA_VISIBLE_DEVICES``."""
 
     def __init__(
         self,
@@ -528,8 +419,7 @@ class ProcessPool:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 pass_fds=(slot_fd,),
-                # One core's worth of threads each (set before plugin code imports numpy);
-                # what the user set in the worker's environment is kept.
+                # One core's worth of threads each, unless the user set them.
                 env=with_threads(os.environ, 1),
             )
         except BaseException:
@@ -592,10 +482,8 @@ class ProcessPool:
             return
 
     async def checkout(self, task_key: tuple[str, str], gpu_ids: tuple[str, ...]) -> WorkerProcess:
-        """An idle process bound to ``gpu_ids``, ready for ``task_key`` (see `choose`).
-
-        The caller must hold a slot of admission, so a process is idle or on its way.
-        """
+        """An idle process bound to ``gpu_ids``, ready for ``task_key`` (see `choose`); the
+        caller holds a slot of admission, so one is idle or on its way."""
         async with self._changed:
             while True:
                 await self._changed.wait_for(lambda: bool(self._idle) or self._closed)
@@ -633,7 +521,7 @@ class ProcessPool:
             finally:
                 await asyncio.shield(ending)
             self._busy.add(worker)
-        if len(worker.task_keys) >= MAX_TASK_KEYS:  # the process forgets old tasks too
+        if len(worker.task_keys) >= MAX_TASKS:  # the process forgets old tasks too
             worker.task_keys.clear()
         worker.task_keys.add(task_key)
         worker.task = task_key

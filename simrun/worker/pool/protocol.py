@@ -1,38 +1,12 @@
-"""The messages between a worker container and its worker processes.
+"""The messages between a worker container and its worker processes: msgpack maps framed
+by a 4-byte big-endian length, on the process's stdin and stdout.
 
-Each message is a msgpack map preceded by its length (4 bytes, big endian). The container
-writes to a process's stdin and reads its replies from the process's stdout; the process
-moves its own ``sys.stdout`` to stderr first, so a plugin that prints cannot garble them.
-
-Requests (container → process):
-
-* ``{"op": "task", "run", "task", "task_type", "settings", "paths", "setup": bool}``: work
-  on this task from now on; run the type's ``setup`` when asked and this process has not
-  run it for this task yet. One reply.
-* ``{"op": "units", "indices": [int, ...], "batch": int}``: compute these units of the
-  current task, in order; a failing unit does not stop the others. The outcomes come back
-  batched, not one message per unit: ``{"units": [[index, ok, seconds, error, exception],
-  ...], "end": bool}`` (``exception``: the qualified names of the type a failed unit raised
-  and of its bases, `simrun.core.states.exception_names`; [] when it ended well), sent at
-  once after a unit that failed and at the end of the batch (``"end": true``, the last
-  message of the request). A unit whose leftovers the kernel's OOM killer
-  ended stops the batch: the last message names it (``"oom_kill": index``) instead of
-  listing it. A request without a list of indices gets ``{"ok": false, "index": null,
-  "error": ..., "units": [], "end": true}``.
-
-  Which unit is running is in the process's `UnitSlot` (shared memory the container gives
-  it with ``--slot-fd``), written before and after each unit: the container reads it to
-  tell the unit a kill or a death ended and the unit a timeout is counted from, without a
-  message per unit. Where one unit's output ends is a marker the process writes into its
-  output after the unit (`simrun.worker.pool.output.unit_end_marker`).
-* ``{"op": "merge"}``: run the merge of the current task. One reply.
-
-A reply is ``{"ok": bool, "seconds": float, "error": str | None}`` (and ``"exception"``,
-the names above, when it raised); ``seconds`` is the wall time of the plugin call alone.
-At start the process sends ``{"ok": bool, "pid": int, "error": str | None,
-"baseline_bytes": int}`` once it has loaded the plugins it was given;
-``baseline_bytes`` is its anonymous memory measured once they are loaded, before any task
-ran (0 when unknown).
+Requests: ``task`` (run, task, task_type, settings, paths, setup) opens a task, ``merge``
+runs its merge (one reply each: ok, seconds, error, exception); ``units`` (indices, batch)
+computes units, answered by ``{"units": [[index, ok, seconds, error, exception], ...],
+"end": bool}`` after each failure and at the end (``"oom_kill": index`` when the kernel
+killed a leftover). The unit running is in the `UnitSlot`; the hello carries
+``baseline_bytes``.
 """
 
 from __future__ import annotations
@@ -50,6 +24,8 @@ if TYPE_CHECKING:  # the worker process needs none of the wire models (its start
 
 _HEADER = struct.Struct(">I")
 MAX_MESSAGE_BYTES = 64 * 2**20
+#: Tasks a worker process remembers with their setup done; an older one is set up again.
+MAX_TASKS = 16
 
 
 class ProtocolError(RuntimeError):
@@ -57,7 +33,6 @@ class ProtocolError(RuntimeError):
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    """One framed message."""
     body: bytes = msgpack.packb(message, use_bin_type=True)
     return _HEADER.pack(len(body)) + body
 
@@ -82,15 +57,13 @@ async def read_async(reader: asyncio.StreamReader) -> dict[str, Any]:
 
 
 def _read_exactly(fd: int, size: int) -> bytes | None:
-    chunks: list[bytes] = []
-    remaining = size
-    while remaining:
-        chunk = os.read(fd, remaining)
+    data = bytearray()
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
         if not chunk:
             return None
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
+        data += chunk
+    return bytes(data)
 
 
 def read_blocking(fd: int) -> dict[str, Any] | None:
@@ -100,28 +73,25 @@ def read_blocking(fd: int) -> dict[str, Any] | None:
         return None
     (size,) = _HEADER.unpack(header)
     body = _read_exactly(fd, _check_size(size))
-    if body is None:
-        return None
-    return _decode(body)
+    return None if body is None else _decode(body)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def write_blocking(fd: int, message: dict[str, Any]) -> None:
-    """Write one message to ``fd`` completely."""
-    data = memoryview(encode(message))
-    while data:
-        written = os.write(fd, data)
-        data = data[written:]
+    write_all(fd, encode(message))
 
 
 _SLOT = struct.Struct("<qqdd")
 
 
 class UnitSlot:
-    """Shared memory between the container and one worker process: the ``batch`` (the
-    number of the "units" request) and the ``pos`` (position in it) of the unit running,
-    the `time.monotonic` time it started (or the previous one ended), and the seconds of
-    the units of the batch that ended well so far. ``pos`` equal to the length of the
-    batch: every unit of it ended. The process writes it, the container reads it."""
+    """Shared memory a worker process writes and the container reads: the batch and position
+    of the unit running, when it started, and the seconds of those that ended well."""
 
     size = _SLOT.size
 
@@ -130,8 +100,7 @@ class UnitSlot:
 
     @classmethod
     def create(cls) -> tuple[UnitSlot, int]:
-        """A new slot and the file descriptor to give the process (close it once the process
-        started)."""
+        """A new slot and the fd to give the process (close it once the process started)."""
         fd = os.memfd_create("simrun-unit-slot", os.MFD_CLOEXEC)
         os.ftruncate(fd, _SLOT.size)
         return cls(fd), fd
@@ -140,8 +109,7 @@ class UnitSlot:
         _SLOT.pack_into(self._map, 0, batch, pos, started, done_s)
 
     def read(self) -> tuple[int, int, float, float]:
-        """(batch, pos, started, done_s), read again until two reads agree (the other side
-        may be writing)."""
+        """(batch, pos, started, done_s), read until two reads agree."""
         first = _SLOT.unpack_from(self._map, 0)
         while True:
             again = _SLOT.unpack_from(self._map, 0)
@@ -154,14 +122,13 @@ class UnitSlot:
 
 
 def task_message(spec: JobSpec, setup: bool) -> dict[str, object]:
-    """The request that opens the task of ``spec`` on a worker process (running the type's
-    ``setup`` there when ``setup``); its units or merge follow."""
+    """The request that opens the task of ``spec`` on a worker process (with its setup)."""
     return {
         "op": "task",
         "run": spec.run,
         "task": spec.task,
         "task_type": spec.task_type,
         "settings": spec.settings,
-        "paths": spec.paths.to_dict(),
+        "paths": spec.paths.model_dump(),
         "setup": setup,
     }

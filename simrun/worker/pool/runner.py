@@ -1,41 +1,7 @@
 """Running a chunk or a merge on one worker process, watched by a `MemorySampler`.
 
-The sampler follows the process's anonymous memory from a thread and kills the process
-(SIGKILL) the moment it passes the job's limit (raised to the process's baseline plus a
-headroom when below it, `simrun.worker.pool.processes.kill_limit_gb`; the report carries the limit
-the process really ran under). The peak is taken per job: the sampler
-starts with the job, so the peak includes what the process already holds from earlier
-jobs of the same task (its setup state, a heap the allocator kept): that is what the
-process really needs while it computes this task's units. What other tasks left is not
-in it, but for at most `simrun.worker.pool.processes.RECYCLE_KEPT_GB`: a process switching
-task that keeps more is started afresh by the pool (see `simrun.worker.pool.processes`).
-
-The units of a chunk go to the process in batches (one "units" request each), and their
-outcomes come back batched too (a message at the end of the batch, and one after a unit
-that failed): a unit of a millisecond pays neither a round trip through the pipe nor a
-wake-up of the container. Which unit runs is read from the process's `UnitSlot` (shared
-memory) when it matters: the unit a death or a kill ended (units of the batch before it
-ended well: a failure is always sent before the next unit starts), the start a unit's
-timeout counts from (`WorkerProcess.receive_batch`), the unit the output belongs to.
-
-Before each batch is sent, the units in it are checked for staleness and ``stopping()`` is
-asked; a batch is sized (`next_batch_size`) to take about `BATCH_TARGET_S`, so those checks
-still happen every fraction of a second: the first batch of a process on a task is one
-unit (then as large as its last batch on that task), and each next one at most doubles,
-from the wall time per unit the previous batch took. Once batches are short (`AHEAD_S`),
-two are in flight: the next waits in the pipe while one runs, so the process does not wait
-for the container between batches (its units were checked one batch earlier).
-
-The sampler counts what the process started too: the processes of its cgroup, else of its
-tree. The cgroup's kernel limit is the job's too: when the kernel's OOM killer ends the
-process, or one it started (its reply says so), the unit is "killed" for memory just as
-when the sampler kills it, and the report carries the same limit.
-
-What happens to the units when the process ends under one (`death_outcome`): killed for
-memory (by the sampler or the kernel) → that unit "killed"; past its time → "timeout";
-killed because the worker stops → "not_run"; died on its own (a segfault, ``os._exit``) →
-"failed" with the exit status. The rest of the chunk is "not_run" in every case: it is
-handed back, not run in a new process.
+The decisions are pure (`Pace`, `next_batch_size`, `ended_before_death`, `_death_message`);
+`_Chunk` is the loop that sends a chunk's units in batches and records their outcomes.
 """
 
 from __future__ import annotations
@@ -61,22 +27,18 @@ from simrun.worker.sampler import MemorySampler
 
 StaleCheck = Callable[[UnitKey], Awaitable[bool]]
 SAMPLE_INTERVAL_S = 0.02
-#: About how long one batch of units may take: the units of a batch are checked for
-#: staleness (and the stop for its grace period) before it starts, not one by one.
+#: About how long one batch of units may take (staleness and the stop are checked per batch).
 BATCH_TARGET_S = 0.1
 #: The most units of one batch.
 MAX_BATCH = 1024
-#: A batch is sent ahead (checked for staleness one batch before it starts) only when
-#: batches are short: more than one unit each, or one unit taking at most this long (the
-#: view of the current attempts may be as old as `simrun.worker.jobs.STALE_REFRESH_S`
-#: anyway). A longer unit is checked just before it starts.
+#: A batch is sent ahead (checked one batch early) only when batches hold more than one
+#: unit or take at most this long; a longer unit is checked just before it starts.
 AHEAD_S = 0.25
 
 
 def next_batch_size(size: int, units: int, elapsed_s: float) -> int:
-    """How many units to send next, after ``units`` units took ``elapsed_s`` (wall time,
-    the round trip included) in a batch of ``size``: as many as fit in `BATCH_TARGET_S` at
-    that pace, at most twice ``size`` and `MAX_BATCH`, at least one."""
+    """The size of the next batch after ``units`` of a batch of ``size`` took ``elapsed_s``:
+    what fits in `BATCH_TARGET_S` at that pace, at most twice ``size`` and `MAX_BATCH`."""
     if units < 1:
         return max(1, size)
     per_unit_s = elapsed_s / units
@@ -85,9 +47,43 @@ def next_batch_size(size: int, units: int, elapsed_s: float) -> int:
 
 
 @dataclass(frozen=True)
-class RunResult:
-    """The peak memory of a job's process, whether it was killed for memory, and the limit
-    it ran under (GiB; 0 without one)."""
+class Pace:
+    """The size of a process's next batch of a task, and the seconds its last one took."""
+
+    size: int = 1
+    batch_s: float | None = None
+
+    @property
+    def sends_ahead(self) -> bool:
+        """Whether batches are short enough to send the next one ahead (`AHEAD_S`)."""
+        return self.size > 1 or (self.batch_s is not None and self.batch_s <= AHEAD_S)
+
+    def after(self, units: int, elapsed_s: float) -> Pace:
+        """The pace once ``units`` units took ``elapsed_s`` in a batch of this size."""
+        return Pace(next_batch_size(self.size, units, elapsed_s), elapsed_s)
+
+
+def ended_before_death(
+    units: list[UnitKey],
+    received: int,
+    received_s: float,
+    slot: tuple[int, float, float] | None,
+) -> tuple[list[UnitKey], float, UnitKey | None]:
+    """For a process that died in a batch of which ``received`` outcomes arrived (that ended
+    well in ``received_s``), given its `slot_position` (None: it never started the batch):
+    the units that ended well since, the seconds of each, and the unit it died in."""
+    if slot is None:
+        return [], 0.0, units[received] if received < len(units) else None
+    pos, _, done_s = slot
+    pos = min(pos, len(units))
+    ended = units[received:pos]
+    each_s = max(0.0, done_s - received_s) / len(ended) if ended else 0.0
+    return ended, each_s, units[pos] if pos < len(units) else None
+
+
+@dataclass(frozen=True)
+class JobMemory:
+    """A job's process: its peak memory, killed for memory, and its limit (GiB; 0: none)."""
 
     peak_gb: float
     killed_for_memory: bool
@@ -128,9 +124,7 @@ def _death_message(
 
 
 async def _sampler(worker: WorkerProcess, kill_at: float | None) -> MemorySampler:
-    """A sampler following ``worker`` and what it started (its cgroup, else its tree) that
-    kills it past ``kill_at`` GiB, started off the event loop (starting a thread waits
-    until it runs, and so does stopping it), after the cgroup got the job's limit."""
+    """A sampler of ``worker`` and what it started that kills it past ``kill_at`` GiB."""
     await asyncio.to_thread(worker.begin_job, kill_at)
     sampler = MemorySampler(
         worker.pid,
@@ -150,11 +144,8 @@ async def _after_reply(
     unit: UnitKey | None = None,
     settle: int | None = None,
 ) -> None:
-    """What follows a reply: the output of what it answers (``unit``'s, if any) is over,
-    once the marker of unit ``settle`` was read when given (then the marker ended it, and
-    what the log holds now is a later unit's: a batch sent ahead runs already); a process
-    that the kernel's OOM killer ended meanwhile kills the worker process for memory, and
-    `ProcessGone` tells the caller."""
+    """What follows a reply: the output of ``unit`` is over (unless the marker of ``settle`` was
+    read: then a later unit prints); a kernel OOM kill meanwhile kills the process."""
     if worker.log is not None:
         marked = settle is not None and await worker.log.settle(settle)
         if not marked:
@@ -165,32 +156,151 @@ async def _after_reply(
         raise ProcessGone(describe_exit(worker.proc.returncode))
 
 
-def _unit_ended_in(
-    worker: WorkerProcess, ledger: Ledger, received: int, received_s: float
-) -> UnitKey | None:
-    """After the process ended in a batch of which ``received`` outcomes arrived (the ones
-    that ended well took ``received_s``): record the units its slot says ended well since,
-    and return the unit it ended under (None: every unit of the batch had ended)."""
-    assert worker.batch is not None
-    units = worker.batch[2]
-    found = worker.slot_position()
-    if found is None:  # it never started the batch
-        return units[received] if received < len(units) else None
-    pos, _, done_s = found
-    pos = min(pos, len(units))
-    ended = units[received:pos]
-    each_s = max(0.0, done_s - received_s) / len(ended) if ended else 0.0
-    for unit in ended:
-        ledger.record(unit, "done", seconds=each_s)
-    return units[pos] if pos < len(units) else None
+def _names(raised: object) -> tuple[str, ...]:
+    """The exception type names of a reply (a list of strings; anything else: none)."""
+    if not isinstance(raised, list | tuple):
+        return ()
+    return tuple(str(name) for name in raised)
 
 
-def _index(unit: UnitKey) -> int | None:
-    return unit if isinstance(unit, int) else None
+class _Chunk:
+    """The loop of one chunk job on a worker process: its setup, then its batches."""
+
+    def __init__(
+        self,
+        worker: WorkerProcess,
+        spec: JobSpec,
+        ledger: Ledger,
+        is_stale: StaleCheck,
+        stopping: Callable[[], bool],
+    ) -> None:
+        self.worker, self.spec, self.ledger = worker, spec, ledger
+        self.is_stale, self.stopping = is_stale, stopping
+        self.pending: list[UnitKey] = []
+        self.position = 0
+        self.task_key = (spec.run, spec.task)
+        known = worker.pace is not None and worker.pace[0] == self.task_key
+        self.pace = worker.pace[1] if worker.pace is not None and known else Pace()
+        self.current: UnitKey | None = None
+        self.what = f"setting up task {spec.task!r}"
+        self.received, self.received_s = 0, 0.0
+
+    def _at(self, unit: UnitKey) -> None:
+        self.current, self.what = unit, f"computing unit {unit}"
+
+    async def setup(self) -> None:
+        spec = self.spec
+        reply = await self.worker.call(task_message(spec, setup=True), spec.timeout_s)
+        await _after_reply(self.worker, reply, f"the setup of job {spec.job_id}")
+        if not reply["ok"]:
+            message = f"the setup of task {spec.task!r} failed:\n{reply['error']}"
+            self.ledger.close_rest("failed", message, _names(reply.get("exception")))
+
+    async def _send_next(self) -> tuple[int, list[UnitKey]] | None:
+        """Send the next ``pace.size`` units not stale; None once none is left or it stops."""
+        while self.position < len(self.pending) and not self.stopping():
+            batch: list[UnitKey] = []
+            while self.position < len(self.pending) and len(batch) < self.pace.size:
+                index = self.pending[self.position]
+                self.position += 1
+                if await self.is_stale(index):
+                    self.ledger.record(index, "stale")
+                else:
+                    batch.append(index)
+            if batch:
+                number = self.worker.number_batch()
+                await self.worker.send({"op": "units", "indices": batch, "batch": number})
+                return number, batch
+        return None
+
+    async def run(self) -> None:
+        """Send the units pending after the setup in batches and record their outcomes."""
+        self.pending = self.ledger.pending
+        head = await self._send_next()
+        ahead = await self._send_next() if head is not None and self.pace.sends_ahead else None
+        begun = time.monotonic()
+        while head is not None:
+            number, batch = head
+            self.worker.batch = (number, self.spec.job_id, batch)
+            await self._receive(batch, begun)
+            ended = time.monotonic()
+            self.pace = self.pace.after(len(batch), ended - begun)
+            self.worker.pace = (self.task_key, self.pace)
+            begun = ended
+            self.worker.batch, self.current = None, None
+            head = ahead if ahead is not None else await self._send_next()
+            ahead = None
+            if head is not None:  # running now, or soon: a death from here on is its unit's
+                self.worker.batch = (head[0], self.spec.job_id, head[1])
+                self.current = head[1][0]
+                if self.pace.sends_ahead:
+                    ahead = await self._send_next()
+
+    async def _receive(self, batch: list[UnitKey], begun: float) -> None:
+        """Record the outcomes of ``batch`` up to its end message and its last marker."""
+        self.received, self.received_s = 0, 0.0
+        self._at(batch[0])
+        label = f"of job {self.spec.job_id}"
+        while True:
+            got = await self.worker.receive_batch(self.spec.timeout_s, begun)
+            for row in got.get("units", ()):
+                self._record(batch, row)
+            if self.received < len(batch):
+                self._at(batch[self.received])
+            killed = got.get("oom_kill")
+            if killed is not None:
+                await _after_reply(self.worker, {"oom_kill": True}, f"unit {killed} {label}")
+            if got.get("end"):
+                break
+        if self.received < len(batch):
+            raise ProtocolError(f"the batch ended after {self.received} of {len(batch)} units")
+        last = batch[-1]  # a unit of a chunk: an index
+        await _after_reply(self.worker, {}, f"unit {last} {label}", settle=int(last))
+
+    def _record(self, batch: list[UnitKey], row: list[Any]) -> None:
+        """Record one outcome of ``batch``: [index, ok, seconds, error, exception names]."""
+        index, ok, seconds, error, *raised = row
+        if self.received >= len(batch) or index != batch[self.received]:
+            raise ProtocolError(f"an outcome for unit {index!r}, out of order")
+        self.received += 1
+        self.ledger.record(
+            index,
+            "done" if ok else "failed",
+            seconds=float(seconds),
+            error=error,
+            exceptions=_names(raised[0] if raised else None),
+        )
+        if ok:
+            self.received_s += float(seconds)
+
+    def settle_death(self) -> None:
+        """Record what the dead process's slot says ended well; find the unit it died in."""
+        batch = self.worker.batch
+        if batch is None or self.current is None:
+            return
+        slot = self.worker.slot_position()
+        ended, each_s, self.current = ended_before_death(
+            batch[2], self.received, self.received_s, slot
+        )
+        for unit in ended:
+            self.ledger.record(unit, "done", seconds=each_s)
+        if self.current is not None:
+            self._at(self.current)
+
+    def record_death(self, message: str) -> None:
+        """Give the unit the process died in (the whole chunk, outside a batch) its outcome."""
+        outcome = death_outcome(self.worker.kill_reason)
+        _orphan_output(self.worker, self.current)
+        if self.current is None and self.worker.batch is None:
+            self.ledger.close_rest(outcome, message)
+        elif self.current is not None:
+            self.ledger.record(self.current, outcome, error=message)
 
 
-def _result(worker: WorkerProcess, peak_gb: float, kill_at: float | None) -> RunResult:
-    return RunResult(peak_gb, worker.kill_reason == "memory", kill_at or 0.0)
+def _orphan_output(worker: WorkerProcess, unit: UnitKey | None) -> None:
+    """What the process printed last is ``unit``'s."""
+    if worker.log is not None and worker.log.sink is not None:
+        worker.log.sink.orphan_unit = unit
 
 
 async def run_chunk(
@@ -201,140 +311,34 @@ async def run_chunk(
     limit_gb: float | None,
     is_stale: StaleCheck,
     stopping: Callable[[], bool],
-) -> RunResult:
-    """Compute the units of ``spec`` on ``worker`` in order, recording each in ``ledger``.
-
-    Before each batch of units is sent, a unit found stale is skipped ("stale"); once
-    ``stopping()`` says the grace period is over, the units not sent are handed back
-    ("not_run"). Once batches are short (`AHEAD_S`) two are in flight: the next one waits
-    in the pipe while one runs, so the process does not wait for the container between
-    batches; the first batch of a job is as large as the last one the process ran for the
-    same task.
-    """
+) -> JobMemory:
+    """Compute the units of ``spec`` on ``worker``, recording each in ``ledger`` ("stale"
+    before its batch is sent; "not_run" once ``stopping()``)."""
     kill_at = kill_limit_gb(limit_gb, worker.baseline_gb)
     sampler = await _sampler(worker, kill_at)
-    current: UnitKey | None = None
-    what = f"setting up task {spec.task!r}"
-    received, received_s = 0, 0.0
+    chunk = _Chunk(worker, spec, ledger, is_stale, stopping)
     try:
-        reply = await worker.call(task_message(spec, setup=True), spec.timeout_s)
-        await _after_reply(worker, reply, f"the setup of job {spec.job_id}")
-        if not reply["ok"]:
-            message = f"the setup of task {spec.task!r} failed:\n{reply['error']}"
-            ledger.close_rest("failed", message, _names(reply.get("exception")))
-        pending, position = ledger.pending, 0
-        task_key = (spec.run, spec.task)
-        known = worker.pace is not None and worker.pace[0] == task_key
-        size, batch_s = worker.pace[1:] if worker.pace is not None and known else (1, None)
-
-        def short() -> bool:
-            """Whether batches are short enough to send one ahead (see `AHEAD_S`)."""
-            return size > 1 or (batch_s is not None and batch_s <= AHEAD_S)
-
-        async def send_next() -> tuple[int, list[UnitKey]] | None:
-            """Check the next ``size`` units for staleness and send those that are not."""
-            nonlocal position
-            while position < len(pending) and not stopping():
-                batch: list[UnitKey] = []
-                while position < len(pending) and len(batch) < size:
-                    index = pending[position]
-                    position += 1
-                    if await is_stale(index):
-                        ledger.record(index, "stale")
-                    else:
-                        batch.append(index)
-                if batch:
-                    number = worker.number_batch()
-                    await worker.send({"op": "units", "indices": batch, "batch": number})
-                    return number, batch
-            return None
-
-        head = await send_next()
-        # Once batches are short (`AHEAD_S`), the next batch waits in the pipe: the process
-        # starts it as this one ends. A long unit is checked for staleness just before it
-        # starts, not a unit earlier.
-        ahead = await send_next() if head is not None and short() else None
-        begun = time.monotonic()
-        while head is not None:
-            number, batch = head
-            worker.batch = (number, spec.job_id, batch)
-            received, received_s = 0, 0.0
-            current, what = batch[0], f"computing unit {batch[0]}"
-            while True:
-                got = await worker.receive_batch(spec.timeout_s, begun)
-                for index, ok, seconds, error, *raised in got.get("units", ()):
-                    if received >= len(batch) or index != batch[received]:
-                        raise ProtocolError(f"an outcome for unit {index!r}, out of order")
-                    received += 1
-                    ledger.record(
-                        index,
-                        "done" if ok else "failed",
-                        seconds=float(seconds),
-                        error=error,
-                        exceptions=_names(raised[0] if raised else None),
-                    )
-                    if ok:
-                        received_s += float(seconds)
-                if received < len(batch):
-                    current, what = batch[received], f"computing unit {batch[received]}"
-                killed = got.get("oom_kill")
-                if killed is not None:
-                    label = f"unit {killed} of job {spec.job_id}"
-                    await _after_reply(worker, {"oom_kill": True}, label)
-                if got.get("end"):
-                    break
-            if received < len(batch):
-                raise ProtocolError(f"the batch ended after {received} of {len(batch)} units")
-            last = batch[-1]
-            await _after_reply(worker, {}, f"unit {last} of job {spec.job_id}", settle=_index(last))
-            ended = time.monotonic()
-            size = next_batch_size(size, len(batch), ended - begun)
-            batch_s = ended - begun
-            worker.pace = (task_key, size, batch_s)
-            begun = ended
-            worker.batch, current = None, None
-            head, ahead = ahead, None
-            if head is None:
-                head = await send_next()
-            if head is not None:  # running now, or soon: a death from here on is its unit's
-                worker.batch, current = (head[0], spec.job_id, head[1]), head[1][0]
-                if short():
-                    ahead = await send_next()
+        await chunk.setup()
+        await chunk.run()
     except ProcessGone as gone:
         worker.note_death()
-        outcome = death_outcome(worker.kill_reason)
-        if worker.batch is not None and current is not None:
-            current = _unit_ended_in(worker, ledger, received, received_s)
-            what = f"computing unit {current}" if current is not None else what
-        message = _death_message(worker, gone, what, limit_gb, kill_at, sampler.peak_gb)
-        if worker.log is not None and worker.log.sink is not None:
-            worker.log.sink.orphan_unit = current  # what it printed last is its unit's
-        if current is None and worker.batch is None:  # during setup: the whole chunk
-            ledger.close_rest(outcome, message)
-        elif current is not None:
-            ledger.record(current, outcome, error=message)
+        chunk.settle_death()
+        chunk.record_death(
+            _death_message(worker, gone, chunk.what, limit_gb, kill_at, sampler.peak_gb)
+        )
     finally:
         worker.batch = None
         peak_gb = await asyncio.to_thread(sampler.stop)
     ledger.close_rest("not_run")
-    return _result(worker, peak_gb, kill_at)
-
-
-def _names(raised: object) -> tuple[str, ...]:
-    """The exception type names of a reply (a list of strings; anything else: none)."""
-    if not isinstance(raised, list | tuple):
-        return ()
-    return tuple(str(name) for name in raised)
+    return JobMemory(peak_gb, worker.kill_reason == "memory", kill_at or 0.0)
 
 
 async def run_merge(
     worker: WorkerProcess, spec: JobSpec, ledger: Ledger, *, limit_gb: float | None
-) -> RunResult:
-    """Run the merge of ``spec``'s task on ``worker`` under ``limit_gb`` (the task's base
-    memory), recording the outcome of the unit "merge" in ``ledger``."""
+) -> JobMemory:
+    """Run the merge of ``spec``'s task on ``worker``, recording the unit "merge"."""
     kill_at = kill_limit_gb(limit_gb, worker.baseline_gb)
     sampler = await _sampler(worker, kill_at)
-    what = f"merging task {spec.task!r}"
     try:
         reply = await worker.call(task_message(spec, setup=False))
         await _after_reply(worker, reply, f"the task request of job {spec.job_id}")
@@ -351,11 +355,11 @@ async def run_merge(
         )
     except ProcessGone as gone:
         worker.note_death()
+        what = f"merging task {spec.task!r}"
         message = _death_message(worker, gone, what, limit_gb, kill_at, sampler.peak_gb)
-        if worker.log is not None and worker.log.sink is not None:
-            worker.log.sink.orphan_unit = "merge"
+        _orphan_output(worker, "merge")
         ledger.record("merge", death_outcome(worker.kill_reason), error=message)
     finally:
         worker.live_unit = None
         peak_gb = await asyncio.to_thread(sampler.stop)
-    return _result(worker, peak_gb, kill_at)
+    return JobMemory(peak_gb, worker.kill_reason == "memory", kill_at or 0.0)
