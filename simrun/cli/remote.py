@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from simrun.cli.common import console, err_console, load_types_from_here, shell_join
+from simrun.app.types import load_types_from_here
+from simrun.cli.common import console, err_console, shell_join
 from simrun.cli.options import (
     EMBEDDED_REDIS_URL,
     EVERY_S,
@@ -357,9 +358,7 @@ async def _show_run(reader: Reader, run_id: str, as_json: bool, store: Path | No
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
               help="With --store: worker containers to start.")  # fmt: skip
 @container_processes_option("With --store: processes per container [default: CPUs / workers].")
-@worker_memory_option(
-    "With --store: memory per container [default: 80% of free memory].", old_name=False
-)
+@worker_memory_option("With --store: memory per container [default: 80% of free memory].")
 @EVERY_S
 def replay(
     run_id: str,
@@ -393,7 +392,8 @@ def replay(
         raise click.UsageError("--all needs --task (the task to run again) and no --unit")
     if store is not None:
         from simrun.cli.run import embedded
-        from simrun.local.session import LocalOptions, local_engine
+        from simrun.local.session import local_engine
+        from simrun.local.settings import LocalOptions
         from simrun.local.start import ReplayRequest, local_pool, session_options
 
         types = load_types_from_here(plugins)

@@ -15,22 +15,16 @@ from typing import TYPE_CHECKING
 import click
 from rich.markup import escape
 
+from simrun.app.types import load_types_from_here
 from simrun.cli import options as opt
-from simrun.cli.common import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    console,
-    err_console,
-    load_types_from_here,
-    shell_join,
-)
+from simrun.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, console, err_console, shell_join
 from simrun.cli.dashboard import dashboard_url, open_dashboard
 from simrun.cli.follow import report_end
 from simrun.cli.progress import make_view, summary_table
-from simrun.core.intake import InputLimits
+from simrun.config import click_options
 from simrun.core.layout import StoreLayout
-from simrun.core.states import Limits
 from simrun.local.machine import LocalError
+from simrun.local.settings import LocalOptions
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -38,7 +32,7 @@ if TYPE_CHECKING:
     from simrun.app.follow import FollowEnd
     from simrun.app.prepare import Prepared
     from simrun.core.views import FailureView
-    from simrun.local.session import EmbeddedSession, LocalOptions
+    from simrun.local.session import EmbeddedSession
     from simrun.local.start import LocalPool, ReplayRequest
     from simrun.plugins import TaskType
     from simrun.workflow import SettingOverride
@@ -299,56 +293,26 @@ def _prepare_and_forecast(
 
 @click.command("run")
 @click.argument("workflow", required=False, type=click.Path(path_type=Path, dir_okay=False))
-@opt.STORE
-@opt.EMBEDDED_REDIS_URL
-@opt.TOKEN
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
-              help="Worker containers to start.")  # fmt: skip
-@opt.container_processes_option(
-    "Worker processes per container [default: this machine's CPUs / workers]."
-)
-@opt.worker_memory_option(
-    "Memory of each worker container in GiB [default: 80% of the free memory / workers]."
-)
-@opt.PLUGINS
+@click_options(LocalOptions)
 @opt.SET
 @opt.NO_REUSE
 @opt.RERUN
 @click.option("--dry-run", is_flag=True, help="Check, count and forecast; start nothing.")
 @click.option("--resume", metavar="RUN", default=None, help=RESUME_HELP)
-@opt.limits_options
-@opt.GRACE_S
 @opt.EVERY_S
-@opt.intake_options
-@opt.PROBE
-@opt.ENGINE
-@opt.scratch_dir_option("STORE/logs/worker-local/scratch")
 @click.option(
     "--open", "open_browser", is_flag=True,
     help="Open the run's dashboard in the browser (and keep it up after the run, to Ctrl-C).",
 )  # fmt: skip
 def run(
     workflow: Path | None,
-    store: Path,
-    redis_url: str | None,
-    token: str | None,
-    workers: int,
-    processes: int | None,
-    worker_memory_gb: float | None,
-    plugins: tuple[str, ...],
+    settings: LocalOptions,
     overrides: tuple[SettingOverride, ...],
     reuse: bool,
     rerun: tuple[str, ...],
     dry_run: bool,
     resume: str | None,
-    max_retries: int,
-    max_kills: int,
-    grace_s: float,
     every_s: float,
-    intake: InputLimits,
-    probe: bool,
-    engine: str | None,
-    scratch_dir: Path | None,
     open_browser: bool,
 ) -> None:
     """Run WORKFLOW on this machine: Redis, the service and worker containers are started
@@ -358,36 +322,23 @@ def run(
     retries them, or 130 after Ctrl-C (the run is kept: go on with --resume RUN).
     """
     _check_usage(workflow, resume, dry_run, overrides, reuse, rerun)
-    scratch_dir = scratch_dir.resolve() if scratch_dir is not None else None
     from simrun.app.prepare import prepare
     from simrun.local import lock
-    from simrun.local.session import LocalOptions, local_engine
+    from simrun.local.session import local_engine
     from simrun.local.start import local_pool, session_options
 
+    store = settings.store
     lock.check_free(store)  # before the plan: the lock's error is the first line
-    types = load_types_from_here(plugins)
-    pool = local_pool(workers, processes, worker_memory_gb)
-    found_engine = local_engine(engine)
+    types = load_types_from_here(settings.plugins)
+    pool = local_pool(settings.workers, settings.processes, settings.memory_gb)
+    settings = replace(settings, engine=local_engine(settings.engine), go_on_with=resume)
     prepared: Prepared | None = None
     if workflow is not None:
         prepared = prepare(workflow, types, overrides=overrides, programs=True)
         prepared = replace(prepared, reuse=reuse, rerun=rerun)
         _prepare_and_forecast(
-            console(), prepared, types, pool, store, found_engine, scratch_dir, dry_run
+            console(), prepared, types, pool, store, settings.engine, settings.scratch_dir, dry_run
         )
-    settings = LocalOptions(
-        store=store,
-        plugins=plugins,
-        engine=found_engine,
-        scratch_dir=scratch_dir,
-        redis_url=redis_url,
-        token=token,
-        limits=Limits(max_retries=max_retries, max_kills=max_kills),
-        intake=intake,
-        grace_s=grace_s,
-        probe=probe,
-        go_on_with=resume,
-    )
     options = asyncio.run(session_options(settings, pool, types, prepared=prepared))
     code = embedded(
         options, types, pool, prepared=prepared, run_id=resume, every_s=every_s,

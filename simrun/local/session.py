@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
@@ -27,16 +27,14 @@ from redis.exceptions import RedisError
 
 from simrun.app.follow import STUCK_AFTER_S, FollowEnd, ProgressView, follow
 from simrun.config import redact_url
-from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
-from simrun.core.states import Limits
-from simrun.core.timing import DEFAULT_GRACE_S
 from simrun.core.views import FailureView, RunView
 from simrun.local import lock as store_lock
 from simrun.local.guard import DONE, REMOVE
 from simrun.local.machine import LocalError, free_socket, gpu_shares, last_line
 from simrun.local.reads import StoreReader
 from simrun.local.redis import PrivateRedis, find_redis_server
+from simrun.local.settings import LocalOptions
 from simrun.plugins import TaskType
 from simrun.queues.connect import RedisUnusable
 from simrun.queues.keys import DEFAULT_PREFIX
@@ -98,44 +96,6 @@ class _EmbeddedServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
-
-
-@dataclass(frozen=True)
-class LocalOptions:
-    """How to run an embedded session. ``processes`` and ``memory_gb`` are per worker
-    container; ``plugins`` are extra task types ("module:ATTRIBUTE") loaded by the service
-    and the workers; ``images`` the task images whose queues the workers serve too, their
-    commands run inside the image through the container ``engine`` (`local_engine`)."""
-
-    store: Path
-    workers: int = 1
-    processes: int = 1
-    memory_gb: float = 1.0
-    plugins: tuple[str, ...] = ()
-    python_path: tuple[str, ...] = ()
-    images: tuple[str, ...] = ()
-    engine: str | None = None
-    #: The host workers' local scratch directory (None: their default, under the logs).
-    scratch_dir: Path | None = None
-    #: The machine's GPUs, dealt among the workers (each sees only its own).
-    gpu_ids: tuple[str, ...] = ()
-    #: The images whose queues a worker container running inside the image serves
-    #: (started through the ``engine``; the units of a splittable type run there): the
-    #: other workers do not serve them.
-    unit_images: tuple[str, ...] = ()
-    redis_url: str | None = None
-    token: str | None = None
-    limits: Limits = field(default_factory=Limits)
-    intake: InputLimits = field(default_factory=InputLimits)
-    grace_s: float = DEFAULT_GRACE_S
-    env: Mapping[str, str] = field(default_factory=dict)
-    #: Whether a task of a key with no history probes first (``--no-probe``).
-    probe: bool = True
-    #: Whether the runs this session finds interrupted (running in the store, their
-    #: session gone) are left alone (`EmbeddedSession.held`) rather than finished too; the
-    #: run ``go_on_with`` (a resumed or replayed one) is never held.
-    hold_interrupted: bool = False
-    go_on_with: str | None = None
 
 
 @dataclass
@@ -470,6 +430,7 @@ class EmbeddedSession:
         paths, the same size as the others."""
         opts = self.options
         assert opts.engine is not None  # `image_problem` refused unit images without one
+        assert opts.memory_gb is not None  # `session_options` gave the pool's
         flags = replace(
             self._worker_flags(number, redis_url, prefix),
             queues=(),
