@@ -162,23 +162,31 @@ def default(cls: type, name: str) -> Any:
         return field.default_factory()
     if field.default is not dataclasses.MISSING:
         return field.default
-    mark = flags(cls)[name]
-    assert isinstance(mark, Flag)
-    return mark.default
+    return getattr(flags(cls)[name], "default", None)
+
+
+def options_of(cls: type) -> list[tuple[str, Flag, Any]]:
+    """(parameter, flag, default) of each option of the settings ``cls``, in order; those of
+    a `Group` stand for its field."""
+    found = []
+    for name, mark in flags(cls).items():
+        value = default(cls, name)
+        if isinstance(mark, Group):
+            found += [(sub, flag, getattr(value, sub)) for sub, flag in mark.items()]
+        else:
+            found.append((name, mark, value))
+    return found
 
 
 def option(cls: type, name: str) -> Callable[[F], F]:
-    """The click option of setting ``name`` of ``cls`` (a `Flag`), giving parameter ``name``."""
-    mark = flags(cls)[name]
-    assert isinstance(mark, Flag)
-    return mark.option(name, default(cls, name))
+    """The click option of setting ``name`` of ``cls``."""
+    return next(flag.option(dest, value) for dest, flag, value in options_of(cls) if dest == name)
 
 
 def click_options(cls: type, into: str = "settings") -> Callable[[F], F]:
-    """A decorator that gives a click command an option per flag of the settings ``cls``
-    (those of a `Group` too), and the command one parameter ``into``: the settings made from
-    them (a usage error when ``cls`` refuses them)."""
-    groups = {n: default(cls, n) for n, m in flags(cls).items() if isinstance(m, Group)}
+    """A decorator that gives a click command the options of the settings ``cls``, and the
+    command one parameter ``into``: the settings made from them (a usage error when ``cls``
+    refuses them)."""
 
     def decorate(command: F) -> F:
         @functools.wraps(command)
@@ -187,7 +195,7 @@ def click_options(cls: type, into: str = "settings") -> Callable[[F], F]:
             for name, mark in flags(cls).items():
                 if isinstance(mark, Group):
                     parts = {sub: kwargs.pop(sub) for sub in mark}
-                    values[name] = dataclasses.replace(groups[name], **parts)
+                    values[name] = dataclasses.replace(default(cls, name), **parts)
                 else:
                     values[name] = kwargs.pop(name)
             try:
@@ -197,12 +205,8 @@ def click_options(cls: type, into: str = "settings") -> Callable[[F], F]:
             return command(*args, **{into: settings}, **kwargs)
 
         decorated: Callable[..., Any] = wrapper
-        for name, mark in reversed(flags(cls).items()):
-            if isinstance(mark, Flag):
-                decorated = mark.option(name, default(cls, name))(decorated)
-                continue
-            for sub, flag in reversed(mark.items()):
-                decorated = flag.option(sub, getattr(groups[name], sub))(decorated)
+        for dest, flag, value in reversed(options_of(cls)):
+            decorated = flag.option(dest, value)(decorated)
         return decorated  # type: ignore[return-value]
 
     return decorate

@@ -11,7 +11,6 @@ import click
 
 from simrun import config
 from simrun.config import DEFAULT_STORE, DEFAULT_URL, DIR, ENV_STORE, ENV_URL, POSITIVE
-from simrun.local.settings import LocalOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,8 +31,6 @@ URL = click.option(
     "--url", envvar=ENV_URL, show_envvar=True, default=DEFAULT_URL, show_default=True,
     help="The simrun service.",
 )  # fmt: skip
-#: The Redis of an embedded session (``simrun replay --store``, as ``simrun run``).
-EMBEDDED_REDIS_URL = config.option(LocalOptions, "redis_url")
 
 
 def _overrides(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> Any:

@@ -20,7 +20,6 @@ import click
 from simrun.app.types import load_types_from_here
 from simrun.cli.common import console, err_console, shell_join
 from simrun.cli.options import (
-    EMBEDDED_REDIS_URL,
     EVERY_S,
     NO_REUSE,
     PLUGINS,
@@ -35,7 +34,9 @@ from simrun.cli.options import (
     url_args,
     worker_memory_option,
 )
+from simrun.config import option
 from simrun.local.machine import LocalError
+from simrun.local.settings import LocalOptions
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -352,7 +353,7 @@ async def _show_run(reader: Reader, run_id: str, as_json: bool, store: Path | No
 @URL
 @TOKEN
 @read_store_option("Finish a run of `simrun run` here: start the embedded service on this store.")
-@EMBEDDED_REDIS_URL
+@option(LocalOptions, "redis_url")
 @click.option("--wait", is_flag=True, help="Follow the run until it ends (always with --store).")
 @PLUGINS
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
@@ -393,7 +394,6 @@ def replay(
     if store is not None:
         from simrun.cli.run import embedded
         from simrun.local.session import local_engine
-        from simrun.local.settings import LocalOptions
         from simrun.local.start import ReplayRequest, local_pool, session_options
 
         types = load_types_from_here(plugins)

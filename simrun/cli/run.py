@@ -249,9 +249,7 @@ def _prepare_and_forecast(
     prepared: Prepared,
     types: dict[str, TaskType],
     pool: LocalPool,
-    store: Path,
-    engine: str | None,
-    scratch_dir: Path | None,
+    settings: LocalOptions,
     dry_run: bool,
 ) -> None:
     """Print the workflow's forecast on the pool; exit after it with ``dry_run``; else
@@ -264,8 +262,8 @@ def _prepare_and_forecast(
     from simrun.local.session import image_problem, images_of
     from simrun.local.start import task_types_in
 
-    doc = prepared.doc
-    engine_line = image_problem(task_types_in(prepared, types), engine, doc.image)
+    doc, store = prepared.doc, settings.store
+    engine_line = image_problem(task_types_in(prepared, types), settings.engine, doc.image)
     if engine_line is not None and not dry_run:
         raise LocalError(engine_line)
     reused = asyncio.run(reuse_forecasts(prepared, types, store))
@@ -274,7 +272,7 @@ def _prepare_and_forecast(
     model = f", model {doc.model!r}" if doc.model else ""
     out.print(f"{escape(prepared.source)}{name}: {_tasks(len(rows))}{model}")
     queues = ("cpu", "gpu", *(image_queue(i) for i in images_of(list(types.values()), doc.image)))
-    room = local_scratch_gb(scratch_dir or store)  # the workers' scratch
+    room = local_scratch_gb(settings.scratch_dir or store)  # the workers' scratch
     caps = pool_of(pool.workers, pool.processes, pool.memory_gb, pool.gpus_per_worker, queues, room)
     result = print_forecast(out, rows, caps, pool.text())
     if dry_run and engine_line is not None:
@@ -327,8 +325,7 @@ def run(
     from simrun.local.session import local_engine
     from simrun.local.start import local_pool, session_options
 
-    store = settings.store
-    lock.check_free(store)  # before the plan: the lock's error is the first line
+    lock.check_free(settings.store)  # before the plan: the lock's error is the first line
     types = load_types_from_here(settings.plugins)
     pool = local_pool(settings.workers, settings.processes, settings.memory_gb)
     settings = replace(settings, engine=local_engine(settings.engine), go_on_with=resume)
@@ -336,9 +333,7 @@ def run(
     if workflow is not None:
         prepared = prepare(workflow, types, overrides=overrides, programs=True)
         prepared = replace(prepared, reuse=reuse, rerun=rerun)
-        _prepare_and_forecast(
-            console(), prepared, types, pool, store, settings.engine, settings.scratch_dir, dry_run
-        )
+        _prepare_and_forecast(console(), prepared, types, pool, settings, dry_run)
     options = asyncio.run(session_options(settings, pool, types, prepared=prepared))
     code = embedded(
         options, types, pool, prepared=prepared, run_id=resume, every_s=every_s,

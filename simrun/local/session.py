@@ -211,7 +211,7 @@ class EmbeddedSession:
         """Lock the store, then start Redis, the service and the workers."""
         if not self.options.redis_url:
             find_redis_server()  # before anything is written
-        self._take_lock()
+        self._lock = store_lock.take(self.store)
         self.logs.mkdir(parents=True, exist_ok=True)
         self._log_to_file()
         self._start_guard()
@@ -223,19 +223,14 @@ class EmbeddedSession:
             self._redis = PrivateRedis()
             redis_url, private = await asyncio.to_thread(self._redis.start), True
             if self._redis.proc is not None:
-                self._guard_pid(self._redis.proc.pid)
+                self._guard_line(str(self._redis.proc.pid))
             if self._redis.directory is not None:
                 self._guard_line(f"{REMOVE}{self._redis.directory}")
             address = redis_url.removeprefix("redis://").removesuffix("/0")
             self.redis_note = f"private redis-server on {address} (thrown away at the end)"
         prefix = redis_prefix(self.store, private)
         settings = ControllerSettings(
-            store=self.store,
-            redis_url=redis_url,
-            prefix=prefix,
-            limits=opts.limits,
-            intake=opts.intake,
-            probe=opts.probe,
+            self.store, redis_url, prefix, limits=opts.limits, intake=opts.intake, probe=opts.probe
         )
         try:
             self._controller = await Controller.open(settings, self.types)
@@ -268,10 +263,8 @@ class EmbeddedSession:
         self._start_workers(redis_url, prefix)
 
     async def _redispatch_earlier_jobs(self) -> None:
-        """The jobs an earlier session left in flight (it was interrupted) were in its
-        private Redis, gone with it: their units go back to pending, to be dispatched
-        again in this one's (expected, so said at INFO, before the loop would find them
-        missing from Redis and call them lost)."""
+        """The jobs an interrupted session left in flight went with its private Redis: their
+        units go back to pending (said at INFO: expected, not lost)."""
         store = self.controller.store
         left = await store.jobs()
         if not left:
@@ -287,8 +280,7 @@ class EmbeddedSession:
         )
 
     def _start_guard(self) -> None:
-        """`simrun.local.guard`: it ends Redis and the workers should this process die without
-        stopping them."""
+        """`simrun.local.guard` ends Redis and the workers should this process die."""
         self._guard = subprocess.Popen(
             [sys.executable, "-m", "simrun.local.guard"],
             stdin=subprocess.PIPE,
@@ -303,9 +295,6 @@ class EmbeddedSession:
                 self._guard.stdin.write(f"{line}\n".encode())
                 self._guard.stdin.flush()
 
-    def _guard_pid(self, pid: int) -> None:
-        self._guard_line(str(pid))
-
     async def _stop_guard(self) -> None:
         guard, self._guard = self._guard, None
         if guard is None or guard.stdin is None:
@@ -318,9 +307,6 @@ class EmbeddedSession:
         except subprocess.TimeoutExpired:
             guard.kill()
             await asyncio.to_thread(guard.wait)
-
-    def _take_lock(self) -> None:
-        self._lock = store_lock.take(self.store)
 
     def _log_to_file(self) -> None:
         path = self.logs / "service.log"
@@ -419,7 +405,7 @@ class EmbeddedSession:
                 env=env,
                 start_new_session=True,
             )
-        self._guard_pid(proc.pid)
+        self._guard_line(str(proc.pid))
         self._workers.append(_Worker(number, proc, path))
 
     def _start_image_worker(
@@ -482,7 +468,7 @@ class EmbeddedSession:
                 continue
             self._redis_problem = None
             if server.proc is not None:
-                self._guard_pid(server.proc.pid)
+                self._guard_line(str(server.proc.pid))
 
     def problem(self) -> str | None:
         """What went wrong with the session's own processes, or None: a worker container
@@ -636,14 +622,10 @@ def image_problem(
     tasks: Sequence[tuple[str, TaskType]], engine: str | None, run_image: str | None = None
 ) -> str | None:
     """Why an embedded session cannot run the (task name, type) pairs of a workflow in
-    their images (the type's, else the run's ``run_image``), in one line; None when it can.
-    Both need the container ``engine``: a command runs in its image through it, the units
-    of a splittable type in a worker container of that image it starts (`unit_images`)."""
+    their images (the type's, else ``run_image``): one needs the container ``engine``."""
     for name, task_type in tasks:
         image = task_type.image if task_type.image is not None else run_image
-        if image is None:
-            continue
-        if engine is None:
+        if image is not None and engine is None:
             return (
                 f"task {name!r} runs in image {image!r} and no container engine was found "
                 "(docker or podman on PATH, or --engine / SIMRUN_ENGINE)"

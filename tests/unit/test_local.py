@@ -9,7 +9,7 @@ import click
 import pytest
 
 from simrun.cli.run import run
-from simrun.config import Group, default, flags
+from simrun.config import options_of
 from simrun.local.guard import watch
 from simrun.local.machine import default_capacity
 from simrun.local.session import redis_prefix
@@ -68,17 +68,11 @@ def test_the_options_of_simrun_run_that_configure_the_session_are_its_settings()
     """Each flag of `LocalOptions` (those of its limits too) is an option of ``simrun run``
     with its name, variable and default; the session's settings take no other option."""
     options = {p.name: p for p in run.params if isinstance(p, click.Option)}
-    declared = {}
-    for name, mark in flags(LocalOptions).items():
-        if isinstance(mark, Group):
-            group = default(LocalOptions, name)
-            declared.update({sub: (flag, getattr(group, sub)) for sub, flag in mark.items()})
-        else:
-            declared[name] = (mark, default(LocalOptions, name))
-    for name, (flag, value) in declared.items():
+    declared = options_of(LocalOptions)
+    for name, flag, value in declared:
         assert options[name].opts[0] == f"--{flag.name}", name
         assert options[name].envvar == flag.env, name
         assert options[name].default == value, name
-    assert set(options) - set(declared) == {
+    assert set(options) - {name for name, _, _ in declared} == {
         "overrides", "reuse", "rerun", "dry_run", "resume", "every_s", "open_browser"
     }  # fmt: skip
