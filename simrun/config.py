@@ -59,9 +59,11 @@ class Flag:
 
 
 class Group(dict[str, Flag]):
-    """The flags of the fields of a settings value that a setting holds (`Limits`)."""
+    """The flags of the fields of a settings value that a setting holds (`LIMITS`): each is
+    an option of its own."""
 
 
+# The settings that several processes or commands take, declared once.
 STORE = Flag(
     "store", "The run store: runs, their outputs and logs, and what is learned.", DIR,
     env=ENV_STORE, default=DEFAULT_STORE,

@@ -417,13 +417,8 @@ class EmbeddedSession:
         opts = self.options
         assert opts.engine is not None  # `image_problem` refused unit images without one
         assert opts.memory_gb is not None  # `session_options` gave the pool's
-        flags = replace(
-            self._worker_flags(number, redis_url, prefix),
-            queues=(),
-            images=(image,),
-            engine=None,
-            gpus=0,
-        )
+        flags = self._worker_flags(number, redis_url, prefix)
+        flags = replace(flags, queues=(), images=(image,), engine=None, gpus=0)
         argv = worker_argv_in_image(
             opts.engine,
             image,
