@@ -24,7 +24,8 @@ from simrun.local.machine import LocalError
 from simrun.workflow import Problem, WorkflowError, parse_workflow
 
 if TYPE_CHECKING:
-    from simrun.local.session import EmbeddedSession, LocalOptions
+    from simrun.local.session import EmbeddedSession
+    from simrun.local.settings import LocalOptions
     from simrun.plugins import TaskType
 
 __all__ = [
@@ -170,7 +171,8 @@ class LocalSession:
         nothing); with ``workflow``, workers for the images its tasks run in too."""
         if self._session is not None:
             return self
-        from simrun.local.session import EmbeddedSession, LocalOptions, local_engine
+        from simrun.local.session import EmbeddedSession, local_engine
+        from simrun.local.settings import LocalOptions
         from simrun.local.start import held_line, local_pool, session_options
 
         pool = local_pool(self.workers, self.processes, self.memory_gb)

@@ -9,8 +9,6 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from simrun.app.types import load_types_from_here as load_types_from_here
-
 if TYPE_CHECKING:
     from rich.console import Console
 

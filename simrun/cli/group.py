@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from simrun.workflow import SettingOverride
 
 from simrun import __version__
-from simrun.cli.common import EXIT_INTERRUPTED, exit_code_of, is_user_error, load_types_from_here
+from simrun.app.types import load_types_from_here
+from simrun.cli.common import EXIT_INTERRUPTED, exit_code_of, is_user_error
 from simrun.cli.options import SET
 
 if TYPE_CHECKING:  # the command line imports plugins only when a command needs them

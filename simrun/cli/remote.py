@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from simrun.cli.common import console, err_console, load_types_from_here, shell_join
+from simrun.app.types import load_types_from_here
+from simrun.cli.common import console, err_console, shell_join
 from simrun.cli.options import (
-    EMBEDDED_REDIS_URL,
     EVERY_S,
     NO_REUSE,
     PLUGINS,
@@ -34,7 +34,9 @@ from simrun.cli.options import (
     url_args,
     worker_memory_option,
 )
+from simrun.config import option
 from simrun.local.machine import LocalError
+from simrun.local.settings import LocalOptions
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -351,15 +353,13 @@ async def _show_run(reader: Reader, run_id: str, as_json: bool, store: Path | No
 @URL
 @TOKEN
 @read_store_option("Finish a run of `simrun run` here: start the embedded service on this store.")
-@EMBEDDED_REDIS_URL
+@option(LocalOptions, "redis_url")
 @click.option("--wait", is_flag=True, help="Follow the run until it ends (always with --store).")
 @PLUGINS
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
               help="With --store: worker containers to start.")  # fmt: skip
 @container_processes_option("With --store: processes per container [default: CPUs / workers].")
-@worker_memory_option(
-    "With --store: memory per container [default: 80% of free memory].", old_name=False
-)
+@worker_memory_option("With --store: memory per container [default: 80% of free memory].")
 @EVERY_S
 def replay(
     run_id: str,
@@ -393,7 +393,7 @@ def replay(
         raise click.UsageError("--all needs --task (the task to run again) and no --unit")
     if store is not None:
         from simrun.cli.run import embedded
-        from simrun.local.session import LocalOptions, local_engine
+        from simrun.local.session import local_engine
         from simrun.local.start import ReplayRequest, local_pool, session_options
 
         types = load_types_from_here(plugins)

@@ -15,22 +15,16 @@ from typing import TYPE_CHECKING
 import click
 from rich.markup import escape
 
+from simrun.app.types import load_types_from_here
 from simrun.cli import options as opt
-from simrun.cli.common import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    console,
-    err_console,
-    load_types_from_here,
-    shell_join,
-)
+from simrun.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, console, err_console, shell_join
 from simrun.cli.dashboard import dashboard_url, open_dashboard
 from simrun.cli.follow import report_end
 from simrun.cli.progress import make_view, summary_table
-from simrun.core.intake import InputLimits
+from simrun.config import click_options
 from simrun.core.layout import StoreLayout
-from simrun.core.states import Limits
 from simrun.local.machine import LocalError
+from simrun.local.settings import LocalOptions
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -38,7 +32,7 @@ if TYPE_CHECKING:
     from simrun.app.follow import FollowEnd
     from simrun.app.prepare import Prepared
     from simrun.core.views import FailureView
-    from simrun.local.session import EmbeddedSession, LocalOptions
+    from simrun.local.session import EmbeddedSession
     from simrun.local.start import LocalPool, ReplayRequest
     from simrun.plugins import TaskType
     from simrun.workflow import SettingOverride
@@ -255,9 +249,7 @@ def _prepare_and_forecast(
     prepared: Prepared,
     types: dict[str, TaskType],
     pool: LocalPool,
-    store: Path,
-    engine: str | None,
-    scratch_dir: Path | None,
+    settings: LocalOptions,
     dry_run: bool,
 ) -> None:
     """Print the workflow's forecast on the pool; exit after it with ``dry_run``; else
@@ -270,8 +262,8 @@ def _prepare_and_forecast(
     from simrun.local.session import image_problem, images_of
     from simrun.local.start import task_types_in
 
-    doc = prepared.doc
-    engine_line = image_problem(task_types_in(prepared, types), engine, doc.image)
+    doc, store = prepared.doc, settings.store
+    engine_line = image_problem(task_types_in(prepared, types), settings.engine, doc.image)
     if engine_line is not None and not dry_run:
         raise LocalError(engine_line)
     reused = asyncio.run(reuse_forecasts(prepared, types, store))
@@ -280,7 +272,7 @@ def _prepare_and_forecast(
     model = f", model {doc.model!r}" if doc.model else ""
     out.print(f"{escape(prepared.source)}{name}: {_tasks(len(rows))}{model}")
     queues = ("cpu", "gpu", *(image_queue(i) for i in images_of(list(types.values()), doc.image)))
-    room = local_scratch_gb(scratch_dir or store)  # the workers' scratch
+    room = local_scratch_gb(settings.scratch_dir or store)  # the workers' scratch
     caps = pool_of(pool.workers, pool.processes, pool.memory_gb, pool.gpus_per_worker, queues, room)
     result = print_forecast(out, rows, caps, pool.text())
     if dry_run and engine_line is not None:
@@ -299,56 +291,26 @@ def _prepare_and_forecast(
 
 @click.command("run")
 @click.argument("workflow", required=False, type=click.Path(path_type=Path, dir_okay=False))
-@opt.STORE
-@opt.EMBEDDED_REDIS_URL
-@opt.TOKEN
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
-              help="Worker containers to start.")  # fmt: skip
-@opt.container_processes_option(
-    "Worker processes per container [default: this machine's CPUs / workers]."
-)
-@opt.worker_memory_option(
-    "Memory of each worker container in GiB [default: 80% of the free memory / workers]."
-)
-@opt.PLUGINS
+@click_options(LocalOptions)
 @opt.SET
 @opt.NO_REUSE
 @opt.RERUN
 @click.option("--dry-run", is_flag=True, help="Check, count and forecast; start nothing.")
 @click.option("--resume", metavar="RUN", default=None, help=RESUME_HELP)
-@opt.limits_options
-@opt.GRACE_S
 @opt.EVERY_S
-@opt.intake_options
-@opt.PROBE
-@opt.ENGINE
-@opt.scratch_dir_option("STORE/logs/worker-local/scratch")
 @click.option(
     "--open", "open_browser", is_flag=True,
     help="Open the run's dashboard in the browser (and keep it up after the run, to Ctrl-C).",
 )  # fmt: skip
 def run(
     workflow: Path | None,
-    store: Path,
-    redis_url: str | None,
-    token: str | None,
-    workers: int,
-    processes: int | None,
-    worker_memory_gb: float | None,
-    plugins: tuple[str, ...],
+    settings: LocalOptions,
     overrides: tuple[SettingOverride, ...],
     reuse: bool,
     rerun: tuple[str, ...],
     dry_run: bool,
     resume: str | None,
-    max_retries: int,
-    max_kills: int,
-    grace_s: float,
     every_s: float,
-    intake: InputLimits,
-    probe: bool,
-    engine: str | None,
-    scratch_dir: Path | None,
     open_browser: bool,
 ) -> None:
     """Run WORKFLOW on this machine: Redis, the service and worker containers are started
@@ -358,36 +320,20 @@ def run(
     retries them, or 130 after Ctrl-C (the run is kept: go on with --resume RUN).
     """
     _check_usage(workflow, resume, dry_run, overrides, reuse, rerun)
-    scratch_dir = scratch_dir.resolve() if scratch_dir is not None else None
     from simrun.app.prepare import prepare
     from simrun.local import lock
-    from simrun.local.session import LocalOptions, local_engine
+    from simrun.local.session import local_engine
     from simrun.local.start import local_pool, session_options
 
-    lock.check_free(store)  # before the plan: the lock's error is the first line
-    types = load_types_from_here(plugins)
-    pool = local_pool(workers, processes, worker_memory_gb)
-    found_engine = local_engine(engine)
+    lock.check_free(settings.store)  # before the plan: the lock's error is the first line
+    types = load_types_from_here(settings.plugins)
+    pool = local_pool(settings.workers, settings.processes, settings.memory_gb)
+    settings = replace(settings, engine=local_engine(settings.engine), go_on_with=resume)
     prepared: Prepared | None = None
     if workflow is not None:
         prepared = prepare(workflow, types, overrides=overrides, programs=True)
         prepared = replace(prepared, reuse=reuse, rerun=rerun)
-        _prepare_and_forecast(
-            console(), prepared, types, pool, store, found_engine, scratch_dir, dry_run
-        )
-    settings = LocalOptions(
-        store=store,
-        plugins=plugins,
-        engine=found_engine,
-        scratch_dir=scratch_dir,
-        redis_url=redis_url,
-        token=token,
-        limits=Limits(max_retries=max_retries, max_kills=max_kills),
-        intake=intake,
-        grace_s=grace_s,
-        probe=probe,
-        go_on_with=resume,
-    )
+        _prepare_and_forecast(console(), prepared, types, pool, settings, dry_run)
     options = asyncio.run(session_options(settings, pool, types, prepared=prepared))
     code = embedded(
         options, types, pool, prepared=prepared, run_id=resume, every_s=every_s,

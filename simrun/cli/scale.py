@@ -19,13 +19,13 @@ from rich.table import Table
 
 from simrun.cli.common import console
 from simrun.cli.options import (
-    POSITIVE,
     TOKEN,
     URL,
     container_processes_option,
     worker_memory_option,
 )
 from simrun.client import Client, ClientError
+from simrun.config import POSITIVE
 from simrun.core.scaling import (
     DEFAULT_SECONDS_PER_UNIT,
     BacklogView,

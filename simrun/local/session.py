@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
@@ -27,16 +27,14 @@ from redis.exceptions import RedisError
 
 from simrun.app.follow import STUCK_AFTER_S, FollowEnd, ProgressView, follow
 from simrun.config import redact_url
-from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
-from simrun.core.states import Limits
-from simrun.core.timing import DEFAULT_GRACE_S
 from simrun.core.views import FailureView, RunView
 from simrun.local import lock as store_lock
 from simrun.local.guard import DONE, REMOVE
 from simrun.local.machine import LocalError, free_socket, gpu_shares, last_line
 from simrun.local.reads import StoreReader
 from simrun.local.redis import PrivateRedis, find_redis_server
+from simrun.local.settings import LocalOptions
 from simrun.plugins import TaskType
 from simrun.queues.connect import RedisUnusable
 from simrun.queues.keys import DEFAULT_PREFIX
@@ -98,44 +96,6 @@ class _EmbeddedServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
-
-
-@dataclass(frozen=True)
-class LocalOptions:
-    """How to run an embedded session. ``processes`` and ``memory_gb`` are per worker
-    container; ``plugins`` are extra task types ("module:ATTRIBUTE") loaded by the service
-    and the workers; ``images`` the task images whose queues the workers serve too, their
-    commands run inside the image through the container ``engine`` (`local_engine`)."""
-
-    store: Path
-    workers: int = 1
-    processes: int = 1
-    memory_gb: float = 1.0
-    plugins: tuple[str, ...] = ()
-    python_path: tuple[str, ...] = ()
-    images: tuple[str, ...] = ()
-    engine: str | None = None
-    #: The host workers' local scratch directory (None: their default, under the logs).
-    scratch_dir: Path | None = None
-    #: The machine's GPUs, dealt among the workers (each sees only its own).
-    gpu_ids: tuple[str, ...] = ()
-    #: The images whose queues a worker container running inside the image serves
-    #: (started through the ``engine``; the units of a splittable type run there): the
-    #: other workers do not serve them.
-    unit_images: tuple[str, ...] = ()
-    redis_url: str | None = None
-    token: str | None = None
-    limits: Limits = field(default_factory=Limits)
-    intake: InputLimits = field(default_factory=InputLimits)
-    grace_s: float = DEFAULT_GRACE_S
-    env: Mapping[str, str] = field(default_factory=dict)
-    #: Whether a task of a key with no history probes first (``--no-probe``).
-    probe: bool = True
-    #: Whether the runs this session finds interrupted (running in the store, their
-    #: session gone) are left alone (`EmbeddedSession.held`) rather than finished too; the
-    #: run ``go_on_with`` (a resumed or replayed one) is never held.
-    hold_interrupted: bool = False
-    go_on_with: str | None = None
 
 
 @dataclass
@@ -251,7 +211,7 @@ class EmbeddedSession:
         """Lock the store, then start Redis, the service and the workers."""
         if not self.options.redis_url:
             find_redis_server()  # before anything is written
-        self._take_lock()
+        self._lock = store_lock.take(self.store)
         self.logs.mkdir(parents=True, exist_ok=True)
         self._log_to_file()
         self._start_guard()
@@ -263,19 +223,14 @@ class EmbeddedSession:
             self._redis = PrivateRedis()
             redis_url, private = await asyncio.to_thread(self._redis.start), True
             if self._redis.proc is not None:
-                self._guard_pid(self._redis.proc.pid)
+                self._guard_line(str(self._redis.proc.pid))
             if self._redis.directory is not None:
                 self._guard_line(f"{REMOVE}{self._redis.directory}")
             address = redis_url.removeprefix("redis://").removesuffix("/0")
             self.redis_note = f"private redis-server on {address} (thrown away at the end)"
         prefix = redis_prefix(self.store, private)
         settings = ControllerSettings(
-            store=self.store,
-            redis_url=redis_url,
-            prefix=prefix,
-            limits=opts.limits,
-            intake=opts.intake,
-            probe=opts.probe,
+            self.store, redis_url, prefix, limits=opts.limits, intake=opts.intake, probe=opts.probe
         )
         try:
             self._controller = await Controller.open(settings, self.types)
@@ -308,10 +263,8 @@ class EmbeddedSession:
         self._start_workers(redis_url, prefix)
 
     async def _redispatch_earlier_jobs(self) -> None:
-        """The jobs an earlier session left in flight (it was interrupted) were in its
-        private Redis, gone with it: their units go back to pending, to be dispatched
-        again in this one's (expected, so said at INFO, before the loop would find them
-        missing from Redis and call them lost)."""
+        """The jobs an interrupted session left in flight went with its private Redis: their
+        units go back to pending (said at INFO: expected, not lost)."""
         store = self.controller.store
         left = await store.jobs()
         if not left:
@@ -327,8 +280,7 @@ class EmbeddedSession:
         )
 
     def _start_guard(self) -> None:
-        """`simrun.local.guard`: it ends Redis and the workers should this process die without
-        stopping them."""
+        """`simrun.local.guard` ends Redis and the workers should this process die."""
         self._guard = subprocess.Popen(
             [sys.executable, "-m", "simrun.local.guard"],
             stdin=subprocess.PIPE,
@@ -343,9 +295,6 @@ class EmbeddedSession:
                 self._guard.stdin.write(f"{line}\n".encode())
                 self._guard.stdin.flush()
 
-    def _guard_pid(self, pid: int) -> None:
-        self._guard_line(str(pid))
-
     async def _stop_guard(self) -> None:
         guard, self._guard = self._guard, None
         if guard is None or guard.stdin is None:
@@ -358,9 +307,6 @@ class EmbeddedSession:
         except subprocess.TimeoutExpired:
             guard.kill()
             await asyncio.to_thread(guard.wait)
-
-    def _take_lock(self) -> None:
-        self._lock = store_lock.take(self.store)
 
     def _log_to_file(self) -> None:
         path = self.logs / "service.log"
@@ -459,7 +405,7 @@ class EmbeddedSession:
                 env=env,
                 start_new_session=True,
             )
-        self._guard_pid(proc.pid)
+        self._guard_line(str(proc.pid))
         self._workers.append(_Worker(number, proc, path))
 
     def _start_image_worker(
@@ -470,13 +416,9 @@ class EmbeddedSession:
         paths, the same size as the others."""
         opts = self.options
         assert opts.engine is not None  # `image_problem` refused unit images without one
-        flags = replace(
-            self._worker_flags(number, redis_url, prefix),
-            queues=(),
-            images=(image,),
-            engine=None,
-            gpus=0,
-        )
+        assert opts.memory_gb is not None  # `session_options` gave the pool's
+        flags = self._worker_flags(number, redis_url, prefix)
+        flags = replace(flags, queues=(), images=(image,), engine=None, gpus=0)
         argv = worker_argv_in_image(
             opts.engine,
             image,
@@ -521,7 +463,7 @@ class EmbeddedSession:
                 continue
             self._redis_problem = None
             if server.proc is not None:
-                self._guard_pid(server.proc.pid)
+                self._guard_line(str(server.proc.pid))
 
     def problem(self) -> str | None:
         """What went wrong with the session's own processes, or None: a worker container
@@ -675,14 +617,10 @@ def image_problem(
     tasks: Sequence[tuple[str, TaskType]], engine: str | None, run_image: str | None = None
 ) -> str | None:
     """Why an embedded session cannot run the (task name, type) pairs of a workflow in
-    their images (the type's, else the run's ``run_image``), in one line; None when it can.
-    Both need the container ``engine``: a command runs in its image through it, the units
-    of a splittable type in a worker container of that image it starts (`unit_images`)."""
+    their images (the type's, else ``run_image``): one needs the container ``engine``."""
     for name, task_type in tasks:
         image = task_type.image if task_type.image is not None else run_image
-        if image is None:
-            continue
-        if engine is None:
+        if image is not None and engine is None:
             return (
                 f"task {name!r} runs in image {image!r} and no container engine was found "
                 "(docker or podman on PATH, or --engine / SIMRUN_ENGINE)"

@@ -19,7 +19,8 @@ from simrun.local.machine import (
     local_gpus,
     machine,
 )
-from simrun.local.session import LocalOptions, image_problem, images_of, unit_images
+from simrun.local.session import image_problem, images_of, unit_images
+from simrun.local.settings import LocalOptions
 from simrun.plugins import TaskType
 from simrun.runstore.store import RunStore
 from simrun.workflow import WorkflowError, parse_workflow

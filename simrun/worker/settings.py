@@ -1,31 +1,39 @@
-"""`WorkerSettings`: the settings of ``simrun worker``, declared once. Each field carries
-its flag, environment variable, default and help; the click options (`click_options`) and
-the command line of a child worker (`WorkerSettings.to_argv`) are made from them. What the
-machine has (capacity, engine) is detected apart, by `WorkerSettings.detect`."""
+"""`WorkerSettings`: the settings of ``simrun worker``, each field with its `Flag`, from
+which the command's options and a child worker's command line (`to_argv`) are made; what
+the machine has (capacity, engine) is detected apart (`WorkerSettings.detect`)."""
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar, get_type_hints
+from typing import Annotated, Any, TypeVar
 
 import click
 
+from simrun import config
 from simrun.config import (
     DEFAULT_REDIS_URL,
     DEFAULT_STORE,
+    DIR,
     ENV_ENGINE,
-    ENV_REDIS_URL,
-    ENV_SCRATCH_DIR,
-    ENV_STORE,
-    ENV_WORKER_DIR,
+    GRACE_S,
+    PLUGINS,
+    POSITIVE,
+    PREFIX,
+    REDIS_TIMEOUT_S,
+    REDIS_URL,
+    REDIS_WAIT_S,
+    STORE,
+    Flag,
+    flags,
+    scratch_dir_flag,
 )
-from simrun.core.outage import RECONNECT_MAX_S, REDIS_TIMEOUT_S
+from simrun.core.outage import RECONNECT_MAX_S
+from simrun.core.outage import REDIS_TIMEOUT_S as DEFAULT_REDIS_TIMEOUT_S
 from simrun.core.sizing import image_queue
 from simrun.core.timing import DEFAULT_GRACE_S, HEARTBEAT_S, TTL_PER_INTERVAL
 from simrun.queues.keys import DEFAULT_PREFIX
@@ -36,35 +44,12 @@ from simrun.worker.spool import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: The worker's local directory (its status file, the reports it keeps while Redis is
-#: away) when ``--local-dir`` gives none: on the container's own disk, not the store.
+#: The worker's local directory when ``--local-dir`` gives none: on the container's own
+#: disk, not the store.
 DEFAULT_LOCAL_DIR = Path(tempfile.gettempdir()) / "simrun-worker"
 DEFAULT_POLL_DELAY_S = 0.02
 CGROUP_MODES = ("auto", "off")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-_POSITIVE = click.FloatRange(min=0, min_open=True)
-_DIR = click.Path(file_okay=False, path_type=Path)
-
-
-@dataclass(frozen=True)
-class Flag:
-    """How a setting is given on the command line (``--NAME``, or ``ENV``)."""
-
-    name: str
-    help: str
-    type: click.ParamType[Any] | None = None
-    env: str | None = None
-    multiple: bool = False
-    metavar: str | None = None
-
-    def option(self, field_name: str, default: Any) -> Callable[[F], F]:
-        shown = default not in (None, (), False)
-        return click.option(
-            f"--{self.name}", field_name, type=self.type, default=default,
-            multiple=self.multiple, is_flag=default is False, envvar=self.env,
-            show_envvar=self.env is not None, show_default=shown, metavar=self.metavar,
-            help=self.help,
-        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -80,13 +65,11 @@ class WorkerSettings:
     images: Annotated[tuple[str, ...], Flag(
         "image", "Serve the queue of this task image.", multiple=True
     )] = ()  # fmt: skip
-    redis_url: Annotated[str, Flag("redis-url", "Redis to use.", env=ENV_REDIS_URL)] = (
-        DEFAULT_REDIS_URL
-    )
-    prefix: Annotated[str, Flag("prefix", "Redis key prefix.")] = DEFAULT_PREFIX
+    redis_url: Annotated[str, REDIS_URL] = DEFAULT_REDIS_URL
+    prefix: Annotated[str, PREFIX] = DEFAULT_PREFIX
     memory_gb: Annotated[float | None, Flag(
         "worker-memory-gb", "Memory of this worker container in GiB [default: detected].",
-        _POSITIVE,
+        POSITIVE,
     )] = None  # fmt: skip
     processes: Annotated[int | None, Flag(
         "processes", "Worker processes [default: the CPUs available].", click.IntRange(min=1)
@@ -97,14 +80,8 @@ class WorkerSettings:
     )] = None  # fmt: skip
     worker_id: Annotated[str | None, Flag("id", "Worker id [default: host-pid-random].")] = None
     burst: Annotated[bool, Flag("burst", "Stop once the queues are empty.")] = False
-    grace_s: Annotated[float, Flag(
-        "grace-s", "After a stop (SIGTERM, Ctrl-C), seconds running units get to finish "
-        "before they are handed back.", click.FloatRange(min=0),
-    )] = DEFAULT_GRACE_S  # fmt: skip
-    plugins: Annotated[tuple[str, ...], Flag(
-        "plugins", "Also load this task type (repeatable), besides the installed ones.",
-        multiple=True, metavar="MODULE:ATTR",
-    )] = ()  # fmt: skip
+    grace_s: Annotated[float, GRACE_S] = DEFAULT_GRACE_S
+    plugins: Annotated[tuple[str, ...], PLUGINS] = ()
     python_path: Annotated[tuple[str, ...], Flag(
         "python-path", "Put this directory in front of the worker processes' sys.path "
         "(repeatable).", click.Path(file_okay=False), multiple=True,
@@ -123,12 +100,9 @@ class WorkerSettings:
     heartbeat_ttl_s: Annotated[float | None, Flag(
         "heartbeat-ttl-s", "Seconds a heartbeat lives; longer than --heartbeat-s. The service "
         "gives the jobs of a worker whose heartbeat expired to others. [default: 4 x "
-        "--heartbeat-s]", _POSITIVE,
+        "--heartbeat-s]", POSITIVE,
     )] = None  # fmt: skip
-    store: Annotated[Path, Flag(
-        "store", "The run store: runs, their outputs and logs, and what is learned.", _DIR,
-        env=ENV_STORE,
-    )] = DEFAULT_STORE  # fmt: skip
+    store: Annotated[Path, STORE] = DEFAULT_STORE
     log_level: Annotated[str, Flag("log-level", "", click.Choice(LOG_LEVELS))] = "INFO"
     cgroups: Annotated[str, Flag(
         "cgroups", "auto: a memory cgroup per worker process where the kernel allows it "
@@ -144,7 +118,7 @@ class WorkerSettings:
     local_dir: Annotated[Path | None, Flag(
         "local-dir", "Local directory of the worker: its status file (read by the health "
         "check) and the reports it keeps while Redis is away [default: "
-        f"{DEFAULT_LOCAL_DIR}].", _DIR, env=ENV_WORKER_DIR,
+        f"{DEFAULT_LOCAL_DIR}].", DIR, env="SIMRUN_WORKER_DIR",
     )] = None  # fmt: skip
     redis_retry_max_s: Annotated[float, Flag(
         "redis-retry-max-s", "Longest pause between two tries to reach Redis while it is "
@@ -159,23 +133,9 @@ class WorkerSettings:
         "stderr, in the task's logs/): the head and tail are kept, a line says how many "
         "bytes were dropped between them (0: no bound).", click.IntRange(min=0),
     )] = DEFAULT_COMMAND_LOG_CAP  # fmt: skip
-    scratch_dir: Annotated[Path | None, Flag(
-        "scratch-dir", "The local directory of the tasks' scratch and staged inputs, on the "
-        "workers' own disk (an emptyDir, a local volume), never the shared store; each "
-        "worker keeps its own <worker id>/ in it [default: LOCAL_DIR/scratch].", _DIR,
-        env=ENV_SCRATCH_DIR,
-    )] = None  # fmt: skip
-    redis_wait_s: Annotated[float | None, Flag(
-        "redis-wait-s", "Seconds to wait for Redis at start while it is not reachable "
-        "(refused, timed out, a name that does not resolve yet) [default: for ever; 0: fail "
-        "at once]. Bad credentials or a bad URL fail at once whatever this says.",
-        click.FloatRange(min=0),
-    )] = None  # fmt: skip
-    redis_timeout_s: Annotated[float, Flag(
-        "redis-timeout-s", "Seconds one Redis call or connection attempt may take before it "
-        "fails: how soon a Redis that stopped answering without closing its connections is "
-        "noticed.", click.FloatRange(min=0.1),
-    )] = REDIS_TIMEOUT_S  # fmt: skip
+    scratch_dir: Annotated[Path | None, scratch_dir_flag("LOCAL_DIR/scratch")] = None
+    redis_wait_s: Annotated[float | None, REDIS_WAIT_S] = None
+    redis_timeout_s: Annotated[float, REDIS_TIMEOUT_S] = DEFAULT_REDIS_TIMEOUT_S
     engine: Annotated[str | None, Flag(
         "engine", "Container engine (docker, podman or a path) that runs the commands of "
         "tasks of an --image queue inside their image; without it they run in this "
@@ -240,7 +200,8 @@ class WorkerSettings:
         written too (a flag left out would be read from the child's environment:
         ``REDIS_URL``, ``SIMRUN_STORE``); a None or False one is left out."""
         argv: list[str] = []
-        for name, spec in flags().items():
+        for name, spec in flags(WorkerSettings).items():
+            assert isinstance(spec, Flag)  # no `Group` here
             value = getattr(self, name)
             if value is None or value is False:
                 continue
@@ -262,29 +223,9 @@ class Machine:
     engine: str | None = None
 
 
-@functools.cache
-def flags() -> dict[str, Flag]:
-    """The `Flag` of each field of `WorkerSettings` that has one, in the order declared."""
-    hints = get_type_hints(WorkerSettings, include_extras=True)
-    found = {}
-    for name, hint in hints.items():
-        spec = next((m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Flag)), None)
-        if spec is not None:
-            found[name] = spec
-    return found
-
-
 def option(name: str) -> Callable[[F], F]:
     """The click option of setting ``name``, as ``simrun worker`` has it."""
-    default = next(f.default for f in fields(WorkerSettings) if f.name == name)
-    return flags()[name].option(name, default)
-
-
-def click_options(command: F) -> F:
-    """``command`` with an option per flag of `WorkerSettings`, in the order declared."""
-    for name in reversed(flags()):
-        command = option(name)(command)
-    return command
+    return config.option(WorkerSettings, name)
 
 
 def worker_argv(settings: WorkerSettings, python: str = sys.executable) -> list[str]:

@@ -41,10 +41,10 @@ def test_the_demo_runs_with_simrun_by_path_and_the_venv_not_activated(tmp_path: 
     env = bare_path_env()
     checked = simrun("validate", heat, cwd=tmp_path, env=env)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    dry = simrun("run", heat, "--dry-run", "--processes", "2", "--memory-gb", "4",
+    dry = simrun("run", heat, "--dry-run", "--processes", "2", "--worker-memory-gb", "4",
                  cwd=tmp_path, env=env)  # fmt: skip
     assert dry.returncode == 0, dry.stdout + dry.stderr
-    ran = simrun("run", heat, "--store", "st", "--processes", "2", "--memory-gb", "4",
+    ran = simrun("run", heat, "--store", "st", "--processes", "2", "--worker-memory-gb", "4",
                  cwd=tmp_path, env=env, timeout=300)  # fmt: skip
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "succeeded" in ran.stdout
@@ -118,7 +118,7 @@ def run_env_types(tmp_path: Path, **env_more: str) -> Path:
         "  - {name: unit, type: env-unit, settings: {units: 3}}\n"
     )
     plugins = [a for name in ENV_TYPES for a in ("--plugins", f"tests.support.env_tasks:{name}")]
-    result = simrun("run", str(wf), "--store", "st", "--processes", "2", "--memory-gb", "1",
+    result = simrun("run", str(wf), "--store", "st", "--processes", "2", "--worker-memory-gb", "1",
                     *plugins, cwd=tmp_path, env=clean_env(**env_more))  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     (run_dir,) = (tmp_path / "st" / "runs").iterdir()

@@ -9,7 +9,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from simrun.cli.options import intake_options
+from simrun.config import click_options
 from simrun.core.intake import (
     SMALL_BODY_BYTES,
     InputLimits,
@@ -25,6 +25,7 @@ from simrun.core.intake import (
     workflow_size_problem,
 )
 from simrun.service.routes.guard import token_matches
+from simrun.service.settings import ControllerSettings
 from simrun.workflow import WorkflowError, parse_workflow
 
 LIMITS = InputLimits(max_units_per_task=100, max_units_per_run=150, max_depth=2, max_tasks=3)
@@ -181,14 +182,14 @@ def test_yaml_bounds(text: str, message: str) -> None:
 
 
 def test_intake_options_read_their_environment_variables() -> None:
-    """``intake_options`` turn the options (or their SIMRUN_* variables) into one
+    """The intake options of ``simrun service`` (or their SIMRUN_* variables) make one
     `InputLimits`, defaults otherwise."""
     seen: list[InputLimits] = []
 
     @click.command()
-    @intake_options
-    def command(intake: InputLimits) -> None:
-        seen.append(intake)
+    @click_options(ControllerSettings)
+    def command(settings: ControllerSettings) -> None:
+        seen.append(settings.intake)
 
     runner = CliRunner()
     result = runner.invoke(command, ["--max-tasks", "7"], env={"SIMRUN_MAX_UNITS_PER_TASK": "99"})

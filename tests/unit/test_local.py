@@ -1,14 +1,19 @@
-"""The pure parts of embedded mode: this machine's defaults, the key prefix of a session."""
+"""The pure parts of embedded mode: this machine's defaults, the key prefix of a session,
+the options of ``simrun run`` made from `LocalOptions`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import click
 import pytest
 
+from simrun.cli.run import run
+from simrun.config import options_of
 from simrun.local.guard import watch
 from simrun.local.machine import default_capacity
 from simrun.local.session import redis_prefix
+from simrun.local.settings import LocalOptions
 
 
 @pytest.mark.parametrize(
@@ -57,3 +62,17 @@ def test_redis_prefix_is_the_default_on_a_private_server_else_one_per_store():
 def test_guard_watch(lines, expected):
     """The guard ends what it was told of when its input ends, nothing after `done`."""
     assert watch(lines) == expected
+
+
+def test_the_options_of_simrun_run_that_configure_the_session_are_its_settings() -> None:
+    """Each flag of `LocalOptions` (those of its limits too) is an option of ``simrun run``
+    with its name, variable and default; the session's settings take no other option."""
+    options = {p.name: p for p in run.params if isinstance(p, click.Option)}
+    declared = options_of(LocalOptions)
+    for name, flag, value in declared:
+        assert options[name].opts[0] == f"--{flag.name}", name
+        assert options[name].envvar == flag.env, name
+        assert options[name].default == value, name
+    assert set(options) - {name for name, _, _ in declared} == {
+        "overrides", "reuse", "rerun", "dry_run", "resume", "every_s", "open_browser"
+    }  # fmt: skip

@@ -1,4 +1,4 @@
-"""`ControllerSettings` declared once: its fields' options make the click options of
+"""`ControllerSettings` declared once: its fields' flags make the click options of
 ``simrun service`` (flag, environment variable, default, help)."""
 
 from __future__ import annotations
@@ -9,11 +9,14 @@ from pathlib import Path
 import click
 from click.testing import CliRunner
 
-from simrun.service.settings import ControllerSettings, click_options
+from simrun.config import click_options, flags
+from simrun.core.intake import InputLimits
+from simrun.core.states import Limits
+from simrun.service.settings import ControllerSettings
 
 
 @click.command()
-@click_options
+@click_options(ControllerSettings)
 def show(settings: ControllerSettings) -> None:
     click.echo(repr(settings))
 
@@ -23,10 +26,10 @@ def test_every_option_field_is_a_flag_with_its_default(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     want = ControllerSettings(store=tmp_path.resolve(), redis_url="redis://127.0.0.1:6379/0")
     assert result.output.strip() == repr(want)
-    flags = {p.name for p in show.params}
-    assert flags == {
-        f.name for f in dataclasses.fields(ControllerSettings) if "option" in f.metadata
-    }
+    # the limits of a unit and of a submission are an option per field
+    names = set(flags(ControllerSettings)) - {"limits", "intake"}
+    names |= {f.name for group in (Limits, InputLimits) for f in dataclasses.fields(group)}
+    assert {p.name for p in show.params} == names
 
 
 def test_flags_and_environment_variables_set_their_field(tmp_path: Path) -> None:

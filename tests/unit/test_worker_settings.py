@@ -7,17 +7,17 @@ import click
 import pytest
 
 from simrun.cli.worker import worker
-from simrun.worker.settings import WorkerSettings, flags
+from simrun.config import Flag, flags
+from simrun.worker.settings import WorkerSettings
 
 
 def test_every_option_of_simrun_worker_is_a_setting() -> None:
-    """One option per flag of `WorkerSettings`, with its flag, variable and default; the
-    only option declared apart is the refused former ``--memory-gb``."""
+    """One option per flag of `WorkerSettings`, with its flag, variable and default."""
     options = {p.name: p for p in worker.params if isinstance(p, click.Option)}
-    assert set(options) - set(flags()) == {"old_memory_gb"}
-    assert set(flags()) <= set(options)
+    assert set(options) == set(flags(WorkerSettings))
     defaults = WorkerSettings()
-    for name, flag in flags().items():
+    for name, flag in flags(WorkerSettings).items():
+        assert isinstance(flag, Flag)
         assert options[name].opts == [f"--{flag.name}"], name
         assert options[name].envvar == flag.env, name
         assert options[name].default == getattr(defaults, name), name
@@ -25,7 +25,7 @@ def test_every_option_of_simrun_worker_is_a_setting() -> None:
 
 def test_the_fields_without_a_flag_are_not_options() -> None:
     """What only a program sets (admission patience, the spool's memory) has no flag."""
-    assert {"admission_patience_s", "spool_memory_mb"}.isdisjoint(flags())
+    assert {"admission_patience_s", "spool_memory_mb"}.isdisjoint(flags(WorkerSettings))
 
 
 @pytest.mark.parametrize(
