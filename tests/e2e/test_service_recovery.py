@@ -47,7 +47,9 @@ async def test_killed_worker_units_finish_elsewhere(
     survivor = start_worker(redis_url, redis_prefix, worker_id="survivor")
     try:
         async with service(store, redis_url, redis_prefix) as svc:
-            run_id = await svc.submit(work_doc(units=24, seconds=0.4))
+            # Units long enough that the killed worker still holds some when the store,
+            # late on a loaded machine, shows it running one.
+            run_id = await svc.submit(work_doc(units=24, seconds=1.0))
             rs = svc.controller.store
 
             async def doomed_is_running() -> bool:
