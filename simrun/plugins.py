@@ -476,11 +476,17 @@ def load_types(plugins: Sequence[str] = ()) -> dict[str, TaskType]:
     return types
 
 
-def count_units(task_type: TaskType, settings: Mapping[str, Any]) -> int:
-    """Run the type's ``count_units`` on its parsed settings (in a thread)."""
+def unchecked_count(task_type: TaskType, settings: Mapping[str, Any]) -> object:
+    """What the type's ``count_units`` returns for ``settings``, unchecked (in a thread)."""
     assert task_type.count_units is not None
     parsed = task_type.settings.model_validate(dict(settings))
-    count = resolve(task_type.count_units)(parsed)
+    result: object = resolve(task_type.count_units)(parsed)
+    return result
+
+
+def count_units(task_type: TaskType, settings: Mapping[str, Any]) -> int:
+    """Run the type's ``count_units`` on its parsed settings (in a thread)."""
+    count = unchecked_count(task_type, settings)
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ValueError(f"count_units of {task_type.name!r} returned {count!r}, not an int >= 0")
     return count

@@ -42,6 +42,26 @@ class SystemClock:
 SYSTEM_CLOCK: Clock = SystemClock()
 
 
+class Every:
+    """A period on a clock: `due` is True at first, then once ``period_s`` passed since it
+    last was."""
+
+    def __init__(self, clock: Clock, period_s: float) -> None:
+        self.clock, self.period_s = clock, period_s
+        self.reset()
+
+    def reset(self) -> None:
+        """Be due at the next call."""
+        self._last = -float("inf")
+
+    def due(self) -> bool:
+        now = self.clock.monotonic()
+        if now - self._last < self.period_s:
+            return False
+        self._last = now
+        return True
+
+
 class ManualClock:
     """A clock that moves only when told (`advance`) or slept on: both its readings move
     together, and ``sleep`` returns at once (after letting other tasks run)."""

@@ -17,7 +17,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from simrun.config import redact_url
-from simrun.core.clock import SYSTEM_CLOCK, Clock
+from simrun.core.clock import SYSTEM_CLOCK, Clock, Every
 from simrun.core.intake import tasks_problem
 from simrun.core.layout import StoreLayout
 from simrun.core.outage import RECONNECT_MAX_S, LinkState, backoff_s
@@ -75,7 +75,7 @@ class Controller:
         #: The link to Redis as the loop found it (times on the clock's monotonic scale).
         self.link = LinkState()
         self._server_id: str | None = None
-        self._server_checked = -float("inf")
+        self._server_check = Every(clock, SERVER_CHECK_S)
         self._grace_s = decisions.reconnect_grace_s(settings.heartbeat_ttl_s, RECONNECT_MAX_S)
         self._marks = RunsToAdvance()  # runs whose tasks may move
         resolved = ResolveCache()  # emptied of a key by the ingest when it learns
@@ -236,10 +236,8 @@ class Controller:
 
     async def _check_server(self) -> None:
         """Notice a restart of the Redis server between two steps (its ``run_id``)."""
-        now = self.clock.monotonic()
-        if now - self._server_checked < SERVER_CHECK_S:
+        if not self._server_check.due():
             return
-        self._server_checked = now
         server = await self.queue.server_id()
         if self._server_id is not None and server != self._server_id and self.link.up:
             # (after a failed step, the loop says Redis is back once this step went well)
@@ -261,11 +259,11 @@ class Controller:
             workers = await self.queue.live_workers()
             busy = await self._ingest.step()
             busy |= await self._liveness.watch(workers, judge=judge)
-            if judge and self._liveness.reconcile_due():
+            if judge and self._liveness.reconcile_every.due():
                 busy |= await self._liveness.reconcile()
             busy |= await self._advance.step()
             busy |= await self._dispatcher.dispatch(workers)
-            if self._ended.due():
+            if self._ended.sweep_every.due():
                 await self._ended.sweep(self.store, self.queue, workers)
             if busy:
                 self.changes.notify_all()

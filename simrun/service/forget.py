@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from simrun.core.clock import SYSTEM_CLOCK, Clock
+from simrun.core.clock import SYSTEM_CLOCK, Clock, Every
 from simrun.core.reports import WorkerInfo
 from simrun.queues.client import JobQueue, attempts_by_run, forget_attempts
 from simrun.runstore.rows import JobRow, RunRow, TaskRow
@@ -31,17 +31,8 @@ class EndedRuns:
         #: Run → tasks of its hashes that a SCAN found (for runs the store does not know).
         self.runs: dict[str, set[str]] = {}
         self._scanned = False
-        self.clock = clock
-        self._last_sweep = -float("inf")
-
-    def due(self) -> bool:
-        """Whether `FORGET_EVERY_S` passed since the last sweep the controller's step made
-        (True at start); when so, the time is taken as that of this one."""
-        now = self.clock.monotonic()
-        if now - self._last_sweep < FORGET_EVERY_S:
-            return False
-        self._last_sweep = now
-        return True
+        #: When the controller's step sweeps.
+        self.sweep_every = Every(clock, FORGET_EVERY_S)
 
     def watch(self, run_id: str) -> None:
         """Look at ``run_id`` in the next sweeps (it ended, or was cancelled)."""

@@ -9,7 +9,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from simrun.core.clock import Clock
+from simrun.core.clock import Clock, Every
 from simrun.core.reports import WorkerInfo
 from simrun.queues.client import JobQueue
 from simrun.runstore.rows import JobRow
@@ -50,7 +50,8 @@ class Liveness:
         self._seen: dict[str, tuple[str, bool]] = {}  # sightings already written
         #: Jobs arq holds in progress that no live worker lists: since when (monotonic).
         self._held_since: dict[str, float] = {}
-        self._last_reconcile = -float("inf")
+        #: When a reconciliation is due (at start, and after Redis came back).
+        self.reconcile_every = Every(clock, settings.reconcile_s)
 
     # -- watch ---------------------------------------------------------------------------
 
@@ -59,7 +60,7 @@ class Liveness:
         as soon as the heartbeats are judged again."""
         self._held_since.clear()
         self._seen.clear()
-        self._last_reconcile = -float("inf")
+        self.reconcile_every.reset()
 
     async def watch(self, workers: Sequence[WorkerInfo], judge: bool = True) -> bool:
         """Write what the heartbeats say, and (when ``judge``) dispatch again the jobs of
@@ -126,15 +127,6 @@ class Liveness:
         return await self.store.release_jobs([j.id for j in jobs], reason)
 
     # -- reconcile -----------------------------------------------------------------------
-
-    def reconcile_due(self) -> bool:
-        """Whether ``reconcile_s`` passed since the last reconciliation (True at start);
-        when so, the time is taken as that of the next one."""
-        now = self.clock.monotonic()
-        if now - self._last_reconcile < self.settings.reconcile_s:
-            return False
-        self._last_reconcile = now
-        return True
 
     async def reconcile(self) -> bool:
         """Dispatch again the jobs in flight that Redis no longer knows of."""
