@@ -1,6 +1,4 @@
-"""The clock the controller and the worker's heartbeat read, injected so that tests step
-time (`ManualClock`): ``now()`` wall time, ``monotonic()`` spans, ``sleep()``.
-"""
+"""The clock the controller and the heartbeat read, injected so that tests step time."""
 
 from __future__ import annotations
 
@@ -63,8 +61,7 @@ class Every:
 
 
 class ManualClock:
-    """A clock that moves only when told (`advance`) or slept on: both its readings move
-    together, and ``sleep`` returns at once (after letting other tasks run)."""
+    """A clock that moves only when told (`advance`) or slept on (``sleep`` returns at once)."""
 
     def __init__(self, now_s: float | None = None) -> None:
         self._now = time.time() if now_s is None else now_s

@@ -1,6 +1,5 @@
-"""The sizing rules the service and the workers both apply, so the two never disagree: the
-queue of a job, what it asks of a worker container, how many units go in one job, the
-memory of a retry, why no worker can run a job, and whether a task sends a probe first."""
+"""The sizing rules the service and the workers share: a job's queue, what it asks of a
+worker, units per job, a retry's memory, why no worker fits it, and a task's probe."""
 
 from __future__ import annotations
 
@@ -58,8 +57,8 @@ class WorkerCapacity:
 
 
 class QueueName(str):
-    """A logical queue: ``cpu``, ``gpu`` or ``image:NAME`` (`image_queue`), checked when
-    made; a str, and `worker` names the worker containers that serve it."""
+    """A logical queue, ``cpu``, ``gpu`` or ``image:NAME``, checked when made; `worker` names
+    the workers that serve it."""
 
     __slots__ = ()
 
@@ -71,9 +70,8 @@ class QueueName(str):
 
     @property
     def worker(self) -> str:
-        """The name of the queue's workers, a DNS-1123 label distinct for distinct queues:
-        cpu, gpu, ``image-NAME`` when that is a label, else a slug, ``--`` and a digest
-        (``image:Solver_2.1`` -> ``image-solver-2-1--3c1f0a2b``)."""
+        """The queue's workers' name, a DNS-1123 label distinct per queue: ``image-NAME``,
+        else a slug and a digest (``image:Solver_2.1`` -> ``image-solver-2-1--3c1f0a2b``)."""
         if not self.startswith("image:"):
             return str(self)
         name = "image-" + self.removeprefix("image:")
@@ -98,8 +96,8 @@ GPU = QueueName("gpu")
 
 
 def image_queue(image: str) -> QueueName:
-    """The queue of a task image, ``image:NAME``: a plain name kept, any other (a registry
-    path) made safe with a digest appended, so that two images never share a queue."""
+    """The queue of a task image, ``image:NAME``; a name not safe as it is gets a digest, so
+    two images never share a queue."""
     if not image or not image.strip():
         raise PayloadError("image name is empty")
     if _SAFE_QUEUE.fullmatch(image):
@@ -124,8 +122,8 @@ def chunk_size(
     target_s: float = DEFAULT_TARGET_JOB_S,
     max_chunk: int = DEFAULT_MAX_CHUNK,
 ) -> int:
-    """Units per job: one while nothing is learned; else about ``target_s`` of work, no more
-    than spreads ``pending`` over all ``processes``, and at most ``max_chunk``."""
+    """Units per job: one while nothing is learned, else about ``target_s`` of work within
+    ``pending`` spread over ``processes`` and ``max_chunk``."""
     if seconds_per_unit is None or pending <= 1:
         return 1
     by_time = max(1, math.floor(target_s / seconds_per_unit)) if seconds_per_unit > 0 else max_chunk
@@ -136,10 +134,8 @@ def chunk_size(
 def split(
     items: Sequence[T], size: int, *, pending: int | None = None, processes: int = 1
 ) -> list[tuple[T, ...]]:
-    """``items`` cut into consecutive chunks of ``size``. With ``pending`` (the task's
-    pending units) and ``items`` reaching its last unit, the tail is tapered so that the
-    processes end together: each chunk at most the units left over ``TAPER_SHARE x
-    processes``, at least ``size / TAPER_FLOOR``, never more than ``size``."""
+    """``items`` cut into chunks of ``size``; when they reach the task's last unit
+    (``pending``), the tail tapers so that the processes end together."""
     return [tuple(items[a:b]) for a, b in _cuts(len(items), size, pending, processes)]
 
 
@@ -181,8 +177,7 @@ def request_gpus(kind: str, gpus: int) -> int:
 def request_gb(
     kind: str, base_gb: float, per_worker_gb: float, processes: int, uses_cores: bool
 ) -> float:
-    """The memory a job asks of a container of ``processes`` slots, also its limit: a chunk
-    one process's worth, a merge the base, a command the base plus one per slot it takes."""
+    """The memory a job asks of (and is limited to in) a container of ``processes`` slots."""
     if kind == "chunk":
         return per_worker_gb
     if kind == "merge":
@@ -199,8 +194,8 @@ def parallel_slots(
     uses_cores: bool,
     workers: Sequence[WorkerCapacity],
 ) -> int:
-    """How many units of a task ``workers`` run at once: per worker of ``queue``, the
-    processes whose memory and GPUs fit; one for a command some worker can hold."""
+    """How many units of a task ``workers`` of ``queue`` run at once (for a command: 1 when
+    one fits)."""
     serving = [w for w in workers if queue in w.queues]
     if kind == "command":
         fits = any(
@@ -231,8 +226,8 @@ def fit_problem(
     workers: Sequence[WorkerCapacity],
     scratch_gb: float = 0.0,
 ) -> str | None:
-    """Why no live worker of ``queue`` can ever run this job ("needs 40 GiB per process;
-    the largest cpu worker has 16 GiB"), or None when one can or none is live yet."""
+    """Why no live worker of ``queue`` can ever run this job, or None (also while none is
+    live)."""
     serving = [w for w in workers if queue in w.queues]
     if not serving:
         return None
@@ -271,9 +266,8 @@ def scratch_fits(need_gb: float, free_gb: float | None) -> bool:
 def retry_memory_gb(
     resolved_gb: float, kills: int, last_limit_gb: float | None, *, retry_factor: float
 ) -> float:
-    """The memory of a unit: what is resolved for its key, and once it was killed for memory
-    at least ``retry_factor`` times the limit of its last attempt (its own retries grow
-    while other units' successes keep the key's value low)."""
+    """The memory of a unit: its key's, and once killed for memory at least ``retry_factor``
+    times its last limit."""
     if kills > 0 and last_limit_gb:
         return max(resolved_gb, retry_factor * last_limit_gb)
     return resolved_gb
@@ -289,15 +283,9 @@ def probe_units(
     max_wait_s: float = PROBE_MAX_WAIT_S,
     max_units: int = PROBE_MAX_UNITS,
 ) -> int:
-    """How many units of a task whose key has no history go out first, alone, as a probe
-    (0: none, every unit goes out at once with the hint). ``processes`` serve its queue now
-    (0 counts as one); ``seconds_per_unit`` is the forecast of a unit (None: unknown).
-
-    The rest waits about one unit's time ``t`` for the learned memory, at most ``1 / waves``
-    of the task's time (waves = units / processes). So: never below ``min_units``; probe with
-    at least ``min_waves`` waves, or when ``t`` is known to be at most ``max_wait_s``. The
-    probe is one unit per process, at most ``max_units`` and half the task.
-    """
+    """How many units of a task whose key has no history go out first as a probe (0: none):
+    one per process, at most ``max_units`` and half the task, for a task of ``min_units`` or
+    more with ``min_waves`` waves or units known to take at most ``max_wait_s``."""
     if units < max(min_units, 2):
         return 0
     slots = max(1, processes)
@@ -310,8 +298,7 @@ def probe_units(
 
 
 def probe_status(probe: int, rest: int) -> str:
-    """The status of a task while its probe runs: "probing: 2 units first, the other 998
-    wait for their memory" (`is_probing` recognises it)."""
+    """The status of a task while its probe runs (`is_probing` recognises it)."""
     first = f"{probe} unit{'s' if probe != 1 else ''}"
     return f"{PROBING}: {first} first, the other {rest} wait for their memory"
 
