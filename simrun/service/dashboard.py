@@ -1,6 +1,5 @@
-"""What the web app's pages are made of, decided without I/O: a run's line in the runs
-list, the runs a filter keeps, a page of a task's units (the Editor's forecast is
-`simrun.core.forecast`)."""
+"""What the web app's pages are made of (pure): a run's line in the runs list, the runs a
+filter keeps, a page of a task's units."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ MAX_PAGE = 500
 
 
 def run_line(view: RunView, now_s: float) -> dict[str, Any]:
-    """A run's line in the runs list: its state, units done of all, failed and killed
-    units, when it started, how long it ran (pauses left out) and its ETA."""
+    """A run's line in the runs list."""
     units = sum(t.units or 0 for t in view.tasks)
     done = sum(t.count("done") for t in view.tasks)
     failed = sum(t.count("failed") for t in view.tasks)
@@ -44,8 +42,7 @@ def run_line(view: RunView, now_s: float) -> dict[str, Any]:
 
 
 def keep_run(line: Mapping[str, Any], state: str | None, text: str | None) -> bool:
-    """Whether the runs list shows ``line`` under a filter: its state (None: any) and a
-    text found, case ignored, in its id, name or model (None or blank: any)."""
+    """Whether the runs list shows ``line`` for a state and a text in its id, name or model."""
     if state and line.get("state") != state:
         return False
     needle = (text or "").strip().lower()
@@ -56,8 +53,7 @@ def keep_run(line: Mapping[str, Any], state: str | None, text: str | None) -> bo
 
 
 def unit_line(unit: UnitRow) -> dict[str, Any]:
-    """A unit in a page of a task's strip: its key, state, attempt, kills and the last
-    line of its error (the whole traceback is in its log)."""
+    """A unit in a page of a task's strip (the last line of its error)."""
     error = (unit.error or "").strip().splitlines()
     return {
         "unit": unit.key,

@@ -1,6 +1,4 @@
-"""Deleting the attempts hashes of runs that ended once no job of them is left in Redis
-(the rule: `simrun.service.decisions.attempts_verdict`).
-"""
+"""Deleting the attempts hashes of ended runs once no job of them is left in Redis."""
 
 from __future__ import annotations
 
@@ -23,9 +21,8 @@ FORGET_EVERY_S = 1.0
 
 
 class EndedRuns:
-    """The runs whose attempts hashes may leave Redis once no job of them is left: those the
-    controller saw end or cancelled (`watch`), and at the first `sweep` every run a SCAN of
-    the namespace finds. A run that runs again is dropped."""
+    """The runs whose attempts hashes may leave Redis: those seen to end (`watch`), and at
+    the first `sweep` every run a SCAN finds."""
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         #: Run → tasks of its hashes that a SCAN found (for runs the store does not know).
@@ -39,8 +36,7 @@ class EndedRuns:
         self.runs.setdefault(run_id, set())
 
     async def sweep(self, store: RunStore, queue: JobQueue, workers: Sequence[WorkerInfo]) -> int:
-        """Delete the hashes of the watched runs that may go now (``workers`` are the live
-        ones); returns how many were deleted. Runs with jobs left stay watched."""
+        """Delete the hashes of the watched runs that may go now: how many were deleted."""
         if not self._scanned:
             for run_id, tasks in (await attempts_by_run(queue.redis, queue.keys)).items():
                 self.runs.setdefault(run_id, set()).update(tasks)
@@ -75,8 +71,7 @@ async def _runs_in_redis(
     tasks: Mapping[str, Sequence[TaskRow]],
     workers: Sequence[WorkerInfo],
 ) -> set[str]:
-    """The runs with a job in a queue (of the jobs in flight, the workers or the ``tasks``)
-    or listed by a live worker."""
+    """The runs with a job in a queue or listed by a live worker."""
     names = {"cpu", "gpu", *(j.queue for j in flight)}
     names.update(q for w in workers for q in w.queues)
     names.update(t.queue for rows in tasks.values() for t in rows if t.queue)

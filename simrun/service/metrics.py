@@ -39,8 +39,7 @@ METRICS_POLICY = ScalePolicy(min_containers=0, max_containers=1_000_000)
 
 @dataclass(frozen=True)
 class LiveWorkers:
-    """The live worker containers of one queue, added up; ``shape`` is the most common
-    shape among those not stopping (None when every one is stopping)."""
+    """The live worker containers of one queue, added up, and their most common shape."""
 
     workers: int = 0
     stopping: int = 0
@@ -54,9 +53,7 @@ class LiveWorkers:
 
 @dataclass(frozen=True)
 class UnitTotals:
-    """Units of the running runs' tasks of one queue: done, failed; and ``killed``, the
-    kills for memory of their units, each kill counted, since each task started (kept
-    across replays)."""
+    """Units of the running runs' tasks of one queue: done, failed, and kills for memory."""
 
     done: int = 0
     failed: int = 0
@@ -65,8 +62,7 @@ class UnitTotals:
 
 @dataclass(frozen=True)
 class ReportLag:
-    """The report stream: entries not ingested yet, the part of them delivered but not
-    acknowledged, and the age of the oldest in seconds (0 when empty)."""
+    """The report stream's entries not ingested yet, those delivered, and the oldest's age."""
 
     entries: int
     pending: int
@@ -75,8 +71,8 @@ class ReportLag:
 
 @dataclass(frozen=True)
 class QueueMetrics:
-    """The numbers of one queue. ``shape`` is what ``desired`` was decided with;
-    ``shape_live`` says whether it is that of live workers or the default."""
+    """The numbers of one queue; ``shape`` decided ``desired`` (``shape_live``: not the
+    default)."""
 
     queue: str
     backlog_units: int
@@ -102,8 +98,7 @@ class Metrics:
 
 
 def shape_of(workers: Sequence[WorkerInfo]) -> ContainerShape | None:
-    """The most common container shape among ``workers`` that are not stopping (ties: the
-    bigger one); None when there is none."""
+    """The most common shape of the ``workers`` not stopping (ties: the bigger one)."""
     shapes = Counter(
         (w.memory_gb, w.processes)
         for w in workers
@@ -144,8 +139,7 @@ def queue_metrics(
     default_shape: ContainerShape = DEFAULT_SHAPE,
     policy: ScalePolicy = METRICS_POLICY,
 ) -> tuple[QueueMetrics, ...]:
-    """The numbers of every queue that has a backlog, live workers or unit totals (and of
-    ``cpu`` always), sorted by name."""
+    """The numbers of every queue with a backlog, workers or units (``cpu`` always)."""
     out = []
     for queue in sorted({CPU, *backlogs, *pools, *units}):
         backlog = backlogs.get(queue, QueueBacklog(queue))
@@ -172,8 +166,7 @@ def backlog_document(
     pools: Mapping[str, LiveWorkers],
     default_shape: ContainerShape = DEFAULT_SHAPE,
 ) -> dict[str, Any]:
-    """The JSON of ``GET /backlog`` (`BacklogView`): per queue (``cpu`` always) its entries
-    by resource key and its live workers, and the service's default worker shape."""
+    """The JSON of ``GET /backlog`` (`BacklogView`)."""
     queues = []
     for queue in sorted({CPU, *backlogs, *pools}):
         backlog = backlogs.get(queue, QueueBacklog(queue))

@@ -1,6 +1,5 @@
-"""Building the jobs of a task from its pending units (pure): the stored job
-(`simrun.runstore.NewJob`) and the payload (`simrun.core.jobs.JobSpec`) from one function.
-"""
+"""Building the jobs of a task from its pending units (pure): the stored job and the payload
+from one function."""
 
 from __future__ import annotations
 
@@ -33,9 +32,8 @@ def task_paths(store: Path, task: TaskRow) -> TaskPaths:
 
 
 def memory_groups(units: Sequence[UnitRow], resolved_gb: float) -> list[list[UnitRow]]:
-    """Pending units grouped by the memory they need (`retry_memory_gb`), smallest first and
-    in index order within a group, so that a unit killed before never raises the request
-    of a chunk of fresh units."""
+    """Pending units grouped by the memory they need, smallest first, so that a unit killed
+    before never raises the request of fresh ones."""
     groups: dict[float, list[UnitRow]] = {}
     for unit in units:
         need = retry_memory_gb(resolved_gb, unit.kills, unit.memory_gb, retry_factor=RETRY_FACTOR)
@@ -53,10 +51,8 @@ def build_jobs(
     timeout_s: float | None = None,
     run_image: str | None = None,
 ) -> list[Dispatch]:
-    """One job per chunk of pending units of ``task`` (one kind per chunk; a `range` is of
-    fresh units: attempt 1), each with an attempt above its units' current ones. A unit
-    killed for memory gets at least `RETRY_FACTOR` times its last limit; a job runs in its
-    type's image, else ``run_image``."""
+    """One job per chunk of pending units of ``task`` (a `range`: fresh units), its attempt
+    above its units', a unit killed for memory given `RETRY_FACTOR` times its last limit."""
     paths = JobPaths.of(task_paths(store, task))
     out: list[Dispatch] = []
     for units in chunks:

@@ -13,8 +13,7 @@ from simrun.runstore.rows import RunRow, TaskRow
 
 
 def _shared(row: Any, view: type[Any]) -> dict[str, Any]:
-    """The fields of the stored ``row`` that the ``view`` dataclass shows as they are (same
-    name, same meaning)."""
+    """The fields of the stored ``row`` that the ``view`` dataclass shows as they are."""
     shown = {f.name for f in fields(view)}
     return {f.name: getattr(row, f.name) for f in fields(row) if f.name in shown}
 
@@ -25,8 +24,7 @@ def task_view(
     processes: int,
     observed: ObservedRate | None = None,
 ) -> TaskView:
-    """A task's view; ``processes`` are the live worker processes of its queue,
-    ``observed`` its observed completion rate (`simrun.core.eta`: the ETA's rule)."""
+    """A task's view (``processes``: the live processes of its queue)."""
     counts = counts or TaskCounts()
     spu = (task.resources or {}).get("seconds_per_unit")
     remaining = counts.unfinished if task.units is not None else 0
@@ -60,8 +58,8 @@ def run_view(
     observed: Mapping[str, ObservedRate] | None = None,
     held: bool = False,
 ) -> RunView:
-    """A run's view from its rows, its unit counts, the live processes per queue and the
-    observed completion rates of its tasks; `INTERRUPTED` when ``held`` (left alone)."""
+    """A run's view from its rows, counts, live processes and observed rates (``held``:
+    `INTERRUPTED`)."""
     observed = observed or {}
     views = tuple(
         task_view(
