@@ -222,12 +222,27 @@ QUEUE_GAUGES: tuple[tuple[str, str, Callable[[QueueMetrics], float]], ...] = (
      "each task started (a replay does not reset them).",
      lambda q: q.units.killed),
 )  # fmt: skip
+#: The gauges of the service as a whole (None: not shown; the report stream's without Redis).
+SERVICE_GAUGES: tuple[tuple[str, str, Callable[[Metrics], float | None]], ...] = (
+    ("simrun_running_runs", "Runs in state running.", lambda m: m.running_runs),
+    ("simrun_redis_up",
+     "1 when Redis answered this scrape, else 0 (workers and lag then unknown).",
+     lambda m: 1 if m.redis_up else 0),
+    ("simrun_report_stream_entries",
+     "Worker reports in the stream not ingested by the controller yet.",
+     lambda m: m.lag.entries if m.lag else None),
+    ("simrun_report_stream_pending",
+     "Worker reports delivered to the controller but not acknowledged yet.",
+     lambda m: m.lag.pending if m.lag else None),
+    ("simrun_report_oldest_age_seconds",
+     "Age of the oldest report not ingested yet (0 when none), Redis clock.",
+     lambda m: m.lag.oldest_age_s if m.lag else None),
+)  # fmt: skip
 
 
 class Scrape(Collector):
-    """One scrape's `Metrics` as the metric families of `prometheus_client`: the gauges of
-    `QUEUE_GAUGES`, then those of the service (the report stream's only when Redis
-    answered)."""
+    """One scrape's `Metrics` as `prometheus_client` metric families: `QUEUE_GAUGES`, then
+    `SERVICE_GAUGES`."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
@@ -239,29 +254,9 @@ class Scrape(Collector):
             for q in m.queues:
                 family.add_metric([q.queue], value(q))
             yield family
-        yield GaugeMetricFamily("simrun_running_runs", "Runs in state running.", m.running_runs)
-        yield GaugeMetricFamily(
-            "simrun_redis_up",
-            "1 when Redis answered this scrape, else 0 (workers and lag then unknown).",
-            1 if m.redis_up else 0,
-        )
-        if m.lag is None:
-            return
-        yield GaugeMetricFamily(
-            "simrun_report_stream_entries",
-            "Worker reports in the stream not ingested by the controller yet.",
-            m.lag.entries,
-        )
-        yield GaugeMetricFamily(
-            "simrun_report_stream_pending",
-            "Worker reports delivered to the controller but not acknowledged yet.",
-            m.lag.pending,
-        )
-        yield GaugeMetricFamily(
-            "simrun_report_oldest_age_seconds",
-            "Age of the oldest report not ingested yet (0 when none), Redis clock.",
-            m.lag.oldest_age_s,
-        )
+        for name, text, total in SERVICE_GAUGES:
+            if (value := total(m)) is not None:
+                yield GaugeMetricFamily(name, text, value)
 
 
 def render(metrics: Metrics) -> str:

@@ -36,9 +36,12 @@ def memory_groups(units: Sequence[UnitRow], resolved_gb: float) -> list[list[Uni
     before never raises the request of fresh ones."""
     groups: dict[float, list[UnitRow]] = {}
     for unit in units:
-        need = retry_memory_gb(resolved_gb, unit.kills, unit.memory_gb, retry_factor=RETRY_FACTOR)
-        groups.setdefault(need, []).append(unit)
+        groups.setdefault(_need_gb(resolved_gb, unit), []).append(unit)
     return [groups[need] for need in sorted(groups)]
+
+
+def _need_gb(resolved_gb: float, unit: UnitRow) -> float:
+    return retry_memory_gb(resolved_gb, unit.kills, unit.memory_gb, retry_factor=RETRY_FACTOR)
 
 
 def build_jobs(
@@ -62,7 +65,7 @@ def build_jobs(
         per_worker_gb = resolved.memory_per_worker_gb
         fresh = isinstance(units, range)
         indices: Sequence[int]
-        if isinstance(units, range):
+        if isinstance(units, range):  # fresh units were never killed: the resolved memory
             kind: UnitKind = "chunk"
             attempt = job_attempt(())
             indices = units
@@ -73,17 +76,10 @@ def build_jobs(
             kind = units[0].kind
             attempt = job_attempt(u.attempt for u in units)
             indices = tuple(u.index for u in units)
-        # Fresh units were never killed: they take the resolved memory.
-        if not isinstance(units, range):
             if kind == "merge":
-                base_gb = retry_memory_gb(
-                    base_gb, units[0].kills, units[0].memory_gb, retry_factor=RETRY_FACTOR
-                )
+                base_gb = _need_gb(base_gb, units[0])
             else:
-                per_worker_gb = max(
-                    retry_memory_gb(per_worker_gb, u.kills, u.memory_gb, retry_factor=RETRY_FACTOR)
-                    for u in units
-                )
+                per_worker_gb = max(_need_gb(per_worker_gb, u) for u in units)
         spec = JobSpec(
             kind=kind,
             run=task.run,
