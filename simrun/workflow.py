@@ -141,8 +141,7 @@ class TaskSpec(BaseModel):
     resources: ResourceOverride | None = None
     #: Errors and timeouts of a unit retried after the first (default: ``--max-retries``).
     retries: int | None = Field(default=None, strict=True)
-    #: What is retried at all: "memory", "timeout", "error" and exception type names
-    #: (default: everything); anything else fails the unit at once.
+    #: What is retried at all: "memory", "timeout", "error", exception names (default: all).
     retry_on: list[str] | None = None
     #: Wait before the first retry of an error or timeout, doubled for each further one.
     retry_delay_s: float | None = None
@@ -244,9 +243,6 @@ class Workflow(BaseModel):
     def order(self) -> list[str]:
         """Task names in an order that runs every task after its inputs."""
         return topological_order(self.dependencies())
-
-
-# --- reading -----------------------------------------------------------------------------
 
 
 def _format_loc(loc: Loc) -> str:
@@ -438,9 +434,6 @@ def load_workflow(path: Path) -> Workflow:
     except (OSError, UnicodeDecodeError) as exc:
         raise WorkflowError([Problem((), f"cannot read: {exc}")], str(path)) from exc
     return parse_workflow(text, str(path))
-
-
-# --- checking ----------------------------------------------------------------------------
 
 
 def _suggest(word: str, choices: list[str]) -> str:
@@ -688,9 +681,6 @@ def uploaded_sources(doc: Workflow, uploaded: Mapping[str, Path]) -> dict[str, P
     if problems:
         raise WorkflowError(problems, "workflow")
     return {name: uploaded[name] for name in doc.sources}
-
-
-# --- --set TASK.SETTING=VALUE ------------------------------------------------------------
 
 
 @dataclass(frozen=True)

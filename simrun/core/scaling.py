@@ -115,8 +115,7 @@ def parse_backlog(data: Any) -> BacklogView:
     return _BACKLOG.validate_python(data)
 
 
-#: The worker container assumed while none of a queue is live and no option names one: that
-#: of deploy/kubernetes/worker-cpu.yaml.
+#: The container assumed while none of a queue is live (deploy/kubernetes/worker-cpu.yaml).
 DEFAULT_SHAPE = ContainerShape(memory_gb=8.0, processes=4)
 
 

@@ -12,11 +12,10 @@ from typing import TypeVar
 
 from simrun.core.wire import PayloadError
 
-#: About this much work per job once the seconds of a unit are known (a job costs a few
-#: milliseconds of its own); the tail of a task is tapered instead (`split`).
+#: About this much work per job once the seconds of a unit are known.
 DEFAULT_TARGET_JOB_S = 1.0
-#: The tail of a task (`split` with ``pending``): each job at most the remaining units over
-#: this many times the processes, and at least the chunk size over `TAPER_FLOOR`.
+#: The tapered tail of a task (`split`): jobs of the units left over this many times the
+#: processes, at least the chunk size over `TAPER_FLOOR`.
 TAPER_SHARE = 2
 TAPER_FLOOR = 8
 #: Never more units in one job (a lost job loses at most this much work).

@@ -94,8 +94,7 @@ class Limits:
             raise ValueError(f"limits must be >= 0, got {self}")
 
 
-#: What ``retry_on`` may name besides exception types: kills for memory, timeouts, and any
-#: error (an exception of any type).
+#: What ``retry_on`` may name besides exception types: kills for memory, timeouts, any error.
 RETRY_KINDS = ("memory", "timeout", "error")
 #: Each further retry of a task's unit waits this many times longer than the one before.
 RETRY_BACKOFF = 2.0

@@ -134,8 +134,6 @@ class Controller:
         await mark_task_ended(self.queue.redis, self.queue.keys, run, task)
         await asyncio.to_thread(remove_scratch, self.settings.store, run, task)
 
-    # -- the loop ---------------------------------------------------------------------------
-
     async def run_forever(self, stop: asyncio.Event | None = None) -> None:
         """Step until ``stop`` is set, waiting out Redis with backoff; any other error of a
         step is logged and kept in ``last_error``, and the loop goes on after a pause."""
@@ -261,14 +259,10 @@ class Controller:
                 self.changes.notify_all()
             return busy
 
-    # -- attempts of runs that ended ---------------------------------------------------------
-
     async def forget_ended(self) -> int:
         """Delete the attempts hashes of ended runs with no job left in Redis, now."""
         async with self._lock:
             return await self._ended.sweep(self.store, self.queue, await self.queue.live_workers())
-
-    # -- commands ---------------------------------------------------------------------------
 
     async def submit(
         self,

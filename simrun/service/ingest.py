@@ -72,8 +72,7 @@ class Ingest:
         self._pending_read = True  # first read what was delivered before a restart
         #: Whether the last `step` read the stream to its end.
         self.drained = False
-        #: The id of the last entry read (None before the first): the loop waits for one
-        #: after it (`JobQueue.wait_report`).
+        #: The id of the last entry read: the loop waits for one after it.
         self.last_id: str | None = None
 
     def redis_back(self) -> None:

@@ -50,8 +50,6 @@ class Liveness:
         #: When a reconciliation is due (at start, and after Redis came back).
         self.reconcile_every = Every(clock, settings.reconcile_s)
 
-    # -- watch ---------------------------------------------------------------------------
-
     def redis_back(self) -> None:
         """Redis came back: forget what was watched, and reconcile once workers are judged."""
         self._held_since.clear()
@@ -120,8 +118,6 @@ class Liveness:
         for queue, job_ids in by_queue.items():
             await self.queue.drop_jobs(queue, job_ids)
         return await self.store.release_jobs([j.id for j in jobs], reason)
-
-    # -- reconcile -----------------------------------------------------------------------
 
     async def reconcile(self) -> bool:
         """Dispatch again the jobs in flight that Redis no longer knows of."""

@@ -26,15 +26,10 @@ from simrun.core.scaling import (
 )
 from simrun.core.sizing import CPU
 
-#: The media type of the text exposition format 0.0.4, which `generate_latest` writes (the
-#: client's ``CONTENT_TYPE_LATEST`` names a newer version in recent releases).
+#: The format `generate_latest` writes (the client's ``CONTENT_TYPE_LATEST`` may be newer).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-#: The decision of ``simrun_desired_workers``: default drain time and unit time, no clamp
-#: (the autoscaler's own minimum and maximum apply).
+#: The decision of ``simrun_desired_workers``: not clamped (the autoscaler's bounds apply).
 METRICS_POLICY = ScalePolicy(min_containers=0, max_containers=1_000_000)
-
-
-# -- facts --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -92,9 +87,6 @@ class Metrics:
     running_runs: int = 0
     redis_up: bool = True
     lag: ReportLag | None = None
-
-
-# -- the rules (pure) -----------------------------------------------------------------------
 
 
 def shape_of(workers: Sequence[WorkerInfo]) -> ContainerShape | None:
@@ -175,8 +167,7 @@ def backlog_document(
     return BacklogView(tuple(queues), default_shape).to_dict()
 
 
-#: The gauges of ``/metrics`` with one sample per queue (label ``queue``; ``cpu`` always):
-#: name, help, value.
+#: The gauges of ``/metrics`` with one sample per queue: name, help, value.
 QUEUE_GAUGES: tuple[tuple[str, str, Callable[[QueueMetrics], float]], ...] = (
     ("simrun_backlog_units",
      "Units not done yet (pending, queued, running) of the started tasks of running runs.",
