@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from simrun.core.eta import TaskEta, learned_eta_s, run_eta_s
-from simrun.core.sizing import WorkerCapacity, fit_problem, parallel_slots, request_gb
+from simrun.core.sizing import JobShape, WorkerCapacity, fit_problem, parallel_slots, request_gb
 
 
 @dataclass(frozen=True)
@@ -96,15 +96,15 @@ def pool_of(
     )
 
 
-def _shape(plan: TaskPlan) -> tuple[str, str, float, float, int, bool]:
-    """What `simrun.core.sizing` sizes a task by."""
-    return (
+def _shape(plan: TaskPlan) -> JobShape:
+    return JobShape(
         plan.kind,
         plan.queue,
         plan.memory_base_gb,
         plan.memory_per_worker_gb,
         plan.gpus,
         plan.uses_cores,
+        plan.scratch_gb,
     )
 
 
@@ -123,13 +123,13 @@ def pool_advice(problem: str) -> str:
 
 def slots_for(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> int:
     """How many units of ``plan`` the pool runs at once."""
-    return parallel_slots(*_shape(plan), pool)
+    return parallel_slots(_shape(plan), pool)
 
 
 def _problem(plan: TaskPlan, pool: Sequence[WorkerCapacity], slots: int) -> str | None:
     if not any(plan.queue in w.queues for w in pool):
         return f"no worker of the pool serves the {plan.queue} queue"
-    problem = fit_problem(*_shape(plan), pool, scratch_gb=plan.scratch_gb)
+    problem = fit_problem(_shape(plan), pool)
     if problem is None and slots == 0:
         return f"no worker of the pool fits a process of {plan.memory_per_worker_gb:g} GiB"
     return problem

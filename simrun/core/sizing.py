@@ -184,77 +184,74 @@ def request_gb(
     return base_gb + per_worker_gb * request_slots(kind, processes, uses_cores)
 
 
-def parallel_slots(
-    kind: str,
-    queue: str,
-    base_gb: float,
-    per_worker_gb: float,
-    gpus: int,
-    uses_cores: bool,
-    workers: Sequence[WorkerCapacity],
-) -> int:
-    """How many units of a task ``workers`` of ``queue`` run at once (for a command: 1 when
-    one fits)."""
-    serving = [w for w in workers if queue in w.queues]
-    if kind == "command":
+@dataclass(frozen=True)
+class JobShape:
+    """What a job or a task's units ask of a worker of ``queue``, as sizing judges them."""
+
+    kind: str
+    queue: str
+    base_gb: float
+    per_worker_gb: float
+    gpus: int = 0
+    uses_cores: bool = False
+    scratch_gb: float = 0.0
+
+    def need_gb(self, processes: int) -> float:
+        """`request_gb` of the job on a worker of ``processes`` slots."""
+        return request_gb(self.kind, self.base_gb, self.per_worker_gb, processes, self.uses_cores)
+
+
+def parallel_slots(job: JobShape, workers: Sequence[WorkerCapacity]) -> int:
+    """How many units of a task ``workers`` run at once (for a command: 1 when one fits)."""
+    serving = [w for w in workers if job.queue in w.queues]
+    if job.kind == "command":
         fits = any(
-            request_gb("command", base_gb, per_worker_gb, w.processes, uses_cores)
-            <= w.memory_gb + SLACK_GB
-            and gpus <= w.gpus
+            job.need_gb(w.processes) <= w.memory_gb + SLACK_GB and job.gpus <= w.gpus
             for w in serving
         )
         return 1 if fits else 0
     total = 0
     for w in serving:
         slots = w.processes
-        if per_worker_gb > 0:
-            slots = min(slots, math.floor(w.memory_gb / per_worker_gb + SLACK_GB))
-        if gpus > 0:
-            slots = min(slots, w.gpus // gpus)
+        if job.per_worker_gb > 0:
+            slots = min(slots, math.floor(w.memory_gb / job.per_worker_gb + SLACK_GB))
+        if job.gpus > 0:
+            slots = min(slots, w.gpus // job.gpus)
         total += max(0, slots)
     return total
 
 
-def fit_problem(
-    kind: str,
-    queue: str,
-    base_gb: float,
-    per_worker_gb: float,
-    gpus: int,
-    uses_cores: bool,
-    workers: Sequence[WorkerCapacity],
-    scratch_gb: float = 0.0,
-) -> str | None:
-    """Why no live worker of ``queue`` can ever run this job, or None (also while none is
+def fit_problem(job: JobShape, workers: Sequence[WorkerCapacity]) -> str | None:
+    """Why no live worker of the job's queue can ever run it, or None (also while none is
     live)."""
+    queue = job.queue
     serving = [w for w in workers if queue in w.queues]
     if not serving:
         return None
     for w in serving:
-        need = request_gb(kind, base_gb, per_worker_gb, w.processes, uses_cores)
         if (
-            need <= w.memory_gb + SLACK_GB
-            and request_gpus(kind, gpus) <= w.gpus
-            and scratch_fits(scratch_gb, w.scratch_gb)
+            job.need_gb(w.processes) <= w.memory_gb + SLACK_GB
+            and request_gpus(job.kind, job.gpus) <= w.gpus
+            and scratch_fits(job.scratch_gb, w.scratch_gb)
         ):
             return None
-    if not any(scratch_fits(scratch_gb, w.scratch_gb) for w in serving):
+    if not any(scratch_fits(job.scratch_gb, w.scratch_gb) for w in serving):
         most = max(w.scratch_gb or 0.0 for w in serving)
         return (
-            f"needs {scratch_gb:g} GiB of local scratch; the {queue} worker with the most has "
-            f"{most:.3g} GiB free"
+            f"needs {job.scratch_gb:g} GiB of local scratch; the {queue} worker with the most "
+            f"has {most:.3g} GiB free"
         )
-    serving = [w for w in serving if scratch_fits(scratch_gb, w.scratch_gb)]
+    serving = [w for w in serving if scratch_fits(job.scratch_gb, w.scratch_gb)]
     largest = max(serving, key=lambda w: w.memory_gb)
-    need = request_gb(kind, base_gb, per_worker_gb, largest.processes, uses_cores)
+    need = job.need_gb(largest.processes)
     if need > largest.memory_gb + SLACK_GB:
         what = {"chunk": "per process", "merge": "for its merge", "command": "for its command"}
         return (
-            f"needs {need:g} GiB {what.get(kind, '')}; the largest {queue} worker has "
+            f"needs {need:g} GiB {what.get(job.kind, '')}; the largest {queue} worker has "
             f"{largest.memory_gb:g} GiB"
         )
     most = max(w.gpus for w in serving)
-    return f"needs {gpus} GPU(s); the {queue} worker with the most has {most}"
+    return f"needs {job.gpus} GPU(s); the {queue} worker with the most has {most}"
 
 
 def scratch_fits(need_gb: float, free_gb: float | None) -> bool:

@@ -187,16 +187,16 @@ def _fit(
     planned: Dispatch, queue: str, task_type: TaskType, capacities: Sequence[sizing.WorkerCapacity]
 ) -> str | None:
     res = planned.spec.resources
-    return sizing.fit_problem(
+    job = sizing.JobShape(
         planned.spec.kind,
         queue,
         res.memory_base_gb,
         res.memory_per_worker_gb,
         res.gpus,
         task_type.uses_cores,
-        capacities,
-        scratch_gb=res.scratch_gb,
+        res.scratch_gb,
     )
+    return sizing.fit_problem(job, capacities)
 
 
 @dataclass

@@ -240,13 +240,13 @@ class Scrape(Collector):
 
     def collect(self) -> Iterator[Metric]:
         m = self.metrics
-        for name, text, value in QUEUE_GAUGES:
+        for name, text, of_queue in QUEUE_GAUGES:
             family = GaugeMetricFamily(name, text, labels=["queue"])
             for q in m.queues:
-                family.add_metric([q.queue], value(q))
+                family.add_metric([q.queue], of_queue(q))
             yield family
-        for name, text, total in SERVICE_GAUGES:
-            if (value := total(m)) is not None:
+        for name, text, of_service in SERVICE_GAUGES:
+            if (value := of_service(m)) is not None:
                 yield GaugeMetricFamily(name, text, value)
 
 
