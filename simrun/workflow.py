@@ -1,8 +1,5 @@
-"""The workflow document: its models, how it is read, and how it is checked.
-
-Checking collects every problem of a document, each naming the task and field (and the
-line, when the document came from a file), instead of stopping at the first.
-"""
+"""The workflow document: its models, how it is read, and how it is checked (every problem
+at once, each naming its task, field and line)."""
 
 from __future__ import annotations
 
@@ -40,7 +37,7 @@ Loc = tuple[str | int, ...]
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with a document: where (a path into it, a line when known), what."""
+    """One thing wrong with a document: where (a path, a line when known) and what."""
 
     loc: Loc
     message: str
@@ -216,8 +213,7 @@ class Workflow(BaseModel):
         return next(iter(self.sources), "")
 
     def in_run_image(self, task_type: TaskType, default: str | None = None) -> TaskType:
-        """``task_type`` in its own image, else in the run's (``image``, else ``default``):
-        what a task's fingerprint is made of."""
+        """``task_type`` in its own image, else in the run's (``image``, else ``default``)."""
         image = self.image if self.image is not None else default
         if task_type.image is not None or image is None:
             return task_type
@@ -280,8 +276,7 @@ def _check_events(text: str) -> None:
 
 
 def _check_values(root: yaml.Node) -> None:
-    """Refuse a document of more than `MAX_YAML_VALUES` values once its aliases are
-    expanded ("billion laughs"), counting each node once."""
+    """Refuse a document of more than `MAX_YAML_VALUES` values once its aliases are expanded."""
     sizes: dict[int, int] = {}
 
     def size(node: yaml.Node) -> int:
@@ -464,8 +459,8 @@ def _unknown_setting(name: str, known: list[str]) -> str:
 
 
 def _settings_messages(spec: TaskSpec, task_type: TaskType) -> list[tuple[Loc, str]]:
-    """The problems of a task's settings; an unknown name is one (a model ignoring it would
-    run with its default) unless the model has ``extra="allow"``."""
+    """The problems of a task's settings, an unknown name one unless the model has
+    ``extra="allow"``."""
     model = task_type.settings
     known = setting_names(model)
     messages: list[tuple[Loc, str]] = []
@@ -552,8 +547,8 @@ def _task_messages(
 def validate_workflow(
     doc: Workflow, types: Mapping[str, TaskType], lines: Mapping[Loc, int] | None = None
 ) -> list[Problem]:
-    """Every problem of ``doc`` against the installed ``types``; empty when it can run.
-    Pure: source paths are `source_problems`'. ``lines`` gives the problems lines."""
+    """Every problem of ``doc`` against the installed ``types`` (but its source paths);
+    ``lines`` gives the problems lines."""
     problems: list[Problem] = []
 
     def add(loc: Loc, message: str, task: str | None = None) -> None:
@@ -610,17 +605,12 @@ def _lines_of(text: str | None) -> dict[Loc, int]:
         return {}
 
 
-def _sources(
-    doc: Workflow, base: Path | None, uploaded: Mapping[str, Path] | None = None
-) -> tuple[dict[str, Path], list[Problem]]:
-    """Each source's file (the ``uploaded`` one, else the document's path relative to
-    ``base``), and a problem for each that does not exist."""
+def _sources(doc: Workflow, base: Path | None) -> tuple[dict[str, Path], list[Problem]]:
+    """Each source's path (relative to ``base``), and a problem for each that is missing."""
     found: dict[str, Path] = {}
     problems: list[Problem] = []
     for name, raw in doc.sources.items():
-        path = (uploaded or {}).get(name)
-        if path is None:
-            path = Path(raw) if base is None or Path(raw).is_absolute() else base / raw
+        path = Path(raw) if base is None or Path(raw).is_absolute() else base / raw
         if not path.exists():
             problems.append(Problem(("sources", name), f"file not found: {path}"))
         found[name] = path
@@ -635,8 +625,8 @@ def source_problems(doc: Workflow, base: Path) -> list[Problem]:
 def program_problems(
     doc: Workflow, types: Mapping[str, TaskType], text: str | None = None
 ) -> list[Problem]:
-    """Tasks whose command's program is not found here (`find_program`, the lookup of
-    ``simrun-exec``), but for those run in an image; ``text`` gives the problems lines."""
+    """Tasks not run in an image whose command's program is not found here (``text`` gives
+    the problems lines)."""
     lines = _lines_of(text)
     problems: list[Problem] = []
     for i, spec in enumerate(doc.tasks):
@@ -654,12 +644,10 @@ def program_problems(
     return problems
 
 
-def source_paths(
-    doc: Workflow, base: Path | None, uploaded: Mapping[str, Path] | None = None
-) -> dict[str, Path]:
-    """Each source's file: the ``uploaded`` one, else its path in the document (relative
-    to ``base``). `WorkflowError` names every source that does not exist."""
-    found, problems = _sources(doc, base, uploaded)
+def source_paths(doc: Workflow, base: Path | None) -> dict[str, Path]:
+    """Each source's path in the document (relative to ``base``); `WorkflowError` names
+    every source that does not exist."""
+    found, problems = _sources(doc, base)
     if problems:
         raise WorkflowError(problems, "workflow")
     return found
@@ -751,8 +739,7 @@ def apply_overrides(doc: Workflow, overrides: list[SettingOverride], source: str
 def blame_overrides(
     error: WorkflowError, doc: Workflow, overrides: list[SettingOverride]
 ) -> WorkflowError:
-    """``error`` with each problem of a setting an override gave saying so (without the
-    file's line)."""
+    """``error`` with each problem of a setting an override gave saying so."""
     index = {t.name: i for i, t in enumerate(doc.tasks)}
     given: dict[Loc, str] = {}
     for o in overrides:

@@ -23,7 +23,6 @@ from simrun.plugins import TaskType
 from simrun.queues.client import JobQueue, forget_attempts, set_current_attempts
 from simrun.queues.connect import cancel_and_wait, wait_for_redis
 from simrun.resources import ResourceStore
-from simrun.runstore.rows import RunRow, UnknownRunError
 from simrun.runstore.store import RunStore
 from simrun.service import decisions
 from simrun.service.advance import Advance, RunsToAdvance
@@ -387,16 +386,3 @@ class Controller:
                 )
                 del by_task[task]
             del self._owed_attempts[run_id]
-
-    async def wait(self, run_id: str, timeout_s: float, poll_s: float = 0.05) -> RunRow:
-        """The run once it ended; `TimeoutError` after ``timeout_s``."""
-        deadline = self.clock.monotonic() + timeout_s
-        while True:
-            row = await self.store.run(run_id)
-            if row is None:
-                raise UnknownRunError(f"there is no run {run_id!r}")
-            if row.state != "running":
-                return row
-            if self.clock.monotonic() >= deadline:
-                raise TimeoutError(f"run {run_id} still running after {timeout_s:g} s")
-            await self.clock.sleep(poll_s)
