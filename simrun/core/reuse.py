@@ -89,9 +89,7 @@ def _resolved(
 
 
 def all_fingerprints(
-    order: Sequence[str],
-    identities: Mapping[str, TaskIdentity],
-    source_hashes: Mapping[str, str],
+    order: Sequence[str], identities: Mapping[str, TaskIdentity], source_hashes: Mapping[str, str]
 ) -> tuple[dict[str, str], dict[str, str]]:
     """The fingerprint of every task of ``order`` (topological), and the unit fingerprint of
     each that has one."""

@@ -22,11 +22,7 @@ if TYPE_CHECKING:
 
 
 async def set_current_attempts(
-    redis: Redis,
-    keys: Keys,
-    run: str,
-    task: str,
-    attempts: Mapping[UnitKey, int],
+    redis: Redis, keys: Keys, run: str, task: str, attempts: Mapping[UnitKey, int]
 ) -> None:
     """Record the attempt dispatched last of each unit of a task, when above 1 (a unit with
     none recorded is current for any attempt)."""

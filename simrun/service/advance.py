@@ -31,13 +31,7 @@ from simrun.core.reuse import (
     units_present,
     units_reused_text,
 )
-from simrun.core.states import (
-    ACTIVE_TASK_STATES,
-    TaskCounts,
-    TaskState,
-    next_task_state,
-    run_state,
-)
+from simrun.core.states import ACTIVE_TASK_STATES, TaskCounts, TaskState, next_task_state, run_state
 from simrun.plugins import TaskType, UnitOutputs, unchecked_count, unit_outputs
 from simrun.resources import resource_key
 from simrun.runstore.reads import DoneTask
@@ -91,12 +85,9 @@ class UnitCounter:
         return max(0.0, self._deadline - time.monotonic())
 
     def _start(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        run_id: str,
-        task_type: TaskType,
-        settings: Mapping[str, Any],
+        self, run_id: str, task_type: TaskType, settings: Mapping[str, Any]
     ) -> concurrent.futures.Future[object]:
+        loop = asyncio.get_running_loop()
         future: concurrent.futures.Future[object] = concurrent.futures.Future()
 
         def count() -> None:
@@ -129,7 +120,7 @@ class UnitCounter:
         if found is None:
             if self.busy():
                 return None
-            future = self._start(asyncio.get_running_loop(), run_id, task_type, task.settings)
+            future = self._start(run_id, task_type, task.settings)
             self._fresh.add(id(future))
             found = self._futures[key] = (future, now)
         future, started = found
@@ -371,11 +362,7 @@ def plan_moves(
     for task in tasks:
         state = states[task.name]
         if state in ACTIVE_TASK_STATES:
-            new, merge = next_task_state(
-                state,
-                counts.get(task.name, TaskCounts()),
-                task.has_merge,
-            )
+            new, merge = next_task_state(state, counts.get(task.name, TaskCounts()), task.has_merge)
             if new != state or merge:
                 moves.append(TaskMove(task.name, new, merge))
     return moves

@@ -99,11 +99,7 @@ def pending_page(
     wanted += [
         UnitRow(*where, i, "chunk", "pending") for i in fresh[skip : skip + limit - len(wanted)]
     ]
-    return {
-        "total": total,
-        "offset": offset,
-        "units": [unit_line(u) for u in wanted],
-    }
+    return {"total": total, "offset": offset, "units": [unit_line(u) for u in wanted]}
 
 
 def done_page(

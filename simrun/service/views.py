@@ -19,10 +19,7 @@ def _shared(row: Any, view: type[Any]) -> dict[str, Any]:
 
 
 def task_view(
-    task: TaskRow,
-    counts: TaskCounts | None,
-    processes: int,
-    observed: ObservedRate | None = None,
+    task: TaskRow, counts: TaskCounts | None, processes: int, observed: ObservedRate | None = None
 ) -> TaskView:
     """A task's view (``processes``: the live processes of its queue)."""
     counts = counts or TaskCounts()
@@ -63,10 +60,7 @@ def run_view(
     observed = observed or {}
     views = tuple(
         task_view(
-            t,
-            counts.get(t.name),
-            processes_by_queue.get(t.queue or "cpu", 0),
-            observed.get(t.name),
+            t, counts.get(t.name), processes_by_queue.get(t.queue or "cpu", 0), observed.get(t.name)
         )
         for t in tasks
     )
