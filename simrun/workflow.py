@@ -442,13 +442,9 @@ def _suggest(word: str, choices: list[str]) -> str:
 
 def setting_names(model: type[BaseModel]) -> list[str]:
     """The top-level names a settings model accepts: its fields and their aliases."""
-    names: set[str] = set()
-    for name, info in model.model_fields.items():
-        names.add(name)
-        if isinstance(info.alias, str):
-            names.add(info.alias)
-        if isinstance(info.validation_alias, str):
-            names.add(info.validation_alias)
+    names = set(model.model_fields)
+    for info in model.model_fields.values():
+        names.update(a for a in (info.alias, info.validation_alias) if isinstance(a, str))
     return sorted(names)
 
 
