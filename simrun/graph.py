@@ -1,10 +1,10 @@
 """Pure functions over the task graph of a workflow (each task to the tasks it reads
-from): order, cycles, readiness."""
+from): order, cycles, what reads a task."""
 
 from __future__ import annotations
 
 import graphlib
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 
 Graph = Mapping[str, Collection[str]]
 
@@ -59,15 +59,6 @@ def topological_order(deps: Graph) -> list[str]:
         order.extend(wave)
         sorter.done(*wave)
     return order
-
-
-def ready_tasks(deps: Graph, done: Iterable[str], started: Iterable[str] = ()) -> list[str]:
-    """Tasks that may start now: not done, not started, every dependency done. Sorted."""
-    done_set = set(done)
-    skip = done_set | set(started)
-    return sorted(
-        name for name, ds in deps.items() if name not in skip and all(d in done_set for d in ds)
-    )
 
 
 def downstream(deps: Graph, task: str) -> set[str]:

@@ -1,11 +1,6 @@
-"""The plugin interface: task types, the resources they hint at, and how they are found.
-
-A plugin package registers `TaskType` objects under the entry-point group
-`ENTRY_POINT_GROUP`. The callables of a type are named by ``"module:function"`` strings so
-that a worker process imports them itself (`resolve`); nothing callable crosses Redis.
-A type can also be named directly by a ``"module:OBJECT"`` reference (`load_plugin_ref`,
-the ``--plugins`` option of the worker and the service), without being installed.
-"""
+"""The plugin interface: task types (entry points of `ENTRY_POINT_GROUP`, or ``--plugins``
+``"module:OBJECT"`` references), their resource hints, and how they are loaded. A type's
+callables are ``"module:function"`` strings a worker imports itself (`resolve`)."""
 
 from __future__ import annotations
 
@@ -56,8 +51,8 @@ def command_parts(template: str) -> list[str]:
 
 
 def command_template_problem(template: str) -> str | None:
-    """What is wrong with a ``command`` template (its parts may use `COMMAND_PLACEHOLDERS`
-    in braces, ``{{``/``}}`` for literal ones), as a sentence; None if it can be expanded."""
+    """What is wrong with a ``command`` template (braces: `COMMAND_PLACEHOLDERS`, ``{{``
+    and ``}}`` literal), as a sentence; None if it can be expanded."""
     try:
         parts = command_parts(template)
     except ValueError as exc:
@@ -87,8 +82,8 @@ class PluginError(ValueError):
 
 @dataclass(frozen=True)
 class ResourceHint:
-    """What a task type asks for before anything has been learned about it:
-    ``memory_base_gb`` besides its worker processes, ``memory_per_worker_gb`` for each."""
+    """What a task type asks for before anything is learned: ``memory_base_gb`` besides its
+    worker processes, ``memory_per_worker_gb`` for each."""
 
     memory_base_gb: float = 2.0
     memory_per_worker_gb: float = 6.0
@@ -130,30 +125,17 @@ class TaskPaths:
         )
 
     def checkpoint(self, index: int) -> Path:
-        """Where unit ``index`` of a type with ``checkpoints=True`` keeps what it needs to
-        resume: ``task_dir / "checkpoints" / "<index>"``, in the store, so that the next
-        attempt of a unit killed or evicted finds it on whatever worker it runs. The worker
-        makes it before the unit runs and removes it once the unit is done; the unit writes
-        its files there atomically (a temporary name, then a rename) and reads them back
-        first thing."""
+        """Where unit ``index`` of a type with ``checkpoints=True`` keeps what it resumes
+        from, in the store (made before the unit runs, removed once it is done)."""
         return self.task_dir / "checkpoints" / str(index)
 
 
 @dataclass(frozen=True)
 class TaskType:
-    """One kind of task a workflow can use.
-
-    A type is either *splittable* (``count_units`` + ``compute_unit``, optionally ``setup``
-    and ``merge``): its work is cut into units computed independently by worker processes;
-    or *unsplit*: one ``command`` (an argv template) run through ``simrun-exec``.
-
-    Every callable receives the task's settings as an instance of ``settings`` (the
-    workflow's values validated by the model, defaults filled in); ``plan`` returns one.
-
-    ``compute_unit`` may run more than once for the same index (an evicted worker, a
-    re-enqueue after Redis lost its data), so it must write outputs that depend only on the
-    settings and the index, each one atomically (write a temporary file, then rename).
-    """
+    """One kind of task: *splittable* (``count_units`` + ``compute_unit``, optionally
+    ``setup`` and ``merge``) or *unsplit* (one ``command`` run through ``simrun-exec``).
+    Callables get the validated ``settings``; ``compute_unit`` may run twice for an index,
+    so it writes outputs of the settings and index only, each atomically."""
 
     name: str
     settings: type[BaseModel]
@@ -174,7 +156,7 @@ class TaskType:
 
     @property
     def splittable(self) -> bool:
-        """True when the task's work is cut into units (it has a ``compute_unit``)."""
+        """Whether the task's work is cut into units (it has a ``compute_unit``)."""
         return self.compute_unit is not None
 
 
@@ -184,26 +166,12 @@ UNIT_OUTPUTS_ATTR = "simrun_unit_outputs"
 
 @dataclass(frozen=True)
 class UnitOutputs:
-    """What a splittable type declares of its units' outputs to have them reused per unit
-    across runs (opt-in; `TaskType`'s fields are unchanged): the settings model holds one
-    as the class attribute ``simrun_unit_outputs`` (a ``ClassVar``, which pydantic leaves
-    alone)::
-
-        class Settings(BaseModel):
-            simrun_unit_outputs: ClassVar[UnitOutputs] = UnitOutputs(
-                files=("part-{index:05d}.npy",), count_settings=("chunks",)
-            )
-            chunks: int = 100
-            seed: int = 1
-
-    ``files``: the files of unit ``index`` relative to the task's ``out`` directory, each
-    with ``{index}`` (a format spec allowed, ``{index:05d}``); unit ``index`` writes them
-    all and no other unit writes them, and ``merge`` leaves them as they are.
-    ``count_settings``: the settings that change only how many units there are, never what
-    any one unit writes. A unit of a later run is then the same as unit ``index`` of an
-    earlier run when the type, its version, its inputs and every other setting are equal:
-    it takes that unit's files (hard links) instead of running, and the merge runs again.
-    """
+    """A splittable type's units' outputs, declared to have units reused one by one across
+    runs: the settings model's ``ClassVar`` ``simrun_unit_outputs = UnitOutputs(files=
+    ("part-{index:05d}.npy",), count_settings=("chunks",))``. ``files``: what unit
+    ``index`` alone writes under ``out`` (``merge`` leaves them); ``count_settings``: the
+    settings that change only how many units there are. A unit equal but for those takes
+    the earlier unit's files instead of running."""
 
     files: tuple[str, ...]
     count_settings: tuple[str, ...] = ()
@@ -214,8 +182,7 @@ class UnitOutputs:
 
 
 def unit_outputs(task_type: TaskType) -> UnitOutputs | None:
-    """What ``task_type`` declares of its units' outputs; None when it does not or is not
-    splittable."""
+    """What ``task_type`` declares of its units' outputs; None if nothing or not splittable."""
     found = getattr(task_type.settings, UNIT_OUTPUTS_ATTR, None)
     if not task_type.splittable or not isinstance(found, UnitOutputs):
         return None
@@ -284,8 +251,8 @@ def _reference_problem(ref: object, form: str = "module:function") -> str | None
 
 
 def _import_object(ref: str, what: str) -> Any:
-    """The object a well-formed ``"module:attr.path"`` names; `PluginError` (starting with
-    ``what`` and the reference) says which step failed."""
+    """The object a well-formed ``"module:attr.path"`` names; `PluginError` says which step
+    failed."""
     module_name, _, attr_path = ref.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
@@ -306,11 +273,8 @@ def _import_object(ref: str, what: str) -> Any:
 
 
 def resolve(ref: str) -> Callable[..., Any]:
-    """Import the function that a ``"module:function"`` string names.
-
-    Raises `PluginError` saying which step failed: a malformed reference, a module that
-    cannot be imported, a missing attribute, or an attribute that is not callable.
-    """
+    """Import the function that a ``"module:function"`` string names; `PluginError` says
+    which step failed (the form, the import, the attribute, not callable)."""
     problem = _reference_problem(ref)
     if problem is not None:
         raise PluginError(f"reference {problem}")
@@ -324,9 +288,8 @@ def resolve(ref: str) -> Callable[..., Any]:
 
 
 def load_plugin_ref(ref: str) -> TaskType:
-    """The `TaskType` a ``"module:OBJECT"`` reference names (``OBJECT`` may be dotted),
-    loaded without an entry point (``--plugins``) and checked as `load_task_types` checks
-    entry points; `PluginError` says which step failed."""
+    """The `TaskType` a ``"module:OBJECT"`` reference names (``--plugins``), checked as
+    `load_task_types` checks entry points; `PluginError` says which step failed."""
     problem = _reference_problem(ref, "module:OBJECT")
     if problem is not None:
         raise PluginError(f"plugin reference {problem}")
@@ -409,8 +372,7 @@ def task_type_problems(task_type: object) -> list[str]:
     """Everything that stops ``task_type`` from ever running, as sentences; empty if fine."""
     if not isinstance(task_type, TaskType):
         return [f"is a {type(task_type).__name__}, not a simrun.plugins.TaskType"]
-    # Plugins are untyped at run time: check the values, not what the annotations promise.
-    tt: Any = task_type
+    tt: Any = task_type  # untyped at run time: check the values, not the annotations
     return [
         *_kind_problems(tt),
         *_port_problems(tt),
@@ -426,13 +388,8 @@ def _describe(ep: EntryPoint) -> str:
 
 
 def load_task_types(eps: Iterable[EntryPoint] | None = None) -> dict[str, TaskType]:
-    """Load the task types of every entry point of `ENTRY_POINT_GROUP`, by name.
-
-    ``eps`` defaults to the installed entry points; pass others to load a chosen set.
-    Every entry point that fails to import or is not a usable task type is reported in one
-    `PluginError` naming the entry point; a name registered twice raises `ValueError`
-    naming both entry points.
-    """
+    """The task types of the entry points ``eps`` (default: of `ENTRY_POINT_GROUP`), by
+    name; one `PluginError` names every unusable one, `ValueError` a name registered twice."""
     if eps is None:
         eps = entry_points(group=ENTRY_POINT_GROUP)
     found: dict[str, tuple[TaskType, EntryPoint]] = {}
@@ -467,8 +424,7 @@ def load_task_types(eps: Iterable[EntryPoint] | None = None) -> dict[str, TaskTy
 
 
 def load_types(plugins: Sequence[str] = ()) -> dict[str, TaskType]:
-    """The installed task types plus those named by ``plugins`` (`load_plugin_ref`), which
-    replace an installed one of their name."""
+    """The installed task types, replaced or joined by those ``plugins`` name."""
     types = load_task_types()
     for ref in plugins:
         task_type = load_plugin_ref(ref)
@@ -476,11 +432,17 @@ def load_types(plugins: Sequence[str] = ()) -> dict[str, TaskType]:
     return types
 
 
-def count_units(task_type: TaskType, settings: Mapping[str, Any]) -> int:
-    """Run the type's ``count_units`` on its parsed settings (in a thread)."""
+def unchecked_count(task_type: TaskType, settings: Mapping[str, Any]) -> object:
+    """What the type's ``count_units`` returns for ``settings``, unchecked (in a thread)."""
     assert task_type.count_units is not None
     parsed = task_type.settings.model_validate(dict(settings))
-    count = resolve(task_type.count_units)(parsed)
+    result: object = resolve(task_type.count_units)(parsed)
+    return result
+
+
+def count_units(task_type: TaskType, settings: Mapping[str, Any]) -> int:
+    """Run the type's ``count_units`` on its parsed settings (in a thread)."""
+    count = unchecked_count(task_type, settings)
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ValueError(f"count_units of {task_type.name!r} returned {count!r}, not an int >= 0")
     return count

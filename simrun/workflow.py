@@ -1,8 +1,5 @@
-"""The workflow document: its models, how it is read, and how it is checked.
-
-Checking collects every problem of a document, each naming the task and field (and the
-line, when the document came from a file), instead of stopping at the first.
-"""
+"""The workflow document: its models, how it is read, and how it is checked (every problem
+at once, each naming its task, field and line)."""
 
 from __future__ import annotations
 
@@ -40,7 +37,7 @@ Loc = tuple[str | int, ...]
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with a document: where (a path into it, a line when known), what."""
+    """One thing wrong with a document: where (a path, a line when known) and what."""
 
     loc: Loc
     message: str
@@ -141,8 +138,7 @@ class TaskSpec(BaseModel):
     resources: ResourceOverride | None = None
     #: Errors and timeouts of a unit retried after the first (default: ``--max-retries``).
     retries: int | None = Field(default=None, strict=True)
-    #: What is retried at all: "memory", "timeout", "error" and exception type names
-    #: (default: everything); anything else fails the unit at once.
+    #: What is retried at all: "memory", "timeout", "error", exception names (default: all).
     retry_on: list[str] | None = None
     #: Wait before the first retry of an error or timeout, doubled for each further one.
     retry_delay_s: float | None = None
@@ -217,8 +213,7 @@ class Workflow(BaseModel):
         return next(iter(self.sources), "")
 
     def in_run_image(self, task_type: TaskType, default: str | None = None) -> TaskType:
-        """``task_type`` in its own image, else in the run's (``image``, else ``default``):
-        what a task's fingerprint is made of."""
+        """``task_type`` in its own image, else in the run's (``image``, else ``default``)."""
         image = self.image if self.image is not None else default
         if task_type.image is not None or image is None:
             return task_type
@@ -244,9 +239,6 @@ class Workflow(BaseModel):
     def order(self) -> list[str]:
         """Task names in an order that runs every task after its inputs."""
         return topological_order(self.dependencies())
-
-
-# --- reading -----------------------------------------------------------------------------
 
 
 def _format_loc(loc: Loc) -> str:
@@ -284,8 +276,7 @@ def _check_events(text: str) -> None:
 
 
 def _check_values(root: yaml.Node) -> None:
-    """Refuse a document of more than `MAX_YAML_VALUES` values once its aliases are
-    expanded ("billion laughs"), counting each node once."""
+    """Refuse a document of more than `MAX_YAML_VALUES` values once its aliases are expanded."""
     sizes: dict[int, int] = {}
 
     def size(node: yaml.Node) -> int:
@@ -440,9 +431,6 @@ def load_workflow(path: Path) -> Workflow:
     return parse_workflow(text, str(path))
 
 
-# --- checking ----------------------------------------------------------------------------
-
-
 def _suggest(word: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(word, choices, n=3, cutoff=0.5)
     if close:
@@ -454,13 +442,9 @@ def _suggest(word: str, choices: list[str]) -> str:
 
 def setting_names(model: type[BaseModel]) -> list[str]:
     """The top-level names a settings model accepts: its fields and their aliases."""
-    names: set[str] = set()
-    for name, info in model.model_fields.items():
-        names.add(name)
-        if isinstance(info.alias, str):
-            names.add(info.alias)
-        if isinstance(info.validation_alias, str):
-            names.add(info.validation_alias)
+    names = set(model.model_fields)
+    for info in model.model_fields.values():
+        names.update(a for a in (info.alias, info.validation_alias) if isinstance(a, str))
     return sorted(names)
 
 
@@ -471,8 +455,8 @@ def _unknown_setting(name: str, known: list[str]) -> str:
 
 
 def _settings_messages(spec: TaskSpec, task_type: TaskType) -> list[tuple[Loc, str]]:
-    """The problems of a task's settings; an unknown name is one (a model ignoring it would
-    run with its default) unless the model has ``extra="allow"``."""
+    """The problems of a task's settings, an unknown name one unless the model has
+    ``extra="allow"``."""
     model = task_type.settings
     known = setting_names(model)
     messages: list[tuple[Loc, str]] = []
@@ -559,8 +543,8 @@ def _task_messages(
 def validate_workflow(
     doc: Workflow, types: Mapping[str, TaskType], lines: Mapping[Loc, int] | None = None
 ) -> list[Problem]:
-    """Every problem of ``doc`` against the installed ``types``; empty when it can run.
-    Pure: source paths are `source_problems`'. ``lines`` gives the problems lines."""
+    """Every problem of ``doc`` against the installed ``types`` (but its source paths);
+    ``lines`` gives the problems lines."""
     problems: list[Problem] = []
 
     def add(loc: Loc, message: str, task: str | None = None) -> None:
@@ -617,17 +601,12 @@ def _lines_of(text: str | None) -> dict[Loc, int]:
         return {}
 
 
-def _sources(
-    doc: Workflow, base: Path | None, uploaded: Mapping[str, Path] | None = None
-) -> tuple[dict[str, Path], list[Problem]]:
-    """Each source's file (the ``uploaded`` one, else the document's path relative to
-    ``base``), and a problem for each that does not exist."""
+def _sources(doc: Workflow, base: Path | None) -> tuple[dict[str, Path], list[Problem]]:
+    """Each source's path (relative to ``base``), and a problem for each that is missing."""
     found: dict[str, Path] = {}
     problems: list[Problem] = []
     for name, raw in doc.sources.items():
-        path = (uploaded or {}).get(name)
-        if path is None:
-            path = Path(raw) if base is None or Path(raw).is_absolute() else base / raw
+        path = Path(raw) if base is None or Path(raw).is_absolute() else base / raw
         if not path.exists():
             problems.append(Problem(("sources", name), f"file not found: {path}"))
         found[name] = path
@@ -642,8 +621,8 @@ def source_problems(doc: Workflow, base: Path) -> list[Problem]:
 def program_problems(
     doc: Workflow, types: Mapping[str, TaskType], text: str | None = None
 ) -> list[Problem]:
-    """Tasks whose command's program is not found here (`find_program`, the lookup of
-    ``simrun-exec``), but for those run in an image; ``text`` gives the problems lines."""
+    """Tasks not run in an image whose command's program is not found here (``text`` gives
+    the problems lines)."""
     lines = _lines_of(text)
     problems: list[Problem] = []
     for i, spec in enumerate(doc.tasks):
@@ -661,12 +640,10 @@ def program_problems(
     return problems
 
 
-def source_paths(
-    doc: Workflow, base: Path | None, uploaded: Mapping[str, Path] | None = None
-) -> dict[str, Path]:
-    """Each source's file: the ``uploaded`` one, else its path in the document (relative
-    to ``base``). `WorkflowError` names every source that does not exist."""
-    found, problems = _sources(doc, base, uploaded)
+def source_paths(doc: Workflow, base: Path | None) -> dict[str, Path]:
+    """Each source's path in the document (relative to ``base``); `WorkflowError` names
+    every source that does not exist."""
+    found, problems = _sources(doc, base)
     if problems:
         raise WorkflowError(problems, "workflow")
     return found
@@ -688,9 +665,6 @@ def uploaded_sources(doc: Workflow, uploaded: Mapping[str, Path]) -> dict[str, P
     if problems:
         raise WorkflowError(problems, "workflow")
     return {name: uploaded[name] for name in doc.sources}
-
-
-# --- --set TASK.SETTING=VALUE ------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -761,8 +735,7 @@ def apply_overrides(doc: Workflow, overrides: list[SettingOverride], source: str
 def blame_overrides(
     error: WorkflowError, doc: Workflow, overrides: list[SettingOverride]
 ) -> WorkflowError:
-    """``error`` with each problem of a setting an override gave saying so (without the
-    file's line)."""
+    """``error`` with each problem of a setting an override gave saying so."""
     index = {t.name: i for i, t in enumerate(doc.tasks)}
     given: dict[Loc, str] = {}
     for o in overrides:

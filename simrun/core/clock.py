@@ -1,6 +1,4 @@
-"""The clock the controller and the worker's heartbeat read, injected so that tests step
-time (`ManualClock`): ``now()`` wall time, ``monotonic()`` spans, ``sleep()``.
-"""
+"""The clock the controller and the heartbeat read, injected so that tests step time."""
 
 from __future__ import annotations
 
@@ -42,9 +40,28 @@ class SystemClock:
 SYSTEM_CLOCK: Clock = SystemClock()
 
 
+class Every:
+    """A period on a clock: `due` is True at first, then once ``period_s`` passed since it
+    last was."""
+
+    def __init__(self, clock: Clock, period_s: float) -> None:
+        self.clock, self.period_s = clock, period_s
+        self.reset()
+
+    def reset(self) -> None:
+        """Be due at the next call."""
+        self._last = -float("inf")
+
+    def due(self) -> bool:
+        now = self.clock.monotonic()
+        if now - self._last < self.period_s:
+            return False
+        self._last = now
+        return True
+
+
 class ManualClock:
-    """A clock that moves only when told (`advance`) or slept on: both its readings move
-    together, and ``sleep`` returns at once (after letting other tasks run)."""
+    """A clock that moves only when told (`advance`) or slept on (``sleep`` returns at once)."""
 
     def __init__(self, now_s: float | None = None) -> None:
         self._now = time.time() if now_s is None else now_s

@@ -1,6 +1,5 @@
-"""The environment plugin code runs in: where a command's program is found (`find_program`)
-and how many threads a command or a unit may use (`thread_environment`).
-"""
+"""The environment plugin code runs in: where a command's program is found, and how many
+threads a command or a unit may use."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ THREAD_VARIABLES = (
 
 
 def command_program(template: str) -> str | None:
-    """The program a ``command`` template runs (its first part); None when it cannot be
-    split or is empty (the loader refuses those)."""
+    """The program a ``command`` template runs; None when it cannot be split or is empty."""
     try:
         parts = command_parts(template)
     except ValueError:
@@ -36,8 +34,8 @@ def command_program(template: str) -> str | None:
 
 
 def program_dirs(path: str | None) -> list[str]:
-    """Where a program is looked for: the directories of ``path`` (None: this process's
-    ``PATH``), then this interpreter's (a virtual environment's ``bin``, not resolved)."""
+    """Where a program is looked for: ``path`` (None: ``PATH``), then this interpreter's
+    directory."""
     value = os.environ.get("PATH", os.defpath) if path is None else path
     dirs = [d for d in value.split(os.pathsep) if d]
     own = str(Path(sys.executable).parent) if sys.executable else ""
@@ -47,8 +45,8 @@ def program_dirs(path: str | None) -> list[str]:
 
 
 def find_program(program: str, path: str | None = None) -> str | None:
-    """The executable file ``program`` names: itself when it holds a ``/``, else the first
-    in `program_dirs`; None when there is none. The one lookup (``simrun-exec``, validate)."""
+    """The executable ``program`` names (a path, or looked up in `program_dirs`); None when
+    there is none. The one lookup of ``simrun-exec`` and of validation."""
     if "/" in program:
         return program if os.path.isfile(program) and os.access(program, os.X_OK) else None
     return shutil.which(program, path=os.pathsep.join(program_dirs(path)))
@@ -66,8 +64,7 @@ def program_problem(template: str, path: str | None = None) -> str | None:
 
 
 def thread_environment(processes: int) -> dict[str, str]:
-    """`PROCESSES_VARIABLE` and each of `THREAD_VARIABLES` for plugin code sized for
-    ``processes`` (1 for a command not ``uses_cores`` and for units' worker processes)."""
+    """`PROCESSES_VARIABLE` and `THREAD_VARIABLES` for plugin code sized for ``processes``."""
     n = str(max(1, processes))
     return {PROCESSES_VARIABLE: n, **dict.fromkeys(THREAD_VARIABLES, n)}
 

@@ -1,7 +1,6 @@
-"""The ETA of a task and of a run, the one rule the service's views, the command line and
-the forecast follow (pure: every time is passed in): the observed completion rate blended
-with the learned speed while too little has been observed (`task_eta_s`), and over a run
-the longest chain of tasks, at least each queue's tasks one after the other (`run_eta_s`)."""
+"""The one ETA rule of tasks and runs (pure): a task's observed rate blended with its learned
+speed (`task_eta_s`); a run's longest chain of tasks, at least each queue's tasks one after
+the other (`run_eta_s`)."""
 
 from __future__ import annotations
 
@@ -13,10 +12,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class EtaRules:
-    """The constants of the rule: the rate's window (at least ``min_window_s``, else
-    ``window_fraction`` of the time observed, at most ``max_window_s``, and at least
-    ``min_points`` steps); the blend's full trust after ``full_units_per_process`` x
-    processes units (at least ``min_full_units``) and ``full_steps`` steps."""
+    """The constants of the rule: the bounds of the rate's window, and how much must be
+    observed before the observed rate is trusted fully."""
 
     min_window_s: float = 5.0
     window_fraction: float = 0.5
@@ -42,10 +39,8 @@ ETA_RULES = EtaRules()
 
 @dataclass(frozen=True)
 class ObservedRate:
-    """A task's observed completion rate: ``units_per_s`` over the window, and how much
-    was observed in all since observation started: ``units`` finished, ``span_s`` seconds
-    and ``steps`` of progress. ``age_s`` is how old the count is: the time since it last
-    grew, up to the usual gap between steps (the units left then are fewer now)."""
+    """A task's completion rate over the window, and all observed since the start: units,
+    seconds and steps; ``age_s``: since the count last grew (at most the usual gap)."""
 
     units_per_s: float
     units: int
@@ -55,9 +50,8 @@ class ObservedRate:
 
 
 def learned_eta_s(remaining: int, seconds_per_unit: float | None, processes: int) -> float | None:
-    """Seconds for ``remaining`` units at the learned ``seconds_per_unit`` on ``processes``
-    processes, in waves: ``ceil(remaining / processes) * seconds per unit``. 0 with nothing
-    left; None while the speed or any process is unknown."""
+    """Seconds for ``remaining`` units in waves of ``processes``; None while the speed or
+    the processes are unknown."""
     if remaining <= 0:
         return 0.0
     if seconds_per_unit is None or processes <= 0:
@@ -80,8 +74,8 @@ def task_eta_s(
     observed: ObservedRate | None,
     rules: EtaRules = ETA_RULES,
 ) -> float | None:
-    """A task's ETA: 0 with nothing left; the observed and the learned ETA blended by
-    `observed_weight`; either alone when the other is unknown; None when both are."""
+    """A task's ETA: the observed and the learned one blended by `observed_weight` (either
+    alone when the other is unknown)."""
     if remaining <= 0:
         return 0.0
     learned = learned_eta_s(remaining, seconds_per_unit, processes)
@@ -95,8 +89,7 @@ def task_eta_s(
 
 
 def pace_rate(finished: int, started_s: float | None, now_s: float | None) -> ObservedRate | None:
-    """The rate of a task from its start to ``now_s`` (one sample: what a reader without
-    samples knows); None before the first unit finished or without the times."""
+    """The rate of a task from its start to ``now_s`` (for a reader without samples)."""
     if started_s is None or now_s is None or finished <= 0:
         return None
     span = now_s - started_s
@@ -106,9 +99,8 @@ def pace_rate(finished: int, started_s: float | None, now_s: float | None) -> Ob
 
 
 class ProgressSampler:
-    """The samples of (time, finished units) of one task and its observed rate: only samples
-    that show progress are kept (merged when closer than ``spacing_s``, dropped once older
-    than the window needs); a count or a time that goes back starts again."""
+    """The (time, finished units) samples of one task that show progress, within the
+    window, and its observed rate; a count or a time that goes back starts again."""
 
     def __init__(self, rules: EtaRules = ETA_RULES) -> None:
         self.rules = rules
@@ -200,8 +192,8 @@ class RunProgress:
         self._tasks: dict[str, ProgressSampler] = {}
 
     def observe(self, now: float, finished: Mapping[str, int]) -> dict[str, ObservedRate]:
-        """A sample of every task (its finished units at ``now``) and the observed rates
-        there are (tasks not in ``finished`` are forgotten)."""
+        """Sample every task's finished units at ``now``: the observed rates (tasks not in
+        ``finished`` are forgotten)."""
         for gone in set(self._tasks) - set(finished):
             del self._tasks[gone]
         rates: dict[str, ObservedRate] = {}
@@ -218,8 +210,7 @@ class RunProgress:
 
 @dataclass(frozen=True)
 class TaskEta:
-    """What `run_eta_s` needs of a task: its name, the tasks it depends on, its queue,
-    whether it finished and its ETA."""
+    """What `run_eta_s` needs of a task."""
 
     name: str
     depends: tuple[str, ...]
@@ -229,9 +220,8 @@ class TaskEta:
 
 
 def run_eta_s(tasks: Sequence[TaskEta]) -> float | None:
-    """A run's ETA from its tasks': 0 when every task finished; None while an unfinished
-    task's ETA is unknown; else the larger of the longest chain of unfinished tasks along
-    the graph and the sum of the unfinished tasks of each queue."""
+    """A run's ETA: the longer of its longest chain of unfinished tasks and the sum of each
+    queue's; None while an unfinished task's is unknown."""
     left = {t.name: t for t in tasks if not t.finished}
     if not left:
         return 0.0

@@ -1,6 +1,5 @@
-"""The forecast of a run on a pool of workers, before anything is enqueued (pure): per task
-the processes that run its units at once, its core-hours, peak memory and ETA, and the
-run's totals. The dry run and the Editor both use it; the ETAs follow `simrun.core.eta`."""
+"""The forecast of a run on a pool of workers (pure), for the dry run and the Editor: per
+task its slots, core-hours, peak memory and ETA (`simrun.core.eta`), and the totals."""
 
 from __future__ import annotations
 
@@ -9,13 +8,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from simrun.core.eta import TaskEta, learned_eta_s, run_eta_s
-from simrun.core.sizing import WorkerCapacity, fit_problem, parallel_slots, request_gb
+from simrun.core.sizing import JobShape, WorkerCapacity, fit_problem, parallel_slots, request_gb
 
 
 @dataclass(frozen=True)
 class TaskPlan:
-    """A task as it would be dispatched: its units (None when they cannot be counted
-    here), its queue, its resolved resources and the tasks it reads from."""
+    """A task as it would be dispatched (``units`` None: not countable here)."""
 
     name: str
     type: str
@@ -34,8 +32,7 @@ class TaskPlan:
 
 @dataclass(frozen=True)
 class TaskForecast:
-    """One task on the pool: ``slots`` processes run its units at once; ``problem`` says
-    why the pool cannot run it at all."""
+    """One task on the pool: the processes that run it at once, and why it cannot run."""
 
     plan: TaskPlan
     slots: int
@@ -68,8 +65,7 @@ UNTOLD_GPUS = 1_000_000
 
 
 def live_pool(backlog: Mapping[str, Any]) -> tuple[WorkerCapacity, ...]:
-    """The live workers a service's ``GET /backlog`` tells of: per queue, its count of the
-    queue's most common container shape."""
+    """The live workers a ``GET /backlog`` tells of (per queue, its most common shape)."""
     pool: list[WorkerCapacity] = []
     for entry in backlog.get("queues") or ():
         shape, count = entry.get("shape"), int(entry.get("workers") or 0)
@@ -93,29 +89,23 @@ def pool_of(
     queues: Sequence[str] = ("cpu", "gpu"),
     scratch_gb: float | None = None,
 ) -> tuple[WorkerCapacity, ...]:
-    """A pool of ``workers`` identical worker containers (``scratch_gb``: the room of each
-    one's local scratch, None when not known)."""
+    """A pool of ``workers`` identical worker containers."""
     return tuple(
         WorkerCapacity(f"worker-{i + 1}", tuple(queues), memory_gb, processes, gpus, scratch_gb)
         for i in range(workers)
     )
 
 
-def _shape(plan: TaskPlan) -> tuple[str, str, float, float, int, bool]:
-    """What `simrun.core.sizing` sizes a task by."""
-    return (
+def _shape(plan: TaskPlan) -> JobShape:
+    return JobShape(
         plan.kind,
         plan.queue,
         plan.memory_base_gb,
         plan.memory_per_worker_gb,
         plan.gpus,
         plan.uses_cores,
+        plan.scratch_gb,
     )
-
-
-def slots_for(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> int:
-    """How many units of ``plan`` the pool runs at once (`simrun.core.sizing.parallel_slots`)."""
-    return parallel_slots(*_shape(plan), pool)
 
 
 def pool_advice(problem: str) -> str:
@@ -131,20 +121,23 @@ def pool_advice(problem: str) -> str:
     )
 
 
+def slots_for(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> int:
+    """How many units of ``plan`` the pool runs at once."""
+    return parallel_slots(_shape(plan), pool)
+
+
 def _problem(plan: TaskPlan, pool: Sequence[WorkerCapacity], slots: int) -> str | None:
     if not any(plan.queue in w.queues for w in pool):
         return f"no worker of the pool serves the {plan.queue} queue"
-    problem = fit_problem(*_shape(plan), pool, scratch_gb=plan.scratch_gb)
+    problem = fit_problem(_shape(plan), pool)
     if problem is None and slots == 0:
         return f"no worker of the pool fits a process of {plan.memory_per_worker_gb:g} GiB"
     return problem
 
 
 def forecast_task(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> TaskForecast:
-    """One task on ``pool``. A splittable task runs its units in waves of its slots (ETA:
-    `learned_eta_s`; core-hours: units x seconds per unit; peak: the busy processes' memory,
-    at least its base memory). A command runs once, on all the processes of its worker
-    when it uses the cores."""
+    """One task on ``pool``: units in waves of its slots, or a command once (on all the
+    processes of its worker when it uses the cores)."""
     slots = slots_for(plan, pool)
     problem = _problem(plan, pool, slots)
     slots = 0 if problem is not None else slots
@@ -166,8 +159,7 @@ def forecast_task(plan: TaskPlan, pool: Sequence[WorkerCapacity]) -> TaskForecas
 
 
 def forecast(plans: Sequence[TaskPlan], pool: Sequence[WorkerCapacity]) -> Forecast:
-    """A run whose tasks are ``plans`` (in the order they run) on ``pool``; its ETA is
-    `simrun.core.eta.run_eta_s`, its peak memory the largest task's."""
+    """A run whose tasks are ``plans`` on ``pool`` (its peak memory: the largest task's)."""
     tasks = tuple(forecast_task(p, pool) for p in plans)
     hours = [t.core_hours for t in tasks]
     peaks = [t.peak_memory_gb for t in tasks if t.peak_memory_gb is not None]

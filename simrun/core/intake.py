@@ -1,7 +1,5 @@
-"""What the service accepts from its clients: the limits of a submission and of the work it
-asks for (`InputLimits`), and the pure checks that apply them; every refusal names the
-limit and the option that raises it.
-"""
+"""What the service accepts from its clients (`InputLimits`) and the pure checks that apply
+the limits, each refusal naming the option that raises it."""
 
 from __future__ import annotations
 
@@ -17,9 +15,8 @@ SMALL_BODY_BYTES = 1 * MiB
 
 @dataclass(frozen=True)
 class InputLimits:
-    """How much one client request may ask of the service: the body, the workflow, one
-    file, files and depth of a submission, tasks, units per task and per run, and how long
-    ``count_units`` may take."""
+    """How much one client request may ask of the service (bytes, files, tasks, units, and
+    the time of ``count_units``)."""
 
     max_request_bytes: int = 512 * MiB
     max_workflow_bytes: int = 2 * MiB
@@ -43,7 +40,7 @@ class InputLimits:
 
 
 def _raise(limit: str) -> str:
-    """How to raise the limit ``limit`` (an `InputLimits` field): its option and variable."""
+    """The option and variable that raise the `InputLimits` field ``limit``."""
     return f"(raise it with --{limit.replace('_', '-')} / SIMRUN_{limit.upper()})"
 
 
@@ -62,16 +59,14 @@ def is_submission(method: str, path: str) -> bool:
 
 
 def body_limit(method: str, path: str, limits: InputLimits) -> int:
-    """The largest body a request may send: a submission's limit for ``POST /runs``, a
-    small one for every other request."""
+    """The largest body a request may send (small but for a submission)."""
     if is_submission(method, path):
         return limits.max_request_bytes
     return min(SMALL_BODY_BYTES, limits.max_request_bytes)
 
 
 def body_too_large(limit: int, length: int | None = None, *, submission: bool = True) -> str:
-    """The message of a 413: what was sent (when it said), and the limit (and, for a
-    submission, the option that raises it)."""
+    """The message of a 413: what was sent (if known) and the limit."""
     sent = f" ({_size(length)})" if length is not None else ""
     how = f" {_raise('max_request_bytes')}" if submission else ""
     return f"the request body{sent} is larger than the service accepts: {_size(limit)}{how}"
@@ -98,8 +93,7 @@ def workflow_size_problem(size: int, limits: InputLimits) -> str | None:
 
 
 def unit_count_problem(value: object, type_name: str, limits: InputLimits) -> str | None:
-    """Why what ``count_units`` of a task of type ``type_name`` answered cannot be its
-    units (not an integer, a bool, negative, more than the limit), or None."""
+    """Why what ``count_units`` of type ``type_name`` answered cannot be a task's units."""
     if isinstance(value, bool) or not isinstance(value, int):
         return (
             f"count_units of type {type_name!r} returned {type(value).__name__} "
@@ -116,8 +110,7 @@ def unit_count_problem(value: object, type_name: str, limits: InputLimits) -> st
 
 
 def run_units_problem(started: int, count: int, type_name: str, limits: InputLimits) -> str | None:
-    """Why a task of ``count`` units may not start in a run whose started tasks have
-    ``started`` units already, or None."""
+    """Why a task of ``count`` units may not start in a run of ``started`` units."""
     if started + count > limits.max_units_per_run:
         return (
             f"type {type_name!r}: {count} units more would make {started + count} units in "
@@ -133,9 +126,8 @@ def _short(value: object) -> str:
 
 
 def upload_path_problem(path: str, limits: InputLimits) -> str | None:
-    """Why ``path`` cannot name a file of an uploaded directory (it must be relative, in
-    POSIX form, without ``..``, ``.`` or empty parts, without control characters, and no
-    deeper than the limit), or None."""
+    """Why ``path`` cannot name a file of an uploaded directory (relative, POSIX, plain
+    parts, not too deep), or None."""
     if not path:
         return "a file has an empty path"
     if any(ord(c) < 32 or ord(c) == 127 for c in path):
@@ -178,6 +170,5 @@ def file_size_problem(size: int, limits: InputLimits, what: str = "the file") ->
 
 
 def decoded_size(content_b64: str) -> int:
-    """The bytes base64 text decodes to (exact for valid base64), counted before it is
-    decoded, so an oversized file is refused without its bytes being made."""
+    """The bytes base64 text decodes to, known before it is decoded."""
     return (len(content_b64) * 3) // 4 - content_b64[-2:].count("=")

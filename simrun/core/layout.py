@@ -1,6 +1,4 @@
-"""The layout of a store (where its files live), and what a task or source name may be and
-how an input names them.
-"""
+"""The layout of a store, what a task or source name may be, and input references."""
 
 from __future__ import annotations
 
@@ -36,8 +34,8 @@ def name_problem(name: object) -> str | None:
 
 
 def task_name_problem(name: object) -> str | None:
-    """Why ``name`` cannot name a task, or None: a `name_problem`, or a '.' or ':' (the
-    separators of ``task.port``, ``--set task.setting=...`` and ``source:name``)."""
+    """Why ``name`` cannot name a task: a `name_problem`, or a '.' or ':' (separators of
+    inputs and ``--set``)."""
     why = name_problem(name)
     if why is not None or not isinstance(name, str):
         return why
@@ -53,7 +51,7 @@ def task_name_problem(name: object) -> str | None:
 
 def split_task(text: str) -> tuple[str, str]:
     """``task.rest`` (an input's ``task.port``, a ``--set``'s ``task.setting``) as its task
-    and the rest, "" when it has no '.': a task name holds no '.' (`task_name_problem`)."""
+    and the rest: the one parser of both."""
     task, _, rest = text.partition(".")
     return task, rest
 
@@ -91,8 +89,7 @@ def task_logs(task_dir: Path) -> Path:
 
 @dataclass(frozen=True)
 class StoreLayout:
-    """Where the files of the store at ``root`` live: ``simrun.db``, ``.simrun.lock``,
-    ``logs/``, and ``runs/<run>/`` with ``sources/<name>/`` and a ``<task>/`` per task."""
+    """Where the files of the store at ``root`` live (``simrun.db``, ``logs/``, ``runs/``)."""
 
     root: Path
 
@@ -116,7 +113,6 @@ class StoreLayout:
         return self.run_dir("_").parent
 
     def run_dir(self, run: str) -> Path:
-        # The run directory of any task of the run: TaskPaths.for_task spells it.
         return self.task_paths(run, "_").run_dir
 
     def sources(self, run: str) -> Path:

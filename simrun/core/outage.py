@@ -1,7 +1,5 @@
-"""Riding out a Redis outage, the rules both sides share (pure): the pause before the
-next try (`backoff_s`) and the state of the link (`LinkState`: one log line when Redis
-goes, one when it is back).
-"""
+"""Riding out a Redis outage, the rules both sides share (pure): the pause before the next
+try (`backoff_s`) and the state of the link (`LinkState`)."""
 
 from __future__ import annotations
 
@@ -9,13 +7,11 @@ from dataclasses import dataclass
 
 #: The pause after the first failed try.
 RECONNECT_FIRST_S = 0.1
-#: The longest pause between two tries (``simrun worker --redis-retry-max-s``). The
-#: service waits this much more than a heartbeat's time to live after Redis is back
-#: before it judges workers by their heartbeats (`simrun.service.decisions.judging`).
+#: The longest pause between two tries (``--redis-retry-max-s``); also part of the
+#: service's grace before it judges workers after Redis is back.
 RECONNECT_MAX_S = 5.0
 #: Seconds a call to Redis (or a connection attempt) may take before it fails
-#: (``--redis-timeout-s``): also how long a Redis that stopped answering without closing
-#: its connections (a partition, a frozen server) goes unnoticed after the next call.
+#: (``--redis-timeout-s``).
 REDIS_TIMEOUT_S = 5.0
 
 
@@ -26,8 +22,8 @@ def backoff_s(
     first_s: float = RECONNECT_FIRST_S,
     max_s: float = RECONNECT_MAX_S,
 ) -> float:
-    """The pause after ``failures`` failed tries in a row: ``first_s`` doubled per failure,
-    capped at ``max_s``, times ``0.5 + jitter / 2`` (so clients do not come back in step)."""
+    """The pause after ``failures`` failed tries in a row: ``first_s`` doubled per failure up
+    to ``max_s``, times ``0.5 + jitter / 2``."""
     if failures <= 0:
         return 0.0
     if not 0.0 <= jitter <= 1.0:
@@ -40,9 +36,8 @@ def backoff_s(
 
 @dataclass
 class LinkState:
-    """The link to Redis as its user sees it: up, or down since ``down_since`` after
-    ``failures`` failed tries. `lost` and `back` say whether the call changed the state
-    (log a line then, and only then)."""
+    """The link to Redis: up, or down since ``down_since``; `lost` and `back` say whether
+    the state changed (log a line then only)."""
 
     down_since: float | None = None
     failures: int = 0

@@ -29,9 +29,8 @@ _WIRE = ConfigDict(frozen=True, extra="ignore")
 
 
 class WorkerReport(BaseModel):
-    """The measurements of one job on a worker: the peak memory of each process that ran it
-    (GiB), the seconds per unit, the limit it ran under and whether it was killed for memory,
-    the GPU memory, staging and scratch; every number finite and >= 0."""
+    """The measurements of one job on a worker (peak memory per process, seconds per unit,
+    its limit, a kill for memory, GPU memory, staging, scratch), all finite and >= 0."""
 
     model_config = _WIRE
 
@@ -43,8 +42,7 @@ class WorkerReport(BaseModel):
     limit_gb: FiniteNonNeg
     killed_for_memory: Flag = False
     peak_gpu_memory_gb: FiniteNonNeg | None = None
-    #: Bytes this job copied into the task's local scratch to stage its inputs, and the
-    #: seconds that took (0 when they were staged already on this worker).
+    #: Bytes this job staged into the task's local scratch, and the seconds that took.
     staged_bytes: Count = 0
     staged_s: FiniteNonNeg = 0.0
     #: The most local scratch the task used while the job ran (GiB; None: not measured).
@@ -94,8 +92,7 @@ _STREAM_FIELDS: dict[str, Any] = {
 
 
 class ReportEntry(BaseModel):
-    """What a worker reports for one job, one entry of the report stream: an outcome per
-    unit (done, failed, killed, timeout, not_run, stale, refused), their tracebacks and
+    """One job's entry of the report stream: an outcome per unit, their tracebacks and
     exception types (what ``retry_on`` matches), and a message about the whole job."""
 
     model_config = _WIRE
@@ -115,8 +112,7 @@ class ReportEntry(BaseModel):
     exceptions: dict[UnitKey, tuple[str, ...]] = Field(default_factory=dict)
 
     def to_fields(self) -> dict[str, str]:
-        """The stream entry (XADD), string fields: ``outcomes``, ``errors`` and
-        ``exceptions`` as JSON keyed by unit, ``report`` as JSON of `WorkerReport.to_dict`."""
+        """The stream entry (XADD): string fields, the maps and the report as JSON."""
         return {
             "v": "1",
             "job_id": self.job_id,
@@ -166,8 +162,7 @@ class ReportEntry(BaseModel):
 
 @dataclass(frozen=True)
 class StreamReport:
-    """One entry read from the report stream: its stream id and the entry, or why it could
-    not be read (``problem``); acknowledge both kinds."""
+    """One entry read from the report stream, or why it could not be read (``problem``)."""
 
     id: str
     entry: ReportEntry | None
@@ -175,8 +170,7 @@ class StreamReport:
 
 
 class RunningJob(BaseModel):
-    """A job a worker holds, in its heartbeat: "waiting" (held, not admitted yet) or
-    "running"."""
+    """A job a worker holds, in its heartbeat: "waiting" (not admitted yet) or "running"."""
 
     model_config = _WIRE
 
@@ -199,8 +193,7 @@ class RunningJob(BaseModel):
 
 
 class WorkerInfo(BaseModel):
-    """What a worker container says about itself in its heartbeat (JSON): the jobs it holds,
-    its memory (free for admission, used in fact) and the room of its local scratch."""
+    """A worker container's heartbeat (JSON): its jobs, memory, processes and scratch."""
 
     model_config = _WIRE
 

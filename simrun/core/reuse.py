@@ -1,7 +1,5 @@
-"""Reuse of unchanged work across the runs of a store: the fingerprint of a task (and of
-its units), which tasks are forced to run, and which earlier run a task reuses. Pure but
-for `source_hash`, `type_version` and `units_present`.
-"""
+"""Reuse of unchanged work across a store's runs: the fingerprints of tasks and units, the
+tasks forced to run, and what a task reuses (pure but for hashing and looking at files)."""
 
 from __future__ import annotations
 
@@ -26,8 +24,7 @@ FINGERPRINT_VERSION = 1
 
 @dataclass(frozen=True)
 class TaskIdentity:
-    """What a task's fingerprint is made of before its inputs are resolved: its type
-    (`type_identity`), validated settings and inputs (port → reference)."""
+    """What a task's fingerprint is made of before its inputs are resolved."""
 
     type: Mapping[str, Any]
     settings: Mapping[str, Any]
@@ -52,13 +49,13 @@ def _digest(value: object) -> str:
 
 def fingerprint(identity: TaskIdentity, resolved_inputs: Mapping[str, str]) -> str:
     """The fingerprint of a task (``resolved_inputs``: port → ``source:HASH`` or
-    ``task:FINGERPRINT:PORT``, the upstream's fingerprint standing for its output)."""
+    ``task:FINGERPRINT:PORT``)."""
     return _digest(_identity_data(identity, resolved_inputs, identity.settings))
 
 
 def unit_fingerprint(identity: TaskIdentity, resolved_inputs: Mapping[str, str]) -> str | None:
-    """The fingerprint of a task's units (None when its type declares no `UnitOutputs`):
-    its declared files, and its fingerprint without its ``count_settings``."""
+    """The fingerprint of a task's units: its declared files and its fingerprint without its
+    ``count_settings`` (None without `UnitOutputs`)."""
     if identity.units is None:
         return None
     counted = set(identity.units.count_settings)
@@ -93,12 +90,10 @@ def _resolved(
 
 
 def all_fingerprints(
-    order: Sequence[str],
-    identities: Mapping[str, TaskIdentity],
-    source_hashes: Mapping[str, str],
+    order: Sequence[str], identities: Mapping[str, TaskIdentity], source_hashes: Mapping[str, str]
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """The fingerprint of every task of ``order`` (topological; ``source_hashes``: source
-    → `source_hash`), and the unit fingerprint of each that has one."""
+    """The fingerprint of every task of ``order`` (topological), and the unit fingerprint of
+    each that has one."""
     found: dict[str, str] = {}
     units: dict[str, str] = {}
     for name in order:
@@ -114,8 +109,8 @@ def all_fingerprints(
 def forced_tasks(
     depends: Mapping[str, Collection[str]], rerun: Collection[str], reuse: bool
 ) -> set[str]:
-    """The tasks that run whatever the store holds: all without ``reuse``, else those of
-    ``rerun`` and every task depending on one of them (``depends``: task → tasks it reads)."""
+    """The tasks that run whatever the store holds: all without ``reuse``, else ``rerun`` and
+    every task depending on one of them."""
     if not reuse:
         return set(depends)
     forced = set(rerun)
@@ -130,7 +125,7 @@ def forced_tasks(
 
 
 def rerun_problems(tasks: Sequence[str], rerun: Collection[str]) -> list[str]:
-    """What is wrong with ``rerun`` for a workflow of ``tasks``: each name that is no task."""
+    """A problem for each name of ``rerun`` that is no task."""
     return [
         f"--rerun {name!r}: no such task (the tasks: {', '.join(tasks)})"
         for name in rerun
@@ -139,8 +134,7 @@ def rerun_problems(tasks: Sequence[str], rerun: Collection[str]) -> list[str]:
 
 
 def choose(forced: bool, earlier: Sequence[Earlier]) -> str | None:
-    """The run a task reuses: of the earlier ones with outputs present, the latest; None
-    when forced."""
+    """The run a task reuses: the latest earlier one with outputs present (None: forced)."""
     if forced:
         return None
     present = [e for e in earlier if e.present]
@@ -161,8 +155,8 @@ def units_reused_text(count: int, run: str) -> str:
 
 @dataclass(frozen=True)
 class UnitsEarlier:
-    """A finished task of an earlier run with the same unit fingerprint; not ``done`` (it
-    failed or was cancelled), only its done units may be taken."""
+    """A finished task of an earlier run with the same unit fingerprint (not ``done``: only
+    its done units may be taken)."""
 
     run: str
     task: str
@@ -176,8 +170,7 @@ UNIT_SOURCES = 3
 
 
 def choose_units(forced: bool, earlier: Sequence[UnitsEarlier]) -> list[UnitsEarlier]:
-    """The earlier tasks with units a task may take them from, latest first, at most
-    `UNIT_SOURCES`; none when forced."""
+    """The earlier tasks a task may take units from, latest first (none when forced)."""
     if forced:
         return []
     candidates = [e for e in earlier if e.units > 0]
@@ -186,8 +179,7 @@ def choose_units(forced: bool, earlier: Sequence[UnitsEarlier]) -> list[UnitsEar
 
 
 def best_units(options: Sequence[tuple[T, Sequence[range]]]) -> tuple[T, list[range]] | None:
-    """Of the earlier tasks and the units each would give, the first that gives the most;
-    None when none gives any."""
+    """Of the earlier tasks and the units each would give, the first that gives the most."""
     best: tuple[T, list[range]] | None = None
     most = 0
     for earlier, ranges in options:
@@ -217,8 +209,8 @@ def as_ranges(indices: Collection[int]) -> list[range]:
 
 
 def reusable_units(count: int, earlier_units: int, present: Sequence[bool]) -> list[range]:
-    """The units a task of ``count`` units takes from an earlier one of ``earlier_units``:
-    each index both have whose files are there (``present[i]``), as ranges."""
+    """The units a task of ``count`` units takes from an earlier one: each index both have
+    whose files are ``present``, as ranges."""
     shared = min(count, earlier_units)
     if len(present) < shared:
         raise ValueError(f"reusable_units: {len(present)} presence flags for {shared} units")
@@ -232,8 +224,8 @@ def units_present(
     earlier_units: int,
     done: Sequence[range] | None = None,
 ) -> list[range]:
-    """`reusable_units` from the out directory ``source`` of an earlier task: its units
-    ``done`` (None: all) whose declared files are all there (blocking I/O)."""
+    """`reusable_units` from the out directory of an earlier task, of its units ``done``
+    (None: all; blocking I/O)."""
     shared = min(count, earlier_units)
     was_done = covered(done, shared) if done is not None else [True] * shared
     present = [
@@ -245,8 +237,8 @@ def units_present(
 
 @dataclass(frozen=True)
 class UnitStart:
-    """How a splittable task starts when it reuses units: its frontier (units at or above
-    it are fresh), the pending units below it, and how many it reuses."""
+    """How a splittable task that reuses units starts: its frontier, the pending units
+    below it, and how many it reuses."""
 
     frontier: int
     pending: tuple[range, ...]
@@ -255,7 +247,7 @@ class UnitStart:
 
 def unit_start(count: int, reused: Sequence[range]) -> UnitStart:
     """Where a task of ``count`` units starts when it reuses ``reused`` (sorted, disjoint
-    ranges): its frontier past the last one reused, the others below it pending."""
+    ranges)."""
     pending: list[range] = []
     at = 0
     for part in reused:
@@ -295,8 +287,8 @@ def _version(dist: str) -> str | None:
 
 
 def type_version(task_type: TaskType) -> str:
-    """``dist==version,...`` of the distributions the code of ``task_type`` comes from;
-    ``unknown`` for code outside any (a ``--plugins`` module: editing it is not seen)."""
+    """``dist==version,...`` of the distributions ``task_type``'s code comes from (``unknown``
+    for a module of none)."""
     modules = {task_type.settings.__module__}
     for field_name in REFERENCE_FIELDS:
         ref = getattr(task_type, field_name)
@@ -338,15 +330,13 @@ def task_all_fingerprints(
     tasks: Mapping[str, tuple[TaskType, Mapping[str, Any], Mapping[str, str]]],
     sources: Mapping[str, Path],
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """`all_fingerprints` of a checked workflow (``tasks`` as `identities` takes them),
-    its ``sources`` hashed here (blocking I/O)."""
+    """`all_fingerprints` of a checked workflow, its ``sources`` hashed (blocking I/O)."""
     hashes = {name: source_hash(path) for name, path in sources.items()}
     return all_fingerprints(order, identities(tasks), hashes)
 
 
 def source_hash(path: Path) -> str:
-    """The SHA-256 of a source: a file's bytes, or a directory's files (relative paths and
-    bytes, sorted; a dangling link by its target)."""
+    """The SHA-256 of a source file's bytes, or of a directory's paths and bytes."""
     digest = hashlib.sha256()
     if path.is_dir():
         for item in sorted(p for p in path.rglob("*") if p.is_file() or p.is_symlink()):

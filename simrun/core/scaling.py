@@ -1,7 +1,5 @@
-"""How many worker containers a queue wants: the pure scaling decision
-(`desired_containers`), from the backlog of one queue by resource key and the shape of its
-containers. `simrun scale` and ``/metrics`` gather the backlog and act on the answer.
-"""
+"""How many worker containers a queue wants (`desired_containers`, pure), from its backlog
+by resource key and its containers' shape; `simrun scale` and ``/metrics`` use it."""
 
 from __future__ import annotations
 
@@ -34,9 +32,8 @@ def _count(value: int, minimum: int, what: str) -> None:
 
 @dataclass(frozen=True)
 class BacklogEntry:
-    """The units of one resource key not done yet (queued, waiting or running), the seconds
-    one takes (None while nothing is learned) and the memory one worker process of the key
-    asks for (GiB)."""
+    """The units of one resource key not done yet, the seconds one takes (None: not learned)
+    and the memory of one worker process (GiB)."""
 
     key: str
     units: int
@@ -62,8 +59,7 @@ class QueueBacklog:
         return sum(e.units for e in self.entries)
 
     def seconds(self, default_seconds_per_unit: float) -> float:
-        """The backlog's work in process-seconds; ``default_seconds_per_unit`` for keys that
-        learned none."""
+        """The backlog's work in process-seconds (the default for keys that learned none)."""
         return sum(
             e.units
             * (default_seconds_per_unit if e.seconds_per_unit is None else e.seconds_per_unit)
@@ -85,8 +81,8 @@ class ContainerShape:
 
 @dataclass(frozen=True)
 class QueueLoad:
-    """One queue of ``GET /backlog``: its units not done by resource key, and its live
-    workers' count and most common shape (None while none is live)."""
+    """One queue of ``GET /backlog``: its backlog, and its live workers' count and most
+    common shape."""
 
     queue: str
     units: int
@@ -101,8 +97,8 @@ class QueueLoad:
 
 @dataclass(frozen=True)
 class BacklogView:
-    """The answer of ``GET /backlog``: every queue (cpu always) and the service's default
-    worker shape, which `simrun scale` decides with for a queue without live workers."""
+    """The answer of ``GET /backlog``: every queue (cpu always) and the default worker
+    shape, for a queue without live workers."""
 
     queues: tuple[QueueLoad, ...]
     default_shape: ContainerShape
@@ -119,9 +115,7 @@ def parse_backlog(data: Any) -> BacklogView:
     return _BACKLOG.validate_python(data)
 
 
-#: The worker container assumed while no worker of a queue is live and nothing else names
-#: one (``simrun service --worker-memory-gb/--worker-processes``, ``simrun scale``): the
-#: shape of deploy/kubernetes/worker-cpu.yaml (``--worker-memory-gb 8 --processes 4``).
+#: The container assumed while none of a queue is live (deploy/kubernetes/worker-cpu.yaml).
 DEFAULT_SHAPE = ContainerShape(memory_gb=8.0, processes=4)
 
 
@@ -148,9 +142,8 @@ class ScalePolicy:
 
 @dataclass(frozen=True)
 class ScaleDecision:
-    """How many containers the queue wants (``desired``, clamped), and why: the demand by
-    time, by memory and by parallelism, the queued work in process-seconds, and the keys that
-    fit no process of the shape (``unfit``)."""
+    """How many containers the queue wants (clamped), and why: the demand by time, memory
+    and parallelism, the work in process-seconds, and the keys no process fits."""
 
     queue: str
     desired: int
@@ -165,8 +158,7 @@ class ScaleDecision:
 
 
 def slots_per_container(memory_per_worker_gb: float, shape: ContainerShape) -> int:
-    """How many units of a key one container runs at once: its processes, fewer when their
-    memory does not fit (0 when not even one fits)."""
+    """How many units of a key one container runs at once, within its memory (may be 0)."""
     if memory_per_worker_gb <= 0:
         return shape.processes
     fit = math.floor(shape.memory_gb / memory_per_worker_gb + _EPS)
@@ -197,9 +189,8 @@ def _clamp(demand: int, policy: ScalePolicy) -> tuple[int, str]:
 def desired_containers(
     backlog: QueueBacklog, shape: ContainerShape, policy: ScalePolicy | None = None
 ) -> ScaleDecision:
-    """The containers of ``shape`` that drain ``backlog`` within the policy's target time:
-    each key needs ``units x seconds_per_unit / slots`` container-seconds, at most what its
-    units keep busy; clamped to the policy's bounds."""
+    """The containers of ``shape`` that drain ``backlog`` within the policy's target time
+    (each key ``units x seconds_per_unit / slots``, at most what its units keep busy)."""
     policy = policy or ScalePolicy()
     work_s = 0.0  # process-seconds of all units that can run here
     container_s_full = 0.0  # container-seconds if every process slot were usable

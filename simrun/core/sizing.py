@@ -1,6 +1,5 @@
-"""The sizing rules the service and the workers both apply, so the two never disagree: the
-queue of a job, what it asks of a worker container, how many units go in one job, the
-memory of a retry, why no worker can run a job, and whether a task sends a probe first."""
+"""The sizing rules the service and the workers share: a job's queue, what it asks of a
+worker, units per job, a retry's memory, why no worker fits it, and a task's probe."""
 
 from __future__ import annotations
 
@@ -13,11 +12,10 @@ from typing import TypeVar
 
 from simrun.core.wire import PayloadError
 
-#: About this much work per job once the seconds of a unit are known (a job costs a few
-#: milliseconds of its own); the tail of a task is tapered instead (`split`).
+#: About this much work per job once the seconds of a unit are known.
 DEFAULT_TARGET_JOB_S = 1.0
-#: The tail of a task (`split` with ``pending``): each job at most the remaining units over
-#: this many times the processes, and at least the chunk size over `TAPER_FLOOR`.
+#: The tapered tail of a task (`split`): jobs of the units left over this many times the
+#: processes, at least the chunk size over `TAPER_FLOOR`.
 TAPER_SHARE = 2
 TAPER_FLOOR = 8
 #: Never more units in one job (a lost job loses at most this much work).
@@ -58,8 +56,8 @@ class WorkerCapacity:
 
 
 class QueueName(str):
-    """A logical queue: ``cpu``, ``gpu`` or ``image:NAME`` (`image_queue`), checked when
-    made; a str, and `worker` names the worker containers that serve it."""
+    """A logical queue, ``cpu``, ``gpu`` or ``image:NAME``, checked when made; `worker` names
+    the workers that serve it."""
 
     __slots__ = ()
 
@@ -71,9 +69,8 @@ class QueueName(str):
 
     @property
     def worker(self) -> str:
-        """The name of the queue's workers, a DNS-1123 label distinct for distinct queues:
-        cpu, gpu, ``image-NAME`` when that is a label, else a slug, ``--`` and a digest
-        (``image:Solver_2.1`` -> ``image-solver-2-1--3c1f0a2b``)."""
+        """The queue's workers' name, a DNS-1123 label distinct per queue: ``image-NAME``,
+        else a slug and a digest (``image:Solver_2.1`` -> ``image-solver-2-1--3c1f0a2b``)."""
         if not self.startswith("image:"):
             return str(self)
         name = "image-" + self.removeprefix("image:")
@@ -98,8 +95,8 @@ GPU = QueueName("gpu")
 
 
 def image_queue(image: str) -> QueueName:
-    """The queue of a task image, ``image:NAME``: a plain name kept, any other (a registry
-    path) made safe with a digest appended, so that two images never share a queue."""
+    """The queue of a task image, ``image:NAME``; a name not safe as it is gets a digest, so
+    two images never share a queue."""
     if not image or not image.strip():
         raise PayloadError("image name is empty")
     if _SAFE_QUEUE.fullmatch(image):
@@ -124,8 +121,8 @@ def chunk_size(
     target_s: float = DEFAULT_TARGET_JOB_S,
     max_chunk: int = DEFAULT_MAX_CHUNK,
 ) -> int:
-    """Units per job: one while nothing is learned; else about ``target_s`` of work, no more
-    than spreads ``pending`` over all ``processes``, and at most ``max_chunk``."""
+    """Units per job: one while nothing is learned, else about ``target_s`` of work within
+    ``pending`` spread over ``processes`` and ``max_chunk``."""
     if seconds_per_unit is None or pending <= 1:
         return 1
     by_time = max(1, math.floor(target_s / seconds_per_unit)) if seconds_per_unit > 0 else max_chunk
@@ -136,10 +133,8 @@ def chunk_size(
 def split(
     items: Sequence[T], size: int, *, pending: int | None = None, processes: int = 1
 ) -> list[tuple[T, ...]]:
-    """``items`` cut into consecutive chunks of ``size``. With ``pending`` (the task's
-    pending units) and ``items`` reaching its last unit, the tail is tapered so that the
-    processes end together: each chunk at most the units left over ``TAPER_SHARE x
-    processes``, at least ``size / TAPER_FLOOR``, never more than ``size``."""
+    """``items`` cut into chunks of ``size``; when they reach the task's last unit
+    (``pending``), the tail tapers so that the processes end together."""
     return [tuple(items[a:b]) for a, b in _cuts(len(items), size, pending, processes)]
 
 
@@ -181,8 +176,7 @@ def request_gpus(kind: str, gpus: int) -> int:
 def request_gb(
     kind: str, base_gb: float, per_worker_gb: float, processes: int, uses_cores: bool
 ) -> float:
-    """The memory a job asks of a container of ``processes`` slots, also its limit: a chunk
-    one process's worth, a merge the base, a command the base plus one per slot it takes."""
+    """The memory a job asks of (and is limited to in) a container of ``processes`` slots."""
     if kind == "chunk":
         return per_worker_gb
     if kind == "merge":
@@ -190,77 +184,74 @@ def request_gb(
     return base_gb + per_worker_gb * request_slots(kind, processes, uses_cores)
 
 
-def parallel_slots(
-    kind: str,
-    queue: str,
-    base_gb: float,
-    per_worker_gb: float,
-    gpus: int,
-    uses_cores: bool,
-    workers: Sequence[WorkerCapacity],
-) -> int:
-    """How many units of a task ``workers`` run at once: per worker of ``queue``, the
-    processes whose memory and GPUs fit; one for a command some worker can hold."""
-    serving = [w for w in workers if queue in w.queues]
-    if kind == "command":
+@dataclass(frozen=True)
+class JobShape:
+    """What a job or a task's units ask of a worker of ``queue``, as sizing judges them."""
+
+    kind: str
+    queue: str
+    base_gb: float
+    per_worker_gb: float
+    gpus: int = 0
+    uses_cores: bool = False
+    scratch_gb: float = 0.0
+
+    def need_gb(self, processes: int) -> float:
+        """`request_gb` of the job on a worker of ``processes`` slots."""
+        return request_gb(self.kind, self.base_gb, self.per_worker_gb, processes, self.uses_cores)
+
+
+def parallel_slots(job: JobShape, workers: Sequence[WorkerCapacity]) -> int:
+    """How many units of a task ``workers`` run at once (for a command: 1 when one fits)."""
+    serving = [w for w in workers if job.queue in w.queues]
+    if job.kind == "command":
         fits = any(
-            request_gb("command", base_gb, per_worker_gb, w.processes, uses_cores)
-            <= w.memory_gb + SLACK_GB
-            and gpus <= w.gpus
+            job.need_gb(w.processes) <= w.memory_gb + SLACK_GB and job.gpus <= w.gpus
             for w in serving
         )
         return 1 if fits else 0
     total = 0
     for w in serving:
         slots = w.processes
-        if per_worker_gb > 0:
-            slots = min(slots, math.floor(w.memory_gb / per_worker_gb + SLACK_GB))
-        if gpus > 0:
-            slots = min(slots, w.gpus // gpus)
+        if job.per_worker_gb > 0:
+            slots = min(slots, math.floor(w.memory_gb / job.per_worker_gb + SLACK_GB))
+        if job.gpus > 0:
+            slots = min(slots, w.gpus // job.gpus)
         total += max(0, slots)
     return total
 
 
-def fit_problem(
-    kind: str,
-    queue: str,
-    base_gb: float,
-    per_worker_gb: float,
-    gpus: int,
-    uses_cores: bool,
-    workers: Sequence[WorkerCapacity],
-    scratch_gb: float = 0.0,
-) -> str | None:
-    """Why no live worker of ``queue`` can ever run this job ("needs 40 GiB per process;
-    the largest cpu worker has 16 GiB"), or None when one can or none is live yet."""
+def fit_problem(job: JobShape, workers: Sequence[WorkerCapacity]) -> str | None:
+    """Why no live worker of the job's queue can ever run it, or None (also while none is
+    live)."""
+    queue = job.queue
     serving = [w for w in workers if queue in w.queues]
     if not serving:
         return None
     for w in serving:
-        need = request_gb(kind, base_gb, per_worker_gb, w.processes, uses_cores)
         if (
-            need <= w.memory_gb + SLACK_GB
-            and request_gpus(kind, gpus) <= w.gpus
-            and scratch_fits(scratch_gb, w.scratch_gb)
+            job.need_gb(w.processes) <= w.memory_gb + SLACK_GB
+            and request_gpus(job.kind, job.gpus) <= w.gpus
+            and scratch_fits(job.scratch_gb, w.scratch_gb)
         ):
             return None
-    if not any(scratch_fits(scratch_gb, w.scratch_gb) for w in serving):
+    if not any(scratch_fits(job.scratch_gb, w.scratch_gb) for w in serving):
         most = max(w.scratch_gb or 0.0 for w in serving)
         return (
-            f"needs {scratch_gb:g} GiB of local scratch; the {queue} worker with the most has "
-            f"{most:.3g} GiB free"
+            f"needs {job.scratch_gb:g} GiB of local scratch; the {queue} worker with the most "
+            f"has {most:.3g} GiB free"
         )
-    serving = [w for w in serving if scratch_fits(scratch_gb, w.scratch_gb)]
+    serving = [w for w in serving if scratch_fits(job.scratch_gb, w.scratch_gb)]
     largest = max(serving, key=lambda w: w.memory_gb)
-    need = request_gb(kind, base_gb, per_worker_gb, largest.processes, uses_cores)
+    need = job.need_gb(largest.processes)
     if need > largest.memory_gb + SLACK_GB:
         what = {"chunk": "per process", "merge": "for its merge", "command": "for its command"}
         return (
-            f"needs {need:g} GiB {what.get(kind, '')}; the largest {queue} worker has "
+            f"needs {need:g} GiB {what.get(job.kind, '')}; the largest {queue} worker has "
             f"{largest.memory_gb:g} GiB"
         )
     most = max(w.gpus for w in serving)
-    return f"needs {gpus} GPU(s); the {queue} worker with the most has {most}"
+    return f"needs {job.gpus} GPU(s); the {queue} worker with the most has {most}"
 
 
 def scratch_fits(need_gb: float, free_gb: float | None) -> bool:
@@ -271,9 +262,8 @@ def scratch_fits(need_gb: float, free_gb: float | None) -> bool:
 def retry_memory_gb(
     resolved_gb: float, kills: int, last_limit_gb: float | None, *, retry_factor: float
 ) -> float:
-    """The memory of a unit: what is resolved for its key, and once it was killed for memory
-    at least ``retry_factor`` times the limit of its last attempt (its own retries grow
-    while other units' successes keep the key's value low)."""
+    """The memory of a unit: its key's, and once killed for memory at least ``retry_factor``
+    times its last limit."""
     if kills > 0 and last_limit_gb:
         return max(resolved_gb, retry_factor * last_limit_gb)
     return resolved_gb
@@ -289,15 +279,9 @@ def probe_units(
     max_wait_s: float = PROBE_MAX_WAIT_S,
     max_units: int = PROBE_MAX_UNITS,
 ) -> int:
-    """How many units of a task whose key has no history go out first, alone, as a probe
-    (0: none, every unit goes out at once with the hint). ``processes`` serve its queue now
-    (0 counts as one); ``seconds_per_unit`` is the forecast of a unit (None: unknown).
-
-    The rest waits about one unit's time ``t`` for the learned memory, at most ``1 / waves``
-    of the task's time (waves = units / processes). So: never below ``min_units``; probe with
-    at least ``min_waves`` waves, or when ``t`` is known to be at most ``max_wait_s``. The
-    probe is one unit per process, at most ``max_units`` and half the task.
-    """
+    """How many units of a task whose key has no history go out first as a probe (0: none):
+    one per process, at most ``max_units`` and half the task, for a task of ``min_units`` or
+    more with ``min_waves`` waves or units known to take at most ``max_wait_s``."""
     if units < max(min_units, 2):
         return 0
     slots = max(1, processes)
@@ -310,8 +294,7 @@ def probe_units(
 
 
 def probe_status(probe: int, rest: int) -> str:
-    """The status of a task while its probe runs: "probing: 2 units first, the other 998
-    wait for their memory" (`is_probing` recognises it)."""
+    """The status of a task while its probe runs (`is_probing` recognises it)."""
     first = f"{probe} unit{'s' if probe != 1 else ''}"
     return f"{PROBING}: {first} first, the other {rest} wait for their memory"
 

@@ -1,9 +1,6 @@
-"""The state machines of runs, tasks and units, as plain functions without I/O.
-
-Units: ``pending`` → ``queued`` (in a job on Redis) → ``running`` → ``done`` | ``failed``; a
-unit killed, failed below its retry limit, not run or refused goes back to ``pending``.
-A task has chunk units (0…n-1) or one ``command`` unit, plus a ``merge`` unit at the end.
-"""
+"""The state machines of runs, tasks and units, as pure functions. A unit goes ``pending``
+→ ``queued`` → ``running`` → ``done`` | ``failed`` (or back to ``pending`` to be retried); a
+task has chunk units (0…n-1) or one ``command`` unit, and maybe a ``merge`` unit."""
 
 from __future__ import annotations
 
@@ -42,8 +39,7 @@ FINISHED_UNIT_STATES: frozenset[UnitState] = frozenset({"done", "failed"})
 MERGE_INDEX = -1
 COMMAND_INDEX = 0
 
-#: The state a run is shown in while it is `running` in the store and nothing goes on with
-#: it: its `simrun run` is gone (Ctrl-C, killed), or the session that runs now holds it.
+#: How a run `running` in the store is shown while its `simrun run` is gone (or held).
 INTERRUPTED: Literal["interrupted"] = "interrupted"
 ShownRunState = RunState | Literal["interrupted"]
 
@@ -70,8 +66,7 @@ _BLOCKING: frozenset[TaskState] = FINISHED_TASK_STATES - {"done"}
 
 
 def unit_key(kind: str, index: int) -> int | str:
-    """The key of a unit on the wire (`simrun.queues.UnitKey`): the index of a chunk unit,
-    else ``"merge"`` or ``"command"``."""
+    """A unit's key on the wire: a chunk's index, else ``"merge"`` or ``"command"``."""
     return index if kind == "chunk" else kind
 
 
@@ -99,8 +94,7 @@ class Limits:
             raise ValueError(f"limits must be >= 0, got {self}")
 
 
-#: What ``retry_on`` may name besides exception types: kills for memory, timeouts, and any
-#: error (an exception of any type).
+#: What ``retry_on`` may name besides exception types: kills for memory, timeouts, any error.
 RETRY_KINDS = ("memory", "timeout", "error")
 #: Each further retry of a task's unit waits this many times longer than the one before.
 RETRY_BACKOFF = 2.0
@@ -110,9 +104,8 @@ MAX_RETRY_DELAY_S = 3600.0
 
 @dataclass(frozen=True)
 class RetryRule:
-    """A task's own retry rule (None fields: the service's `Limits`): ``retries``,
-    ``retry_on`` (`RETRY_KINDS` and exception type names; None: all), and ``retry_delay_s``
-    before the first retry of an error, `RETRY_BACKOFF` times longer for each further one."""
+    """A task's own retry rule (None: the service's `Limits`): ``retries``, ``retry_on``
+    (`RETRY_KINDS` and exception names; None: all) and the first retry's delay."""
 
     retries: int | None = None
     retry_on: tuple[str, ...] | None = None
@@ -130,9 +123,8 @@ class RetryRule:
         )
 
     def retries_on(self, kind: str, exceptions: Sequence[str] = ()) -> bool:
-        """Whether an outcome of ``kind`` ("memory", "timeout" or "error", with the
-        ``exceptions`` an error raised: its type and the types it derives from, see
-        `exception_matches`) is retried at all."""
+        """Whether an outcome of ``kind`` (one of `RETRY_KINDS`; an error with the
+        ``exceptions`` it raised, `exception_matches`) is retried at all."""
         if self.retry_on is None:
             return True
         if kind in self.retry_on:
@@ -147,8 +139,7 @@ class RetryRule:
 
 
 def exception_names(error: type[BaseException]) -> tuple[str, ...]:
-    """The qualified names of ``error``'s type and of each type it derives from, its own
-    first, without ``object``."""
+    """The qualified names of ``error``'s type and its bases, its own first, no ``object``."""
     return tuple(f"{t.__module__}.{t.__qualname__}" for t in error.__mro__ if t is not object)
 
 
@@ -160,9 +151,8 @@ def exception_matches(retry_on: Sequence[str], exceptions: Sequence[str]) -> boo
 
 
 def exception_type(error: str | None) -> str | None:
-    """The type of the exception an error message ends with: the last line of a Python
-    traceback reads ``module.Type: message`` (or ``Type`` alone); the name without its
-    module. None when the message does not end that way."""
+    """The type (without its module) of the exception a traceback ends with, the last line
+    reading ``module.Type: message``; None when the message does not end that way."""
     if not error:
         return None
     lines = [line for line in error.strip().splitlines() if line.strip()]
@@ -221,13 +211,10 @@ def unit_after_outcome(
     rule: RetryRule | None = None,
     exceptions: Sequence[str] = (),
 ) -> UnitRow | None:
-    """The unit after a worker reported ``outcome`` for it at ``attempt``; None to ignore.
-
-    ``done`` counts from any attempt unless another attempt is in flight; other outcomes
-    only for the current attempt in flight (``stale`` never). ``killed`` and ``failed`` /
-    ``timeout`` go back to pending, or fail past the limits or when the task's ``rule`` does
-    not retry them (matched against ``exceptions``, else the traceback's type); ``not_run``
-    and ``refused`` go back without counting. ``started_s`` fills a missing start time."""
+    """The unit after a worker reported ``outcome`` at ``attempt``; None to ignore it.
+    ``done`` counts from any attempt unless another is in flight, the rest only for the
+    current one; kills and errors go back to pending unless past the limits or the task's
+    ``rule``; ``not_run`` and ``refused`` go back without counting."""
     if unit.state == "done":
         return None
     start = unit.started_s if unit.started_s is not None else started_s
@@ -286,8 +273,7 @@ def _after_error(
 
 @dataclass(frozen=True)
 class TaskCounts:
-    """The units of a task by state (chunk or command units), and its merge unit's state
-    (None while it has none)."""
+    """The chunk or command units of a task by state, and its merge unit's (None: none)."""
 
     pending: int = 0
     queued: int = 0
@@ -317,10 +303,8 @@ class TaskCounts:
 def next_task_state(
     current: TaskState, counts: TaskCounts, has_merge: bool
 ) -> tuple[TaskState, bool]:
-    """The state of a started task given its units, and whether to create its merge unit
-    now. Controller-set states stay; all done → ``merging`` or ``done``; failed with nothing
-    left to run → ``failed``; a ``blocked`` task stays so while units wait (the dispatcher
-    lifts it)."""
+    """The state of a started task given its units, and whether to make its merge unit
+    now; a ``blocked`` task stays so while units wait (the dispatcher lifts it)."""
     if current in _SET_BY_CONTROLLER:
         return current, False
     if counts.failed and not counts.unfinished:
@@ -339,7 +323,7 @@ def next_task_state(
 def _blocked_by_failure(
     task: str, states: Mapping[str, str], deps: Mapping[str, Collection[str]]
 ) -> bool:
-    """Whether a failed or cancelled task is upstream of ``task`` (so it can never run)."""
+    """Whether a failed or cancelled task is upstream of ``task`` (it can never run)."""
     seen: set[str] = set()
     stack = list(deps.get(task, ()))
     while stack:

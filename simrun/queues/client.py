@@ -1,6 +1,5 @@
-"""The Redis side the service uses: the attempts of units, and `JobQueue` (enqueueing jobs,
-watching queues and workers, reading reports). arq is imported here and in the worker's
-setup only."""
+"""The Redis side the service uses: the attempts of units, and `JobQueue` over arq
+(enqueueing, watching queues and workers, reading reports)."""
 
 from __future__ import annotations
 
@@ -23,14 +22,10 @@ if TYPE_CHECKING:
 
 
 async def set_current_attempts(
-    redis: Redis,
-    keys: Keys,
-    run: str,
-    task: str,
-    attempts: Mapping[UnitKey, int],
+    redis: Redis, keys: Keys, run: str, task: str, attempts: Mapping[UnitKey, int]
 ) -> None:
-    """Record the attempt dispatched last for each unit of a task, when above 1 (a unit with
-    none recorded is current for any attempt, so only units dispatched again take a field)."""
+    """Record the attempt dispatched last of each unit of a task, when above 1 (a unit with
+    none recorded is current for any attempt)."""
     mapping = {unit_field(k): str(v) for k, v in attempts.items() if v > 1}
     if mapping:
         await cast("Awaitable[int]", redis.hset(keys.attempts(run, task), mapping=mapping))
@@ -39,8 +34,7 @@ async def set_current_attempts(
 async def current_attempts(
     redis: Redis, keys: Keys, run: str, task: str, units: Sequence[UnitKey]
 ) -> dict[UnitKey, int]:
-    """The current attempt of those ``units`` that have one recorded. A unit without one
-    counts as current for any attempt (Redis may have lost the hash)."""
+    """The current attempt of those ``units`` that have one recorded."""
     if not units:
         return {}
     fields = [unit_field(u) for u in units]
@@ -51,9 +45,8 @@ async def current_attempts(
 
 
 async def forget_attempts(redis: Redis, keys: Keys, run: str, tasks: Iterable[str]) -> int:
-    """Delete the attempts hashes of these tasks of a run; returns how many existed. Only
-    once no job of the run can still be taken or run: a worker takes a unit without a
-    recorded attempt for current."""
+    """Delete the attempts hashes of these tasks of a run (once no job of them can run):
+    how many existed."""
     names = sorted({keys.attempts(run, task) for task in tasks})
     if not names:
         return 0
@@ -61,8 +54,7 @@ async def forget_attempts(redis: Redis, keys: Keys, run: str, tasks: Iterable[st
 
 
 async def attempts_by_run(redis: Redis, keys: Keys) -> dict[str, set[str]]:
-    """The tasks with an attempts hash in Redis, by run (a SCAN of the namespace: for the
-    start of a service, not for every step)."""
+    """The tasks with an attempts hash in Redis, by run (a SCAN: not for every step)."""
     found: dict[str, set[str]] = {}
     async for raw in redis.scan_iter(match=keys.attempts_pattern, count=1000):
         try:
@@ -74,8 +66,7 @@ async def attempts_by_run(redis: Redis, keys: Keys) -> dict[str, set[str]]:
 
 
 class JobQueue:
-    """Enqueueing jobs, watching queues and workers, and reading reports, over an arq pool
-    with the msgpack serializer (``redis``)."""
+    """Enqueueing jobs, watching queues and workers, and reading reports, over an arq pool."""
 
     def __init__(self, pool: ArqRedis, keys: Keys, timeouts: RedisTimeouts | None = None) -> None:
         self.pool = pool
@@ -94,9 +85,8 @@ class JobQueue:
         *,
         wait: bool = True,
     ) -> JobQueue:
-        """A queue over a new connection pool to ``redis_url`` (`open_redis`); with
-        ``wait``, once Redis answered a PING (`wait_for_redis`: an unreachable Redis is
-        waited for, one that refuses simrun raises `RedisUnusable`). Without, no I/O."""
+        """A queue over a new pool to ``redis_url``; with ``wait``, once Redis answered
+        (`wait_for_redis`), else without I/O."""
         timeouts = timeouts or RedisTimeouts()
         pool = open_redis(redis_url, timeouts)
         if wait:
@@ -125,8 +115,7 @@ class JobQueue:
         return str(info.get("run_id", ""))
 
     async def enqueue(self, spec: JobSpec) -> bool:
-        """Put a job on its queue; False when a job of that id is queued, running, or
-        finished within the last minutes (arq keeps its result)."""
+        """Put a job on its queue; False when arq has a job of that id (or its result)."""
         job = await self.pool.enqueue_job(
             JOB_FUNCTION,
             spec.to_dict(),
@@ -153,8 +142,7 @@ class JobQueue:
         return [self.keys.job_id_from_arq(r.decode()) for r in raw]
 
     async def drop_jobs(self, queue: str, job_ids: Sequence[str]) -> int:
-        """Take jobs out of a queue, with arq's keys for them (a dead worker's job stays marked
-        in progress for days): how many were queued."""
+        """Take jobs out of a queue, with arq's keys for them: how many were queued."""
         from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
 
         if not job_ids:
@@ -168,9 +156,7 @@ class JobQueue:
         return int(removed)
 
     async def held_in_progress(self, job_ids: Iterable[str]) -> set[str]:
-        """Those of ``job_ids`` that arq holds in progress: a worker took the job, and no
-        other worker may take it until it ends or arq's in-progress mark expires (the job
-        timeout: days, when the worker died without ending it)."""
+        """Those of ``job_ids`` that arq holds in progress (a worker took them)."""
         from arq.constants import in_progress_key_prefix
 
         ids = list(dict.fromkeys(job_ids))
@@ -210,9 +196,8 @@ class JobQueue:
         block_ms: int | None = 1000,
         pending: bool = False,
     ) -> list[StreamReport]:
-        """Up to ``count`` new entries for ``consumer`` of ``group`` (with ``pending``, those
-        read before and not acknowledged); unreadable entries come with a problem. The group is
-        made on first read, and again when Redis lost it."""
+        """Up to ``count`` new entries for ``consumer`` of ``group`` (``pending``: those read
+        and not acknowledged); the group is made when missing."""
         if block_ms is not None and not pending and block_ms / 1000 > self.block_max_s:
             raise ValueError(
                 f"block_ms={block_ms}: a BLOCK of more than {self.block_max_s:g} s would be "
@@ -240,9 +225,8 @@ class JobQueue:
         return out
 
     async def wait_report(self, after_id: str | None, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for an entry of the report stream after ``after_id`` (the
-        last one read; None: after those there now) without reading it for any group;
-        True when there is one. One blocking call, of at most `block_max_s`."""
+        """Whether an entry after ``after_id`` (None: after those there now) comes within
+        ``timeout_s``, read for no group; one call of at most `block_max_s`."""
         block_ms = max(1, round(min(timeout_s, self.block_max_s) * 1000))
         answer = await self.pool.xread(
             {self.keys.reports: after_id or "$"}, count=1, block=block_ms

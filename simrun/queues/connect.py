@@ -1,8 +1,5 @@
-"""Connecting to Redis, for the workers and the service alike: `open_redis` bounds every
-call and connection attempt (`RedisTimeouts`) so that a silent Redis is noticed, and
-`wait_for_redis` waits for a Redis not reachable yet with backoff, or fails at once
-(`RedisUnusable`) when it never will (`start_failure`).
-"""
+"""Connecting to Redis, for the workers and the service alike: `open_redis` with bounded
+calls (`RedisTimeouts`), and `wait_for_redis`, which waits with backoff or fails at once."""
 
 from __future__ import annotations
 
@@ -47,9 +44,8 @@ class RedisUnusable(Exception):
 
 @dataclass(frozen=True)
 class RedisTimeouts:
-    """How long a connection attempt (``connect_s``) and a call (``socket_s``) to Redis
-    may take; TCP keepalive probes an idle connection after ``socket_s`` so a peer that
-    vanished is found without a call."""
+    """How long a connection attempt and a call to Redis may take (TCP keepalive probes an
+    idle connection after ``socket_s``)."""
 
     connect_s: float = REDIS_TIMEOUT_S
     socket_s: float = REDIS_TIMEOUT_S
@@ -59,16 +55,15 @@ class RedisTimeouts:
             raise ValueError(f"Redis timeouts must be > 0 s, got {self.connect_s}, {self.socket_s}")
 
     def keepalive_options(self) -> dict[int, int]:
-        """TCP keepalive: first probe after ``socket_s`` idle, then every second, 3 probes
-        (where the platform has these options)."""
+        """TCP keepalive: the first probe after ``socket_s`` idle, then 3, a second apart."""
         idle = max(1, round(self.socket_s))
         wanted = {"TCP_KEEPIDLE": idle, "TCP_KEEPINTVL": 1, "TCP_KEEPCNT": 3}
         return {getattr(socket, k): v for k, v in wanted.items() if hasattr(socket, k)}
 
 
 def start_failure(exc: BaseException) -> StartFailure:
-    """Whether a failed first contact is worth waiting out ("wait": refused, timed out, not
-    resolved yet, loading) or fails forever ("fatal": credentials, ACL, not Redis, bad URL)."""
+    """Whether a failed first contact is worth waiting out ("wait") or fails forever
+    ("fatal": credentials, ACL, not Redis, bad URL)."""
     if isinstance(exc, AuthenticationError | AuthorizationError):
         return "fatal"  # (both are ConnectionErrors to redis-py)
     if isinstance(exc, BusyLoadingError):
@@ -89,9 +84,8 @@ def describe(exc: BaseException) -> str:
 
 
 def open_redis(url: str, timeouts: RedisTimeouts) -> ArqRedis:
-    """A client of ``url`` (arq's, with simrun's msgpack serializer) with ``timeouts``; no
-    I/O: connections are made by the first calls. `RedisUnusable` when ``url`` does not
-    parse."""
+    """An arq client of ``url`` with simrun's serializer and ``timeouts``, without I/O;
+    `RedisUnusable` when ``url`` does not parse."""
     from arq.connections import ArqRedis  # (not for the commands that never use Redis)
 
     parts = urlsplit(url)
@@ -122,9 +116,8 @@ async def wait_for_redis(
     max_backoff_s: float = RECONNECT_MAX_S,
     on_try: Callable[[LinkState], None] | None = None,
 ) -> float | None:
-    """PING ``client`` until Redis answers: how long that took (None: at once). One log line
-    when the wait begins; ``on_try`` sees each failed try. `RedisUnusable` when waiting is
-    pointless or ``max_wait_s`` passed (None: for ever)."""
+    """PING ``client`` until Redis answers: how long that took (None: at once);
+    `RedisUnusable` when waiting is pointless or ``max_wait_s`` passed."""
     state = LinkState()
     began = time.monotonic()
     while True:
@@ -153,11 +146,8 @@ async def wait_for_redis(
 
 
 async def cancel_and_wait(task: asyncio.Future[Any], every_s: float = 0.2) -> None:
-    """Cancel ``task`` and wait until it ended, cancelling it again while it runs. With a
-    socket timeout, redis-py writes through ``asyncio.wait_for``, which under Python 3.11
-    can swallow a cancellation that meets the end of the write: a task cancelled once
-    could then go on for ever (a worker that never stops). Its outcome is retrieved, not
-    raised."""
+    """Cancel ``task`` until it ended (Python 3.11's ``wait_for`` in redis-py can swallow a
+    cancellation); its outcome is retrieved, not raised."""
     while not task.done():
         task.cancel()
         await asyncio.wait({task}, timeout=every_s)

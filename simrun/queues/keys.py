@@ -49,22 +49,19 @@ class Keys:
         return f"{self.prefix}:attempts:{run}:{task}"
 
     def task_ended(self, run: str, task: str) -> str:
-        """Set (with an expiry) when task ``task`` of run ``run`` ended: workers remove its
-        local scratch (`simrun.worker.scratch`). ``task`` "*" stands for every task of a run
-        that ended."""
+        """Set (with an expiry) when a task ended: workers remove its local scratch (``task``
+        "*": every task of the run)."""
         return f"{self.prefix}:ended:{run}:{task}"
 
     @property
     def attempts_pattern(self) -> str:
-        """The SCAN pattern of every attempts hash of this namespace (the prefix's glob
-        characters escaped)."""
+        """The SCAN pattern of every attempts hash of this namespace."""
         escaped = _GLOB.sub(lambda m: "\\" + m.group(0), self.prefix)
         return f"{escaped}:attempts:*"
 
     def split_attempts(self, key: str) -> tuple[str, str]:
-        """The run and the task of an attempts hash of this namespace. The run must have
-        the shape of a run id (`RUN_ID`), so that the key of a namespace whose prefix
-        begins with ``<this prefix>:attempts:`` is not taken for one of ours."""
+        """The run and the task of an attempts hash of this namespace (the run shaped as a
+        `RUN_ID`, so a longer prefix's key is not taken for ours)."""
         head = f"{self.prefix}:attempts:"
         run, sep, task = key[len(head) :].partition(":")
         if not key.startswith(head) or not sep or not RUN_ID.fullmatch(run) or not task:

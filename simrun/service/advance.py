@@ -1,8 +1,6 @@
 """Step 4 of the controller: moving runs along. Pure decisions (`startable_tasks`,
-`plan_start`, `plan_moves`, and `simrun.core.states`) say what moves; the executors start
-tasks (counting their units in threads, `UnitCounter`), reuse earlier work, move tasks and
-end runs. At most `START_TASKS_PER_STEP` tasks start in one step.
-"""
+`plan_start`, `plan_moves`, `simrun.core.states`) say what moves; `Advance` starts tasks
+(counting units in threads), reuses earlier work, moves tasks and ends runs."""
 
 from __future__ import annotations
 
@@ -33,14 +31,8 @@ from simrun.core.reuse import (
     units_present,
     units_reused_text,
 )
-from simrun.core.states import (
-    ACTIVE_TASK_STATES,
-    TaskCounts,
-    TaskState,
-    next_task_state,
-    run_state,
-)
-from simrun.plugins import TaskType, UnitOutputs, resolve, unit_outputs
+from simrun.core.states import ACTIVE_TASK_STATES, TaskCounts, TaskState, next_task_state, run_state
+from simrun.plugins import TaskType, UnitOutputs, unchecked_count, unit_outputs
 from simrun.resources import resource_key
 from simrun.runstore.reads import DoneTask
 from simrun.runstore.rows import RunRow, TaskRow
@@ -60,14 +52,6 @@ COUNT_THREADS = 4
 COUNT_WAIT_S = 0.5
 
 
-def _raw_count(task_type: TaskType, settings: Mapping[str, Any]) -> object:
-    """What the type's ``count_units`` returns for ``settings``, unchecked (in a thread)."""
-    assert task_type.count_units is not None
-    parsed = task_type.settings.model_validate(dict(settings))
-    result: object = resolve(task_type.count_units)(parsed)
-    return result
-
-
 @dataclass(frozen=True)
 class Counted:
     """A count that is known: its value, or why there is none (the task then fails)."""
@@ -77,9 +61,8 @@ class Counted:
 
 
 class UnitCounter:
-    """Runs ``count_units`` in daemon threads (at most `COUNT_THREADS`) without waiting:
-    ``on_done(run)`` is called on the loop when a count ends; one past ``timeout_s`` is
-    given up."""
+    """Runs ``count_units`` in daemon threads (at most `COUNT_THREADS`), calling
+    ``on_done(run)`` on the loop when one ends; a count past ``timeout_s`` is given up."""
 
     def __init__(self, timeout_s: float, on_done: Callable[[str], None]) -> None:
         self.timeout_s = timeout_s
@@ -102,17 +85,14 @@ class UnitCounter:
         return max(0.0, self._deadline - time.monotonic())
 
     def _start(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        run_id: str,
-        task_type: TaskType,
-        settings: Mapping[str, Any],
+        self, run_id: str, task_type: TaskType, settings: Mapping[str, Any]
     ) -> concurrent.futures.Future[object]:
+        loop = asyncio.get_running_loop()
         future: concurrent.futures.Future[object] = concurrent.futures.Future()
 
         def count() -> None:
             try:
-                future.set_result(_raw_count(task_type, settings))
+                future.set_result(unchecked_count(task_type, settings))
             except BaseException as exc:  # noqa: BLE001  # plugin code: the task fails with it
                 future.set_exception(exc)
             finally:
@@ -133,14 +113,14 @@ class UnitCounter:
     def poll(
         self, run_id: str, task: TaskRow, task_type: TaskType, now: float
     ) -> Counted | concurrent.futures.Future[object] | None:
-        """The count of ``task``: `Counted` once known, its future while it runs (started
-        now if need be), None when no thread is free."""
+        """`Counted` once known, the future while it runs (started now if need be), None
+        when no thread is free."""
         key = (run_id, task.name)
         found = self._futures.get(key)
         if found is None:
             if self.busy():
                 return None
-            future = self._start(asyncio.get_running_loop(), run_id, task_type, task.settings)
+            future = self._start(run_id, task_type, task.settings)
             self._fresh.add(id(future))
             found = self._futures[key] = (future, now)
         future, started = found
@@ -191,8 +171,8 @@ class RunsToAdvance:
 
 
 class Advance:
-    """The advance step over the runs of ``marks``; ``on_end`` is told of each run that
-    ends, ``on_task_done`` of each task that is done."""
+    """The advance step over the runs of ``marks``; ``on_end`` hears of each run that ends,
+    ``on_task_done`` of each task done."""
 
     def __init__(
         self,
@@ -231,9 +211,8 @@ class Advance:
         return changed
 
     async def advance_run(self, run: RunRow) -> bool:
-        """Start the startable tasks of ``run`` (at most `START_TASKS_PER_STEP`; the run is
-        marked again for the rest), move its started tasks, end it when nothing can
-        progress; True when something changed."""
+        """Start ``run``'s startable tasks (at most `START_TASKS_PER_STEP` a step), move its
+        started ones, end it when nothing can progress; True when something changed."""
         store, now = self.store, self.clock.now()
         tasks = await store.tasks(run.id)
         states: dict[str, str] = {t.name: t.state for t in tasks}
@@ -359,8 +338,7 @@ class Advance:
 
 @dataclass(frozen=True)
 class TaskMove:
-    """A started task's move along its units: its new ``state``, and whether its merge unit
-    is to be made now."""
+    """A started task's new ``state``, and whether its merge unit is to be made now."""
 
     name: str
     state: TaskState
@@ -384,11 +362,7 @@ def plan_moves(
     for task in tasks:
         state = states[task.name]
         if state in ACTIVE_TASK_STATES:
-            new, merge = next_task_state(
-                state,
-                counts.get(task.name, TaskCounts()),
-                task.has_merge,
-            )
+            new, merge = next_task_state(state, counts.get(task.name, TaskCounts()), task.has_merge)
             if new != state or merge:
                 moves.append(TaskMove(task.name, new, merge))
     return moves
@@ -397,8 +371,8 @@ def plan_moves(
 async def reuse_tasks(
     store: RunStore, layout: StoreLayout, run: RunRow, tasks: list[TaskRow], now: float
 ) -> list[str]:
-    """Mark done the ``tasks`` that reuse an earlier run's outputs (`simrun.core.reuse`),
-    linked into their out directory: the names of the tasks reused."""
+    """Mark done the ``tasks`` that reuse an earlier run's outputs, linked into their out
+    directory (`simrun.core.reuse`): the names of those reused."""
     candidates = [t for t in tasks if t.reuse and t.fingerprint is not None]
     if not candidates:
         return []
@@ -411,21 +385,9 @@ async def reuse_tasks(
         from_run = choose(False, earlier)
         if from_run is None:
             continue
-        source_task = next(d.task for d in same if d.run == from_run)
-        try:
-            await asyncio.to_thread(
-                link_outputs,
-                layout.task_out(from_run, source_task),
-                layout.task_out(run.id, task.name),
-            )
-        except OSError as exc:
-            log.warning(
-                "run %s task %s: could not take the outputs of run %s, it runs: %s",
-                run.id,
-                task.name,
-                from_run,
-                exc,
-            )
+        source = layout.task_out(from_run, next(d.task for d in same if d.run == from_run))
+        target = layout.task_out(run.id, task.name)
+        if not await _linked(run.id, task.name, from_run, link_outputs, source, target):
             continue
         await store.reuse_task(run.id, task.name, from_run, reused_text(from_run), now)
         log.info("run %s task %s: %s", run.id, task.name, reused_text(from_run))
@@ -437,9 +399,21 @@ def _present(layout: StoreLayout, done: Sequence[DoneTask]) -> list[bool]:
     return [layout.task_out(d.run, d.task).is_dir() for d in done]
 
 
+async def _linked(
+    run: str, task: str, source_run: str, link: Callable[..., None], *args: Any
+) -> bool:
+    """Run ``link(*args)`` in a thread; False (logged: the task runs its work) on OSError."""
+    try:
+        await asyncio.to_thread(link, *args)
+    except OSError as exc:
+        log.warning("run %s task %s: could not take run %s's work: %s", run, task, source_run, exc)
+        return False
+    return True
+
+
 def link_outputs(source: Path, target: Path) -> None:
-    """Replace ``target`` (a task's out directory) by the files of ``source`` (an earlier
-    run's), hard-linked where the file system allows, else copied (blocking I/O)."""
+    """Replace the out directory ``target`` by the files of ``source`` (an earlier run's),
+    hard-linked where possible, else copied (blocking I/O)."""
     if target.exists():
         shutil.rmtree(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -474,8 +448,8 @@ def plan_start(
     limits: InputLimits,
     model: str,
 ) -> TaskStart | None:
-    """How ``task`` starts given its count (None: still counting, it waits) and the units
-    its run has already (``in_run``)."""
+    """How ``task`` starts given its count and the units its run has (``in_run``); None
+    while it is still counted."""
     if task_type is None:
         return TaskStart(failed=f"task type {task.type!r} is not installed in the service")
     units = 1
@@ -515,8 +489,7 @@ async def unit_reuse(
     counts: Mapping[str, int],
 ) -> dict[str, tuple[str, list[range]]]:
     """The units the ``tasks`` about to start (``counts``: their units) take from an
-    earlier run (reuse per unit, `simrun.core.reuse`), their files linked in already:
-    task → (the earlier run, the units as ranges)."""
+    earlier run, their files linked in already: task → (that run, the units as ranges)."""
     wanted: dict[str, tuple[TaskRow, UnitOutputs]] = {}
     for task in tasks:
         task_type = types.get(task.type)
@@ -540,42 +513,21 @@ async def unit_reuse(
         )
         options: list[tuple[UnitsEarlier, list[range]]] = []
         for earlier in sources:
-            ranges = None if earlier.done else await store.done_ranges(earlier.run, earlier.task)
-            options.append(
-                (
-                    earlier,
-                    await asyncio.to_thread(
-                        units_present,
-                        layout.task_out(earlier.run, earlier.task),
-                        declared,
-                        counts[name],
-                        earlier.units,
-                        ranges,
-                    ),
-                )
+            done_ranges = (
+                None if earlier.done else await store.done_ranges(earlier.run, earlier.task)
             )
+            out = layout.task_out(earlier.run, earlier.task)
+            present = await asyncio.to_thread(
+                units_present, out, declared, counts[name], earlier.units, done_ranges
+            )
+            options.append((earlier, present))
         best = best_units(options)
         if best is None:
             continue
         earlier, reused = best
-        try:
-            await asyncio.to_thread(
-                link_units,
-                layout.task_out(earlier.run, earlier.task),
-                layout.task_out(run.id, name),
-                declared,
-                reused,
-            )
-        except OSError as exc:
-            log.warning(
-                "run %s task %s: could not take units of run %s, they run: %s",
-                run.id,
-                name,
-                earlier.run,
-                exc,
-            )
-            continue
-        taken[name] = (earlier.run, reused)
+        source, target = layout.task_out(earlier.run, earlier.task), layout.task_out(run.id, name)
+        if await _linked(run.id, name, earlier.run, link_units, source, target, declared, reused):
+            taken[name] = (earlier.run, reused)
     return taken
 
 

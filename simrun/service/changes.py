@@ -1,7 +1,5 @@
-"""Change notification: who follows a run waits for a version of it past the one it read
-(`Changes.wait`), woken by `Changes.notify` (a command) or `Changes.notify_all` (a step
-that changed something); a wake-up means "may have changed".
-"""
+"""Change notification: who follows a run waits for a version past the one it read, woken
+when it may have changed."""
 
 from __future__ import annotations
 
@@ -43,8 +41,8 @@ class Changes:
         self.notify_all()
 
     async def wait(self, run_id: str, after_version: int, timeout_s: float) -> int:
-        """Wait until the version of ``run_id`` is past ``after_version``, the changes are
-        closed, or ``timeout_s`` passed; the version then."""
+        """Wait for a version of ``run_id`` past ``after_version`` (or the close, or the
+        timeout): the version then."""
         deadline = time.monotonic() + timeout_s
         while self.version(run_id) <= after_version and not self.closed:
             left = deadline - time.monotonic()

@@ -1,8 +1,6 @@
-"""The controller: one `Controller.step` ingests reports, watches the workers, reconciles
-with Redis, advances the runs, dispatches, and forgets ended runs' attempts, each in a module
-of its own; this module owns the connections, the loop (which waits out Redis outages) and
-the commands (submit, replay, rerun, cancel).
-"""
+"""The controller: each `Controller.step` ingests reports, watches workers, reconciles,
+advances runs, dispatches and forgets ended runs' attempts (a module each); this module owns
+the connections, the loop (which waits out Redis outages) and the commands."""
 
 from __future__ import annotations
 
@@ -17,7 +15,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from simrun.config import redact_url
-from simrun.core.clock import SYSTEM_CLOCK, Clock
+from simrun.core.clock import SYSTEM_CLOCK, Clock, Every
 from simrun.core.intake import tasks_problem
 from simrun.core.layout import StoreLayout
 from simrun.core.outage import RECONNECT_MAX_S, LinkState, backoff_s
@@ -25,7 +23,6 @@ from simrun.plugins import TaskType
 from simrun.queues.client import JobQueue, forget_attempts, set_current_attempts
 from simrun.queues.connect import cancel_and_wait, wait_for_redis
 from simrun.resources import ResourceStore
-from simrun.runstore.rows import RunRow, UnknownRunError
 from simrun.runstore.store import RunStore
 from simrun.service import decisions
 from simrun.service.advance import Advance, RunsToAdvance
@@ -51,8 +48,8 @@ SERVER_CHECK_S = 1.0
 
 
 class Controller:
-    """The service's controller over a run store, a resource store and a job queue: make
-    one with `open`, drive it with `run_forever` (or `step`); commands may run meanwhile."""
+    """The service's controller over its stores and queue: `open` it, drive it with
+    `run_forever` (or `step`); commands may run meanwhile."""
 
     def __init__(
         self,
@@ -75,7 +72,7 @@ class Controller:
         #: The link to Redis as the loop found it (times on the clock's monotonic scale).
         self.link = LinkState()
         self._server_id: str | None = None
-        self._server_checked = -float("inf")
+        self._server_check = Every(clock, SERVER_CHECK_S)
         self._grace_s = decisions.reconnect_grace_s(settings.heartbeat_ttl_s, RECONNECT_MAX_S)
         self._marks = RunsToAdvance()  # runs whose tasks may move
         resolved = ResolveCache()  # emptied of a key by the ingest when it learns
@@ -111,7 +108,7 @@ class Controller:
         types: Mapping[str, TaskType],
         clock: Clock = SYSTEM_CLOCK,
     ) -> Controller:
-        """Open the stores (creating the file) and a client of Redis (not connected yet)."""
+        """Open the stores and a client of Redis (not connected yet)."""
         store = await RunStore.open(settings.database)
         try:
             resources = ResourceStore(settings.database)
@@ -132,17 +129,13 @@ class Controller:
         self.resources.close()
 
     async def _task_done(self, run: str, task: str) -> None:
-        """A task is done: its scratch goes, on the workers (told through Redis) and in the
-        store."""
+        """A task is done: its scratch goes, on the workers and in the store."""
         await mark_task_ended(self.queue.redis, self.queue.keys, run, task)
         await asyncio.to_thread(remove_scratch, self.settings.store, run, task)
 
-    # -- the loop ---------------------------------------------------------------------------
-
     async def run_forever(self, stop: asyncio.Event | None = None) -> None:
-        """Step until ``stop`` is set. Redis away is waited out with backoff (one log line
-        when it goes, one when it is back); any other error of a step is logged, kept in
-        ``last_error`` (``/health`` shows it), and the loop goes on after a pause."""
+        """Step until ``stop`` is set, waiting out Redis with backoff; any other error of a
+        step is logged and kept in ``last_error``, and the loop goes on after a pause."""
         stop = stop or asyncio.Event()
         if not await self._first_contact(stop):
             return
@@ -175,8 +168,7 @@ class Controller:
                 )
 
     async def _idle(self, stop: asyncio.Event, pause_s: float, reports: bool) -> None:
-        """Wait up to ``pause_s``: less on ``stop``, a command, or (with ``reports``) a new
-        report."""
+        """Wait up to ``pause_s``, less on ``stop``, a command or (``reports``) a new report."""
         waits: list[asyncio.Future[Any]] = [
             asyncio.ensure_future(stop.wait()),
             asyncio.ensure_future(self._wake.wait()),
@@ -197,9 +189,8 @@ class Controller:
                 log.debug("waiting for a report: %s", w.exception())
 
     async def _first_contact(self, stop: asyncio.Event) -> bool:
-        """Wait for Redis before the first step (False: ``stop`` was set meanwhile);
-        `RedisUnusable` when it will never take the service. When it was waited for, the
-        workers get the grace of a reconnection before they are judged."""
+        """Wait for Redis before the first step (False: ``stop`` was set meanwhile); after a
+        wait the workers get the grace of a reconnection."""
         where = redact_url(self.settings.redis_url)
 
         def on_try(state: LinkState) -> None:
@@ -227,8 +218,7 @@ class Controller:
         return True
 
     def _redis_back(self, what: str) -> None:
-        """Redis answers again (or restarted): judge no worker for the grace period, read
-        the reports delivered before first."""
+        """Redis answers again (or restarted): judge no worker for the grace period."""
         self.link.back_at = self.clock.monotonic()
         self._liveness.redis_back()
         self._ingest.redis_back()
@@ -236,13 +226,10 @@ class Controller:
 
     async def _check_server(self) -> None:
         """Notice a restart of the Redis server between two steps (its ``run_id``)."""
-        now = self.clock.monotonic()
-        if now - self._server_checked < SERVER_CHECK_S:
+        if not self._server_check.due():
             return
-        self._server_checked = now
         server = await self.queue.server_id()
         if self._server_id is not None and server != self._server_id and self.link.up:
-            # (after a failed step, the loop says Redis is back once this step went well)
             self._redis_back("Redis restarted (it may have lost its data)")
         self._server_id = server
 
@@ -261,24 +248,20 @@ class Controller:
             workers = await self.queue.live_workers()
             busy = await self._ingest.step()
             busy |= await self._liveness.watch(workers, judge=judge)
-            if judge and self._liveness.reconcile_due():
+            if judge and self._liveness.reconcile_every.due():
                 busy |= await self._liveness.reconcile()
             busy |= await self._advance.step()
             busy |= await self._dispatcher.dispatch(workers)
-            if self._ended.due():
+            if self._ended.sweep_every.due():
                 await self._ended.sweep(self.store, self.queue, workers)
             if busy:
                 self.changes.notify_all()
             return busy
 
-    # -- attempts of runs that ended ---------------------------------------------------------
-
     async def forget_ended(self) -> int:
         """Delete the attempts hashes of ended runs with no job left in Redis, now."""
         async with self._lock:
             return await self._ended.sweep(self.store, self.queue, await self.queue.live_workers())
-
-    # -- commands ---------------------------------------------------------------------------
 
     async def submit(
         self,
@@ -291,10 +274,8 @@ class Controller:
         reuse: bool = True,
         rerun: Sequence[str] = (),
     ) -> str:
-        """Create a run of a checked document and return its id. Sources are ``uploaded``
-        (the HTTP API's) or the document's paths under ``base`` (``simrun run``); a document
-        that cannot run raises `WorkflowError` and leaves nothing behind. ``reuse`` and
-        ``rerun`` say which tasks may reuse an earlier run's outputs."""
+        """Create a run of a checked document, its sources ``uploaded`` or under ``base``: its
+        id. `WorkflowError` leaves nothing behind; ``reuse`` and ``rerun`` rule reuse."""
         now = self.clock.now()
         if (why := tasks_problem(len(doc.tasks), self.settings.intake)) is not None:
             raise WorkflowError([Problem(("tasks",), why)], "workflow")
@@ -338,8 +319,8 @@ class Controller:
         indices: Sequence[int] = (),
         memory_gb: float | None = None,
     ) -> int:
-        """Put failed units back (all, of one task, or some indices; optionally with a
-        memory per process) and let the run go on: the units replayed."""
+        """Put failed units back (all, of one task, or some indices) and let the run go on:
+        the units replayed."""
         async with self._lock:
             count = await self.store.replay(
                 run_id, self.clock.now(), task=task, indices=indices, memory_gb=memory_gb
@@ -351,8 +332,8 @@ class Controller:
     async def rerun(
         self, run_id: str, task: str, memory_gb: float | None = None
     ) -> tuple[list[str], int]:
-        """Run ``task`` and every task that reads it again from the start; their outputs
-        and attempts hashes go first. The tasks reset and the units they had."""
+        """Run ``task`` and every task that reads it again from the start: those tasks and
+        the units they had."""
         async with self._lock:
             tasks, units = await self.store.rerun(run_id, task, self.clock.now(), memory_gb)
             await asyncio.to_thread(clear_outputs, self.settings.store, run_id, tasks)
@@ -366,8 +347,7 @@ class Controller:
         return tasks, units
 
     async def cancel(self, run_id: str) -> int:
-        """Cancel a running run: nothing more is dispatched and workers skip its queued units
-        (their attempts are raised). The units that were in flight."""
+        """Cancel a running run (workers skip its queued units): the units in flight."""
         async with self._lock:
             active = await self.store.cancel(run_id, self.clock.now())
             self.changes.notify(run_id)
@@ -406,17 +386,3 @@ class Controller:
                 )
                 del by_task[task]
             del self._owed_attempts[run_id]
-
-    async def wait(self, run_id: str, timeout_s: float, poll_s: float = 0.05) -> RunRow:
-        """The run once it ended; `TimeoutError` after ``timeout_s`` (the loop runs
-        elsewhere)."""
-        deadline = self.clock.monotonic() + timeout_s
-        while True:
-            row = await self.store.run(run_id)
-            if row is None:
-                raise UnknownRunError(f"there is no run {run_id!r}")
-            if row.state != "running":
-                return row
-            if self.clock.monotonic() >= deadline:
-                raise TimeoutError(f"run {run_id} still running after {timeout_s:g} s")
-            await self.clock.sleep(poll_s)

@@ -1,7 +1,5 @@
 """Whether the service's SQLite file lies on a network file system, where its locks may not
-hold: the mount of ``/proc/mounts`` that holds the path (`mount_type`, pure), judged by
-`db_volume_problem`.
-"""
+hold (read from ``/proc/mounts``)."""
 
 from __future__ import annotations
 
@@ -44,8 +42,7 @@ def parse_mounts(text: str) -> list[tuple[str, str]]:
 
 
 def mount_type(path: PurePosixPath, mounts: list[tuple[str, str]]) -> str | None:
-    """The type of the file system holding the absolute ``path``: its longest mount point
-    (the last one mounted there wins); None when no mount holds it."""
+    """The type of the file system of the absolute ``path`` (its longest mount point)."""
     best: tuple[int, str] | None = None
     for point, fstype in mounts:
         mp = PurePosixPath(point)
@@ -76,9 +73,8 @@ def _existing(path: Path) -> Path:
 
 
 def db_volume_problem(db: Path, mounts_file: Path = Path("/proc/mounts")) -> str | None:
-    """One line when the SQLite file ``db`` would lie on a network file system (naming
-    the file, the type and how to go on), else None (also when the mount table cannot be
-    read: nothing is known)."""
+    """One line when the SQLite file ``db`` would lie on a network file system, else None
+    (also when the mount table cannot be read)."""
     try:
         text = mounts_file.read_text(errors="replace")
     except OSError:

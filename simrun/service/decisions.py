@@ -1,6 +1,5 @@
-"""The controller's own decisions as pure functions: the attempt of a job, which jobs are
-lost or abandoned, when a run's attempts may leave Redis, and a failed run's message.
-"""
+"""The controller's own decisions as pure functions: a job's attempt, lost or abandoned
+jobs, when a run's attempts may leave Redis, and a failed run's message."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ from simrun.core.states import ENDED_RUN_STATES
 
 
 def job_attempt(unit_attempts: Iterable[int]) -> int:
-    """The attempt of a job made of units with these current attempts: one more than the
-    highest, so no unit of it is ever dispatched twice under one attempt."""
+    """The attempt of a job of units of these attempts: one above the highest."""
     return max(unit_attempts, default=0) + 1
 
 
@@ -39,9 +37,8 @@ def abandoned_jobs(
     now_s: float,
     ttl_s: float,
 ) -> tuple[dict[str, float], list[str]]:
-    """Jobs a worker took and died with before a heartbeat listed them: ``held`` by arq
-    and ``listed`` by no live worker for longer than ``ttl_s`` since first seen so
-    (``since``). Returns the new ``since`` and the abandoned jobs, sorted."""
+    """Jobs ``held`` by arq and ``listed`` by no live worker for longer than ``ttl_s``
+    (``since``: first seen so): the new ``since``, and those jobs sorted."""
     watched = {job: since.get(job, now_s) for job in held if job not in listed}
     abandoned = sorted(job for job, first in watched.items() if now_s - first > ttl_s)
     for job in abandoned:
@@ -50,14 +47,13 @@ def abandoned_jobs(
 
 
 def reconnect_grace_s(heartbeat_ttl_s: float, worker_retry_max_s: float) -> float:
-    """How long after Redis came back the heartbeats are not trusted: a worker's longest
-    pause between two tries to reach Redis, plus a heartbeat's time to live."""
+    """How long after Redis came back the heartbeats are not trusted."""
     return heartbeat_ttl_s + worker_retry_max_s
 
 
 def judging_workers(now_s: float, back_at: float | None, grace_s: float) -> bool:
-    """Whether the heartbeats may say now which workers died: not within ``grace_s`` of
-    Redis coming back (``back_at``), when every worker would look dead."""
+    """Whether the heartbeats may say now which workers died (not within ``grace_s`` of
+    Redis coming back)."""
     return back_at is None or now_s - back_at >= grace_s
 
 
@@ -67,8 +63,8 @@ def lost_jobs(
     on_workers: Collection[str],
     snapshot_s: float,
 ) -> list[str]:
-    """Jobs in flight that Redis no longer has: enqueued before the snapshot of the queues
-    yet neither queued nor on a live worker (sound once every earlier report was applied)."""
+    """Jobs in flight, enqueued before the snapshot of the queues, that Redis no longer has
+    (sound once every earlier report was applied)."""
     return [
         j.id
         for j in jobs
@@ -76,8 +72,7 @@ def lost_jobs(
     ]
 
 
-#: What to do with the attempts hashes of a run: ``forget`` (delete them now), ``wait``
-#: (look again later), ``keep`` (the run goes on: stop looking until it ends again).
+#: What to do with a run's attempts hashes: delete now, look again later, or stop looking.
 AttemptsVerdict = Literal["forget", "wait", "keep"]
 
 
@@ -87,9 +82,8 @@ def run_of_job(job_id: str) -> str:
 
 
 def attempts_verdict(state: str | None, in_flight: bool, in_redis: bool) -> AttemptsVerdict:
-    """Whether the attempts hashes of a run may leave Redis now: once it ended (or the
-    store does not know it, ``state`` None) and no job of it is in flight in the store or
-    in Redis (queued, held, or listed by a worker)."""
+    """Whether a run's attempts hashes may leave Redis: once it ended (or is unknown) and
+    no job of it is in flight in the store or in Redis."""
     if state is not None and state not in ENDED_RUN_STATES:
         return "keep"
     if in_flight or in_redis:
@@ -103,8 +97,7 @@ def _ranges(indices: Sequence[int]) -> str:
 
 
 def failure_message(failed: Mapping[str, Sequence[int | str]]) -> str:
-    """The message of a failed run: its failed units per task, e.g. ``2 units failed:
-    sweep [3, 7-9], summary [command]``."""
+    """A failed run's message: ``2 units failed: sweep [3, 7-9], summary [command]``."""
     total = sum(len(v) for v in failed.values())
     if total == 0:
         return "failed: a task could not run"

@@ -1,8 +1,6 @@
-"""Sending pending units out: pure functions decide what to send (`probe_now`,
-`chunk_limit`, `cut_chunks`, `fresh_chunks`, `plan_dispatch`); `Dispatcher` reads the
-stores, follows the plan (store the jobs, write the current attempts, enqueue) and keeps a
-`ResolveCache`.
-"""
+"""Sending pending units out: pure functions decide what to send (`probe_now`, `chunk_limit`,
+`cut_chunks`, `fresh_chunks`, `plan_dispatch`); `Dispatcher` reads the stores and follows
+the plan."""
 
 from __future__ import annotations
 
@@ -37,8 +35,8 @@ Chunk = Sequence[UnitRow] | range
 
 
 def input_bytes(paths: Iterable[Path]) -> int | None:
-    """The bytes of the files under ``paths`` (links not followed); None when there is no
-    path or one is missing (the learner then fits memory without sizes)."""
+    """The bytes of the files under ``paths`` (links not followed); None without a path or
+    when one is missing."""
     total = 0
     seen = False
     for path in paths:
@@ -57,14 +55,13 @@ def input_bytes(paths: Iterable[Path]) -> int | None:
 
 
 def unlearned(resolved: ResolvedResources) -> bool:
-    """Whether resolved resources come from no observation of their key (hint or default)."""
+    """Whether resolved resources come from no observation of their key."""
     return resolved.samples == 0 and resolved.source in ("plugin hint", "default")
 
 
 @dataclass(frozen=True)
 class ResolveKey:
-    """What resolved resources depend on: the resource key, the type, the task's override
-    and its input size."""
+    """What resolved resources depend on."""
 
     key: str
     type: str
@@ -73,8 +70,7 @@ class ResolveKey:
 
 
 class ResolveCache:
-    """Resolved resources by `ResolveKey`; a key that records new observations is
-    forgotten (`forget`), and the whole cache is dropped past ``keep`` entries."""
+    """Resolved resources by `ResolveKey`, forgotten when their key learns (`forget`)."""
 
     def __init__(self, keep: int = _KEEP_SIZES) -> None:
         self.keep = keep
@@ -108,10 +104,8 @@ def probe_now(
     resolved: ResolvedResources,
     probe_out: bool,
 ) -> int:
-    """What the chunk units of ``task`` do now: -1 wait (its probe is out), 0 go out as
-    usual, n > 0 go out as a probe of n units. Read from the task's phase and its jobs in
-    flight (``probe_out``), so a restart neither loses nor repeats a probe; a probe smaller
-    than the live processes allow is topped up while nothing is learned."""
+    """What the chunk units of ``task`` do now: -1 wait for the probe out, 0 go out, n > 0
+    go out as a probe of n (topped up while nothing is learned)."""
     if not enabled:
         return 0
     total = task.units or 0
@@ -131,8 +125,7 @@ def chunk_limit(
     room: int,
     probe: int,
 ) -> tuple[int, int]:
-    """The units per job and the units to send now: one per job for a probe (each process
-    reports alone), else `sizing.chunk_size` within the window's ``room``."""
+    """The units per job (one for a probe) and the units to send now."""
     if probe:
         return 1, probe
     size = sizing.chunk_size(
@@ -148,23 +141,21 @@ def chunk_limit(
 def cut_chunks(
     units: Sequence[UnitRow], memory_gb: float, size: int, room: int, todo: int, processes: int
 ) -> list[Chunk]:
-    """At most ``room`` jobs of the ``units`` sent back, grouped by the memory they need."""
+    """At most ``room`` jobs of the ``units`` sent back, grouped by their memory."""
     groups = memory_groups(units, memory_gb)
     cut = (c for g in groups for c in sizing.split(g, size, pending=todo, processes=processes))
     return list(itertools.islice(cut, room))
 
 
 def fresh_chunks(fresh: range, take: int, size: int, room: int, processes: int) -> list[range]:
-    """At most ``room`` jobs of the first ``take`` of the ``fresh`` units (never dispatched,
-    the task's last ones: the tail tapers)."""
+    """At most ``room`` jobs of the first ``take`` of the ``fresh`` units."""
     return sizing.split_range(fresh[:take], size, pending=len(fresh), processes=processes)[:room]
 
 
 @dataclass(frozen=True)
 class DispatchPlan:
-    """What one dispatch writes of its task: ``blocked`` (no worker fits its jobs: the
-    problem, nothing sent), else its jobs go out with ``state``, ``status`` and ``phase``
-    (None: unchanged)."""
+    """What one dispatch writes of its task: ``blocked`` (why no worker fits), else the
+    task's new ``state``, ``status`` and ``phase`` (None: unchanged)."""
 
     blocked: str | None = None
     state: TaskState | None = None
@@ -175,8 +166,8 @@ class DispatchPlan:
 def plan_dispatch(
     task: TaskRow, problem: str | None, merge: bool, probe: int, todo: int, sending: int
 ) -> DispatchPlan | None:
-    """The plan of a dispatch of ``task`` whose jobs (``sending`` units, of ``todo``
-    pending chunk units) fit no worker when ``problem``; None: nothing to write."""
+    """The plan of a dispatch of ``task`` (``sending`` of ``todo`` units; ``problem``: they
+    fit no worker); None: nothing to write."""
     if problem is not None:
         if task.state == "blocked" and task.status == problem:
             return None
@@ -196,16 +187,16 @@ def _fit(
     planned: Dispatch, queue: str, task_type: TaskType, capacities: Sequence[sizing.WorkerCapacity]
 ) -> str | None:
     res = planned.spec.resources
-    return sizing.fit_problem(
+    job = sizing.JobShape(
         planned.spec.kind,
         queue,
         res.memory_base_gb,
         res.memory_per_worker_gb,
         res.gpus,
         task_type.uses_cores,
-        capacities,
-        scratch_gb=res.scratch_gb,
+        res.scratch_gb,
     )
+    return sizing.fit_problem(job, capacities)
 
 
 @dataclass
@@ -268,8 +259,7 @@ class Dispatcher:
         )
 
     async def input_size(self, task: TaskRow) -> int | None:
-        """The size of a task's inputs, measured in a thread the first time and kept (a
-        started task's inputs no longer change)."""
+        """The size of a task's inputs, measured once in a thread."""
         where = (task.run, task.name)
         if where not in self.sizes:
             if len(self.sizes) >= _KEEP_SIZES:  # ended tasks' sizes: measured again if needed
@@ -338,8 +328,7 @@ class Dispatcher:
     async def _chunks(
         self, task: TaskRow, resolved: ResolvedResources, todo: int, processes: int, room: int
     ) -> tuple[int, list[Chunk]]:
-        """The probe's units (0: none) and the chunks of units to send now: units sent back
-        first (they have rows), then fresh ones from the frontier."""
+        """The probe's units and the chunks to send now: units sent back, then fresh ones."""
         probe_out = task.phase is TaskPhase.PROBING and any(
             j.task == task.name for j in await self.store.jobs(task.run)
         )

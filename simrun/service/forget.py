@@ -1,13 +1,11 @@
-"""Deleting the attempts hashes of runs that ended once no job of them is left in Redis
-(the rule: `simrun.service.decisions.attempts_verdict`).
-"""
+"""Deleting the attempts hashes of ended runs once no job of them is left in Redis."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
 
-from simrun.core.clock import SYSTEM_CLOCK, Clock
+from simrun.core.clock import SYSTEM_CLOCK, Clock, Every
 from simrun.core.reports import WorkerInfo
 from simrun.queues.client import JobQueue, attempts_by_run, forget_attempts
 from simrun.runstore.rows import JobRow, RunRow, TaskRow
@@ -23,33 +21,22 @@ FORGET_EVERY_S = 1.0
 
 
 class EndedRuns:
-    """The runs whose attempts hashes may leave Redis once no job of them is left: those the
-    controller saw end or cancelled (`watch`), and at the first `sweep` every run a SCAN of
-    the namespace finds. A run that runs again is dropped."""
+    """The runs whose attempts hashes may leave Redis: those seen to end (`watch`), and at
+    the first `sweep` every run a SCAN finds."""
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         #: Run → tasks of its hashes that a SCAN found (for runs the store does not know).
         self.runs: dict[str, set[str]] = {}
         self._scanned = False
-        self.clock = clock
-        self._last_sweep = -float("inf")
-
-    def due(self) -> bool:
-        """Whether `FORGET_EVERY_S` passed since the last sweep the controller's step made
-        (True at start); when so, the time is taken as that of this one."""
-        now = self.clock.monotonic()
-        if now - self._last_sweep < FORGET_EVERY_S:
-            return False
-        self._last_sweep = now
-        return True
+        #: When the controller's step sweeps.
+        self.sweep_every = Every(clock, FORGET_EVERY_S)
 
     def watch(self, run_id: str) -> None:
         """Look at ``run_id`` in the next sweeps (it ended, or was cancelled)."""
         self.runs.setdefault(run_id, set())
 
     async def sweep(self, store: RunStore, queue: JobQueue, workers: Sequence[WorkerInfo]) -> int:
-        """Delete the hashes of the watched runs that may go now (``workers`` are the live
-        ones); returns how many were deleted. Runs with jobs left stay watched."""
+        """Delete the hashes of the watched runs that may go now: how many were deleted."""
         if not self._scanned:
             for run_id, tasks in (await attempts_by_run(queue.redis, queue.keys)).items():
                 self.runs.setdefault(run_id, set()).update(tasks)
@@ -84,8 +71,7 @@ async def _runs_in_redis(
     tasks: Mapping[str, Sequence[TaskRow]],
     workers: Sequence[WorkerInfo],
 ) -> set[str]:
-    """The runs with a job in a queue (of the jobs in flight, the workers or the ``tasks``)
-    or listed by a live worker."""
+    """The runs with a job in a queue or listed by a live worker."""
     names = {"cpu", "gpu", *(j.queue for j in flight)}
     names.update(q for w in workers for q in w.queues)
     names.update(t.queue for rows in tasks.values() for t in rows if t.queue)

@@ -1,6 +1,5 @@
-"""Step 1 of the controller: the workers' reports, read in batches of a consumer group,
-each written in one transaction and then acknowledged (a batch that failed is read again).
-"""
+"""Step 1 of the controller: the workers' reports, read in batches, each written in one
+transaction and then acknowledged."""
 
 from __future__ import annotations
 
@@ -22,8 +21,8 @@ log = logging.getLogger(__name__)
 
 
 def is_oom(entry_or_report: ReportEntry | WorkerReport) -> bool:
-    """Whether a report says a worker process was killed for memory: the worker's own
-    verdict (its sampler killed the process past its limit), or a unit reported killed."""
+    """Whether a report says a worker process was killed for memory (by the worker, or a
+    unit reported killed)."""
     if isinstance(entry_or_report, WorkerReport):
         return entry_or_report.killed_for_memory
     return entry_or_report.report.killed_for_memory or any(
@@ -32,8 +31,7 @@ def is_oom(entry_or_report: ReportEntry | WorkerReport) -> bool:
 
 
 def record_of(entry: ReportEntry, tasks: Mapping[tuple[str, str], TaskRow]) -> Record | None:
-    """The observation of a report, or None when it measured nothing worth learning from
-    (a merge, or a job whose units never ran)."""
+    """The observation of a report, or None when it measured nothing to learn from."""
     task = tasks.get((entry.run, entry.task))
     if task is None or task.resource_key is None or entry.kind == "merge":
         return None
@@ -56,8 +54,8 @@ def record_of(entry: ReportEntry, tasks: Mapping[tuple[str, str], TaskRow]) -> R
 
 
 class Ingest:
-    """Reads the report stream and writes what it says to the stores; marks the runs that
-    changed in ``advance`` and forgets the learned keys in ``resolved``."""
+    """Reads the report stream into the stores, marking the runs that changed and forgetting
+    the learned keys in ``resolved``."""
 
     def __init__(
         self,
@@ -74,18 +72,15 @@ class Ingest:
         self._pending_read = True  # first read what was delivered before a restart
         #: Whether the last `step` read the stream to its end.
         self.drained = False
-        #: The id of the last entry read (None before the first): the loop waits for one
-        #: after it (`JobQueue.wait_report`).
+        #: The id of the last entry read: the loop waits for one after it.
         self.last_id: str | None = None
 
     def redis_back(self) -> None:
-        """Redis came back: read again first what was delivered and not acknowledged (the
-        consumer group is made again if Redis lost it: `JobQueue.read_reports`)."""
+        """Redis came back: read first what was delivered and not acknowledged."""
         self._pending_read = True
 
     async def step(self) -> bool:
-        """Apply up to ``report_batches`` batches of reports; sets `drained` when the stream
-        had no more. True when a unit changed."""
+        """Apply up to ``report_batches`` batches of reports: whether a unit changed."""
         s = self.settings
         changed = False
         self.drained = False

@@ -1,7 +1,5 @@
-"""Steps 2 and 3 of the controller: the jobs of dead workers and abandoned jobs are
-dispatched again (watch), and so are jobs in flight that Redis lost (reconcile); the rules
-are in `simrun.service.decisions`.
-"""
+"""Steps 2 and 3 of the controller: the jobs of dead workers, abandoned jobs (watch) and
+jobs Redis lost (reconcile) are dispatched again."""
 
 from __future__ import annotations
 
@@ -9,7 +7,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from simrun.core.clock import Clock
+from simrun.core.clock import Clock, Every
 from simrun.core.reports import WorkerInfo
 from simrun.queues.client import JobQueue
 from simrun.runstore.rows import JobRow
@@ -23,8 +21,7 @@ log = logging.getLogger(__name__)
 
 
 def listed_jobs(workers: Sequence[WorkerInfo]) -> dict[str, tuple[str, bool]]:
-    """The jobs the heartbeats of ``workers`` list: job id → (worker id, whether it runs
-    rather than waits for a process)."""
+    """The jobs the heartbeats of ``workers`` list: job id → (worker id, whether it runs)."""
     return {job.job_id: (w.id, job.state == "running") for w in workers for job in w.running}
 
 
@@ -50,20 +47,18 @@ class Liveness:
         self._seen: dict[str, tuple[str, bool]] = {}  # sightings already written
         #: Jobs arq holds in progress that no live worker lists: since when (monotonic).
         self._held_since: dict[str, float] = {}
-        self._last_reconcile = -float("inf")
-
-    # -- watch ---------------------------------------------------------------------------
+        #: When a reconciliation is due (at start, and after Redis came back).
+        self.reconcile_every = Every(clock, settings.reconcile_s)
 
     def redis_back(self) -> None:
-        """Redis came back (or restarted): forget what was watched before, and reconcile
-        as soon as the heartbeats are judged again."""
+        """Redis came back: forget what was watched, and reconcile once workers are judged."""
         self._held_since.clear()
         self._seen.clear()
-        self._last_reconcile = -float("inf")
+        self.reconcile_every.reset()
 
     async def watch(self, workers: Sequence[WorkerInfo], judge: bool = True) -> bool:
-        """Write what the heartbeats say, and (when ``judge``) dispatch again the jobs of
-        dead workers and the abandoned ones. True when something changed."""
+        """Write what the heartbeats say and (``judge``) dispatch again the jobs of dead
+        workers and abandoned ones; True when something changed."""
         sightings = listed_jobs(workers)
         news = {job: seen for job, seen in sightings.items() if self._seen.get(job) != seen}
         changed = await self.store.see_jobs(news, self.clock.now()) > 0 if news else False
@@ -92,8 +87,8 @@ class Liveness:
         return await self.abandoned([r for r in rows if r.id not in dead], sightings) or changed
 
     async def abandoned(self, rows: Sequence[JobRow], listed: Mapping[str, object]) -> bool:
-        """Dispatch again the jobs arq holds in progress that no live worker listed for
-        longer than a heartbeat lives: their worker took them and died before it said so."""
+        """Dispatch again the jobs arq holds that no live worker listed for longer than a
+        heartbeat lives."""
         unlisted = [r.id for r in rows if r.id not in listed]
         held = await self.queue.held_in_progress(unlisted) if unlisted else set()
         self._held_since, abandoned = decisions.abandoned_jobs(
@@ -114,9 +109,8 @@ class Liveness:
         return True
 
     async def give_up(self, jobs: Sequence[JobRow], reason: str) -> int:
-        """Drop jobs from arq and put their units back to pending (dispatched again with a
-        newer attempt); returns the units released. Dropped first: should the service stop
-        in between, reconciling finds the jobs gone from Redis and releases them then."""
+        """Drop jobs from arq, then put their units back to pending (reconciling releases
+        them should the service stop in between): the units released."""
         by_queue: dict[str, list[str]] = defaultdict(list)
         for job in jobs:
             by_queue[job.queue].append(job.id)
@@ -124,17 +118,6 @@ class Liveness:
         for queue, job_ids in by_queue.items():
             await self.queue.drop_jobs(queue, job_ids)
         return await self.store.release_jobs([j.id for j in jobs], reason)
-
-    # -- reconcile -----------------------------------------------------------------------
-
-    def reconcile_due(self) -> bool:
-        """Whether ``reconcile_s`` passed since the last reconciliation (True at start);
-        when so, the time is taken as that of the next one."""
-        now = self.clock.monotonic()
-        if now - self._last_reconcile < self.settings.reconcile_s:
-            return False
-        self._last_reconcile = now
-        return True
 
     async def reconcile(self) -> bool:
         """Dispatch again the jobs in flight that Redis no longer knows of."""

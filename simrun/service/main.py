@@ -27,8 +27,7 @@ class DatabaseVolumeError(ValueError):
 def check_database(
     database: Path, *, on_network_fs: bool = False, mounts_file: Path = Path("/proc/mounts")
 ) -> None:
-    """Refuse (`DatabaseVolumeError`, one line) a SQLite file on a network file system (as
-    ``mounts_file`` tells) unless ``on_network_fs`` (then say it in the log); make its
+    """Refuse a SQLite file on a network file system unless ``on_network_fs``; make its
     directory."""
     problem = db_volume_problem(database, mounts_file)
     if problem is not None and not on_network_fs:
@@ -50,9 +49,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server without its own signal handling: uvicorn raises the stop signal
-    again once the HTTP side has shut down, which would end the process before the
-    controller is stopped and closed. `serve` handles the signals instead."""
+    """uvicorn's server without its signal handling (it would raise the signal again and end
+    the process before the controller closed): `serve` handles them."""
 
     #: Called with the URL the server listens on once it does (the port it bound).
     on_listening: Callable[[str], None] | None = None
@@ -81,10 +79,8 @@ async def serve(
     default_shape: ContainerShape = DEFAULT_SHAPE,
     on_listening: Callable[[str], None] | None = None,
 ) -> None:
-    """Open the controller, drive its loop and answer HTTP until SIGINT/SIGTERM, then close
-    it. `RedisUnusable` ends both and is raised; ``default_shape`` is the worker container
-    /metrics assumes for a queue with no live worker; ``on_listening(url)`` is called once
-    the API listens."""
+    """Drive the controller's loop and answer HTTP until SIGINT/SIGTERM, then close it;
+    `RedisUnusable` ends both and is raised."""
     controller = await Controller.open(settings, types)
     stop = asyncio.Event()
     loop_task = asyncio.create_task(controller.run_forever(stop), name="simrun-controller")
@@ -93,15 +89,13 @@ async def serve(
     server.on_listening = on_listening
 
     def on_signal() -> None:
-        # The first signal shuts down gracefully, a second one without waiting for requests.
         if server.should_exit:
             server.force_exit = True
         server.should_exit = True
         controller.changes.close()  # the event streams end: uvicorn waits for open answers
 
     def on_loop_end(task: asyncio.Task[None]) -> None:
-        # The loop ends early only when Redis cannot be used (`RedisUnusable`): the HTTP
-        # side stops too, and the error is raised below.
+        # The loop ends early only for `RedisUnusable`: the HTTP side stops too.
         if not task.cancelled() and task.exception() is not None:
             server.should_exit = True
             controller.changes.close()

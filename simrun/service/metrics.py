@@ -26,21 +26,15 @@ from simrun.core.scaling import (
 )
 from simrun.core.sizing import CPU
 
-#: The media type of the text exposition format 0.0.4, which `generate_latest` writes (the
-#: client's ``CONTENT_TYPE_LATEST`` names a newer version in recent releases).
+#: The format `generate_latest` writes (the client's ``CONTENT_TYPE_LATEST`` may be newer).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-#: The decision of ``simrun_desired_workers``: default drain time and unit time, no clamp
-#: (the autoscaler's own minimum and maximum apply).
+#: The decision of ``simrun_desired_workers``: not clamped (the autoscaler's bounds apply).
 METRICS_POLICY = ScalePolicy(min_containers=0, max_containers=1_000_000)
-
-
-# -- facts --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class LiveWorkers:
-    """The live worker containers of one queue, added up; ``shape`` is the most common
-    shape among those not stopping (None when every one is stopping)."""
+    """The live worker containers of one queue, added up, and their most common shape."""
 
     workers: int = 0
     stopping: int = 0
@@ -54,9 +48,7 @@ class LiveWorkers:
 
 @dataclass(frozen=True)
 class UnitTotals:
-    """Units of the running runs' tasks of one queue: done, failed; and ``killed``, the
-    kills for memory of their units, each kill counted, since each task started (kept
-    across replays)."""
+    """Units of the running runs' tasks of one queue: done, failed, and kills for memory."""
 
     done: int = 0
     failed: int = 0
@@ -65,8 +57,7 @@ class UnitTotals:
 
 @dataclass(frozen=True)
 class ReportLag:
-    """The report stream: entries not ingested yet, the part of them delivered but not
-    acknowledged, and the age of the oldest in seconds (0 when empty)."""
+    """The report stream's entries not ingested yet, those delivered, and the oldest's age."""
 
     entries: int
     pending: int
@@ -75,8 +66,8 @@ class ReportLag:
 
 @dataclass(frozen=True)
 class QueueMetrics:
-    """The numbers of one queue. ``shape`` is what ``desired`` was decided with;
-    ``shape_live`` says whether it is that of live workers or the default."""
+    """The numbers of one queue; ``shape`` decided ``desired`` (``shape_live``: not the
+    default)."""
 
     queue: str
     backlog_units: int
@@ -98,12 +89,8 @@ class Metrics:
     lag: ReportLag | None = None
 
 
-# -- the rules (pure) -----------------------------------------------------------------------
-
-
 def shape_of(workers: Sequence[WorkerInfo]) -> ContainerShape | None:
-    """The most common container shape among ``workers`` that are not stopping (ties: the
-    bigger one); None when there is none."""
+    """The most common shape of the ``workers`` not stopping (ties: the bigger one)."""
     shapes = Counter(
         (w.memory_gb, w.processes)
         for w in workers
@@ -144,8 +131,7 @@ def queue_metrics(
     default_shape: ContainerShape = DEFAULT_SHAPE,
     policy: ScalePolicy = METRICS_POLICY,
 ) -> tuple[QueueMetrics, ...]:
-    """The numbers of every queue that has a backlog, live workers or unit totals (and of
-    ``cpu`` always), sorted by name."""
+    """The numbers of every queue with a backlog, workers or units (``cpu`` always)."""
     out = []
     for queue in sorted({CPU, *backlogs, *pools, *units}):
         backlog = backlogs.get(queue, QueueBacklog(queue))
@@ -172,8 +158,7 @@ def backlog_document(
     pools: Mapping[str, LiveWorkers],
     default_shape: ContainerShape = DEFAULT_SHAPE,
 ) -> dict[str, Any]:
-    """The JSON of ``GET /backlog`` (`BacklogView`): per queue (``cpu`` always) its entries
-    by resource key and its live workers, and the service's default worker shape."""
+    """The JSON of ``GET /backlog`` (`BacklogView`)."""
     queues = []
     for queue in sorted({CPU, *backlogs, *pools}):
         backlog = backlogs.get(queue, QueueBacklog(queue))
@@ -182,8 +167,7 @@ def backlog_document(
     return BacklogView(tuple(queues), default_shape).to_dict()
 
 
-#: The gauges of ``/metrics`` with one sample per queue (label ``queue``; ``cpu`` always):
-#: name, help, value.
+#: The gauges of ``/metrics`` with one sample per queue: name, help, value.
 QUEUE_GAUGES: tuple[tuple[str, str, Callable[[QueueMetrics], float]], ...] = (
     ("simrun_backlog_units",
      "Units not done yet (pending, queued, running) of the started tasks of running runs.",
@@ -229,46 +213,41 @@ QUEUE_GAUGES: tuple[tuple[str, str, Callable[[QueueMetrics], float]], ...] = (
      "each task started (a replay does not reset them).",
      lambda q: q.units.killed),
 )  # fmt: skip
+#: The gauges of the service as a whole (None: not shown; the report stream's without Redis).
+SERVICE_GAUGES: tuple[tuple[str, str, Callable[[Metrics], float | None]], ...] = (
+    ("simrun_running_runs", "Runs in state running.", lambda m: m.running_runs),
+    ("simrun_redis_up",
+     "1 when Redis answered this scrape, else 0 (workers and lag then unknown).",
+     lambda m: 1 if m.redis_up else 0),
+    ("simrun_report_stream_entries",
+     "Worker reports in the stream not ingested by the controller yet.",
+     lambda m: m.lag.entries if m.lag else None),
+    ("simrun_report_stream_pending",
+     "Worker reports delivered to the controller but not acknowledged yet.",
+     lambda m: m.lag.pending if m.lag else None),
+    ("simrun_report_oldest_age_seconds",
+     "Age of the oldest report not ingested yet (0 when none), Redis clock.",
+     lambda m: m.lag.oldest_age_s if m.lag else None),
+)  # fmt: skip
 
 
 class Scrape(Collector):
-    """One scrape's `Metrics` as the metric families of `prometheus_client`: the gauges of
-    `QUEUE_GAUGES`, then those of the service (the report stream's only when Redis
-    answered)."""
+    """One scrape's `Metrics` as `prometheus_client` metric families: `QUEUE_GAUGES`, then
+    `SERVICE_GAUGES`."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
     def collect(self) -> Iterator[Metric]:
         m = self.metrics
-        for name, text, value in QUEUE_GAUGES:
+        for name, text, of_queue in QUEUE_GAUGES:
             family = GaugeMetricFamily(name, text, labels=["queue"])
             for q in m.queues:
-                family.add_metric([q.queue], value(q))
+                family.add_metric([q.queue], of_queue(q))
             yield family
-        yield GaugeMetricFamily("simrun_running_runs", "Runs in state running.", m.running_runs)
-        yield GaugeMetricFamily(
-            "simrun_redis_up",
-            "1 when Redis answered this scrape, else 0 (workers and lag then unknown).",
-            1 if m.redis_up else 0,
-        )
-        if m.lag is None:
-            return
-        yield GaugeMetricFamily(
-            "simrun_report_stream_entries",
-            "Worker reports in the stream not ingested by the controller yet.",
-            m.lag.entries,
-        )
-        yield GaugeMetricFamily(
-            "simrun_report_stream_pending",
-            "Worker reports delivered to the controller but not acknowledged yet.",
-            m.lag.pending,
-        )
-        yield GaugeMetricFamily(
-            "simrun_report_oldest_age_seconds",
-            "Age of the oldest report not ingested yet (0 when none), Redis clock.",
-            m.lag.oldest_age_s,
-        )
+        for name, text, of_service in SERVICE_GAUGES:
+            if (value := of_service(m)) is not None:
+                yield GaugeMetricFamily(name, text, value)
 
 
 def render(metrics: Metrics) -> str:

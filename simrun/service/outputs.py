@@ -1,6 +1,4 @@
-"""The outputs of tasks that run again from the start: removed before they run, so that no
-file of the earlier attempt is taken for a new one (reused links only lose this run's).
-"""
+"""The outputs of tasks that run again from the start, removed before they run."""
 
 from __future__ import annotations
 
@@ -15,9 +13,8 @@ log = logging.getLogger(__name__)
 
 
 def clear_outputs(store: Path, run: str, tasks: Sequence[str]) -> list[str]:
-    """Empty the output directory of each of ``tasks`` of run ``run`` (blocking: call it in
-    a thread); the tasks whose directory held something. A directory that cannot be
-    emptied is logged (the task runs again all the same, writing over what is left)."""
+    """Empty the output directory of each of ``tasks`` (blocking; a failure is logged): the
+    tasks whose directory held something."""
     cleared: list[str] = []
     for task in tasks:
         out = StoreLayout(store).task_out(run, task)

@@ -1,6 +1,5 @@
-"""Building the jobs of a task from its pending units (pure): the stored job
-(`simrun.runstore.NewJob`) and the payload (`simrun.core.jobs.JobSpec`) from one function.
-"""
+"""Building the jobs of a task from its pending units (pure): the stored job and the payload
+from one function."""
 
 from __future__ import annotations
 
@@ -33,14 +32,16 @@ def task_paths(store: Path, task: TaskRow) -> TaskPaths:
 
 
 def memory_groups(units: Sequence[UnitRow], resolved_gb: float) -> list[list[UnitRow]]:
-    """Pending units grouped by the memory they need (`retry_memory_gb`), smallest first and
-    in index order within a group, so that a unit killed before never raises the request
-    of a chunk of fresh units."""
+    """Pending units grouped by the memory they need, smallest first, so that a unit killed
+    before never raises the request of fresh ones."""
     groups: dict[float, list[UnitRow]] = {}
     for unit in units:
-        need = retry_memory_gb(resolved_gb, unit.kills, unit.memory_gb, retry_factor=RETRY_FACTOR)
-        groups.setdefault(need, []).append(unit)
+        groups.setdefault(_need_gb(resolved_gb, unit), []).append(unit)
     return [groups[need] for need in sorted(groups)]
+
+
+def _need_gb(resolved_gb: float, unit: UnitRow) -> float:
+    return retry_memory_gb(resolved_gb, unit.kills, unit.memory_gb, retry_factor=RETRY_FACTOR)
 
 
 def build_jobs(
@@ -53,10 +54,8 @@ def build_jobs(
     timeout_s: float | None = None,
     run_image: str | None = None,
 ) -> list[Dispatch]:
-    """One job per chunk of pending units of ``task`` (one kind per chunk; a `range` is of
-    fresh units: attempt 1), each with an attempt above its units' current ones. A unit
-    killed for memory gets at least `RETRY_FACTOR` times its last limit; a job runs in its
-    type's image, else ``run_image``."""
+    """One job per chunk of pending units of ``task`` (a `range`: fresh units), its attempt
+    above its units', a unit killed for memory given `RETRY_FACTOR` times its last limit."""
     paths = JobPaths.of(task_paths(store, task))
     out: list[Dispatch] = []
     for units in chunks:
@@ -66,7 +65,7 @@ def build_jobs(
         per_worker_gb = resolved.memory_per_worker_gb
         fresh = isinstance(units, range)
         indices: Sequence[int]
-        if isinstance(units, range):
+        if isinstance(units, range):  # fresh units were never killed: the resolved memory
             kind: UnitKind = "chunk"
             attempt = job_attempt(())
             indices = units
@@ -77,17 +76,10 @@ def build_jobs(
             kind = units[0].kind
             attempt = job_attempt(u.attempt for u in units)
             indices = tuple(u.index for u in units)
-        # Fresh units were never killed: they take the resolved memory.
-        if not isinstance(units, range):
             if kind == "merge":
-                base_gb = retry_memory_gb(
-                    base_gb, units[0].kills, units[0].memory_gb, retry_factor=RETRY_FACTOR
-                )
+                base_gb = _need_gb(base_gb, units[0])
             else:
-                per_worker_gb = max(
-                    retry_memory_gb(per_worker_gb, u.kills, u.memory_gb, retry_factor=RETRY_FACTOR)
-                    for u in units
-                )
+                per_worker_gb = max(_need_gb(per_worker_gb, u) for u in units)
         spec = JobSpec(
             kind=kind,
             run=task.run,

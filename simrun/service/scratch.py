@@ -1,7 +1,5 @@
-"""The scratch of tasks that ended: the service marks a done task in Redis
-(`mark_task_ended`), and each worker removes the scratch of the marked tasks it holds no
-job of; `remove_scratch` removes what older workers left in the store.
-"""
+"""The scratch of tasks that ended: marked in Redis for the workers to remove, and removed
+from the store."""
 
 from __future__ import annotations
 
@@ -21,14 +19,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: How long the mark of a task that ended stays in Redis: the workers look at every
-#: heartbeat; one away longer removes the scratch as idle.
+#: How long the mark of a task that ended stays in Redis (a worker away longer removes the
+#: scratch as idle).
 ENDED_TTL_S = 300
 
 
 async def mark_task_ended(redis: Redis, keys: Keys, run: str, task: str) -> None:
-    """Tell the workers that task ``task`` of run ``run`` ended (its scratch may go); a
-    Redis error is logged: the workers then remove the scratch as idle."""
+    """Tell the workers that a task ended (its scratch may go); a Redis error is logged."""
     try:
         await redis.set(keys.task_ended(run, task), "1", ex=ENDED_TTL_S)
     except RedisError as exc:
@@ -36,9 +33,7 @@ async def mark_task_ended(redis: Redis, keys: Keys, run: str, task: str) -> None
 
 
 async def unmark_tasks_ended(redis: Redis, keys: Keys, run: str, tasks: Sequence[str]) -> None:
-    """Take back the marks of ``tasks`` of run ``run`` (they run again: `simrun rerun`), so
-    that workers do not remove their new scratch between two jobs; a Redis error is logged
-    (the mark expires within `ENDED_TTL_S`)."""
+    """Take back the marks of ``tasks`` that run again (a Redis error is logged)."""
     if not tasks:
         return
     try:
@@ -48,12 +43,10 @@ async def unmark_tasks_ended(redis: Redis, keys: Keys, run: str, tasks: Sequence
 
 
 def remove_scratch(store: Path, run: str, task: str) -> bool:
-    """Remove the scratch directory of task ``task`` of run ``run`` that an older worker left
-    in the store (blocking: call it in a thread); whether it existed. A failure is logged,
-    never raised: the task is done."""
+    """Remove what scratch and checkpoints a task left in the store (blocking; a failure is
+    logged): whether there were any."""
     paths = StoreLayout(store).task_paths(run, task)
     found = False
-    # what an older worker left, and the checkpoints of units (`TaskPaths.checkpoint`)
     for directory in (paths.scratch, paths.checkpoint(0).parent):
         if not directory.exists():
             continue

@@ -1,6 +1,5 @@
-"""Turning a checked workflow into a run: its id, its tasks with their input paths, and
-the copy of its sources in ``STORE/runs/<run>/sources/<name>/`` (which workers read).
-"""
+"""Turning a checked workflow into a run: its id, its tasks with their input paths, and the
+copy of its sources."""
 
 from __future__ import annotations
 
@@ -25,20 +24,16 @@ def new_run_id(now_s: float | None = None, token: str | None = None) -> str:
 
 
 def source_copy(layout: StoreLayout, run: str, name: str, original: Path) -> Path:
-    """Where the copy of source ``name`` (a file or a directory at ``original``) of run
-    ``run`` lives."""
+    """Where the copy of source ``name`` of run ``run`` lives."""
     return layout.sources(run) / name / original.name
 
 
 def input_path(layout: StoreLayout, run: str, ref: str, sources: Mapping[str, Path]) -> Path:
-    """The path an input reference of run ``run`` reads: a source's copy or an upstream
-    output directory."""
+    """The path an input reference reads: a source's directory or an upstream output."""
     parsed = InputRef.parse(ref)
     if parsed is None:
         raise ValueError(f"input {ref!r} is neither 'task.port' nor 'source:name'")
     if parsed.kind == "source":
-        # The source's directory (the spec: "the directory of the output it reads"); the
-        # copy is its one entry, under the original's name.
         return source_copy(layout, run, parsed.name, sources[parsed.name]).parent
     out = layout.task_out(run, parsed.name)
     return out if parsed.port == "out" else out / parsed.port
@@ -58,9 +53,8 @@ def plan_run(
     rerun: Sequence[str] = (),
     environment_image: str | None = None,
 ) -> NewRun:
-    """The run to store for a checked document, each task with its fingerprint (blocking
-    I/O: sources are hashed) and whether it may reuse earlier work. `WorkflowError` when a
-    type is not installed, settings are missing, or ``rerun`` names no task."""
+    """The run to store for a checked document, each task with its fingerprint and whether
+    it may reuse earlier work (blocking: sources are hashed)."""
     problems = [
         Problem(("tasks", i, "type"), f"task type {spec.type!r} is not installed", task=spec.name)
         for i, spec in enumerate(doc.tasks)
@@ -130,8 +124,7 @@ def plan_run(
 
 
 def copy_sources(layout: StoreLayout, run: str, sources: Mapping[str, Path]) -> None:
-    """Copy every source (file or directory) into the directory of run ``run`` (blocking
-    I/O: call it in a thread)."""
+    """Copy every source into the directory of run ``run`` (blocking)."""
     for name, original in sources.items():
         target = source_copy(layout, run, name, original)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -142,5 +135,5 @@ def copy_sources(layout: StoreLayout, run: str, sources: Mapping[str, Path]) -> 
 
 
 def remove_run_dir(run_dir: Path) -> None:
-    """Remove what a submission that failed had written (blocking I/O: call it in a thread)."""
+    """Remove what a submission that failed had written (blocking)."""
     shutil.rmtree(run_dir, ignore_errors=True)

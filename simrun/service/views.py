@@ -1,4 +1,5 @@
-"""The views of runs (`simrun.core.views`) built from stored rows (pure)."""
+"""What the API sends of runs, built from stored rows (pure): the views of runs
+(`simrun.core.views`), and the lines of the web app's runs list and unit pages."""
 
 from __future__ import annotations
 
@@ -8,25 +9,20 @@ from typing import Any
 
 from simrun.core.eta import ObservedRate, TaskEta, run_eta_s, task_eta_s
 from simrun.core.states import FINISHED_TASK_STATES, TaskCounts, UnitRow, shown_run_state
-from simrun.core.views import FailureView, RunSummary, RunView, TaskView
+from simrun.core.views import FailureView, RunSummary, RunView, TaskView, running_seconds
 from simrun.runstore.rows import RunRow, TaskRow
 
 
 def _shared(row: Any, view: type[Any]) -> dict[str, Any]:
-    """The fields of the stored ``row`` that the ``view`` dataclass shows as they are (same
-    name, same meaning)."""
+    """The fields of the stored ``row`` that the ``view`` dataclass shows as they are."""
     shown = {f.name for f in fields(view)}
     return {f.name: getattr(row, f.name) for f in fields(row) if f.name in shown}
 
 
 def task_view(
-    task: TaskRow,
-    counts: TaskCounts | None,
-    processes: int,
-    observed: ObservedRate | None = None,
+    task: TaskRow, counts: TaskCounts | None, processes: int, observed: ObservedRate | None = None
 ) -> TaskView:
-    """A task's view; ``processes`` are the live worker processes of its queue,
-    ``observed`` its observed completion rate (`simrun.core.eta`: the ETA's rule)."""
+    """A task's view (``processes``: the live processes of its queue)."""
     counts = counts or TaskCounts()
     spu = (task.resources or {}).get("seconds_per_unit")
     remaining = counts.unfinished if task.units is not None else 0
@@ -60,15 +56,12 @@ def run_view(
     observed: Mapping[str, ObservedRate] | None = None,
     held: bool = False,
 ) -> RunView:
-    """A run's view from its rows, its unit counts, the live processes per queue and the
-    observed completion rates of its tasks; `INTERRUPTED` when ``held`` (left alone)."""
+    """A run's view from its rows, counts, live processes and observed rates (``held``:
+    `INTERRUPTED`)."""
     observed = observed or {}
     views = tuple(
         task_view(
-            t,
-            counts.get(t.name),
-            processes_by_queue.get(t.queue or "cpu", 0),
-            observed.get(t.name),
+            t, counts.get(t.name), processes_by_queue.get(t.queue or "cpu", 0), observed.get(t.name)
         )
         for t in tasks
     )
@@ -94,3 +87,64 @@ def failure_view(unit: UnitRow) -> FailureView:
 def run_summary(run: RunRow) -> RunSummary:
     """A run in a list of the latest runs."""
     return RunSummary(**_shared(run, RunSummary))
+
+
+#: The most units one page of a strip holds.
+MAX_PAGE = 500
+
+
+def run_line(view: RunView, now_s: float) -> dict[str, Any]:
+    """A run's line in the runs list: its state, units done of all, failed and killed
+    units, when it started, how long it ran (pauses left out) and its ETA."""
+    units = sum(t.units or 0 for t in view.tasks)
+    done = sum(t.count("done") for t in view.tasks)
+    failed = sum(t.count("failed") for t in view.tasks)
+    running = sum(t.count("running") for t in view.tasks)
+    killed = sum(t.kills or 0 for t in view.tasks)
+    end = view.finished_s if view.finished_s is not None else now_s
+    return {
+        "id": view.id,
+        "name": view.name,
+        "state": view.state,
+        "message": view.message,
+        "model": view.model,
+        "created_s": view.created_s,
+        "finished_s": view.finished_s,
+        "running_s": running_seconds(view.created_s, end, view.pauses),
+        "eta_s": view.eta_s,
+        "tasks": len(view.tasks),
+        "units": units,
+        "done": done,
+        "running": running,
+        "failed": failed,
+        "killed": killed,
+    }
+
+
+def keep_run(line: Mapping[str, Any], state: str | None, text: str | None) -> bool:
+    """Whether the runs list shows ``line`` under a filter: its state (None: any) and a
+    text found, case ignored, in its id, name or model (None or blank: any)."""
+    if state and line.get("state") != state:
+        return False
+    needle = (text or "").strip().lower()
+    if not needle:
+        return True
+    haystack = " ".join(str(line.get(k) or "") for k in ("id", "name", "model")).lower()
+    return needle in haystack
+
+
+def unit_line(unit: UnitRow) -> dict[str, Any]:
+    """A unit in a page of a task's strip: its key, state, attempt, kills and the last
+    line of its error (the whole traceback is in its log)."""
+    error = (unit.error or "").strip().splitlines()
+    return {
+        "unit": unit.key,
+        "index": unit.index,
+        "state": unit.state,
+        "attempt": unit.attempt,
+        "errors": unit.errors,
+        "kills": unit.kills,
+        "worker": unit.worker,
+        "memory_gb": unit.memory_gb,
+        "error": error[-1] if error else None,
+    }

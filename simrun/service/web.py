@@ -1,6 +1,5 @@
-"""The web app's files: the page at ``/`` and its bundle under ``/assets/``, built from
-``web/`` into ``simrun/service/static/``; served without the token (they hold no data).
-"""
+"""The web app's files (the page and its bundle, built from ``web/``), served without the
+token."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ ASSETS_PREFIX = "/assets/"
 #: The page's own paths (the document and its icon).
 PAGE_PATHS = frozenset({"/", "/index.html", "/favicon.svg"})
 
-#: A page shown when the package was installed without its bundle (a source tree whose
-#: ``web/`` was never built): one clear line, no traceback.
+#: The page of an installation without its bundle.
 MISSING = (
     "<!doctype html><title>simrun</title><p>The web app's bundle is missing from this "
     "installation: build it with <code>cd web &amp;&amp; npm ci &amp;&amp; npm run build"
@@ -34,8 +32,7 @@ def is_static(path: str) -> bool:
 
 
 def asset_path(root: Path, name: str) -> Path | None:
-    """The file ``name`` under ``root``/assets, or None when there is none (or ``name``
-    would lead out of it)."""
+    """The file ``name`` under ``root``/assets, or None (also when it leads out of it)."""
     base = (root / "assets").resolve()
     found = (base / name).resolve()
     if not found.is_relative_to(base) or not found.is_file():

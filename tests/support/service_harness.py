@@ -18,7 +18,7 @@ from typing import Any
 
 from simrun.core.states import Limits
 from simrun.plugins import load_types
-from simrun.runstore.rows import RunRow
+from simrun.runstore.rows import RunRow, UnknownRunError
 from simrun.service.controller import Controller, ControllerSettings
 from simrun.worker.settings import WorkerSettings, worker_argv
 from simrun.workflow import check_workflow, parse_workflow
@@ -80,12 +80,13 @@ class Service:
         """The run once it ended (the controller's loop must not fail meanwhile)."""
 
         async def ended() -> RunRow | None:
-            with contextlib.suppress(TimeoutError):
-                return await self.controller.wait(run_id, 0.5)
-            return None
+            row = await self.controller.store.run(run_id)
+            if row is None:
+                raise UnknownRunError(f"there is no run {run_id!r}")
+            return row if row.state != "running" else None
 
         run: RunRow = await wait.until(
-            ended, timeout_s=timeout_s, what=f"run {run_id} to end", check=self.check, poll_s=0
+            ended, timeout_s=timeout_s, what=f"run {run_id} to end", check=self.check
         )
         return run
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from simrun.core.clock import ManualClock
+from simrun.core.clock import Every, ManualClock
 
 
 async def test_a_manual_clock_moves_only_when_told_or_slept_on() -> None:
@@ -23,3 +23,15 @@ def test_a_manual_clock_refuses_to_go_back() -> None:
     with pytest.raises(ValueError, match=r"time does not go back \(-1 s\)"):
         clock.advance(-1)
     assert clock.now() == 0.0
+
+
+def test_every_is_due_at_first_then_once_a_period() -> None:
+    clock = ManualClock()
+    every = Every(clock, 1.0)
+    assert [every.due(), every.due()] == [True, False]
+    clock.advance(0.5)
+    assert not every.due()
+    clock.advance(0.5)
+    assert [every.due(), every.due()] == [True, False]
+    every.reset()
+    assert every.due()

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from simrun.core.sizing import (
     PROBE_MAX_UNITS,
+    JobShape,
     WorkerCapacity,
     chunk_size,
     fit_problem,
@@ -151,7 +152,7 @@ def test_fit_problem_scratch(per_worker, scratch, workers, expected):
     """A task whose scratch_gb no live worker of its queue has free is named with the most
     free scratch of a worker; memory is judged among the workers with the scratch; a worker
     that does not tell its free scratch is taken as having enough."""
-    found = fit_problem("chunk", "cpu", 1.0, per_worker, 0, False, workers, scratch_gb=scratch)
+    found = fit_problem(JobShape("chunk", "cpu", 1.0, per_worker, 0, False, scratch), workers)
     assert found == expected
 
 
@@ -196,7 +197,7 @@ def test_scratch_fits(need, free, fits):
 def test_fit_problem(kind, queue, per_worker, gpus, workers, expected):
     """A request no live worker of its queue can ever fit is named with the largest worker;
     without a worker of the queue nothing is decided yet."""
-    assert fit_problem(kind, queue, 1.0, per_worker, gpus, False, workers) == expected
+    assert fit_problem(JobShape(kind, queue, 1.0, per_worker, gpus, False), workers) == expected
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simrun.graph import CycleError, downstream, find_cycle, ready_tasks, topological_order
+from simrun.graph import CycleError, downstream, find_cycle, topological_order
 
 
 @st.composite
@@ -65,33 +65,6 @@ def test_a_cycle_is_always_reported(deps: dict[str, set[str]]) -> None:
     with pytest.raises(CycleError) as info:
         topological_order(deps)
     assert info.value.cycle == cycle
-
-
-@given(dags(), st.data())
-def test_ready_tasks_have_all_inputs_done(deps: dict[str, set[str]], data: st.DataObject) -> None:
-    """A ready task is not done and every task it reads from is done; no task is missed."""
-    done = set(data.draw(st.lists(st.sampled_from(sorted(deps)), unique=True))) if deps else set()
-    ready = set(ready_tasks(deps, done))
-    for name in deps:
-        expected = name not in done and deps[name] <= done
-        assert (name in ready) == expected
-
-
-@pytest.mark.parametrize(
-    ("done", "started", "expected"),
-    [
-        (set(), set(), ["mesh", "plate"]),
-        ({"mesh"}, set(), ["plate"]),
-        ({"mesh", "plate"}, set(), ["solve"]),
-        ({"mesh", "plate"}, {"solve"}, []),
-        ({"mesh", "plate", "solve"}, set(), ["report"]),
-        ({"mesh", "plate", "solve", "report"}, set(), []),
-    ],
-)
-def test_ready_tasks_table(done: set[str], started: set[str], expected: list[str]) -> None:
-    """Readiness on a diamond-ish graph, step by step."""
-    deps = {"mesh": set(), "plate": set(), "solve": {"mesh", "plate"}, "report": {"solve"}}
-    assert ready_tasks(deps, done, started) == expected
 
 
 def test_self_loop_is_a_cycle() -> None:

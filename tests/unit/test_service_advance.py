@@ -4,6 +4,8 @@ start, how a task starts (or fails), and how started tasks move along their unit
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from simrun.core.intake import InputLimits
@@ -44,6 +46,40 @@ def test_startable_tasks_are_waiting_with_every_input_done():
     assert [t.name for t in startable_tasks(tasks, states)] == ["a", "d"]
     states["a"] = "done"
     assert [t.name for t in startable_tasks(tasks, states)] == ["b", "d"]
+
+
+@given(st.data())
+def test_startable_tasks_wait_and_have_all_inputs_done(data: st.DataObject) -> None:
+    """A startable task is waiting and every task it reads from is done; none is missed."""
+    names = [f"t{i}" for i in range(data.draw(st.integers(0, 12)))]
+    deps = {n: set(data.draw(st.lists(st.sampled_from(names[:i]), max_size=4))) if i else set()
+            for i, n in enumerate(names)}  # fmt: skip
+    states = {n: data.draw(st.sampled_from(["waiting", "running", "done"])) for n in names}
+    tasks = [task(n, depends=tuple(sorted(deps[n]))) for n in names]
+    ready = {t.name for t in startable_tasks(tasks, states)}
+    for n in names:
+        assert (n in ready) == (
+            states[n] == "waiting" and all(states[d] == "done" for d in deps[n])
+        )
+
+
+@pytest.mark.parametrize(
+    ("done", "started", "expected"),
+    [
+        (set(), set(), ["mesh", "plate"]),
+        ({"mesh"}, set(), ["plate"]),
+        ({"mesh", "plate"}, set(), ["solve"]),
+        ({"mesh", "plate"}, {"solve"}, []),
+        ({"mesh", "plate", "solve"}, set(), ["report"]),
+        ({"mesh", "plate", "solve", "report"}, set(), []),
+    ],
+)
+def test_startable_tasks_table(done: set[str], started: set[str], expected: list[str]) -> None:
+    """Readiness on a diamond-ish graph, step by step."""
+    deps = {"mesh": (), "plate": (), "solve": ("mesh", "plate"), "report": ("solve",)}
+    tasks = [task(n, depends=d) for n, d in deps.items()]
+    states = {n: "done" if n in done else "running" if n in started else "waiting" for n in deps}
+    assert sorted(t.name for t in startable_tasks(tasks, states)) == expected
 
 
 @pytest.mark.parametrize(

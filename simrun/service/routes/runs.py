@@ -21,10 +21,10 @@ from simrun.core.states import UNIT_STATES
 from simrun.core.views import ErrorCode
 from simrun.runstore.reads import KILLED
 from simrun.service.controller import Controller
-from simrun.service.dashboard import MAX_PAGE, keep_run, run_line, unit_line
 from simrun.service.routes.deps import ONE_RUN, ApiError, ControllerDep, unknown_run
 from simrun.service.routes.events import polled_events, streaming
 from simrun.service.routes.submission import SubmitBody, receive_submission
+from simrun.service.views import MAX_PAGE, keep_run, run_line, unit_line
 
 router = APIRouter()
 

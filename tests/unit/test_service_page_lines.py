@@ -1,11 +1,11 @@
-"""The web app's decisions (`simrun.service.dashboard`), as tables."""
+"""The lines of the web app's runs list and unit pages (`simrun.service.views`), as tables."""
 
 from __future__ import annotations
 
 import pytest
 
 from simrun.core.views import RunView, TaskView
-from simrun.service.dashboard import (
+from simrun.service.views import (
     keep_run,
     run_line,
 )
