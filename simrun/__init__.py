@@ -1,7 +1,8 @@
 """simrun: run simulation campaigns whose tasks split into units, with learned memory.
 
-Two groups of names, each imported when first asked for (PEP 562), so that a command that
-never loads a task type (``simrun --help``) pays for neither:
+`SimrunError`, the base of every exception simrun raises on purpose, and two groups of
+names, each imported when first asked for (PEP 562), so that a command that never loads a
+task type (``simrun --help``) pays for neither:
 
 * the spec of a task type, from `simrun.plugins`;
 * the Python API, from `simrun.api`: `submit` a workflow to a service, or `run_local` it
@@ -10,6 +11,8 @@ never loads a task type (``simrun --help``) pays for neither:
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from simrun.errors import SimrunError
 
 if TYPE_CHECKING:
     from simrun.api import (
@@ -61,6 +64,7 @@ __all__ = [
     "Run",
     "RunResult",
     "RunTimeout",
+    "SimrunError",
     "TaskPaths",
     "TaskType",
     "WorkflowError",

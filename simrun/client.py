@@ -25,6 +25,7 @@ from simrun.core.views import (
     parse_run,
     parse_runs,
 )
+from simrun.errors import SimrunError
 from simrun.plugins import PluginError, TaskType, resolve
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ __all__ = ["plan_tasks"]
 T = TypeVar("T")
 
 
-class ClientError(RuntimeError):
+class ClientError(SimrunError, RuntimeError):
     """The service could not be reached, or answered with an error (``code``: which; None
     without an answer of the service)."""
 

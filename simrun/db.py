@@ -15,6 +15,8 @@ from typing import Any
 
 import aiosqlite
 
+from simrun.errors import SimrunError
+
 #: How long a connection waits for another writer before SQLITE_BUSY, seconds.
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 
@@ -26,7 +28,7 @@ _VERSIONS_TABLE = (
 )
 
 
-class SchemaError(RuntimeError):
+class SchemaError(SimrunError, RuntimeError):
     """The file's schema cannot be used by this version of simrun."""
 
 

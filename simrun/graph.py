@@ -6,10 +6,12 @@ from __future__ import annotations
 import graphlib
 from collections.abc import Collection, Mapping
 
+from simrun.errors import SimrunError
+
 Graph = Mapping[str, Collection[str]]
 
 
-class CycleError(ValueError):
+class CycleError(SimrunError, ValueError):
     """The graph has a cycle; ``cycle`` lists it with its first task repeated at the end."""
 
     def __init__(self, cycle: list[str]) -> None:

@@ -19,6 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from simrun.errors import SimrunError
+
 __all__ = [
     "ENTRY_POINT_GROUP",
     "ResourceHint",
@@ -76,7 +78,7 @@ def command_template_problem(template: str) -> str | None:
     return None
 
 
-class PluginError(ValueError):
+class PluginError(SimrunError, ValueError):
     """A task type or a reference to plugin code that cannot be used, and why."""
 
 

@@ -18,6 +18,7 @@ from simrun.core.environment import program_problem
 from simrun.core.layout import InputRef, name_problem, split_task, task_name_problem
 from simrun.core.states import MAX_RETRY_DELAY_S, RETRY_KINDS
 from simrun.core.wire import is_finite_nonneg
+from simrun.errors import SimrunError
 from simrun.graph import find_cycle, topological_order
 from simrun.plugins import TaskType
 
@@ -57,7 +58,7 @@ class Problem:
         return f"{prefix}{where}: {self.message}" if where else f"{prefix}{self.message}"
 
 
-class WorkflowError(ValueError):
+class WorkflowError(SimrunError, ValueError):
     """A document that cannot be run, with all of its problems."""
 
     def __init__(self, problems: list[Problem], source: str = "workflow") -> None:
@@ -255,7 +256,7 @@ def _format_loc(loc: Loc) -> str:
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _TooBig(ValueError):
+class _TooBig(SimrunError, ValueError):
     """A document past `MAX_YAML_DEPTH` or `MAX_YAML_VALUES`."""
 
 

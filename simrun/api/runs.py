@@ -17,6 +17,7 @@ from simrun.api.display import Display, make_display
 from simrun.app.follow import FollowEnd, ProgressView, RemoteReader
 from simrun.cli.progress import format_duration, plain_lines
 from simrun.core.views import FailureView, RunView, TaskView
+from simrun.errors import SimrunError
 from simrun.local.machine import LocalError
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def result_of(view: RunView, failures: list[FailureView]) -> RunResult:
     return RunResult(**fields, failures=tuple(failures))
 
 
-class RunTimeout(TimeoutError):
+class RunTimeout(SimrunError, TimeoutError):
     """`Run.wait` ran out of time; the run goes on (wait again, or cancel it). ``view`` is
     its last view."""
 

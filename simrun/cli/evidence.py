@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from simrun.cli.progress import format_gb
+from simrun.errors import SimrunError
 
 #: Bins of the histogram at most (fewer when the peaks have fewer distinct values).
 ROWS = 10
@@ -202,7 +203,7 @@ def evidence_lines(evidence: Mapping[str, Any], *, bar: str = "█") -> list[str
     return out
 
 
-class PlotUnavailable(RuntimeError):
+class PlotUnavailable(SimrunError, RuntimeError):
     """matplotlib is not installed (the ``plot`` extra)."""
 
 

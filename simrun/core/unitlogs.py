@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Self
 from pydantic import TypeAdapter, ValidationError
 
 from simrun.core.layout import StoreLayout, task_logs
+from simrun.errors import SimrunError
 
 _NAME = re.compile(r"^(unit-(?P<index>\d+)|(?P<word>merge|command))\.attempt-(?P<n>\d+)\.json$")
 #: The outcomes that say a unit did not end well.
@@ -157,7 +158,7 @@ class UnitLogs(_Wire):
     attempts: tuple[UnitAttempt, ...]
 
 
-class LogNotFound(LookupError):
+class LogNotFound(SimrunError, LookupError):
     """A run, task, unit or attempt without logs; the message says which, in one line."""
 
 

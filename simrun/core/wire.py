@@ -14,6 +14,8 @@ import msgpack
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
+from simrun.errors import SimrunError
+
 JobKind = Literal["chunk", "merge", "command"]
 Outcome = Literal["done", "failed", "killed", "timeout", "not_run", "stale", "refused"]
 #: A unit index of a chunk, or "merge" / "command" for the one piece of those jobs.
@@ -25,7 +27,7 @@ OUTCOMES: tuple[str, ...] = get_args(Outcome)
 RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]+")
 
 
-class PayloadError(ValueError):
+class PayloadError(SimrunError, ValueError):
     """A job payload, report entry or heartbeat that cannot be used, and why."""
 
 

@@ -11,13 +11,14 @@ import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from simrun.errors import SimrunError
 from simrun.worker.capacity import detect_gpu_ids, parse_meminfo
 
 #: Share of the available memory the worker containers get by default.
 MEMORY_SHARE = 0.8
 
 
-class LocalError(RuntimeError):
+class LocalError(SimrunError, RuntimeError):
     """Embedded mode cannot start or go on; the message says why and what to do."""
 
 

@@ -25,6 +25,7 @@ from redis.exceptions import (
 from simrun.config import redact_url
 from simrun.core.outage import RECONNECT_MAX_S, REDIS_TIMEOUT_S, LinkState, backoff_s
 from simrun.core.wire import deserialize, serialize
+from simrun.errors import SimrunError
 
 if TYPE_CHECKING:
     from arq.connections import ArqRedis
@@ -37,7 +38,7 @@ _NOT_YET = ("LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
 StartFailure = Literal["wait", "fatal"]
 
 
-class RedisUnusable(Exception):
+class RedisUnusable(SimrunError):
     """Redis will never take this client (bad URL, credentials, not Redis), or it could
     not be reached within the time given to wait for it. The message is one line."""
 

@@ -10,13 +10,14 @@ from typing import Any
 
 from simrun.core.reports import ReportEntry
 from simrun.core.states import RunState, TaskCounts, TaskPhase, TaskState, UnitKind, UnitRow
+from simrun.errors import SimrunError
 
 
-class UnknownRunError(LookupError):
+class UnknownRunError(SimrunError, LookupError):
     """There is no run of that id (the HTTP API answers 404)."""
 
 
-class RunStateError(ValueError):
+class RunStateError(SimrunError, ValueError):
     """What was asked of a run cannot be done in its state, and why (the HTTP API answers
     409)."""
 

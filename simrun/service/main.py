@@ -13,6 +13,7 @@ from pathlib import Path
 import uvicorn
 
 from simrun.core.scaling import DEFAULT_SHAPE, ContainerShape
+from simrun.errors import SimrunError
 from simrun.plugins import TaskType
 from simrun.service.controller import Controller
 from simrun.service.dbvolume import db_volume_problem
@@ -20,7 +21,7 @@ from simrun.service.routes import create_app
 from simrun.service.settings import ControllerSettings
 
 
-class DatabaseVolumeError(ValueError):
+class DatabaseVolumeError(SimrunError, ValueError):
     """The service's SQLite file cannot be used where it is; the message says why."""
 
 

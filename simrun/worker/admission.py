@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from simrun.core.sizing import SLACK_GB
+from simrun.errors import SimrunError
 from simrun.worker.capacity import Capacity
 
 
@@ -113,11 +114,11 @@ def assign_gpus(all_ids: Sequence[str], in_use: set[str], count: int) -> tuple[s
     return tuple(free[:count])
 
 
-class Refused(Exception):
+class Refused(SimrunError):
     """The container can never run this request; the message says why."""
 
 
-class AdmissionClosed(Exception):
+class AdmissionClosed(SimrunError):
     """The container is stopping and admits nothing more."""
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from simrun.core.sizing import GIB
+from simrun.errors import SimrunError
 
 #: The engines looked for on ``PATH``, in this order, when none is named.
 ENGINE_NAMES = ("docker", "podman")
@@ -18,7 +19,7 @@ ENGINE_NAMES = ("docker", "podman")
 _ENGINE_CALL_S = 30.0
 
 
-class EngineError(ValueError):
+class EngineError(SimrunError, ValueError):
     """The engine named cannot be used; the message says which and why."""
 
 

@@ -2,20 +2,21 @@
 
 The layers, lowest first (ARCHITECTURE.md draws them):
 
-0. ``simrun.plugins`` — the spec of a task type;
-1. ``simrun.core`` (the neutral core) beside ``graph``, ``config``, ``db``, the example
+0. ``simrun.errors`` — `SimrunError`, the base of simrun's exceptions;
+1. ``simrun.plugins`` — the spec of a task type;
+2. ``simrun.core`` (the neutral core) beside ``graph``, ``config``, ``db``, the example
    plugin package and the curated top package ``simrun`` — none of them imports another;
-2. ``workflow`` — the workflow document;
-3. ``resources``, ``runstore``, ``queues`` and ``client`` — storage and transport;
-4. ``app`` — what the command line, the Python API and the Editor share: preparing a
+3. ``workflow`` — the workflow document;
+4. ``resources``, ``runstore``, ``queues`` and ``client`` — storage and transport;
+5. ``app`` — what the command line, the Python API and the Editor share: preparing a
    workflow, its plans, following a run;
-5. ``service`` and ``worker`` — the two sides, which never import each other;
-6. ``local`` — embedded mode, which starts both;
-7. ``cli`` — the command line, at the edge;
-8. ``api`` — the Python API, for scripts and notebooks.
+6. ``service`` and ``worker`` — the two sides, which never import each other;
+7. ``local`` — embedded mode, which starts both;
+8. ``cli`` — the command line, at the edge;
+9. ``api`` — the Python API, for scripts and notebooks.
 
 The top package ``simrun`` exports the API lazily (PEP 562): that one import, up from
-layer 1, is allowed by name (`LAZY_EXPORTS`), and importing ``simrun`` imports none of it.
+layer 2, is allowed by name (`LAZY_EXPORTS`), and importing ``simrun`` imports none of it.
 
 The check reads the source (every ``import``, also those inside functions) without
 importing anything, so it sees lazy imports too.
@@ -32,6 +33,7 @@ import pytest
 SIMRUN = Path(__file__).resolve().parents[2] / "simrun"
 
 LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"simrun.errors"}),
     frozenset({"simrun.plugins"}),
     frozenset(
         {"simrun", "simrun.core", "simrun.graph", "simrun.config", "simrun.db", "simrun.examples"}
@@ -113,12 +115,14 @@ def test_the_source_tree_imports_downwards_only() -> None:
 
 
 def test_the_core_imports_nothing_of_simrun_but_plugins() -> None:
-    """The neutral core is neutral: its modules import only `simrun.plugins` and each other."""
+    """The neutral core is neutral: its modules import only `simrun.plugins`, `simrun.errors`
+    and each other."""
     graph = source_graph(SIMRUN)
     core = {m: t for m, t in graph.items() if m == "simrun.core" or m.startswith("simrun.core.")}
     assert core, "simrun.core has no modules"
     for module, targets in core.items():
-        outside = {t for t in targets if unit_of(t) not in ("simrun.core", "simrun.plugins")}
+        allowed = ("simrun.core", "simrun.plugins", "simrun.errors")
+        outside = {t for t in targets if unit_of(t) not in allowed}
         assert not outside, f"{module} imports {sorted(outside)}"
 
 

@@ -21,6 +21,7 @@ from simrun.core.environment import find_program, program_dirs, thread_environme
 from simrun.core.layout import task_logs
 from simrun.core.reports import WorkerReport
 from simrun.core.unitlogs import command_log_paths
+from simrun.errors import SimrunError
 from simrun.plugins import TaskPaths
 from simrun.worker import engine as container_engine
 from simrun.worker.cgroups import KERNEL_LIMIT_FACTOR
@@ -91,7 +92,7 @@ def not_started(
     return CommandResult.not_run(reason, spec.limit_gb, spec.attempt, started, outcome)
 
 
-class _PrepareError(Exception):
+class _PrepareError(SimrunError):
     """The task directory could not be made ready; the message says why."""
 
 

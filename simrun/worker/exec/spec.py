@@ -21,13 +21,14 @@ from simrun.core.jobs import JobPaths, path_text
 from simrun.core.reports import WorkerReport
 from simrun.core.unitlogs import write_atomic
 from simrun.core.wire import Attempt, FiniteNonNeg, FinitePositive, Flag, explain
+from simrun.errors import SimrunError
 from simrun.worker.pool.output import DEFAULT_COMMAND_LOG_CAP
 
 #: How a command ended: the part of `simrun.core.wire.Outcome` a command can come to.
 CommandOutcome = Literal["done", "failed", "killed", "timeout"]
 
 
-class JobFileError(ValueError):
+class JobFileError(SimrunError, ValueError):
     """A job or result file that cannot be used; the message names the field at fault."""
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from simrun.core.environment import with_threads
 from simrun.core.sizing import GIB
 from simrun.core.wire import UnitKey
+from simrun.errors import SimrunError
 from simrun.worker.cgroups import (
     Cgroup,
     WorkerCgroups,
@@ -41,11 +42,11 @@ KILL_HEADROOM_GB = 32 / 1024
 SPAWN_TIMEOUT_S = 120.0
 
 
-class PoolError(RuntimeError):
+class PoolError(SimrunError, RuntimeError):
     """The pool cannot start its worker processes (e.g. a ``--plugin`` fails to load)."""
 
 
-class ProcessGone(Exception):
+class ProcessGone(SimrunError):
     """The worker process ended while a request was in flight."""
 
 

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from simrun.errors import SimrunError
+
 if TYPE_CHECKING:  # the worker process needs none of the wire models (its start-up time)
     from simrun.core.jobs import JobSpec
 
@@ -28,7 +30,7 @@ MAX_MESSAGE_BYTES = 64 * 2**20
 MAX_TASKS = 16
 
 
-class ProtocolError(RuntimeError):
+class ProtocolError(SimrunError, RuntimeError):
     """A message that breaks the framing (the other side is not a simrun worker process)."""
 
 
