@@ -10,6 +10,7 @@ from rich.table import Table
 
 from simrun.app.plans import DryRow
 from simrun.cli.progress import format_duration, format_gb, format_rate
+from simrun.cli.tables import table
 from simrun.core.forecast import Forecast, TaskForecast, forecast
 from simrun.core.sizing import WorkerCapacity
 
@@ -59,13 +60,8 @@ def _cells(row: DryRow, f: TaskForecast | None) -> tuple[str, ...]:
 
 def _table(rows: Sequence[DryRow], result: Forecast | None) -> Table:
     by_name = {t.plan.name: t for t in result.tasks} if result is not None else {}
-    table = Table(show_edge=False, pad_edge=False, box=None)
-    for column in COLUMNS:
-        left = column in ("task", "type", "resources from")
-        table.add_column(column, justify="left" if left else "right", no_wrap=not left)
-    for row in rows:
-        table.add_row(*_cells(row, by_name.get(row.name)))
-    return table
+    cells = [_cells(row, by_name.get(row.name)) for row in rows]
+    return table(COLUMNS, cells, left=("task", "type", "resources from"))
 
 
 def _reuse_lines(rows: Sequence[DryRow]) -> list[str]:

@@ -8,13 +8,13 @@ import bisect
 import importlib
 import itertools
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from simrun.cli.progress import format_gb
+from simrun.cli.tables import local_time
 
 #: Bins of the histogram at most (fewer when the peaks have fewer distinct values).
 ROWS = 10
@@ -138,10 +138,6 @@ def histogram_lines(
     return out
 
 
-def _local_time(unix_s: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(unix_s))
-
-
 def _spread_text(spread: float | None) -> str:
     """A log-space sigma as the ± percentage people read: exp(sigma) - 1."""
     if spread is None:
@@ -188,7 +184,7 @@ def evidence_lines(evidence: Mapping[str, Any], *, bar: str = "█") -> list[str
     if kills:
         out.append(f"kills      {len(kills)} (latest first)")
         out.extend(
-            f"  {_local_time(s)}  killed at a limit of {format_gb(gb)}" for s, gb in reversed(kills)
+            f"  {local_time(s)}  killed at a limit of {format_gb(gb)}" for s, gb in reversed(kills)
         )
     else:
         out.append("kills      none")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from simrun.cli.options import STORE_HINT, TOKEN, URL, local_store, read_store_option
+from simrun.cli.remote import Where, store_or_service
 from simrun.core.layout import StoreLayout
 from simrun.core.unitlogs import (
     FAILED,
@@ -364,20 +364,14 @@ def show_logs(
     "or its task or the run ends; without UNIT, a line per unit log of the run (or TASK) "
     "as it ends, until it ends.",
 )
-@URL
-@TOKEN
-@read_store_option("Read the store of `simrun run` here instead of asking a service.")
-@STORE_HINT
+@store_or_service("Read the store of `simrun run` here instead of asking a service.")
 def logs(
     run_id: str,
     task: str | None,
     unit: str | None,
     attempt: int | None,
     follow: bool,
-    url: str,
-    token: str | None,
-    store: Path | None,
-    store_hint: Path,
+    where: Where,
 ) -> None:
     """Show the kept logs of RUN's units: the units with a log (those that printed
     something or did not end well, failed first), or TASK's, or UNIT's attempts with their
@@ -391,12 +385,8 @@ def logs(
         raise click.UsageError("--attempt needs a TASK and a UNIT")
     if attempt is not None and follow:
         raise click.UsageError("--follow prints every attempt; leave out --attempt")
-    store = local_store(store, store_hint)
-    if store is not None:
-        show_logs(store_source(store), run_id, task, unit, attempt, follow, ["--store", str(store)])
+    if where.store is not None:
+        show_logs(store_source(where.store), run_id, task, unit, attempt, follow, where.args())
         return
-    from simrun.cli.options import url_args
-    from simrun.cli.remote import _service
-
-    with _service(url, token, store_hint) as client:
-        show_logs(service_source(client), run_id, task, unit, attempt, follow, url_args(url))
+    with where.service() as client:
+        show_logs(service_source(client), run_id, task, unit, attempt, follow, where.args())

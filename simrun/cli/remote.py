@@ -5,13 +5,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -38,8 +39,6 @@ from simrun.local.machine import LocalError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
-
-    from rich.table import Table
 
     from simrun.app.follow import Reader
     from simrun.client import Client
@@ -80,16 +79,56 @@ def _service(url: str, token: str | None, store_hint: Path | None = None) -> Ite
         client.close()
 
 
-def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
-    from rich.markup import escape
-    from rich.table import Table
+@dataclass(frozen=True)
+class Where:
+    """What a command that reads a store or a service reads: the store of `simrun run`
+    (``store``), else the service at ``url``."""
 
-    table = Table(show_edge=False, pad_edge=False, box=None)
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*(escape(cell) for cell in row))
-    return table
+    url: str
+    token: str | None
+    store: Path | None
+    store_hint: Path
+
+    def args(self) -> list[str]:
+        """The options that name it in the commands printed."""
+        return ["--store", str(self.store)] if self.store is not None else url_args(self.url)
+
+    def service(self) -> AbstractContextManager[Client]:
+        return _service(self.url, self.token, self.store_hint)
+
+    def read(self, read: Callable[[StoreReader], Awaitable[T]], ask: Callable[[Client], T]) -> T:
+        """``read`` of the store, else ``ask`` of the service."""
+        store = self.store
+        if store is None:
+            with self.service() as client:
+                return ask(client)
+        from simrun.local.reads import open_store_reader
+
+        async def main() -> T:
+            async with open_store_reader(store) as reader:
+                return await read(reader)
+
+        return asyncio.run(main())
+
+
+def store_or_service(help_text: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``--url``, ``--token`` and ``--store`` (``help_text``) given to the command as one
+    `Where` (``where``)."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(command)
+        def wrapper(
+            *args: Any, url: str, token: str | None, store: Path | None, store_hint: Path,
+            **kwargs: Any,
+        ) -> None:  # fmt: skip
+            where = Where(url, token, local_store(store, store_hint), store_hint)
+            command(*args, where=where, **kwargs)
+
+        for option in (STORE_HINT, read_store_option(help_text), TOKEN, URL):
+            wrapper = option(wrapper)
+        return wrapper
+
+    return decorate
 
 
 def _follow_hint(run_id: str, url: str) -> None:
@@ -248,29 +287,16 @@ def _dry_run(
 
 @click.command()
 @click.argument("run_id", metavar="[RUN]", required=False)
-@URL
-@TOKEN
-@read_store_option("Read the store of `simrun run` here instead of asking a service.")
-@STORE_HINT
+@store_or_service("Read the store of `simrun run` here instead of asking a service.")
 @click.option("--watch", is_flag=True, help="Follow the run until it ends; exit as it ended.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @EVERY_S
-def status(
-    run_id: str | None,
-    url: str,
-    token: str | None,
-    store: Path | None,
-    store_hint: Path,
-    watch: bool,
-    as_json: bool,
-    every_s: float,
-) -> None:
+def status(run_id: str | None, where: Where, watch: bool, as_json: bool, every_s: float) -> None:
     """Show RUN (its tasks: units, time, memory per process requested and at its peak,
     kills for memory; while it runs, its progress and ETA), or the latest runs without
     RUN."""
     if watch and run_id is None:
         raise click.UsageError("--watch needs a RUN to follow")
-    store = local_store(store, store_hint)
     if watch and as_json:
         raise click.UsageError("--watch shows the run as it goes; --json prints it once")
 
@@ -280,20 +306,15 @@ def status(
         if run_id is None:
             return await _show_runs(reader, as_json)
         if watch:
-            where = ["--store", str(store)] if store is not None else url_args(url)
-            return await _watch(reader, run_id, where, every_s)
-        return await _show_run(reader, run_id, as_json, store)
+            return await _watch(reader, run_id, where.args(), every_s)
+        return await _show_run(reader, run_id, as_json, where.store)
 
-    _exit(
-        _store_or_service(
-            store, url, token, store_hint, show, lambda c: asyncio.run(show(RemoteReader(c)))
-        )
-    )
+    _exit(where.read(show, lambda c: asyncio.run(show(RemoteReader(c)))))
 
 
 async def _show_runs(reader: Reader, as_json: bool) -> int:
     """``simrun status``: the latest runs."""
-    from simrun.cli.tables import RUN_COLUMNS, run_rows
+    from simrun.cli.tables import RUN_COLUMNS, run_rows, table
 
     runs = await reader.runs()
     if as_json:
@@ -301,7 +322,7 @@ async def _show_runs(reader: Reader, as_json: bool) -> int:
     elif not runs:
         console().print("no runs yet")
     else:
-        console().print(_table(RUN_COLUMNS, run_rows(runs, time.time())))
+        console().print(table(RUN_COLUMNS, run_rows(runs, time.time())))
     return 0
 
 
@@ -469,43 +490,31 @@ async def _cancel_in_store(store: Path, run_id: str) -> int:
 
 @click.command()
 @click.argument("key", metavar="[KEY]", required=False)
-@URL
-@TOKEN
-@read_store_option("Read what the store of `simrun run` learned instead of asking a service.")
-@STORE_HINT
+@store_or_service("Read what the store of `simrun run` learned instead of asking a service.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With KEY: also write the histogram of its peaks to this PNG "
                    "(needs simrun[plot]).")  # fmt: skip
-def resources(
-    key: str | None,
-    url: str,
-    token: str | None,
-    store: Path | None,
-    store_hint: Path,
-    as_json: bool,
-    plot: Path | None,
-) -> None:
+def resources(key: str | None, where: Where, as_json: bool, plot: Path | None) -> None:
     """What is learned per resource key: samples, typical peak, request, speed, last kill.
 
     With KEY (task_type/model or task_type/model/variant, as listed): the evidence of that
     key: its request and why, its samples and their spread, the margin, its kills, and a
     histogram of its peaks with the request marked.
     """
-    store = local_store(store, store_hint)
     if key is not None:
-        _exit(_key_evidence(key, url, token, store, store_hint, as_json, plot))
+        _exit(_key_evidence(key, where, as_json, plot))
         return
     if plot is not None:
         raise click.UsageError("--plot draws the peaks of one key: give a KEY")
-    from simrun.cli.tables import RESOURCE_COLUMNS, resource_rows
+    from simrun.cli.tables import RESOURCE_COLUMNS, resource_rows, table
 
     async def from_store(reader: StoreReader) -> list[dict[str, Any]]:
         hints = {name: t.hint for name, t in load_types_from_here().items()}
         summaries = await reader.resources.summaries(hints)
         return [{**asdict(summary), "key": summary.key.text()} for summary in summaries]
 
-    rows = _store_or_service(store, url, token, store_hint, from_store, lambda c: c.resources())
+    rows = where.read(from_store, lambda c: c.resources())
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -513,39 +522,10 @@ def resources(
     if not rows:
         out.print("nothing learned yet: resources are learned from the runs' reports")
         return
-    out.print(_table(RESOURCE_COLUMNS, resource_rows(rows, time.time())))
+    out.print(table(RESOURCE_COLUMNS, resource_rows(rows, time.time())))
 
 
-def _store_or_service(
-    store: Path | None,
-    url: str,
-    token: str | None,
-    store_hint: Path,
-    read: Callable[[StoreReader], Awaitable[T]],
-    ask: Callable[[Client], T],
-) -> T:
-    """``read`` of the store at ``store``, else ``ask`` of the service at ``url``."""
-    if store is None:
-        with _service(url, token, store_hint) as client:
-            return ask(client)
-    from simrun.local.reads import open_store_reader
-
-    async def main() -> T:
-        async with open_store_reader(store) as reader:
-            return await read(reader)
-
-    return asyncio.run(main())
-
-
-def _key_evidence(
-    key: str,
-    url: str,
-    token: str | None,
-    store: Path | None,
-    store_hint: Path,
-    as_json: bool,
-    plot: Path | None,
-) -> int:
+def _key_evidence(key: str, where: Where, as_json: bool, plot: Path | None) -> int:
     """``simrun resources KEY``: the evidence of one key, from a store or a service."""
     import importlib.util
 
@@ -575,9 +555,7 @@ def _key_evidence(
         known = [k.text() for k in await reader.resources.keys()]
         raise LocalError(unknown_key_message(key, known))
 
-    data = _store_or_service(
-        store, url, token, store_hint, from_store, lambda c: c.resource_evidence(key)
-    )
+    data = where.read(from_store, lambda c: c.resource_evidence(key))
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:

@@ -25,6 +25,7 @@ from simrun.cli.options import (
     container_processes_option,
     worker_memory_option,
 )
+from simrun.cli.tables import table
 from simrun.client import Client, ClientError
 from simrun.core.scaling import (
     DEFAULT_SECONDS_PER_UNIT,
@@ -143,11 +144,8 @@ def apply_commands(
 
 
 def _table(planned: Sequence[Planned]) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for name in ("queue", "units", "work", "workers", "container", "desired"):
-        table.add_column(name, justify="left" if name in ("queue", "container") else "right")
-    for p in planned:
-        table.add_row(
+    rows = [
+        (
             p.queue,
             str(p.decision.units),
             work_duration(p.work_s),
@@ -155,7 +153,10 @@ def _table(planned: Sequence[Planned]) -> Table:
             f"{p.shape.processes} x {p.shape.memory_gb:g} GiB ({p.shape_source})",
             str(p.decision.desired),
         )
-    return table
+        for p in planned
+    ]
+    columns = ("queue", "units", "work", "workers", "container", "desired")
+    return table(columns, rows, left=("queue", "container"))
 
 
 def _run(argv: Sequence[str]) -> None:

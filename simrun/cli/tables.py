@@ -1,11 +1,14 @@
-"""The rows of the tables ``simrun status`` (without a run) and ``simrun resources`` print
-(pure: the clock is an argument)."""
+"""The tables of the command line without borders (`table`), and the rows of those
+``simrun status`` (without a run) and ``simrun resources`` print (the clock an argument)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
 
 from simrun.cli.progress import format_duration, format_gb, format_rate
 from simrun.core.views import RunSummary, running_seconds
@@ -16,7 +19,21 @@ RESOURCE_COLUMNS = (
 )  # fmt: skip
 
 
-def _local_time(unix_s: float) -> str:
+def table(
+    columns: Sequence[str], rows: Sequence[Sequence[str]], left: Collection[str] | None = None
+) -> Table:
+    """A table without borders; ``left``: the columns justified left (None: all), the
+    others right and unwrapped."""
+    out = Table(show_edge=False, pad_edge=False, box=None)
+    for column in columns:
+        at_left = left is None or column in left
+        out.add_column(column, justify="left" if at_left else "right", no_wrap=not at_left)
+    for row in rows:
+        out.add_row(*(escape(cell) for cell in row))
+    return out
+
+
+def local_time(unix_s: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(unix_s))
 
 
@@ -31,7 +48,7 @@ def run_rows(runs: Sequence[RunSummary], now_s: float) -> list[tuple[str, ...]]:
                 r.id,
                 r.name or "",
                 r.state,
-                _local_time(r.created_s),
+                local_time(r.created_s),
                 format_duration(running_seconds(r.created_s, end, r.pauses)),
                 r.message,
             )
