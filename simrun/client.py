@@ -47,18 +47,20 @@ class ClientError(RuntimeError):
 
 
 class Rejected(ClientError):
-    """The service refused a workflow; ``errors`` are its problems as dictionaries."""
+    """The service refused a workflow for its ``problems``."""
 
     def __init__(self, errors: list[dict[str, Any]]) -> None:
-        self.errors = errors
-        lines = []
-        for e in errors:
-            line = f"line {e['line']}: " if e.get("line") else ""
-            where = f"{e['where']}: " if e.get("where") else ""
-            lines.append(f"  {line}{where}{e.get('message', '')}")
+        from simrun.workflow import Problem
+
+        self.problems = [
+            Problem(
+                tuple(e.get("loc") or ()), str(e.get("message", "")), e.get("line"), e.get("task")
+            )
+            for e in errors
+        ]
+        lines = "".join(f"\n  {p}" for p in self.problems)
         super().__init__(
-            f"the service refused the workflow ({len(errors)} problems):\n" + "\n".join(lines),
-            ErrorCode.REJECTED,
+            f"the service refused the workflow ({len(errors)} problems):{lines}", ErrorCode.REJECTED
         )
 
 

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 from simrun.api.bridge import Bridge
 from simrun.api.runs import Run, RunResult, RunTimeout, remote
-from simrun.app.prepare import Prepared, WorkflowInput, prepare, prepare_text, read_input
+from simrun.app.prepare import Prepared, WorkflowInput, prepare, prepare_to_send
 from simrun.app.types import load_types_from_here
 from simrun.client import Client, Rejected
 from simrun.config import DEFAULT_STORE, DEFAULT_URL, ENV_STORE, ENV_TOKEN, ENV_URL
 from simrun.core.timing import DEFAULT_GRACE_S
 from simrun.local.machine import LocalError
-from simrun.workflow import Problem, WorkflowError, parse_workflow
+from simrun.workflow import WorkflowError
 
 if TYPE_CHECKING:
     from simrun.local.session import EmbeddedSession, LocalOptions
@@ -66,20 +66,6 @@ def _remote_bridge() -> Bridge:
         return _REMOTE_BRIDGE
 
 
-def _rejected(exc: Rejected, source: str) -> WorkflowError:
-    """The service's problems with a workflow as the `WorkflowError` a local check gives."""
-    problems = [
-        Problem(
-            tuple(e.get("loc") or ()),
-            str(e.get("message", "")),
-            e.get("line"),
-            e.get("task"),
-        )
-        for e in exc.errors
-    ]
-    return WorkflowError(problems, source)
-
-
 def submit(
     workflow: WorkflowInput,
     *,
@@ -94,10 +80,7 @@ def submit(
     with ``token`` (default ``SIMRUN_TOKEN``), as ``simrun submit`` does; ``reuse`` and
     ``rerun`` as ``--no-reuse`` and ``--rerun``. The `Run`; `WorkflowError` when the
     workflow cannot run (here or as the service says), `ClientError` when unreachable."""
-    text, source, where = read_input(workflow, base)
-    used = [t.type for t in parse_workflow(text, source).tasks]
-    types = load_types_from_here(plugins, only=used)
-    prepared = prepare_text(text, source, where, types, check=all(t in types for t in used))
+    prepared, _ = prepare_to_send(workflow, plugins, base=base)
     client = Client(
         url or os.environ.get(ENV_URL) or DEFAULT_URL,
         token if token is not None else os.environ.get(ENV_TOKEN),
@@ -106,7 +89,7 @@ def submit(
         run_id = client.submit(prepared.text, prepared.sources(), reuse=reuse, rerun=rerun)
     except Rejected as exc:
         client.close()
-        raise _rejected(exc, source) from exc
+        raise WorkflowError(exc.problems, prepared.source) from exc
     except BaseException:
         client.close()
         raise

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import yaml
 
+from simrun.app.types import load_types_from_here
 from simrun.client import plan_tasks, submission_text
 from simrun.core.intake import InputLimits, tasks_problem
 from simrun.workflow import (
@@ -93,11 +94,20 @@ def read_input(
     return workflow, TEXT_SOURCE, here
 
 
-def task_types_of(workflow: WorkflowInput) -> list[str]:
-    """The task types the document uses (`WorkflowError` when it does not parse)."""
-    text, source, _ = read_input(workflow)
-    doc, _ = parse_workflow_lines(text, source)
-    return [t.type for t in doc.tasks]
+def prepare_to_send(
+    workflow: WorkflowInput,
+    plugins: Sequence[str] = (),
+    *,
+    base: str | os.PathLike[str] | None = None,
+    overrides: Sequence[SettingOverride] = (),
+) -> tuple[Prepared, dict[str, TaskType]]:
+    """``workflow`` prepared for a service, and the types it uses that are installed here
+    (and ``plugins``): they plan their tasks; it is checked here only when all are."""
+    text, source, where = read_input(workflow, base)
+    used = [t.type for t in parse_workflow_lines(text, source)[0].tasks]
+    types = load_types_from_here(plugins, only=used)
+    check = all(t in types for t in used)
+    return prepare_text(text, source, where, types, check=check, overrides=overrides), types
 
 
 def prepare(

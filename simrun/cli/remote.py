@@ -131,11 +131,6 @@ def store_or_service(help_text: str) -> Callable[[Callable[..., None]], Callable
     return decorate
 
 
-def _follow_hint(run_id: str, url: str) -> None:
-    command = shell_join(["simrun", "status", run_id, "--watch", *url_args(url)])
-    console().print(f"follow it: {command}", markup=False, soft_wrap=True)
-
-
 def _exit(code: int) -> None:
     if code:
         sys.exit(code)
@@ -169,8 +164,13 @@ async def _watch(reader: Reader, run_id: str, where: Sequence[str], every_s: flo
     return report_end(out, outcome.run, failures, replay_cmd, logs_where=where)
 
 
-def _watch_service(client: Client, run_id: str, url: str, every_s: float) -> None:
-    """Follow ``run_id`` of the service to its end; exit as it ended."""
+def _after(client: Client, run_id: str, url: str, wait: bool, every_s: float) -> None:
+    """Follow ``run_id`` of the service to its end and exit as it ended (``wait``), else
+    say how to."""
+    if not wait:
+        command = shell_join(["simrun", "status", run_id, "--watch", *url_args(url)])
+        console().print(f"follow it: {command}", markup=False, soft_wrap=True)
+        return
     from simrun.app.follow import RemoteReader
 
     _exit(asyncio.run(_watch(RemoteReader(client), run_id, url_args(url), every_s)))
@@ -235,24 +235,16 @@ def submit(
     The task types installed here (and --plugins) plan their tasks first and count their
     units for --dry-run; the service checks the rest.
     """
-    from simrun.app.prepare import prepare
+    from simrun.app.prepare import prepare_to_send
     from simrun.client import Client
-    from simrun.workflow import load_workflow, source_paths
 
-    used = [t.type for t in load_workflow(workflow).tasks]
-    types = load_types_from_here(plugins, only=used)
-    known = all(spec_type in types for spec_type in used)
-    prepared = prepare(workflow, types, check=known, overrides=overrides)
+    prepared, types = prepare_to_send(workflow, plugins, overrides=overrides)
     with Client(url, token) as client:
         if dry_run:
             sys.exit(_dry_run(client, prepared.doc, types, workers, processes, worker_memory_gb))
-        sources = source_paths(prepared.doc, prepared.base)
-        run_id = client.submit(prepared.text, sources, reuse=reuse, rerun=rerun)
+        run_id = client.submit(prepared.text, prepared.sources(), reuse=reuse, rerun=rerun)
         console().print(f"run {run_id} submitted")
-        if wait:
-            _watch_service(client, run_id, url, every_s)
-        else:
-            _follow_hint(run_id, url)
+        _after(client, run_id, url, wait, every_s)
 
 
 def _dry_run(
@@ -438,10 +430,7 @@ def replay(
         else:
             count = client.replay(run_id, task, list(units), memory_gb)
             out.print(f"run {run_id}: {count} failed units put back; the done ones are kept")
-        if wait:
-            _watch_service(client, run_id, url, every_s)
-        else:
-            _follow_hint(run_id, url)
+        _after(client, run_id, url, wait, every_s)
 
 
 @click.command()
