@@ -30,9 +30,8 @@ POLL_S = 1.0
 
 @dataclass(frozen=True)
 class RunResult(RunView):
-    """A run's view (`simrun.core.views.RunView`: state, message, times, ``tasks`` with
-    their units by state in ``counts`` and, for a run on this machine, the directory of
-    their outputs in ``out``) with its failed units and their last errors."""
+    """A run's view (`simrun.core.views.RunView`) with its failed units and their last
+    errors."""
 
     failures: tuple[FailureView, ...] = ()
 
@@ -136,10 +135,9 @@ class Run:
         return self._bridge.call(self._backend.cancel(self.id))
 
     def wait(self, timeout_s: float | None = None, *, progress: bool = True) -> RunResult:
-        """Follow the run until it ends and return its last view, with a progress display
-        (`simrun.api.display`) unless ``progress`` is False. `RunTimeout` after
-        ``timeout_s`` (the run goes on); `simrun.LocalError` when an embedded session
-        cannot finish it (a worker died; every task left is blocked: no worker fits)."""
+        """Follow the run to its end (with a display unless not ``progress``) and return its
+        last view; `RunTimeout` after ``timeout_s``, `simrun.LocalError` when an embedded
+        session cannot finish it."""
         views: queue.SimpleQueue[RunView] = queue.SimpleQueue()
         future = self._bridge.submit(self._backend.follow(self.id, _Forward(views.put)))
         display = make_display(progress)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from simrun.cli.progress import logs_command
 from simrun.cli.remote import Where, store_or_service
 from simrun.core.layout import StoreLayout
 from simrun.core.unitlogs import (
@@ -42,13 +43,6 @@ _GOING = frozenset({"pending", "running"})
 _TASK_OVER = frozenset({"done", "failed", "cancelled"})
 
 
-def logs_command(run: str, task: str, unit: int | str, where: list[str] | None = None) -> str:
-    """The command that shows the log of ``unit`` (``where``: ``--store DIR`` or ``--url``)."""
-    from simrun.cli.common import shell_join
-
-    return shell_join(["simrun", "logs", run, task, str(unit), *(where or [])])
-
-
 @dataclass(frozen=True)
 class LogSource:
     """Where the logs are read: a store (`store_source`) or a service (`service_source`)."""
@@ -60,7 +54,10 @@ class LogSource:
 
     def states(self, run: str, task: str) -> tuple[str | None, str | None]:
         """The state of run ``run`` and of its task ``task`` (None: not known)."""
-        return _states(self.run_view(run), task)
+        view = self.run_view(run)
+        if view is None:
+            return None, None
+        return view.state, next((t.state for t in view.tasks if t.name == task), None)
 
 
 def store_source(root: Path) -> LogSource:
@@ -95,14 +92,6 @@ def service_source(client: Client) -> LogSource:
     return LogSource(client.run_logs, client.unit_logs, client.unit_live_logs, client.run)
 
 
-def _states(view: RunView | None, task: str) -> tuple[str | None, str | None]:
-    """The state of the run of ``view`` and of its task ``task`` (None: not known)."""
-    if view is None:
-        return None, None
-    found = next((t.state for t in view.tasks if t.name == task), None)
-    return view.state, found
-
-
 def _when(seconds: float) -> str:
     return datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S")
 
@@ -112,7 +101,7 @@ def _unit_word(unit: int | str) -> str:
 
 
 def listing_lines(
-    found: dict[str, list[UnitLogHeader]], run: str, where: list[str] | None = None
+    found: dict[str, list[UnitLogHeader]], run: str, where: Sequence[str] = ()
 ) -> list[str]:
     """One line per unit with a log (its last attempt), failed first, with its command."""
     rows = [h for headers in found.values() for h in headers]
@@ -125,7 +114,7 @@ def listing_lines(
     return [_unit_line(h, run, where) for h in rows]
 
 
-def _unit_line(h: UnitLogHeader, run: str, where: list[str] | None) -> str:
+def _unit_line(h: UnitLogHeader, run: str, where: Sequence[str]) -> str:
     return (
         f"{h.task} {_unit_word(h.unit)}: attempt {h.attempt} {h.outcome} on {h.worker}"
         f" at {_when(h.finished)} · {logs_command(run, h.task, h.unit, where)}"
@@ -136,7 +125,7 @@ def _follow_listing(
     source: LogSource,
     run: str,
     task: str | None,
-    where: list[str] | None,
+    where: Sequence[str],
     echo: Callable[[str], None],
     poll_s: float = FOLLOW_POLL_S,
 ) -> None:
@@ -201,11 +190,6 @@ def attempt_lines(attempt: UnitAttempt, of: int) -> list[str]:
         output,
         *_error_lines(attempt.header),
     ]
-
-
-def attempt_end_lines(header: UnitLogHeader, of: int) -> list[str]:
-    """`attempt_lines` but the output: what a follow prints once the attempt ended."""
-    return [*_header_lines(header, of), *_error_lines(header)]
 
 
 class _Printer:
@@ -281,7 +265,7 @@ class _UnitAttempts:
         self.ended.add(n)
         if not any(self.offsets.get(c.name) for c in attempt.chunks):
             self.printer.lines(["(nothing printed)"])
-        self.printer.lines(attempt_end_lines(header, of))
+        self.printer.lines([*_header_lines(header, of), *_error_lines(header)])
         return header.outcome == "done"
 
 
@@ -325,7 +309,7 @@ def show_logs(
     unit: str | None,
     attempt: int | None,
     follow: bool,
-    where: list[str] | None = None,
+    where: Sequence[str] = (),
     echo: Callable[[str], None] = click.echo,
 ) -> None:
     """What ``simrun logs`` prints, from ``source``."""

@@ -1,6 +1,6 @@
 """Showing a run from its view (`simrun.core.views.RunView`): a live display on a terminal,
-plain lines elsewhere (CI logs, pipes), the summary and the failures at the end. The
-formatting and rows are plain functions; `LiveView` and `PlainView` thin shells over rich."""
+plain lines elsewhere (CI logs, pipes), how it ended (`report_end`). The formatting and
+rows are plain functions; `LiveView` and `PlainView` thin shells over rich."""
 
 from __future__ import annotations
 
@@ -179,17 +179,9 @@ def plain_lines(run: RunView, only_active: bool = True, now_s: float | None = No
 def render_live(run: RunView, elapsed_s: float | None = None, now_s: float | None = None) -> Group:
     """The live display: a header and one bar per task."""
     table = Table(box=None, pad_edge=False, show_edge=False, expand=False)
-    for column, justify in (
-        ("task", "left"),
-        ("progress", "left"),
-        ("units", "right"),
-        ("failed", "right"),
-        ("killed", "right"),
-        ("speed", "right"),
-        ("ETA", "right"),
-        ("state", "left"),
-    ):
-        table.add_column(column, justify=justify, no_wrap=column != "state")  # type: ignore[arg-type]  # literals above
+    for column in ("task", "progress", "units", "failed", "killed", "speed", "ETA", "state"):
+        left = column in ("task", "progress", "state")
+        table.add_column(column, justify="left" if left else "right", no_wrap=column != "state")
     for task in run.tasks:
         done = task.count("done") if task.units else (1 if task.state == "done" else 0)
         failed = task.count("failed")
@@ -238,9 +230,8 @@ def task_seconds(
 
 
 def summary_rows(run: RunView, now_s: float | None = None) -> list[tuple[str, ...]]:
-    """Per task: name, units (done/total), time (so far, with ``now_s``), requested memory
-    per process (the largest its units ran under, when the view tells, else its last
-    request), peak memory per process, kills for memory, where its outputs are."""
+    """Per task the cells of `SUMMARY_COLUMNS` (time so far with ``now_s``; the memory
+    requested: the largest its units ran under, else its last request)."""
     rows: list[tuple[str, ...]] = []
     for task in run.tasks:
         requested = task.requested_gb
@@ -303,17 +294,8 @@ def _summary_units(task: TaskView) -> str:
     return f"{_units_text(task)}, {reused}" if reused else _units_text(task)
 
 
-SUMMARY_COLUMNS = (
-    "task",
-    "units",
-    "time",
-    "memory/process",
-    "peak/process",
-    "kills",
-    "staged",
-    "scratch",
-    "outputs",
-)
+SUMMARY_COLUMNS = ("task", "units", "time", "memory/process", "peak/process", "kills",
+                   "staged", "scratch", "outputs")  # fmt: skip
 
 
 def summary_table(run: RunView, now_s: float | None = None) -> Table:
@@ -337,6 +319,13 @@ def error_line(error: str | None) -> str:
     return "failed without a message"
 
 
+def logs_command(run: str, task: str, unit: int | str, where: Sequence[str] = ()) -> str:
+    """The ``simrun logs`` command of a unit (``where``: its ``--store DIR`` or ``--url``)."""
+    from simrun.cli.common import shell_join
+
+    return shell_join(["simrun", "logs", run, task, str(unit), *where])
+
+
 def failure_lines(
     failures: Sequence[FailureView],
     limit: int = MAX_FAILURES_SHOWN,
@@ -344,21 +333,46 @@ def failure_lines(
     where: Sequence[str] = (),
 ) -> list[str]:
     """``task 'sweep', unit 3: RuntimeError: boom`` per failed unit, at most ``limit`` and a
-    count of the others; with ``run``, each followed by the command that shows the unit's
-    full traceback and output (``simrun logs RUN TASK UNIT`` and ``where``: its
-    ``--store``/``--url``)."""
-    from simrun.cli.common import shell_join
-
+    count of the others; with ``run``, each followed by its `logs_command`."""
     lines = []
     for f in failures[:limit]:
         what = f"unit {f.unit}" if isinstance(f.unit, int) else f.unit
         lines.append(f"task {f.task!r}, {what}: {error_line(f.error)}")
         if run is not None:
-            command = shell_join(["simrun", "logs", run, f.task, str(f.unit), *where])
-            lines.append(f"  traceback and output: {command}")
+            lines.append(f"  traceback and output: {logs_command(run, f.task, f.unit, where)}")
     if len(failures) > limit:
         lines.append(f"… and {len(failures) - limit} more")
     return lines
+
+
+def report_end(
+    out: Console,
+    run: RunView,
+    failures: Sequence[FailureView],
+    replay: str,
+    outputs: str | None = None,
+    logs_where: Sequence[str] | None = None,
+) -> int:
+    """Print how a run ended: the summary; where its outputs are, or its failed units (each
+    with its `logs_command` given ``logs_where``) and ``replay``, the command that retries
+    them. The exit status (0 when it succeeded)."""
+    out.print(summary_table(run))
+    took = format_duration(
+        running_seconds(run.created_s, run.finished_s or run.updated_s, run.pauses)
+    )
+    if run.state == "succeeded":
+        where = f" · outputs in {escape(outputs)}" if outputs else ""
+        out.print(f"[bold green]run {run.id} succeeded[/] in {took}{where}")
+        return 0
+    message = f": {escape(run.message)}" if run.message else ""
+    out.print(f"[bold red]run {run.id} {run.state}[/]{message}")
+    run_id = run.id if logs_where is not None else None
+    for line in failure_lines(failures, run=run_id, where=logs_where or ()):
+        out.print(f"  {line}", markup=False, soft_wrap=True)
+    if failures:
+        out.print("fix the cause, then retry the failed units (the done ones are kept):")
+        out.print(f"  {replay}", markup=False, soft_wrap=True)
+    return 1
 
 
 class LiveView:

@@ -140,8 +140,7 @@ async def _watch(reader: Reader, run_id: str, where: Sequence[str], every_s: flo
     """Follow ``run_id`` to its end and print how it ended (``where``: the options that
     name its store or service in the commands it prints)."""
     from simrun.app.follow import RemoteReader, follow, watch_remote
-    from simrun.cli.follow import report_end
-    from simrun.cli.progress import make_view
+    from simrun.cli.progress import make_view, report_end
 
     out = console()
     view = make_view(out, every_s)

@@ -25,8 +25,7 @@ from simrun.cli.common import (
     shell_join,
 )
 from simrun.cli.dashboard import dashboard_url, open_dashboard
-from simrun.cli.follow import report_end
-from simrun.cli.progress import make_view, summary_table
+from simrun.cli.progress import make_view, report_end, summary_table
 from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
 from simrun.core.states import Limits

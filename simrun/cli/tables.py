@@ -38,8 +38,7 @@ def local_time(unix_s: float) -> str:
 
 
 def run_rows(runs: Sequence[RunSummary], now_s: float) -> list[tuple[str, ...]]:
-    """Per run: id, name, state, when it was submitted, how long it took (so far), and its
-    message."""
+    """Per run: id, name, state, submitted, how long it took (so far), message."""
     rows: list[tuple[str, ...]] = []
     for r in runs:
         end = r.finished_s or (now_s if r.state in ("running", "interrupted") else r.updated_s)
@@ -57,9 +56,8 @@ def run_rows(runs: Sequence[RunSummary], now_s: float) -> list[tuple[str, ...]]:
 
 
 def resource_rows(summaries: Sequence[Mapping[str, Any]], now_s: float) -> list[tuple[str, ...]]:
-    """Per resource key: observations (memory samples in the window), the typical peak of the
-    window, what a task would request now, seconds per unit, where the request comes from,
-    and the last kill for memory (how long ago, at which limit)."""
+    """Per resource key: samples of observations, typical peak, request, speed, its source
+    and the last kill for memory."""
     rows: list[tuple[str, ...]] = []
     for s in summaries:
         kill_s, kill_gb = s.get("last_kill_s"), s.get("last_kill_gb")
