@@ -233,26 +233,17 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _send(self, method: str, path: str, body: Any = None) -> httpx.Response:
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
         try:
-            return self._http.request(method, path, json=body)
+            response = self._http.request(method, path, json=body)
         except httpx.HTTPError as exc:
             raise ClientError(
                 f"cannot reach the simrun service at {self.url} ({exc}); start one with "
                 "`simrun service` or point SIMRUN_URL at it"
             ) from exc
-
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        response = self._send(method, path, body)
         if response.status_code >= 400:
             raise refusal(method, path, response)
         return response.json()
-
-    def health(self) -> dict[str, Any]:
-        return cast("dict[str, Any]", self._call("GET", "/health"))
-
-    def types(self) -> list[dict[str, Any]]:
-        return cast("list[dict[str, Any]]", self._call("GET", "/types"))
 
     def submit(
         self,

@@ -10,7 +10,14 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from simrun.cli.progress import PlainView, make_view, render_live, run_header
+from simrun.cli.progress import (
+    PlainView,
+    format_duration,
+    make_view,
+    plain_lines,
+    render_live,
+    run_header,
+)
 from simrun.core.views import RunView
 
 #: Width of a notebook's display, in characters.
@@ -97,6 +104,14 @@ class TerminalDisplay:
         self._view.close()
         if isinstance(self._view, PlainView) and self._last is not None:
             self._console.print(run_header(self._last), markup=False, highlight=False)
+
+
+def timeout_text(run_id: str, timeout_s: float, view: RunView | None) -> str:
+    """What `simrun.api.RunTimeout` says: the run's progress when it was given up on."""
+    lines = "; ".join(plain_lines(view)) if view is not None else ""
+    where = f" ({lines})" if lines else ""
+    took = format_duration(timeout_s)
+    return f"run {run_id} did not end within {took}{where}; it goes on: wait again or cancel it"
 
 
 def make_display(progress: bool) -> Display | None:

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from simrun.api.bridge import Bridge
-from simrun.api.display import Display, make_display
+from simrun.api.display import Display, make_display, timeout_text
 from simrun.app.follow import FollowEnd, ProgressView, RemoteReader
-from simrun.cli.progress import format_duration, plain_lines
 from simrun.core.views import FailureView, RunView, TaskView
 from simrun.local.machine import LocalError
 
@@ -67,12 +66,7 @@ class RunTimeout(TimeoutError):
     def __init__(self, run_id: str, timeout_s: float, view: RunView | None) -> None:
         self.run_id = run_id
         self.view = view
-        where = "; ".join(plain_lines(view)) if view is not None else ""
-        super().__init__(
-            f"run {run_id} did not end within {format_duration(timeout_s)}"
-            + (f" ({where})" if where else "")
-            + "; it goes on: wait again or cancel it"
-        )
+        super().__init__(timeout_text(run_id, timeout_s, view))
 
 
 class Backend(Protocol):

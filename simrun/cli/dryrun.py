@@ -94,16 +94,13 @@ def print_forecast(
     rows: Sequence[DryRow],
     pool: Sequence[WorkerCapacity] | None,
     pool_text: str,
-    *,
-    brief: bool = False,
 ) -> Forecast | None:
-    """Print the tasks, their resources and the forecast on ``pool`` (None: unknown); with
-    ``brief``, the forecast line alone. Returns the forecast when there is a pool."""
+    """Print the tasks, their resources and the forecast on ``pool`` (None: unknown); the
+    forecast when there is a pool."""
     plans = [r.plan for r in rows if r.plan is not None]
     result = forecast(plans, pool) if pool is not None else None
-    if not brief:
-        out.print(_table(rows, result))
-        out.print()
+    out.print(_table(rows, result))
+    out.print()
     for line in _reuse_lines(rows):
         out.print(line)
     out.print(f"pool: {pool_text}")
