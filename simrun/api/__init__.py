@@ -144,9 +144,12 @@ class LocalSession:
     @property
     def url(self) -> str:
         """The URL of the session's service (for `simrun.submit`, ``simrun status``)."""
-        if self._session is None:
-            raise LocalError("the session is not started")
-        return self._session.url
+        return self._started()[0].url
+
+    def _started(self) -> tuple[EmbeddedSession, Bridge]:
+        if self._session is None or self._bridge is None:
+            raise LocalError("the session is not started: use it in a `with` block")
+        return self._session, self._bridge
 
     def start(self, *, workflow: Prepared | None = None) -> LocalSession:
         """Start Redis, the service and the workers (`start` of a started session does
@@ -231,11 +234,10 @@ class LocalSession:
         """Submit ``workflow`` to the session's service; the `Run`, to `Run.wait` for.
         ``reuse`` and ``rerun`` as `submit`'s."""
         prepared = workflow if isinstance(workflow, Prepared) else self.prepare(workflow, base=base)
-        if self._session is None or self._bridge is None:
-            raise LocalError("the session is not started: use it in a `with` block")
-        _check_images(prepared, self.types, self._session.options)
-        run_id = self._bridge.call(
-            self._session.controller.submit(
+        session, bridge = self._started()
+        _check_images(prepared, self.types, session.options)
+        run_id = bridge.call(
+            session.controller.submit(
                 prepared.doc,
                 prepared.settings,
                 prepared.text,
@@ -244,7 +246,7 @@ class LocalSession:
                 rerun=rerun,
             )
         )
-        return Run(run_id, self._session, self._bridge)
+        return Run(run_id, session, bridge)
 
     def run(self, run_id: str | None = None) -> Run:
         """The `Run` of ``run_id`` of the session's store (default: the run ``resume``
@@ -253,9 +255,7 @@ class LocalSession:
         run_id = run_id if run_id is not None else self.resume
         if run_id is None:
             raise LocalError("give the id of a run (or start the session with resume=RUN)")
-        if self._session is None or self._bridge is None:
-            raise LocalError("the session is not started: use it in a `with` block")
-        return Run(run_id, self._session, self._bridge)
+        return Run(run_id, *self._started())
 
 
 def _check_images(prepared: Prepared, types: dict[str, TaskType], options: LocalOptions) -> None:

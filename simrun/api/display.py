@@ -10,14 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from simrun.cli.progress import (
-    PlainView,
-    format_duration,
-    make_view,
-    plain_lines,
-    render_live,
-    run_header,
-)
+from simrun.cli import progress as draw
 from simrun.core.views import RunView
 
 #: Width of a notebook's display, in characters.
@@ -70,7 +63,7 @@ class NotebookDisplay:
             force_jupyter=False,
             color_system="truecolor",
         )
-        console.print(render_live(run, time.monotonic() - self.started, time.time()))
+        console.print(draw.render_live(run, time.monotonic() - self.started, time.time()))
         html = console.export_html(inline_styles=True, clear=False, code_format="<pre>{code}</pre>")
         return {"text/html": html, "text/plain": console.export_text()}
 
@@ -93,7 +86,7 @@ class TerminalDisplay:
         from simrun.cli.common import console
 
         self._console = console()
-        self._view = make_view(self._console, PLAIN_EVERY_S)
+        self._view = draw.make_view(self._console, PLAIN_EVERY_S)
         self._last: RunView | None = None
 
     def update(self, run: RunView) -> None:
@@ -102,15 +95,15 @@ class TerminalDisplay:
 
     def close(self) -> None:
         self._view.close()
-        if isinstance(self._view, PlainView) and self._last is not None:
-            self._console.print(run_header(self._last), markup=False, highlight=False)
+        if isinstance(self._view, draw.PlainView) and self._last is not None:
+            self._console.print(draw.run_header(self._last), markup=False, highlight=False)
 
 
 def timeout_text(run_id: str, timeout_s: float, view: RunView | None) -> str:
     """What `simrun.api.RunTimeout` says: the run's progress when it was given up on."""
-    lines = "; ".join(plain_lines(view)) if view is not None else ""
+    lines = "; ".join(draw.plain_lines(view)) if view is not None else ""
     where = f" ({lines})" if lines else ""
-    took = format_duration(timeout_s)
+    took = draw.format_duration(timeout_s)
     return f"run {run_id} did not end within {took}{where}; it goes on: wait again or cancel it"
 
 

@@ -1,6 +1,5 @@
-"""``simrun resources KEY``: the evidence behind one key's request, as text and as a PNG,
-from the plain data of `KeyEvidence.to_dict` (also what ``GET /resources/{key}`` answers).
-"""
+"""``simrun resources KEY``: the evidence behind one key's request as text and as a PNG,
+from `KeyEvidence.to_dict` (what ``GET /resources/{key}`` answers)."""
 
 from __future__ import annotations
 
@@ -205,7 +204,6 @@ class PlotUnavailable(RuntimeError):
 def write_plot(evidence: Mapping[str, Any], path: Path) -> None:
     """A PNG at ``path``: the histogram of the window's peaks (the bins of `histogram`),
     with the request and the hint as vertical lines. `PlotUnavailable` without matplotlib."""
-    # imported by name: the plot extra is optional, and mypy then needs no stubs for it
     try:
         matplotlib = importlib.import_module("matplotlib")
     except ImportError as exc:

@@ -1,6 +1,5 @@
 """The ``simrun`` command: the click group and its small commands. A user's mistake is
-printed as its message alone; ``--debug`` adds the traceback.
-"""
+printed as its message alone; ``--debug`` adds the traceback."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """``simrun logs RUN [TASK [UNIT]] [--attempt N] [--follow]``: the kept logs of a run's units,
-read from a store or asked of the service (where they live: `simrun.core.unitlogs`).
-"""
+read from a store or asked of the service (where they live: `simrun.core.unitlogs`)."""
 
 from __future__ import annotations
 
@@ -127,7 +126,6 @@ def _follow_listing(
     task: str | None,
     where: Sequence[str],
     echo: Callable[[str], None],
-    poll_s: float = FOLLOW_POLL_S,
 ) -> None:
     """Print the listing's line of each unit attempt that kept a log as it ends, until the
     run (or ``task``) ends."""
@@ -156,7 +154,7 @@ def _follow_listing(
                 f"(following {'task ' + task if task else 'run ' + run}: a line per unit "
                 "that prints something or does not end well, as it ends)"
             )
-        time.sleep(poll_s)
+        time.sleep(FOLLOW_POLL_S)
 
 
 def _header_lines(h: UnitLogHeader, of: int) -> list[str]:
@@ -275,12 +273,10 @@ def _follow(
     task: str,
     unit: int | str,
     echo: Callable[[str], None],
-    poll_s: float = FOLLOW_POLL_S,
-    write: Callable[[str], None] | None = None,
 ) -> None:
     """Print the unit's attempts as they run (output as written, header and traceback once
     ended) until one ends well, or the task or the run ends."""
-    printer = _Printer(echo, write or (lambda text: click.echo(text, nl=False)))
+    printer = _Printer(echo, lambda text: click.echo(text, nl=False))
     shown = _UnitAttempts(task, unit, printer)
     waiting_said = False
     while True:
@@ -299,7 +295,7 @@ def _follow(
         if not waiting_said and not attempts:
             echo(f"(following {task} {_unit_word(unit)}: its output appears as it is written)")
             waiting_said = True
-        time.sleep(poll_s)
+        time.sleep(FOLLOW_POLL_S)
 
 
 def show_logs(

@@ -1,6 +1,5 @@
 """The commands that work with a service: ``submit``, ``status``, ``replay``, ``cancel`` and
-``resources``; ``status``, ``resources`` and ``replay`` also work on a store (``--store``).
-"""
+``resources``; ``status``, ``resources`` and ``replay`` also work on a store (``--store``)."""
 
 from __future__ import annotations
 

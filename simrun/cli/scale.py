@@ -1,6 +1,5 @@
-"""``simrun scale``: how many worker containers each queue wants now, and making it so with
-``docker compose`` or ``kubectl`` (``--apply``).
-"""
+"""``simrun scale``: the worker containers each queue wants now, set with ``docker compose``
+or ``kubectl`` (``--apply``)."""
 
 from __future__ import annotations
 
@@ -48,8 +47,8 @@ class ScaleError(ClientError):
 
 @dataclass(frozen=True)
 class Planned:
-    """The decision of one queue and what it was decided with (``shape_source``: "live",
-    "given" or "service default")."""
+    """The decision of one queue and what with (``shape_source``: "live", "given" or
+    "service default")."""
 
     queue: str
     decision: ScaleDecision
@@ -170,8 +169,8 @@ def _run(argv: Sequence[str]) -> None:
 
 @dataclass(frozen=True)
 class ScaleRequest:
-    """What ``simrun scale`` was asked for: the policy, the shape flags of queues without
-    live workers, and how to apply the decision (``apply`` None: only print)."""
+    """What ``simrun scale`` was asked: the policy, the shape of queues without live
+    workers, how to apply the decision (``apply`` None: only print)."""
 
     policy: ScalePolicy
     memory_gb: float | None = None
