@@ -46,12 +46,6 @@ class InterruptedRuns(UserWarning):
     message names them, with the commands that go on with one or drop it."""
 
 
-def _store(store: str | os.PathLike[str] | None) -> Path:
-    """The store given, else ``SIMRUN_STORE``, else ``simrun-store`` (as ``simrun run``)."""
-    # The API is an entry point, as the command line is: it reads the environment here.
-    return Path(store if store is not None else os.environ.get(ENV_STORE) or DEFAULT_STORE)
-
-
 _REMOTE_BRIDGE: Bridge | None = None
 _REMOTE_LOCK = threading.Lock()
 
@@ -116,7 +110,9 @@ class LocalSession:
         grace_s: float = DEFAULT_GRACE_S,
         resume: str | None = None,
     ) -> None:
-        self.store = _store(store).resolve()
+        # The API is an entry point, as the command line is: it reads the environment here.
+        store = store if store is not None else os.environ.get(ENV_STORE) or DEFAULT_STORE
+        self.store = Path(store).resolve()
         self.resume = resume
         self.workers = workers
         self.processes = processes

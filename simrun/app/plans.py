@@ -57,15 +57,7 @@ def store_resolver(store: Path) -> Resolver:
     """Resolve as the embedded service would, from ``store/simrun.db``; the hint (or the
     override) alone when the file does not exist, which is then not created."""
     db = StoreLayout(store).db
-    if db.is_file():
-        return ResourceStore(db, keep_open=False).resolve
-
-    async def hint_only(
-        _key: ResourceKey, hint: ResourceHint, override: ResourceOverride | None
-    ) -> ResolvedResources:
-        return decide([], hint, override)
-
-    return hint_only
+    return ResourceStore(db, keep_open=False).resolve if db.is_file() else summaries_resolver(())
 
 
 def resolved_from_summary(

@@ -10,7 +10,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -55,29 +55,6 @@ POLL_S = 1.0
 T = TypeVar("T")
 
 
-@contextmanager
-def _service(url: str, token: str | None, store_hint: Path | None = None) -> Iterator[Client]:
-    """A client of the service; when it cannot be reached and ``store_hint`` is a store,
-    the error says how to read that instead."""
-    import httpx
-
-    from simrun.client import Client, ClientError
-    from simrun.core.layout import StoreLayout
-
-    client = Client(url, token)
-    try:
-        yield client
-    except ClientError as exc:
-        unreachable = isinstance(exc.__cause__, httpx.TransportError)
-        if unreachable and store_hint is not None and StoreLayout(store_hint).is_store():
-            raise ClientError(
-                f"{exc}\nfor the runs of `simrun run` in {store_hint}, add --store {store_hint}"
-            ) from exc
-        raise
-    finally:
-        client.close()
-
-
 @dataclass(frozen=True)
 class Where:
     """What a command that reads a store or a service reads: the store of `simrun run`
@@ -85,15 +62,34 @@ class Where:
 
     url: str
     token: str | None
-    store: Path | None
-    store_hint: Path
+    store: Path | None = None
+    store_hint: Path | None = None
 
     def args(self) -> list[str]:
         """The options that name it in the commands printed."""
         return ["--store", str(self.store)] if self.store is not None else url_args(self.url)
 
-    def service(self) -> AbstractContextManager[Client]:
-        return _service(self.url, self.token, self.store_hint)
+    @contextmanager
+    def service(self) -> Iterator[Client]:
+        """A client of the service; when it cannot be reached and ``store_hint`` is a store,
+        the error says how to read that instead."""
+        import httpx
+
+        from simrun.client import Client, ClientError
+        from simrun.core.layout import StoreLayout
+
+        client, hint = Client(self.url, self.token), self.store_hint
+        try:
+            yield client
+        except ClientError as exc:
+            unreachable = isinstance(exc.__cause__, httpx.TransportError)
+            if unreachable and hint is not None and StoreLayout(hint).is_store():
+                raise ClientError(
+                    f"{exc}\nfor the runs of `simrun run` in {hint}, add --store {hint}"
+                ) from exc
+            raise
+        finally:
+            client.close()
 
     def read(self, read: Callable[[StoreReader], Awaitable[T]], ask: Callable[[Client], T]) -> T:
         """``read`` of the store, else ``ask`` of the service."""
@@ -149,14 +145,7 @@ async def _watch(reader: Reader, run_id: str, where: Sequence[str], every_s: flo
             reader.client, run_id, view, poll_s=POLL_S, note=lambda t: err.print(t, markup=False)
         )
     else:
-
-        async def fetch() -> RunView:
-            data = await reader.run(run_id)
-            if data is None:
-                raise LocalError(f"there is no run {run_id!r}")
-            return data
-
-        outcome = await follow(fetch, view, poll_s=POLL_S)
+        outcome = await follow(lambda: _view(reader, run_id), view, poll_s=POLL_S)
     failures = await reader.failures(run_id)
     replay_cmd = shell_join(["simrun", "replay", run_id, *where])
     return report_end(out, outcome.run, failures, replay_cmd, logs_where=where)
@@ -316,14 +305,19 @@ async def _show_runs(reader: Reader, as_json: bool) -> int:
     return 0
 
 
+async def _view(reader: Reader, run_id: str) -> RunView:
+    data = await reader.run(run_id)
+    if data is None:
+        raise LocalError(f"there is no run {run_id!r}")
+    return data
+
+
 async def _show_run(reader: Reader, run_id: str, as_json: bool, store: Path | None) -> int:
     """``simrun status RUN``: the run, its tasks and its failures."""
     from simrun.cli import progress
     from simrun.core.states import INTERRUPTED
 
-    data = await reader.run(run_id)
-    if data is None:
-        raise LocalError(f"there is no run {run_id!r}")
+    data = await _view(reader, run_id)
     failures = await reader.failures(run_id) if data.state != "running" else []
     if as_json:
         failed = [f.to_dict() for f in failures]
@@ -419,7 +413,7 @@ def replay(
     if plugins:
         raise click.UsageError("--plugins is for --store (a service loads its own task types)")
     out = console()
-    with _service(url, token) as client:
+    with Where(url, token).service() as client:
         if rerun and task is not None:
             from simrun.cli.run import rerun_line
 
