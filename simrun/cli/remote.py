@@ -438,9 +438,7 @@ def cancel(run_id: str, url: str, token: str | None, store: Path | None) -> None
     if store is not None:
         in_flight = asyncio.run(_cancel_in_store(store, run_id))
     else:
-        from simrun.client import Client
-
-        with Client(url, token) as client:
+        with Where(url, token).service() as client:
             in_flight = client.cancel(run_id)
     console().print(f"run {run_id} cancelled ({in_flight} units were in flight)")
 
