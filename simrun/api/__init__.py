@@ -1,7 +1,6 @@
-"""The Python API, for scripts and notebooks: `submit` a workflow to a service, or
-`run_local` it (or use a `LocalSession`) on this machine as ``simrun run`` does, and wait for
-a typed `RunResult`. A workflow is a path, YAML or JSON text, or a dict; the calls block,
-on an event loop of the API's own (`simrun.api.bridge`), so they work in Jupyter too."""
+"""The Python API, for scripts and notebooks: `submit` a workflow (a path, YAML or JSON text,
+a dict) to a service, or `run_local` it (a `LocalSession`) as ``simrun run`` does, and wait
+for a `RunResult`; blocking calls on a loop of their own (`simrun.api.bridge`): Jupyter too."""
 
 from __future__ import annotations
 
@@ -91,12 +90,10 @@ def submit(
 
 
 class LocalSession:
-    """What ``simrun run`` starts on this machine (a lock on ``store``, a private
-    ``redis-server`` or ``redis_url``, the service and ``workers`` worker containers of
-    ``processes`` processes and ``memory_gb`` GiB each, by default from this machine) for
-    as long as the ``with`` block lasts. A run that has not ended stays in the store, to go
-    on with ``resume=RUN``; other interrupted runs of the store are left alone, with an
-    `InterruptedRuns` warning (`held` lists them). `LocalError` when it cannot start."""
+    """What ``simrun run`` starts on this machine (a lock on ``store``, Redis, the service,
+    ``workers`` containers of ``processes`` processes and ``memory_gb`` GiB each) for the
+    ``with`` block. A run not ended stays, to go on with ``resume=RUN``; other interrupted
+    runs are left alone (`InterruptedRuns`, `held`). `LocalError` when it cannot start."""
 
     def __init__(
         self,

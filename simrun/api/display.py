@@ -8,8 +8,9 @@ import io
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
+from simrun.app.follow import ProgressView
 from simrun.cli import progress as draw
 from simrun.core.views import RunView
 
@@ -17,14 +18,6 @@ from simrun.core.views import RunView
 NOTEBOOK_WIDTH = 110
 #: Seconds between two progress lines when the output is no terminal.
 PLAIN_EVERY_S = 10.0
-
-
-class Display(Protocol):
-    """Shows a run while it is followed."""
-
-    def update(self, run: RunView) -> None: ...
-
-    def close(self) -> None: ...
 
 
 def in_notebook() -> bool:
@@ -107,7 +100,7 @@ def timeout_text(run_id: str, timeout_s: float, view: RunView | None) -> str:
     return f"run {run_id} did not end within {took}{where}; it goes on: wait again or cancel it"
 
 
-def make_display(progress: bool) -> Display | None:
+def make_display(progress: bool) -> ProgressView | None:
     """The display for ``progress`` here: None when it is off, the notebook's in a
     notebook, else the terminal's."""
     if not progress:

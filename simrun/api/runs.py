@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from simrun.api.bridge import Bridge
-from simrun.api.display import Display, make_display, timeout_text
+from simrun.api.display import make_display, timeout_text
 from simrun.app.follow import FollowEnd, ProgressView, RemoteReader
 from simrun.core.views import FailureView, RunView, TaskView
 from simrun.local.machine import LocalError
@@ -160,7 +160,7 @@ class Run:
 def _drain(
     views: queue.SimpleQueue[RunView],
     latest: RunView | None,
-    display: Display | None,
+    display: ProgressView | None,
     deadline: float | None,
 ) -> RunView | None:
     """Wait for views a tick at most (less near ``deadline``), show the newest; it."""

@@ -163,26 +163,21 @@ def _after(client: Client, run_id: str, url: str, wait: bool, every_s: float) ->
     _exit(asyncio.run(_watch(RemoteReader(client), run_id, url_args(url), every_s)))
 
 
-def _live_pool(client: Client) -> tuple[WorkerCapacity, ...] | None:
-    """The live workers the service tells of (None when it cannot tell)."""
+def _live_pool(client: Client) -> tuple[tuple[WorkerCapacity, ...] | None, str]:
+    """The live workers the service tells of (None when it cannot tell), as text too."""
     from simrun.client import ClientError
-    from simrun.core.forecast import live_pool
+    from simrun.core.forecast import live_pool, pool_text
 
     try:
-        return live_pool(client.backlog())
+        pool: tuple[WorkerCapacity, ...] | None = live_pool(client.backlog())
     except ClientError:
-        return None
-
-
-def _live_text(pool: tuple[WorkerCapacity, ...] | None) -> str:
-    from simrun.core.forecast import pool_text
-
+        pool = None
     if pool is None:
-        return "unknown: the service does not tell its workers"
+        return None, "unknown: the service does not tell its workers"
     if not pool:
-        return "no live worker"
+        return pool, "no live worker"
     shapes = Counter((w.queues, w.memory_gb, w.processes) for w in pool)
-    return "live: " + "; ".join(
+    return pool, "live: " + "; ".join(
         f"{queues[0]}: {pool_text(count, processes, memory_gb)}"
         for (queues, memory_gb, processes), count in sorted(shapes.items())
     )
@@ -258,8 +253,7 @@ def _dry_run(
         pool = pool_of(workers, processes, worker_memory_gb)
         text = f"{pool_text(workers, processes, worker_memory_gb)} (given)"
     else:
-        pool = _live_pool(client)
-        text = _live_text(pool)
+        pool, text = _live_pool(client)
     result = print_forecast(out, rows, pool, text)
     return dry_run_exit(out, result, "dry run: nothing was submitted")
 
