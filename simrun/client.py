@@ -48,18 +48,20 @@ class ClientError(SimrunError, RuntimeError):
 
 
 class Rejected(ClientError):
-    """The service refused a workflow; ``errors`` are its problems as dictionaries."""
+    """The service refused a workflow for its ``problems``."""
 
     def __init__(self, errors: list[dict[str, Any]]) -> None:
-        self.errors = errors
-        lines = []
-        for e in errors:
-            line = f"line {e['line']}: " if e.get("line") else ""
-            where = f"{e['where']}: " if e.get("where") else ""
-            lines.append(f"  {line}{where}{e.get('message', '')}")
+        from simrun.workflow import Problem
+
+        self.problems = [
+            Problem(
+                tuple(e.get("loc") or ()), str(e.get("message", "")), e.get("line"), e.get("task")
+            )
+            for e in errors
+        ]
+        lines = "".join(f"\n  {p}" for p in self.problems)
         super().__init__(
-            f"the service refused the workflow ({len(errors)} problems):\n" + "\n".join(lines),
-            ErrorCode.REJECTED,
+            f"the service refused the workflow ({len(errors)} problems):{lines}", ErrorCode.REJECTED
         )
 
 
@@ -232,26 +234,17 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _send(self, method: str, path: str, body: Any = None) -> httpx.Response:
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
         try:
-            return self._http.request(method, path, json=body)
+            response = self._http.request(method, path, json=body)
         except httpx.HTTPError as exc:
             raise ClientError(
                 f"cannot reach the simrun service at {self.url} ({exc}); start one with "
                 "`simrun service` or point SIMRUN_URL at it"
             ) from exc
-
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        response = self._send(method, path, body)
         if response.status_code >= 400:
             raise refusal(method, path, response)
         return response.json()
-
-    def health(self) -> dict[str, Any]:
-        return cast("dict[str, Any]", self._call("GET", "/health"))
-
-    def types(self) -> list[dict[str, Any]]:
-        return cast("list[dict[str, Any]]", self._call("GET", "/types"))
 
     def submit(
         self,

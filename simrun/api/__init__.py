@@ -1,7 +1,6 @@
-"""The Python API, for scripts and notebooks: `submit` a workflow to a service, or
-`run_local` it (or use a `LocalSession`) on this machine as ``simrun run`` does, and wait for
-a typed `RunResult`. A workflow is a path, YAML or JSON text, or a dict; the calls block,
-on an event loop of the API's own (`simrun.api.bridge`), so they work in Jupyter too."""
+"""The Python API, for scripts and notebooks: `submit` a workflow (a path, YAML or JSON text,
+a dict) to a service, or `run_local` it (a `LocalSession`) as ``simrun run`` does, and wait
+for a `RunResult`; blocking calls on a loop of their own (`simrun.api.bridge`): Jupyter too."""
 
 from __future__ import annotations
 
@@ -15,13 +14,13 @@ from typing import TYPE_CHECKING
 
 from simrun.api.bridge import Bridge
 from simrun.api.runs import Run, RunResult, RunTimeout, remote
-from simrun.app.prepare import Prepared, WorkflowInput, prepare, prepare_text, read_input
+from simrun.app.prepare import Prepared, WorkflowInput, prepare, prepare_to_send
 from simrun.app.types import load_types_from_here
 from simrun.client import Client, Rejected
 from simrun.config import DEFAULT_STORE, DEFAULT_URL, ENV_STORE, ENV_TOKEN, ENV_URL
 from simrun.core.timing import DEFAULT_GRACE_S
 from simrun.local.machine import LocalError
-from simrun.workflow import Problem, WorkflowError, parse_workflow
+from simrun.workflow import WorkflowError
 
 if TYPE_CHECKING:
     from simrun.local.session import EmbeddedSession
@@ -47,12 +46,6 @@ class InterruptedRuns(UserWarning):
     message names them, with the commands that go on with one or drop it."""
 
 
-def _store(store: str | os.PathLike[str] | None) -> Path:
-    """The store given, else ``SIMRUN_STORE``, else ``simrun-store`` (as ``simrun run``)."""
-    # The API is an entry point, as the command line is: it reads the environment here.
-    return Path(store if store is not None else os.environ.get(ENV_STORE) or DEFAULT_STORE)
-
-
 _REMOTE_BRIDGE: Bridge | None = None
 _REMOTE_LOCK = threading.Lock()
 
@@ -65,20 +58,6 @@ def _remote_bridge() -> Bridge:
         if _REMOTE_BRIDGE is None or _REMOTE_BRIDGE.closed:
             _REMOTE_BRIDGE = Bridge("simrun-api-remote")
         return _REMOTE_BRIDGE
-
-
-def _rejected(exc: Rejected, source: str) -> WorkflowError:
-    """The service's problems with a workflow as the `WorkflowError` a local check gives."""
-    problems = [
-        Problem(
-            tuple(e.get("loc") or ()),
-            str(e.get("message", "")),
-            e.get("line"),
-            e.get("task"),
-        )
-        for e in exc.errors
-    ]
-    return WorkflowError(problems, source)
 
 
 def submit(
@@ -95,10 +74,7 @@ def submit(
     with ``token`` (default ``SIMRUN_TOKEN``), as ``simrun submit`` does; ``reuse`` and
     ``rerun`` as ``--no-reuse`` and ``--rerun``. The `Run`; `WorkflowError` when the
     workflow cannot run (here or as the service says), `ClientError` when unreachable."""
-    text, source, where = read_input(workflow, base)
-    used = [t.type for t in parse_workflow(text, source).tasks]
-    types = load_types_from_here(plugins, only=used)
-    prepared = prepare_text(text, source, where, types, check=all(t in types for t in used))
+    prepared, _ = prepare_to_send(workflow, plugins, base=base)
     client = Client(
         url or os.environ.get(ENV_URL) or DEFAULT_URL,
         token if token is not None else os.environ.get(ENV_TOKEN),
@@ -107,7 +83,7 @@ def submit(
         run_id = client.submit(prepared.text, prepared.sources(), reuse=reuse, rerun=rerun)
     except Rejected as exc:
         client.close()
-        raise _rejected(exc, source) from exc
+        raise WorkflowError(exc.problems, prepared.source) from exc
     except BaseException:
         client.close()
         raise
@@ -115,12 +91,10 @@ def submit(
 
 
 class LocalSession:
-    """What ``simrun run`` starts on this machine (a lock on ``store``, a private
-    ``redis-server`` or ``redis_url``, the service and ``workers`` worker containers of
-    ``processes`` processes and ``memory_gb`` GiB each, by default from this machine) for
-    as long as the ``with`` block lasts. A run that has not ended stays in the store, to go
-    on with ``resume=RUN``; other interrupted runs of the store are left alone, with an
-    `InterruptedRuns` warning (`held` lists them). `LocalError` when it cannot start."""
+    """What ``simrun run`` starts on this machine (a lock on ``store``, Redis, the service,
+    ``workers`` containers of ``processes`` processes and ``memory_gb`` GiB each) for the
+    ``with`` block. A run not ended stays, to go on with ``resume=RUN``; other interrupted
+    runs are left alone (`InterruptedRuns`, `held`). `LocalError` when it cannot start."""
 
     def __init__(
         self,
@@ -134,7 +108,9 @@ class LocalSession:
         grace_s: float = DEFAULT_GRACE_S,
         resume: str | None = None,
     ) -> None:
-        self.store = _store(store).resolve()
+        # The API is an entry point, as the command line is: it reads the environment here.
+        store = store if store is not None else os.environ.get(ENV_STORE) or DEFAULT_STORE
+        self.store = Path(store).resolve()
         self.resume = resume
         self.workers = workers
         self.processes = processes
@@ -162,9 +138,12 @@ class LocalSession:
     @property
     def url(self) -> str:
         """The URL of the session's service (for `simrun.submit`, ``simrun status``)."""
-        if self._session is None:
-            raise LocalError("the session is not started")
-        return self._session.url
+        return self._started()[0].url
+
+    def _started(self) -> tuple[EmbeddedSession, Bridge]:
+        if self._session is None or self._bridge is None:
+            raise LocalError("the session is not started: use it in a `with` block")
+        return self._session, self._bridge
 
     def start(self, *, workflow: Prepared | None = None) -> LocalSession:
         """Start Redis, the service and the workers (`start` of a started session does
@@ -250,11 +229,10 @@ class LocalSession:
         """Submit ``workflow`` to the session's service; the `Run`, to `Run.wait` for.
         ``reuse`` and ``rerun`` as `submit`'s."""
         prepared = workflow if isinstance(workflow, Prepared) else self.prepare(workflow, base=base)
-        if self._session is None or self._bridge is None:
-            raise LocalError("the session is not started: use it in a `with` block")
-        _check_images(prepared, self.types, self._session.options)
-        run_id = self._bridge.call(
-            self._session.controller.submit(
+        session, bridge = self._started()
+        _check_images(prepared, self.types, session.options)
+        run_id = bridge.call(
+            session.controller.submit(
                 prepared.doc,
                 prepared.settings,
                 prepared.text,
@@ -263,7 +241,7 @@ class LocalSession:
                 rerun=rerun,
             )
         )
-        return Run(run_id, self._session, self._bridge)
+        return Run(run_id, session, bridge)
 
     def run(self, run_id: str | None = None) -> Run:
         """The `Run` of ``run_id`` of the session's store (default: the run ``resume``
@@ -272,9 +250,7 @@ class LocalSession:
         run_id = run_id if run_id is not None else self.resume
         if run_id is None:
             raise LocalError("give the id of a run (or start the session with resume=RUN)")
-        if self._session is None or self._bridge is None:
-            raise LocalError("the session is not started: use it in a `with` block")
-        return Run(run_id, self._session, self._bridge)
+        return Run(run_id, *self._started())
 
 
 def _check_images(prepared: Prepared, types: dict[str, TaskType], options: LocalOptions) -> None:

@@ -8,23 +8,16 @@ import io
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
-from simrun.cli.progress import PlainView, make_view, render_live, run_header
+from simrun.app.follow import ProgressView
+from simrun.cli import progress as draw
 from simrun.core.views import RunView
 
 #: Width of a notebook's display, in characters.
 NOTEBOOK_WIDTH = 110
 #: Seconds between two progress lines when the output is no terminal.
 PLAIN_EVERY_S = 10.0
-
-
-class Display(Protocol):
-    """Shows a run while it is followed."""
-
-    def update(self, run: RunView) -> None: ...
-
-    def close(self) -> None: ...
 
 
 def in_notebook() -> bool:
@@ -63,7 +56,7 @@ class NotebookDisplay:
             force_jupyter=False,
             color_system="truecolor",
         )
-        console.print(render_live(run, time.monotonic() - self.started, time.time()))
+        console.print(draw.render_live(run, time.monotonic() - self.started, time.time()))
         html = console.export_html(inline_styles=True, clear=False, code_format="<pre>{code}</pre>")
         return {"text/html": html, "text/plain": console.export_text()}
 
@@ -86,7 +79,7 @@ class TerminalDisplay:
         from simrun.cli.common import console
 
         self._console = console()
-        self._view = make_view(self._console, PLAIN_EVERY_S)
+        self._view = draw.make_view(self._console, PLAIN_EVERY_S)
         self._last: RunView | None = None
 
     def update(self, run: RunView) -> None:
@@ -95,11 +88,19 @@ class TerminalDisplay:
 
     def close(self) -> None:
         self._view.close()
-        if isinstance(self._view, PlainView) and self._last is not None:
-            self._console.print(run_header(self._last), markup=False, highlight=False)
+        if isinstance(self._view, draw.PlainView) and self._last is not None:
+            self._console.print(draw.run_header(self._last), markup=False, highlight=False)
 
 
-def make_display(progress: bool) -> Display | None:
+def timeout_text(run_id: str, timeout_s: float, view: RunView | None) -> str:
+    """What `simrun.api.RunTimeout` says: the run's progress when it was given up on."""
+    lines = "; ".join(draw.plain_lines(view)) if view is not None else ""
+    where = f" ({lines})" if lines else ""
+    took = draw.format_duration(timeout_s)
+    return f"run {run_id} did not end within {took}{where}; it goes on: wait again or cancel it"
+
+
+def make_display(progress: bool) -> ProgressView | None:
     """The display for ``progress`` here: None when it is off, the notebook's in a
     notebook, else the terminal's."""
     if not progress:

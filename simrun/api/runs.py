@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from simrun.api.bridge import Bridge
-from simrun.api.display import Display, make_display
+from simrun.api.display import make_display, timeout_text
 from simrun.app.follow import FollowEnd, ProgressView, RemoteReader
-from simrun.cli.progress import format_duration, plain_lines
 from simrun.core.views import FailureView, RunView, TaskView
 from simrun.errors import SimrunError
 from simrun.local.machine import LocalError
@@ -31,9 +30,8 @@ POLL_S = 1.0
 
 @dataclass(frozen=True)
 class RunResult(RunView):
-    """A run's view (`simrun.core.views.RunView`: state, message, times, ``tasks`` with
-    their units by state in ``counts`` and, for a run on this machine, the directory of
-    their outputs in ``out``) with its failed units and their last errors."""
+    """A run's view (`simrun.core.views.RunView`) with its failed units and their last
+    errors."""
 
     failures: tuple[FailureView, ...] = ()
 
@@ -69,12 +67,7 @@ class RunTimeout(SimrunError, TimeoutError):
     def __init__(self, run_id: str, timeout_s: float, view: RunView | None) -> None:
         self.run_id = run_id
         self.view = view
-        where = "; ".join(plain_lines(view)) if view is not None else ""
-        super().__init__(
-            f"run {run_id} did not end within {format_duration(timeout_s)}"
-            + (f" ({where})" if where else "")
-            + "; it goes on: wait again or cancel it"
-        )
+        super().__init__(timeout_text(run_id, timeout_s, view))
 
 
 class Backend(Protocol):
@@ -137,10 +130,9 @@ class Run:
         return self._bridge.call(self._backend.cancel(self.id))
 
     def wait(self, timeout_s: float | None = None, *, progress: bool = True) -> RunResult:
-        """Follow the run until it ends and return its last view, with a progress display
-        (`simrun.api.display`) unless ``progress`` is False. `RunTimeout` after
-        ``timeout_s`` (the run goes on); `simrun.LocalError` when an embedded session
-        cannot finish it (a worker died; every task left is blocked: no worker fits)."""
+        """Follow the run to its end (with a display unless not ``progress``) and return its
+        last view; `RunTimeout` after ``timeout_s``, `simrun.LocalError` when an embedded
+        session cannot finish it."""
         views: queue.SimpleQueue[RunView] = queue.SimpleQueue()
         future = self._bridge.submit(self._backend.follow(self.id, _Forward(views.put)))
         display = make_display(progress)
@@ -169,7 +161,7 @@ class Run:
 def _drain(
     views: queue.SimpleQueue[RunView],
     latest: RunView | None,
-    display: Display | None,
+    display: ProgressView | None,
     deadline: float | None,
 ) -> RunView | None:
     """Wait for views a tick at most (less near ``deadline``), show the newest; it."""

@@ -1,7 +1,5 @@
-"""Following a run until it ends: `follow` reads it each time it may have changed (woken
-by an embedded controller's change notification or a service's event stream,
-`RemoteWatch`; polling where there is neither) and feeds a view, until the run ends,
-Ctrl-C, a problem of the embedded session, or the run is stuck."""
+"""Following a run until it ends (`follow`): read each time it may have changed (a push of
+the embedded controller or the service's event stream, `RemoteWatch`; else polling)."""
 
 from __future__ import annotations
 
@@ -63,10 +61,6 @@ class FollowEnd:
     detail: str = ""
 
 
-async def _sleep(seconds: float) -> None:
-    await asyncio.sleep(seconds)
-
-
 async def _until_either(first: Awaitable[None], event: asyncio.Event) -> None:
     """Wait for ``first`` or ``event``, whichever comes first; cancel the other."""
     if event.is_set():
@@ -90,13 +84,11 @@ async def follow(
     problem: Callable[[], str | None] | None = None,
     stuck_after_s: float | None = None,
 ) -> FollowEnd:
-    """Show the run ``fetch`` returns until it is no longer running (or one of the other
-    reasons of `FollowEnd`). Between two reads it awaits ``changed(poll_s)``, which returns
-    when the run may have changed (a push) or after ``poll_s`` at most; without
-    ``changed``, it reads every ``poll_s``."""
+    """Show the run ``fetch`` returns until a `FollowEnd`; between two reads, await
+    ``changed(poll_s)`` (a push, or ``poll_s`` at most)."""
     stuck_since: float | None = None
     interrupted = interrupted or asyncio.Event()
-    pause = changed or _sleep
+    pause = changed or asyncio.sleep
     try:
         while True:
             run = await fetch()
@@ -153,9 +145,8 @@ RECONNECT_S = (0.25, 5.0)
 
 
 class RemoteWatch:
-    """One run of a service followed by its event stream: `fetch` gives the latest view
-    pushed, `changed` waits for the next; polling stands in while the stream reconnects
-    (with backoff, `RECONNECT_S`), of which ``note`` is told once."""
+    """A run of a service followed by its event stream (`fetch`, `changed`); polling while
+    it reconnects (`RECONNECT_S`), told once to ``note``."""
 
     def __init__(
         self,

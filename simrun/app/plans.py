@@ -1,7 +1,5 @@
-"""What each task of a workflow would be dispatched with (`task_plans`, the input of
-`simrun.core.forecast`) and what it would reuse of a store's earlier runs
-(`reuse_forecasts`), before anything is enqueued or written: the dry run's and the
-Editor's."""
+"""What each task of a workflow would be dispatched with (`task_plans`, for
+`simrun.core.forecast`) and reuse of a store's runs (`reuse_forecasts`): the dry run's."""
 
 from __future__ import annotations
 
@@ -59,23 +57,14 @@ def store_resolver(store: Path) -> Resolver:
     """Resolve as the embedded service would, from ``store/simrun.db``; the hint (or the
     override) alone when the file does not exist, which is then not created."""
     db = StoreLayout(store).db
-    if db.is_file():
-        return ResourceStore(db, keep_open=False).resolve
-
-    async def hint_only(
-        _key: ResourceKey, hint: ResourceHint, override: ResourceOverride | None
-    ) -> ResolvedResources:
-        return decide([], hint, override)
-
-    return hint_only
+    return ResourceStore(db, keep_open=False).resolve if db.is_file() else summaries_resolver(())
 
 
 def resolved_from_summary(
     summary: Mapping[str, Any] | None, hint: ResourceHint, override: ResourceOverride | None
 ) -> ResolvedResources:
-    """The resources a service would resolve for a task from its ``/resources`` row (None
-    when nothing is learned): `decide`'s rule of the hint and the override, with the
-    row's learned memory (unless the override fixes it) and seconds per unit."""
+    """`decide`'s resources of a task, with the learned memory (unless overridden) and
+    speed of its ``/resources`` row (None: nothing learned)."""
     resolved = decide([], hint, override)
     if summary is None:
         return resolved
@@ -105,9 +94,8 @@ def summaries_resolver(summaries: Sequence[Mapping[str, Any]]) -> Resolver:
 
 @dataclass(frozen=True)
 class UnitSource:
-    """Where a task could take units from (reuse per unit): the earlier run, its task's out
-    directory, how many units it had, what the type declares, and the units done there
-    (None: all, a done task)."""
+    """An earlier run a task could take units from: its task's outputs, units, what the
+    type declares, and the units done there (None: all)."""
 
     run: str
     out: Path
@@ -132,10 +120,8 @@ class ReuseForecast:
 async def reuse_forecasts(
     prepared: Prepared, types: Mapping[str, TaskType], store: Path
 ) -> ReuseForecast:
-    """The tasks of ``prepared`` that would reuse an earlier run of ``store`` whole
-    (`simrun.core.reuse.choose`) or take units of one (`choose_units`), as the service
-    would decide on what the store holds now (read, never written). `WorkflowError` when
-    ``--rerun`` names no task; none when a type is not installed here."""
+    """What the tasks of ``prepared`` would reuse of ``store`` (read only) as the service
+    decides it; `WorkflowError` when ``--rerun`` names no task."""
     doc = prepared.doc
     problems = rerun_problems([spec.name for spec in doc.tasks], prepared.rerun)
     if problems:
@@ -245,10 +231,8 @@ async def task_plans(
     reused: Mapping[str, str] | None = None,
     units_from: Mapping[str, Sequence[UnitSource]] | None = None,
 ) -> list[DryRow]:
-    """Each task of ``doc`` in the order it runs, with its units (all counted at once,
-    each in a thread) and resources. A task of ``reused`` (task → the run whose work it
-    reuses) has no plan; one of ``units_from`` plans the units it would not take only.
-    `WorkflowError` names a task whose ``count_units`` failed."""
+    """Each task of ``doc`` in order with its units (counted in threads) and resources; a
+    task ``reused`` has no plan, one of ``units_from`` plans the units it would not take."""
     positions = {spec.name: i for i, spec in enumerate(doc.tasks)}
     dependencies = doc.dependencies()
     reused = reused or {}

@@ -1,6 +1,5 @@
-"""Preparing a workflow to submit, the one way the command line, the Python API and the
-Editor do it: read it (a path, YAML text or a dict), apply ``--set``, check it, run its
-types' ``plan``, check the result, and find its sources."""
+"""Preparing a workflow to submit, for the command line, the Python API and the Editor:
+read, ``--set``, check, ``plan``, check again, find its sources."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import yaml
 
+from simrun.app.types import load_types_from_here
 from simrun.client import plan_tasks, submission_text
 from simrun.core.intake import InputLimits, tasks_problem
 from simrun.workflow import (
@@ -42,10 +42,8 @@ TEXT_SOURCE = "workflow"
 
 @dataclass(frozen=True)
 class Prepared:
-    """A workflow ready to submit: the planned document and its text, each task's settings
-    as its type's model read them (empty when not checked here), the directory its sources
-    are relative to, the name its problems are reported under, and how it reuses earlier
-    work (`simrun.core.reuse`)."""
+    """A workflow ready to submit: the planned document, its text, each task's checked
+    settings (empty when not checked here), its sources' directory, its problems' name."""
 
     doc: Workflow
     text: str
@@ -68,9 +66,8 @@ def _is_path(workflow: str) -> bool:
 def read_input(
     workflow: WorkflowInput, base: str | os.PathLike[str] | None = None
 ) -> tuple[str, str, Path]:
-    """The document's text, the name its problems are reported under (the file, or
-    ``workflow``), and the directory its sources are relative to (``base``, else the
-    file's directory, else the current one)."""
+    """The document's text, the name its problems are reported under, and the directory
+    of its sources (``base``, else the file's, else the current one)."""
     here = Path(base) if base is not None else Path.cwd()
     if isinstance(workflow, Mapping):
         try:
@@ -93,11 +90,20 @@ def read_input(
     return workflow, TEXT_SOURCE, here
 
 
-def task_types_of(workflow: WorkflowInput) -> list[str]:
-    """The task types the document uses (`WorkflowError` when it does not parse)."""
-    text, source, _ = read_input(workflow)
-    doc, _ = parse_workflow_lines(text, source)
-    return [t.type for t in doc.tasks]
+def prepare_to_send(
+    workflow: WorkflowInput,
+    plugins: Sequence[str] = (),
+    *,
+    base: str | os.PathLike[str] | None = None,
+    overrides: Sequence[SettingOverride] = (),
+) -> tuple[Prepared, dict[str, TaskType]]:
+    """``workflow`` prepared for a service, and the types it uses that are installed here
+    (and ``plugins``): they plan their tasks; it is checked here only when all are."""
+    text, source, where = read_input(workflow, base)
+    used = [t.type for t in parse_workflow_lines(text, source)[0].tasks]
+    types = load_types_from_here(plugins, only=used)
+    check = all(t in types for t in used)
+    return prepare_text(text, source, where, types, check=check, overrides=overrides), types
 
 
 def prepare(
@@ -128,12 +134,9 @@ def prepare_text(
     uploaded: Collection[str] | None = None,
     limits: InputLimits | None = None,
 ) -> Prepared:
-    """The document ``text`` with the ``overrides`` applied, checked against ``types``
-    (with ``check``; without, only its form and sources, for a service to check the rest),
-    planned and checked again. Its sources must exist under ``base`` (or be among the names
-    ``uploaded``); with ``programs``, its commands' programs must be found here; with
-    ``limits``, its tasks within a submission's. `WorkflowError` names every problem (and
-    the ``--set`` that gave a value it refuses). Blocking: plugin code runs."""
+    """``text`` with the ``overrides``, checked (all of it with ``check``), planned and
+    checked again, its sources under ``base`` or ``uploaded``; `WorkflowError` names every
+    problem (and the ``--set`` behind it). Blocking: plugin code runs."""
     written, lines = parse_workflow_lines(text, source)
     too_many = tasks_problem(len(written.tasks), limits) if limits is not None else None
     if too_many is not None:

@@ -14,9 +14,8 @@ if TYPE_CHECKING:
 def load_types_from_here(
     plugins: Sequence[str] = (), *, only: Collection[str] | None = None
 ) -> dict[str, TaskType]:
-    """The installed task types and those ``plugins`` name, imported with the current
-    directory on the path (as ``python -m`` would). With ``only`` (the types a workflow
-    uses), only the installed types of those names are imported."""
+    """The installed task types (with ``only``, those named) and those of ``plugins``,
+    imported with the current directory on the path (as ``python -m`` would)."""
     from simrun.plugins import (
         ENTRY_POINT_GROUP,
         PluginError,

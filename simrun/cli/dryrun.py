@@ -10,6 +10,7 @@ from rich.table import Table
 
 from simrun.app.plans import DryRow
 from simrun.cli.progress import format_duration, format_gb, format_rate
+from simrun.cli.tables import table
 from simrun.core.forecast import Forecast, TaskForecast, forecast
 from simrun.core.sizing import WorkerCapacity
 
@@ -59,13 +60,8 @@ def _cells(row: DryRow, f: TaskForecast | None) -> tuple[str, ...]:
 
 def _table(rows: Sequence[DryRow], result: Forecast | None) -> Table:
     by_name = {t.plan.name: t for t in result.tasks} if result is not None else {}
-    table = Table(show_edge=False, pad_edge=False, box=None)
-    for column in COLUMNS:
-        left = column in ("task", "type", "resources from")
-        table.add_column(column, justify="left" if left else "right", no_wrap=not left)
-    for row in rows:
-        table.add_row(*_cells(row, by_name.get(row.name)))
-    return table
+    cells = [_cells(row, by_name.get(row.name)) for row in rows]
+    return table(COLUMNS, cells, left=("task", "type", "resources from"))
 
 
 def _reuse_lines(rows: Sequence[DryRow]) -> list[str]:
@@ -98,16 +94,13 @@ def print_forecast(
     rows: Sequence[DryRow],
     pool: Sequence[WorkerCapacity] | None,
     pool_text: str,
-    *,
-    brief: bool = False,
 ) -> Forecast | None:
-    """Print the tasks, their resources and the forecast on ``pool`` (None: unknown); with
-    ``brief``, the forecast line alone. Returns the forecast when there is a pool."""
+    """Print the tasks, their resources and the forecast on ``pool`` (None: unknown); the
+    forecast when there is a pool."""
     plans = [r.plan for r in rows if r.plan is not None]
     result = forecast(plans, pool) if pool is not None else None
-    if not brief:
-        out.print(_table(rows, result))
-        out.print()
+    out.print(_table(rows, result))
+    out.print()
     for line in _reuse_lines(rows):
         out.print(line)
     out.print(f"pool: {pool_text}")

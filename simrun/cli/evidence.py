@@ -1,6 +1,5 @@
-"""``simrun resources KEY``: the evidence behind one key's request, as text and as a PNG,
-from the plain data of `KeyEvidence.to_dict` (also what ``GET /resources/{key}`` answers).
-"""
+"""``simrun resources KEY``: the evidence behind one key's request as text and as a PNG,
+from `KeyEvidence.to_dict` (what ``GET /resources/{key}`` answers)."""
 
 from __future__ import annotations
 
@@ -8,14 +7,13 @@ import bisect
 import importlib
 import itertools
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from simrun.cli.progress import format_gb
-from simrun.errors import SimrunError
+from simrun.cli.tables import local_time
 
 #: Bins of the histogram at most (fewer when the peaks have fewer distinct values).
 ROWS = 10
@@ -139,10 +137,6 @@ def histogram_lines(
     return out
 
 
-def _local_time(unix_s: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(unix_s))
-
-
 def _spread_text(spread: float | None) -> str:
     """A log-space sigma as the ± percentage people read: exp(sigma) - 1."""
     if spread is None:
@@ -189,7 +183,7 @@ def evidence_lines(evidence: Mapping[str, Any], *, bar: str = "█") -> list[str
     if kills:
         out.append(f"kills      {len(kills)} (latest first)")
         out.extend(
-            f"  {_local_time(s)}  killed at a limit of {format_gb(gb)}" for s, gb in reversed(kills)
+            f"  {local_time(s)}  killed at a limit of {format_gb(gb)}" for s, gb in reversed(kills)
         )
     else:
         out.append("kills      none")
@@ -203,18 +197,10 @@ def evidence_lines(evidence: Mapping[str, Any], *, bar: str = "█") -> list[str
     return out
 
 
-class PlotUnavailable(SimrunError, RuntimeError):
-    """matplotlib is not installed (the ``plot`` extra)."""
-
-
 def write_plot(evidence: Mapping[str, Any], path: Path) -> None:
     """A PNG at ``path``: the histogram of the window's peaks (the bins of `histogram`),
-    with the request and the hint as vertical lines. `PlotUnavailable` without matplotlib."""
-    # imported by name: the plot extra is optional, and mypy then needs no stubs for it
-    try:
-        matplotlib = importlib.import_module("matplotlib")
-    except ImportError as exc:
-        raise PlotUnavailable("--plot needs matplotlib: pip install 'simrun[plot]'") from exc
+    with the request and the hint as vertical lines (the caller checked matplotlib is here)."""
+    matplotlib = importlib.import_module("matplotlib")  # by name: mypy needs no stubs
     matplotlib.use("Agg")  # files only, no display
     plt = importlib.import_module("matplotlib.pyplot")
 

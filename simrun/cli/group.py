@@ -1,11 +1,12 @@
 """The ``simrun`` command: the click group and its small commands. A user's mistake is
-printed as its message alone; ``--debug`` adds the traceback.
-"""
+printed as its message alone; ``--debug`` adds the traceback."""
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -25,66 +26,31 @@ if TYPE_CHECKING:  # the command line imports plugins only when a command needs 
     from simrun.plugins import TaskType
 
 
-#: Commands in modules of their own, imported only when they are used (``simrun --help``
-#: and ``simrun types`` should not wait for the imports of the service, the HTTP client or
-#: rich): name -> ("module:attribute", the command's short help as ``--help`` lists it;
-#: tests/unit/test_cli_startup.py checks it is the command's own).
-LAZY_COMMANDS: dict[str, tuple[str, str]] = {
-    "run": (
-        "simrun.cli.run:run",
-        (
-            "Run WORKFLOW on this machine: Redis, the service and worker containers are "
-            "started for the run and stopped after it, with live progress."
-        ),
-    ),
-    "submit": (
-        "simrun.cli.remote:submit",
-        "Send WORKFLOW and its source files to the service.",
-    ),
-    "status": (
-        "simrun.cli.remote:status",
-        (
-            "Show RUN (its tasks: units, time, memory per process requested and at its peak, "
-            "kills for memory; while it runs, its progress and ETA), or the latest runs "
-            "without RUN."
-        ),
-    ),
-    "replay": (
-        "simrun.cli.remote:replay",
-        (
-            "Put the failed units of RUN back in the queue (all, of --task, or --unit I of "
-            "it); the units that were done are kept and never computed again."
-        ),
-    ),
-    "cancel": (
-        "simrun.cli.remote:cancel",
-        "Cancel RUN: nothing more of it is dispatched; queued units are skipped.",
-    ),
-    "logs": (
-        "simrun.cli.logs:logs",
-        (
-            "Show the kept logs of RUN's units: the units with a log (those that printed "
-            "something or did not end well, failed first), or TASK's, or UNIT's attempts "
-            "with their worker, process, memory, times, output and traceback."
-        ),
-    ),
-    "resources": (
-        "simrun.cli.remote:resources",
-        ("What is learned per resource key: samples, typical peak, request, speed, last kill."),
-    ),
-    "scale": (
-        "simrun.cli.scale:scale",
-        "Worker containers each queue wants from the live backlog; --apply sets them.",
-    ),
-    "worker": (
-        "simrun.cli.worker:worker",
-        "Run a worker container: take jobs from the queues, run them, report every unit.",
-    ),
-    "service": (
-        "simrun.cli.service:service",
-        "Run the service: the controller loop and the HTTP API.",
-    ),
+#: Commands in modules of their own (``simrun.cli.<module>:<command>``), imported only when
+#: used: ``simrun --help`` and ``simrun types`` do not wait for the service, the HTTP client
+#: or rich. ``--help`` lists them with the short help of their docstring (`short_help`).
+LAZY_COMMANDS: dict[str, str] = {
+    "run": "run:run",
+    "submit": "remote:submit",
+    "status": "remote:status",
+    "replay": "remote:replay",
+    "cancel": "remote:cancel",
+    "logs": "logs:logs",
+    "resources": "remote:resources",
+    "scale": "scale:scale",
+    "worker": "worker:worker",
+    "service": "service:service",
 }
+
+
+def short_help(name: str, limit: int) -> str:
+    """The short help of the lazy command ``name``, from its docstring read in the source of
+    its module: listing the commands imports none of them."""
+    module, _, attr = LAZY_COMMANDS[name].partition(":")
+    source = (Path(__file__).parent / f"{module}.py").read_text(encoding="utf-8")
+    found = re.search(rf'^def {attr}\(.*?"""(.*?)"""', source, re.DOTALL | re.MULTILINE)
+    doc = inspect.cleandoc(found.group(1)) if found is not None else ""
+    return click.Command(name, help=doc).get_short_help_str(limit)
 
 
 class SimrunGroup(click.Group):
@@ -102,8 +68,7 @@ class SimrunGroup(click.Group):
         rows = []
         for name in names:
             if name in LAZY_COMMANDS:
-                stand_in = click.Command(name, help=LAZY_COMMANDS[name][1])
-                rows.append((name, stand_in.get_short_help_str(limit)))
+                rows.append((name, short_help(name, limit)))
                 continue
             command = self.get_command(ctx, name)
             if command is not None and not command.hidden:
@@ -116,8 +81,8 @@ class SimrunGroup(click.Group):
         lazy = LAZY_COMMANDS.get(cmd_name)
         if lazy is None:
             return super().get_command(ctx, cmd_name)
-        module, _, attr = lazy[0].partition(":")
-        command = getattr(importlib.import_module(module), attr)
+        module, _, attr = lazy.partition(":")
+        command = getattr(importlib.import_module(f"simrun.cli.{module}"), attr)
         assert isinstance(command, click.Command)
         return command
 

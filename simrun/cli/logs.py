@@ -1,13 +1,12 @@
 """``simrun logs RUN [TASK [UNIT]] [--attempt N] [--follow]``: the kept logs of a run's units,
-read from a store or asked of the service (where they live: `simrun.core.unitlogs`).
-"""
+read from a store or asked of the service (where they live: `simrun.core.unitlogs`)."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -15,7 +14,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from simrun.cli.options import STORE_HINT, TOKEN, URL, local_store, read_store_option
+from simrun.cli.progress import logs_command
+from simrun.cli.remote import Where, store_or_service
 from simrun.core.layout import StoreLayout
 from simrun.core.unitlogs import (
     FAILED,
@@ -42,13 +42,6 @@ _GOING = frozenset({"pending", "running"})
 _TASK_OVER = frozenset({"done", "failed", "cancelled"})
 
 
-def logs_command(run: str, task: str, unit: int | str, where: list[str] | None = None) -> str:
-    """The command that shows the log of ``unit`` (``where``: ``--store DIR`` or ``--url``)."""
-    from simrun.cli.common import shell_join
-
-    return shell_join(["simrun", "logs", run, task, str(unit), *(where or [])])
-
-
 @dataclass(frozen=True)
 class LogSource:
     """Where the logs are read: a store (`store_source`) or a service (`service_source`)."""
@@ -60,7 +53,10 @@ class LogSource:
 
     def states(self, run: str, task: str) -> tuple[str | None, str | None]:
         """The state of run ``run`` and of its task ``task`` (None: not known)."""
-        return _states(self.run_view(run), task)
+        view = self.run_view(run)
+        if view is None:
+            return None, None
+        return view.state, next((t.state for t in view.tasks if t.name == task), None)
 
 
 def store_source(root: Path) -> LogSource:
@@ -95,14 +91,6 @@ def service_source(client: Client) -> LogSource:
     return LogSource(client.run_logs, client.unit_logs, client.unit_live_logs, client.run)
 
 
-def _states(view: RunView | None, task: str) -> tuple[str | None, str | None]:
-    """The state of the run of ``view`` and of its task ``task`` (None: not known)."""
-    if view is None:
-        return None, None
-    found = next((t.state for t in view.tasks if t.name == task), None)
-    return view.state, found
-
-
 def _when(seconds: float) -> str:
     return datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S")
 
@@ -112,7 +100,7 @@ def _unit_word(unit: int | str) -> str:
 
 
 def listing_lines(
-    found: dict[str, list[UnitLogHeader]], run: str, where: list[str] | None = None
+    found: dict[str, list[UnitLogHeader]], run: str, where: Sequence[str] = ()
 ) -> list[str]:
     """One line per unit with a log (its last attempt), failed first, with its command."""
     rows = [h for headers in found.values() for h in headers]
@@ -125,7 +113,7 @@ def listing_lines(
     return [_unit_line(h, run, where) for h in rows]
 
 
-def _unit_line(h: UnitLogHeader, run: str, where: list[str] | None) -> str:
+def _unit_line(h: UnitLogHeader, run: str, where: Sequence[str]) -> str:
     return (
         f"{h.task} {_unit_word(h.unit)}: attempt {h.attempt} {h.outcome} on {h.worker}"
         f" at {_when(h.finished)} · {logs_command(run, h.task, h.unit, where)}"
@@ -136,9 +124,8 @@ def _follow_listing(
     source: LogSource,
     run: str,
     task: str | None,
-    where: list[str] | None,
+    where: Sequence[str],
     echo: Callable[[str], None],
-    poll_s: float = FOLLOW_POLL_S,
 ) -> None:
     """Print the listing's line of each unit attempt that kept a log as it ends, until the
     run (or ``task``) ends."""
@@ -167,7 +154,7 @@ def _follow_listing(
                 f"(following {'task ' + task if task else 'run ' + run}: a line per unit "
                 "that prints something or does not end well, as it ends)"
             )
-        time.sleep(poll_s)
+        time.sleep(FOLLOW_POLL_S)
 
 
 def _header_lines(h: UnitLogHeader, of: int) -> list[str]:
@@ -201,11 +188,6 @@ def attempt_lines(attempt: UnitAttempt, of: int) -> list[str]:
         output,
         *_error_lines(attempt.header),
     ]
-
-
-def attempt_end_lines(header: UnitLogHeader, of: int) -> list[str]:
-    """`attempt_lines` but the output: what a follow prints once the attempt ended."""
-    return [*_header_lines(header, of), *_error_lines(header)]
 
 
 class _Printer:
@@ -281,7 +263,7 @@ class _UnitAttempts:
         self.ended.add(n)
         if not any(self.offsets.get(c.name) for c in attempt.chunks):
             self.printer.lines(["(nothing printed)"])
-        self.printer.lines(attempt_end_lines(header, of))
+        self.printer.lines([*_header_lines(header, of), *_error_lines(header)])
         return header.outcome == "done"
 
 
@@ -291,12 +273,10 @@ def _follow(
     task: str,
     unit: int | str,
     echo: Callable[[str], None],
-    poll_s: float = FOLLOW_POLL_S,
-    write: Callable[[str], None] | None = None,
 ) -> None:
     """Print the unit's attempts as they run (output as written, header and traceback once
     ended) until one ends well, or the task or the run ends."""
-    printer = _Printer(echo, write or (lambda text: click.echo(text, nl=False)))
+    printer = _Printer(echo, lambda text: click.echo(text, nl=False))
     shown = _UnitAttempts(task, unit, printer)
     waiting_said = False
     while True:
@@ -315,7 +295,7 @@ def _follow(
         if not waiting_said and not attempts:
             echo(f"(following {task} {_unit_word(unit)}: its output appears as it is written)")
             waiting_said = True
-        time.sleep(poll_s)
+        time.sleep(FOLLOW_POLL_S)
 
 
 def show_logs(
@@ -325,7 +305,7 @@ def show_logs(
     unit: str | None,
     attempt: int | None,
     follow: bool,
-    where: list[str] | None = None,
+    where: Sequence[str] = (),
     echo: Callable[[str], None] = click.echo,
 ) -> None:
     """What ``simrun logs`` prints, from ``source``."""
@@ -364,20 +344,14 @@ def show_logs(
     "or its task or the run ends; without UNIT, a line per unit log of the run (or TASK) "
     "as it ends, until it ends.",
 )
-@URL
-@TOKEN
-@read_store_option("Read the store of `simrun run` here instead of asking a service.")
-@STORE_HINT
+@store_or_service("Read the store of `simrun run` here instead of asking a service.")
 def logs(
     run_id: str,
     task: str | None,
     unit: str | None,
     attempt: int | None,
     follow: bool,
-    url: str,
-    token: str | None,
-    store: Path | None,
-    store_hint: Path,
+    where: Where,
 ) -> None:
     """Show the kept logs of RUN's units: the units with a log (those that printed
     something or did not end well, failed first), or TASK's, or UNIT's attempts with their
@@ -391,12 +365,8 @@ def logs(
         raise click.UsageError("--attempt needs a TASK and a UNIT")
     if attempt is not None and follow:
         raise click.UsageError("--follow prints every attempt; leave out --attempt")
-    store = local_store(store, store_hint)
-    if store is not None:
-        show_logs(store_source(store), run_id, task, unit, attempt, follow, ["--store", str(store)])
+    if where.store is not None:
+        show_logs(store_source(where.store), run_id, task, unit, attempt, follow, where.args())
         return
-    from simrun.cli.options import url_args
-    from simrun.cli.remote import _service
-
-    with _service(url, token, store_hint) as client:
-        show_logs(service_source(client), run_id, task, unit, attempt, follow, url_args(url))
+    with where.service() as client:
+        show_logs(service_source(client), run_id, task, unit, attempt, follow, where.args())

@@ -1,12 +1,11 @@
 """Showing a run from its view (`simrun.core.views.RunView`): a live display on a terminal,
-plain lines elsewhere (CI logs, pipes), the summary and the failures at the end. The
-formatting and rows are plain functions; `LiveView` and `PlainView` thin shells over rich."""
+plain lines elsewhere (CI logs, pipes), how it ended (`report_end`). The formatting and
+rows are plain functions; `LiveView` and `PlainView` thin shells over rich."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
@@ -18,8 +17,12 @@ from rich.text import Text
 
 from simrun.core.eta import pace_rate, task_eta_s
 from simrun.core.reuse import reused_text, units_reused_text
-from simrun.core.sizing import is_probing
-from simrun.core.states import ACTIVE_TASK_STATES, ACTIVE_UNIT_STATES, FINISHED_TASK_STATES
+from simrun.core.states import (
+    ACTIVE_TASK_STATES,
+    ACTIVE_UNIT_STATES,
+    FINISHED_TASK_STATES,
+    TaskPhase,
+)
 from simrun.core.views import FailureView, RunView, TaskView, running_seconds
 
 if TYPE_CHECKING:
@@ -73,114 +76,63 @@ def format_rate(seconds_per_unit: float | None) -> str:
     return f"{seconds_per_unit:.3g} s/unit"
 
 
-@dataclass(frozen=True)
-class TaskLine:
-    """What the progress shows of one task."""
-
-    name: str
-    state: str
-    command: bool  # an unsplit task: one command unit
-    total: int | None  # None until the task started
-    done: int
-    queued: int
-    running: int
-    failed: int
-    kills: int | None
-    seconds_per_unit: float | None
-    eta_s: float | None
-    merge: str | None
-    status: str
-    eta_guessed: bool = False  # the ETA comes from the pace so far, not from what is learned
-    reused_from: str | None = None  # the earlier run whose outputs it took
-    units_reused: int = 0  # units it took from the run units_reused_from (done)
-    units_reused_from: str | None = None
-
-
 def guess_eta(
     total: int | None, done: int, failed: int, started_s: float | None, now_s: float | None
 ) -> float | None:
-    """Seconds left at the pace of the task so far (units finished since it started), by
-    the ETA's one rule (`simrun.core.eta`) with nothing learned: for a view without an ETA
-    (an older service, a store read outside its session); None before the first unit
-    finished."""
+    """Seconds left at the task's pace so far (`simrun.core.eta` with nothing learned);
+    None before its first unit finished."""
     if total is None:
         return None
     finished = done + failed
     return task_eta_s(max(0, total - finished), None, 0, pace_rate(finished, started_s, now_s))
 
 
-def task_line(task: TaskView, now_s: float | None = None) -> TaskLine:
-    """The line of one task of a run view: the view's ETA (the service's, by
-    `simrun.core.eta`), shown as it is. With ``now_s``, a task whose view has no ETA and
-    that learned nothing yet gets one guessed from its pace so far (when the view tells
-    when it started)."""
-    eta = task.eta_s
-    guessed = False
-    learned = task.seconds_per_unit is not None
-    if eta is None and not learned and task.state in ACTIVE_TASK_STATES:
-        taken = task.units_reused  # done, but not at this pace
-        total = None if task.units is None else task.units - taken
-        eta = guess_eta(
-            total, task.count("done") - taken, task.count("failed"), task.started_s, now_s
-        )
-        guessed = eta is not None
-    return TaskLine(
-        name=task.name,
-        state=task.state,
-        command=not task.splittable,
-        total=task.units,
-        done=task.count("done"),
-        queued=task.count("queued"),
-        running=task.count("running"),
-        failed=task.count("failed"),
-        kills=task.kills,
-        seconds_per_unit=task.seconds_per_unit,
-        eta_s=eta,
-        merge=task.merge,
-        status=task.status,
-        eta_guessed=guessed,
-        reused_from=task.reused_from,
-        units_reused=task.units_reused,
-        units_reused_from=task.units_reused_from,
-    )
+def task_eta(task: TaskView, now_s: float | None = None) -> tuple[float | None, bool]:
+    """A task's ETA and whether it is guessed: the view's (the service's), else, with
+    ``now_s``, for an active task that learned nothing yet, its pace so far."""
+    if task.eta_s is not None or task.seconds_per_unit is not None:
+        return task.eta_s, False
+    if task.state not in ACTIVE_TASK_STATES:
+        return None, False
+    taken = task.units_reused  # done, but not at this pace
+    total = None if task.units is None else task.units - taken
+    eta = guess_eta(total, task.count("done") - taken, task.count("failed"), task.started_s, now_s)
+    return eta, eta is not None
 
 
-def _eta_text(line: TaskLine) -> str:
-    text = format_duration(line.eta_s)
-    return f"~{text}" if line.eta_guessed and not text.startswith("<") else text
+def _eta_text(task: TaskView, now_s: float | None) -> str:
+    eta, guessed = task_eta(task, now_s)
+    text = format_duration(eta)
+    return f"~{text}" if guessed and not text.startswith("<") else text
 
 
-def _units_reused(line: TaskLine) -> str:
+def _units_reused(task: TaskView) -> str:
     """``N units reused from RUN`` of a task that took some units, else empty."""
-    if not line.units_reused or not line.units_reused_from:
+    if not task.units_reused or not task.units_reused_from:
         return ""
-    return units_reused_text(line.units_reused, line.units_reused_from)
+    return units_reused_text(task.units_reused, task.units_reused_from)
 
 
-def _state_text(line: TaskLine) -> str:
-    state = _bare_state_text(line)
-    reused = _units_reused(line)
+def _state_text(task: TaskView) -> str:
+    state = _bare_state_text(task)
+    reused = _units_reused(task)
     return f"{state} · {reused}" if reused else state
 
 
-def _bare_state_text(line: TaskLine) -> str:
-    if line.state == "done" and line.reused_from:
-        return reused_text(line.reused_from)
-    if line.state == "merging" or (line.merge in ACTIVE_UNIT_STATES and line.state != "done"):
+def _bare_state_text(task: TaskView) -> str:
+    if task.state == "done" and task.reused_from:
+        return reused_text(task.reused_from)
+    if task.state == "merging" or (task.merge in ACTIVE_UNIT_STATES and task.state != "done"):
         return "merging"
-    if line.state == "blocked" and line.status:
-        return f"blocked: {line.status}"
-    if line.state == "failed" and line.status:
-        return f"failed: {line.status}"
-    if line.state == "running" and is_probing(line.status):
-        return line.status
-    return line.state
+    if task.state in ("blocked", "failed") and task.status:
+        return f"{task.state}: {task.status}"
+    if task.state == "running" and task.phase == TaskPhase.PROBING:
+        return task.status
+    return task.state
 
 
-def _units_text(line: TaskLine) -> str:
-    if line.total is None:
-        return "—"
-    return f"{line.done}/{line.total}"
+def _units_text(task: TaskView) -> str:
+    return "—" if task.units is None else f"{task.count('done')}/{task.units}"
 
 
 def run_header(run: RunView, elapsed_s: float | None = None) -> str:
@@ -197,77 +149,64 @@ def run_header(run: RunView, elapsed_s: float | None = None) -> str:
 
 
 def plain_lines(run: RunView, only_active: bool = True, now_s: float | None = None) -> list[str]:
-    """One line per task for logs: ``sweep  10/24 done, 2 running, 0 failed, 0 killed ·
-    0.31 s/unit · ETA 4 s``; with ``only_active``, only the tasks that have units on the
-    way. ETAs shown with ``~`` are guessed from the pace so far (see `task_line`)."""
+    """One line per task for logs: ``sweep: 10/24 done, 2 running, 4 queued, 0 failed ·
+    0.31 s/unit · ETA 4 s · running``; with ``only_active``, only the tasks with units on
+    the way. An ETA with ``~`` is guessed (`task_eta`)."""
     out = []
     for task in run.tasks:
-        line = task_line(task, now_s)
-        if only_active and line.state not in ACTIVE_TASK_STATES:
+        if only_active and task.state not in ACTIVE_TASK_STATES:
             continue
-        if line.state == "waiting":
-            out.append(f"{line.name}: waiting for its inputs")
+        if task.state == "waiting":
+            out.append(f"{task.name}: waiting for its inputs")
             continue
-        if line.reused_from:
-            out.append(f"{line.name}: {_state_text(line)}")
+        if task.reused_from:
+            out.append(f"{task.name}: {_state_text(task)}")
             continue
-        parts = [f"{_units_text(line)} done"]
-        if line.state not in FINISHED_TASK_STATES:
-            parts += [f"{line.running} running", f"{line.queued} queued"]
-        parts.append(f"{line.failed} failed")
-        if line.kills:
-            parts.append(f"{line.kills} killed for memory")
-        text = f"{line.name}: {', '.join(parts)}"
-        if line.state in FINISHED_TASK_STATES:
-            out.append(f"{text} · {_state_text(line)}")
-            continue
-        out.append(
-            f"{text} · {format_rate(line.seconds_per_unit)} · "
-            f"ETA {_eta_text(line)} · {_state_text(line)}"
-        )
+        parts = [f"{_units_text(task)} done"]
+        finished = task.state in FINISHED_TASK_STATES
+        if not finished:
+            parts += [f"{task.count('running')} running", f"{task.count('queued')} queued"]
+        parts.append(f"{task.count('failed')} failed")
+        if task.kills:
+            parts.append(f"{task.kills} killed for memory")
+        text = f"{task.name}: {', '.join(parts)}"
+        if not finished:
+            text += f" · {format_rate(task.seconds_per_unit)} · ETA {_eta_text(task, now_s)}"
+        out.append(f"{text} · {_state_text(task)}")
     return out
 
 
 def render_live(run: RunView, elapsed_s: float | None = None, now_s: float | None = None) -> Group:
     """The live display: a header and one bar per task."""
     table = Table(box=None, pad_edge=False, show_edge=False, expand=False)
-    for column, justify in (
-        ("task", "left"),
-        ("progress", "left"),
-        ("units", "right"),
-        ("failed", "right"),
-        ("killed", "right"),
-        ("speed", "right"),
-        ("ETA", "right"),
-        ("state", "left"),
-    ):
-        table.add_column(column, justify=justify, no_wrap=column != "state")  # type: ignore[arg-type]  # literals above
+    for column in ("task", "progress", "units", "failed", "killed", "speed", "ETA", "state"):
+        left = column in ("task", "progress", "state")
+        table.add_column(column, justify="left" if left else "right", no_wrap=column != "state")
     for task in run.tasks:
-        line = task_line(task, now_s)
-        total = line.total or 1
-        done = line.done if line.total else (1 if line.state == "done" else 0)
-        bar = ProgressBar(total=total, completed=done, width=28)
+        done = task.count("done") if task.units else (1 if task.state == "done" else 0)
+        failed = task.count("failed")
         table.add_row(
-            line.name,
-            bar,
-            _units_text(line),
-            Text(str(line.failed), style="red" if line.failed else ""),
-            Text(
-                "—" if line.kills is None else str(line.kills),
-                style="yellow" if line.kills else "",
-            ),
-            _speed_text(line),
-            _eta_text(line) if line.state not in FINISHED_TASK_STATES else "",
-            Text(_state_text(line), style=_STATE_STYLES.get(line.state, "")),
+            task.name,
+            ProgressBar(total=task.units or 1, completed=done, width=28),
+            _units_text(task),
+            Text(str(failed), style="red" if failed else ""),
+            Text(_kills_text(task), style="yellow" if task.kills else ""),
+            _speed_text(task),
+            _eta_text(task, now_s) if task.state not in FINISHED_TASK_STATES else "",
+            Text(_state_text(task), style=_STATE_STYLES.get(task.state, "")),
         )
     return Group(Text(run_header(run, elapsed_s), style="bold"), table)
 
 
-def _speed_text(line: TaskLine) -> str:
-    finished = line.state in FINISHED_TASK_STATES
-    if line.state == "waiting" or (finished and not line.seconds_per_unit):
+def _speed_text(task: TaskView) -> str:
+    finished = task.state in FINISHED_TASK_STATES
+    if task.state == "waiting" or (finished and not task.seconds_per_unit):
         return ""
-    return format_rate(line.seconds_per_unit)
+    return format_rate(task.seconds_per_unit)
+
+
+def _kills_text(task: TaskView) -> str:
+    return "—" if task.kills is None else str(task.kills)
 
 
 _STATE_STYLES = {"done": "green", "failed": "red", "blocked": "yellow", "cancelled": "red"}
@@ -291,23 +230,21 @@ def task_seconds(
 
 
 def summary_rows(run: RunView, now_s: float | None = None) -> list[tuple[str, ...]]:
-    """Per task: name, units (done/total), time (so far, with ``now_s``), requested memory
-    per process (the largest its units ran under, when the view tells, else its last
-    request), peak memory per process, kills for memory, where its outputs are."""
+    """Per task the cells of `SUMMARY_COLUMNS` (time so far with ``now_s``; the memory
+    requested: the largest its units ran under, else its last request)."""
     rows: list[tuple[str, ...]] = []
     for task in run.tasks:
-        line = task_line(task)
         requested = task.requested_gb
         if requested is None:
             requested = (task.resources or {}).get("memory_per_worker_gb")
         rows.append(
             (
-                line.name,
-                _summary_units(line),
+                task.name,
+                _summary_units(task),
                 format_duration(task_seconds(task, now_s, run.pauses)),
                 format_gb(requested),
                 peak_text(task.peak_memory_gb, task.peak_gpu_memory_gb),
-                "—" if line.kills is None else str(line.kills),
+                _kills_text(task),
                 staged_text(task),
                 scratch_text(task),
                 task.out or "—",
@@ -348,26 +285,17 @@ def format_bytes(size: int) -> str:
     return f"{value:.1f} GiB"
 
 
-def _summary_units(line: TaskLine) -> str:
-    if line.reused_from:
-        return reused_text(line.reused_from)
-    if line.command:
+def _summary_units(task: TaskView) -> str:
+    if task.reused_from:
+        return reused_text(task.reused_from)
+    if not task.splittable:
         return "command"
-    reused = _units_reused(line)
-    return f"{_units_text(line)}, {reused}" if reused else _units_text(line)
+    reused = _units_reused(task)
+    return f"{_units_text(task)}, {reused}" if reused else _units_text(task)
 
 
-SUMMARY_COLUMNS = (
-    "task",
-    "units",
-    "time",
-    "memory/process",
-    "peak/process",
-    "kills",
-    "staged",
-    "scratch",
-    "outputs",
-)
+SUMMARY_COLUMNS = ("task", "units", "time", "memory/process", "peak/process", "kills",
+                   "staged", "scratch", "outputs")  # fmt: skip
 
 
 def summary_table(run: RunView, now_s: float | None = None) -> Table:
@@ -391,6 +319,13 @@ def error_line(error: str | None) -> str:
     return "failed without a message"
 
 
+def logs_command(run: str, task: str, unit: int | str, where: Sequence[str] = ()) -> str:
+    """The ``simrun logs`` command of a unit (``where``: its ``--store DIR`` or ``--url``)."""
+    from simrun.cli.common import shell_join
+
+    return shell_join(["simrun", "logs", run, task, str(unit), *where])
+
+
 def failure_lines(
     failures: Sequence[FailureView],
     limit: int = MAX_FAILURES_SHOWN,
@@ -398,21 +333,46 @@ def failure_lines(
     where: Sequence[str] = (),
 ) -> list[str]:
     """``task 'sweep', unit 3: RuntimeError: boom`` per failed unit, at most ``limit`` and a
-    count of the others; with ``run``, each followed by the command that shows the unit's
-    full traceback and output (``simrun logs RUN TASK UNIT`` and ``where``: its
-    ``--store``/``--url``)."""
-    from simrun.cli.common import shell_join
-
+    count of the others; with ``run``, each followed by its `logs_command`."""
     lines = []
     for f in failures[:limit]:
         what = f"unit {f.unit}" if isinstance(f.unit, int) else f.unit
         lines.append(f"task {f.task!r}, {what}: {error_line(f.error)}")
         if run is not None:
-            command = shell_join(["simrun", "logs", run, f.task, str(f.unit), *where])
-            lines.append(f"  traceback and output: {command}")
+            lines.append(f"  traceback and output: {logs_command(run, f.task, f.unit, where)}")
     if len(failures) > limit:
         lines.append(f"… and {len(failures) - limit} more")
     return lines
+
+
+def report_end(
+    out: Console,
+    run: RunView,
+    failures: Sequence[FailureView],
+    replay: str,
+    outputs: str | None = None,
+    logs_where: Sequence[str] | None = None,
+) -> int:
+    """Print how a run ended: the summary; where its outputs are, or its failed units (each
+    with its `logs_command` given ``logs_where``) and ``replay``, the command that retries
+    them. The exit status (0 when it succeeded)."""
+    out.print(summary_table(run))
+    took = format_duration(
+        running_seconds(run.created_s, run.finished_s or run.updated_s, run.pauses)
+    )
+    if run.state == "succeeded":
+        where = f" · outputs in {escape(outputs)}" if outputs else ""
+        out.print(f"[bold green]run {run.id} succeeded[/] in {took}{where}")
+        return 0
+    message = f": {escape(run.message)}" if run.message else ""
+    out.print(f"[bold red]run {run.id} {run.state}[/]{message}")
+    run_id = run.id if logs_where is not None else None
+    for line in failure_lines(failures, run=run_id, where=logs_where or ()):
+        out.print(f"  {line}", markup=False, soft_wrap=True)
+    if failures:
+        out.print("fix the cause, then retry the failed units (the done ones are kept):")
+        out.print(f"  {replay}", markup=False, soft_wrap=True)
+    return 1
 
 
 class LiveView:
@@ -449,13 +409,12 @@ class PlainView:
 
     def update(self, run: RunView) -> None:
         for task in run.tasks:
-            line = task_line(task)
-            if self._states.get(line.name) != line.state:
-                if line.reused_from:
-                    self._echo(f"{line.name}: {_state_text(line)}")
-                elif line.name in self._states or line.state != "waiting":
-                    self._echo(f"{line.name}: {_state_text(line)} ({_units_text(line)} units)")
-                self._states[line.name] = line.state
+            if self._states.get(task.name) != task.state:
+                if task.reused_from:
+                    self._echo(f"{task.name}: {_state_text(task)}")
+                elif task.name in self._states or task.state != "waiting":
+                    self._echo(f"{task.name}: {_state_text(task)} ({_units_text(task)} units)")
+                self._states[task.name] = task.state
         now = time.monotonic()
         if now - self._last_print >= self.every_s:
             if self._last_print > -float("inf"):  # the first look is told by the lines above

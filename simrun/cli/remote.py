@@ -1,17 +1,17 @@
 """The commands that work with a service: ``submit``, ``status``, ``replay``, ``cancel`` and
-``resources``; ``status``, ``resources`` and ``replay`` also work on a store (``--store``).
-"""
+``resources``; ``status``, ``resources`` and ``replay`` also work on a store (``--store``)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -41,8 +41,6 @@ from simrun.local.settings import LocalOptions
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
-    from rich.table import Table
-
     from simrun.app.follow import Reader
     from simrun.client import Client
     from simrun.core.sizing import WorkerCapacity
@@ -59,44 +57,75 @@ POLL_S = 1.0
 T = TypeVar("T")
 
 
-@contextmanager
-def _service(url: str, token: str | None, store_hint: Path | None = None) -> Iterator[Client]:
-    """A client of the service; when it cannot be reached and ``store_hint`` is a store,
-    the error says how to read that instead."""
-    import httpx
+@dataclass(frozen=True)
+class Where:
+    """What a command that reads a store or a service reads: the store of `simrun run`
+    (``store``), else the service at ``url``."""
 
-    from simrun.client import Client, ClientError
-    from simrun.core.layout import StoreLayout
+    url: str
+    token: str | None
+    store: Path | None = None
+    store_hint: Path | None = None
 
-    client = Client(url, token)
-    try:
-        yield client
-    except ClientError as exc:
-        unreachable = isinstance(exc.__cause__, httpx.TransportError)
-        if unreachable and store_hint is not None and StoreLayout(store_hint).is_store():
-            raise ClientError(
-                f"{exc}\nfor the runs of `simrun run` in {store_hint}, add --store {store_hint}"
-            ) from exc
-        raise
-    finally:
-        client.close()
+    def args(self) -> list[str]:
+        """The options that name it in the commands printed."""
+        return ["--store", str(self.store)] if self.store is not None else url_args(self.url)
+
+    @contextmanager
+    def service(self) -> Iterator[Client]:
+        """A client of the service; when it cannot be reached and ``store_hint`` is a store,
+        the error says how to read that instead."""
+        import httpx
+
+        from simrun.client import Client, ClientError
+        from simrun.core.layout import StoreLayout
+
+        client, hint = Client(self.url, self.token), self.store_hint
+        try:
+            yield client
+        except ClientError as exc:
+            unreachable = isinstance(exc.__cause__, httpx.TransportError)
+            if unreachable and hint is not None and StoreLayout(hint).is_store():
+                raise ClientError(
+                    f"{exc}\nfor the runs of `simrun run` in {hint}, add --store {hint}"
+                ) from exc
+            raise
+        finally:
+            client.close()
+
+    def read(self, read: Callable[[StoreReader], Awaitable[T]], ask: Callable[[Client], T]) -> T:
+        """``read`` of the store, else ``ask`` of the service."""
+        store = self.store
+        if store is None:
+            with self.service() as client:
+                return ask(client)
+        from simrun.local.reads import open_store_reader
+
+        async def main() -> T:
+            async with open_store_reader(store) as reader:
+                return await read(reader)
+
+        return asyncio.run(main())
 
 
-def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
-    from rich.markup import escape
-    from rich.table import Table
+def store_or_service(help_text: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``--url``, ``--token`` and ``--store`` (``help_text``) given to the command as one
+    `Where` (``where``)."""
 
-    table = Table(show_edge=False, pad_edge=False, box=None)
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*(escape(cell) for cell in row))
-    return table
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(command)
+        def wrapper(
+            *args: Any, url: str, token: str | None, store: Path | None, store_hint: Path,
+            **kwargs: Any,
+        ) -> None:  # fmt: skip
+            where = Where(url, token, local_store(store, store_hint), store_hint)
+            command(*args, where=where, **kwargs)
 
+        for add_option in (STORE_HINT, read_store_option(help_text), TOKEN, URL):
+            wrapper = add_option(wrapper)
+        return wrapper
 
-def _follow_hint(run_id: str, url: str) -> None:
-    command = shell_join(["simrun", "status", run_id, "--watch", *url_args(url)])
-    console().print(f"follow it: {command}", markup=False, soft_wrap=True)
+    return decorate
 
 
 def _exit(code: int) -> None:
@@ -108,8 +137,7 @@ async def _watch(reader: Reader, run_id: str, where: Sequence[str], every_s: flo
     """Follow ``run_id`` to its end and print how it ended (``where``: the options that
     name its store or service in the commands it prints)."""
     from simrun.app.follow import RemoteReader, follow, watch_remote
-    from simrun.cli.follow import report_end
-    from simrun.cli.progress import make_view
+    from simrun.cli.progress import make_view, report_end
 
     out = console()
     view = make_view(out, every_s)
@@ -119,46 +147,39 @@ async def _watch(reader: Reader, run_id: str, where: Sequence[str], every_s: flo
             reader.client, run_id, view, poll_s=POLL_S, note=lambda t: err.print(t, markup=False)
         )
     else:
-
-        async def fetch() -> RunView:
-            data = await reader.run(run_id)
-            if data is None:
-                raise LocalError(f"there is no run {run_id!r}")
-            return data
-
-        outcome = await follow(fetch, view, poll_s=POLL_S)
+        outcome = await follow(lambda: _view(reader, run_id), view, poll_s=POLL_S)
     failures = await reader.failures(run_id)
     replay_cmd = shell_join(["simrun", "replay", run_id, *where])
     return report_end(out, outcome.run, failures, replay_cmd, logs_where=where)
 
 
-def _watch_service(client: Client, run_id: str, url: str, every_s: float) -> None:
-    """Follow ``run_id`` of the service to its end; exit as it ended."""
+def _after(client: Client, run_id: str, url: str, wait: bool, every_s: float) -> None:
+    """Follow ``run_id`` of the service to its end and exit as it ended (``wait``), else
+    say how to."""
+    if not wait:
+        command = shell_join(["simrun", "status", run_id, "--watch", *url_args(url)])
+        console().print(f"follow it: {command}", markup=False, soft_wrap=True)
+        return
     from simrun.app.follow import RemoteReader
 
     _exit(asyncio.run(_watch(RemoteReader(client), run_id, url_args(url), every_s)))
 
 
-def _live_pool(client: Client) -> tuple[WorkerCapacity, ...] | None:
-    """The live workers the service tells of (None when it cannot tell)."""
+def _live_pool(client: Client) -> tuple[tuple[WorkerCapacity, ...] | None, str]:
+    """The live workers the service tells of (None when it cannot tell), as text too."""
     from simrun.client import ClientError
-    from simrun.core.forecast import live_pool
+    from simrun.core.forecast import live_pool, pool_text
 
     try:
-        return live_pool(client.backlog())
+        pool: tuple[WorkerCapacity, ...] | None = live_pool(client.backlog())
     except ClientError:
-        return None
-
-
-def _live_text(pool: tuple[WorkerCapacity, ...] | None) -> str:
-    from simrun.core.forecast import pool_text
-
+        pool = None
     if pool is None:
-        return "unknown: the service does not tell its workers"
+        return None, "unknown: the service does not tell its workers"
     if not pool:
-        return "no live worker"
+        return pool, "no live worker"
     shapes = Counter((w.queues, w.memory_gb, w.processes) for w in pool)
-    return "live: " + "; ".join(
+    return pool, "live: " + "; ".join(
         f"{queues[0]}: {pool_text(count, processes, memory_gb)}"
         for (queues, memory_gb, processes), count in sorted(shapes.items())
     )
@@ -198,24 +219,16 @@ def submit(
     The task types installed here (and --plugins) plan their tasks first and count their
     units for --dry-run; the service checks the rest.
     """
-    from simrun.app.prepare import prepare
+    from simrun.app.prepare import prepare_to_send
     from simrun.client import Client
-    from simrun.workflow import load_workflow, source_paths
 
-    used = [t.type for t in load_workflow(workflow).tasks]
-    types = load_types_from_here(plugins, only=used)
-    known = all(spec_type in types for spec_type in used)
-    prepared = prepare(workflow, types, check=known, overrides=overrides)
+    prepared, types = prepare_to_send(workflow, plugins, overrides=overrides)
     with Client(url, token) as client:
         if dry_run:
             sys.exit(_dry_run(client, prepared.doc, types, workers, processes, worker_memory_gb))
-        sources = source_paths(prepared.doc, prepared.base)
-        run_id = client.submit(prepared.text, sources, reuse=reuse, rerun=rerun)
+        run_id = client.submit(prepared.text, prepared.sources(), reuse=reuse, rerun=rerun)
         console().print(f"run {run_id} submitted")
-        if wait:
-            _watch_service(client, run_id, url, every_s)
-        else:
-            _follow_hint(run_id, url)
+        _after(client, run_id, url, wait, every_s)
 
 
 def _dry_run(
@@ -242,37 +255,23 @@ def _dry_run(
         pool = pool_of(workers, processes, worker_memory_gb)
         text = f"{pool_text(workers, processes, worker_memory_gb)} (given)"
     else:
-        pool = _live_pool(client)
-        text = _live_text(pool)
+        pool, text = _live_pool(client)
     result = print_forecast(out, rows, pool, text)
     return dry_run_exit(out, result, "dry run: nothing was submitted")
 
 
 @click.command()
 @click.argument("run_id", metavar="[RUN]", required=False)
-@URL
-@TOKEN
-@read_store_option("Read the store of `simrun run` here instead of asking a service.")
-@STORE_HINT
+@store_or_service("Read the store of `simrun run` here instead of asking a service.")
 @click.option("--watch", is_flag=True, help="Follow the run until it ends; exit as it ended.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @EVERY_S
-def status(
-    run_id: str | None,
-    url: str,
-    token: str | None,
-    store: Path | None,
-    store_hint: Path,
-    watch: bool,
-    as_json: bool,
-    every_s: float,
-) -> None:
+def status(run_id: str | None, where: Where, watch: bool, as_json: bool, every_s: float) -> None:
     """Show RUN (its tasks: units, time, memory per process requested and at its peak,
     kills for memory; while it runs, its progress and ETA), or the latest runs without
     RUN."""
     if watch and run_id is None:
         raise click.UsageError("--watch needs a RUN to follow")
-    store = local_store(store, store_hint)
     if watch and as_json:
         raise click.UsageError("--watch shows the run as it goes; --json prints it once")
 
@@ -282,20 +281,15 @@ def status(
         if run_id is None:
             return await _show_runs(reader, as_json)
         if watch:
-            where = ["--store", str(store)] if store is not None else url_args(url)
-            return await _watch(reader, run_id, where, every_s)
-        return await _show_run(reader, run_id, as_json, store)
+            return await _watch(reader, run_id, where.args(), every_s)
+        return await _show_run(reader, run_id, as_json, where.store)
 
-    _exit(
-        _store_or_service(
-            store, url, token, store_hint, show, lambda c: asyncio.run(show(RemoteReader(c)))
-        )
-    )
+    _exit(where.read(show, lambda c: asyncio.run(show(RemoteReader(c)))))
 
 
 async def _show_runs(reader: Reader, as_json: bool) -> int:
     """``simrun status``: the latest runs."""
-    from simrun.cli.tables import RUN_COLUMNS, run_rows
+    from simrun.cli.tables import RUN_COLUMNS, run_rows, table
 
     runs = await reader.runs()
     if as_json:
@@ -303,8 +297,15 @@ async def _show_runs(reader: Reader, as_json: bool) -> int:
     elif not runs:
         console().print("no runs yet")
     else:
-        console().print(_table(RUN_COLUMNS, run_rows(runs, time.time())))
+        console().print(table(RUN_COLUMNS, run_rows(runs, time.time())))
     return 0
+
+
+async def _view(reader: Reader, run_id: str) -> RunView:
+    data = await reader.run(run_id)
+    if data is None:
+        raise LocalError(f"there is no run {run_id!r}")
+    return data
 
 
 async def _show_run(reader: Reader, run_id: str, as_json: bool, store: Path | None) -> int:
@@ -312,9 +313,7 @@ async def _show_run(reader: Reader, run_id: str, as_json: bool, store: Path | No
     from simrun.cli import progress
     from simrun.core.states import INTERRUPTED
 
-    data = await reader.run(run_id)
-    if data is None:
-        raise LocalError(f"there is no run {run_id!r}")
+    data = await _view(reader, run_id)
     failures = await reader.failures(run_id) if data.state != "running" else []
     if as_json:
         failed = [f.to_dict() for f in failures]
@@ -408,7 +407,7 @@ def replay(
     if plugins:
         raise click.UsageError("--plugins is for --store (a service loads its own task types)")
     out = console()
-    with _service(url, token) as client:
+    with Where(url, token).service() as client:
         if rerun and task is not None:
             from simrun.cli.run import rerun_line
 
@@ -417,10 +416,7 @@ def replay(
         else:
             count = client.replay(run_id, task, list(units), memory_gb)
             out.print(f"run {run_id}: {count} failed units put back; the done ones are kept")
-        if wait:
-            _watch_service(client, run_id, url, every_s)
-        else:
-            _follow_hint(run_id, url)
+        _after(client, run_id, url, wait, every_s)
 
 
 @click.command()
@@ -436,9 +432,7 @@ def cancel(run_id: str, url: str, token: str | None, store: Path | None) -> None
     if store is not None:
         in_flight = asyncio.run(_cancel_in_store(store, run_id))
     else:
-        from simrun.client import Client
-
-        with Client(url, token) as client:
+        with Where(url, token).service() as client:
             in_flight = client.cancel(run_id)
     console().print(f"run {run_id} cancelled ({in_flight} units were in flight)")
 
@@ -469,43 +463,31 @@ async def _cancel_in_store(store: Path, run_id: str) -> int:
 
 @click.command()
 @click.argument("key", metavar="[KEY]", required=False)
-@URL
-@TOKEN
-@read_store_option("Read what the store of `simrun run` learned instead of asking a service.")
-@STORE_HINT
+@store_or_service("Read what the store of `simrun run` learned instead of asking a service.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With KEY: also write the histogram of its peaks to this PNG "
                    "(needs simrun[plot]).")  # fmt: skip
-def resources(
-    key: str | None,
-    url: str,
-    token: str | None,
-    store: Path | None,
-    store_hint: Path,
-    as_json: bool,
-    plot: Path | None,
-) -> None:
+def resources(key: str | None, where: Where, as_json: bool, plot: Path | None) -> None:
     """What is learned per resource key: samples, typical peak, request, speed, last kill.
 
     With KEY (task_type/model or task_type/model/variant, as listed): the evidence of that
     key: its request and why, its samples and their spread, the margin, its kills, and a
     histogram of its peaks with the request marked.
     """
-    store = local_store(store, store_hint)
     if key is not None:
-        _exit(_key_evidence(key, url, token, store, store_hint, as_json, plot))
+        _exit(_key_evidence(key, where, as_json, plot))
         return
     if plot is not None:
         raise click.UsageError("--plot draws the peaks of one key: give a KEY")
-    from simrun.cli.tables import RESOURCE_COLUMNS, resource_rows
+    from simrun.cli.tables import RESOURCE_COLUMNS, resource_rows, table
 
     async def from_store(reader: StoreReader) -> list[dict[str, Any]]:
         hints = {name: t.hint for name, t in load_types_from_here().items()}
         summaries = await reader.resources.summaries(hints)
         return [{**asdict(summary), "key": summary.key.text()} for summary in summaries]
 
-    rows = _store_or_service(store, url, token, store_hint, from_store, lambda c: c.resources())
+    rows = where.read(from_store, lambda c: c.resources())
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -513,39 +495,10 @@ def resources(
     if not rows:
         out.print("nothing learned yet: resources are learned from the runs' reports")
         return
-    out.print(_table(RESOURCE_COLUMNS, resource_rows(rows, time.time())))
+    out.print(table(RESOURCE_COLUMNS, resource_rows(rows, time.time())))
 
 
-def _store_or_service(
-    store: Path | None,
-    url: str,
-    token: str | None,
-    store_hint: Path,
-    read: Callable[[StoreReader], Awaitable[T]],
-    ask: Callable[[Client], T],
-) -> T:
-    """``read`` of the store at ``store``, else ``ask`` of the service at ``url``."""
-    if store is None:
-        with _service(url, token, store_hint) as client:
-            return ask(client)
-    from simrun.local.reads import open_store_reader
-
-    async def main() -> T:
-        async with open_store_reader(store) as reader:
-            return await read(reader)
-
-    return asyncio.run(main())
-
-
-def _key_evidence(
-    key: str,
-    url: str,
-    token: str | None,
-    store: Path | None,
-    store_hint: Path,
-    as_json: bool,
-    plot: Path | None,
-) -> int:
+def _key_evidence(key: str, where: Where, as_json: bool, plot: Path | None) -> int:
     """``simrun resources KEY``: the evidence of one key, from a store or a service."""
     import importlib.util
 
@@ -575,9 +528,7 @@ def _key_evidence(
         known = [k.text() for k in await reader.resources.keys()]
         raise LocalError(unknown_key_message(key, known))
 
-    data = _store_or_service(
-        store, url, token, store_hint, from_store, lambda c: c.resource_evidence(key)
-    )
+    data = where.read(from_store, lambda c: c.resource_evidence(key))
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:

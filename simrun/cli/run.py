@@ -19,8 +19,7 @@ from simrun.app.types import load_types_from_here
 from simrun.cli import options as opt
 from simrun.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, console, err_console, shell_join
 from simrun.cli.dashboard import dashboard_url, open_dashboard
-from simrun.cli.follow import report_end
-from simrun.cli.progress import make_view, summary_table
+from simrun.cli.progress import make_view, report_end, summary_table
 from simrun.config import click_options
 from simrun.core.layout import StoreLayout
 from simrun.local.machine import LocalError

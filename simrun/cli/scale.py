@@ -1,6 +1,5 @@
-"""``simrun scale``: how many worker containers each queue wants now, and making it so with
-``docker compose`` or ``kubectl`` (``--apply``).
-"""
+"""``simrun scale``: the worker containers each queue wants now, set with ``docker compose``
+or ``kubectl`` (``--apply``)."""
 
 from __future__ import annotations
 
@@ -24,6 +23,7 @@ from simrun.cli.options import (
     container_processes_option,
     worker_memory_option,
 )
+from simrun.cli.tables import table
 from simrun.client import Client, ClientError
 from simrun.config import POSITIVE
 from simrun.core.scaling import (
@@ -47,8 +47,8 @@ class ScaleError(ClientError):
 
 @dataclass(frozen=True)
 class Planned:
-    """The decision of one queue and what it was decided with (``shape_source``: "live",
-    "given" or "service default")."""
+    """The decision of one queue and what with (``shape_source``: "live", "given" or
+    "service default")."""
 
     queue: str
     decision: ScaleDecision
@@ -143,11 +143,8 @@ def apply_commands(
 
 
 def _table(planned: Sequence[Planned]) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for name in ("queue", "units", "work", "workers", "container", "desired"):
-        table.add_column(name, justify="left" if name in ("queue", "container") else "right")
-    for p in planned:
-        table.add_row(
+    rows = [
+        (
             p.queue,
             str(p.decision.units),
             work_duration(p.work_s),
@@ -155,7 +152,10 @@ def _table(planned: Sequence[Planned]) -> Table:
             f"{p.shape.processes} x {p.shape.memory_gb:g} GiB ({p.shape_source})",
             str(p.decision.desired),
         )
-    return table
+        for p in planned
+    ]
+    columns = ("queue", "units", "work", "workers", "container", "desired")
+    return table(columns, rows, left=("queue", "container"))
 
 
 def _run(argv: Sequence[str]) -> None:
@@ -169,8 +169,8 @@ def _run(argv: Sequence[str]) -> None:
 
 @dataclass(frozen=True)
 class ScaleRequest:
-    """What ``simrun scale`` was asked for: the policy, the shape flags of queues without
-    live workers, and how to apply the decision (``apply`` None: only print)."""
+    """What ``simrun scale`` was asked: the policy, the shape of queues without live
+    workers, how to apply the decision (``apply`` None: only print)."""
 
     policy: ScalePolicy
     memory_gb: float | None = None

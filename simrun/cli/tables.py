@@ -1,11 +1,14 @@
-"""The rows of the tables ``simrun status`` (without a run) and ``simrun resources`` print
-(pure: the clock is an argument)."""
+"""The tables of the command line without borders (`table`), and the rows of those
+``simrun status`` (without a run) and ``simrun resources`` print (the clock an argument)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
 
 from simrun.cli.progress import format_duration, format_gb, format_rate
 from simrun.core.views import RunSummary, running_seconds
@@ -16,13 +19,26 @@ RESOURCE_COLUMNS = (
 )  # fmt: skip
 
 
-def _local_time(unix_s: float) -> str:
+def table(
+    columns: Sequence[str], rows: Sequence[Sequence[str]], left: Collection[str] | None = None
+) -> Table:
+    """A table without borders; ``left``: the columns justified left (None: all), the
+    others right and unwrapped."""
+    out = Table(show_edge=False, pad_edge=False, box=None)
+    for column in columns:
+        at_left = left is None or column in left
+        out.add_column(column, justify="left" if at_left else "right", no_wrap=not at_left)
+    for row in rows:
+        out.add_row(*(escape(cell) for cell in row))
+    return out
+
+
+def local_time(unix_s: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(unix_s))
 
 
 def run_rows(runs: Sequence[RunSummary], now_s: float) -> list[tuple[str, ...]]:
-    """Per run: id, name, state, when it was submitted, how long it took (so far), and its
-    message."""
+    """Per run: id, name, state, submitted, how long it took (so far), message."""
     rows: list[tuple[str, ...]] = []
     for r in runs:
         end = r.finished_s or (now_s if r.state in ("running", "interrupted") else r.updated_s)
@@ -31,7 +47,7 @@ def run_rows(runs: Sequence[RunSummary], now_s: float) -> list[tuple[str, ...]]:
                 r.id,
                 r.name or "",
                 r.state,
-                _local_time(r.created_s),
+                local_time(r.created_s),
                 format_duration(running_seconds(r.created_s, end, r.pauses)),
                 r.message,
             )
@@ -40,9 +56,8 @@ def run_rows(runs: Sequence[RunSummary], now_s: float) -> list[tuple[str, ...]]:
 
 
 def resource_rows(summaries: Sequence[Mapping[str, Any]], now_s: float) -> list[tuple[str, ...]]:
-    """Per resource key: observations (memory samples in the window), the typical peak of the
-    window, what a task would request now, seconds per unit, where the request comes from,
-    and the last kill for memory (how long ago, at which limit)."""
+    """Per resource key: samples of observations, typical peak, request, speed, its source
+    and the last kill for memory."""
     rows: list[tuple[str, ...]] = []
     for s in summaries:
         kill_s, kill_gb = s.get("last_kill_s"), s.get("last_kill_gb")

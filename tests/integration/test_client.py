@@ -14,6 +14,7 @@ import pytest
 
 from simrun.client import Client, ClientError, Rejected, StreamBroken, UnknownKey
 from simrun.core.views import ErrorCode
+from simrun.workflow import Problem
 
 #: What the server answers per path (the JSON of the body).
 ANSWERS: dict[str, Any] = {
@@ -115,7 +116,7 @@ def test_the_error_of_an_answer_follows_its_code(url: str) -> None:
             client.resource_evidence("a/b")
         with pytest.raises(Rejected) as rejected:
             client.submit("name: x")
-        assert rejected.value.errors == [{"message": "m"}]
+        assert rejected.value.problems == [Problem((), "m")]
         with pytest.raises(ClientError) as busy:
             client.failures("busy")
         assert str(busy.value) == "GET /runs/busy/failures: 409: it is busy"

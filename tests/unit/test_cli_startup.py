@@ -10,7 +10,7 @@ import sys
 import click
 import pytest
 
-from simrun.cli.group import LAZY_COMMANDS, cli
+from simrun.cli.group import LAZY_COMMANDS, cli, short_help
 
 #: Modules `simrun --help` must not import: each costs tens of milliseconds at start-up.
 HEAVY = (
@@ -63,8 +63,8 @@ def test_status_help_imports_neither_the_client_nor_the_service() -> None:
 
 @pytest.mark.parametrize("name", sorted(LAZY_COMMANDS))
 def test_the_short_help_listed_is_the_commands_own(name: str) -> None:
-    """The short help `--help` lists for a lazy command (written beside its name so that the
-    list imports nothing) is the first sentence of the command's own help."""
+    """The short help `--help` lists for a lazy command (read from its module's source so
+    that the list imports nothing) is the first sentence of the command's own help."""
     command = cli.get_command(click.Context(cli), name)
     assert command is not None
-    assert LAZY_COMMANDS[name][1] == command.get_short_help_str(10**6)
+    assert short_help(name, 10**6) == command.get_short_help_str(10**6)

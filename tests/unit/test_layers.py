@@ -217,7 +217,7 @@ def test_the_command_line_imports_only_the_entry_points_of_service_and_worker() 
 @pytest.mark.parametrize(
     ("module", "target"),
     [
-        ("simrun.cli.follow", "simrun.service.controller"),
+        ("simrun.cli.progress", "simrun.service.controller"),
         ("simrun.cli.remote", "simrun.service.submit"),
         ("simrun.cli.worker", "simrun.worker.jobs"),
         ("simrun.cli.service", "simrun.service.controller"),

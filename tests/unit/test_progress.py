@@ -22,7 +22,7 @@ from simrun.cli.progress import (
     run_header,
     summary_rows,
     summary_table,
-    task_line,
+    task_eta,
     task_seconds,
 )
 from simrun.core.states import TaskCounts
@@ -135,18 +135,18 @@ def test_guess_eta(args, eta):
 def test_task_line_prefers_the_learned_eta_and_marks_a_guess():
     """The service's ETA (from the learned seconds per unit) wins; while nothing is learned,
     the guess from the pace so far is marked as one."""
-    learned = task_line(task(eta_s=5.0, started_s=100.0, counts={"done": 6}), now_s=112.0)
-    assert (learned.eta_s, learned.eta_guessed) == (5.0, False)
-    guessed = task_line(task(started_s=100.0, counts={"done": 6}), now_s=112.0)
-    assert (guessed.eta_s, guessed.eta_guessed) == (36.0, True)
-    waiting = task_line(task(state="waiting", started_s=None, units=None), now_s=112.0)
-    assert (waiting.eta_s, waiting.total) == (None, None)
+    learned = task_eta(task(eta_s=5.0, started_s=100.0, counts={"done": 6}), now_s=112.0)
+    assert learned == (5.0, False)
+    guessed = task_eta(task(started_s=100.0, counts={"done": 6}), now_s=112.0)
+    assert guessed == (36.0, True)
+    waiting = task_eta(task(state="waiting", started_s=None, units=None), now_s=112.0)
+    assert waiting == (None, False)
     # A learned speed without live workers (no ETA from the service) is not guessed at: the
     # task's start may lie in an earlier session.
-    unplaced = task_line(
+    unplaced = task_eta(
         task(seconds_per_unit=0.3, started_s=100.0, counts={"done": 6}), now_s=112.0
     )
-    assert (unplaced.eta_s, unplaced.eta_guessed) == (None, False)
+    assert unplaced == (None, False)
 
 
 def test_plain_lines_show_active_tasks_with_counts_speed_and_eta():
@@ -184,17 +184,19 @@ def test_plain_lines_say_why_a_task_is_blocked():
 
 
 def test_a_probing_task_says_so():
-    """A running task whose probe is out shows its status ("probing: ...") where the state
+    """A running task in the probing phase shows its status ("probing: ...") where the state
     goes, in the plain lines and the live display."""
     status = "probing: 2 units first, the other 22 wait for their memory"
-    view = run(task(status=status, counts={"queued": 2, "pending": 22}))
+    view = run(task(status=status, phase="probing", counts={"queued": 2, "pending": 22}))
     (line,) = plain_lines(view)
     assert line.endswith(f"· {status}")
     console = Console(width=200, record=True)
     console.print(render_live(view, 5.0, now_s=1005.0))
     assert status in console.export_text()
-    # Another status of a running task is not shown as its state.
+    # Another status of a running task is not shown as its state, nor is a status alone.
     (line,) = plain_lines(run(task(status="refused: the job id was taken")))
+    assert line.endswith("· running")
+    (line,) = plain_lines(run(task(status=status, counts={"queued": 2, "pending": 22})))
     assert line.endswith("· running")
 
 
@@ -454,7 +456,7 @@ def test_a_task_that_took_units_says_how_many_and_from_which_run():
     done = run(task(state="done", counts={"done": 24}, **reused), state="succeeded")
     assert summary_rows(done)[0][1] == f"24/24, {text}"
     # 4 of the 16 it computes done in 12 s: 12 left take 36 s (the 8 reused are no pace).
-    guessed = task_line(task(started_s=100.0, counts={"done": 12}, **reused), now_s=112.0)
-    assert (guessed.eta_s, guessed.eta_guessed) == (36.0, True)
-    plain = task_line(task(started_s=100.0, counts={"done": 12}), now_s=112.0)
-    assert plain.eta_s == 12.0
+    guessed = task_eta(task(started_s=100.0, counts={"done": 12}, **reused), now_s=112.0)
+    assert guessed == (36.0, True)
+    plain = task_eta(task(started_s=100.0, counts={"done": 12}), now_s=112.0)
+    assert plain[0] == 12.0
