@@ -1,6 +1,5 @@
-"""Memory-weighted admission: which held jobs may start now. `decide` and `pick` are pure
-(a request fits memory, slots and GPUs, waits, or can never fit and is refused; a later job
-may pass one that does not fit yet, until the first has waited ``patience_s``);
+"""Memory-weighted admission: which held jobs may start now. `decide` and `pick` are pure (a
+later job may pass one that does not fit yet, until that one has waited ``patience_s``);
 `AdmissionGate` is the asyncio shell around them."""
 
 from __future__ import annotations
@@ -106,7 +105,7 @@ def pick(
 
 
 def assign_gpus(all_ids: Sequence[str], in_use: set[str], count: int) -> tuple[str, ...]:
-    """The first ``count`` ids of ``all_ids`` that are not in use (pure)."""
+    """The first ``count`` ids of ``all_ids`` not in use."""
     free = [g for g in all_ids if g not in in_use]
     if len(free) < count:
         raise ValueError(f"{count} GPU(s) wanted, {len(free)} free")
@@ -138,8 +137,8 @@ class _Entry:
 
 
 class AdmissionGate:
-    """Holds jobs until `pick` admits them; `acquire` raises `Refused` at once for a
-    request that can never fit, and `AdmissionClosed` after `close`."""
+    """Holds jobs until `pick` admits them; `acquire` raises `Refused` for a request that can
+    never fit, and `AdmissionClosed` after `close`."""
 
     def __init__(self, capacity: Capacity, patience_s: float = 5.0) -> None:
         self.capacity = capacity

@@ -1,6 +1,6 @@
-"""`OutageWorker`: arq's `Worker` made to ride out a Redis outage: polls are skipped while
-the link is down, a failed ``start_jobs`` gives its semaphore slot back, and a failed
-``finish_job`` is run again once Redis is back, after the job's report."""
+"""`OutageWorker`: arq's `Worker` riding out a Redis outage: no polls while the link is down,
+a failed ``start_jobs`` gives its semaphore slot back, a failed ``finish_job`` runs again
+once Redis is back, after the job's report."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ from simrun.worker.link import LINK_ERRORS, RedisLink
 
 
 class OutageWorker(Worker):
-    """An arq `Worker` that waits out Redis outages with ``link`` instead of ending."""
-
     def __init__(self, *args: Any, link: RedisLink, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.link = link

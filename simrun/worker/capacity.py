@@ -1,6 +1,6 @@
-"""What a worker container can run at once: memory (cgroup limit, else MemTotal), processes
-(CPU affinity bounded by a cgroup quota) and GPUs (``CUDA_VISIBLE_DEVICES``, else
-``nvidia-smi -L``), each unless a flag gives it. Parsing is pure; reading is thin."""
+"""What a worker container can run at once, unless its flags say: memory (cgroup limit, else
+MemTotal), processes (CPU affinity bounded by a cgroup quota) and GPUs
+(``CUDA_VISIBLE_DEVICES``, else ``nvidia-smi -L``). Parsing is pure."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def parse_cpu_max(text: str) -> float | None:
 
 
 def parse_cuda_visible_devices(value: str | None) -> tuple[str, ...] | None:
-    """The devices ``CUDA_VISIBLE_DEVICES`` names (None: unset), up to a ``-1``."""
+    """The devices ``CUDA_VISIBLE_DEVICES`` names up to a ``-1`` (None: unset)."""
     if value is None:
         return None
     devices: list[str] = []
@@ -104,7 +104,7 @@ def _limit_from(files: list[Path]) -> int | None:
 
 
 def detect_memory_bytes(cgroup_root: Path, proc_root: Path) -> tuple[int, str]:
-    """The container's memory in bytes and where it was found."""
+    """The container's memory in bytes, and where it was found."""
     paths = parse_proc_cgroup(_read(proc_root / "self" / "cgroup") or "")
     v2_limit = _limit_from([p / "memory.max" for p in _ancestors(cgroup_root, paths.get(""))])
     if v2_limit is not None:
@@ -159,8 +159,8 @@ def detect_capacity(
     cgroup_root: Path = Path("/sys/fs/cgroup"),
     proc_root: Path = Path("/proc"),
 ) -> Capacity:
-    """The capacity from the flags given, detecting the others (memory less `RESERVE_GB`;
-    ``gpus`` takes that many detected ids, else "0".."gpus-1")."""
+    """The capacity the flags give, the rest detected (``gpus``: that many detected ids, else
+    "0".."gpus-1")."""
     if memory_gb is None:
         total, _source = detect_memory_bytes(cgroup_root, proc_root)
         memory_gb = max(total / GIB - RESERVE_GB, total / GIB / 2)

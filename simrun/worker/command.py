@@ -1,6 +1,6 @@
 """Command jobs: the ``command`` of an unsplit task, run through a ``simrun-exec`` child
-(`simrun.worker.exec`) that expands the argv, bounds the process tree's memory and writes a
-report read back here; cancelling stops it (SIGTERM, forwarded to the command)."""
+(`simrun.worker.exec`) that bounds its memory and writes a report read back here;
+cancelling stops it (SIGTERM, forwarded to the command)."""
 
 from __future__ import annotations
 
@@ -78,9 +78,8 @@ async def run_command_job(
     env: Mapping[str, str] | None = None,
     python: str = sys.executable,
 ) -> CommandResult:
-    """Run ``spec`` in a ``simrun-exec`` child (job and report files left in
-    ``job_file_dir``; ``env``: its whole environment) and return its result, ``failed``
-    when it died without a report."""
+    """Run ``spec`` in a ``simrun-exec`` child (its files left in ``job_file_dir``; ``env``:
+    its whole environment); its result, ``failed`` when it died without a report."""
     stem = f"attempt-{spec.attempt}-{uuid.uuid4().hex[:12]}"
     job_path = job_file_dir / f"{stem}.job.json"
     report_path = job_file_dir / f"{stem}.report.json"
@@ -108,8 +107,8 @@ async def run_command_job(
 
 
 def command_outcome(result: CommandResult) -> Outcome:
-    """The outcome of the unit "command": simrun-exec's, but one killed for another reason
-    than memory (simrun-exec was stopped) is handed back."""
+    """The outcome of the unit "command": simrun-exec's, but handed back when it was killed
+    for another reason than memory (simrun-exec was stopped)."""
     if result.outcome == "killed" and not result.report.killed_for_memory:
         return "not_run"
     return result.outcome
@@ -134,8 +133,8 @@ async def run_command(
     processes: int = 1,
     engine: str | None = None,
 ) -> WorkerReport:
-    """Run the command job ``spec`` through simrun-exec (`CommandSpec`; in its image with
-    an ``engine``); records the unit "command" and returns the measurements."""
+    """Run a command job through simrun-exec (in its image with an ``engine``), record the
+    unit "command"; the measurements."""
     assert spec.command is not None  # JobSpec checks a command job has one
     paths = spec.paths.task_paths()
     command_spec = CommandSpec(

@@ -1,6 +1,6 @@
-"""Running a command (or a whole worker) inside a task's image through a container engine
-(docker or podman): the engine's command lines (pure), whether its OOM killer ended a
-container, and removing it. Every path the argv names is mounted at its own path."""
+"""Running a command (or a whole worker) in a task's image through docker or podman: the
+engine's command lines (pure, each path mounted at its own path), whether its OOM killer
+ended a container, and removing it."""
 
 from __future__ import annotations
 
@@ -37,7 +37,6 @@ def find_engine(named: str | None, path: str | None = None) -> str | None:
 
 
 def container_name() -> str:
-    """A fresh name for one command's container."""
     return f"simrun-{uuid.uuid4().hex[:16]}"
 
 
@@ -70,8 +69,8 @@ def run_argv(
     mounts: Sequence[Path],
     environ: Mapping[str, str],
 ) -> list[str]:
-    """The engine's command line that runs ``argv`` in ``image`` as container ``name``
-    (kept after it ends, for `inspect_argv`), bounded by ``limit_gb``."""
+    """The engine's command line that runs ``argv`` in ``image`` as container ``name`` (kept
+    after it ends, for `inspect_argv`)."""
     args = [engine, "run", "--name", name, *_bounds(limit_gb, mounts, workdir, environ)]
     return [*args, image, *argv]
 
@@ -87,26 +86,24 @@ def worker_argv_in_image(
     mounts: Sequence[Path],
     environ: Mapping[str, str],
 ) -> list[str]:
-    """The engine's command line that runs ``simrun worker WORKER_ARGS`` inside ``image``
-    (which must hold simrun) as container ``name``, removed when it ends, on the host's
-    network (the embedded Redis listens on 127.0.0.1), bounded by ``memory_gb``."""
+    """The engine's command line that runs ``simrun worker WORKER_ARGS`` in ``image`` (which
+    holds simrun), removed when it ends, on the host's network (for the embedded Redis)."""
     args = [engine, "run", "--rm", "--name", name, "--network", "host"]
     args += _bounds(memory_gb, mounts, workdir, environ)
     return [*args, "--entrypoint", "simrun", image, "worker", *worker_args]
 
 
 def inspect_argv(engine: str, name: str) -> list[str]:
-    """The command line that prints whether the engine's OOM killer ended ``name``."""
+    """The command line that prints whether the engine's OOM killer ended a container."""
     return [engine, "inspect", "--format", "{{.State.OOMKilled}}", name]
 
 
 def remove_argv(engine: str, name: str) -> list[str]:
-    """The command line that removes the container ``name``."""
     return [engine, "rm", "-f", name]
 
 
 def parse_oom(text: str) -> bool:
-    """Whether ``inspect``'s output says the container was OOM-killed (``true``)."""
+    """Whether ``inspect``'s output says the container was OOM-killed."""
     return text.strip().lower() == "true"
 
 
@@ -121,7 +118,7 @@ def _call(argv: list[str]) -> subprocess.CompletedProcess[str] | str:
 
 
 def inspect_oom(engine: str, name: str) -> bool | None:
-    """Whether the container ``name`` was OOM-killed; None when the engine cannot tell."""
+    """Whether the container was OOM-killed; None when the engine cannot tell."""
     done = _call(inspect_argv(engine, name))
     if isinstance(done, str) or done.returncode != 0:
         return None
@@ -129,7 +126,7 @@ def inspect_oom(engine: str, name: str) -> bool | None:
 
 
 def remove(engine: str, name: str) -> str | None:
-    """Remove the container ``name``; None when done, else one line saying what failed."""
+    """Remove a container; None when done, else one line saying what failed."""
     done = _call(remove_argv(engine, name))
     if isinstance(done, str):
         return f"{engine} rm {name}: {done}"

@@ -1,5 +1,5 @@
-"""The GPU memory of a job, the peak of ``nvidia-smi --query-gpu`` over the devices it was
-granted (they are its own); None where nvidia-smi does not answer."""
+"""The GPU memory of a job: the peak of ``nvidia-smi --query-gpu`` over the devices it was
+granted; None where nvidia-smi does not answer."""
 
 from __future__ import annotations
 
@@ -64,12 +64,9 @@ class GpuMemorySampler:
         if self.exe is None or not self.ids:
             return None
         try:
+            argv = query_argv(self.exe, self.ids)
             done = subprocess.run(
-                query_argv(self.exe, self.ids),
-                capture_output=True,
-                text=True,
-                timeout=_CALL_S,
-                check=False,
+                argv, capture_output=True, text=True, timeout=_CALL_S, check=False
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             log.debug("nvidia-smi cannot tell the GPU memory: %s", exc)

@@ -1,7 +1,7 @@
 """`RedisLink`: the worker's link to Redis. It notices Redis going away, tries again with
-backoff, and once it answers delivers in order the kept reports, arq's deferred
-bookkeeping, then a heartbeat; a Redis that restarted gets the recent reports again.
-While Redis is away a status file tells the health check so."""
+backoff, and once it answers delivers the kept reports, arq's deferred bookkeeping, then a
+heartbeat; a Redis that restarted gets the recent reports again. A status file tells the
+health check while Redis is away."""
 
 from __future__ import annotations
 
@@ -29,16 +29,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: How long a written report is kept, to be written again should Redis lose its data.
+#: How long (and how many at most) written reports are kept, to be written again should Redis
+#: lose its data.
 RECENT_S = 60.0
-#: And how many at most.
 RECENT_MAX = 2000
 #: What the worker's I/O with Redis may raise when Redis is away.
 LINK_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError)
 
 
 def status_path(local_dir: Path, worker_id: str) -> Path:
-    """The status file of a worker in its local directory."""
     return local_dir / f"{worker_id}.status.json"
 
 
@@ -54,7 +53,7 @@ def read_status(path: Path) -> dict[str, Any] | None:
 def write_status(
     path: Path, *, where: str, prefix: str, state: LinkState, kept_reports: int
 ) -> None:
-    """Write the status file of a worker whose Redis is away (atomically; errors logged)."""
+    """Write the status file of a worker (atomically; a failure is logged)."""
     now = time.time()
     data = {
         "pid": os.getpid(),
@@ -101,8 +100,7 @@ class RedisLink:
         prefix: str = "",
     ) -> None:
         self.redis, self.where, self.spool, self.write = redis, where, spool, write
-        #: The key prefix the worker serves (the status file says it for the health check).
-        self.prefix = prefix
+        self.prefix = prefix  # the status file says it for the health check
         self.max_backoff_s = max_backoff_s
         self.status = status
         self.state = LinkState()
@@ -120,15 +118,15 @@ class RedisLink:
         self.pools: list[Redis] = []
 
     async def learn_server(self) -> None:
-        """Note which Redis server answers (its ``run_id``)."""
+        """Note which Redis server (``run_id``) answers."""
         self.server_id = await self._server()
 
     async def _server(self) -> str:
         return str((await self.redis.info("server")).get("run_id", ""))
 
     async def check_server(self) -> None:
-        """Ask which Redis server answers; when another than before (it restarted and may
-        have lost its data), write the reports of the last `RECENT_S` again first."""
+        """When another Redis server answers than before (it restarted and may have lost its
+        data), write the reports of the last `RECENT_S` again."""
         before = self.server_id
         server = await self._server()
         if before is not None and server != before and self._recent:
@@ -152,8 +150,8 @@ class RedisLink:
             self._recent.popleft()
 
     async def report(self, entry: ReportEntry, holding: RunningJob) -> None:
-        """Write a report after the reports still kept, or keep it in the spool when Redis
-        does not answer (``holding``: its job, as the heartbeat lists it meanwhile)."""
+        """Write a report after those kept, or keep it while Redis is away (``holding``: its
+        job, as the heartbeat lists it meanwhile)."""
         if self.is_up:
             try:
                 if len(self.spool):
@@ -197,7 +195,7 @@ class RedisLink:
         self.write_status()
 
     def defer(self, finish: Callable[[], Awaitable[None]]) -> None:
-        """Run ``finish`` once Redis is back (after the spooled reports)."""
+        """Run ``finish`` once Redis is back, after the kept reports."""
         self._finishes.append(finish)
 
     async def _catch_up(self) -> None:

@@ -16,9 +16,8 @@ log = logging.getLogger(__name__)
 
 
 class MemorySampler:
-    """The peak anonymous memory of ``pid`` (with its descendants, or with ``members()``: a
-    cgroup's) sampled every ``interval_s`` from `start` to `stop`; the first sample above
-    ``limit_gb`` sets `exceeded` and calls ``on_limit(current_gb)`` once, in the thread."""
+    """The peak anonymous memory of ``pid`` (with its descendants, or ``members()``) sampled
+    every ``interval_s``; the first sample above ``limit_gb`` calls ``on_limit(current_gb)``."""
 
     def __init__(
         self,
@@ -93,7 +92,7 @@ class MemorySampler:
             self._cpu_s = time.thread_time()
 
     def start(self) -> MemorySampler:
-        """Start sampling in a daemon thread; returns the sampler itself."""
+        """Start sampling in a daemon thread."""
         if self._thread is not None:
             raise RuntimeError(f"the memory sampler of pid {self.pid} was already started")
         self._thread = threading.Thread(
@@ -103,7 +102,7 @@ class MemorySampler:
         return self
 
     def stop(self) -> float:
-        """Stop the thread, take a last sample, and return the peak in GiB."""
+        """Stop the thread and take a last sample; the peak in GiB."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
@@ -131,22 +130,21 @@ class MemorySampler:
 
     @property
     def peak_gb(self) -> float:
-        """The highest anonymous memory seen since the start (or the last reset), GiB."""
+        """The highest anonymous memory seen (GiB)."""
         with self._lock:
             return self._peak_bytes / GIB
 
     @property
     def exceeded(self) -> bool:
-        """Whether a sample of the thread went above ``limit_gb`` (``on_limit`` was called)."""
+        """Whether a sample went above ``limit_gb``."""
         return self._exceeded
 
     @property
     def samples(self) -> int:
-        """How many readings found the process alive."""
         with self._lock:
             return self._samples
 
     @property
     def cpu_s(self) -> float:
-        """CPU seconds the sampling thread used, known once the thread has ended."""
+        """CPU seconds the sampling thread used, once it ended."""
         return self._cpu_s
