@@ -28,11 +28,10 @@ from simrun.queues.connect import RedisTimeouts, cancel_and_wait, open_redis, wa
 from simrun.queues.keys import JOB_FUNCTION, Keys
 from simrun.worker import proctree
 from simrun.worker.admission import AdmissionGate
-from simrun.worker.arq_worker import OutageWorker
 from simrun.worker.cgroups import CgroupSupport, WorkerCgroups, detect
 from simrun.worker.heartbeat import Heartbeat
 from simrun.worker.jobs import JobHandler
-from simrun.worker.link import LINK_ERRORS, RedisLink, status_path, write_status
+from simrun.worker.link import LINK_ERRORS, OutageWorker, RedisLink, status_path, write_status
 from simrun.worker.pool.processes import ProcessPool
 from simrun.worker.scratch import ScratchSpace, room_gb, scratch_root
 from simrun.worker.settings import Machine, WorkerSettings

@@ -1,7 +1,7 @@
-"""`RedisLink`: the worker's link to Redis. It notices Redis going away, tries again with
-backoff, and once it answers delivers the kept reports, arq's deferred bookkeeping, then a
-heartbeat; a Redis that restarted gets the recent reports again. A status file tells the
-health check while Redis is away."""
+"""Riding out Redis outages. `RedisLink` notices Redis going away, tries again with backoff,
+and once it answers delivers the kept reports, arq's deferred bookkeeping, then a heartbeat
+(a Redis that restarted gets the recent reports again); `OutageWorker` is arq's `Worker`
+waiting on it. A status file tells the health check while Redis is away."""
 
 from __future__ import annotations
 
@@ -17,7 +17,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
+from arq.constants import in_progress_key_prefix
+from arq.utils import timestamp_ms
+from arq.worker import Worker
+from redis.exceptions import RedisError, ResponseError, WatchError
 
 from simrun.core.outage import RECONNECT_MAX_S, LinkState, backoff_s
 from simrun.core.reports import ReportEntry, RunningJob
@@ -252,3 +255,70 @@ class RedisLink:
             await cancel_and_wait(self._task)
         if self.status is not None:
             self.status.unlink(missing_ok=True)
+
+
+class OutageWorker(Worker):
+    """arq's `Worker`, but no polls while the link is down, a failed ``start_jobs`` gives its
+    semaphore slot back, and a failed ``finish_job`` runs again once Redis is back."""
+
+    def __init__(self, *args: Any, link: RedisLink, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.link = link
+
+    async def _poll_iteration(self) -> None:
+        if not self.link.is_up:
+            return
+        try:
+            await super()._poll_iteration()
+        except LINK_ERRORS as exc:
+            self.link.lost(exc)
+
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        """arq's own, but a Redis error gives back the slot the job had taken."""
+        for job_id_b in job_ids:
+            await self.sem.acquire()
+            if self.job_counter >= self.max_jobs:
+                self.sem.release()
+                return None
+            self.job_counter = self.job_counter + 1
+            job_id = job_id_b.decode()
+            in_progress_key = in_progress_key_prefix + job_id
+            started = False
+            try:
+                async with self.pool.pipeline(transaction=True) as pipe:
+                    await pipe.watch(in_progress_key)
+                    ongoing_exists = await pipe.exists(in_progress_key)
+                    score = await pipe.zscore(self.queue_name, job_id)
+                    if ongoing_exists or not score or score > timestamp_ms():
+                        continue  # taken elsewhere, finished, or deferred
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    pipe.psetex(in_progress_key, int(self.in_progress_timeout_s * 1000), b"1")
+                    try:
+                        await pipe.execute()
+                    except (ResponseError, WatchError):
+                        continue  # taken elsewhere since
+                    task = self.loop.create_task(self.run_job(job_id, int(score)))
+                    task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
+                    self.tasks[job_id] = task
+                    started = True
+            finally:
+                if not started:
+                    self.job_counter = self.job_counter - 1
+                    self.sem.release()
+        return None
+
+    async def finish_job(self, job_id: str, *args: Any, **kwargs: Any) -> None:
+        try:
+            await super().finish_job(job_id, *args, **kwargs)
+        except LINK_ERRORS as exc:
+            self.link.lost(exc)
+            self.link.defer(lambda: super(OutageWorker, self).finish_job(job_id, *args, **kwargs))
+
+    async def finish_failed_job(self, job_id: str, result_data: bytes | None) -> None:
+        try:
+            await super().finish_failed_job(job_id, result_data)
+        except LINK_ERRORS as exc:
+            self.link.lost(exc)
+            self.link.defer(
+                lambda: super(OutageWorker, self).finish_failed_job(job_id, result_data)
+            )
