@@ -31,20 +31,10 @@ MAX_GRID = 1024
 MAX_VALUES = 1000
 SUMMARY_NAME = "summary.csv"
 SUMMARY_COLUMNS = (
-    "index",
-    "diffusivity",
-    "boundary_temperature",
-    "grid",
-    "steps",
-    "dt",
-    "final_time",
-    "steady",
-    "time_to_steady",
-    "mean_temperature",
-    "min_temperature",
-    "max_temperature",
+    "index", "diffusivity", "boundary_temperature", "grid", "steps", "dt", "final_time",
+    "steady", "time_to_steady", "mean_temperature", "min_temperature", "max_temperature",
     "center_temperature",
-)
+)  # fmt: skip
 
 Diffusivity = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
 Temperature = Annotated[float, Field(ge=ABSOLUTE_ZERO_C, allow_inf_nan=False)]

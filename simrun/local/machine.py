@@ -10,7 +10,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from simrun.worker.capacity import detect_gpu_ids, parse_meminfo
+from simrun.worker.capacity import detect_gpu_ids, detect_memory_bytes, parse_meminfo
 
 #: Share of the available memory the worker containers get by default.
 MEMORY_SHARE = 0.8
@@ -37,9 +37,7 @@ def machine() -> tuple[int, float]:
             total = 4 * 2**30
         available = total / 2**30 / 2  # without a figure of what is free, half of it
     with contextlib.suppress(OSError, ValueError):
-        from simrun.worker.capacity import detect_memory_bytes
-
-        limit, _ = detect_memory_bytes(Path("/sys/fs/cgroup"), Path("/proc"))
+        limit = detect_memory_bytes(Path("/sys/fs/cgroup"), Path("/proc"))
         available = min(available, limit / 2**30)
     return max(1, cores), available
 

@@ -103,24 +103,20 @@ def _limit_from(files: list[Path]) -> int | None:
     return min(limits) if limits else None
 
 
-def detect_memory_bytes(cgroup_root: Path, proc_root: Path) -> tuple[int, str]:
-    """The container's memory in bytes, and where it was found."""
+def detect_memory_bytes(cgroup_root: Path, proc_root: Path) -> int:
+    """The container's memory in bytes: its cgroup's limit (v2, else v1), else MemTotal."""
     paths = parse_proc_cgroup(_read(proc_root / "self" / "cgroup") or "")
-    v2_limit = _limit_from([p / "memory.max" for p in _ancestors(cgroup_root, paths.get(""))])
-    if v2_limit is not None:
-        return v2_limit, "cgroup v2 memory.max"
-    v1_limit = _limit_from(
-        [
-            p / "memory.limit_in_bytes"
-            for p in _ancestors(cgroup_root / "memory", paths.get("memory"))
-        ]
-    )
-    if v1_limit is not None:
-        return v1_limit, "cgroup v1 memory.limit_in_bytes"
+    v2 = _ancestors(cgroup_root, paths.get(""))
+    v1 = _ancestors(cgroup_root / "memory", paths.get("memory"))
+    limit = _limit_from([p / "memory.max" for p in v2])
+    if limit is None:
+        limit = _limit_from([p / "memory.limit_in_bytes" for p in v1])
+    if limit is not None:
+        return limit
     total = parse_meminfo(_read(proc_root / "meminfo") or "", "MemTotal")
     if total is None:
         raise ValueError("/proc/meminfo has no MemTotal line")
-    return total, "MemTotal"
+    return total
 
 
 def detect_processes(cgroup_root: Path, proc_root: Path) -> int:
@@ -162,8 +158,8 @@ def detect_capacity(
     """The capacity the flags give, the rest detected (``gpus``: that many detected ids, else
     "0".."gpus-1")."""
     if memory_gb is None:
-        total, _source = detect_memory_bytes(cgroup_root, proc_root)
-        memory_gb = max(total / GIB - RESERVE_GB, total / GIB / 2)
+        total_gb = detect_memory_bytes(cgroup_root, proc_root) / GIB
+        memory_gb = max(total_gb - RESERVE_GB, total_gb / 2)
     if processes is None:
         processes = detect_processes(cgroup_root, proc_root)
     ids = detect_gpu_ids(environ)
