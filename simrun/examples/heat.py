@@ -1,6 +1,5 @@
 """The ``heat`` task type: explicit 2-D heat diffusion on a plate, swept over diffusivity and
-edge temperature, one unit per point (``point-<i>.json``); the merge writes ``summary.csv``.
-"""
+edge temperature, one unit per point (``point-<i>.json``); the merge writes ``summary.csv``."""
 
 from __future__ import annotations
 
@@ -52,14 +51,10 @@ class MissingPointsError(RuntimeError):
 
 
 class HeatSettings(BaseModel):
-    """The settings of a heat sweep. The defaults are the demo: 24 points of about 0.06 s
-    each on one core.
-
-    Diffusivities are in plate widths² per time unit, temperatures in degrees Celsius,
-    ``duration`` in time units; ``tolerance`` is the rate of change (degrees per time unit)
-    below which a field counts as steady, and ``cfl`` the fraction of the stability limit
-    of the time step that is used.
-    """
+    """The settings of a heat sweep; the defaults are the demo (24 points of about 0.06 s).
+    Diffusivities are in plate widths² per time unit, temperatures in °C, ``duration`` in
+    time units; a field is steady below a change of ``tolerance`` degrees per time unit, and
+    the time step is ``cfl`` times its stability limit."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

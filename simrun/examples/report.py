@@ -1,6 +1,5 @@
 """The ``report`` task type: a markdown report of a heat sweep (``report.md``), and a plot
-(``plot.png``) when matplotlib is installed. Bad input ends it with one line on stderr.
-"""
+(``plot.png``) when matplotlib is installed. Bad input ends it with one line on stderr."""
 
 from __future__ import annotations
 

@@ -87,8 +87,7 @@ class WorkerContainer:
         self.isolation = "the process tree"
         self._cgroups: WorkerCgroups | None = None
         self.gate = AdmissionGate(capacity, settings.admission_patience_s)
-        #: This container's own directory in the shared scratch directory, kept at exit
-        #: (for debugging) until a later worker finds it dead (`ScratchSpace.remove_dead`).
+        #: Kept at exit (for debugging) until a later worker finds this one dead.
         self.scratch = ScratchSpace(scratch_root(settings.scratch, self.worker_id))
         #: The free scratch and the memory in use, as last measured (for the heartbeat).
         self.free_scratch_gb: float | None = None
@@ -107,8 +106,7 @@ class WorkerContainer:
 
     def info(self) -> WorkerInfo:
         handler = self._handler
-        # A job whose report waits in the spool is still this worker's: the service must
-        # not take it for lost before the report arrives.
+        # a job whose report waits in the spool is still this worker's, not lost
         running = (*handler.running.values(), *self.spool.jobs()) if handler else ()
         return WorkerInfo(
             id=self.worker_id,

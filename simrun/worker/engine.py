@@ -49,15 +49,6 @@ def _mounts(dirs: Sequence[Path]) -> list[str]:
     return [a for d in kept for a in ("-v", f"{d}:{d}")]
 
 
-def _bounds(
-    limit_gb: float, mounts: Sequence[Path], workdir: Path, environ: Mapping[str, str]
-) -> list[str]:
-    """The options of ``ENGINE run`` for the memory limit, mounts, workdir and variables."""
-    limit = f"{max(1, int(limit_gb * GIB))}b"
-    args = ["--memory", limit, "--memory-swap", limit, *_mounts(mounts), "-w", str(workdir)]
-    return args + [a for key in sorted(environ) for a in ("-e", f"{key}={environ[key]}")]
-
-
 def run_argv(
     engine: str,
     image: str,
@@ -68,11 +59,16 @@ def run_argv(
     workdir: Path,
     mounts: Sequence[Path],
     environ: Mapping[str, str],
+    options: Sequence[str] = (),
 ) -> list[str]:
-    """The engine's command line that runs ``argv`` in ``image`` as container ``name`` (kept
-    after it ends, for `inspect_argv`)."""
-    args = [engine, "run", "--name", name, *_bounds(limit_gb, mounts, workdir, environ)]
-    return [*args, image, *argv]
+    """The engine's command line that runs ``argv`` in ``image`` as container ``name``, bounded
+    by ``limit_gb`` (kept after it ends, for `inspect_argv`, unless ``options`` say --rm)."""
+    limit = f"{max(1, int(limit_gb * GIB))}b"
+    variables = [a for key in sorted(environ) for a in ("-e", f"{key}={environ[key]}")]
+    return [
+        engine, "run", *options, "--name", name, "--memory", limit, "--memory-swap", limit,
+        *_mounts(mounts), "-w", str(workdir), *variables, image, *argv,
+    ]  # fmt: skip
 
 
 def worker_argv_in_image(
@@ -88,9 +84,11 @@ def worker_argv_in_image(
 ) -> list[str]:
     """The engine's command line that runs ``simrun worker WORKER_ARGS`` in ``image`` (which
     holds simrun), removed when it ends, on the host's network (for the embedded Redis)."""
-    args = [engine, "run", "--rm", "--name", name, "--network", "host"]
-    args += _bounds(memory_gb, mounts, workdir, environ)
-    return [*args, "--entrypoint", "simrun", image, "worker", *worker_args]
+    options = ("--rm", "--network", "host", "--entrypoint", "simrun")
+    return run_argv(
+        engine, image, ["worker", *worker_args], name=name, limit_gb=memory_gb, workdir=workdir,
+        mounts=mounts, environ=environ, options=options,
+    )  # fmt: skip
 
 
 def inspect_argv(engine: str, name: str) -> list[str]:
