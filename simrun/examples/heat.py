@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -280,14 +281,10 @@ def _cell(value: object) -> str:
 def _ranges(indices: Sequence[int], limit: int = 20) -> str:
     """``0, 3-5, 9`` for [0, 3, 4, 5, 9]; long lists end with how many runs were left out."""
     runs: list[str] = []
-    start = prev = indices[0]
-    for i in [*indices[1:], None]:
-        if i is not None and i == prev + 1:
-            prev = i
-            continue
-        runs.append(str(start) if start == prev else f"{start}-{prev}")
-        if i is not None:
-            start = prev = i
+    # an index less its position stays the same along a run of consecutive indices
+    for _, run in itertools.groupby(enumerate(indices), lambda pair: pair[1] - pair[0]):
+        block = [index for _, index in run]
+        runs.append(str(block[0]) if len(block) == 1 else f"{block[0]}-{block[-1]}")
     shown = ", ".join(runs[:limit])
     return shown + (f" and {len(runs) - limit} more runs" if len(runs) > limit else "")
 

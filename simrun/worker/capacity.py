@@ -59,15 +59,8 @@ def parse_cuda_visible_devices(value: str | None) -> tuple[str, ...] | None:
     """The devices ``CUDA_VISIBLE_DEVICES`` names up to a ``-1`` (None: unset)."""
     if value is None:
         return None
-    devices: list[str] = []
-    for part in value.split(","):
-        item = part.strip()
-        if not item:
-            continue
-        if item == "-1":
-            break
-        devices.append(item)
-    return tuple(devices)
+    devices = [part.strip() for part in value.split(",") if part.strip()]
+    return tuple(devices[: devices.index("-1")] if "-1" in devices else devices)
 
 
 def parse_nvidia_smi(text: str) -> tuple[str, ...]:

@@ -51,10 +51,9 @@ def parse_memory_used(text: str) -> dict[str, float]:
 class GpuMemorySampler:
     """The peak GPU memory (GiB) of devices ``ids`` between `start` and `stop`."""
 
-    def __init__(self, ids: Sequence[str], *, exe: str | None = None, every_s: float = SAMPLE_S):
+    def __init__(self, ids: Sequence[str]) -> None:
         self.ids = tuple(ids)
-        self.exe = exe if exe is not None else shutil.which("nvidia-smi")
-        self.every_s = every_s
+        self.exe = shutil.which("nvidia-smi")
         self.peak_gb: float | None = None
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
@@ -82,7 +81,7 @@ class GpuMemorySampler:
             now = self.sample()
             if now is not None:
                 self.peak_gb = now if self.peak_gb is None else max(self.peak_gb, now)
-            if self._done.wait(self.every_s):
+            if self._done.wait(SAMPLE_S):
                 return
 
     def start(self) -> None:

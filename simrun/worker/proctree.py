@@ -92,24 +92,20 @@ def _parent_map() -> dict[int, list[int]]:
 def descendants(pid: int, children_files: bool = CHILDREN_FILES) -> list[int]:
     """All living descendants of ``pid`` (an orphan adopted by init is no longer one): from
     the threads' ``children`` files where the kernel has them, else from one scan of /proc."""
+    tree = None if children_files else _parent_map()
+
+    def children(of: int) -> list[int]:
+        return _children_from_task_files(of) if tree is None else tree.get(of, [])
+
     out: list[int] = []
-    if not children_files:
-        tree = _parent_map()
-        stack = list(tree.get(pid, ()))
-        while stack:
-            child = stack.pop()
-            out.append(child)
-            stack.extend(tree.get(child, ()))
-        return out
-    stack = _children_from_task_files(pid)
-    seen = {pid}
+    stack, seen = children(pid), {pid}
     while stack:
         child = stack.pop()
         if child in seen:  # a pid reused while we walk cannot make us loop
             continue
         seen.add(child)
         out.append(child)
-        stack.extend(_children_from_task_files(child))
+        stack.extend(children(child))
     return out
 
 
