@@ -271,8 +271,7 @@ class WorkerContainer:
             link=link,
         )
         link.on_back = heartbeat.beat
-        heartbeat_task: asyncio.Task[None] | None = None
-        scratch_task: asyncio.Task[None] | None = None
+        loops: list[asyncio.Task[None]] = []
         try:
             for queue in self.settings.queue_names:
                 pool = self._client()
@@ -281,8 +280,8 @@ class WorkerContainer:
             await heartbeat.beat()
             await link.learn_server()
             link.write_status()
-            heartbeat_task = asyncio.get_running_loop().create_task(heartbeat.run())
-            scratch_task = asyncio.get_running_loop().create_task(self._upkeep_loop(redis, link))
+            loops.append(asyncio.create_task(heartbeat.run()))
+            loops.append(asyncio.create_task(self._upkeep_loop(redis, link)))
             cap = self.capacity
             log.info(
                 "worker %s serving %s with %g GiB, %d processes, %d GPUs; memory bounded by %s",
@@ -301,10 +300,8 @@ class WorkerContainer:
             if self._stop_task is not None:
                 await self._stop_task
         finally:
-            if heartbeat_task is not None:
-                await cancel_and_wait(heartbeat_task)
-            if scratch_task is not None:
-                await cancel_and_wait(scratch_task)
+            for task in loops:
+                await cancel_and_wait(task)
             for worker in self._arq:
                 with contextlib.suppress(*LINK_ERRORS):
                     await worker.close()
