@@ -233,8 +233,7 @@ class Job:
         return None
 
     async def _in_scratch(self, scratch: ScratchSpace) -> None:
-        """Run the job with its scratch and staged inputs on this worker's disk, the job stopped
-        when its scratch passes `scratch_limit_gb`."""
+        """Run the job with its scratch and staged inputs on this worker's disk."""
         local = scratch.localize(self.spec)
         try:
             staged = await scratch.prepare(self.spec)
@@ -243,19 +242,7 @@ class Job:
             self.error = f"staging failed on {self.worker.worker_id}: {exc}"
             return
         try:
-            run = asyncio.ensure_future(self._run(local))
-            try:
-                peak, over = await self._watch_scratch(scratch, local, run)
-            except BaseException:
-                await cancel_and_wait(run)  # the job itself was cancelled: so is its run
-                raise
-            try:
-                report = await run
-            except asyncio.CancelledError:
-                if over is None:
-                    raise
-                self.ledger.close_rest("failed", over)
-                report, self.error = WorkerReport.empty(self.limit_gb), over
+            report, peak = await self._watch_scratch(scratch, local)
         finally:
             scratch.end(local)
         self.measured = report.model_copy(
@@ -263,33 +250,37 @@ class Job:
         )
 
     async def _watch_scratch(
-        self, scratch: ScratchSpace, spec: JobSpec, run: asyncio.Future[WorkerReport]
-    ) -> tuple[float, str | None]:
-        """Measure the task's scratch until ``run`` ends: the peak in GiB, and why ``run`` was
-        stopped, or None."""
-        asked = spec.resources.scratch_gb
-        peak = 0.0
-        warned = False
-        while True:
-            used = await asyncio.to_thread(scratch.used_bytes, spec) / GIB
-            peak = max(peak, used)
-            if asked > 0 and used > asked and not warned:
-                warned = True
-                log.warning(
-                    "task %s/%s uses %.3g GiB of local scratch, more than its scratch_gb %g",
-                    spec.run, spec.task, used, asked,
-                )  # fmt: skip
-            if asked > 0 and used > scratch_limit_gb(asked):
-                run.cancel()
-                return peak, (
-                    f"stopped: the task wrote {used:.3g} GiB to its local scratch, past "
-                    f"{scratch_limit_gb(asked):.3g} GiB (its scratch_gb {asked:g} with the "
-                    "margin); ask for more with resources: {scratch_gb: ...}"
-                )
-            done, _ = await asyncio.wait({run}, timeout=SCRATCH_SAMPLE_S)
-            if done:
-                final = await asyncio.to_thread(scratch.used_bytes, spec) / GIB
-                return max(peak, final), None
+        self, scratch: ScratchSpace, spec: JobSpec
+    ) -> tuple[WorkerReport, float]:
+        """Run the job measuring its scratch: its report and the peak in GiB. Past
+        `scratch_limit_gb` the run is stopped, and the units left fail."""
+        asked, peak, warned = spec.resources.scratch_gb, 0.0, False
+        run = asyncio.ensure_future(self._run(spec))
+        try:
+            while not run.done():
+                used = await asyncio.to_thread(scratch.used_bytes, spec) / GIB
+                peak = max(peak, used)
+                if asked > 0 and used > asked and not warned:
+                    warned = True
+                    log.warning(
+                        "task %s/%s uses %.3g GiB of local scratch, more than its scratch_gb %g",
+                        spec.run, spec.task, used, asked,
+                    )  # fmt: skip
+                if asked > 0 and used > scratch_limit_gb(asked):
+                    await cancel_and_wait(run)
+                    if run.cancelled():
+                        self.error = (
+                            f"stopped: the task wrote {used:.3g} GiB to its local scratch, past "
+                            f"{scratch_limit_gb(asked):.3g} GiB (its scratch_gb {asked:g} with "
+                            "the margin); ask for more with resources: {scratch_gb: ...}"
+                        )
+                        self.ledger.close_rest("failed", self.error)
+                        return WorkerReport.empty(self.limit_gb), peak
+                await asyncio.wait({run}, timeout=SCRATCH_SAMPLE_S)
+            final = await asyncio.to_thread(scratch.used_bytes, spec) / GIB
+            return run.result(), max(peak, final)
+        finally:
+            await cancel_and_wait(run)  # the job itself was cancelled: so is its run
 
     async def _execute(self, spec: JobSpec) -> WorkerReport:
         """Run the job: a command through simrun-exec, a chunk or a merge on the pool."""
