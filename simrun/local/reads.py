@@ -23,21 +23,15 @@ from simrun.service.views import failure_view, run_summary, run_view
 Shown = TypeVar("Shown", bound=RunSummary)
 
 
+@dataclasses.dataclass
 class StoreReader:
     """Runs as a store holds them, each task's outputs under ``shown_store`` (the store as the
     user named it); with the embedded ``controller``, as the session sees them."""
 
-    def __init__(
-        self,
-        store: RunStore,
-        resources: ResourceStore,
-        shown_store: Path,
-        controller: Controller | None = None,
-    ) -> None:
-        self.store = store
-        self.resources = resources
-        self.shown_store = shown_store
-        self.controller = controller
+    store: RunStore
+    resources: ResourceStore
+    shown_store: Path
+    controller: Controller | None = None
 
     async def _view(self, run_id: str) -> RunView | None:
         if self.controller is not None:

@@ -140,15 +140,12 @@ def owner_of(name: str) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
+@dataclass(frozen=True)
 class Cgroup:
     """One memory cgroup directory, of cgroup ``version`` 1 or 2."""
 
-    def __init__(self, path: Path, version: int) -> None:
-        self.path = path
-        self.version = version
-
-    def __repr__(self) -> str:
-        return f"Cgroup({str(self.path)!r}, v{self.version})"
+    path: Path
+    version: int
 
     @property
     def _limit_file(self) -> Path:

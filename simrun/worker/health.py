@@ -152,10 +152,10 @@ def check(
     verdict = judge(seen, host=host, worker_id=None, now=now, max_age_s=max_age_s)
     ordered = candidate_ids(ids, host)
     for start in range(0, len(ordered), BATCH):
-        batch = ordered[start : start + BATCH]
-        values = cast("list[bytes | None]", client.mget([keys.worker(i) for i in batch]))
-        beats = _parse(values)
-        seen.extend(b for b in beats if same_host(b.host, host))
+        values = client.mget([keys.worker(i) for i in ordered[start : start + BATCH]])
+        seen.extend(
+            b for b in _parse(cast("list[bytes | None]", values)) if same_host(b.host, host)
+        )
         verdict = judge(seen, host=host, worker_id=None, now=now, max_age_s=max_age_s)
         if verdict.healthy:
             break
