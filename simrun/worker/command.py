@@ -18,7 +18,7 @@ from simrun.core.jobs import JobSpec
 from simrun.core.layout import task_logs
 from simrun.core.reports import WorkerReport
 from simrun.core.wire import Outcome
-from simrun.worker.exec.run import TERM_GRACE_S
+from simrun.worker.exec.run import TERM_GRACE_S, not_started
 from simrun.worker.exec.spec import (
     CommandResult,
     CommandSpec,
@@ -60,15 +60,7 @@ def _result_or_failure(
     error = f"simrun-exec exited with code {returncode} without a usable report: {problem}"
     if said:
         error += f"\n--- stderr of simrun-exec ---\n{said[-8000:]}"
-    return CommandResult(
-        outcome="failed",
-        exit_code=None,
-        error=error,
-        report=WorkerReport.empty(spec.limit_gb),
-        started="",
-        finished="",
-        attempt=spec.attempt,
-    )
+    return not_started(spec, error, started="")
 
 
 async def run_command_job(

@@ -7,7 +7,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from types import TracebackType
 
 from simrun.core.sizing import GIB
 from simrun.worker.proctree import anon_bytes_of, anon_memory_bytes, own_anon_bytes
@@ -120,12 +119,7 @@ class MemorySampler:
     def __enter__(self) -> MemorySampler:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         self.stop()
 
     @property
