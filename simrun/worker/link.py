@@ -24,6 +24,7 @@ from redis.exceptions import RedisError, ResponseError, WatchError
 
 from simrun.core.outage import RECONNECT_MAX_S, LinkState, backoff_s
 from simrun.core.reports import ReportEntry, RunningJob
+from simrun.core.unitlogs import write_atomic
 from simrun.queues.connect import cancel_and_wait
 from simrun.worker.spool import ReportSpool
 
@@ -68,11 +69,8 @@ def write_status(
         "reason": state.reason,
         "kept_reports": kept_reports,
     }
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(data))
-        tmp.replace(path)
+        write_atomic(path, json.dumps(data).encode())
     except OSError as exc:
         log.debug("cannot write the status file %s: %s", path, exc)
 
