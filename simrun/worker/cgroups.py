@@ -45,10 +45,7 @@ def parse_proc_cgroup(text: str) -> dict[str, str]:
         if len(parts) != 3:
             continue
         _, controllers, path = parts
-        if not controllers:
-            found[""] = path
-            continue
-        for controller in controllers.split(","):
+        for controller in controllers.split(","):  # v2's "" too
             found[controller] = path
     return found
 

@@ -24,15 +24,11 @@ class EngineError(ValueError):
 
 def find_engine(named: str | None, path: str | None = None) -> str | None:
     """The engine's executable: ``named`` (`EngineError` if not found), else the first found."""
-    if named:
-        found = shutil.which(named, path=path)
-        if found is None:
-            raise EngineError(f"container engine {named!r} not found (SIMRUN_ENGINE / --engine)")
-        return found
-    for name in ENGINE_NAMES:
-        found = shutil.which(name, path=path)
-        if found is not None:
+    for name in (named,) if named else ENGINE_NAMES:
+        if (found := shutil.which(name, path=path)) is not None:
             return found
+    if named:
+        raise EngineError(f"container engine {named!r} not found (SIMRUN_ENGINE / --engine)")
     return None
 
 
