@@ -48,23 +48,18 @@ class Admission:
 
 def decide(capacity: Capacity, usage: Usage, request: Request) -> Admission:
     """Whether ``request`` can start now, must wait, or can never run in this container."""
-    if request.memory_gb > capacity.memory_gb + SLACK_GB:
-        return Admission(
-            "refuse",
-            f"{request.what} needs {request.memory_gb:g} GiB of memory and this worker has "
-            f"{capacity.memory_gb:g} GiB in all",
-        )
-    if request.slots > capacity.processes:
-        return Admission(
-            "refuse",
-            f"{request.what} needs {request.slots} processes and this worker has "
-            f"{capacity.processes}",
-        )
-    if request.gpus > capacity.gpus:
-        return Admission(
-            "refuse",
-            f"{request.what} needs {request.gpus} GPU(s) and this worker has {capacity.gpus}",
-        )
+    never = (
+        (request.memory_gb > capacity.memory_gb + SLACK_GB,
+         f"{request.memory_gb:g} GiB of memory and this worker has "
+         f"{capacity.memory_gb:g} GiB in all"),
+        (request.slots > capacity.processes,
+         f"{request.slots} processes and this worker has {capacity.processes}"),
+        (request.gpus > capacity.gpus,
+         f"{request.gpus} GPU(s) and this worker has {capacity.gpus}"),
+    )  # fmt: skip
+    for too_big, needs in never:
+        if too_big:
+            return Admission("refuse", f"{request.what} needs {needs}")
     short = []
     free_gb = capacity.memory_gb - usage.memory_gb
     if request.memory_gb > free_gb + SLACK_GB:

@@ -4,6 +4,7 @@ or its cgroup, sampled in a daemon thread: the peak, and a callback once past a 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -37,7 +38,7 @@ class MemorySampler:
         self.include_children = include_children
         self._members = members
         self.limit_gb = limit_gb
-        self._limit_bytes = None if limit_gb is None else limit_gb * GIB
+        self._limit_bytes = math.inf if limit_gb is None else limit_gb * GIB
         self._on_limit = on_limit
         self._lock = threading.Lock()
         self._peak_bytes = 0
@@ -70,15 +71,8 @@ class MemorySampler:
 
     def _run(self) -> None:
         try:
-            while True:
-                current = self._sample()
-                if current is None:
-                    return
-                if (
-                    self._limit_bytes is not None
-                    and not self._exceeded
-                    and current > self._limit_bytes
-                ):
+            while (current := self._sample()) is not None:
+                if current > self._limit_bytes and not self._exceeded:
                     self._exceeded = True
                     if self._on_limit is not None:
                         try:
