@@ -145,7 +145,7 @@ class Cgroup:
     version: int
 
     @property
-    def _limit_file(self) -> Path:
+    def limit_file(self) -> Path:
         return self.path / ("memory.max" if self.version == 2 else "memory.limit_in_bytes")
 
     @property
@@ -165,10 +165,7 @@ class Cgroup:
 
     def set_limit(self, limit_bytes: int | None) -> None:
         """Set the memory limit (None: none); `OSError` when the kernel refuses it."""
-        self._limit_file.write_text(limit_text(self.version, limit_bytes))
-
-    def limit(self) -> int | None:
-        return parse_limit(self._limit_file.read_text())
+        self.limit_file.write_text(limit_text(self.version, limit_bytes))
 
     def peak_bytes(self) -> int | None:
         """The most memory charged to the cgroup so far, page cache included; None when not
