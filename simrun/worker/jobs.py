@@ -88,21 +88,15 @@ class StaleView:
     _current: dict[UnitKey, int] = field(default_factory=dict)
     _at: float = -float("inf")
 
-    async def refresh(self) -> None:
-        self._at = time.monotonic()
-        if not self.link.is_up:
-            return
-        try:
-            self._current = await current_attempts(
-                self.redis, self.keys, self.spec.run, self.spec.task, self.spec.units
-            )
-        except LINK_ERRORS as exc:
-            self.link.lost(exc)
-        self._at = time.monotonic()
-
     async def is_stale(self, unit: UnitKey) -> bool:
-        if time.monotonic() - self._at > self.refresh_s:
-            await self.refresh()
+        if time.monotonic() - self._at > self.refresh_s and self.link.is_up:
+            try:
+                self._current = await current_attempts(
+                    self.redis, self.keys, self.spec.run, self.spec.task, self.spec.units
+                )
+            except LINK_ERRORS as exc:
+                self.link.lost(exc)
+            self._at = time.monotonic()
         return self._current.get(unit, self.spec.attempt) > self.spec.attempt
 
 
