@@ -77,18 +77,10 @@ async def run_command_job(
     report_path = job_file_dir / f"{stem}.report.json"
     await asyncio.to_thread(write_json_atomic, job_path, spec.to_dict())
     proc = await asyncio.create_subprocess_exec(
-        python,
-        "-m",
-        "simrun.worker.exec",
-        "--job",
-        str(job_path),
-        "--report",
-        str(report_path),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        python, "-m", "simrun.worker.exec", "--job", str(job_path), "--report", str(report_path),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         env=None if env is None else dict(env),
-    )
+    )  # fmt: skip
     try:
         _, stderr = await proc.communicate()
     except asyncio.CancelledError:

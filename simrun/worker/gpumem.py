@@ -24,13 +24,8 @@ T = TypeVar("T")
 
 def query_argv(exe: str, ids: Sequence[str]) -> list[str]:
     """The ``nvidia-smi`` command line that prints ``index, MiB used`` of devices ``ids``."""
-    return [
-        exe,
-        "--query-gpu=index,memory.used",
-        "--format=csv,noheader,nounits",
-        "-i",
-        ",".join(ids),
-    ]
+    query = ["--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
+    return [exe, *query, "-i", ",".join(ids)]
 
 
 def parse_memory_used(text: str) -> dict[str, float]:
