@@ -387,14 +387,11 @@ class WorkerContainer:
         log.info("stopping: no new jobs, %g s of grace for the running ones", self.settings.grace_s)
         self._stop_task = asyncio.get_running_loop().create_task(self._stop())
 
-    def _jobs_in_flight(self) -> int:
-        return sum(1 for w in self._arq for t in w.tasks.values() if not t.done())
-
     async def _wait_jobs(self, timeout_s: float, grace: bool) -> bool:
         """Wait until no job is in flight (True), or ``timeout_s`` passed or the grace ended."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while self._jobs_in_flight():
+        while any(not t.done() for w in self._arq for t in w.tasks.values()):
             if loop.time() >= deadline or (grace and self._grace_over.is_set()):
                 return False
             await asyncio.sleep(0.05)

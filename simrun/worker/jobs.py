@@ -318,7 +318,7 @@ class Job:
                 hide_gpus=capacity.gpus > 0,
                 cgroups=worker.settings.cgroups,
                 log_cap=worker.settings.command_log_cap,
-                processes=request_slots(spec.kind, capacity.processes, spec.uses_cores),
+                processes=self.request.slots,
                 engine=worker.engine,
             )
         )

@@ -69,10 +69,6 @@ class Ledger:
         for unit in self.pending:
             self.record(unit, outcome, error=error, exceptions=exceptions)
 
-    @property
-    def done(self) -> int:
-        return sum(1 for o in self.outcomes.values() if o == "done")
-
     def report(
         self, peaks_gb: Sequence[float], limit_gb: float, killed_for_memory: bool
     ) -> WorkerReport:
@@ -81,7 +77,7 @@ class Ledger:
         return WorkerReport(
             peak_memory_gb=tuple(peaks_gb),
             seconds_per_unit=sum(seconds) / len(seconds) if seconds else None,
-            units=self.done,
+            units=sum(1 for o in self.outcomes.values() if o == "done"),
             limit_gb=limit_gb,
             killed_for_memory=killed_for_memory,
         )
