@@ -4,6 +4,7 @@ edge temperature, one unit per point (``point-<i>.json``); the merge writes ``su
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import itertools
 import json
@@ -177,10 +178,6 @@ def simulate(
 
 # --- the task's functions ----------------------------------------------------------------
 
-#: Plates sampled on a grid, kept per process so the units of a task share one.
-_SHARED: dict[tuple[str, int, int, int], PlateGrid] = {}
-_SHARED_LIMIT = 4
-
 
 def _parse(settings: Mapping[str, Any] | HeatSettings) -> HeatSettings:
     if isinstance(settings, HeatSettings):
@@ -200,19 +197,19 @@ def _plate(settings: HeatSettings, paths: TaskPaths) -> PlateGrid:
         stat = path.stat()
     except OSError as exc:
         raise PlateError(f"{path}: cannot read the plate file: {exc.strerror or exc}") from exc
-    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, settings.grid)
-    plate = _SHARED.get(key)
-    if plate is None:
-        plate = build_grid(load_plate(path), settings.grid)
-        while len(_SHARED) >= _SHARED_LIMIT:
-            del _SHARED[next(iter(_SHARED))]
-        _SHARED[key] = plate
-    return plate
+    return _shared_plate(path, stat.st_mtime_ns, stat.st_size, settings.grid)
+
+
+@functools.lru_cache(maxsize=4)
+def _shared_plate(path: Path, _mtime_ns: int, _size: int, grid: int) -> PlateGrid:
+    """A plate sampled on a grid, kept per process so the units of a task share one (a file
+    changed since is another key)."""
+    return build_grid(load_plate(path), grid)
 
 
 def clear_cache() -> None:
     """Forget the plates this process has built (the next unit builds its plate again)."""
-    _SHARED.clear()
+    _shared_plate.cache_clear()
 
 
 def point_name(index: int) -> str:
