@@ -1,11 +1,12 @@
 """The ``heat`` task type: explicit 2-D heat diffusion on a plate, swept over diffusivity and
-edge temperature, one unit per point (``point-<i>.json``); the merge writes ``summary.csv``.
-"""
+edge temperature, one unit per point (``point-<i>.json``); the merge writes ``summary.csv``."""
 
 from __future__ import annotations
 
 import csv
+import functools
 import io
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -31,20 +32,10 @@ MAX_GRID = 1024
 MAX_VALUES = 1000
 SUMMARY_NAME = "summary.csv"
 SUMMARY_COLUMNS = (
-    "index",
-    "diffusivity",
-    "boundary_temperature",
-    "grid",
-    "steps",
-    "dt",
-    "final_time",
-    "steady",
-    "time_to_steady",
-    "mean_temperature",
-    "min_temperature",
-    "max_temperature",
+    "index", "diffusivity", "boundary_temperature", "grid", "steps", "dt", "final_time",
+    "steady", "time_to_steady", "mean_temperature", "min_temperature", "max_temperature",
     "center_temperature",
-)
+)  # fmt: skip
 
 Diffusivity = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
 Temperature = Annotated[float, Field(ge=ABSOLUTE_ZERO_C, allow_inf_nan=False)]
@@ -62,14 +53,10 @@ class MissingPointsError(RuntimeError):
 
 
 class HeatSettings(BaseModel):
-    """The settings of a heat sweep. The defaults are the demo: 24 points of about 0.06 s
-    each on one core.
-
-    Diffusivities are in plate widths² per time unit, temperatures in degrees Celsius,
-    ``duration`` in time units; ``tolerance`` is the rate of change (degrees per time unit)
-    below which a field counts as steady, and ``cfl`` the fraction of the stability limit
-    of the time step that is used.
-    """
+    """The settings of a heat sweep; the defaults are the demo (24 points of about 0.06 s).
+    Diffusivities are in plate widths² per time unit, temperatures in °C, ``duration`` in
+    time units; a field is steady below a change of ``tolerance`` degrees per time unit, and
+    the time step is ``cfl`` times its stability limit."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -191,10 +178,6 @@ def simulate(
 
 # --- the task's functions ----------------------------------------------------------------
 
-#: Plates sampled on a grid, kept per process so the units of a task share one.
-_SHARED: dict[tuple[str, int, int, int], PlateGrid] = {}
-_SHARED_LIMIT = 4
-
 
 def _parse(settings: Mapping[str, Any] | HeatSettings) -> HeatSettings:
     if isinstance(settings, HeatSettings):
@@ -214,19 +197,19 @@ def _plate(settings: HeatSettings, paths: TaskPaths) -> PlateGrid:
         stat = path.stat()
     except OSError as exc:
         raise PlateError(f"{path}: cannot read the plate file: {exc.strerror or exc}") from exc
-    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, settings.grid)
-    plate = _SHARED.get(key)
-    if plate is None:
-        plate = build_grid(load_plate(path), settings.grid)
-        while len(_SHARED) >= _SHARED_LIMIT:
-            del _SHARED[next(iter(_SHARED))]
-        _SHARED[key] = plate
-    return plate
+    return _shared_plate(path, stat.st_mtime_ns, stat.st_size, settings.grid)
+
+
+@functools.lru_cache(maxsize=4)
+def _shared_plate(path: Path, _mtime_ns: int, _size: int, grid: int) -> PlateGrid:
+    """A plate sampled on a grid, kept per process so the units of a task share one (a file
+    changed since is another key)."""
+    return build_grid(load_plate(path), grid)
 
 
 def clear_cache() -> None:
     """Forget the plates this process has built (the next unit builds its plate again)."""
-    _SHARED.clear()
+    _shared_plate.cache_clear()
 
 
 def point_name(index: int) -> str:
@@ -295,14 +278,10 @@ def _cell(value: object) -> str:
 def _ranges(indices: Sequence[int], limit: int = 20) -> str:
     """``0, 3-5, 9`` for [0, 3, 4, 5, 9]; long lists end with how many runs were left out."""
     runs: list[str] = []
-    start = prev = indices[0]
-    for i in [*indices[1:], None]:
-        if i is not None and i == prev + 1:
-            prev = i
-            continue
-        runs.append(str(start) if start == prev else f"{start}-{prev}")
-        if i is not None:
-            start = prev = i
+    # an index less its position stays the same along a run of consecutive indices
+    for _, run in itertools.groupby(enumerate(indices), lambda pair: pair[1] - pair[0]):
+        block = [index for _, index in run]
+        runs.append(str(block[0]) if len(block) == 1 else f"{block[0]}-{block[-1]}")
     shown = ", ".join(runs[:limit])
     return shown + (f" and {len(runs) - limit} more runs" if len(runs) > limit else "")
 

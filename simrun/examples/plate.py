@@ -1,6 +1,5 @@
 """The plate of the heat example: what its source file (JSON) says and the grid built from
-it. Positions are fractions of the unit square; temperatures are in degrees Celsius.
-"""
+it. Positions are fractions of the unit square; temperatures are in degrees Celsius."""
 
 from __future__ import annotations
 

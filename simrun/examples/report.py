@@ -1,6 +1,5 @@
 """The ``report`` task type: a markdown report of a heat sweep (``report.md``), and a plot
-(``plot.png``) when matplotlib is installed. Bad input ends it with one line on stderr.
-"""
+(``plot.png``) when matplotlib is installed. Bad input ends it with one line on stderr."""
 
 from __future__ import annotations
 
@@ -184,17 +183,9 @@ def _describe(point: Point) -> str:
 
 def _row(point: Point) -> str:
     steady = f"{point.time_to_steady:.4g}" if point.time_to_steady is not None else "—"
-    cells = (
-        str(point.index),
-        f"{point.diffusivity:g}",
-        f"{point.boundary:g}",
-        f"{point.mean:.2f}",
-        f"{point.low:.2f}",
-        f"{point.high:.2f}",
-        f"{point.center:.2f}",
-        steady,
-    )
-    return "| " + " | ".join(cells) + " |"
+    temperatures = (f"{t:.2f}" for t in (point.mean, point.low, point.high, point.center))
+    cells = (str(point.index), f"{point.diffusivity:g}", f"{point.boundary:g}", *temperatures)
+    return "| " + " | ".join((*cells, steady)) + " |"
 
 
 def render(settings: ReportSettings, points: Sequence[Point], plot: bool = False) -> str:
@@ -249,7 +240,9 @@ def write_plot(settings: ReportSettings, points: Sequence[Point], out: Path) -> 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     try:
         for diffusivity in sorted({p.diffusivity for p in points}):
-            line = sorted((p for p in points if p.diffusivity == diffusivity), key=_by_edge)
+            line = sorted(
+                (p for p in points if p.diffusivity == diffusivity), key=lambda p: p.boundary
+            )
             xs = [p.boundary for p in line]
             ax.plot(xs, [p.mean for p in line], marker="o", label=f"{diffusivity:g}")
         ax.set_xlabel("edge temperature (°C)")
@@ -262,10 +255,6 @@ def write_plot(settings: ReportSettings, points: Sequence[Point], out: Path) -> 
         plt.close(fig)
     write_atomic(out / PLOT_NAME, buffer.getvalue())
     return True
-
-
-def _by_edge(point: Point) -> float:
-    return point.boundary
 
 
 def _plot_or_warn(settings: ReportSettings, points: Sequence[Point], out: Path) -> bool:

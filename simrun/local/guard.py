@@ -1,7 +1,6 @@
-"""``python -m simrun.local.guard``: ends the processes of an embedded session whose process
-died without stopping them. It reads their ids (and ``rm PATH`` for their temporary
-directories) from its standard input; ``done`` ends it quietly, the end of the input
-without it makes it SIGTERM them, wait a little and remove the directories."""
+"""``python -m simrun.local.guard``: ends the processes of an embedded session that died
+without stopping them. It reads their pids and ``rm PATH`` lines from its standard input;
+``done`` ends it quietly, the end of the input makes it SIGTERM them and remove the paths."""
 
 from __future__ import annotations
 
@@ -20,8 +19,8 @@ WAIT_S = 10.0
 
 
 def watch(lines: Iterable[str]) -> tuple[list[int], list[str]]:
-    """The processes to end and the directories to remove once ``lines`` ran out: every
-    pid and ``rm PATH`` read, nothing after ``done``."""
+    """The pids to end and the directories to remove once ``lines`` ran out (none after
+    ``done``)."""
     pids: list[int] = []
     dirs: list[str] = []
     for line in lines:
@@ -40,8 +39,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, someone else's
+        pass
     return True
 
 

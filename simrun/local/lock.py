@@ -1,6 +1,6 @@
-"""The lock of a store (``STORE/.simrun.lock``, an advisory ``flock`` the kernel releases
-however its holder ends): an embedded session holds it while it runs, so two never drive
-one SQLite file, and a reader tells a run that goes on from an interrupted one."""
+"""The lock of a store (an advisory ``flock`` of ``STORE/.simrun.lock``, released however its
+holder ends): an embedded session holds it, so two never drive one SQLite file, and a reader
+tells a run that goes on from an interrupted one."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from simrun.local.machine import LocalError
 
 
 def take(store: Path) -> IO[str]:
-    """Lock ``store`` (created when missing) for this process: the open lock file (closing
-    it releases the lock). `LocalError` when another session holds it."""
+    """Lock ``store`` (made when missing): the open lock file, whose closing releases it.
+    `LocalError` when another session holds it."""
     store.mkdir(parents=True, exist_ok=True)
     lock = StoreLayout(store).lock.open("a+")
     try:
@@ -33,8 +33,7 @@ def take(store: Path) -> IO[str]:
 
 
 def holder(store: Path) -> str | None:
-    """Who holds the lock of ``store`` (``pid N``), or None when it is free (no session runs
-    on it). Reads only: a store without a lock file is free."""
+    """Who holds the lock of ``store`` (``pid N``), or None when no session runs on it."""
     path = StoreLayout(store).lock
     try:
         lock = path.open("r")
@@ -50,8 +49,7 @@ def holder(store: Path) -> str | None:
 
 
 def check_free(store: Path) -> None:
-    """`LocalError` when a session holds the lock of ``store`` (before anything is printed
-    or started; the session takes the lock itself when it starts)."""
+    """`LocalError` when a session holds the lock of ``store``."""
     who = holder(store)
     if who is not None:
         raise LocalError(_in_use(store, who))

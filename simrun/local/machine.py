@@ -1,5 +1,4 @@
-"""What this machine offers embedded mode: its CPUs and free memory, and free loopback
-ports."""
+"""What this machine offers embedded mode: CPUs, free memory, GPUs, loopback ports."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from simrun.errors import SimrunError
-from simrun.worker.capacity import detect_gpu_ids, parse_meminfo
+from simrun.worker.capacity import detect_gpu_ids, detect_memory_bytes, parse_meminfo
 
 #: Share of the available memory the worker containers get by default.
 MEMORY_SHARE = 0.8
@@ -20,9 +19,6 @@ MEMORY_SHARE = 0.8
 
 class LocalError(SimrunError, RuntimeError):
     """Embedded mode cannot start or go on; the message says why and what to do."""
-
-
-# --- the machine ----------------------------------------------------------------------------
 
 
 def machine() -> tuple[int, float]:
@@ -42,17 +38,14 @@ def machine() -> tuple[int, float]:
             total = 4 * 2**30
         available = total / 2**30 / 2  # without a figure of what is free, half of it
     with contextlib.suppress(OSError, ValueError):
-        from simrun.worker.capacity import detect_memory_bytes
-
-        limit, _ = detect_memory_bytes(Path("/sys/fs/cgroup"), Path("/proc"))
+        limit = detect_memory_bytes(Path("/sys/fs/cgroup"), Path("/proc"))
         available = min(available, limit / 2**30)
     return max(1, cores), available
 
 
 def local_scratch_gb(store: Path) -> float | None:
-    """The free space (GiB) of the disk at ``store`` (the embedded workers keep their local
-    scratch under its ``logs/``, or in the directory given instead), or of its nearest
-    existing parent when it does not exist yet; None when it cannot be read."""
+    """The free space (GiB) of the disk at ``store`` (or its nearest existing parent): where
+    the embedded workers keep their scratch. None when it cannot be read."""
     here = store.absolute()
     while not here.exists() and here != here.parent:
         here = here.parent
@@ -103,12 +96,10 @@ def last_line(path: Path) -> str:
 
 
 def local_gpus(environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The GPU ids of this machine: ``CUDA_VISIBLE_DEVICES`` of ``environ`` when set, else
-    the devices ``nvidia-smi -L`` lists (none without it)."""
+    """The GPU ids of this machine (`detect_gpu_ids`)."""
     return detect_gpu_ids(environ)
 
 
 def gpu_shares(ids: Sequence[str], workers: int) -> tuple[tuple[str, ...], ...]:
-    """The GPUs of each of ``workers`` containers on one machine: ``ids`` dealt in turn,
-    so no device is given to two workers (a worker may get none)."""
+    """The GPUs of each of ``workers`` containers: ``ids`` dealt in turn, none to two."""
     return tuple(tuple(ids[n::workers]) for n in range(workers))

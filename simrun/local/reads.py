@@ -1,6 +1,5 @@
-"""Reading the runs of a store on this machine as views (`simrun.core.views`): what
-``simrun status --store`` shows, through the service's view builders, or through the
-embedded controller while its session runs."""
+"""The runs of a store on this machine as views (what ``simrun status --store`` shows), read
+from the store, or through the embedded controller while its session runs."""
 
 from __future__ import annotations
 
@@ -24,22 +23,15 @@ from simrun.service.views import failure_view, run_summary, run_view
 Shown = TypeVar("Shown", bound=RunSummary)
 
 
+@dataclasses.dataclass
 class StoreReader:
-    """Runs as a store holds them, each task's outputs shown under ``shown_store`` (the
-    store as the user named it). With the embedded ``controller``, ETAs count the live
-    worker processes."""
+    """Runs as a store holds them, each task's outputs under ``shown_store`` (the store as the
+    user named it); with the embedded ``controller``, as the session sees them."""
 
-    def __init__(
-        self,
-        store: RunStore,
-        resources: ResourceStore,
-        shown_store: Path,
-        controller: Controller | None = None,
-    ) -> None:
-        self.store = store
-        self.resources = resources
-        self.shown_store = shown_store
-        self.controller = controller
+    store: RunStore
+    resources: ResourceStore
+    shown_store: Path
+    controller: Controller | None = None
 
     async def _view(self, run_id: str) -> RunView | None:
         if self.controller is not None:
@@ -51,9 +43,8 @@ class StoreReader:
         return await self._shown(view)
 
     async def _shown(self, view: Shown) -> Shown:
-        """``view`` as shown from outside its session: a running run whose session is
-        gone is `INTERRUPTED`, and stopped since its last activity when its session was
-        killed (it had no time to record its pause)."""
+        """``view`` as shown from outside its session: a running run whose session is gone is
+        `INTERRUPTED`, paused since its last activity when the session had no time to say."""
         if view.state != "running":
             return view
         if self.controller is not None:  # the session's own reads: the runs it holds
@@ -69,15 +60,13 @@ class StoreReader:
         return dataclasses.replace(view, state=INTERRUPTED, pauses=pauses)
 
     def version(self, run_id: str) -> int:
-        """The change version of ``run_id`` (`simrun.service.changes.Changes`): read it
-        before the run, then wait with `changed` for a version past it. Always 0 without
-        the embedded controller."""
+        """The change version of ``run_id``, to wait with `changed` for a later one (always 0
+        without the embedded controller)."""
         return self.controller.changes.version(run_id) if self.controller is not None else 0
 
     async def changed(self, run_id: str, after_version: int, timeout_s: float) -> None:
-        """Return once ``run_id`` changed past ``after_version`` (the embedded controller
-        notifies each change), or after ``timeout_s``; without the controller (a store read
-        from outside its session), after ``timeout_s``."""
+        """Return once ``run_id`` changed past ``after_version`` or ``timeout_s`` passed (only
+        the latter without the embedded controller, which notifies the changes)."""
         if self.controller is None:
             await asyncio.sleep(timeout_s)
             return

@@ -36,29 +36,26 @@ def find_redis_server() -> str:
 
 
 class PrivateRedis:
-    """A ``redis-server`` of this session alone: a free loopback port, its files in a
-    temporary directory removed by `stop`. No persistence unless ``persist`` (an
-    append-only file synced at every write, so a server killed and started again comes
-    back with its data). Once started it keeps its port and directory: `kill` and `start`
-    again restart it where it was (how the tests take Redis away and bring it back)."""
+    """A ``redis-server`` of this session alone, on a free loopback port, its files in a
+    temporary directory that `stop` removes. `kill` and `start` again restart it where it
+    was, with its data when it ``persist``s (an append-only file synced at every write)."""
 
     def __init__(self, persist: bool = False, port: int | None = None) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
-        #: Known before `start` when ``port`` is given (clients may be told it first).
+        #: Known before `start` when ``port`` is given.
         self.url = "" if port is None else f"redis://127.0.0.1:{port}/0"
         self.persist = persist
         self.port: int | None = port
         self._dir: tempfile.TemporaryDirectory[str] | None = None
 
     def argv(self, exe: str, port: int, directory: Path) -> list[str]:
-        """The command line of the server."""
         keep = ["--appendonly", "yes", "--appendfsync", "always"] if self.persist else []
         return [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "no", *keep, "--dir", str(directory)]  # fmt: skip
 
     def start(self, timeout_s: float = 10.0) -> str:
-        """Start it (again: on the port and in the directory it had) and wait until it
-        answers; its URL. `LocalError` when it cannot."""
+        """Start it (again: where it was) and wait until it answers; its URL. `LocalError`
+        when it cannot."""
         exe = find_redis_server()
         if self._dir is None:
             self._dir = tempfile.TemporaryDirectory(prefix="simrun-redis-")
@@ -86,18 +83,16 @@ class PrivateRedis:
         raise LocalError(f"redis-server ({exe}) did not answer on port {port} within {timeout_s} s")
 
     def alive(self) -> bool:
-        """Whether the server process is running."""
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL the server (its files stay: `start` brings it back on the same port)."""
+        """SIGKILL the server (its files stay)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
 
     @property
     def directory(self) -> Path | None:
-        """The temporary directory of the server, while it has one."""
         return None if self._dir is None else Path(self._dir.name)
 
     def stop(self) -> None:

@@ -1,7 +1,6 @@
-"""The computing side: a worker container (`container`) takes jobs from its queues
-(`jobs`), admits them by memory (`admission`), runs them on its pool of worker processes
-(`pool`) or through ``simrun-exec`` (`command`, `exec`), and reports. Names below are
-imported lazily: every worker process imports this package and must stay cheap to start."""
+"""The computing side: a worker container (`container`) takes jobs from its queues (`jobs`),
+admits them by memory (`admission`), runs them on its pool (`pool`) or through simrun-exec
+(`command`, `exec`), and reports. Names here are lazy: every worker process imports this."""
 
 from __future__ import annotations
 

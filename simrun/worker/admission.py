@@ -1,6 +1,5 @@
-"""Memory-weighted admission: which held jobs may start now. `decide` and `pick` are pure
-(a request fits memory, slots and GPUs, waits, or can never fit and is refused; a later job
-may pass one that does not fit yet, until the first has waited ``patience_s``);
+"""Memory-weighted admission: which held jobs may start now. `decide` and `pick` are pure (a
+later job may pass one that does not fit yet, until that one has waited ``patience_s``);
 `AdmissionGate` is the asyncio shell around them."""
 
 from __future__ import annotations
@@ -50,23 +49,18 @@ class Admission:
 
 def decide(capacity: Capacity, usage: Usage, request: Request) -> Admission:
     """Whether ``request`` can start now, must wait, or can never run in this container."""
-    if request.memory_gb > capacity.memory_gb + SLACK_GB:
-        return Admission(
-            "refuse",
-            f"{request.what} needs {request.memory_gb:g} GiB of memory and this worker has "
-            f"{capacity.memory_gb:g} GiB in all",
-        )
-    if request.slots > capacity.processes:
-        return Admission(
-            "refuse",
-            f"{request.what} needs {request.slots} processes and this worker has "
-            f"{capacity.processes}",
-        )
-    if request.gpus > capacity.gpus:
-        return Admission(
-            "refuse",
-            f"{request.what} needs {request.gpus} GPU(s) and this worker has {capacity.gpus}",
-        )
+    never = (
+        (request.memory_gb > capacity.memory_gb + SLACK_GB,
+         f"{request.memory_gb:g} GiB of memory and this worker has "
+         f"{capacity.memory_gb:g} GiB in all"),
+        (request.slots > capacity.processes,
+         f"{request.slots} processes and this worker has {capacity.processes}"),
+        (request.gpus > capacity.gpus,
+         f"{request.gpus} GPU(s) and this worker has {capacity.gpus}"),
+    )  # fmt: skip
+    for too_big, needs in never:
+        if too_big:
+            return Admission("refuse", f"{request.what} needs {needs}")
     short = []
     free_gb = capacity.memory_gb - usage.memory_gb
     if request.memory_gb > free_gb + SLACK_GB:
@@ -107,7 +101,7 @@ def pick(
 
 
 def assign_gpus(all_ids: Sequence[str], in_use: set[str], count: int) -> tuple[str, ...]:
-    """The first ``count`` ids of ``all_ids`` that are not in use (pure)."""
+    """The first ``count`` ids of ``all_ids`` not in use."""
     free = [g for g in all_ids if g not in in_use]
     if len(free) < count:
         raise ValueError(f"{count} GPU(s) wanted, {len(free)} free")
@@ -139,8 +133,8 @@ class _Entry:
 
 
 class AdmissionGate:
-    """Holds jobs until `pick` admits them; `acquire` raises `Refused` at once for a
-    request that can never fit, and `AdmissionClosed` after `close`."""
+    """Holds jobs until `pick` admits them; `acquire` raises `Refused` for a request that can
+    never fit, and `AdmissionClosed` after `close`."""
 
     def __init__(self, capacity: Capacity, patience_s: float = 5.0) -> None:
         self.capacity = capacity

@@ -1,6 +1,6 @@
-"""What a worker container can run at once: memory (cgroup limit, else MemTotal), processes
-(CPU affinity bounded by a cgroup quota) and GPUs (``CUDA_VISIBLE_DEVICES``, else
-``nvidia-smi -L``), each unless a flag gives it. Parsing is pure; reading is thin."""
+"""What a worker container can run at once, unless its flags say: memory (cgroup limit, else
+MemTotal), processes (CPU affinity bounded by a cgroup quota) and GPUs
+(``CUDA_VISIBLE_DEVICES``, else ``nvidia-smi -L``). Parsing is pure."""
 
 from __future__ import annotations
 
@@ -56,18 +56,11 @@ def parse_cpu_max(text: str) -> float | None:
 
 
 def parse_cuda_visible_devices(value: str | None) -> tuple[str, ...] | None:
-    """The devices ``CUDA_VISIBLE_DEVICES`` names (None: unset), up to a ``-1``."""
+    """The devices ``CUDA_VISIBLE_DEVICES`` names up to a ``-1`` (None: unset)."""
     if value is None:
         return None
-    devices: list[str] = []
-    for part in value.split(","):
-        item = part.strip()
-        if not item:
-            continue
-        if item == "-1":
-            break
-        devices.append(item)
-    return tuple(devices)
+    devices = [part.strip() for part in value.split(",") if part.strip()]
+    return tuple(devices[: devices.index("-1")] if "-1" in devices else devices)
 
 
 def parse_nvidia_smi(text: str) -> tuple[str, ...]:
@@ -103,24 +96,20 @@ def _limit_from(files: list[Path]) -> int | None:
     return min(limits) if limits else None
 
 
-def detect_memory_bytes(cgroup_root: Path, proc_root: Path) -> tuple[int, str]:
-    """The container's memory in bytes and where it was found."""
+def detect_memory_bytes(cgroup_root: Path, proc_root: Path) -> int:
+    """The container's memory in bytes: its cgroup's limit (v2, else v1), else MemTotal."""
     paths = parse_proc_cgroup(_read(proc_root / "self" / "cgroup") or "")
-    v2_limit = _limit_from([p / "memory.max" for p in _ancestors(cgroup_root, paths.get(""))])
-    if v2_limit is not None:
-        return v2_limit, "cgroup v2 memory.max"
-    v1_limit = _limit_from(
-        [
-            p / "memory.limit_in_bytes"
-            for p in _ancestors(cgroup_root / "memory", paths.get("memory"))
-        ]
-    )
-    if v1_limit is not None:
-        return v1_limit, "cgroup v1 memory.limit_in_bytes"
+    v2 = _ancestors(cgroup_root, paths.get(""))
+    v1 = _ancestors(cgroup_root / "memory", paths.get("memory"))
+    limit = _limit_from([p / "memory.max" for p in v2])
+    if limit is None:
+        limit = _limit_from([p / "memory.limit_in_bytes" for p in v1])
+    if limit is not None:
+        return limit
     total = parse_meminfo(_read(proc_root / "meminfo") or "", "MemTotal")
     if total is None:
         raise ValueError("/proc/meminfo has no MemTotal line")
-    return total, "MemTotal"
+    return total
 
 
 def detect_processes(cgroup_root: Path, proc_root: Path) -> int:
@@ -159,11 +148,11 @@ def detect_capacity(
     cgroup_root: Path = Path("/sys/fs/cgroup"),
     proc_root: Path = Path("/proc"),
 ) -> Capacity:
-    """The capacity from the flags given, detecting the others (memory less `RESERVE_GB`;
-    ``gpus`` takes that many detected ids, else "0".."gpus-1")."""
+    """The capacity the flags give, the rest detected (``gpus``: that many detected ids, else
+    "0".."gpus-1")."""
     if memory_gb is None:
-        total, _source = detect_memory_bytes(cgroup_root, proc_root)
-        memory_gb = max(total / GIB - RESERVE_GB, total / GIB / 2)
+        total_gb = detect_memory_bytes(cgroup_root, proc_root) / GIB
+        memory_gb = max(total_gb - RESERVE_GB, total_gb / 2)
     if processes is None:
         processes = detect_processes(cgroup_root, proc_root)
     ids = detect_gpu_ids(environ)

@@ -1,7 +1,6 @@
-"""Memory cgroups for the worker processes, one per process where the kernel allows it
-(cgroup v2 delegated, or v1's memory controller): a limit, the OOM kill counter, and every
-process of a box killed together. A worker's boxes live in an area named after its pid and
-start time under its own cgroup; areas of dead workers are swept. Parsing is pure."""
+"""Memory cgroups (v2 delegated, or v1's memory controller) for the worker processes, one
+each: a limit, the OOM kill counter, and killing a box's processes together. A worker's boxes
+live in an area named after its pid and start time, swept once it is dead. Parsing is pure."""
 
 from __future__ import annotations
 
@@ -46,18 +45,14 @@ def parse_proc_cgroup(text: str) -> dict[str, str]:
         if len(parts) != 3:
             continue
         _, controllers, path = parts
-        if not controllers:
-            found[""] = path
-            continue
-        for controller in controllers.split(","):
+        for controller in controllers.split(","):  # v2's "" too
             found[controller] = path
     return found
 
 
 @dataclass(frozen=True)
 class Mount:
-    """A cgroup file system of ``/proc/self/mountinfo``: mount point, the hierarchy's path
-    it shows (root), type and super options (the v1 controllers)."""
+    """A cgroup mount: its point, the hierarchy's path it shows, type and super options."""
 
     point: str
     root: str
@@ -66,8 +61,7 @@ class Mount:
 
 
 def parse_mountinfo(text: str) -> list[Mount]:
-    """The cgroup and cgroup2 mounts of a ``/proc/<pid>/mountinfo`` file (``id parent
-    major:minor root point options [optional...] - type source super-options``)."""
+    """The cgroup and cgroup2 mounts of a ``/proc/<pid>/mountinfo`` text."""
     mounts: list[Mount] = []
     for line in text.splitlines():
         left, sep, right = line.partition(" - ")
@@ -98,8 +92,8 @@ def cgroup_dir(mount: Mount, path: str) -> Path | None:
 
 
 def parse_oom_kills(text: str) -> int | None:
-    """The ``oom_kill`` counter of a v2 ``memory.events`` or v1 ``memory.oom_control`` file;
-    None without one (a v1 kernel before 4.13)."""
+    """The ``oom_kill`` counter of a ``memory.events`` (v2) or ``memory.oom_control`` (v1)
+    text; None without one (v1 before Linux 4.13)."""
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[0] == "oom_kill":
@@ -108,8 +102,8 @@ def parse_oom_kills(text: str) -> int | None:
 
 
 def parse_limit(text: str, name: str = "memory.max") -> int | None:
-    """A memory limit in bytes of ``memory.max`` or ``memory.limit_in_bytes`` (``name``,
-    for the error); None for none (v2 ``max``, v1 -1 or a huge value)."""
+    """The bytes of a ``memory.max`` or ``memory.limit_in_bytes`` text (``name``); None for no
+    limit."""
     value = text.strip()
     if value == "max":
         return None
@@ -120,14 +114,14 @@ def parse_limit(text: str, name: str = "memory.max") -> int | None:
 
 
 def limit_text(version: int, limit_bytes: int | None) -> str:
-    """What to write to the limit file of a cgroup of ``version`` for ``limit_bytes``."""
+    """What the limit file of a cgroup of ``version`` takes for ``limit_bytes``."""
     if limit_bytes is None:
         return "max" if version == 2 else "-1"
     return str(limit_bytes)
 
 
 def oom_killed(before: int | None, after: int | None) -> bool:
-    """Whether an OOM kill counter read before and after something went up."""
+    """Whether an OOM kill counter went up."""
     return before is not None and after is not None and after > before
 
 
@@ -143,18 +137,15 @@ def owner_of(name: str) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
+@dataclass(frozen=True)
 class Cgroup:
-    """One memory cgroup directory of cgroup ``version`` (1 or 2)."""
+    """One memory cgroup directory, of cgroup ``version`` 1 or 2."""
 
-    def __init__(self, path: Path, version: int) -> None:
-        self.path = path
-        self.version = version
-
-    def __repr__(self) -> str:
-        return f"Cgroup({str(self.path)!r}, v{self.version})"
+    path: Path
+    version: int
 
     @property
-    def _limit_file(self) -> Path:
+    def limit_file(self) -> Path:
         return self.path / ("memory.max" if self.version == 2 else "memory.limit_in_bytes")
 
     @property
@@ -170,20 +161,15 @@ class Cgroup:
         return [int(x) for x in text.split()]
 
     def join(self, pid: int) -> None:
-        """Move process ``pid`` into the cgroup."""
         (self.path / "cgroup.procs").write_text(str(pid))
 
     def set_limit(self, limit_bytes: int | None) -> None:
         """Set the memory limit (None: none); `OSError` when the kernel refuses it."""
-        self._limit_file.write_text(limit_text(self.version, limit_bytes))
-
-    def limit(self) -> int | None:
-        """The memory limit in bytes, None without one."""
-        return parse_limit(self._limit_file.read_text())
+        self.limit_file.write_text(limit_text(self.version, limit_bytes))
 
     def peak_bytes(self) -> int | None:
-        """The most memory charged to the cgroup so far, page cache included; None when
-        the kernel does not say (v2 before Linux 5.19) or the cgroup is gone."""
+        """The most memory charged to the cgroup so far, page cache included; None when not
+        known (v2 before Linux 5.19, or the cgroup is gone)."""
         name = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
         try:
             return int((self.path / name).read_text().split()[0])
@@ -191,7 +177,7 @@ class Cgroup:
             return None
 
     def oom_kills(self) -> int | None:
-        """How many processes of the cgroup the OOM killer ended so far (None: not said)."""
+        """How many processes of the cgroup the OOM killer ended (None: not known)."""
         try:
             text = self._events_file.read_text()
         except OSError:
@@ -232,8 +218,8 @@ class Cgroup:
 
 @dataclass(frozen=True)
 class CgroupSupport:
-    """What `detect` found: the cgroup this process is in, and whether worker processes can
-    get one of their own under it (``reason``: why not)."""
+    """The cgroup this process is in, and whether worker processes can have their own under
+    it (``reason``: why not)."""
 
     own: Cgroup | None
     usable: bool
@@ -302,8 +288,8 @@ def _probe(own: Cgroup) -> str | None:
 def detect(
     proc_cgroup: str | None = None, mountinfo: str | None = None, *, probe: bool = True
 ) -> CgroupSupport:
-    """Whether worker processes can have memory cgroups of their own here (from
-    ``/proc/self/cgroup`` and ``mountinfo``, given or read, and a probe cgroup)."""
+    """Whether worker processes can have memory cgroups of their own here (the /proc texts
+    given or read, and a probe cgroup made)."""
     try:
         own, reason = _own_cgroup(
             proc_cgroup if proc_cgroup is not None else Path("/proc/self/cgroup").read_text(),
@@ -320,8 +306,7 @@ def detect(
 
 
 def sweep(own: Cgroup) -> int:
-    """Remove the cgroup areas left under ``own`` by workers that are gone (SIGKILLed);
-    how many. An area whose owner (pid and start time) still runs is left alone."""
+    """Remove the cgroup areas under ``own`` of workers gone (SIGKILLed); how many."""
     removed = 0
     try:
         names = [p.name for p in own.path.iterdir() if p.is_dir()]
@@ -347,16 +332,13 @@ class WorkerCgroups:
     def __init__(self, own: Cgroup, area: Cgroup) -> None:
         self.own = own
         self.area = area
+        self.version = own.version
         self._next = 0
-
-    @property
-    def version(self) -> int:
-        return self.own.version
 
     @classmethod
     def open(cls, own: Cgroup, tag: str = "") -> WorkerCgroups:
-        """Sweep what dead workers left under ``own`` and make this worker's area (``tag``:
-        another owner in this process); `OSError` when it cannot be made."""
+        """Sweep what dead workers left under ``own`` and make this worker's area (``tag``: of
+        another owner in this process); `OSError` when it cannot."""
         swept = sweep(own)
         if swept:
             log.info("removed %d cgroup areas left by workers that are gone", swept)

@@ -1,6 +1,6 @@
 """Command jobs: the ``command`` of an unsplit task, run through a ``simrun-exec`` child
-(`simrun.worker.exec`) that expands the argv, bounds the process tree's memory and writes a
-report read back here; cancelling stops it (SIGTERM, forwarded to the command)."""
+(`simrun.worker.exec`) that bounds its memory and writes a report read back here;
+cancelling stops it (SIGTERM, forwarded to the command)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from simrun.core.jobs import JobSpec
 from simrun.core.layout import task_logs
 from simrun.core.reports import WorkerReport
 from simrun.core.wire import Outcome
-from simrun.worker.exec.run import TERM_GRACE_S
+from simrun.worker.exec.run import TERM_GRACE_S, not_started
 from simrun.worker.exec.spec import (
     CommandResult,
     CommandSpec,
@@ -60,15 +60,7 @@ def _result_or_failure(
     error = f"simrun-exec exited with code {returncode} without a usable report: {problem}"
     if said:
         error += f"\n--- stderr of simrun-exec ---\n{said[-8000:]}"
-    return CommandResult(
-        outcome="failed",
-        exit_code=None,
-        error=error,
-        report=WorkerReport.empty(spec.limit_gb),
-        started="",
-        finished="",
-        attempt=spec.attempt,
-    )
+    return not_started(spec, error, started="")
 
 
 async def run_command_job(
@@ -78,26 +70,17 @@ async def run_command_job(
     env: Mapping[str, str] | None = None,
     python: str = sys.executable,
 ) -> CommandResult:
-    """Run ``spec`` in a ``simrun-exec`` child (job and report files left in
-    ``job_file_dir``; ``env``: its whole environment) and return its result, ``failed``
-    when it died without a report."""
+    """Run ``spec`` in a ``simrun-exec`` child (its files left in ``job_file_dir``; ``env``:
+    its whole environment); its result, ``failed`` when it died without a report."""
     stem = f"attempt-{spec.attempt}-{uuid.uuid4().hex[:12]}"
     job_path = job_file_dir / f"{stem}.job.json"
     report_path = job_file_dir / f"{stem}.report.json"
     await asyncio.to_thread(write_json_atomic, job_path, spec.to_dict())
     proc = await asyncio.create_subprocess_exec(
-        python,
-        "-m",
-        "simrun.worker.exec",
-        "--job",
-        str(job_path),
-        "--report",
-        str(report_path),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        python, "-m", "simrun.worker.exec", "--job", str(job_path), "--report", str(report_path),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         env=None if env is None else dict(env),
-    )
+    )  # fmt: skip
     try:
         _, stderr = await proc.communicate()
     except asyncio.CancelledError:
@@ -108,8 +91,8 @@ async def run_command_job(
 
 
 def command_outcome(result: CommandResult) -> Outcome:
-    """The outcome of the unit "command": simrun-exec's, but one killed for another reason
-    than memory (simrun-exec was stopped) is handed back."""
+    """The outcome of the unit "command": simrun-exec's, but handed back when it was killed
+    for another reason than memory (simrun-exec was stopped)."""
     if result.outcome == "killed" and not result.report.killed_for_memory:
         return "not_run"
     return result.outcome
@@ -134,8 +117,8 @@ async def run_command(
     processes: int = 1,
     engine: str | None = None,
 ) -> WorkerReport:
-    """Run the command job ``spec`` through simrun-exec (`CommandSpec`; in its image with
-    an ``engine``); records the unit "command" and returns the measurements."""
+    """Run a command job through simrun-exec (in its image with an ``engine``), record the
+    unit "command"; the measurements."""
     assert spec.command is not None  # JobSpec checks a command job has one
     paths = spec.paths.task_paths()
     command_spec = CommandSpec(

@@ -1,7 +1,6 @@
-"""The worker container: one arq worker per queue (`OutageWorker`) in one event loop, its
-jobs admitted by memory (`AdmissionGate`) and run by `JobHandler` on a pool of worker
-processes, a heartbeat, a link that rides out Redis outages (`RedisLink`), and a graceful
-stop (SIGTERM/SIGINT: no new jobs, ``grace_s`` for running ones, then kill)."""
+"""The worker container: an arq worker per queue in one event loop, their jobs run by
+`JobHandler`, a heartbeat, a link that rides out Redis outages, and a graceful stop
+(SIGTERM/SIGINT: no new jobs, ``grace_s`` for running ones, then kill)."""
 
 from __future__ import annotations
 
@@ -22,18 +21,17 @@ from redis.exceptions import RedisError
 
 from simrun.config import redact_url
 from simrun.core.outage import LinkState
-from simrun.core.reports import WorkerInfo, now_s
+from simrun.core.reports import ReportEntry, WorkerInfo, now_s
 from simrun.core.sizing import GIB
 from simrun.core.wire import deserialize, serialize
 from simrun.queues.connect import RedisTimeouts, cancel_and_wait, open_redis, wait_for_redis
 from simrun.queues.keys import JOB_FUNCTION, Keys
 from simrun.worker import proctree
 from simrun.worker.admission import AdmissionGate
-from simrun.worker.arq_worker import OutageWorker
 from simrun.worker.cgroups import CgroupSupport, WorkerCgroups, detect
 from simrun.worker.heartbeat import Heartbeat
 from simrun.worker.jobs import JobHandler
-from simrun.worker.link import LINK_ERRORS, RedisLink, status_path, write_status
+from simrun.worker.link import LINK_ERRORS, OutageWorker, RedisLink, status_path, write_status
 from simrun.worker.pool.processes import ProcessPool
 from simrun.worker.scratch import ScratchSpace, room_gb, scratch_root
 from simrun.worker.settings import Machine, WorkerSettings
@@ -85,12 +83,11 @@ class WorkerContainer:
             hide_gpus=capacity.gpus > 0,
             unit_log_cap=settings.unit_log_cap,
         )
-        #: How the memory of the worker processes is bounded (set when it runs).
+        #: How the memory of the worker processes is bounded (known once it runs).
         self.isolation = "the process tree"
         self._cgroups: WorkerCgroups | None = None
         self.gate = AdmissionGate(capacity, settings.admission_patience_s)
-        #: This container's own directory in the shared scratch directory, kept at exit
-        #: (for debugging) until a later worker finds it dead (`ScratchSpace.remove_dead`).
+        #: Kept at exit (for debugging) until a later worker finds this one dead.
         self.scratch = ScratchSpace(scratch_root(settings.scratch, self.worker_id))
         #: The free scratch and the memory in use, as last measured (for the heartbeat).
         self.free_scratch_gb: float | None = None
@@ -103,15 +100,13 @@ class WorkerContainer:
             settings.local / f"{self.worker_id}.spool.jsonl",
             SpoolBounds(int(settings.spool_memory_mb * MIB), int(settings.spool_mb * MIB)),
         )
-        self._link: RedisLink | None = None
         self._stop_task: asyncio.Task[None] | None = None
         self._grace_over = asyncio.Event()
         self._stop_asked = asyncio.Event()
 
     def info(self) -> WorkerInfo:
         handler = self._handler
-        # A job whose report waits in the spool is still this worker's: the service must
-        # not take it for lost before the report arrives.
+        # a job whose report waits in the spool is still this worker's, not lost
         running = (*handler.running.values(), *self.spool.jobs()) if handler else ()
         return WorkerInfo(
             id=self.worker_id,
@@ -160,8 +155,8 @@ class WorkerContainer:
         return open_redis(self.settings.redis_url, RedisTimeouts(connect_s=t, socket_s=t))
 
     async def _wait_for_redis(self, redis: ArqRedis) -> bool:
-        """Wait until Redis answers (True), or a stop is asked meanwhile (False), the status
-        file saying so for the health check; `RedisUnusable` when it never will be."""
+        """Wait until Redis answers (True) or a stop is asked (False), the status file telling
+        the health check; `RedisUnusable` when it never will answer."""
         where = redact_url(self.settings.redis_url)
         status = status_path(self.settings.local, self.worker_id)
 
@@ -194,9 +189,8 @@ class WorkerContainer:
         return True
 
     async def run(self, handle_signals: bool = False) -> None:
-        """Serve until the queues are empty (burst) or a stop has run its course. `PoolError`
-        when the worker processes cannot start, `RedisUnusable` when Redis will never take
-        the worker (bad URL or credentials, or not reached within ``redis_wait_s``)."""
+        """Serve until the queues are empty (burst) or a stop has run its course; `PoolError`
+        when the worker processes cannot start, `RedisUnusable` when Redis never will."""
         loop = asyncio.get_running_loop()
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -233,20 +227,8 @@ class WorkerContainer:
         self.pool.cgroups = self._cgroups
         self.isolation = support.describe()
 
-    async def _serve(self, redis: ArqRedis) -> None:
-        handler = self._handler = JobHandler(
-            redis=redis,
-            keys=self.keys,
-            worker_id=self.worker_id,
-            capacity=self.capacity,
-            gate=self.gate,
-            pool=self.pool,
-            spool=self.spool,
-            settings=self.settings,
-            engine=self.engine,
-            scratch=self.scratch,
-        )
-        # the scratch of workers gone (an emptyDir outlives a container's restart) goes
+    async def _remove_dead_scratch(self, redis: ArqRedis) -> None:
+        """Remove the scratch of workers gone (an emptyDir outlives a container's restart)."""
 
         async def alive(ids: list[str]) -> set[str]:
             return await _existing(redis, ids, self.keys.worker)
@@ -258,16 +240,28 @@ class WorkerContainer:
             gone = 0
         if gone:
             log.info("removed the scratch of %d worker(s) gone", gone)
+
+    async def _serve(self, redis: ArqRedis) -> None:
+        await self._remove_dead_scratch(redis)
         self.free_scratch_gb = await asyncio.to_thread(self._scratch_room)
-        link = self._link = handler.link = RedisLink(
+
+        async def xadd(entry: ReportEntry) -> None:
+            await redis.xadd(self.keys.reports, entry.to_fields())  # type: ignore[arg-type]
+
+        link = RedisLink(
             redis,
             redact_url(self.settings.redis_url),
             self.spool,
-            handler.xadd,
+            xadd,
             max_backoff_s=self.settings.redis_retry_max_s,
             status=status_path(self.settings.local, self.worker_id),
             prefix=self.settings.prefix,
         )
+        handler = self._handler = JobHandler(
+            redis=redis, keys=self.keys, worker_id=self.worker_id, capacity=self.capacity,
+            gate=self.gate, pool=self.pool, link=link, settings=self.settings,
+            engine=self.engine, scratch=self.scratch,
+        )  # fmt: skip
         heartbeat = Heartbeat(
             redis,
             self.keys,
@@ -277,8 +271,7 @@ class WorkerContainer:
             link=link,
         )
         link.on_back = heartbeat.beat
-        heartbeat_task: asyncio.Task[None] | None = None
-        scratch_task: asyncio.Task[None] | None = None
+        loops: list[asyncio.Task[None]] = []
         try:
             for queue in self.settings.queue_names:
                 pool = self._client()
@@ -287,8 +280,8 @@ class WorkerContainer:
             await heartbeat.beat()
             await link.learn_server()
             link.write_status()
-            heartbeat_task = asyncio.get_running_loop().create_task(heartbeat.run())
-            scratch_task = asyncio.get_running_loop().create_task(self._upkeep_loop(redis, link))
+            loops.append(asyncio.create_task(heartbeat.run()))
+            loops.append(asyncio.create_task(self._upkeep_loop(redis, link)))
             cap = self.capacity
             log.info(
                 "worker %s serving %s with %g GiB, %d processes, %d GPUs; memory bounded by %s",
@@ -307,10 +300,8 @@ class WorkerContainer:
             if self._stop_task is not None:
                 await self._stop_task
         finally:
-            if heartbeat_task is not None:
-                await cancel_and_wait(heartbeat_task)
-            if scratch_task is not None:
-                await cancel_and_wait(scratch_task)
+            for task in loops:
+                await cancel_and_wait(task)
             for worker in self._arq:
                 with contextlib.suppress(*LINK_ERRORS):
                     await worker.close()
@@ -321,8 +312,8 @@ class WorkerContainer:
             self.spool.discard()
 
     async def _upkeep_loop(self, redis: ArqRedis, link: RedisLink) -> None:
-        """Every heartbeat interval: measure the free scratch and the memory in use (for the
-        heartbeat), and remove the scratch of tasks that ended (`ScratchSpace.sweep`)."""
+        """Every heartbeat interval: remove the scratch of tasks that ended, and measure the
+        free scratch and the memory in use for the heartbeat."""
 
         async def ended(tasks: list[tuple[str, str]]) -> set[tuple[str, str]]:
             if not link.is_up:
@@ -345,7 +336,7 @@ class WorkerContainer:
             self.used_memory_gb = await asyncio.to_thread(memory_in_use_gb)
 
     def _scratch_room(self) -> float | None:
-        """The scratch this worker advertises (`room_gb`; blocking)."""
+        """The scratch this worker advertises (blocking)."""
         return room_gb(self.scratch.free_gb(), self.scratch.held_bytes() / GIB)
 
     async def _run_arq(self, worker: OutageWorker, link: RedisLink) -> None:
@@ -396,14 +387,11 @@ class WorkerContainer:
         log.info("stopping: no new jobs, %g s of grace for the running ones", self.settings.grace_s)
         self._stop_task = asyncio.get_running_loop().create_task(self._stop())
 
-    def _jobs_in_flight(self) -> int:
-        return sum(1 for w in self._arq for t in w.tasks.values() if not t.done())
-
     async def _wait_jobs(self, timeout_s: float, grace: bool) -> bool:
         """Wait until no job is in flight (True), or ``timeout_s`` passed or the grace ended."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while self._jobs_in_flight():
+        while any(not t.done() for w in self._arq for t in w.tasks.values()):
             if loop.time() >= deadline or (grace and self._grace_over.is_set()):
                 return False
             await asyncio.sleep(0.05)

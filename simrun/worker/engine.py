@@ -1,6 +1,6 @@
-"""Running a command (or a whole worker) inside a task's image through a container engine
-(docker or podman): the engine's command lines (pure), whether its OOM killer ended a
-container, and removing it. Every path the argv names is mounted at its own path."""
+"""Running a command (or a whole worker) in a task's image through docker or podman: the
+engine's command lines (pure, each path mounted at its own path), whether its OOM killer
+ended a container, and removing it."""
 
 from __future__ import annotations
 
@@ -25,20 +25,15 @@ class EngineError(SimrunError, ValueError):
 
 def find_engine(named: str | None, path: str | None = None) -> str | None:
     """The engine's executable: ``named`` (`EngineError` if not found), else the first found."""
-    if named:
-        found = shutil.which(named, path=path)
-        if found is None:
-            raise EngineError(f"container engine {named!r} not found (SIMRUN_ENGINE / --engine)")
-        return found
-    for name in ENGINE_NAMES:
-        found = shutil.which(name, path=path)
-        if found is not None:
+    for name in (named,) if named else ENGINE_NAMES:
+        if (found := shutil.which(name, path=path)) is not None:
             return found
+    if named:
+        raise EngineError(f"container engine {named!r} not found (SIMRUN_ENGINE / --engine)")
     return None
 
 
 def container_name() -> str:
-    """A fresh name for one command's container."""
     return f"simrun-{uuid.uuid4().hex[:16]}"
 
 
@@ -51,15 +46,6 @@ def _mounts(dirs: Sequence[Path]) -> list[str]:
     return [a for d in kept for a in ("-v", f"{d}:{d}")]
 
 
-def _bounds(
-    limit_gb: float, mounts: Sequence[Path], workdir: Path, environ: Mapping[str, str]
-) -> list[str]:
-    """The options of ``ENGINE run`` for the memory limit, mounts, workdir and variables."""
-    limit = f"{max(1, int(limit_gb * GIB))}b"
-    args = ["--memory", limit, "--memory-swap", limit, *_mounts(mounts), "-w", str(workdir)]
-    return args + [a for key in sorted(environ) for a in ("-e", f"{key}={environ[key]}")]
-
-
 def run_argv(
     engine: str,
     image: str,
@@ -70,11 +56,16 @@ def run_argv(
     workdir: Path,
     mounts: Sequence[Path],
     environ: Mapping[str, str],
+    options: Sequence[str] = (),
 ) -> list[str]:
-    """The engine's command line that runs ``argv`` in ``image`` as container ``name``
-    (kept after it ends, for `inspect_argv`), bounded by ``limit_gb``."""
-    args = [engine, "run", "--name", name, *_bounds(limit_gb, mounts, workdir, environ)]
-    return [*args, image, *argv]
+    """The engine's command line that runs ``argv`` in ``image`` as container ``name``, bounded
+    by ``limit_gb`` (kept after it ends, for `inspect_argv`, unless ``options`` say --rm)."""
+    limit = f"{max(1, int(limit_gb * GIB))}b"
+    variables = [a for key in sorted(environ) for a in ("-e", f"{key}={environ[key]}")]
+    return [
+        engine, "run", *options, "--name", name, "--memory", limit, "--memory-swap", limit,
+        *_mounts(mounts), "-w", str(workdir), *variables, image, *argv,
+    ]  # fmt: skip
 
 
 def worker_argv_in_image(
@@ -88,26 +79,26 @@ def worker_argv_in_image(
     mounts: Sequence[Path],
     environ: Mapping[str, str],
 ) -> list[str]:
-    """The engine's command line that runs ``simrun worker WORKER_ARGS`` inside ``image``
-    (which must hold simrun) as container ``name``, removed when it ends, on the host's
-    network (the embedded Redis listens on 127.0.0.1), bounded by ``memory_gb``."""
-    args = [engine, "run", "--rm", "--name", name, "--network", "host"]
-    args += _bounds(memory_gb, mounts, workdir, environ)
-    return [*args, "--entrypoint", "simrun", image, "worker", *worker_args]
+    """The engine's command line that runs ``simrun worker WORKER_ARGS`` in ``image`` (which
+    holds simrun), removed when it ends, on the host's network (for the embedded Redis)."""
+    options = ("--rm", "--network", "host", "--entrypoint", "simrun")
+    return run_argv(
+        engine, image, ["worker", *worker_args], name=name, limit_gb=memory_gb, workdir=workdir,
+        mounts=mounts, environ=environ, options=options,
+    )  # fmt: skip
 
 
 def inspect_argv(engine: str, name: str) -> list[str]:
-    """The command line that prints whether the engine's OOM killer ended ``name``."""
+    """The command line that prints whether the engine's OOM killer ended a container."""
     return [engine, "inspect", "--format", "{{.State.OOMKilled}}", name]
 
 
 def remove_argv(engine: str, name: str) -> list[str]:
-    """The command line that removes the container ``name``."""
     return [engine, "rm", "-f", name]
 
 
 def parse_oom(text: str) -> bool:
-    """Whether ``inspect``'s output says the container was OOM-killed (``true``)."""
+    """Whether ``inspect``'s output says the container was OOM-killed."""
     return text.strip().lower() == "true"
 
 
@@ -122,7 +113,7 @@ def _call(argv: list[str]) -> subprocess.CompletedProcess[str] | str:
 
 
 def inspect_oom(engine: str, name: str) -> bool | None:
-    """Whether the container ``name`` was OOM-killed; None when the engine cannot tell."""
+    """Whether the container was OOM-killed; None when the engine cannot tell."""
     done = _call(inspect_argv(engine, name))
     if isinstance(done, str) or done.returncode != 0:
         return None
@@ -130,7 +121,7 @@ def inspect_oom(engine: str, name: str) -> bool | None:
 
 
 def remove(engine: str, name: str) -> str | None:
-    """Remove the container ``name``; None when done, else one line saying what failed."""
+    """Remove a container; None when done, else one line saying what failed."""
     done = _call(remove_argv(engine, name))
     if isinstance(done, str):
         return f"{engine} rm {name}: {done}"

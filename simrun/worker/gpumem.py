@@ -1,5 +1,5 @@
-"""The GPU memory of a job, the peak of ``nvidia-smi --query-gpu`` over the devices it was
-granted (they are its own); None where nvidia-smi does not answer."""
+"""The GPU memory of a job: the peak of ``nvidia-smi --query-gpu`` over the devices it was
+granted; None where nvidia-smi does not answer."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import asyncio
 import logging
 import shutil
 import subprocess
-import threading
 from collections.abc import Awaitable, Sequence
 from typing import TypeVar
+
+from simrun.queues.connect import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -23,13 +24,8 @@ T = TypeVar("T")
 
 def query_argv(exe: str, ids: Sequence[str]) -> list[str]:
     """The ``nvidia-smi`` command line that prints ``index, MiB used`` of devices ``ids``."""
-    return [
-        exe,
-        "--query-gpu=index,memory.used",
-        "--format=csv,noheader,nounits",
-        "-i",
-        ",".join(ids),
-    ]
+    query = ["--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
+    return [exe, *query, "-i", ",".join(ids)]
 
 
 def parse_memory_used(text: str) -> dict[str, float]:
@@ -48,66 +44,35 @@ def parse_memory_used(text: str) -> dict[str, float]:
     return used
 
 
-class GpuMemorySampler:
-    """The peak GPU memory (GiB) of devices ``ids`` between `start` and `stop`."""
-
-    def __init__(self, ids: Sequence[str], *, exe: str | None = None, every_s: float = SAMPLE_S):
-        self.ids = tuple(ids)
-        self.exe = exe if exe is not None else shutil.which("nvidia-smi")
-        self.every_s = every_s
-        self.peak_gb: float | None = None
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def sample(self) -> float | None:
-        """The GiB used on the devices now (None: nvidia-smi cannot tell)."""
-        if self.exe is None or not self.ids:
-            return None
-        try:
-            done = subprocess.run(
-                query_argv(self.exe, self.ids),
-                capture_output=True,
-                text=True,
-                timeout=_CALL_S,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            log.debug("nvidia-smi cannot tell the GPU memory: %s", exc)
-            return None
-        if done.returncode != 0:
-            return None
-        used = parse_memory_used(done.stdout)
-        found = [used[i] for i in self.ids if i in used]
-        return sum(found) if found else None
-
-    def _loop(self) -> None:
-        while True:
-            now = self.sample()
-            if now is not None:
-                self.peak_gb = now if self.peak_gb is None else max(self.peak_gb, now)
-            if self._done.wait(self.every_s):
-                return
-
-    def start(self) -> None:
-        if self.exe is None or not self.ids:
-            return
-        self._thread = threading.Thread(target=self._loop, name="simrun-gpu-memory", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> float | None:
-        """Stop sampling; the peak seen (None: nothing known)."""
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join()
-        return self.peak_gb
+def sample(exe: str, ids: Sequence[str]) -> float | None:
+    """The GiB used on devices ``ids`` now (None: nvidia-smi cannot tell; blocking)."""
+    try:
+        argv = query_argv(exe, ids)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=_CALL_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.debug("nvidia-smi cannot tell the GPU memory: %s", exc)
+        return None
+    if done.returncode != 0:
+        return None
+    used = parse_memory_used(done.stdout)
+    found = [used[i] for i in ids if i in used]
+    return sum(found) if found else None
 
 
 async def measure(ids: Sequence[str], work: Awaitable[T]) -> tuple[T, float | None]:
     """Await ``work`` while sampling the memory of GPUs ``ids``: its result and the peak."""
-    sampler = GpuMemorySampler(ids)
-    await asyncio.to_thread(sampler.start)
+    exe = shutil.which("nvidia-smi")
+    if exe is None or not ids:
+        return await work, None
+    task = asyncio.ensure_future(work)
+    peak: float | None = None
     try:
-        result = await work
+        while True:
+            now = await asyncio.to_thread(sample, exe, ids)
+            if now is not None:
+                peak = now if peak is None else max(peak, now)
+            done, _ = await asyncio.wait({task}, timeout=SAMPLE_S)
+            if done:
+                return task.result(), peak
     finally:
-        peak = await asyncio.to_thread(sampler.stop)
-    return result, peak
+        await cancel_and_wait(task)

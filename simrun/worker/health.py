@@ -1,7 +1,6 @@
 """``python -m simrun.worker.health``: the container's health check. Healthy when this
-container's worker (``--id``, else the newest heartbeat of this host) beat within
-``--max-age-s``, or when its fresh status file says it waits for Redis (an outage of Redis
-must not restart the container). `judge`, `judge_local` and `candidate_ids` are pure."""
+container's worker (``--id``, else the newest of this host) beat within ``--max-age-s``, or
+its fresh status file says it waits for Redis (an outage must not restart the container)."""
 
 from __future__ import annotations
 
@@ -39,7 +38,7 @@ class Verdict:
 
 
 def same_host(a: str, b: str) -> bool:
-    """True when two host names name the same host (a full name matches its short form)."""
+    """Whether two host names name one host (a full name matches its short form)."""
     a, b = a.strip().lower(), b.strip().lower()
     return bool(a) and (a == b or a.split(".")[0] == b.split(".")[0])
 
@@ -69,7 +68,7 @@ def judge(
     max_age_s: float = MAX_AGE_S,
 ) -> Verdict:
     """Whether the heartbeat of this container's worker (``worker_id``, else the newest of
-    ``host``) is at most ``max_age_s`` old; a stopping worker that still beats is healthy."""
+    ``host``) is fresh; a stopping worker that still beats is healthy."""
     if worker_id is not None:
         mine = [b for b in beats if b.id == worker_id]
         whose = f"worker {worker_id!r}"
@@ -92,8 +91,8 @@ def judge_local(
     prefix: str,
     max_age_s: float = MAX_AGE_S,
 ) -> Verdict | None:
-    """Healthy, "waiting for Redis", when the newest fresh status file of a worker of
-    ``prefix`` says Redis is down; None (ask Redis) otherwise."""
+    """Healthy when the newest fresh status file of a worker of ``prefix`` says Redis is down;
+    None (ask Redis) otherwise."""
     fresh = [
         s for s in statuses
         if isinstance(s.get("updated"), int | float) and now - float(s["updated"]) <= max_age_s
@@ -145,23 +144,18 @@ def check(
 ) -> Verdict:
     """`judge` the heartbeats in Redis, reading as few as it takes."""
     if worker_id is not None:
-        return judge(
-            _parse([cast("bytes | None", client.get(keys.worker(worker_id)))]),
-            host=host,
-            worker_id=worker_id,
-            now=now,
-            max_age_s=max_age_s,
-        )
+        beats = _parse([cast("bytes | None", client.get(keys.worker(worker_id)))])
+        return judge(beats, host=host, worker_id=worker_id, now=now, max_age_s=max_age_s)
     # redis-py types its sync and async answers as one union: these are the sync ones.
     ids = [raw.decode() for raw in cast("list[bytes]", client.zrange(keys.workers, 0, -1))]
     seen: list[WorkerInfo] = []
     verdict = judge(seen, host=host, worker_id=None, now=now, max_age_s=max_age_s)
     ordered = candidate_ids(ids, host)
     for start in range(0, len(ordered), BATCH):
-        batch = ordered[start : start + BATCH]
-        values = cast("list[bytes | None]", client.mget([keys.worker(i) for i in batch]))
-        beats = _parse(values)
-        seen.extend(b for b in beats if same_host(b.host, host))
+        values = client.mget([keys.worker(i) for i in ordered[start : start + BATCH]])
+        seen.extend(
+            b for b in _parse(cast("list[bytes | None]", values)) if same_host(b.host, host)
+        )
         verdict = judge(seen, host=host, worker_id=None, now=now, max_age_s=max_age_s)
         if verdict.healthy:
             break
@@ -201,20 +195,13 @@ def main(
         click.echo(waiting.message)
         sys.exit(0)
     try:
-        client = Redis.from_url(
+        with Redis.from_url(
             redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-        )
-        try:
+        ) as client:
             verdict = check(
-                client,
-                Keys(prefix),
-                host=host,
-                worker_id=worker_id,
-                now=time.time(),
+                client, Keys(prefix), host=host, worker_id=worker_id, now=time.time(),
                 max_age_s=max_age_s,
-            )
-        finally:
-            client.close()
+            )  # fmt: skip
     except (RedisError, OSError, ValueError) as exc:
         verdict = Verdict(False, f"cannot read heartbeats from {redact_url(redis_url)}: {exc}")
     click.echo(verdict.message)

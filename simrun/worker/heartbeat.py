@@ -1,6 +1,5 @@
-"""The heartbeat of a worker container: its `WorkerInfo` every ``interval_s`` under a key
-that expires after ``ttl_s`` and its id in the index of workers; with a `RedisLink`, beats
-wait while Redis is away."""
+"""The heartbeat of a worker container: its `WorkerInfo` every ``interval_s`` under a key that
+expires after ``ttl_s``, and its id in the index of workers; beats wait while Redis is away."""
 
 from __future__ import annotations
 
@@ -52,7 +51,7 @@ class Heartbeat:
             await pipe.execute()
 
     async def run(self) -> None:
-        """Beat until cancelled; a failed beat tells the link (or is logged) and is tried again."""
+        """Beat until cancelled; a failed beat tells the link (or is logged)."""
         while True:
             link = self.link
             if link is not None:

@@ -1,10 +1,6 @@
-"""The arq job function of the worker container: one job in, exactly one report out.
-
-A `Job` is admitted (stale units skipped, scratch and `AdmissionGate` waited for), executed
-(a chunk or merge on the pool, a command through simrun-exec) and reported: its unit logs'
-headers written and its `ReportEntry` added to the stream, or kept in the spool while Redis
-is away. The report is written by the job itself, never by arq hooks (arq skips those on
-several paths)."""
+"""The arq job function of the worker container: one job in, exactly one report out. A `Job`
+is admitted, executed (on the pool, or through simrun-exec) and reported by itself, never by
+arq's hooks (arq skips those on several paths)."""
 
 from __future__ import annotations
 
@@ -39,7 +35,6 @@ from simrun.worker.pool.processes import PoolError, ProcessPool
 from simrun.worker.pool.runner import run_chunk, run_merge
 from simrun.worker.scratch import ScratchSpace, scratch_admission, scratch_limit_gb
 from simrun.worker.settings import WorkerSettings
-from simrun.worker.spool import ReportSpool
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -56,8 +51,7 @@ MAX_FAILED_HEADERS = 20
 
 
 def request_for(spec: JobSpec, capacity: Capacity) -> tuple[Request, float]:
-    """What a job asks of admission (`simrun.core.sizing.request_gb`, `request_slots`,
-    `request_gpus`), and the memory limit (GiB) it runs under: the memory it asks."""
+    """What a job asks of admission, and the memory limit (GiB) it runs under: what it asks."""
     res = spec.resources
     what = f"a {spec.kind} job of task {spec.task!r} ({spec.task_type})"
     memory = request_gb(
@@ -83,36 +77,26 @@ def _log_entry(entry: ReportEntry) -> None:
 
 @dataclass
 class StaleView:
-    """Which units of a job were dispatched again with a newer attempt, refreshed from
-    Redis when older than ``refresh_s``; while Redis is away units count as current
-    (running one twice is harmless)."""
+    """Which units of a job were dispatched again with a newer attempt, as Redis said at most
+    ``refresh_s`` ago; while it is away they count as current (running one twice is harmless)."""
 
     redis: Redis
     keys: Keys
     spec: JobSpec
-    link: RedisLink | None = None
+    link: RedisLink
     refresh_s: float = STALE_REFRESH_S
     _current: dict[UnitKey, int] = field(default_factory=dict)
     _at: float = -float("inf")
 
-    async def refresh(self) -> None:
-        self._at = time.monotonic()
-        if self.link is not None and not self.link.is_up:
-            return
-        try:
-            self._current = await current_attempts(
-                self.redis, self.keys, self.spec.run, self.spec.task, self.spec.units
-            )
-        except LINK_ERRORS as exc:
-            if self.link is not None:
-                self.link.lost(exc)
-            else:
-                log.warning("cannot read the current attempts of %s: %s", self.spec.job_id, exc)
-        self._at = time.monotonic()
-
     async def is_stale(self, unit: UnitKey) -> bool:
-        if time.monotonic() - self._at > self.refresh_s:
-            await self.refresh()
+        if time.monotonic() - self._at > self.refresh_s and self.link.is_up:
+            try:
+                self._current = await current_attempts(
+                    self.redis, self.keys, self.spec.run, self.spec.task, self.spec.units
+                )
+            except LINK_ERRORS as exc:
+                self.link.lost(exc)
+            self._at = time.monotonic()
         return self._current.get(unit, self.spec.attempt) > self.spec.attempt
 
 
@@ -125,7 +109,6 @@ class Job:
         self.ledger = Ledger(spec.units)
         self.request, self.limit_gb = request_for(spec, worker.capacity)
         self.view = StaleView(worker.redis, worker.keys, spec, worker.link)
-        #: The measurements and the job-level error the report carries.
         self.measured = WorkerReport.empty(self.limit_gb)
         self.error: str | None = None
         self.grant: Grant | None = None
@@ -134,7 +117,6 @@ class Job:
         self.pid: int | None = None
 
     def _end(self, outcome: Outcome, error: str) -> None:
-        """Give every unit left ``outcome`` and the job the error ``error``."""
         self.ledger.close_rest(outcome)
         self.error = error
 
@@ -163,14 +145,12 @@ class Job:
         return True
 
     async def execute(self) -> None:
-        """Run the admitted job (in this worker's scratch when it has one), then release it."""
+        """Run the admitted job in this worker's scratch, then release its grant."""
         assert self.grant is not None, "execute() needs a grant of admit()"
         worker = self.worker
         try:
             if worker.stop_now:
                 self.error = "the worker stopped before the job started; handed back"
-            elif worker.scratch is None:
-                self.measured = await self._run(self.spec)
             else:
                 await self._in_scratch(worker.scratch)
         except PoolError as exc:
@@ -199,7 +179,7 @@ class Job:
         )
         if not cancelled:
             await self._unit_logs(entry)
-        await self.worker.write(entry, RunningJob.of(self.spec, "running"))
+        await self.worker.link.report(entry, RunningJob.of(self.spec, "running"))
         return entry
 
     async def _run(self, spec: JobSpec) -> WorkerReport:
@@ -219,11 +199,10 @@ class Job:
 
     async def _scratch_short(self) -> str | None:
         """Why this worker's scratch can never hold what the task asks for, or None once it
-        can (`scratch_admission`): at once, or after waiting for the scratch of other tasks
-        to be freed (a stop of the worker ends the wait)."""
+        can (`scratch_admission`), maybe after waiting for other tasks' scratch to be freed."""
         spec, scratch = self.spec, self.worker.scratch
         need = spec.resources.scratch_gb
-        if scratch is None or need <= 0:
+        if need <= 0:
             return None
         said = False
         while not self.worker.stop_now:
@@ -248,30 +227,16 @@ class Job:
         return None
 
     async def _in_scratch(self, scratch: ScratchSpace) -> None:
-        """Run the job with its scratch on this worker's disk and its staged inputs copied
-        there; the scratch is measured meanwhile, reported past the task's ``scratch_gb``
-        and the job stopped past `scratch_limit_gb`."""
+        """Run the job with its scratch and staged inputs on this worker's disk."""
         local = scratch.localize(self.spec)
         try:
-            staged = await scratch.prepare(self.spec)  # from the store's paths
+            staged = await scratch.prepare(self.spec)
         except OSError as exc:
             self.ledger.close_rest("failed", f"cannot stage the inputs of the task: {exc}")
             self.error = f"staging failed on {self.worker.worker_id}: {exc}"
             return
         try:
-            run = asyncio.ensure_future(self._run(local))
-            try:
-                peak, over = await self._watch_scratch(scratch, local, run)
-            except BaseException:
-                await cancel_and_wait(run)  # the job itself was cancelled: so is its run
-                raise
-            try:
-                report = await run
-            except asyncio.CancelledError:
-                if over is None:
-                    raise
-                self.ledger.close_rest("failed", over)
-                report, self.error = WorkerReport.empty(self.limit_gb), over
+            report, peak = await self._watch_scratch(scratch, local)
         finally:
             scratch.end(local)
         self.measured = report.model_copy(
@@ -279,33 +244,37 @@ class Job:
         )
 
     async def _watch_scratch(
-        self, scratch: ScratchSpace, spec: JobSpec, run: asyncio.Future[WorkerReport]
-    ) -> tuple[float, str | None]:
-        """Measure the task's scratch until ``run`` ends: the peak in GiB, and why ``run``
-        was stopped (its scratch past the hard limit), or None."""
-        asked = spec.resources.scratch_gb
-        peak = 0.0
-        warned = False
-        while True:
-            used = await asyncio.to_thread(scratch.used_bytes, spec) / GIB
-            peak = max(peak, used)
-            if asked > 0 and used > asked and not warned:
-                warned = True
-                log.warning(
-                    "task %s/%s uses %.3g GiB of local scratch, more than its scratch_gb %g",
-                    spec.run, spec.task, used, asked,
-                )  # fmt: skip
-            if asked > 0 and used > scratch_limit_gb(asked):
-                run.cancel()
-                return peak, (
-                    f"stopped: the task wrote {used:.3g} GiB to its local scratch, past "
-                    f"{scratch_limit_gb(asked):.3g} GiB (its scratch_gb {asked:g} with the "
-                    "margin); ask for more with resources: {scratch_gb: ...}"
-                )
-            done, _ = await asyncio.wait({run}, timeout=SCRATCH_SAMPLE_S)
-            if done:
-                final = await asyncio.to_thread(scratch.used_bytes, spec) / GIB
-                return max(peak, final), None
+        self, scratch: ScratchSpace, spec: JobSpec
+    ) -> tuple[WorkerReport, float]:
+        """Run the job measuring its scratch: its report and the peak in GiB. Past
+        `scratch_limit_gb` the run is stopped, and the units left fail."""
+        asked, peak, warned = spec.resources.scratch_gb, 0.0, False
+        run = asyncio.ensure_future(self._run(spec))
+        try:
+            while not run.done():
+                used = await asyncio.to_thread(scratch.used_bytes, spec) / GIB
+                peak = max(peak, used)
+                if asked > 0 and used > asked and not warned:
+                    warned = True
+                    log.warning(
+                        "task %s/%s uses %.3g GiB of local scratch, more than its scratch_gb %g",
+                        spec.run, spec.task, used, asked,
+                    )  # fmt: skip
+                if asked > 0 and used > scratch_limit_gb(asked):
+                    await cancel_and_wait(run)
+                    if run.cancelled():
+                        self.error = (
+                            f"stopped: the task wrote {used:.3g} GiB to its local scratch, past "
+                            f"{scratch_limit_gb(asked):.3g} GiB (its scratch_gb {asked:g} with "
+                            "the margin); ask for more with resources: {scratch_gb: ...}"
+                        )
+                        self.ledger.close_rest("failed", self.error)
+                        return WorkerReport.empty(self.limit_gb), peak
+                await asyncio.wait({run}, timeout=SCRATCH_SAMPLE_S)
+            final = await asyncio.to_thread(scratch.used_bytes, spec) / GIB
+            return run.result(), max(peak, final)
+        finally:
+            await cancel_and_wait(run)  # the job itself was cancelled: so is its run
 
     async def _execute(self, spec: JobSpec) -> WorkerReport:
         """Run the job: a command through simrun-exec, a chunk or a merge on the pool."""
@@ -349,7 +318,7 @@ class Job:
                 hide_gpus=capacity.gpus > 0,
                 cgroups=worker.settings.cgroups,
                 log_cap=worker.settings.command_log_cap,
-                processes=request_slots(spec.kind, capacity.processes, spec.uses_cores),
+                processes=self.request.slots,
                 engine=worker.engine,
             )
         )
@@ -376,9 +345,8 @@ class Job:
             log.warning("cannot write the unit logs of job %s: %s", spec.job_id, exc)
 
     def _write_headers(self, entry: ReportEntry) -> int:
-        """Write the log header of each unit that printed (its sink) or did not end well (at
-        most `MAX_FAILED_HEADERS` without output), and of a command's attempt (blocking);
-        how many were written."""
+        """Write the log header of each unit that printed or failed (at most
+        `MAX_FAILED_HEADERS` without output), and of a command's attempt; how many (blocking)."""
         spec, sink = self.spec, self.sink
         if sink is not None:
             sink.settle_orphan()  # the last output of a process that died, to its unit
@@ -427,20 +395,14 @@ class JobHandler:
     capacity: Capacity
     gate: AdmissionGate
     pool: ProcessPool
+    link: RedisLink
+    settings: WorkerSettings
+    #: The engine that runs the commands of image jobs in their image (None: here).
+    engine: str | None
+    scratch: ScratchSpace
     running: dict[str, RunningJob] = field(default_factory=dict)
     #: Set when the grace period of a stop is over: what is left is handed back.
     stop_now: bool = False
-    #: The link to Redis and the reports kept while it is down (set by the container;
-    #: without them a report that cannot be written raises).
-    link: RedisLink | None = None
-    spool: ReportSpool | None = None
-    #: The worker's settings (how commands are bounded: ``cgroups``, ``command_log_cap``),
-    #: and the engine that runs the commands of image jobs in their image (None: here).
-    settings: WorkerSettings = field(default_factory=WorkerSettings)
-    engine: str | None = None
-    #: The local scratch of the tasks (None: the paths the service sent, as they are).
-    scratch: ScratchSpace | None = None
-    #: The commands running now (`stop_commands` cancels them).
     commands: set[asyncio.Task[WorkerReport]] = field(default_factory=set)
 
     async def handle(self, ctx: Mapping[str, Any], payload: object) -> dict[str, Any]:
@@ -454,7 +416,7 @@ class JobHandler:
         return {"job_id": spec.job_id, "outcomes": _counts(entry)}
 
     async def run(self, spec: JobSpec) -> ReportEntry:
-        """Run one job and report it; returns the entry written."""
+        """Run one job and report it; the entry written."""
         job = Job(self, spec)
         self.running[spec.job_id] = RunningJob.of(spec)
         try:
@@ -476,14 +438,3 @@ class JobHandler:
         """Stop the commands that run (end of a stop's grace period)."""
         for task in self.commands:
             task.cancel()
-
-    async def xadd(self, entry: ReportEntry) -> None:
-        """Add a report to the stream (raises when Redis does not take it)."""
-        await self.redis.xadd(self.keys.reports, entry.to_fields())  # type: ignore[arg-type]
-
-    async def write(self, entry: ReportEntry, holding: RunningJob) -> None:
-        """Write a report, or keep it in the spool while Redis is away (``holding``: its job)."""
-        if self.link is None or self.spool is None:
-            await self.xadd(entry)
-            return
-        await self.link.report(entry, holding)

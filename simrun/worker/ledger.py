@@ -1,5 +1,5 @@
-"""The outcome of each unit of one job (exactly one each; `close_rest` for those nobody got
-to) and the `WorkerReport` made from them. Pure."""
+"""The outcome of each unit of one job (exactly one each) and the `WorkerReport` made from
+them. Pure."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ class Ledger:
         error: str | None = None,
         exceptions: tuple[str, ...] = (),
     ) -> None:
-        """The outcome of ``unit``; each unit gets one, once (``exceptions``: the types a
-        failed unit raised, its own first)."""
+        """The outcome of ``unit``, once (``exceptions``: the types a failed unit raised, its
+        own first)."""
         if unit not in self._members:
             raise KeyError(f"unit {unit!r} is not part of this job")
         if unit in self.outcomes:
@@ -56,7 +56,7 @@ class Ledger:
 
     @property
     def pending(self) -> list[UnitKey]:
-        """Units without an outcome yet, in order."""
+        """Units without an outcome yet."""
         return [u for u in self.units if u not in self.outcomes]
 
     def close_rest(
@@ -69,19 +69,15 @@ class Ledger:
         for unit in self.pending:
             self.record(unit, outcome, error=error, exceptions=exceptions)
 
-    @property
-    def done(self) -> int:
-        return sum(1 for o in self.outcomes.values() if o == "done")
-
     def report(
         self, peaks_gb: Sequence[float], limit_gb: float, killed_for_memory: bool
     ) -> WorkerReport:
-        """The measurements of the job: the peaks, the mean seconds of a unit done, the count."""
+        """The measurements of the job."""
         seconds = list(self.seconds.values())
         return WorkerReport(
             peak_memory_gb=tuple(peaks_gb),
             seconds_per_unit=sum(seconds) / len(seconds) if seconds else None,
-            units=self.done,
+            units=sum(1 for o in self.outcomes.values() if o == "done"),
             limit_gb=limit_gb,
             killed_for_memory=killed_for_memory,
         )

@@ -1,7 +1,7 @@
-"""`RedisLink`: the worker's link to Redis. It notices Redis going away, tries again with
-backoff, and once it answers delivers in order the kept reports, arq's deferred
-bookkeeping, then a heartbeat; a Redis that restarted gets the recent reports again.
-While Redis is away a status file tells the health check so."""
+"""Riding out Redis outages. `RedisLink` notices Redis going away, tries again with backoff,
+and once it answers delivers the kept reports, arq's deferred bookkeeping, then a heartbeat
+(a Redis that restarted gets the recent reports again); `OutageWorker` is arq's `Worker`
+waiting on it. A status file tells the health check while Redis is away."""
 
 from __future__ import annotations
 
@@ -17,10 +17,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
+from arq.constants import in_progress_key_prefix
+from arq.utils import timestamp_ms
+from arq.worker import Worker
+from redis.exceptions import RedisError, ResponseError, WatchError
 
 from simrun.core.outage import RECONNECT_MAX_S, LinkState, backoff_s
 from simrun.core.reports import ReportEntry, RunningJob
+from simrun.core.unitlogs import write_atomic
 from simrun.queues.connect import cancel_and_wait
 from simrun.worker.spool import ReportSpool
 
@@ -29,16 +33,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: How long a written report is kept, to be written again should Redis lose its data.
+#: How long (and how many at most) written reports are kept, to be written again should Redis
+#: lose its data.
 RECENT_S = 60.0
-#: And how many at most.
 RECENT_MAX = 2000
 #: What the worker's I/O with Redis may raise when Redis is away.
 LINK_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError)
 
 
 def status_path(local_dir: Path, worker_id: str) -> Path:
-    """The status file of a worker in its local directory."""
     return local_dir / f"{worker_id}.status.json"
 
 
@@ -54,7 +57,7 @@ def read_status(path: Path) -> dict[str, Any] | None:
 def write_status(
     path: Path, *, where: str, prefix: str, state: LinkState, kept_reports: int
 ) -> None:
-    """Write the status file of a worker whose Redis is away (atomically; errors logged)."""
+    """Write the status file of a worker (atomically; a failure is logged)."""
     now = time.time()
     data = {
         "pid": os.getpid(),
@@ -66,11 +69,8 @@ def write_status(
         "reason": state.reason,
         "kept_reports": kept_reports,
     }
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(data))
-        tmp.replace(path)
+        write_atomic(path, json.dumps(data).encode())
     except OSError as exc:
         log.debug("cannot write the status file %s: %s", path, exc)
 
@@ -101,8 +101,7 @@ class RedisLink:
         prefix: str = "",
     ) -> None:
         self.redis, self.where, self.spool, self.write = redis, where, spool, write
-        #: The key prefix the worker serves (the status file says it for the health check).
-        self.prefix = prefix
+        self.prefix = prefix  # the status file says it for the health check
         self.max_backoff_s = max_backoff_s
         self.status = status
         self.state = LinkState()
@@ -120,15 +119,15 @@ class RedisLink:
         self.pools: list[Redis] = []
 
     async def learn_server(self) -> None:
-        """Note which Redis server answers (its ``run_id``)."""
+        """Note which Redis server (``run_id``) answers."""
         self.server_id = await self._server()
 
     async def _server(self) -> str:
         return str((await self.redis.info("server")).get("run_id", ""))
 
     async def check_server(self) -> None:
-        """Ask which Redis server answers; when another than before (it restarted and may
-        have lost its data), write the reports of the last `RECENT_S` again first."""
+        """When another Redis server answers than before (it restarted and may have lost its
+        data), write the reports of the last `RECENT_S` again."""
         before = self.server_id
         server = await self._server()
         if before is not None and server != before and self._recent:
@@ -152,8 +151,8 @@ class RedisLink:
             self._recent.popleft()
 
     async def report(self, entry: ReportEntry, holding: RunningJob) -> None:
-        """Write a report after the reports still kept, or keep it in the spool when Redis
-        does not answer (``holding``: its job, as the heartbeat lists it meanwhile)."""
+        """Write a report after those kept, or keep it while Redis is away (``holding``: its
+        job, as the heartbeat lists it meanwhile)."""
         if self.is_up:
             try:
                 if len(self.spool):
@@ -197,7 +196,7 @@ class RedisLink:
         self.write_status()
 
     def defer(self, finish: Callable[[], Awaitable[None]]) -> None:
-        """Run ``finish`` once Redis is back (after the spooled reports)."""
+        """Run ``finish`` once Redis is back, after the kept reports."""
         self._finishes.append(finish)
 
     async def _catch_up(self) -> None:
@@ -254,3 +253,70 @@ class RedisLink:
             await cancel_and_wait(self._task)
         if self.status is not None:
             self.status.unlink(missing_ok=True)
+
+
+class OutageWorker(Worker):
+    """arq's `Worker`, but no polls while the link is down, a failed ``start_jobs`` gives its
+    semaphore slot back, and a failed ``finish_job`` runs again once Redis is back."""
+
+    def __init__(self, *args: Any, link: RedisLink, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.link = link
+
+    async def _poll_iteration(self) -> None:
+        if not self.link.is_up:
+            return
+        try:
+            await super()._poll_iteration()
+        except LINK_ERRORS as exc:
+            self.link.lost(exc)
+
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        """arq's own, but a Redis error gives back the slot the job had taken."""
+        for job_id_b in job_ids:
+            await self.sem.acquire()
+            if self.job_counter >= self.max_jobs:
+                self.sem.release()
+                return None
+            self.job_counter = self.job_counter + 1
+            job_id = job_id_b.decode()
+            in_progress_key = in_progress_key_prefix + job_id
+            started = False
+            try:
+                async with self.pool.pipeline(transaction=True) as pipe:
+                    await pipe.watch(in_progress_key)
+                    ongoing_exists = await pipe.exists(in_progress_key)
+                    score = await pipe.zscore(self.queue_name, job_id)
+                    if ongoing_exists or not score or score > timestamp_ms():
+                        continue  # taken elsewhere, finished, or deferred
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    pipe.psetex(in_progress_key, int(self.in_progress_timeout_s * 1000), b"1")
+                    try:
+                        await pipe.execute()
+                    except (ResponseError, WatchError):
+                        continue  # taken elsewhere since
+                    task = self.loop.create_task(self.run_job(job_id, int(score)))
+                    task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
+                    self.tasks[job_id] = task
+                    started = True
+            finally:
+                if not started:
+                    self.job_counter = self.job_counter - 1
+                    self.sem.release()
+        return None
+
+    async def finish_job(self, job_id: str, *args: Any, **kwargs: Any) -> None:
+        try:
+            await super().finish_job(job_id, *args, **kwargs)
+        except LINK_ERRORS as exc:
+            self.link.lost(exc)
+            self.link.defer(lambda: super(OutageWorker, self).finish_job(job_id, *args, **kwargs))
+
+    async def finish_failed_job(self, job_id: str, result_data: bytes | None) -> None:
+        try:
+            await super().finish_failed_job(job_id, result_data)
+        except LINK_ERRORS as exc:
+            self.link.lost(exc)
+            self.link.defer(
+                lambda: super(OutageWorker, self).finish_failed_job(job_id, result_data)
+            )

@@ -1,6 +1,6 @@
-"""A process and its descendants, read from /proc: who they are, their anonymous memory, and
-ending them all; the one reader of ``/proc/<pid>/stat`` and ``status``. Every read
-tolerates a process exiting at any moment."""
+"""A process and its descendants, read from /proc (the one reader of ``/proc/<pid>/stat`` and
+``status``): who they are, their anonymous memory, and ending them all. Every read tolerates
+a process exiting at any moment."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ CHILDREN_FILES = os.path.exists("/proc/thread-self/children")
 
 def _read(path: str) -> bytes | None:
     """The content of a /proc file, or None when its process is gone (``os.read``: the
-    sampler reads these thousands of times, and ``open()`` costs more than the read)."""
+    sampler reads thousands, and ``open()`` costs more than the read)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
@@ -41,7 +41,6 @@ def own_anon_bytes(pid: int) -> int | None:
         return None
     end = data.find(b"\n", start)
     fields = data[start + len(_RSS_ANON) : end if end >= 0 else len(data)].split()
-    # The kernel writes "RssAnon:\t  1234 kB"; the unit is always kB.
     return int(fields[0]) * 1024
 
 
@@ -91,33 +90,28 @@ def _parent_map() -> dict[int, list[int]]:
 
 
 def descendants(pid: int, children_files: bool = CHILDREN_FILES) -> list[int]:
-    """All living descendants of ``pid``, not ``pid`` itself: from the per-thread
-    ``children`` files of the tree where the kernel has them, else from one scan of every
-    process's parent id. An orphan adopted by init is no longer found."""
+    """All living descendants of ``pid`` (an orphan adopted by init is no longer one): from
+    the threads' ``children`` files where the kernel has them, else from one scan of /proc."""
+    tree = None if children_files else _parent_map()
+
+    def children(of: int) -> list[int]:
+        return _children_from_task_files(of) if tree is None else tree.get(of, [])
+
     out: list[int] = []
-    if not children_files:
-        tree = _parent_map()
-        stack = list(tree.get(pid, ()))
-        while stack:
-            child = stack.pop()
-            out.append(child)
-            stack.extend(tree.get(child, ()))
-        return out
-    stack = _children_from_task_files(pid)
-    seen = {pid}
+    stack, seen = children(pid), {pid}
     while stack:
         child = stack.pop()
         if child in seen:  # a pid reused while we walk cannot make us loop
             continue
         seen.add(child)
         out.append(child)
-        stack.extend(_children_from_task_files(child))
+        stack.extend(children(child))
     return out
 
 
 def anon_memory_bytes(pid: int, include_children: bool = False) -> int | None:
     """Anonymous resident memory of ``pid`` in bytes, with its descendants' when
-    ``include_children``; None when ``pid`` itself is gone."""
+    ``include_children``; None once ``pid`` is gone."""
     own = own_anon_bytes(pid)
     if own is None:
         return None
@@ -127,7 +121,7 @@ def anon_memory_bytes(pid: int, include_children: bool = False) -> int | None:
 
 
 def anon_bytes_of(pids: Iterable[int]) -> int:
-    """The anonymous resident memory of these processes together, in bytes."""
+    """The anonymous resident memory of these processes together."""
     return sum(own_anon_bytes(pid) or 0 for pid in pids)
 
 
@@ -180,9 +174,8 @@ _FREEZE_ROUNDS = 20
 
 
 def kill_tree(pid: int, *, include_root: bool = True) -> list[int]:
-    """SIGKILL the descendants of ``pid`` (and ``pid`` with ``include_root``); the pids
-    signalled. The tree is SIGSTOPped until no new descendant shows up, then killed: a
-    process forking meanwhile cannot leave an orphan behind."""
+    """SIGKILL the descendants of ``pid`` (and ``pid``, with ``include_root``); the pids
+    signalled. The tree is stopped first, so that a process forking cannot leave an orphan."""
     stopped: set[int] = set()
     for _ in range(_FREEZE_ROUNDS):
         new = [p for p in descendants(pid) if p not in stopped]

@@ -4,10 +4,10 @@ or its cgroup, sampled in a daemon thread: the peak, and a callback once past a 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
-from types import TracebackType
 
 from simrun.core.sizing import GIB
 from simrun.worker.proctree import anon_bytes_of, anon_memory_bytes, own_anon_bytes
@@ -16,9 +16,8 @@ log = logging.getLogger(__name__)
 
 
 class MemorySampler:
-    """The peak anonymous memory of ``pid`` (with its descendants, or with ``members()``: a
-    cgroup's) sampled every ``interval_s`` from `start` to `stop`; the first sample above
-    ``limit_gb`` sets `exceeded` and calls ``on_limit(current_gb)`` once, in the thread."""
+    """The peak anonymous memory of ``pid`` (with its descendants, or ``members()``) sampled
+    every ``interval_s``; the first sample above ``limit_gb`` calls ``on_limit(current_gb)``."""
 
     def __init__(
         self,
@@ -39,7 +38,7 @@ class MemorySampler:
         self.include_children = include_children
         self._members = members
         self.limit_gb = limit_gb
-        self._limit_bytes = None if limit_gb is None else limit_gb * GIB
+        self._limit_bytes = math.inf if limit_gb is None else limit_gb * GIB
         self._on_limit = on_limit
         self._lock = threading.Lock()
         self._peak_bytes = 0
@@ -72,15 +71,8 @@ class MemorySampler:
 
     def _run(self) -> None:
         try:
-            while True:
-                current = self._sample()
-                if current is None:
-                    return
-                if (
-                    self._limit_bytes is not None
-                    and not self._exceeded
-                    and current > self._limit_bytes
-                ):
+            while (current := self._sample()) is not None:
+                if current > self._limit_bytes and not self._exceeded:
                     self._exceeded = True
                     if self._on_limit is not None:
                         try:
@@ -93,7 +85,7 @@ class MemorySampler:
             self._cpu_s = time.thread_time()
 
     def start(self) -> MemorySampler:
-        """Start sampling in a daemon thread; returns the sampler itself."""
+        """Start sampling in a daemon thread."""
         if self._thread is not None:
             raise RuntimeError(f"the memory sampler of pid {self.pid} was already started")
         self._thread = threading.Thread(
@@ -103,7 +95,7 @@ class MemorySampler:
         return self
 
     def stop(self) -> float:
-        """Stop the thread, take a last sample, and return the peak in GiB."""
+        """Stop the thread and take a last sample; the peak in GiB."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
@@ -121,32 +113,26 @@ class MemorySampler:
     def __enter__(self) -> MemorySampler:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         self.stop()
 
     @property
     def peak_gb(self) -> float:
-        """The highest anonymous memory seen since the start (or the last reset), GiB."""
+        """The highest anonymous memory seen (GiB)."""
         with self._lock:
             return self._peak_bytes / GIB
 
     @property
     def exceeded(self) -> bool:
-        """Whether a sample of the thread went above ``limit_gb`` (``on_limit`` was called)."""
+        """Whether a sample went above ``limit_gb``."""
         return self._exceeded
 
     @property
     def samples(self) -> int:
-        """How many readings found the process alive."""
         with self._lock:
             return self._samples
 
     @property
     def cpu_s(self) -> float:
-        """CPU seconds the sampling thread used, known once the thread has ended."""
+        """CPU seconds the sampling thread used, once it ended."""
         return self._cpu_s

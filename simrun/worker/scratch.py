@@ -1,6 +1,6 @@
-"""Local scratch and staged inputs on a worker container: ``<scratch dir>/<worker id>/
-<run>/<task>/`` on the worker's own disk, staged input ports copied there once per task,
-measured while jobs run, and removed when the task ended here or stayed idle long."""
+"""The local scratch of tasks on a worker's own disk (``<scratch dir>/<worker id>/<run>/<task>``):
+staged input ports copied there once per task, measured while jobs run, removed when the
+task ended or stayed idle long."""
 
 from __future__ import annotations
 
@@ -43,9 +43,8 @@ def scratch_limit_gb(asked_gb: float) -> float:
 def scratch_admission(
     need_gb: float, free_gb: float | None, held_task_gb: float, held_all_gb: float
 ) -> Literal["run", "wait", "refuse"]:
-    """Whether a job whose task asks for ``need_gb`` of scratch may start now ("run"),
-    once other tasks' scratch is freed ("wait"), or never ("refuse"): ``free_gb`` is free
-    (None: unknown), ``held_task_gb`` its task's own, ``held_all_gb`` every task's here."""
+    """Whether a job whose task asks for ``need_gb`` of scratch may start now, once other
+    tasks' scratch is freed, or never; ``held_*``: its task's and every task's scratch here."""
     if need_gb <= 0 or free_gb is None:
         return "run"
     if need_gb <= free_gb + held_task_gb + SLACK_GB:
@@ -56,14 +55,13 @@ def scratch_admission(
 
 
 def room_gb(free_gb: float | None, held_all_gb: float) -> float | None:
-    """The scratch a worker advertises: its free space and what the tasks' scratch there
-    holds (freed when they end); None when the free space is unknown."""
+    """The scratch a worker advertises: free, and held by tasks (freed when they end)."""
     return None if free_gb is None else free_gb + held_all_gb
 
 
 @dataclass(frozen=True)
 class Staged:
-    """What staging did for one job: bytes copied and seconds taken."""
+    """Bytes copied and seconds taken by the staging of one job."""
 
     bytes: int = 0
     seconds: float = 0.0
@@ -116,11 +114,11 @@ class ScratchSpace:
     _last: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def task_dir(self, run: str, task: str) -> Path:
-        """The local scratch of task ``task`` of run ``run`` (names the service checked)."""
+        """The local scratch of a task (its names checked by the service)."""
         return self.root / run / task
 
     def free_gb(self) -> float | None:
-        """Free space of the scratch file system in GiB (None when it cannot be read)."""
+        """Free space of the scratch file system in GiB (None: unknown)."""
         with contextlib.suppress(OSError):
             self.root.mkdir(parents=True, exist_ok=True)
             return shutil.disk_usage(self.root).free / GIB
@@ -140,9 +138,8 @@ class ScratchSpace:
         return spec.model_copy(update={"paths": new})
 
     async def prepare(self, spec: JobSpec) -> Staged:
-        """Make the task's scratch and stage its inputs there (once per task), ``spec`` as
-        sent; what this call copied (`OSError`: a copy failed). The job runs here until
-        `end`."""
+        """Make the task's scratch and stage its inputs there once per task (``spec`` as sent);
+        what this call copied. The job counts as running here until `end`."""
         key = (spec.run, spec.task)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
@@ -172,7 +169,7 @@ class ScratchSpace:
         return Staged(copied, seconds)
 
     async def remove_dead(self, alive: Callable[[list[str]], Awaitable[set[str]]]) -> int:
-        """Remove the directories of the other workers that ``alive`` does not list; how many."""
+        """Remove the directories of the other workers ``alive`` does not list; how many."""
         parent = self.root.parent
         try:
             others = [p.name for p in parent.iterdir() if p.is_dir() and p != self.root]

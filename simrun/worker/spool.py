@@ -1,6 +1,5 @@
 """`ReportSpool`: the reports a worker could not write while Redis was away, kept in order
-(in memory, then in a fsync'd file of the local directory, then dropped) until delivered.
-`SpoolBounds.admit` is the pure rule of where a report goes."""
+until delivered: in memory, then in a fsync'd file, then dropped (`SpoolBounds.admit`)."""
 
 from __future__ import annotations
 
@@ -32,9 +31,8 @@ class SpoolBounds:
     disk_bytes: int = int(DEFAULT_DISK_MB * MIB)
 
     def admit(self, size: int, in_memory: int, on_disk: int) -> Place:
-        """Where a report of ``size`` bytes goes when ``in_memory`` and ``on_disk`` bytes are
-        kept: memory while nothing waits on disk and it fits there (a report never jumps
-        ahead of older ones), else disk while it fits there, else nowhere."""
+        """Where a report of ``size`` bytes goes: memory while nothing waits on disk (a report
+        never jumps ahead of older ones) and it fits, else disk while it fits, else nowhere."""
         if on_disk == 0 and in_memory + size <= self.memory_bytes:
             return "memory"
         if on_disk + size <= self.disk_bytes:
