@@ -16,12 +16,13 @@ from simrun.core.layout import StoreLayout
 from simrun.core.reuse import (
     Earlier,
     UnitsEarlier,
-    best_units,
+    UnitsTaken,
     choose,
     choose_units,
     forced_tasks,
     rerun_problems,
     reused_text,
+    take_units,
     task_all_fingerprints,
     units_present,
     units_reused_text,
@@ -94,18 +95,18 @@ def summaries_resolver(summaries: Sequence[Mapping[str, Any]]) -> Resolver:
 
 @dataclass(frozen=True)
 class UnitSource:
-    """An earlier run a task could take units from: its task's outputs, units, what the
-    type declares, and the units done there (None: all)."""
+    """An earlier task a task could take units from: its outputs, what the type declares,
+    and its units done (None: all)."""
 
-    run: str
+    earlier: UnitsEarlier
     out: Path
-    units: int
     declared: UnitOutputs
     done: tuple[range, ...] | None = None
 
-    def reusable(self, count: int) -> list[range]:
-        """The units of a task of ``count`` units it would take now (blocking I/O)."""
-        return units_present(self.out, self.declared, count, self.units, self.done)
+    def option(self, count: int) -> tuple[UnitsEarlier, list[range]]:
+        """It and the units a task of ``count`` would take of it now (blocking I/O)."""
+        units = units_present(self.out, self.declared, count, self.earlier.units, self.done)
+        return self.earlier, units
 
 
 @dataclass(frozen=True)
@@ -177,23 +178,15 @@ async def _unit_sources(
     found: dict[str, tuple[UnitSource, ...]] = {}
     for name, unit_print in wanted.items():
         outputs = declared[name]
-        earlier = choose_units(
-            False,
-            [
-                UnitsEarlier(d.run, d.task, d.finished_s, d.units, d.state == "done")
-                for d in done_units
-                if d.unit_fingerprint == unit_print
-            ],
-        )
-        if not earlier or outputs is None:
+        same = [d.earlier() for d in done_units if d.unit_fingerprint == unit_print]
+        if outputs is None:
             continue
         sources = []
-        for e in earlier:
+        for e in choose_units(False, same):
             done = None if e.done else tuple(await done_ranges_in_file(layout.db, e.run, e.task))
-            sources.append(
-                UnitSource(e.run, layout.task_out(e.run, e.task), e.units, outputs, done)
-            )
-        found[name] = tuple(sources)
+            sources.append(UnitSource(e, layout.task_out(e.run, e.task), outputs, done))
+        if sources:
+            found[name] = tuple(sources)
     return found
 
 
@@ -215,13 +208,11 @@ async def _count(task_type: TaskType, settings: Mapping[str, Any], where: int, n
 
 async def _taken(
     task_type: TaskType, units: int, sources: Sequence[UnitSource]
-) -> tuple[UnitSource | None, int]:
-    """The source a task of ``units`` units would take units from, and how many."""
+) -> UnitsTaken | None:
+    """What a task of ``units`` units would take of ``sources`` (`take_units`)."""
     if not task_type.splittable or not sources:
-        return None, 0
-    options = [(s, await asyncio.to_thread(s.reusable, units)) for s in sources]
-    best = best_units(options)
-    return (best[0], sum(len(r) for r in best[1])) if best is not None else (None, 0)
+        return None
+    return take_units(units, [await asyncio.to_thread(s.option, units) for s in sources])
 
 
 async def task_plans(
@@ -247,15 +238,18 @@ async def task_plans(
             return DryRow(name, spec.type, None, f"type {spec.type!r} is not installed here")
         settings = json.loads(task_type.settings.model_validate(spec.settings).model_dump_json())
         units = await _count(task_type, settings, positions[name], name)
-        source, taken = await _taken(task_type, units, units_from.get(name, ()))
+        taken = await _taken(task_type, units, units_from.get(name, ()))
+        n = taken.start.reused if taken else 0
         key = resource_key(task_type, settings, doc.model)
         resolved = await resolve(key, task_type.hint, spec.resources)
         depends = tuple(sorted(d for d in dependencies[name] if d not in reused))
-        plan = _plan(doc, spec, task_type, units - taken, resolved, depends)
-        if source is None:
+        plan = _plan(doc, spec, task_type, units - n, resolved, depends)
+        if taken is None:
             return DryRow(name, spec.type, plan)
-        note = units_reused_text(taken, source.run)
-        return DryRow(name, spec.type, plan, note, units_reused=taken, units_from=source.run)
+        run = taken.earlier.run
+        return DryRow(
+            name, spec.type, plan, units_reused_text(n, run), units_reused=n, units_from=run
+        )
 
     return list(await asyncio.gather(*(one(name) for name in doc.order())))
 

@@ -10,13 +10,11 @@ import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from simrun.core.layout import InputRef
 from simrun.core.ranges import Ranges
 from simrun.plugins import REFERENCE_FIELDS, TaskType, UnitOutputs, unit_outputs
-
-T = TypeVar("T")
 
 #: Part of every fingerprint: changing the rule changes every fingerprint.
 FINGERPRINT_VERSION = 1
@@ -178,17 +176,6 @@ def choose_units(forced: bool, earlier: Sequence[UnitsEarlier]) -> list[UnitsEar
     return candidates[:UNIT_SOURCES]
 
 
-def best_units(options: Sequence[tuple[T, Sequence[range]]]) -> tuple[T, list[range]] | None:
-    """Of the earlier tasks and the units each would give, the first that gives the most."""
-    best: tuple[T, list[range]] | None = None
-    most = 0
-    for earlier, ranges in options:
-        count = sum(len(r) for r in ranges)
-        if count > most:
-            best, most = (earlier, list(ranges)), count
-    return best
-
-
 def merge_ranges(ranges: Iterable[range]) -> list[range]:
     """The union of ``ranges`` (step 1) as sorted, disjoint ranges, adjacent ones joined."""
     return list(Ranges.of(ranges).parts)
@@ -257,6 +244,31 @@ def unit_start(count: int, reused: Sequence[range]) -> UnitStart:
             pending.append(range(at, part.start))
         at = part.stop
     return UnitStart(at, tuple(pending), sum(len(r) for r in reused))
+
+
+@dataclass(frozen=True)
+class UnitsTaken:
+    """The units a task takes: from which earlier task, which, and where it then starts."""
+
+    earlier: UnitsEarlier
+    reused: tuple[range, ...]
+    start: UnitStart
+
+
+def take_units(
+    count: int, options: Sequence[tuple[UnitsEarlier, Sequence[range]]]
+) -> UnitsTaken | None:
+    """The one decision of reuse per unit, for the service and the dry run alike: of the
+    earlier tasks (`choose_units`) and the units each would give (`units_present`), the
+    first that gives the most (None: none gives any), and where a task of ``count`` starts."""
+    best: tuple[UnitsEarlier, tuple[range, ...]] | None = None
+    most = 0
+    for earlier, ranges in options:
+        if (given := sum(len(r) for r in ranges)) > most:
+            best, most = (earlier, tuple(ranges)), given
+    if best is None:
+        return None
+    return UnitsTaken(best[0], best[1], unit_start(count, best[1]))
 
 
 def _distribution_versions(modules: Collection[str]) -> list[str]:

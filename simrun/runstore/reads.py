@@ -16,6 +16,7 @@ import aiosqlite
 
 from simrun import db
 from simrun.core.ranges import Ranges
+from simrun.core.reuse import UnitsEarlier
 from simrun.core.states import (
     FINISHED_TASK_STATES,
     UNIT_STATES,
@@ -103,6 +104,10 @@ class DoneUnits:
     finished_s: float
     units: int
     state: str
+
+    def earlier(self) -> UnitsEarlier:
+        """What reuse weighs of it (not done: only its done units may be taken)."""
+        return UnitsEarlier(self.run, self.task, self.finished_s, self.units, self.state == "done")
 
 
 _DONE_UNITS_SQL = (

@@ -23,11 +23,11 @@ from simrun.core.intake import InputLimits, run_units_problem, unit_count_proble
 from simrun.core.layout import StoreLayout
 from simrun.core.reuse import (
     Earlier,
-    UnitsEarlier,
-    best_units,
+    UnitsTaken,
     choose,
     choose_units,
     reused_text,
+    take_units,
     units_present,
     units_reused_text,
 )
@@ -298,17 +298,18 @@ class Advance:
                     )  # fmt: skip
                     moved[task.name] = "failed"
                     continue
-                from_run, reused = taken.get(task.name, (None, []))
+                units = taken.get(task.name)
                 await store.start_task(
-                    run.id, task.name, plan.units, now, conn=conn, reused=reused,
-                    reused_from=from_run,
+                    run.id, task.name, plan.units, now, conn=conn,
+                    reused=units.reused if units else (),
+                    reused_from=units.earlier.run if units else None,
                 )  # fmt: skip
                 await store.set_task(run.id, task.name, resource_key=plan.key, conn=conn)
                 in_run += plan.units
                 moved[task.name] = "running"
                 log.info("run %s task %s started with %d units", run.id, task.name, plan.units)
-                if from_run is not None and reused:
-                    text = units_reused_text(sum(len(r) for r in reused), from_run)
+                if units is not None:
+                    text = units_reused_text(units.start.reused, units.earlier.run)
                     log.info("run %s task %s: %s", run.id, task.name, text)
         return moved
 
@@ -487,9 +488,9 @@ async def unit_reuse(
     run: RunRow,
     tasks: Sequence[TaskRow],
     counts: Mapping[str, int],
-) -> dict[str, tuple[str, list[range]]]:
+) -> dict[str, UnitsTaken]:
     """The units the ``tasks`` about to start (``counts``: their units) take from an
-    earlier run, their files linked in already: task → (that run, the units as ranges)."""
+    earlier run (`take_units`), their files linked in already."""
     wanted: dict[str, tuple[TaskRow, UnitOutputs]] = {}
     for task in tasks:
         task_type = types.get(task.type)
@@ -501,18 +502,11 @@ async def unit_reuse(
     done = await store.done_units(
         sorted({t.unit_fingerprint or "" for t, _ in wanted.values()}), run.id
     )
-    taken: dict[str, tuple[str, list[range]]] = {}
+    taken: dict[str, UnitsTaken] = {}
     for name, (task, declared) in wanted.items():
-        sources = choose_units(
-            False,
-            [
-                UnitsEarlier(d.run, d.task, d.finished_s, d.units, d.state == "done")
-                for d in done
-                if d.unit_fingerprint == task.unit_fingerprint
-            ],
-        )
-        options: list[tuple[UnitsEarlier, list[range]]] = []
-        for earlier in sources:
+        same = [d.earlier() for d in done if d.unit_fingerprint == task.unit_fingerprint]
+        options = []
+        for earlier in choose_units(False, same):
             done_ranges = (
                 None if earlier.done else await store.done_ranges(earlier.run, earlier.task)
             )
@@ -521,13 +515,15 @@ async def unit_reuse(
                 units_present, out, declared, counts[name], earlier.units, done_ranges
             )
             options.append((earlier, present))
-        best = best_units(options)
-        if best is None:
+        chosen = take_units(counts[name], options)
+        if chosen is None:
             continue
-        earlier, reused = best
+        earlier = chosen.earlier
         source, target = layout.task_out(earlier.run, earlier.task), layout.task_out(run.id, name)
-        if await _linked(run.id, name, earlier.run, link_units, source, target, declared, reused):
-            taken[name] = (earlier.run, reused)
+        if await _linked(
+            run.id, name, earlier.run, link_units, source, target, declared, chosen.reused
+        ):
+            taken[name] = chosen
     return taken
 
 

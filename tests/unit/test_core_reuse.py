@@ -14,7 +14,6 @@ from simrun.core.reuse import (
     UnitStart,
     all_fingerprints,
     as_ranges,
-    best_units,
     choose,
     choose_units,
     covered,
@@ -23,6 +22,7 @@ from simrun.core.reuse import (
     rerun_problems,
     reusable_units,
     reused_text,
+    take_units,
     unit_fingerprint,
     unit_start,
     units_reused_text,
@@ -300,23 +300,42 @@ def test_units_reused_text() -> None:
     assert units_reused_text(1, "r1") == "1 unit reused from r1"
 
 
+R3, R2 = UnitsEarlier("r3", "t", 3.0, 6), UnitsEarlier("r2", "t", 2.0, 6)
+
+
 @pytest.mark.parametrize(
-    ("options", "chosen"),
+    ("count", "options", "chosen"),
     [
-        ([], None),
-        ([("r3", []), ("r2", [])], None),  # none gives any unit
-        ([("r3", [range(0, 2)]), ("r2", [range(0, 4)])], ("r2", 4)),  # the most wins
-        ([("r3", [range(0, 2), range(3, 5)]), ("r2", [range(0, 4)])], ("r3", 4)),  # tie: first
-        ([("r3", []), ("r2", [range(1, 2)])], ("r2", 1)),  # the latest's files are gone
+        (6, [], None),
+        (6, [(R3, []), (R2, [])], None),  # none gives any unit
+        (6, [(R3, [range(0, 2)]), (R2, [range(0, 4)])], ("r2", (range(0, 4),), 4, ())),
+        # two give as many: the first (the latest) wins; the gap below the last is pending
+        (
+            6,
+            [(R3, [range(0, 2), range(3, 5)]), (R2, [range(0, 4)])],
+            ("r3", (range(0, 2), range(3, 5)), 5, (range(2, 3),)),
+        ),
+        (6, [(R3, []), (R2, [range(1, 2)])], ("r2", (range(1, 2),), 2, (range(0, 1),))),
+        (4, [(R3, [range(0, 4)])], ("r3", (range(0, 4),), 4, ())),  # all: nothing left to run
     ],
 )
 def test_a_task_takes_its_units_from_the_earlier_task_that_gives_the_most(
-    options: list[tuple[str, list[range]]], chosen: tuple[str, int] | None
+    count: int,
+    options: list[tuple[UnitsEarlier, list[range]]],
+    chosen: tuple[str, tuple[range, ...], int, tuple[range, ...]] | None,
 ) -> None:
-    """Of the few earlier tasks tried (latest first), the one that gives the most units;
-    the later one when two give as many; none when none gives any."""
-    found = best_units(options)
-    assert (None if found is None else (found[0], sum(len(r) for r in found[1]))) == chosen
+    """The one decision of the service and the dry run: of the few earlier tasks tried
+    (latest first), the one that gives the most units, the later one when two give as
+    many, none when none gives any; the task then starts past the units it takes."""
+    found = take_units(count, options)
+    if chosen is None:
+        assert found is None
+        return
+    run, reused, frontier, pending = chosen
+    assert found is not None
+    assert found.earlier.run == run
+    assert found.reused == reused
+    assert found.start == UnitStart(frontier, pending, sum(len(r) for r in reused))
 
 
 @pytest.mark.parametrize(
