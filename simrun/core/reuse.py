@@ -7,7 +7,7 @@ import functools
 import hashlib
 import importlib.metadata
 import json
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,11 +176,6 @@ def choose_units(forced: bool, earlier: Sequence[UnitsEarlier]) -> list[UnitsEar
     return candidates[:UNIT_SOURCES]
 
 
-def merge_ranges(ranges: Iterable[range]) -> list[range]:
-    """The union of ``ranges`` (step 1) as sorted, disjoint ranges, adjacent ones joined."""
-    return list(Ranges.of(ranges).parts)
-
-
 def covered(ranges: Sequence[range], size: int) -> list[bool]:
     """For each index below ``size``, whether one of ``ranges`` holds it."""
     flags = [False] * size
@@ -190,18 +185,13 @@ def covered(ranges: Sequence[range], size: int) -> list[bool]:
     return flags
 
 
-def as_ranges(indices: Collection[int]) -> list[range]:
-    """``indices`` as the fewest ranges of consecutive indices, in order."""
-    return list(Ranges.of_indices(indices).parts)
-
-
 def reusable_units(count: int, earlier_units: int, present: Sequence[bool]) -> list[range]:
     """The units a task of ``count`` units takes from an earlier one: each index both have
     whose files are ``present``, as ranges."""
     shared = min(count, earlier_units)
     if len(present) < shared:
         raise ValueError(f"reusable_units: {len(present)} presence flags for {shared} units")
-    return as_ranges([i for i in range(shared) if present[i]])
+    return list(Ranges.of_indices(i for i in range(shared) if present[i]).parts)
 
 
 def units_present(
@@ -258,9 +248,8 @@ class UnitsTaken:
 def take_units(
     count: int, options: Sequence[tuple[UnitsEarlier, Sequence[range]]]
 ) -> UnitsTaken | None:
-    """The one decision of reuse per unit, for the service and the dry run alike: of the
-    earlier tasks (`choose_units`) and the units each would give (`units_present`), the
-    first that gives the most (None: none gives any), and where a task of ``count`` starts."""
+    """Reuse per unit, decided alike by the service and the dry run: of the earlier tasks
+    and the units each gives (`units_present`), the first giving the most, and the start."""
     best: tuple[UnitsEarlier, tuple[range, ...]] | None = None
     most = 0
     for earlier, ranges in options:

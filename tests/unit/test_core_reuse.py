@@ -7,18 +7,17 @@ from typing import Any
 
 import pytest
 
+from simrun.core.ranges import Ranges
 from simrun.core.reuse import (
     Earlier,
     TaskIdentity,
     UnitsEarlier,
     UnitStart,
     all_fingerprints,
-    as_ranges,
     choose,
     choose_units,
     covered,
     forced_tasks,
-    merge_ranges,
     rerun_problems,
     reusable_units,
     reused_text,
@@ -289,9 +288,9 @@ def test_unit_start_refuses_ranges_out_of_order_or_past_the_count(reused: list[r
     ("indices", "ranges"),
     [([], []), ([3], [range(3, 4)]), ([5, 1, 2, 3], [range(1, 4), range(5, 6)])],
 )
-def test_as_ranges(indices: list[int], ranges: list[range]) -> None:
+def test_indices_become_ranges(indices: list[int], ranges: list[range]) -> None:
     """Indices become the fewest runs of consecutive ones, in order."""
-    assert as_ranges(indices) == ranges
+    assert list(Ranges.of_indices(indices).parts) == ranges
 
 
 def test_units_reused_text() -> None:
@@ -347,9 +346,9 @@ def test_a_task_takes_its_units_from_the_earlier_task_that_gives_the_most(
         ([range(3, 3), range(4, 6)], [range(4, 6)]),  # empty ones dropped
     ],
 )
-def test_merge_ranges(ranges: list[range], merged: list[range]) -> None:
+def test_done_units_become_sorted_disjoint_ranges(ranges: list[range], merged: list[range]) -> None:
     """The done units of a task (rows and spans) become sorted, disjoint ranges."""
-    assert merge_ranges(ranges) == merged
+    assert list(Ranges.of(ranges).parts) == merged
 
 
 def test_covered() -> None:
