@@ -169,12 +169,11 @@ def _live_pool(client: Client) -> tuple[tuple[WorkerCapacity, ...] | None, str]:
     """The live workers the service tells of (None when it cannot tell), as text too."""
     from simrun.client import ClientError
     from simrun.core.forecast import live_pool, pool_text
+    from simrun.core.scaling import parse_backlog
 
     try:
-        pool: tuple[WorkerCapacity, ...] | None = live_pool(client.backlog())
-    except ClientError:
-        pool = None
-    if pool is None:
+        pool = live_pool(parse_backlog(client.backlog()))
+    except (ClientError, ValueError):
         return None, "unknown: the service does not tell its workers"
     if not pool:
         return pool, "no live worker"
