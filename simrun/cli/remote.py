@@ -439,14 +439,12 @@ def cancel(run_id: str, url: str, token: str | None, store: Path | None) -> None
 async def _cancel_in_store(store: Path, run_id: str) -> int:
     """Cancel ``run_id`` in the store at ``store`` under its lock (`LocalError` while a
     session runs on it); the units that were in flight."""
-    from simrun.core.layout import StoreLayout
     from simrun.local import lock
+    from simrun.local.reads import store_db
     from simrun.runstore.rows import RunStateError, UnknownRunError
     from simrun.runstore.store import RunStore
 
-    db = StoreLayout(store).db
-    if not db.is_file():
-        raise LocalError(f"{store} is not a simrun store (there is no {db})")
+    db = store_db(store)
     held = lock.take(store)
     try:
         runs = await RunStore.open(db)
