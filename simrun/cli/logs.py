@@ -16,7 +16,6 @@ import click
 
 from simrun.cli.progress import logs_command
 from simrun.cli.remote import Where, store_or_service
-from simrun.core.layout import StoreLayout
 from simrun.core.unitlogs import (
     FAILED,
     LiveAttempt,
@@ -61,17 +60,11 @@ class LogSource:
 
 def store_source(root: Path) -> LogSource:
     """The logs of a store of ``simrun run``, read from its files."""
-    from simrun.local.machine import LocalError
+    from simrun.local.reads import open_store_reader, store_db
 
-    if not StoreLayout(root).is_store():
-        raise LocalError(
-            f"{root} is not a simrun store (there is no {StoreLayout(root).db}); give the "
-            "--store that `simrun run` used"
-        )
+    store_db(root)
 
     def run_view(run: str) -> RunView | None:
-        from simrun.local.reads import open_store_reader
-
         async def read() -> RunView | None:
             async with open_store_reader(root) as reader:
                 return await reader.run(run)

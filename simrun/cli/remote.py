@@ -169,12 +169,11 @@ def _live_pool(client: Client) -> tuple[tuple[WorkerCapacity, ...] | None, str]:
     """The live workers the service tells of (None when it cannot tell), as text too."""
     from simrun.client import ClientError
     from simrun.core.forecast import live_pool, pool_text
+    from simrun.core.scaling import parse_backlog
 
     try:
-        pool: tuple[WorkerCapacity, ...] | None = live_pool(client.backlog())
-    except ClientError:
-        pool = None
-    if pool is None:
+        pool = live_pool(parse_backlog(client.backlog()))
+    except (ClientError, ValueError):
         return None, "unknown: the service does not tell its workers"
     if not pool:
         return pool, "no live worker"
@@ -440,14 +439,12 @@ def cancel(run_id: str, url: str, token: str | None, store: Path | None) -> None
 async def _cancel_in_store(store: Path, run_id: str) -> int:
     """Cancel ``run_id`` in the store at ``store`` under its lock (`LocalError` while a
     session runs on it); the units that were in flight."""
-    from simrun.core.layout import StoreLayout
     from simrun.local import lock
+    from simrun.local.reads import store_db
     from simrun.runstore.rows import RunStateError, UnknownRunError
     from simrun.runstore.store import RunStore
 
-    db = StoreLayout(store).db
-    if not db.is_file():
-        raise LocalError(f"{store} is not a simrun store (there is no {db})")
+    db = store_db(store)
     held = lock.take(store)
     try:
         runs = await RunStore.open(db)

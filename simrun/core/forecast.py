@@ -3,11 +3,12 @@ task its slots, core-hours, peak memory and ETA (`simrun.core.eta`), and the tot
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from simrun.core.eta import TaskEta, learned_eta_s, run_eta_s
+from simrun.core.scaling import BacklogView
 from simrun.core.sizing import JobShape, WorkerCapacity, fit_problem, parallel_slots, request_gb
 
 
@@ -64,19 +65,17 @@ def pool_text(workers: int, processes: int, memory_gb: float) -> str:
 UNTOLD_GPUS = 1_000_000
 
 
-def live_pool(backlog: Mapping[str, Any]) -> tuple[WorkerCapacity, ...]:
+def live_pool(backlog: BacklogView) -> tuple[WorkerCapacity, ...]:
     """The live workers a ``GET /backlog`` tells of (per queue, its most common shape)."""
     pool: list[WorkerCapacity] = []
-    for entry in backlog.get("queues") or ():
-        shape, count = entry.get("shape"), int(entry.get("workers") or 0)
-        if not shape or count <= 0:
+    for q in backlog.queues:
+        if q.shape is None:
             continue
-        queue = str(entry["queue"])
-        gpus = UNTOLD_GPUS if queue == "gpu" else 0
-        memory_gb, processes = float(shape["memory_gb"]), int(shape["processes"])
+        gpus = UNTOLD_GPUS if q.queue == "gpu" else 0
+        memory_gb, processes = q.shape.memory_gb, q.shape.processes
         pool += [
-            WorkerCapacity(f"{queue}-{i + 1}", (queue,), memory_gb, processes, gpus)
-            for i in range(count)
+            WorkerCapacity(f"{q.queue}-{i + 1}", (q.queue,), memory_gb, processes, gpus)
+            for i in range(q.workers)
         ]
     return tuple(pool)
 

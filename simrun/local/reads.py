@@ -89,15 +89,21 @@ class StoreReader:
         return [failure_view(u) for u in await self.store.failures(run_id)]
 
 
-@asynccontextmanager
-async def open_store_reader(store: Path) -> AsyncIterator[StoreReader]:
-    """A reader of the store of ``simrun run`` at ``store`` (which must exist)."""
+def store_db(store: Path) -> Path:
+    """The SQLite file of the store of ``simrun run`` at ``store``; `LocalError` if none."""
     db = StoreLayout(store).db
     if not db.is_file():
         raise LocalError(
             f"{store} is not a simrun store (there is no {db}); give the --store that "
             "`simrun run` used"
         )
+    return db
+
+
+@asynccontextmanager
+async def open_store_reader(store: Path) -> AsyncIterator[StoreReader]:
+    """A reader of the store of ``simrun run`` at ``store`` (which must exist)."""
+    db = store_db(store)
     runs = await RunStore.open(db)
     try:
         yield StoreReader(runs, ResourceStore(db, keep_open=False), store)

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from simrun.app.prepare import Prepared
 from simrun.core.forecast import pool_text
-from simrun.core.layout import StoreLayout
 from simrun.local.machine import (
     LocalError,
     default_capacity,
@@ -19,6 +18,7 @@ from simrun.local.machine import (
     local_gpus,
     machine,
 )
+from simrun.local.reads import store_db
 from simrun.local.session import image_problem, images_of, unit_images
 from simrun.local.settings import LocalOptions
 from simrun.plugins import TaskType
@@ -82,12 +82,7 @@ async def check_run(
     tasks run in (from its stored document). `LocalError` before anything starts when it
     cannot go on: no such store or run, a run that ended with nothing failed, an ended run
     without a replay, a task in an image without a container ``engine``."""
-    db = StoreLayout(store).db
-    if not db.is_file():
-        raise LocalError(
-            f"{store} is not a simrun store (there is no {db}); give the --store of the run"
-        )
-    runs = await RunStore.open(db)
+    runs = await RunStore.open(store_db(store))
     try:
         row = await runs.run(run_id)
         if row is None:

@@ -7,7 +7,10 @@ from dataclasses import replace
 import pytest
 
 from simrun.app.plans import resolved_from_summary
+from simrun.cli import remote
+from simrun.client import ClientError
 from simrun.core.forecast import (
+    UNTOLD_GPUS,
     TaskPlan,
     forecast,
     forecast_document,
@@ -18,6 +21,7 @@ from simrun.core.forecast import (
     pool_text,
     slots_for,
 )
+from simrun.core.scaling import parse_backlog
 from simrun.core.sizing import WorkerCapacity
 from simrun.plugins import ResourceHint
 from simrun.workflow import ResourceOverride
@@ -206,30 +210,75 @@ def test_pool_text(args, text):
     assert pool_text(*args) == text
 
 
-def test_live_pool_from_a_services_backlog():
-    """The pool of GET /backlog: per queue with live workers, that many containers of its
-    shape; queues without workers or a shape give none; gpu workers are not GPU-bound."""
-    backlog = {
-        "queues": [
-            {"queue": "cpu", "units": 5, "workers": 2, "shape": {"memory_gb": 8.0, "processes": 4}},
-            {
-                "queue": "gpu",
-                "units": 0,
-                "workers": 1,
-                "shape": {"memory_gb": 32.0, "processes": 2},
-            },
-            {"queue": "image:x", "units": 3, "workers": 0, "shape": None},
-        ]
-    }
-    pool = live_pool(backlog)
-    assert [(w.queues, w.memory_gb, w.processes) for w in pool] == [
-        (("cpu",), 8.0, 4),
-        (("cpu",), 8.0, 4),
-        (("gpu",), 32.0, 2),
-    ]
+def _queue(queue: str, workers: int, shape: dict[str, object] | None) -> dict[str, object]:
+    return {"queue": queue, "units": 0, "entries": [], "workers": workers, "shape": shape}
+
+
+def _backlog(*queues: dict[str, object]) -> dict[str, object]:
+    return {"queues": list(queues), "default_shape": {"memory_gb": 8.0, "processes": 4}}
+
+
+@pytest.mark.parametrize(
+    ("queues", "pool"),
+    [
+        ((), []),
+        ((_queue("cpu", 2, {"memory_gb": 8.0, "processes": 4}),), [("cpu", 8.0, 4, 0)] * 2),
+        ((_queue("gpu", 1, {"memory_gb": 32.0, "processes": 2}),), [("gpu", 32.0, 2, UNTOLD_GPUS)]),
+        ((_queue("image:x", 0, None),), []),  # no live worker, no shape: none
+        ((_queue("cpu", 0, {"memory_gb": 8.0, "processes": 4}),), []),
+    ],
+)
+def test_live_pool_from_a_services_backlog(queues, pool):
+    """The pool of GET /backlog (read by `parse_backlog`, as `simrun scale` reads it): per
+    queue with live workers, that many containers of its shape; gpu workers are not GPU-bound."""
+    found = live_pool(parse_backlog(_backlog(*queues)))
+    assert [(w.queues[0], w.memory_gb, w.processes, w.gpus) for w in found] == pool
+
+
+def test_slots_on_a_services_live_pool():
+    """The dry run's slots on the live pool: the processes of the task's queue's workers."""
+    pool = live_pool(
+        parse_backlog(
+            _backlog(
+                _queue("cpu", 2, {"memory_gb": 8.0, "processes": 4}),
+                _queue("gpu", 1, {"memory_gb": 32.0, "processes": 2}),
+            )
+        )
+    )
     assert slots_for(plan(), pool) == 8
     assert slots_for(plan(queue="gpu", gpus=1), pool) == 2
-    assert live_pool({"queues": []}) == ()
+
+
+class _Client:
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+
+    def backlog(self) -> object:
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    ("answer", "text"),
+    [
+        (_backlog(), "no live worker"),
+        (
+            _backlog(_queue("cpu", 2, {"memory_gb": 16.0, "processes": 4})),
+            "live: cpu: 2 worker containers x 4 processes, 16 GiB each",
+        ),
+        (ClientError("404 not found"), "unknown: the service does not tell its workers"),
+        # an answer that is not a backlog is not a crash of the dry run
+        (
+            {"queues": [{"queue": "cpu", "workers": 1}]},
+            "unknown: the service does not tell its workers",
+        ),
+        ({"queues": "none"}, "unknown: the service does not tell its workers"),
+    ],
+)
+def test_the_dry_run_s_live_pool_in_words(answer, text):
+    """`simrun submit --dry-run`'s pool: the live workers the backlog answer tells of."""
+    assert remote._live_pool(_Client(answer))[1] == text  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
