@@ -150,23 +150,24 @@ class LocalSession:
         nothing); with ``workflow``, workers for the images its tasks run in too."""
         if self._session is not None:
             return self
-        from simrun.local.session import EmbeddedSession, local_engine
+        from simrun.local.session import EmbeddedSession
         from simrun.local.settings import LocalOptions
-        from simrun.local.start import held_line, local_pool, session_options
+        from simrun.local.start import held_line, ready_session
 
-        pool = local_pool(self.workers, self.processes, self.memory_gb)
         settings = LocalOptions(
             self.store,
-            plugins=self.plugins,
-            engine=local_engine(None),
             redis_url=self.redis_url,
+            workers=self.workers,
+            processes=self.processes,
+            memory_gb=self.memory_gb,
+            plugins=self.plugins,
             grace_s=self.grace_s,
             go_on_with=self.resume,
         )
-        options = session_options(settings, pool, self.types, prepared=workflow)
         bridge = Bridge()
         try:
-            session = EmbeddedSession(bridge.call(options), self.types)
+            options, _ = bridge.call(ready_session(settings, self.types, prepared=workflow))
+            session = EmbeddedSession(options, self.types)
             try:
                 bridge.call(session.start())
             except BaseException:

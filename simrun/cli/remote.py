@@ -391,15 +391,13 @@ def replay(
         raise click.UsageError("--all needs --task (the task to run again) and no --unit")
     if store is not None:
         from simrun.cli.run import embedded
-        from simrun.local.session import local_engine
-        from simrun.local.start import ReplayRequest, local_pool, session_options
+        from simrun.local.start import ReplayRequest, ready_session
 
         types = load_types_from_here(plugins)
-        pool = local_pool(workers, processes, worker_memory_gb)
         request = ReplayRequest(task, units, memory_gb, rerun=rerun)
-        settings = LocalOptions(store, plugins=plugins, engine=local_engine(None),
-                                redis_url=redis_url, token=token, go_on_with=run_id)  # fmt: skip
-        options = asyncio.run(session_options(settings, pool, types, replay=request))
+        settings = LocalOptions(store, redis_url, token, workers, processes, plugins=plugins,
+                                memory_gb=worker_memory_gb, go_on_with=run_id)  # fmt: skip
+        options, pool = asyncio.run(ready_session(settings, types, replay=request))
         _exit(asyncio.run(embedded(options, types, pool, run_id=run_id, replay=request,
                                    every_s=every_s)))  # fmt: skip
         return

@@ -58,13 +58,6 @@ def _tasks(count: int) -> str:
     return f"{count} task{'s' if count != 1 else ''}"
 
 
-def _commands(run_id: str, store: Path, plugins: tuple[str, ...]) -> tuple[str, str]:
-    extra = [a for ref in plugins for a in ("--plugins", ref)]
-    replay = shell_join(["simrun", "replay", run_id, "--store", str(store), *extra])
-    resume = shell_join(["simrun", "run", "--resume", run_id, "--store", str(store), *extra])
-    return replay, resume
-
-
 async def _start_run(
     session: EmbeddedSession,
     out: Console,
@@ -167,6 +160,7 @@ async def embedded(
     ``open_browser``, the run's dashboard opens in the browser, and the service stays up
     after the run until Ctrl-C (so the page can still be read)."""
     from simrun.local.session import EmbeddedSession
+    from simrun.local.start import run_commands
 
     out, err = console(), err_console()
     store = options.store
@@ -194,7 +188,7 @@ async def embedded(
             problem = open_dashboard(page) if open_browser else None
             if problem is not None:
                 err.print(f"[yellow]{escape(problem)}[/]", soft_wrap=True)
-            replay_cmd, resume_cmd = _commands(current, store, options.plugins)
+            replay_cmd, resume_cmd = run_commands(current, store, options.plugins)
             watch = f"simrun status {current} --url {session.url}"
             out.print(f"watch it from another shell: {watch}", soft_wrap=True)
             view = make_view(out, every_s)
@@ -322,18 +316,18 @@ def run(
     from simrun.app.prepare import prepare
     from simrun.local import lock
     from simrun.local.session import local_engine
-    from simrun.local.start import local_pool, session_options
+    from simrun.local.start import local_pool, ready_session
 
     lock.check_free(settings.store)  # before the plan: the lock's error is the first line
     types = load_types_from_here(settings.plugins)
-    pool = local_pool(settings.workers, settings.processes, settings.memory_gb)
+    pool = local_pool(settings)  # the forecast's is the session's
     settings = replace(settings, engine=local_engine(settings.engine), go_on_with=resume)
     prepared: Prepared | None = None
     if workflow is not None:
         prepared = prepare(workflow, types, overrides=overrides, programs=True)
         prepared = replace(prepared, reuse=reuse, rerun=rerun)
         _prepare_and_forecast(console(), prepared, types, pool, settings, dry_run)
-    options = asyncio.run(session_options(settings, pool, types, prepared=prepared))
+    options, _ = asyncio.run(ready_session(settings, types, prepared=prepared, pool=pool))
     code = embedded(
         options, types, pool, prepared=prepared, run_id=resume, every_s=every_s,
         open_browser=open_browser,

@@ -416,7 +416,7 @@ class EmbeddedSession:
         paths, the same size as the others."""
         opts = self.options
         assert opts.engine is not None  # `image_problem` refused unit images without one
-        assert opts.memory_gb is not None  # `session_options` gave the pool's
+        assert opts.memory_gb is not None  # `ready_session` gave the pool's
         flags = self._worker_flags(number, redis_url, prefix)
         flags = replace(flags, queues=(), images=(image,), engine=None, gpus=0)
         argv = worker_argv_in_image(

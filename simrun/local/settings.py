@@ -1,5 +1,5 @@
 """`LocalOptions`: how to run an embedded session; the fields ``simrun run`` gives on its
-command line carry their `Flag`, the rest `simrun.local.start.session_options` completes."""
+command line carry their `Flag`, the rest `simrun.local.start.ready_session` completes."""
 
 from __future__ import annotations
 

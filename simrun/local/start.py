@@ -11,15 +11,9 @@ from pathlib import Path
 
 from simrun.app.prepare import Prepared
 from simrun.core.forecast import pool_text
-from simrun.local.machine import (
-    LocalError,
-    default_capacity,
-    gpu_shares,
-    local_gpus,
-    machine,
-)
+from simrun.local.machine import LocalError, default_capacity, gpu_shares, local_gpus, machine
 from simrun.local.reads import store_db
-from simrun.local.session import image_problem, images_of, unit_images
+from simrun.local.session import image_problem, images_of, local_engine, unit_images
 from simrun.local.settings import LocalOptions
 from simrun.plugins import TaskType
 from simrun.runstore.store import RunStore
@@ -45,13 +39,13 @@ class LocalPool:
         return max((len(s) for s in gpu_shares(self.gpu_ids, self.workers)), default=0)
 
 
-def local_pool(workers: int, processes: int | None, memory_gb: float | None) -> LocalPool:
-    """The pool given, completed from this machine (its cores, 80% of its free memory, its
-    GPUs: CUDA_VISIBLE_DEVICES, else nvidia-smi -L)."""
+def local_pool(settings: LocalOptions) -> LocalPool:
+    """The pool of ``settings``, completed from this machine (its cores, 80% of its free
+    memory, its GPUs: CUDA_VISIBLE_DEVICES, else nvidia-smi -L)."""
+    workers = settings.workers
     if workers < 1:
         raise LocalError(f"workers must be at least 1, not {workers}")
-    cores, available_gb = machine()
-    procs, memory = default_capacity(cores, available_gb, workers, processes, memory_gb)
+    procs, memory = default_capacity(*machine(), workers, settings.processes, settings.memory_gb)
     return LocalPool(workers, procs, memory, local_gpus(os.environ))
 
 
@@ -111,19 +105,20 @@ async def check_run(
     return row.image, unit_images(tasks, row.image)
 
 
-async def session_options(
+async def ready_session(
     settings: LocalOptions,
-    pool: LocalPool,
     types: dict[str, TaskType],
     *,
     prepared: Prepared | None = None,
     replay: ReplayRequest | None = None,
-) -> LocalOptions:
-    """``settings`` (the store, Redis, limits: what the command or the caller gave) made
-    into the options of a session for the workflow ``prepared`` or the run
-    ``settings.go_on_with`` (checked here, `check_run`) on ``pool``: the images their tasks
-    run in get workers of their own. `LocalError` when the session cannot run them."""
-    store, engine = settings.store, settings.engine
+    pool: LocalPool | None = None,
+) -> tuple[LocalOptions, LocalPool]:
+    """``settings`` (what the caller gave) made into the options of an `EmbeddedSession`
+    for the workflow ``prepared`` or the run ``settings.go_on_with`` (`check_run`), and its
+    ``pool`` (default: `local_pool`): the images their tasks run in get workers of their
+    own, through this machine's container engine. `LocalError` when it cannot run them."""
+    pool = pool or local_pool(settings)
+    store, engine = settings.store, local_engine(settings.engine)
     run_image: str | None = None
     in_image: tuple[str, ...] = ()
     if settings.go_on_with is not None:
@@ -143,8 +138,17 @@ async def session_options(
         python_path=(os.getcwd(),) if settings.plugins else (),
         images=images_of(list(types.values()), run_image),
         unit_images=in_image if engine is not None else (),
+        engine=engine,
         hold_interrupted=True,
-    )
+    ), pool
+
+
+def run_commands(run_id: str, store: Path, plugins: tuple[str, ...]) -> tuple[str, str]:
+    """The commands that replay run ``run_id`` of ``store`` and that go on with it."""
+    extra = [a for ref in plugins for a in ("--plugins", ref)]
+    replay = shlex.join(["simrun", "replay", run_id, "--store", str(store), *extra])
+    resume = shlex.join(["simrun", "run", "--resume", run_id, "--store", str(store), *extra])
+    return replay, resume
 
 
 def held_line(held: tuple[str, ...], store: Path, plugins: tuple[str, ...]) -> str | None:
@@ -152,9 +156,8 @@ def held_line(held: tuple[str, ...], store: Path, plugins: tuple[str, ...]) -> s
     they are, and the commands that go on with one or cancel it."""
     if not held:
         return None
-    extra = [a for ref in plugins for a in ("--plugins", ref)]
     one = held[0] if len(held) == 1 else "RUN"
-    resume = shlex.join(["simrun", "run", "--resume", one, "--store", str(store), *extra])
+    resume = run_commands(one, store, plugins)[1]
     cancel = shlex.join(["simrun", "cancel", one, "--store", str(store)])
     runs = "run " + held[0] if len(held) == 1 else "runs " + ", ".join(held)
     return (

@@ -3,6 +3,7 @@ the options of ``simrun run`` made from `LocalOptions`."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import click
@@ -11,9 +12,10 @@ import pytest
 from simrun.cli.run import run
 from simrun.config import options_of
 from simrun.local.guard import watch
-from simrun.local.machine import default_capacity
+from simrun.local.machine import LocalError, default_capacity
 from simrun.local.session import redis_prefix
 from simrun.local.settings import LocalOptions
+from simrun.local.start import LocalPool, local_pool, ready_session
 
 
 @pytest.mark.parametrize(
@@ -76,3 +78,18 @@ def test_the_options_of_simrun_run_that_configure_the_session_are_its_settings()
     assert set(options) - {name for name, _, _ in declared} == {
         "overrides", "reuse", "rerun", "dry_run", "resume", "every_s", "open_browser"
     }  # fmt: skip
+
+
+def test_ready_session_gives_the_session_the_pool_it_runs_on(monkeypatch):
+    """The options `ready_session` makes carry the pool (the forecast's, when given) and
+    hold the interrupted runs; a pool of no workers is refused before the machine is read."""
+    monkeypatch.setattr("simrun.local.start.local_engine", lambda named: named)
+    pool = LocalPool(2, 3, 4.5, ("0", "1"))
+    settings = LocalOptions(Path("/store"), workers=2)
+    options, given = asyncio.run(ready_session(settings, {}, pool=pool))
+    assert given is pool
+    assert (options.workers, options.processes, options.memory_gb) == (2, 3, 4.5)
+    assert options.gpu_ids == ("0", "1")
+    assert options.hold_interrupted
+    with pytest.raises(LocalError, match="workers must be at least 1, not 0"):
+        local_pool(LocalOptions(Path("/store"), workers=0))
