@@ -59,12 +59,13 @@ def run_argv(
     options: Sequence[str] = (),
 ) -> list[str]:
     """The engine's command line that runs ``argv`` in ``image`` as container ``name``, bounded
-    by ``limit_gb`` (kept after it ends, for `inspect_argv`, unless ``options`` say --rm)."""
+    by ``limit_gb`` (kept after it ends, for `inspect_argv`, unless ``options`` say --rm);
+    ``options`` come last before the image, so an ``--entrypoint`` stands next to it."""
     limit = f"{max(1, int(limit_gb * GIB))}b"
     variables = [a for key in sorted(environ) for a in ("-e", f"{key}={environ[key]}")]
     return [
-        engine, "run", *options, "--name", name, "--memory", limit, "--memory-swap", limit,
-        *_mounts(mounts), "-w", str(workdir), *variables, image, *argv,
+        engine, "run", "--name", name, "--memory", limit, "--memory-swap", limit,
+        *_mounts(mounts), "-w", str(workdir), *variables, *options, image, *argv,
     ]  # fmt: skip
 
 

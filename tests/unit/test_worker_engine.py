@@ -146,9 +146,9 @@ def test_a_worker_of_an_image_runs_simrun_worker_inside_it_on_the_hosts_network(
         environ={"PYTHONUNBUFFERED": "1"},
     )
     assert argv == [
-        "docker", "run", "--rm", "--network", "host", "--entrypoint", "simrun",
-        "--name", "simrun-local-1-2", "--memory", f"{2**31}b", "--memory-swap", f"{2**31}b",
+        "docker", "run", "--name", "simrun-local-1-2",
+        "--memory", f"{2**31}b", "--memory-swap", f"{2**31}b",
         "-v", "/st:/st", "-v", "/home/u/proj:/home/u/proj", "-w", "/home/u/proj",
-        "-e", "PYTHONUNBUFFERED=1", "py:3",
+        "-e", "PYTHONUNBUFFERED=1", "--rm", "--network", "host", "--entrypoint", "simrun", "py:3",
         "worker", "--image", "py:3", "--store", "/st",
     ]  # fmt: skip
