@@ -26,8 +26,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def worktree(workdir: Path, name: str, rev: str) -> Path:
-    """A worktree of ``rev`` at ``workdir/name`` with its own venv (made once)."""
+    """A worktree of ``rev`` at ``workdir/name`` with its own venv (made once). ``rev`` is
+    resolved in this checkout first: ``HEAD`` inside an existing worktree is its own."""
     path = workdir / name
+    rev = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{rev}^{{commit}}"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
     if not path.exists():
         subprocess.run(["git", "worktree", "add", "--detach", str(path), rev], cwd=REPO, check=True)
     else:
