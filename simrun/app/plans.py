@@ -14,7 +14,6 @@ from simrun.app.prepare import Prepared
 from simrun.core.forecast import TaskPlan
 from simrun.core.layout import StoreLayout
 from simrun.core.reuse import (
-    Earlier,
     UnitsEarlier,
     UnitsTaken,
     choose,
@@ -31,7 +30,12 @@ from simrun.core.sizing import queue_name
 from simrun.plugins import ResourceHint, TaskType, UnitOutputs, count_units, unit_outputs
 from simrun.resources import ResolvedResources, ResourceKey, ResourceStore, resource_key
 from simrun.resources.policy import decide
-from simrun.runstore.reads import DoneTask, done_in_file, done_ranges_in_file, done_units_in_file
+from simrun.runstore.reads import (
+    done_in_file,
+    done_ranges_in_file,
+    done_units_in_file,
+    earlier_tasks,
+)
 from simrun.workflow import Problem, ResourceOverride, TaskSpec, Workflow, WorkflowError
 
 #: The resources of a task from its key: (the key, its type's hint, its override).
@@ -155,16 +159,11 @@ async def _whole_reuse(
     found: dict[str, str] = {}
     for name, fingerprint in prints.items():
         same = [d for d in done if d.fingerprint == fingerprint]
-        shown = await asyncio.to_thread(_present, layout, same)
-        earlier = [Earlier(d.run, d.finished_s, p) for d, p in zip(same, shown, strict=True)]
+        earlier = await asyncio.to_thread(earlier_tasks, layout, same)
         run = choose(name in forced, earlier)
         if run is not None:
             found[name] = run
     return found
-
-
-def _present(layout: StoreLayout, done: Sequence[DoneTask]) -> list[bool]:
-    return [layout.task_out(d.run, d.task).is_dir() for d in done]
 
 
 async def _unit_sources(

@@ -1,8 +1,6 @@
-"""The logs of a task's units under ``<task>/logs/units/``: ``unit-<i>.attempt-<n>.log``
-(what the unit printed, capped) and ``.json`` (its `UnitLogHeader`), ``merge.attempt-<n>``,
-and ``command.attempt-<n>.json`` beside the command's ``attempt-<n>.out/.err``. Only a unit
-that printed or did not end well has files; each is written whole (`write_atomic`).
-"""
+"""The kept logs of a task's units under ``<task>/logs/units/`` (what a unit printed, capped,
+and its `UnitLogHeader`; the merge's and the command's attempts alike), written whole
+(`write_atomic`), only for a unit that printed or did not end well."""
 
 from __future__ import annotations
 

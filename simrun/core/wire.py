@@ -115,12 +115,9 @@ def _must_be(error: Any, at: _Place, dotted: bool) -> str:
 def explain(
     exc: ValidationError, model: type[BaseModel], where: str = "", *, dotted: bool = False
 ) -> str:
-    """One sentence about the first error of ``exc`` (raised validating ``model``):
-    ``<where>: the field 'x' is missing``, ``unknown field 'x' (known: ...)``, ``field 'x'
-    must be <its description>, got <value>``, or a validator's message (a field
-    validator's says what the field "must be ..."). A field of a nested model is named
-    ``'paths.out'`` with ``dotted``, else it goes into the place: ``paths: the field
-    'out' is missing``."""
+    """One sentence about the first error of ``exc`` (raised validating ``model``): a missing
+    or unknown field, what a field "must be" and what it got, or a validator's message; a
+    nested field is named ``'paths.out'`` with ``dotted``, else it goes into the place."""
     error = exc.errors(include_url=False)[0]
     # pydantic marks an error in a key of a map with an extra "[key]" step: the key is named.
     at = _place(model, [str(part) for part in error["loc"] if part != "[key]"])

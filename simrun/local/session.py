@@ -1,8 +1,6 @@
-"""Embedded mode: `EmbeddedSession` holds, for as long as ``simrun run`` runs, the store's
-lock, Redis (``REDIS_URL``, else a private ``redis-server``), the service in this process
-(the controller loop and the HTTP API on a free loopback port) and worker containers as
-child processes; it stops them in order, and `simrun.local.guard` ends them should this
-process die. Logs go to ``STORE/logs/`` (appended, rotated past `LOG_MAX_BYTES`)."""
+"""Embedded mode: `EmbeddedSession` holds, while ``simrun run`` runs, the store's lock, Redis
+(``REDIS_URL``, else a private ``redis-server``), the service in this process and worker
+containers as child processes, stops them in order, and logs to ``STORE/logs/``."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""The pure decision from a key's observations to the memory to request (`decide`, and
-`explain` for why): a log-normal fit of the last `WINDOW` peaks, at the task's input size
-when sizes are known, times a margin from their spread (1 kill in 100), capped by the
-plugin's hint until a kill at the hint, and at least `RETRY_FACTOR` x a killed limit until
-a later success. No I/O, no clock: ``benchmarks/learning.py`` replays these functions.
-"""
+"""The pure decision from a key's observations to the memory to request (`decide`; `explain`
+says why): a log-normal fit of the last `WINDOW` peaks (at the input size when known) times a
+margin from their spread (1 kill in 100), capped by the hint until a kill at the hint, at
+least `RETRY_FACTOR` x a killed limit until a success. ``benchmarks/learning.py`` replays it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""`ResourceStore`: the observations of past tasks in the service's SQLite file, all their
-SQL; `policy` decides. Each call opens its own connection; `record_many` can also write in
-a caller's transaction.
-"""
+"""`ResourceStore`: the observations of past tasks in the service's SQLite file, all their SQL
+(`policy` decides); `record_many` can also write in a caller's transaction."""
 
 from __future__ import annotations
 

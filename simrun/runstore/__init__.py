@@ -1,4 +1,3 @@
-"""Runs, tasks, units and jobs in flight in the service's SQLite file: the only SQL about
-run state. Writes go through one connection under a lock (`RunStore`), reads through a
-second one that WAL lets see the last commit (`RunReads`); a unit without a state of its
-own has no row (`simrun.core.ranges`: its task's frontier, a range job or a span)."""
+"""Runs, tasks, units and jobs in flight in the service's SQLite file, the only SQL about run
+state: writes through one connection under a lock (`RunStore`), reads through a second
+(`RunReads`); a unit with no state of its own has no row (`simrun.core.ranges`)."""

@@ -15,8 +15,9 @@ from typing import Any
 import aiosqlite
 
 from simrun import db
+from simrun.core.layout import StoreLayout
 from simrun.core.ranges import Ranges
-from simrun.core.reuse import UnitsEarlier
+from simrun.core.reuse import Earlier, UnitsEarlier
 from simrun.core.states import (
     FINISHED_TASK_STATES,
     UNIT_STATES,
@@ -84,6 +85,11 @@ class DoneTask:
     run: str
     task: str
     finished_s: float
+
+
+def earlier_tasks(layout: StoreLayout, done: Sequence[DoneTask]) -> list[Earlier]:
+    """Each of ``done`` as an `Earlier`, present when its out directory is (blocking I/O)."""
+    return [Earlier(d.run, d.finished_s, layout.task_out(d.run, d.task).is_dir()) for d in done]
 
 
 _DONE_SQL = (

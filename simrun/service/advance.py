@@ -22,7 +22,6 @@ from simrun.core.clock import Clock
 from simrun.core.intake import InputLimits, run_units_problem, unit_count_problem
 from simrun.core.layout import StoreLayout
 from simrun.core.reuse import (
-    Earlier,
     UnitsTaken,
     choose,
     choose_units,
@@ -34,7 +33,7 @@ from simrun.core.reuse import (
 from simrun.core.states import ACTIVE_TASK_STATES, TaskCounts, TaskState, next_task_state, run_state
 from simrun.plugins import TaskType, UnitOutputs, unchecked_count, unit_outputs
 from simrun.resources import resource_key
-from simrun.runstore.reads import DoneTask
+from simrun.runstore.reads import earlier_tasks
 from simrun.runstore.rows import RunRow, TaskRow
 from simrun.runstore.store import RunStore
 from simrun.service import decisions
@@ -381,8 +380,7 @@ async def reuse_tasks(
     reused: list[str] = []
     for task in candidates:
         same = [d for d in done if d.fingerprint == task.fingerprint]
-        present = await asyncio.to_thread(_present, layout, same)
-        earlier = [Earlier(d.run, d.finished_s, p) for d, p in zip(same, present, strict=True)]
+        earlier = await asyncio.to_thread(earlier_tasks, layout, same)
         from_run = choose(False, earlier)
         if from_run is None:
             continue
@@ -394,10 +392,6 @@ async def reuse_tasks(
         log.info("run %s task %s: %s", run.id, task.name, reused_text(from_run))
         reused.append(task.name)
     return reused
-
-
-def _present(layout: StoreLayout, done: Sequence[DoneTask]) -> list[bool]:
-    return [layout.task_out(d.run, d.task).is_dir() for d in done]
 
 
 async def _linked(

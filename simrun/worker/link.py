@@ -1,7 +1,6 @@
-"""Riding out Redis outages. `RedisLink` notices Redis going away, tries again with backoff,
-and once it answers delivers the kept reports, arq's deferred bookkeeping, then a heartbeat
-(a Redis that restarted gets the recent reports again); `OutageWorker` is arq's `Worker`
-waiting on it. A status file tells the health check while Redis is away."""
+"""Riding out Redis outages: `RedisLink` notices Redis going away, retries with backoff and
+then delivers the kept reports, arq's deferred bookkeeping and a heartbeat (again to a Redis
+that restarted); `OutageWorker` is arq's `Worker` waiting on it."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """The ``command`` template of an unsplit task type as an argv (`expand_argv`, pure): split
-like a POSIX shell (never run by one); ``{settings}`` is the settings file, ``{out}`` the
-output directory, a part with ``{input}`` is repeated per port as ``<port>=<path>`` (ports
-sorted, none: dropped); ``{{`` and ``}}`` are literal braces.
-"""
+like a POSIX shell, ``{settings}``, ``{out}`` and ``{input}`` (one ``<port>=<path>`` per port,
+sorted) filled in, ``{{``/``}}`` literal braces."""
 
 from __future__ import annotations
 

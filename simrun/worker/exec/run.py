@@ -1,8 +1,6 @@
-"""Running the command of one unsplit task (`CommandRun`): without a shell, in a session
-of its own, bounded by `CommandBounds`, its anonymous memory sampled and its time limited;
-its stdout and stderr capped into ``task_dir/logs/attempt-<N>.{out,err}``. The command is
-over when its first process is: what is left of it is killed.
-"""
+"""Running the command of one unsplit task (`CommandRun`): no shell, a session of its own,
+bounded by `CommandBounds`, memory sampled, time limited, output capped into
+``task_dir/logs/attempt-<N>.{out,err}``; what is left when its first process ends is killed."""
 
 from __future__ import annotations
 

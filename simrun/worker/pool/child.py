@@ -1,9 +1,6 @@
-"""A worker process (``python -m simrun.worker.pool.child``): the only place where plugin
-code (setup, compute_unit, merge) runs. It answers the requests of
-`simrun.worker.pool.protocol` until its stdin closes, sends a plugin's exception back with
-its traceback, and after each request ends every process the request left (in its cgroup,
-else in its tree: it is a child subreaper).
-"""
+"""A worker process (``python -m simrun.worker.pool.child``), the only place plugin code
+runs: it answers `simrun.worker.pool.protocol` until its stdin closes and, after each request,
+ends every process the request left (in its cgroup, else in its tree as a subreaper)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""What worker processes print, on its way to the units' logs, capped per unit.
-
-`CappedSegment` (pure) keeps the head of a unit's output and its last bytes within a cap,
-with a note of what was dropped; `CappedLog` copies a process's pipe through it, ending a
-unit's segment at the marker the process writes after each unit (`unit_end_marker`), and
-writes each unit's output to its log (`UnitLogSink`). `copy_capped` caps simrun-exec's.
-"""
+"""What worker processes print, on its way to the units' logs, capped per unit: `CappedSegment`
+(pure) keeps a unit's head and tail within a cap; `CappedLog` splits a process's pipe at each
+unit's end marker into its log; `copy_capped` caps simrun-exec's."""
 
 from __future__ import annotations
 

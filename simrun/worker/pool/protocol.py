@@ -1,13 +1,7 @@
-"""The messages between a worker container and its worker processes: msgpack maps framed
-by a 4-byte big-endian length, on the process's stdin and stdout.
-
-Requests: ``task`` (run, task, task_type, settings, paths, setup) opens a task, ``merge``
-runs its merge (one reply each: ok, seconds, error, exception); ``units`` (indices, batch)
-computes units, answered by ``{"units": [[index, ok, seconds, error, exception], ...],
-"end": bool}`` after each failure and at the end (``"oom_kill": index`` when the kernel
-killed a leftover). The unit running is in the `UnitSlot`; the hello carries
-``baseline_bytes``.
-"""
+"""The messages between a worker container and its worker processes: msgpack maps framed by
+a 4-byte big-endian length on the process's stdin and stdout. A request opens a ``task``,
+runs its ``merge`` or computes ``units`` (answered after each failure and at the end); the
+unit running is in the `UnitSlot`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Running a chunk or a merge on one worker process, watched by a `MemorySampler`.
-
-The decisions are pure (`Pace`, `next_batch_size`, `ended_before_death`, `_death_message`);
-`_Chunk` is the loop that sends a chunk's units in batches and records their outcomes.
-"""
+"""Running a chunk or a merge on one worker process, watched by a `MemorySampler`: pure
+decisions (`Pace`, `next_batch_size`, `ended_before_death`) under the loop `_Chunk`."""
 
 from __future__ import annotations
 
