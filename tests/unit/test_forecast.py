@@ -359,3 +359,22 @@ def test_the_editor_and_the_dry_run_forecast_a_command_that_uses_the_cores_alike
     assert big["problem"] == result.tasks[1].problem
     assert big["problem"] is not None
     assert "64 GiB" in big["problem"]
+
+
+async def test_a_failing_count_is_refused_naming_the_task_and_its_settings() -> None:
+    """The plans of the dry run and the Editor refuse a task whose ``count_units`` raises
+    with one problem that names the task, its settings field and what the plugin raised."""
+    from simrun.app.plans import summaries_resolver, task_plans
+    from simrun.workflow import WorkflowError, parse_workflow
+    from tests.support.odd_counts import ODD
+
+    doc = parse_workflow(
+        "tasks:\n"
+        "  - {name: fine, type: svc-odd-count}\n"
+        "  - {name: odd, type: svc-odd-count, settings: {answer: raise}}\n"
+    )
+    with pytest.raises(WorkflowError) as refused:
+        await task_plans(doc, {ODD.name: ODD}, summaries_resolver(()))
+    [problem] = refused.value.problems
+    assert problem.where() == "task 'odd', settings"
+    assert problem.message == "count_units failed: RuntimeError: the model file is unreadable"
