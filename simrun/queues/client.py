@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from redis.exceptions import ResponseError
 
@@ -19,6 +19,44 @@ from simrun.queues.keys import DEFAULT_PREFIX, JOB_FUNCTION, Keys
 if TYPE_CHECKING:
     from arq.connections import ArqRedis
     from redis.asyncio import Redis
+
+
+#: Kinds of entries `quarantine` moves aside.
+DeadLetterKind = Literal["report", "heartbeat", "job", "attempts"]
+#: The most entries the dead-letter stream keeps (the oldest go first), and the most
+#: bytes of one entry's raw content kept there.
+DEAD_LETTERS_MAX = 10_000
+DEAD_LETTER_RAW_BYTES = 4096
+
+
+def _raw_text(raw: object) -> str:
+    """A bounded, printable form of what could not be read."""
+    if isinstance(raw, Mapping):
+        raw = {_text(k): _text(v) for k, v in raw.items()}
+    text = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else repr(raw)
+    return text[:DEAD_LETTER_RAW_BYTES]
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+
+
+async def quarantine(
+    redis: Redis, keys: Keys, kind: DeadLetterKind, reason: str, raw: object, source: str
+) -> None:
+    """Move an entry that cannot be read aside: add it to the dead-letter stream with its
+    ``reason`` and ``source`` (a stream entry id, a key, a queue and job id) and count it."""
+    fields = {"kind": kind, "reason": reason[:1000], "source": source, "raw": _raw_text(raw)}
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.xadd(keys.dead_letters, fields, maxlen=DEAD_LETTERS_MAX, approximate=True)  # type: ignore[arg-type]  # redis-py types fields as a dict of its own unions
+        pipe.hincrby(keys.dead_letter_counts, kind, 1)
+        await pipe.execute()
+
+
+async def dead_letter_counts(redis: Redis, keys: Keys) -> dict[str, int]:
+    """How many entries of each kind were moved aside since the namespace began."""
+    raw = await cast("Awaitable[dict[bytes, bytes]]", redis.hgetall(keys.dead_letter_counts))
+    return {_text(k): int(v) for k, v in raw.items() if v.isdigit()}
 
 
 async def set_current_attempts(

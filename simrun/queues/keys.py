@@ -35,6 +35,17 @@ class Keys:
         """The stream every worker adds its `ReportEntry` to."""
         return f"{self.prefix}:reports"
 
+    @property
+    def dead_letters(self) -> str:
+        """The stream of entries that could not be read (a report, a heartbeat, a job, an
+        attempts hash), each with its reason and source: moved aside, never read again."""
+        return f"{self.prefix}:dead-letters"
+
+    @property
+    def dead_letter_counts(self) -> str:
+        """Hash of how many entries of each kind were moved to `dead_letters`."""
+        return f"{self.prefix}:dead-letters:counts"
+
     def worker(self, worker_id: str) -> str:
         """The heartbeat key of one worker container (expires unless refreshed)."""
         return f"{self.prefix}:worker:{worker_id}"

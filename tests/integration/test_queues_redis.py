@@ -275,3 +275,22 @@ async def test_namespaces_do_not_see_each_other(queue: JobQueue, redis_url: str)
         assert Keys(queue.keys.prefix).queue("cpu") != other.keys.queue("cpu")
     finally:
         await other.close()
+
+
+async def test_an_entry_moved_aside_keeps_its_reason_source_and_a_bounded_raw(
+    queue: JobQueue,
+) -> None:
+    """What cannot be read goes to the dead-letter stream with its kind, reason and source,
+    its raw content cut to a bound, and is counted by kind."""
+    from simrun.queues.client import DEAD_LETTER_RAW_BYTES, dead_letter_counts, quarantine
+
+    redis, keys = queue.redis, queue.keys
+    await quarantine(redis, keys, "report", "bad field 'run'", {b"run": b"\xff" * 9000}, "1-0")
+    await quarantine(redis, keys, "heartbeat", "not JSON", b"garbage", keys.worker("w1"))
+    entries = await redis.xrange(keys.dead_letters)
+    assert [e[1][b"kind"] for e in entries] == [b"report", b"heartbeat"]
+    first = entries[0][1]
+    assert first[b"reason"] == b"bad field 'run'" and first[b"source"] == b"1-0"
+    assert len(first[b"raw"]) <= DEAD_LETTER_RAW_BYTES and b"\\xff" in first[b"raw"]
+    assert entries[1][1][b"raw"] == b"garbage"
+    assert await dead_letter_counts(redis, keys) == {"report": 1, "heartbeat": 1}
