@@ -290,7 +290,9 @@ async def test_an_entry_moved_aside_keeps_its_reason_source_and_a_bounded_raw(
     entries = await redis.xrange(keys.dead_letters)
     assert [e[1][b"kind"] for e in entries] == [b"report", b"heartbeat"]
     first = entries[0][1]
-    assert first[b"reason"] == b"bad field 'run'" and first[b"source"] == b"1-0"
-    assert len(first[b"raw"]) <= DEAD_LETTER_RAW_BYTES and b"\\xff" in first[b"raw"]
+    assert first[b"reason"] == b"bad field 'run'"
+    assert first[b"source"] == b"1-0"
+    assert len(first[b"raw"]) <= DEAD_LETTER_RAW_BYTES
+    assert b"\\xff" in first[b"raw"]
     assert entries[1][1][b"raw"] == b"garbage"
     assert await dead_letter_counts(redis, keys) == {"report": 1, "heartbeat": 1}
