@@ -12,6 +12,7 @@ from redis.exceptions import ResponseError
 from simrun.config import redact_url
 from simrun.core.jobs import JobSpec, queue_for
 from simrun.core.reports import ReportEntry, StreamReport, WorkerInfo
+from simrun.core.signing import JobKey
 from simrun.core.wire import PayloadError, UnitKey, unit_field
 from simrun.queues.connect import RedisTimeouts, open_redis, wait_for_redis
 from simrun.queues.keys import DEFAULT_PREFIX, JOB_FUNCTION, Keys
@@ -106,9 +107,13 @@ async def attempts_by_run(redis: Redis, keys: Keys) -> dict[str, set[str]]:
 class JobQueue:
     """Enqueueing jobs, watching queues and workers, and reading reports, over an arq pool."""
 
-    def __init__(self, pool: ArqRedis, keys: Keys, timeouts: RedisTimeouts | None = None) -> None:
+    def __init__(
+        self, pool: ArqRedis, keys: Keys, key: JobKey, timeouts: RedisTimeouts | None = None
+    ) -> None:
         self.pool = pool
         self.keys = keys
+        #: What signs the jobs enqueued and checks the reports read.
+        self.key = key
         #: The bounds of the pool's calls (a BLOCK must end well within ``socket_s``).
         self.timeouts = timeouts or RedisTimeouts()
         #: The consumer groups of the report stream this queue created (or found).
@@ -121,19 +126,20 @@ class JobQueue:
         prefix: str = DEFAULT_PREFIX,
         timeouts: RedisTimeouts | None = None,
         *,
+        key: JobKey,
         wait: bool = True,
     ) -> JobQueue:
-        """A queue over a new pool to ``redis_url``; with ``wait``, once Redis answered
-        (`wait_for_redis`), else without I/O."""
+        """A queue over a new pool to ``redis_url`` signing with ``key``; with ``wait``, once
+        Redis answered (`wait_for_redis`), else without I/O."""
         timeouts = timeouts or RedisTimeouts()
-        pool = open_redis(redis_url, timeouts)
+        pool = open_redis(redis_url, timeouts, key)
         if wait:
             try:
                 await wait_for_redis(pool, redact_url(redis_url))
             except BaseException:
                 await pool.aclose()
                 raise
-        return cls(pool, Keys(prefix), timeouts)
+        return cls(pool, Keys(prefix), key, timeouts)
 
     @property
     def block_max_s(self) -> float:
@@ -257,7 +263,7 @@ class JobQueue:
             for raw_id, fields in entries:
                 entry_id = raw_id.decode()
                 try:
-                    out.append(StreamReport(entry_id, ReportEntry.from_fields(fields)))
+                    out.append(StreamReport(entry_id, ReportEntry.from_fields(fields, self.key)))
                 except PayloadError as exc:
                     out.append(StreamReport(entry_id, None, str(exc)))
         return out

@@ -114,8 +114,9 @@ class Controller:
             resources = ResourceStore(settings.database)
             await resources.ensure_schema(store.connection)
             # No I/O: the loop makes the first contact (`run_forever`), while the API answers.
+            key = await asyncio.to_thread(settings.job_key)
             queue = await JobQueue.connect(
-                settings.redis_url, settings.prefix, settings.redis_timeouts, wait=False
+                settings.redis_url, settings.prefix, settings.redis_timeouts, key=key, wait=False
             )
         except BaseException:
             await store.close()

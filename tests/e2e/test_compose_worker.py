@@ -18,6 +18,7 @@ from tests.composefile import compose, seconds, services
 from tests.support import REPO
 from tests.support.cli_harness import ended
 from tests.support.harness import all_reports, make_spec
+from tests.support.keys import TEST_KEY
 from tests.support.wait import until
 
 pytestmark = pytest.mark.e2e
@@ -57,7 +58,7 @@ async def test_compose_worker_runs_units_is_healthy_and_stops(
     proc = _start(
         [sys.executable, "-m", "simrun.cli", "worker", *spec["command"], *prefix], env, tmp_path
     )
-    queue = await JobQueue.connect(redis_url, redis_prefix)
+    queue = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
     try:
         job = make_spec(
             tmp_path,

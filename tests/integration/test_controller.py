@@ -198,7 +198,7 @@ async def test_stale_and_repeated_reports_change_nothing(heat_controller: Contro
             report=WorkerReport(
                 peak_memory_gb=(0.2,), seconds_per_unit=0.05, units=1, limit_gb=1.0
             ), started=1.0, finished=2.0,
-        ).to_fields()  # fmt: skip
+        ).to_fields(heat_controller.queue.key)  # fmt: skip
 
     await redis.xadd(keys.reports, report(7, "failed"))  # type: ignore[arg-type]
     await heat_controller.step()
@@ -377,7 +377,7 @@ async def report(c: Controller, run_id: str, index: int, attempt: int, outcome: 
         report=WorkerReport(
             peak_memory_gb=(0.1,), seconds_per_unit=0.01, units=1, limit_gb=0.25
         ), started=1.0, finished=2.0,
-    ).to_fields()  # fmt: skip
+    ).to_fields(c.queue.key)  # fmt: skip
     await c.queue.redis.xadd(c.queue.keys.reports, fields)  # type: ignore[arg-type]
 
 
@@ -467,7 +467,7 @@ async def test_all_units_done_merge_then_done(work_controller: Controller):
             peak_memory_gb=(0.1,), seconds_per_unit=None, units=0, limit_gb=0.25
         ),
         started=1.0, finished=2.0,
-    ).to_fields()  # fmt: skip
+    ).to_fields(work_controller.queue.key)  # fmt: skip
     await work_controller.queue.redis.xadd(work_controller.queue.keys.reports, fields)  # type: ignore[arg-type]
     await work_controller.step()
     run = await work_controller.store.run(run_id)
