@@ -179,11 +179,13 @@ class ReportEntry(BaseModel):
 
 @dataclass(frozen=True)
 class StreamReport:
-    """One entry read from the report stream, or why it could not be read (``problem``)."""
+    """One entry read from the report stream, or why it could not be read (``problem``,
+    with the ``raw`` fields)."""
 
     id: str
     entry: ReportEntry | None
     problem: str | None = None
+    raw: Mapping[bytes, bytes] | None = None
 
 
 class RunningJob(BaseModel):

@@ -265,7 +265,7 @@ class JobQueue:
                 try:
                     out.append(StreamReport(entry_id, ReportEntry.from_fields(fields, self.key)))
                 except PayloadError as exc:
-                    out.append(StreamReport(entry_id, None, str(exc)))
+                    out.append(StreamReport(entry_id, None, str(exc), fields))
         return out
 
     async def wait_report(self, after_id: str | None, timeout_s: float) -> bool:

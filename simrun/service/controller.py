@@ -115,6 +115,7 @@ class Controller:
             await resources.ensure_schema(store.connection)
             # No I/O: the loop makes the first contact (`run_forever`), while the API answers.
             key = await asyncio.to_thread(settings.job_key)
+            log.info("jobs signed with the key of %s (fingerprint %s)", key.where, key.fingerprint)
             queue = await JobQueue.connect(
                 settings.redis_url, settings.prefix, settings.redis_timeouts, key=key, wait=False
             )

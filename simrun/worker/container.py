@@ -338,9 +338,10 @@ class WorkerContainer:
             loops.append(asyncio.create_task(self._upkeep_loop(redis, link)))
             cap = self.capacity
             log.info(
-                "worker %s serving %s with %g GiB, %d processes, %d GPUs; memory bounded by %s",
+                "worker %s serving %s with %g GiB, %d processes, %d GPUs; memory bounded by %s; "
+                "jobs signed with the key of %s (fingerprint %s)",
                 self.worker_id, ", ".join(self.settings.queue_names), cap.memory_gb,
-                cap.processes, cap.gpus, self.isolation,
+                cap.processes, cap.gpus, self.isolation, self.key.where, self.key.fingerprint,
             )  # fmt: skip
             if not self.stopping:  # a stop asked for while starting up ends it here
                 results = await asyncio.gather(
