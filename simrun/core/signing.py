@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import json
 import os
 import secrets
 import tempfile
@@ -91,12 +92,8 @@ class JobKey:
 
 
 def _canonical(fields: dict[str, str]) -> bytes:
-    """One unambiguous byte form of string fields: sorted, each length-prefixed."""
-    out = bytearray()
-    for name in sorted(fields):
-        for part in (name.encode(), fields[name].encode()):
-            out += len(part).to_bytes(4, "big") + part
-    return bytes(out)
+    """One unambiguous byte form of string fields: their JSON, keys sorted."""
+    return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True)
