@@ -25,6 +25,8 @@ ENV_URL = "SIMRUN_URL"
 ENV_TOKEN = "SIMRUN_TOKEN"
 ENV_STORE = "SIMRUN_STORE"
 ENV_ENGINE = "SIMRUN_ENGINE"
+ENV_JOB_KEY = "SIMRUN_JOB_KEY"
+ENV_JOB_KEY_FILE = "SIMRUN_JOB_KEY_FILE"
 
 POSITIVE = click.FloatRange(min=0, min_open=True)
 DIR = click.Path(file_okay=False, path_type=Path)
@@ -78,13 +80,13 @@ TOKEN = Flag(
     "shows in the process list).", env=ENV_TOKEN,
 )  # fmt: skip
 JOB_KEY = Flag(
-    "job-key", "The key that signs jobs and reports (environment only).", env="SIMRUN_JOB_KEY",
+    "job-key", "The key that signs jobs and reports (environment only).", env=ENV_JOB_KEY,
     secret=True,
 )  # fmt: skip
 JOB_KEY_FILE = Flag(
     "job-key-file", "File of the key that signs jobs and reports, shared by the service and "
     "its workers [default: SIMRUN_JOB_KEY, else STORE/.simrun-job.key, made when missing].",
-    click.Path(dir_okay=False, path_type=Path), env="SIMRUN_JOB_KEY_FILE",
+    click.Path(dir_okay=False, path_type=Path), env=ENV_JOB_KEY_FILE,
 )  # fmt: skip
 PLUGINS = Flag(
     "plugins", "Also load this task type (repeatable), besides the installed ones.",

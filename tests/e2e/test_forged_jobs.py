@@ -108,3 +108,33 @@ async def test_a_pickled_job_is_refused_unread(
     assert not target.exists()
     ((_, fields),) = letters
     assert b"pickle" in fields[b"reason"]
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"SIMRUN_JOB_KEY": "short"}, "the job key of SIMRUN_JOB_KEY has 5 characters"),
+        ({"SIMRUN_JOB_KEY_FILE": "/nonexistent/simrun.key"}, "cannot read the job key file"),
+    ],
+)
+@pytest.mark.parametrize("command", ["worker", "service"])
+def test_a_bad_key_stops_the_process_at_start_in_one_line(
+    command: str, env: dict[str, str], message: str, tmp_path: Path
+) -> None:
+    """A key too short or a key file that is missing stops the service and the worker at
+    start with one line naming it (no traceback), before Redis is even tried."""
+    import os
+    import subprocess
+    import sys
+
+    given = {k: v for k, v in os.environ.items() if not k.startswith("SIMRUN_JOB_KEY")}
+    done = subprocess.run(
+        [sys.executable, "-m", "simrun.cli", command, "--store", str(tmp_path),
+         "--redis-url", "redis://127.0.0.1:1/0"],
+        env={**given, **env}, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert message in lines[0]
+    assert "Traceback" not in done.stderr
