@@ -90,4 +90,5 @@ async def test_a_skewed_worker_is_shown_and_warned_once(
     assert "45.0 s behind" in workers["late"]["clock_warning"]
     assert workers["fine"]["clock_warning"] is None
     lines = [r.getMessage() for r in caplog.records if "behind Redis" in r.getMessage()]
-    assert len(lines) == 1 and "late" in lines[0], lines
+    assert len(lines) == 1, lines
+    assert "late" in lines[0], lines
