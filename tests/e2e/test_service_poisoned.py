@@ -29,6 +29,7 @@ from tests.support.cli_harness import (
     write_work,
 )
 from tests.support.heartbeats import worker_info
+from tests.support.keys import TEST_KEY
 from tests.support.redis_server import key_prefix
 from tests.support.wait import until
 
@@ -57,7 +58,7 @@ async def stack(tmp_path: Path, redis_url: str) -> AsyncIterator[Stack]:
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     log = Output(svc)
-    queue = await JobQueue.connect(redis_url, prefix)
+    queue = await JobQueue.connect(redis_url, prefix, key=TEST_KEY)
     try:
         await asyncio.to_thread(wait_for_workers, url, [svc, worker], 1, 60)
         yield Stack(url, tmp_path, queue, svc, log)

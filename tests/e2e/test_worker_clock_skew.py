@@ -17,6 +17,7 @@ from simrun.worker.settings import WorkerSettings
 from tests.support import REPO
 from tests.support.cli_harness import ended
 from tests.support.harness import PLUGINS, all_reports, make_spec, run_burst, spawn
+from tests.support.keys import TEST_KEY, TEST_KEY_ENV
 from tests.support.wait import until
 
 pytestmark = pytest.mark.e2e
@@ -40,8 +41,8 @@ async def test_a_worker_whose_clock_is_behind_takes_a_job_at_once(
     argv = [sys.executable, "-m", "tests.support.skewed_worker", str(-BEHIND_S), "worker"]
     log = tmp_path / "worker.log"
     with log.open("wb") as out:
-        proc = spawn([*argv, *flags.to_argv()], stdout=out, stderr=out)
-    queue = await JobQueue.connect(redis_url, redis_prefix)
+        proc = spawn([*argv, *flags.to_argv()], TEST_KEY_ENV, stdout=out, stderr=out)
+    queue = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
     try:
 
         async def beat() -> WorkerInfo | None:
@@ -75,14 +76,14 @@ async def test_an_unreadable_attempt_does_not_fail_the_job(
     """A job whose units have an attempt in Redis that is not an integer runs them all
     (each counts as current), and the value is quarantined once."""
     spec = make_spec(tmp_path, "t", "test-noop", [0, 1, 2])
-    queue = await JobQueue.connect(redis_url, redis_prefix)
+    queue = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
     try:
         await queue.redis.hset(queue.keys.attempts("r1", "t"), mapping={"1": "garbage"})
     finally:
         await queue.close()
     _, reports = await run_burst(redis_url, redis_prefix, [spec])
     assert reports[spec.job_id].outcomes == {0: "done", 1: "done", 2: "done"}
-    queue = await JobQueue.connect(redis_url, redis_prefix)
+    queue = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
     try:
         assert (await dead_letter_counts(queue.redis, queue.keys)).get("attempts") == 1
     finally:

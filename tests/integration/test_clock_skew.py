@@ -19,6 +19,7 @@ from simrun.plugins import TaskPaths
 from simrun.queues.client import JobQueue
 from simrun.worker.heartbeat import Heartbeat
 from tests.support.heartbeats import worker_info
+from tests.support.keys import TEST_KEY
 
 pytestmark = pytest.mark.redis
 
@@ -35,7 +36,7 @@ class LateClock(SystemClock):
 
 @pytest.fixture
 async def queue(redis_url: str, redis_prefix: str) -> AsyncIterator[JobQueue]:
-    q = await JobQueue.connect(redis_url, redis_prefix)
+    q = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
     try:
         yield q
     finally:

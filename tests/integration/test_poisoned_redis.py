@@ -14,6 +14,7 @@ import pytest
 from simrun.queues.client import JobQueue, current_attempts, dead_letter_counts
 from simrun.service.controller import Controller
 from tests.support.heartbeats import worker_info
+from tests.support.keys import TEST_KEY
 
 pytestmark = pytest.mark.redis
 
@@ -23,7 +24,7 @@ POISONS = [b"garbage", b'{"id": "w9"}', b"\xff\xfe{\x80"]
 
 @pytest.fixture
 async def queue(redis_url: str, redis_prefix: str) -> AsyncIterator[JobQueue]:
-    q = await JobQueue.connect(redis_url, redis_prefix)
+    q = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
     try:
         yield q
     finally:
