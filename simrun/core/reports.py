@@ -231,6 +231,9 @@ class WorkerInfo(BaseModel):
     stopping: bool = False
     free_scratch_gb: float | None = None
     used_memory_gb: float | None = None
+    #: The worker's clock minus the Redis server's (seconds) at its last beat; None until
+    #: measured.
+    clock_skew_s: Annotated[float, Field(allow_inf_nan=False)] | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json()

@@ -232,8 +232,9 @@ async def test_report_group_is_created_once_and_again_after_redis_lost_it(
 async def test_live_workers_come_and_go_with_their_heartbeat(
     queue: JobQueue, redis_url: str
 ) -> None:
-    """A heartbeat lists its worker among the live ones with what it said; a worker whose
-    heartbeat stops disappears once its key expires, and a cleared one at once."""
+    """A heartbeat lists its worker among the live ones with what it said and the clock
+    skew it measured; a worker whose heartbeat stops disappears once its key expires, and
+    a cleared one at once."""
 
     def info(worker_id: str) -> WorkerInfo:
         running = (RunningJob.of(_spec(0), "running"),)
@@ -258,7 +259,11 @@ async def test_live_workers_come_and_go_with_their_heartbeat(
 
     try:  # the first beats, however loaded the machine
         await until(both, timeout_s=10, what="the first beats of w1 and w2")
-        assert info("w1") in await queue.live_workers()
+        (seen,) = [w for w in await queue.live_workers() if w.id == "w1"]
+        # The beat adds the skew it measured against this Redis (on this machine: ~0 s).
+        assert seen.clock_skew_s is not None
+        assert abs(seen.clock_skew_s) < 1.0
+        assert seen.model_copy(update={"clock_skew_s": None}) == info("w1")
     finally:
         task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
