@@ -40,13 +40,35 @@ class ReplayBody(BaseModel):
     all: bool = False
 
 
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema of ``model`` with its nested models written in place: a schema given
+    to the OpenAPI document by hand keeps no ``$defs`` of its own there (a
+    ``#/$defs/DirectoryFile`` would point at nothing). The models are not recursive."""
+    schema = model.model_json_schema()
+    defs: dict[str, Any] = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            return inline({**defs[ref.removeprefix("#/$defs/")], **rest})
+        return {key: inline(value) for key, value in node.items()}
+
+    inlined: dict[str, Any] = inline(schema)
+    return inlined
+
+
 @router.post(
     "/runs",
     status_code=201,
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": SubmitBody.model_json_schema()}},
+            "content": {"application/json": {"schema": inline_schema(SubmitBody)}},
         }
     },
 )
