@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import tempfile
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -35,7 +36,18 @@ from simrun.service.outputs import clear_outputs
 from simrun.service.queries import RunQueries
 from simrun.service.scratch import mark_task_ended, remove_scratch, unmark_tasks_ended
 from simrun.service.settings import ControllerSettings
-from simrun.service.submit import copy_sources, new_run_id, plan_run, remove_run_dir
+from simrun.service.submit import (
+    NoSpace,
+    Volume,
+    copy_sources,
+    full_volume,
+    is_no_space,
+    low_space,
+    new_run_id,
+    plan_run,
+    remove_run_dir,
+    space_line,
+)
 from simrun.workflow import Problem, Workflow, WorkflowError, source_paths, uploaded_sources
 
 #: The spec names `is_oom` here; it is decided where reports are read (`ingest`).
@@ -45,6 +57,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two looks at the Redis server's ``run_id`` (a restart loses its data).
 SERVER_CHECK_S = 1.0
+#: Seconds between two looks at the free space of the store's and the database's volumes.
+SPACE_CHECK_S = 3.0
+#: Seconds between two log lines of a volume that stays full.
+SPACE_LOG_S = 60.0
 
 
 class Controller:
@@ -69,6 +85,10 @@ class Controller:
         self._lock = asyncio.Lock()
         #: The error of the last step, None after a step that went well.
         self.last_error: str | None = None
+        #: What is wrong while it lasts, one line each by what it is of ("disk"): /health.
+        self.problems: dict[str, str] = {}
+        self._space_check = Every(clock, SPACE_CHECK_S)
+        self._space_log = Every(clock, SPACE_LOG_S)
         #: The link to Redis as the loop found it (times on the clock's monotonic scale).
         self.link = LinkState()
         self._server_id: str | None = None
@@ -147,25 +167,66 @@ class Controller:
                 away = self.link.back(self.clock.monotonic())
                 if away is not None:
                     self._redis_back(f"Redis is back after {away:.1f} s")
-            except (RedisError, OSError) as exc:
-                if self.link.lost(self.clock.monotonic(), str(exc)):
-                    log.warning(
-                        "lost Redis at %s (%s): the API answers from SQLite; trying again "
-                        "with backoff",
-                        redact_url(self.settings.redis_url),
-                        exc,
-                    )
-                self.last_error = f"Redis unreachable: {exc}"
-                wait = backoff_s(self.link.failures, random.random())
-                busy, pause = False, max(pause, wait)
-            except Exception as exc:  # kept, logged, and the loop goes on
-                log.exception("controller step failed")
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                busy, pause = False, max(pause, 1.0)
+            except Exception as exc:  # noqa: BLE001  # _step_failed logs it; the loop goes on
+                busy, pause = False, max(pause, await self._step_failed(exc))
+            if self._space_check.due():
+                await self.check_space()
             if not busy:
                 await self._idle(
                     stop, pause, reports=self.link.up and pause <= self.settings.poll_s
                 )
+
+    async def _step_failed(self, exc: Exception) -> float:
+        """Keep and log what made a step fail: the seconds to pause. A full volume is one
+        line a period (`no_space`), Redis going away one line and a backoff, anything else
+        a traceback."""
+        if is_no_space(exc):
+            self.last_error = str(await self.no_space(exc, "the controller's step"))
+            return 1.0
+        if isinstance(exc, (RedisError, OSError)):
+            if self.link.lost(self.clock.monotonic(), str(exc)):
+                log.warning(
+                    "lost Redis at %s (%s): the API answers from SQLite; trying again with backoff",
+                    redact_url(self.settings.redis_url),
+                    exc,
+                )
+            self.last_error = f"Redis unreachable: {exc}"
+            return backoff_s(self.link.failures, random.random())
+        log.exception("controller step failed")
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        return 1.0
+
+    def volumes(self, *more: Volume) -> list[Volume]:
+        """The directories the service writes to (the store, the database's, ``more``)."""
+        found = [Volume("the store", self.settings.store)]
+        if not self.settings.database.parent.is_relative_to(self.settings.store):
+            found.append(Volume("the database's directory", self.settings.database.parent))
+        return [*found, *more]
+
+    async def no_space(self, exc: BaseException, doing: str) -> NoSpace:
+        """``exc``, a write that found its volume full while ``doing``, as a `NoSpace`
+        naming the volume; ``problems["disk"]`` says so until space is back
+        (`check_space`), logged once a `SPACE_LOG_S`."""
+        if isinstance(exc, NoSpace):
+            return exc
+        staging = Volume("the directory of uploads", Path(tempfile.gettempdir()))
+        line = await asyncio.to_thread(lambda: space_line(full_volume(exc, self.volumes(staging))))
+        self.problems["disk"] = f"no space left: {line}"
+        if self._space_log.due():
+            log.warning("no space left (%s failed: %s): %s", doing, exc, line)
+        return NoSpace(f"no space left: {line}; {doing} was not done, nothing of it is kept")
+
+    async def check_space(self) -> None:
+        """Look at the free space of the store's volumes: ``problems["disk"]`` while one is
+        below `LOW_SPACE_BYTES`, gone (and logged) once there is room again."""
+        line = await asyncio.to_thread(low_space, self.volumes())
+        if line is not None:
+            if "disk" not in self.problems or self._space_log.due():
+                log.warning("%s", line)
+            self.problems["disk"] = line
+        elif self.problems.pop("disk", None) is not None:
+            self._space_log.reset()
+            log.warning("space is back: %s", await asyncio.to_thread(space_line, self.volumes()[0]))
 
     async def _idle(self, stop: asyncio.Event, pause_s: float, reports: bool) -> None:
         """Wait up to ``pause_s``, less on ``stop``, a command or (``reports``) a new report."""
@@ -305,8 +366,10 @@ class Controller:
             async with self._lock:
                 await self.store.create_run(new)
                 self._moved(run_id)
-        except BaseException:
+        except BaseException as exc:
             await asyncio.to_thread(remove_run_dir, run_dir)
+            if isinstance(exc, Exception) and is_no_space(exc):
+                raise await self.no_space(exc, "the submission") from exc
             raise
         count = len(new.tasks)
         log.info("run %s submitted: %d task%s", run_id, count, "" if count == 1 else "s")

@@ -1,20 +1,121 @@
 """Turning a checked workflow into a run: its id, its tasks with their input paths, and the
-copy of its sources."""
+copy of its sources; a write that finds its volume full (`NoSpace`, `space_line`)."""
 
 from __future__ import annotations
 
+import errno
+import os
 import secrets
 import shutil
+import sqlite3
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from simrun.core.layout import InputRef, StoreLayout
 from simrun.core.reuse import forced_tasks, rerun_problems, task_all_fingerprints
+from simrun.errors import SimrunError
 from simrun.plugins import TaskType
 from simrun.runstore.rows import NewRun, NewTask
 from simrun.workflow import Problem, Workflow, WorkflowError
+
+#: Below this many free bytes a volume of the service counts as full.
+LOW_SPACE_BYTES = 1024 * 1024
+#: SQLite's result codes of a write that found no room: SQLITE_FULL, and the shared memory
+#: file that could not grow (SQLITE_IOERR_SHMSIZE).
+SQLITE_NO_ROOM = frozenset({13, 4874})
+
+
+class NoSpace(SimrunError, OSError):
+    """A write of the service found its volume full: nothing of it was kept; the message
+    names the volume, where it is mounted and its free bytes, in one line."""
+
+
+def is_no_space(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it was raised from) is a write that found no room: ENOSPC
+    or EDQUOT, SQLite's "database or disk is full"."""
+    seen: BaseException | None = exc
+    for _ in range(4):
+        if seen is None:
+            return False
+        if isinstance(seen, NoSpace):
+            return True
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if isinstance(seen, sqlite3.Error) and seen.sqlite_errorcode in SQLITE_NO_ROOM:
+            return True
+        seen = seen.__cause__
+    return False
+
+
+@dataclass(frozen=True)
+class Volume:
+    """A directory the service writes to, by what it is to the user ("the store")."""
+
+    what: str
+    path: Path
+
+
+def _existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def mount_point(path: Path) -> Path:
+    """The mount point of the volume ``path`` (or its nearest existing parent) is on."""
+    found = _existing(path).resolve()
+    while not os.path.ismount(found) and found != found.parent:
+        found = found.parent
+    return found
+
+
+def free_bytes(path: Path) -> int:
+    """The bytes an unprivileged write may still take on the volume of ``path``; 0 when
+    it has no free inode either."""
+    stat = os.statvfs(_existing(path))
+    return 0 if stat.f_files and not stat.f_favail else stat.f_bavail * stat.f_frsize
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale:
+            return f"{count:,} bytes ({count / scale:.1f} {unit})"
+    return f"{count:,} bytes"
+
+
+def space_line(volume: Volume) -> str:
+    """One line naming ``volume``: where it is mounted and its free bytes (blocking)."""
+    return (
+        f"{volume.what} {volume.path} is on the volume mounted at {mount_point(volume.path)}, "
+        f"with {_size(free_bytes(volume.path))} free"
+    )
+
+
+def full_volume(exc: BaseException, volumes: Sequence[Volume]) -> Volume:
+    """The volume of ``volumes`` that ``exc`` (a write that found no room) hit: the one of
+    its file name (a copy's target: ``filename2``), else the one with the least free bytes
+    (blocking)."""
+    for name in (getattr(exc, "filename2", None), getattr(exc, "filename", None)):
+        if not isinstance(name, str):
+            continue
+        for volume in volumes:
+            if Path(name).absolute().is_relative_to(volume.path.absolute()):
+                return volume
+        break  # the file that took no more is elsewhere: see where space is short
+    return min(volumes, key=lambda v: free_bytes(v.path))
+
+
+def low_space(volumes: Sequence[Volume]) -> str | None:
+    """The line of the first of ``volumes`` below `LOW_SPACE_BYTES` free, or None
+    (blocking)."""
+    for volume in volumes:
+        if free_bytes(volume.path) < LOW_SPACE_BYTES:
+            return f"no space left: {space_line(volume)}"
+    return None
 
 
 def new_run_id(now_s: float | None = None, token: str | None = None) -> str:
@@ -124,14 +225,28 @@ def plan_run(
 
 
 def copy_sources(layout: StoreLayout, run: str, sources: Mapping[str, Path]) -> None:
-    """Copy every source into the directory of run ``run`` (blocking)."""
+    """Copy every source into the directory of run ``run`` (blocking); the first error is
+    raised as it came, its errno kept (a full volume is told from the rest)."""
     for name, original in sources.items():
         target = source_copy(layout, run, name, original)
         target.parent.mkdir(parents=True, exist_ok=True)
         if original.is_dir():
-            shutil.copytree(original, target)
+            _copy_tree(original, target)
         else:
             shutil.copy2(original, target)
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """Copy the directory ``source`` to the new ``target`` (links followed, as
+    `shutil.copytree`), stopping at the first error: copytree goes on past a full volume,
+    file after file, and gathers the errors as text."""
+    target.mkdir()
+    for entry in sorted(source.iterdir()):
+        if entry.is_dir():
+            _copy_tree(entry, target / entry.name)
+        else:
+            shutil.copy2(entry, target / entry.name)
+    shutil.copystat(source, target)
 
 
 def remove_run_dir(run_dir: Path) -> None:

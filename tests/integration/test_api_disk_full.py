@@ -1,0 +1,178 @@
+"""A store whose volume is full (a real 2 MiB tmpfs mounted as the store; skipped where
+mounting is not permitted): a submission answers 507 NO_SPACE naming the store, its mount
+point and free bytes, and leaves nothing (no run row, no run directory, no upload
+directory), whether the copy of its sources or SQLite's write of its run hit the full
+volume; the controller's loop, whose own writes fail meanwhile, says so in
+``problems["disk"]`` and one log line, no traceback a second; once space is back the
+problem goes and a submission is taken. Real Redis, real SQLite, the real app."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import errno
+import logging
+import os
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from simrun.client import NoSpace, refusal
+from simrun.core.layout import StoreLayout
+from simrun.core.views import ErrorCode
+from simrun.service.controller import Controller
+from simrun.service.routes import create_app
+from tests.support import REPO
+from tests.support.service_harness import TYPES, settings, work_doc
+from tests.support.wait import until
+
+pytestmark = pytest.mark.redis
+
+HEAT = (REPO / "examples" / "heat.yaml").read_text()
+PLATE = base64.b64encode((REPO / "examples" / "plate.json").read_bytes()).decode()
+SOURCES = {"plate": {"filename": "plate.json", "content_b64": PLATE}}
+
+
+@pytest.fixture
+def volume(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs mounted for this test alone (root only), unmounted after it."""
+    mnt = tmp_path / "volume"
+    mnt.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (root in a privileged container): {done.stderr}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+@pytest.fixture
+async def full_store(
+    volume: Path, tmp_path: Path, redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Controller]:
+    """A controller whose store (and database) is on ``volume``; uploads staged in a
+    directory of this test's."""
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(staging))
+    ctl = await Controller.open(settings(volume / "store", redis_url, redis_prefix), TYPES)
+    try:
+        yield ctl
+    finally:
+        await ctl.close()
+
+
+def fill(volume: Path) -> Path:
+    """Write a file on ``volume`` until not one byte more fits: the file."""
+    filler = volume / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        for chunk in (1 << 16, 1 << 12, 1):
+            while True:
+                try:
+                    os.write(fd, b"x" * chunk)
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+                    break
+    finally:
+        os.close(fd)
+    return filler
+
+
+def leftovers(controller: Controller, known: set[str]) -> list[str]:
+    """What is in the store's runs and the staging directory besides the runs ``known``."""
+    runs = StoreLayout(controller.settings.store).runs
+    found = [p.name for p in runs.iterdir() if p.name not in known] if runs.is_dir() else []
+    return found + [p.name for p in Path(tempfile.gettempdir()).iterdir()]
+
+
+def counting(
+    step: Callable[[], Awaitable[bool]],
+) -> tuple[Callable[[], Awaitable[bool]], list[int]]:
+    calls: list[int] = []
+
+    async def counted() -> bool:
+        calls.append(1)
+        return await step()
+
+    return counted, calls
+
+
+async def test_a_full_store_answers_507_keeps_nothing_and_recovers(
+    full_store: Controller, volume: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a full store: the loop's own writes fail (one warning, no traceback, however many
+    steps) and ``problems["disk"]`` names the volume; a submission with sources (its copy
+    fails) and one without (SQLite's write of its 300 KB document fails) each answer 507
+    NO_SPACE naming the store, the mount point and the free bytes, leave no run row, run
+    directory or upload directory, and the client raises `NoSpace` in one line. With the
+    space back, the problem goes and the same submission is taken (201)."""
+    controller = full_store
+    transport = httpx.ASGITransport(app=create_app(controller))
+    async with httpx.AsyncClient(transport=transport, base_url="http://simrun") as api:
+        first = await api.post("/runs", json={"workflow": HEAT, "sources": SOURCES})
+        assert first.status_code == 201, first.text
+        kept = {first.json()["run"]}
+        await controller.store.checkpoint()  # the WAL is emptied: a next write needs room
+        filler = fill(volume)
+
+        caplog.set_level(logging.INFO, logger="simrun.service")
+        controller.step, calls = counting(controller.step)  # type: ignore[method-assign]
+        stop = asyncio.Event()
+        loop = asyncio.create_task(controller.run_forever(stop))
+        try:
+            await until(lambda: len(calls) >= 3, timeout_s=20, what="three steps of the loop")
+            assert (controller.last_error or "").startswith("no space left: the store "), (
+                controller.last_error
+            )
+            assert str(volume) in controller.problems["disk"]
+            warned = [r for r in caplog.records if "no space left" in r.getMessage()]
+            assert len(warned) == 1, [r.getMessage() for r in warned]
+            assert not [r for r in caplog.records if r.exc_info], "no traceback"
+
+            for body in (
+                {"workflow": HEAT, "sources": SOURCES},
+                {"workflow": work_doc(units=3) + "\n# " + "x" * 300_000},
+            ):
+                response = await api.post("/runs", json=body)
+                assert response.status_code == 507, response.text
+                answer = response.json()
+                assert answer["code"] == ErrorCode.NO_SPACE
+                detail = answer["detail"]
+                assert f"the store {controller.settings.store} " in detail, detail
+                assert f"mounted at {volume}," in detail, detail
+                assert " bytes free" in detail, detail
+                assert "\n" not in detail, detail
+                error = refusal("POST", "/runs", response)
+                assert isinstance(error, NoSpace)
+                assert str(error).startswith("the simrun service: no space left: ")
+                assert [r.id for r in await controller.queries.runs()] == [*kept]
+                assert leftovers(controller, kept) == []
+            health = (await api.get("/health")).json()
+            if "problems" in health:  # /health shows Controller.problems (merged apart)
+                assert not health["ok"], health
+                assert "disk" in health["problems"], health
+
+            filler.unlink()
+            await until(
+                lambda: "disk" not in controller.problems,
+                timeout_s=20,
+                what="the disk problem gone",
+            )
+            again = await api.post("/runs", json={"workflow": HEAT, "sources": SOURCES})
+            assert again.status_code == 201, again.text
+            assert any("space is back" in r.getMessage() for r in caplog.records)
+        finally:
+            stop.set()
+            await loop
