@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import tempfile
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -37,6 +37,7 @@ from simrun.service.queries import RunQueries
 from simrun.service.scratch import mark_task_ended, remove_scratch, unmark_tasks_ended
 from simrun.service.settings import ControllerSettings
 from simrun.service.submit import (
+    Leftovers,
     NoSpace,
     Volume,
     copy_sources,
@@ -45,8 +46,13 @@ from simrun.service.submit import (
     low_space,
     new_run_id,
     plan_run,
+    remove_leftovers,
     remove_run_dir,
+    run_dir_names,
     space_line,
+    stale_run_dirs,
+    upload_leftovers,
+    upload_staging,
 )
 from simrun.workflow import Problem, Workflow, WorkflowError, source_paths, uploaded_sources
 
@@ -140,7 +146,32 @@ class Controller:
         except BaseException:
             await store.close()
             raise
-        return cls(settings, types, store, resources, queue, clock)
+        controller = cls(settings, types, store, resources, queue, clock)
+        try:
+            await controller.sweep_leftovers()
+        except OSError as exc:  # the start goes on: the leftovers only take room
+            log.warning("cannot look for what interrupted submissions left: %s", exc)
+        return controller
+
+    async def sweep_leftovers(self) -> Leftovers:
+        """Remove what submissions killed midway left (one log line when there was any):
+        upload directories no submission wrote to for `UPLOAD_LEFTOVER_S`, and directories
+        under the store's ``runs/`` named as a run id, without a run, not written to for
+        `RUN_LEFTOVER_S` (file ages are of the file system's clock)."""
+        now_s = time.time()
+        layout = StoreLayout(self.settings.store)
+        staging = upload_staging()
+        uploads = await asyncio.to_thread(upload_leftovers, staging, now_s)
+        names = [
+            name
+            for name in await asyncio.to_thread(run_dir_names, layout)
+            if not await self.queries.exists(name)
+        ]
+        runs = await asyncio.to_thread(stale_run_dirs, layout, names, now_s)
+        done = await asyncio.to_thread(remove_leftovers, uploads, runs)
+        if done.uploads or done.runs or done.kept:
+            log.warning("%s", done.line(staging, layout.runs))
+        return done
 
     async def close(self) -> None:
         """Close Redis and both stores (no WAL file is left behind)."""
@@ -209,7 +240,7 @@ class Controller:
         (`check_space`), logged once a `SPACE_LOG_S`."""
         if isinstance(exc, NoSpace):
             return exc
-        staging = Volume("the directory of uploads", Path(tempfile.gettempdir()))
+        staging = Volume("the directory of uploads", upload_staging())
         line = await asyncio.to_thread(lambda: space_line(full_volume(exc, self.volumes(staging))))
         self.problems["disk"] = f"no space left: {line}"
         if self._space_log.due():

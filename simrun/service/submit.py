@@ -1,5 +1,7 @@
 """Turning a checked workflow into a run: its id, its tasks with their input paths, and the
-copy of its sources; a write that finds its volume full (`NoSpace`, `space_line`)."""
+copy of its sources; a write that finds its volume full (`NoSpace`, `space_line`); what a
+submission killed midway left (`Leftovers`: its upload directory, a run directory without
+a run)."""
 
 from __future__ import annotations
 
@@ -8,14 +10,16 @@ import os
 import secrets
 import shutil
 import sqlite3
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from simrun.core.layout import InputRef, StoreLayout
 from simrun.core.reuse import forced_tasks, rerun_problems, task_all_fingerprints
+from simrun.core.wire import RUN_ID
 from simrun.errors import SimrunError
 from simrun.plugins import TaskType
 from simrun.runstore.rows import NewRun, NewTask
@@ -252,3 +256,126 @@ def _copy_tree(source: Path, target: Path) -> None:
 def remove_run_dir(run_dir: Path) -> None:
     """Remove what a submission that failed had written (blocking)."""
     shutil.rmtree(run_dir, ignore_errors=True)
+
+
+#: The prefix of the directory a submission's uploads are written to (`upload_staging`).
+UPLOAD_PREFIX = "simrun-upload-"
+#: Seconds since its last write after which an upload directory is a leftover: a
+#: submission writes its uploads, then copies them into the store, then removes it.
+UPLOAD_LEFTOVER_S = 300.0
+#: Seconds since its last write after which a run directory without a run is a leftover
+#: (a submission of another process may be copying its sources meanwhile).
+RUN_LEFTOVER_S = 60.0
+
+
+def upload_staging() -> Path:
+    """Where a submission's uploads are written before they are copied into the store."""
+    return Path(tempfile.gettempdir())
+
+
+def new_upload_dir() -> Path:
+    """A new directory for the uploads of one submission (blocking)."""
+    return Path(tempfile.mkdtemp(prefix=UPLOAD_PREFIX, dir=upload_staging()))
+
+
+def _last_write_s(path: Path) -> float:
+    """The latest modification time of ``path`` and everything under it (no link followed;
+    what vanishes meanwhile is passed over)."""
+    latest = path.lstat().st_mtime
+    for parent, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            try:
+                latest = max(latest, os.lstat(os.path.join(parent, name)).st_mtime)
+            except FileNotFoundError:
+                continue
+    return latest
+
+
+def _bytes_under(path: Path) -> int:
+    total = 0
+    for parent, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(parent, name)).st_size
+            except FileNotFoundError:
+                continue
+    return total
+
+
+@dataclass
+class Leftovers:
+    """What submissions killed midway left and a start removed: upload directories and run
+    directories without a run, their bytes, and those that could not go (with why)."""
+
+    uploads: int = 0
+    runs: int = 0
+    bytes: int = 0
+    kept: list[str] = field(default_factory=list)
+
+    def line(self, staging: Path, runs: Path) -> str:
+        """The one log line of a sweep that found something."""
+        line = (
+            f"removed what interrupted submissions left: {self.uploads} upload "
+            f"director{'y' if self.uploads == 1 else 'ies'} in {staging}, {self.runs} run "
+            f"director{'y' if self.runs == 1 else 'ies'} without a run in {runs}, "
+            f"{_size(self.bytes)}"
+        )
+        return line + (f"; could not remove {'; '.join(self.kept)}" if self.kept else "")
+
+
+def upload_leftovers(staging: Path, now_s: float) -> list[Path]:
+    """This user's upload directories in ``staging`` written to last `UPLOAD_LEFTOVER_S`
+    ago or more (blocking)."""
+    found = []
+    for path in sorted(staging.glob(f"{UPLOAD_PREFIX}*")):
+        try:
+            if path.is_symlink() or not path.is_dir() or path.lstat().st_uid != os.getuid():
+                continue
+            if now_s - _last_write_s(path) >= UPLOAD_LEFTOVER_S:
+                found.append(path)
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def run_dir_names(layout: StoreLayout) -> list[str]:
+    """The directories under the store's ``runs/`` named as a run id (blocking)."""
+    if not layout.runs.is_dir():
+        return []
+    return sorted(
+        p.name
+        for p in layout.runs.iterdir()
+        if RUN_ID.fullmatch(p.name) and p.is_dir() and not p.is_symlink()
+    )
+
+
+def stale_run_dirs(layout: StoreLayout, names: Sequence[str], now_s: float) -> list[Path]:
+    """Those of the run directories ``names`` written to last `RUN_LEFTOVER_S` ago or more
+    (blocking)."""
+    found = []
+    for name in names:
+        path = layout.run_dir(name)
+        try:
+            if now_s - _last_write_s(path) >= RUN_LEFTOVER_S:
+                found.append(path)
+        except OSError:
+            continue  # gone meanwhile
+    return found
+
+
+def remove_leftovers(uploads: Sequence[Path], runs: Sequence[Path]) -> Leftovers:
+    """Remove ``uploads`` and ``runs`` (blocking): what went, and what could not."""
+    done = Leftovers()
+    for path, is_run in [*((p, False) for p in uploads), *((p, True) for p in runs)]:
+        size = _bytes_under(path)
+        try:
+            shutil.rmtree(path)
+        except OSError as exc:
+            done.kept.append(f"{path}: {exc}")
+            continue
+        done.bytes += size
+        if is_run:
+            done.runs += 1
+        else:
+            done.uploads += 1
+    return done

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import tempfile
 import time
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -24,6 +22,7 @@ from simrun.service.controller import Controller
 from simrun.service.routes.deps import ONE_RUN, ApiError, ControllerDep, unknown_run
 from simrun.service.routes.events import polled_events, streaming
 from simrun.service.routes.submission import SubmitBody, receive_submission
+from simrun.service.submit import new_upload_dir
 from simrun.service.views import MAX_PAGE, keep_run, run_line, unit_line
 
 router = APIRouter()
@@ -77,7 +76,7 @@ async def submit(request: Request, controller: ControllerDep) -> dict[str, Any]:
     (bounded by the guard) and parsed, checked and written out in a thread; a
     `WorkflowError` answers 422 with every problem."""
     raw = await request.body()
-    tmp = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="simrun-upload-"))
+    tmp = await asyncio.to_thread(new_upload_dir)
     try:
         received = await asyncio.to_thread(
             receive_submission, raw, controller.types, controller.settings.intake, tmp
