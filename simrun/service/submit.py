@@ -77,11 +77,17 @@ def mount_point(path: Path) -> Path:
     return found
 
 
-def free_bytes(path: Path) -> int:
-    """The bytes an unprivileged write may still take on the volume of ``path``; 0 when
-    it has no free inode either."""
+def free_space(path: Path) -> tuple[int, bool]:
+    """The bytes an unprivileged write may still take on the volume of ``path``, and
+    whether it has a free inode (a volume without inode counts has)."""
     stat = os.statvfs(_existing(path))
-    return 0 if stat.f_files and not stat.f_favail else stat.f_bavail * stat.f_frsize
+    return stat.f_bavail * stat.f_frsize, not stat.f_files or stat.f_favail > 0
+
+
+def _room(path: Path) -> int:
+    """The free bytes of ``path``'s volume, 0 without a free inode."""
+    free, inodes = free_space(path)
+    return free if inodes else 0
 
 
 def _size(count: int) -> str:
@@ -93,9 +99,10 @@ def _size(count: int) -> str:
 
 def space_line(volume: Volume) -> str:
     """One line naming ``volume``: where it is mounted and its free bytes (blocking)."""
+    free, inodes = free_space(volume.path)
     return (
         f"{volume.what} {volume.path} is on the volume mounted at {mount_point(volume.path)}, "
-        f"with {_size(free_bytes(volume.path))} free"
+        f"with {_size(free)} free{'' if inodes else ' but no free inode'}"
     )
 
 
@@ -110,14 +117,14 @@ def full_volume(exc: BaseException, volumes: Sequence[Volume]) -> Volume:
             if Path(name).absolute().is_relative_to(volume.path.absolute()):
                 return volume
         break  # the file that took no more is elsewhere: see where space is short
-    return min(volumes, key=lambda v: free_bytes(v.path))
+    return min(volumes, key=lambda v: _room(v.path))
 
 
 def low_space(volumes: Sequence[Volume]) -> str | None:
-    """The line of the first of ``volumes`` below `LOW_SPACE_BYTES` free, or None
-    (blocking)."""
+    """The line of the first of ``volumes`` below `LOW_SPACE_BYTES` free (or without a
+    free inode), or None (blocking)."""
     for volume in volumes:
-        if free_bytes(volume.path) < LOW_SPACE_BYTES:
+        if _room(volume.path) < LOW_SPACE_BYTES:
             return f"no space left: {space_line(volume)}"
     return None
 

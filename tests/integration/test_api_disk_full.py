@@ -16,6 +16,7 @@ import os
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -37,13 +38,13 @@ PLATE = base64.b64encode((REPO / "examples" / "plate.json").read_bytes()).decode
 SOURCES = {"plate": {"filename": "plate.json", "content_b64": PLATE}}
 
 
-@pytest.fixture
-def volume(tmp_path: Path) -> Iterator[Path]:
-    """A 2 MiB tmpfs mounted for this test alone (root only), unmounted after it."""
-    mnt = tmp_path / "volume"
+@contextmanager
+def mounted(mnt: Path, options: str) -> Iterator[Path]:
+    """A tmpfs mounted at ``mnt`` with ``options`` (root only: else the test is skipped),
+    unmounted after."""
     mnt.mkdir()
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mnt)],
         capture_output=True,
         text=True,
         check=False,
@@ -54,6 +55,13 @@ def volume(tmp_path: Path) -> Iterator[Path]:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+@pytest.fixture
+def volume(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs mounted for this test alone, unmounted after it."""
+    with mounted(tmp_path / "volume", "size=2m") as mnt:
+        yield mnt
 
 
 @pytest.fixture
@@ -88,6 +96,18 @@ def fill(volume: Path) -> Path:
     finally:
         os.close(fd)
     return filler
+
+
+def take_inodes(directory: Path) -> int:
+    """Make empty files in ``directory`` until its volume has no inode left: how many."""
+    for i in range(100_000):
+        try:
+            (directory / str(i)).touch()
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            return i
+    raise AssertionError(f"{directory}: 100,000 files and still inodes left")
 
 
 def leftovers(controller: Controller, known: set[str]) -> list[str]:
@@ -176,3 +196,33 @@ async def test_a_full_store_answers_507_keeps_nothing_and_recovers(
         finally:
             stop.set()
             await loop
+
+
+async def test_a_volume_without_a_free_inode_answers_507_saying_so(
+    tmp_path: Path, redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store on a tmpfs of few inodes, all taken (bytes left): a submission whose copy
+    needs an inode answers 507 saying the volume has no free inode, and leaves nothing."""
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(staging))
+    with mounted(tmp_path / "volume", "size=8m,nr_inodes=64") as volume:
+        controller = await Controller.open(
+            settings(volume / "store", redis_url, redis_prefix), TYPES
+        )
+        try:
+            transport = httpx.ASGITransport(app=create_app(controller))
+            async with httpx.AsyncClient(transport=transport, base_url="http://simrun") as api:
+                filler = volume / "inodes"
+                filler.mkdir()
+                taken = take_inodes(filler)
+                assert 0 < taken < 64, taken
+                response = await api.post("/runs", json={"workflow": HEAT, "sources": SOURCES})
+                assert response.status_code == 507, response.text
+                detail = response.json()["detail"]
+                assert f"mounted at {volume}, with " in detail, detail
+                assert "free but no free inode" in detail, detail
+                assert await controller.queries.runs() == []
+                assert leftovers(controller, set()) == []
+        finally:
+            await controller.close()
