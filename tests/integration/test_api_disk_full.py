@@ -1,10 +1,11 @@
-"""A store whose volume is full (a real 2 MiB tmpfs mounted as the store; skipped where
-mounting is not permitted): a submission answers 507 NO_SPACE naming the store, its mount
+"""Full volumes, real ones (a small tmpfs mounted per test; skipped where mounting is not
+permitted): a submission to a full store answers 507 NO_SPACE naming the store, its mount
 point and free bytes, and leaves nothing (no run row, no run directory, no upload
 directory), whether the copy of its sources or SQLite's write of its run hit the full
 volume; the controller's loop, whose own writes fail meanwhile, says so in
 ``problems["disk"]`` and one log line, no traceback a second; once space is back the
-problem goes and a submission is taken. Real Redis, real SQLite, the real app."""
+problem goes and a submission is taken. A volume out of inodes, and a full directory of
+uploads, answer 507 the same, naming them. Real Redis, real SQLite, the real app."""
 
 from __future__ import annotations
 
@@ -226,3 +227,23 @@ async def test_a_volume_without_a_free_inode_answers_507_saying_so(
                 assert leftovers(controller, set()) == []
         finally:
             await controller.close()
+
+
+async def test_a_full_upload_directory_answers_507_naming_it(
+    tmp_path: Path, controller: Controller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Uploads staged on a full volume (the store has room): the submission answers 507
+    naming the directory of uploads and its mount point, and leaves no upload directory and
+    no run."""
+    with mounted(tmp_path / "staging", "size=1m") as staging:
+        monkeypatch.setattr(tempfile, "tempdir", str(staging))
+        fill(staging)
+        transport = httpx.ASGITransport(app=create_app(controller))
+        async with httpx.AsyncClient(transport=transport, base_url="http://simrun") as api:
+            response = await api.post("/runs", json={"workflow": HEAT, "sources": SOURCES})
+        assert response.status_code == 507, response.text
+        detail = response.json()["detail"]
+        assert detail.startswith(f"no space left: the directory of uploads {staging} "), detail
+        assert f"mounted at {staging}, with 0 bytes free" in detail, detail
+        assert await controller.queries.runs() == []
+        assert sorted(p.name for p in staging.iterdir()) == ["filler"]
