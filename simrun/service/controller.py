@@ -257,7 +257,7 @@ class Controller:
             self.problems["disk"] = line
         elif self.problems.pop("disk", None) is not None:
             self._space_log.reset()
-            log.warning("space is back: %s", await asyncio.to_thread(space_line, self.volumes()[0]))
+            log.info("space is back: %s", await asyncio.to_thread(space_line, self.volumes()[0]))
 
     async def _idle(self, stop: asyncio.Event, pause_s: float, reports: bool) -> None:
         """Wait up to ``pause_s``, less on ``stop``, a command or (``reports``) a new report."""
