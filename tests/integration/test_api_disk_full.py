@@ -28,6 +28,7 @@ from simrun.core.layout import StoreLayout
 from simrun.core.views import ErrorCode
 from simrun.service.controller import Controller
 from simrun.service.routes import create_app
+from tests.integration.test_controller import report, submit_work
 from tests.support import REPO
 from tests.support.service_harness import TYPES, settings, work_doc
 from tests.support.wait import until
@@ -247,3 +248,49 @@ async def test_a_full_upload_directory_answers_507_naming_it(
         assert f"mounted at {staging}, with 0 bytes free" in detail, detail
         assert await controller.queries.runs() == []
         assert sorted(p.name for p in staging.iterdir()) == ["filler"]
+
+
+async def test_the_ingest_on_a_full_store_waits_for_space_in_one_line(
+    full_store: Controller, volume: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker's report read while the store is full: the ingest's write fails at every
+    step, the loop logs it once (no traceback) and keeps ``problems["disk"]``; the report
+    stays in the stream, and once space is back it is taken in (the unit is done) and the
+    problem goes."""
+    controller = full_store
+    run_id = await submit_work(controller, units=2)
+    await controller.step()  # the units are dispatched
+    await controller.store.checkpoint()
+    filler = fill(volume)
+    await report(controller, run_id, 0, 1, "done")
+
+    caplog.set_level(logging.INFO, logger="simrun.service")
+    controller.step, calls = counting(controller.step)  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    loop = asyncio.create_task(controller.run_forever(stop))
+    try:
+        await until(lambda: len(calls) >= 3, timeout_s=20, what="three steps of the loop")
+        assert (controller.last_error or "").startswith("no space left: the store "), (
+            controller.last_error
+        )
+        assert "disk" in controller.problems
+        warned = [r for r in caplog.records if "no space left" in r.getMessage()]
+        assert len(warned) == 1, [r.getMessage() for r in warned]
+        assert "database or disk is full" in warned[0].getMessage()
+        assert not [r for r in caplog.records if r.exc_info], "no traceback"
+        [unit] = [u for u in await controller.store.units(run_id, "work") if u.index == 0]
+        assert unit.state != "done"
+
+        filler.unlink()
+
+        async def taken_in() -> bool:
+            units = await controller.store.units(run_id, "work")
+            return any(u.index == 0 and u.state == "done" for u in units)
+
+        await until(taken_in, timeout_s=20, what="the report taken in once space is back")
+        await until(
+            lambda: "disk" not in controller.problems, timeout_s=20, what="the disk problem gone"
+        )
+    finally:
+        stop.set()
+        await loop
