@@ -193,13 +193,29 @@ class Controller:
         while not stop.is_set():
             pause = self.settings.poll_s
             try:
-                busy = await self.step()
+                busy = await self._step_noting_space()
                 self.last_error = None
                 away = self.link.back(self.clock.monotonic())
                 if away is not None:
                     self._redis_back(f"Redis is back after {away:.1f} s")
-            except Exception as exc:  # noqa: BLE001  # _step_failed logs it; the loop goes on
-                busy, pause = False, max(pause, await self._step_failed(exc))
+            except NoSpace as exc:  # one line a period (`no_space`), no traceback
+                self.last_error = str(exc)
+                busy, pause = False, max(pause, 1.0)
+            except (RedisError, OSError) as exc:
+                if self.link.lost(self.clock.monotonic(), str(exc)):
+                    log.warning(
+                        "lost Redis at %s (%s): the API answers from SQLite; trying again "
+                        "with backoff",
+                        redact_url(self.settings.redis_url),
+                        exc,
+                    )
+                self.last_error = f"Redis unreachable: {exc}"
+                wait = backoff_s(self.link.failures, random.random())
+                busy, pause = False, max(pause, wait)
+            except Exception as exc:  # kept, logged, and the loop goes on
+                log.exception("controller step failed")
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                busy, pause = False, max(pause, 1.0)
             if self._space_check.due():
                 await self.check_space()
             if not busy:
@@ -207,25 +223,14 @@ class Controller:
                     stop, pause, reports=self.link.up and pause <= self.settings.poll_s
                 )
 
-    async def _step_failed(self, exc: Exception) -> float:
-        """Keep and log what made a step fail: the seconds to pause. A full volume is one
-        line a period (`no_space`), Redis going away one line and a backoff, anything else
-        a traceback."""
-        if is_no_space(exc):
-            self.last_error = str(await self.no_space(exc, "the controller's step"))
-            return 1.0
-        if isinstance(exc, (RedisError, OSError)):
-            if self.link.lost(self.clock.monotonic(), str(exc)):
-                log.warning(
-                    "lost Redis at %s (%s): the API answers from SQLite; trying again with backoff",
-                    redact_url(self.settings.redis_url),
-                    exc,
-                )
-            self.last_error = f"Redis unreachable: {exc}"
-            return backoff_s(self.link.failures, random.random())
-        log.exception("controller step failed")
-        self.last_error = f"{type(exc).__name__}: {exc}"
-        return 1.0
+    async def _step_noting_space(self) -> bool:
+        """`step`, a write of it that found its volume full raised as `NoSpace`."""
+        try:
+            return await self.step()
+        except Exception as exc:
+            if is_no_space(exc):
+                raise await self.no_space(exc, "the controller's step") from exc
+            raise
 
     def volumes(self, *more: Volume) -> list[Volume]:
         """The directories the service writes to (the store, the database's, ``more``)."""
