@@ -91,8 +91,6 @@ class Controller:
         self._lock = asyncio.Lock()
         #: The error of the last step, None after a step that went well.
         self.last_error: str | None = None
-        #: What is wrong while it lasts, one line each by what it is of ("disk"): /health.
-        self.problems: dict[str, str] = {}
         self._space_check = Every(clock, SPACE_CHECK_S)
         self._space_log = Every(clock, SPACE_LOG_S)
         #: The link to Redis as the loop found it (times on the clock's monotonic scale).
@@ -126,6 +124,9 @@ class Controller:
         self.changes = Changes()
         #: Set by a command (submit, replay, cancel): the idle loop steps at once.
         self._wake = asyncio.Event()
+        #: Problems other code sets and clears (a name such as "disk" → one line): while
+        #: any is set, /health says degraded and lists them.
+        self.problems: dict[str, str] = {}
 
     @classmethod
     async def open(
