@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from simrun.core.layout import StoreLayout
+from simrun.core.signing import store_key
 from simrun.queues.client import JobQueue
 from tests.composefile import compose, seconds, services
 from tests.support import REPO
@@ -57,7 +59,10 @@ async def test_compose_worker_runs_units_is_healthy_and_stops(
     proc = _start(
         [sys.executable, "-m", "simrun.cli", "worker", *spec["command"], *prefix], env, tmp_path
     )
-    queue = await JobQueue.connect(redis_url, redis_prefix)
+    # the service of the stack signs with the key the shared store holds (made by either)
+    queue = await JobQueue.connect(
+        redis_url, redis_prefix, key=store_key(StoreLayout(tmp_path).job_key)
+    )
     try:
         job = make_spec(
             tmp_path,

@@ -1,6 +1,7 @@
 """`simrun submit` to a `simrun service` whose store is on a full volume (a real 2 MiB
 tmpfs; skipped where mounting is not permitted): the command fails with one line naming
-the volume and its free bytes, no traceback; with space back it submits. Real processes,
+the volume and its free bytes, no traceback, and /health is degraded saying so; with space
+back it submits. Real processes,
 real Redis."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tests.support.cli_harness import (
     wait_for_service,
 )
 from tests.support.redis_server import key_prefix
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -70,8 +72,9 @@ def test_submit_to_a_full_store_fails_in_one_line(
     tmp_path: Path, volume: Path, redis_url: str
 ) -> None:
     """``simrun submit`` exits 1 printing one line: the service has no space left, the store,
-    the mount point and its free bytes; nothing is listed in ``/runs``. Once the filler is
-    removed, the same command submits (exit 0)."""
+    the mount point and its free bytes; nothing is listed in ``/runs``, /health is degraded
+    with the same line. Once the filler is removed, /health drops it within seconds and the
+    same command submits (exit 0)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     store = volume / "store"
@@ -90,7 +93,15 @@ def test_submit_to_a_full_store_fails_in_one_line(
         assert "no space left: the store " in printed[0], printed
         assert f"mounted at {volume}, with 0 bytes free" in printed[0], printed
         assert httpx.get(f"{url}/runs").json() == []
+        health = httpx.get(f"{url}/health").json()
+        assert health["status"] == "degraded", health
+        assert f"mounted at {volume}, with 0 bytes free" in health["problems"]["disk"], health
         filler.unlink()
+        wait_until(
+            lambda: "disk" not in httpx.get(f"{url}/health").json()["problems"],
+            timeout_s=30,
+            what="/health without the disk problem once space is back",
+        )
         taken = simrun("submit", heat, "--url", url, cwd=tmp_path)
         assert taken.returncode == 0, taken.stdout + taken.stderr
         assert len(httpx.get(f"{url}/runs").json()) == 1

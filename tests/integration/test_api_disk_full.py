@@ -4,8 +4,9 @@ point and free bytes, and leaves nothing (no run row, no run directory, no uploa
 directory), whether the copy of its sources or SQLite's write of its run hit the full
 volume; the controller's loop, whose own writes fail meanwhile, says so in
 ``problems["disk"]`` and one log line, no traceback a second; once space is back the
-problem goes and a submission is taken. A volume out of inodes, and a full directory of
-uploads, answer 507 the same, naming them. Real Redis, real SQLite, the real app."""
+problem goes (from /health too) and a submission is taken. A volume out of inodes, and a
+full directory of uploads, answer 507 the same, naming them. Real Redis, real SQLite, the
+real app."""
 
 from __future__ import annotations
 
@@ -135,7 +136,8 @@ async def test_a_full_store_answers_507_keeps_nothing_and_recovers(
     full_store: Controller, volume: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """On a full store: the loop's own writes fail (one warning, no traceback, however many
-    steps) and ``problems["disk"]`` names the volume; a submission with sources (its copy
+    steps) and ``problems["disk"]`` names the volume (/health: degraded, with it); a
+    submission with sources (its copy
     fails) and one without (SQLite's write of its 300 KB document fails) each answer 507
     NO_SPACE naming the store, the mount point and the free bytes, leave no run row, run
     directory or upload directory, and the client raises `NoSpace` in one line. With the
@@ -182,9 +184,8 @@ async def test_a_full_store_answers_507_keeps_nothing_and_recovers(
                 assert [r.id for r in await controller.queries.runs()] == [*kept]
                 assert leftovers(controller, kept) == []
             health = (await api.get("/health")).json()
-            if "problems" in health:  # /health shows Controller.problems (merged apart)
-                assert not health["ok"], health
-                assert "disk" in health["problems"], health
+            assert (health["ok"], health["status"]) == (False, "degraded"), health
+            assert f"mounted at {volume}," in health["problems"]["disk"], health
 
             filler.unlink()
             await until(
@@ -194,6 +195,7 @@ async def test_a_full_store_answers_507_keeps_nothing_and_recovers(
             )
             again = await api.post("/runs", json={"workflow": HEAT, "sources": SOURCES})
             assert again.status_code == 201, again.text
+            assert "disk" not in (await api.get("/health")).json()["problems"]
             assert any("space is back" in r.getMessage() for r in caplog.records)
         finally:
             stop.set()
