@@ -93,6 +93,7 @@ class Controller:
         self.last_error: str | None = None
         self._space_check = Every(clock, SPACE_CHECK_S)
         self._space_log = Every(clock, SPACE_LOG_S)
+        self._space_failed_s = -float("inf")  # when a write last found no room (monotonic)
         #: The link to Redis as the loop found it (times on the clock's monotonic scale).
         self.link = LinkState()
         self._server_id: str | None = None
@@ -205,7 +206,7 @@ class Controller:
                     self._redis_back(f"Redis is back after {away:.1f} s")
             except NoSpace as exc:  # one line a period (`no_space`), no traceback
                 self.last_error = str(exc)
-                busy, pause = False, max(pause, 1.0)
+                busy, pause = False, max(pause, SPACE_CHECK_S)
             except (RedisError, OSError) as exc:
                 if self.link.lost(self.clock.monotonic(), str(exc)):
                     log.warning(
@@ -254,18 +255,22 @@ class Controller:
         staging = Volume("the directory of uploads", upload_staging())
         line = await asyncio.to_thread(lambda: space_line(full_volume(exc, self.volumes(staging))))
         self.problems["disk"] = f"no space left: {line}"
+        self._space_failed_s = self.clock.monotonic()
         if self._space_log.due():
             log.warning("no space left (%s failed: %s): %s", doing, exc, line)
         return NoSpace(f"no space left: {line}; {doing} was not done, nothing of it is kept")
 
     async def check_space(self) -> None:
         """Look at the free space of the store's volumes: ``problems["disk"]`` while one is
-        below `LOW_SPACE_BYTES`, gone (and logged) once there is room again."""
+        below `LOW_SPACE_BYTES`, gone (and logged) once there is room again and no write
+        found none for a `SPACE_CHECK_S` (a write larger than the room left fails on)."""
         line = await asyncio.to_thread(low_space, self.volumes())
         if line is not None:
             if "disk" not in self.problems or self._space_log.due():
                 log.warning("%s", line)
             self.problems["disk"] = line
+        elif self.clock.monotonic() - self._space_failed_s < SPACE_CHECK_S:
+            return
         elif self.problems.pop("disk", None) is not None:
             self._space_log.reset()
             log.info("space is back: %s", await asyncio.to_thread(space_line, self.volumes()[0]))
