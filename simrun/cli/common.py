@@ -35,6 +35,7 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
     ("simrun.runstore", "RunStateError"),
     ("simrun.runstore", "UnknownRunError"),
     ("simrun.db", "SchemaError"),
+    ("simrun.db", "DatabaseFileError"),
     ("simrun.core.unitlogs", "LogNotFound"),
     ("simrun.core.signing", "JobKeyError"),
     ("builtins", "OSError"),

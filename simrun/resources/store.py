@@ -20,6 +20,7 @@ from simrun.db import (
     Migration,
     SchemaError,
     component_version,
+    damage_of,
     migrate,
     session,
     transaction,
@@ -208,6 +209,11 @@ class ResourceStore:
             await migrate(conn, COMPONENT, MIGRATIONS)
         except SchemaError as exc:
             raise SchemaError(f"{self.db}: {exc}") from exc
+        except aiosqlite.Error as exc:
+            found = damage_of(self.db, exc)
+            if found is None:
+                raise
+            raise found from None
         self._schema_ready = True
 
     async def record(

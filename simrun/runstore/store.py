@@ -58,12 +58,19 @@ class RunStore(RunReads):
 
     @classmethod
     async def open(cls, path: Path) -> RunStore:
-        """The store of ``path``, its tables created or upgraded."""
+        """The store of ``path``, its tables created or upgraded. `db.DamagedDatabase` when
+        the file is there but empty, not a database, or damaged (`db.connect` checks it)."""
         store = cls(path)
         store._write = await db.connect(store.path)
         try:
             await db.migrate(store._write, COMPONENT, MIGRATIONS)
             store._read = await db.connect(store.path)
+        except aiosqlite.Error as exc:
+            await store.close()
+            found = db.damage_of(store.path, exc)
+            if found is None:
+                raise
+            raise found from None
         except BaseException:
             await store.close()
             raise
