@@ -333,10 +333,10 @@ def quick_check(
         if stopped:
             log.debug("%s: quick_check stopped after %g s, nothing found so far", path, budget_s)
             return
-        found = damage_of(path, exc)
-        if found is None:
+        refused = damage_of(path, exc)
+        if refused is None:
             raise
-        raise found from None
+        raise refused from None
     finally:
         conn.set_progress_handler(None, 0)
     found = [str(r[0]) for r in rows]
@@ -410,7 +410,11 @@ def _check_open(conn: sqlite3.Connection, path: Path, known: Mapping[str, int]) 
         tables = conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_versions'"
         ).fetchall()
-        found = conn.execute("SELECT component, version FROM schema_versions").fetchall()
+        found = (
+            conn.execute("SELECT component, version FROM schema_versions").fetchall()
+            if tables
+            else []
+        )
     except sqlite3.Error as exc:
         what = _damage(exc)
         return FileCheck(path, (f"it {what}" if what else f"it cannot be read: {exc}",))

@@ -41,6 +41,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "workers": "workers:workers",
     "worker": "worker:worker",
     "service": "service:service",
+    "store": "store:store",
 }
 
 

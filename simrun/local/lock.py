@@ -1,62 +1,51 @@
 """The lock of a store (an advisory ``flock`` of ``STORE/.simrun.lock``, released however its
-holder ends): an embedded session holds it, so two never drive one SQLite file, and a reader
-tells a run that goes on from an interrupted one."""
+holder ends, `simrun.db.hold`): an embedded session holds it, and so does ``simrun
+service``, so two never drive one SQLite file, and a reader tells a run that goes on from an
+interrupted one."""
 
 from __future__ import annotations
 
-import fcntl
-import os
 from pathlib import Path
 from typing import IO
 
+from simrun import db
 from simrun.core.layout import StoreLayout
 from simrun.local.machine import LocalError
 
+#: What holds the lock when its file says no more than ``pid N`` (an older simrun).
+_OLD_HOLDER = "`simrun run`"
 
-def take(store: Path) -> IO[str]:
-    """Lock ``store`` (made when missing): the open lock file, whose closing releases it.
-    `LocalError` when another session holds it."""
-    store.mkdir(parents=True, exist_ok=True)
-    lock = StoreLayout(store).lock.open("a+")
+
+def take(store: Path, command: str = "simrun run") -> IO[str]:
+    """Lock ``store`` (made when missing) for this process, running ``command``: the open
+    lock file, whose closing releases it. `LocalError` when another process holds it."""
     try:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.seek(0)
-        who = lock.read().strip() or "another process"
-        lock.close()
-        raise LocalError(_in_use(store, who)) from None
-    lock.seek(0)
-    lock.truncate()
-    lock.write(f"pid {os.getpid()}\n")
-    lock.flush()
-    return lock
+        return db.hold(StoreLayout(store).lock, db.holder_line(f"`{command}`"))
+    except db.FileInUse as exc:
+        raise LocalError(_in_use(store, exc.holder)) from None
 
 
 def holder(store: Path) -> str | None:
-    """Who holds the lock of ``store`` (``pid N``), or None when no session runs on it."""
-    path = StoreLayout(store).lock
-    try:
-        lock = path.open("r")
-    except FileNotFoundError:
-        return None
-    with lock:
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return lock.read().strip() or "another process"
-        fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-        return None
+    """Who holds the lock of ``store`` (``simrun run (pid N on host H since T)``), or None
+    when nothing runs on it."""
+    return db.holder_of(StoreLayout(store).lock)
 
 
 def check_free(store: Path) -> None:
-    """`LocalError` when a session holds the lock of ``store``."""
+    """`LocalError` when a session or a service holds the lock of ``store``."""
     who = holder(store)
     if who is not None:
         raise LocalError(_in_use(store, who))
 
 
+def shown_holder(who: str) -> str:
+    """The holder a lock file names, as a message says it: ``simrun service (pid 7 on host h
+    since ...)``; one of an older simrun (``pid 7``) is a `simrun run`."""
+    return who if who.startswith("`") else f"{_OLD_HOLDER} ({who})"
+
+
 def _in_use(store: Path, who: str) -> str:
     return (
-        f"the store {store} is in use by another `simrun run` ({who}); "
+        f"the store {store} is in use by another {shown_holder(who)}; "
         "wait for it to end, or give this one another --store"
     )

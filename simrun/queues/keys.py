@@ -46,6 +46,12 @@ class Keys:
         """Hash of how many entries of each kind were moved to `dead_letters`."""
         return f"{self.prefix}:dead-letters:counts"
 
+    @property
+    def service_lock(self) -> str:
+        """Who drives this namespace: one service at a time, its identity set with NX and
+        an expiry, refreshed while it runs (`simrun.service.main.RedisClaim`)."""
+        return f"{self.prefix}:service-lock"
+
     def worker(self, worker_id: str) -> str:
         """The heartbeat key of one worker container (expires unless refreshed)."""
         return f"{self.prefix}:worker:{worker_id}"

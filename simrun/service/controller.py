@@ -11,7 +11,7 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
@@ -22,7 +22,7 @@ from simrun.core.layout import StoreLayout
 from simrun.core.outage import RECONNECT_MAX_S, LinkState, backoff_s
 from simrun.plugins import TaskType
 from simrun.queues.client import JobQueue, forget_attempts, set_current_attempts
-from simrun.queues.connect import cancel_and_wait, wait_for_redis
+from simrun.queues.connect import RedisUnusable, cancel_and_wait, wait_for_redis
 from simrun.resources import ResourceStore
 from simrun.runstore.store import RunStore
 from simrun.service import decisions
@@ -67,6 +67,18 @@ SERVER_CHECK_S = 1.0
 SPACE_CHECK_S = 3.0
 #: Seconds between two log lines of a volume that stays full.
 SPACE_LOG_S = 60.0
+
+
+class Claim(Protocol):
+    """What a service holds while it drives its Redis namespace (`service.main.RedisClaim`),
+    kept by the loop every `every_s`."""
+
+    @property
+    def every_s(self) -> float:
+        """Seconds between two refreshes."""
+
+    async def keep(self) -> None:
+        """Take it, or refresh it; a `RedisUnusable` when another service holds it."""
 
 
 class Controller:
@@ -130,6 +142,8 @@ class Controller:
         #: Problems other code sets and clears (a name such as "disk" → one line): while
         #: any is set, /health says degraded and lists them.
         self.problems: dict[str, str] = {}
+        self._claim: Claim | None = None
+        self._claim_every = Every(clock, 1.0)
 
     @classmethod
     async def open(
@@ -185,6 +199,20 @@ class Controller:
         await self.store.close()
         self.resources.close()
 
+    def hold(self, claim: Claim) -> None:
+        """Keep ``claim`` while the loop runs: once Redis answers, then every
+        ``claim.every_s``; the loop ends with its `RedisUnusable` when another holds it."""
+        self._claim, self._claim_every = claim, Every(self.clock, claim.every_s)
+
+    async def _keep_claim(self) -> None:
+        if self._claim is None or not self._claim_every.due():
+            return
+        try:
+            await self._claim.keep()
+        except (RedisError, OSError):
+            self._claim_every.reset()  # Redis is away: again at the next round
+            raise
+
     async def _task_done(self, run: str, task: str) -> None:
         """A task is done: its scratch goes, on the workers and in the store."""
         await mark_task_ended(self.queue.redis, self.queue.keys, run, task)
@@ -199,11 +227,14 @@ class Controller:
         while not stop.is_set():
             pause = self.settings.poll_s
             try:
+                await self._keep_claim()
                 busy = await self._step_noting_space()
                 self.last_error = None
                 away = self.link.back(self.clock.monotonic())
                 if away is not None:
                     self._redis_back(f"Redis is back after {away:.1f} s")
+            except RedisUnusable:
+                raise  # another service holds the namespace (`hold`): the loop ends
             except NoSpace as exc:  # one line a period (`no_space`), no traceback
                 self.last_error = str(exc)
                 busy, pause = False, max(pause, SPACE_CHECK_S)

@@ -79,6 +79,12 @@ class ControllerSettings:
     consumer: str = "controller"
     redis_wait_s: Annotated[float | None, REDIS_WAIT_S] = None
     redis_timeout_s: Annotated[float, REDIS_TIMEOUT_S] = DEFAULT_REDIS_TIMEOUT_S
+    lock_ttl_s: Annotated[float, Flag(
+        "lock-ttl-s", "Seconds the service's claim on its Redis key prefix lives unless "
+        "refreshed (every third of it), so that a second service on the same Redis and "
+        "prefix is refused: one killed without stopping holds it that long, unless the next "
+        "runs on the same host and sees its process gone.", POSITIVE,
+    )] = 30.0  # fmt: skip
     environment_image: Annotated[str | None, Flag(
         "environment-image", "The environment image of a run whose workflow names none (its "
         "`image:`): its tasks whose type has no image go to that image's queue [default: "
@@ -105,6 +111,11 @@ class ControllerSettings:
             raise ValueError(
                 "window_jobs, report_batch, report_batches and dispatch_units must be >= 1"
             )
-        times = (self.poll_s, self.reconcile_s, self.target_job_s, self.heartbeat_ttl_s)
+        times = (
+            self.poll_s, self.reconcile_s, self.target_job_s, self.heartbeat_ttl_s,
+            self.lock_ttl_s,
+        )  # fmt: skip
         if not all(t > 0 for t in times):
-            raise ValueError("poll_s, reconcile_s, target_job_s and heartbeat_ttl_s must be > 0")
+            raise ValueError(
+                "poll_s, reconcile_s, target_job_s, heartbeat_ttl_s and lock_ttl_s must be > 0"
+            )
