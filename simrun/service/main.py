@@ -295,7 +295,6 @@ async def serve(
                 await _release(claim)
         finally:
             await controller.close()
-            log.info("simrun service stopped")
     finally:
         lock.close()
 
@@ -332,3 +331,4 @@ async def _run(controller: Controller, server: _Server) -> None:
         finally:
             for sig in STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
+            log.info("simrun service stopped")

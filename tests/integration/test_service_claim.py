@@ -1,0 +1,128 @@
+"""The claim of a service on its Redis key prefix (`simrun.service.main.RedisClaim`) on a
+real Redis: one holder at a time, taken over from a process of this host that is gone or
+once expired, refreshed, deleted only by its holder; and the controller's loop that holds
+it ends when another service holds it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+import redis.asyncio as aioredis
+
+from simrun.queues.keys import Keys
+from simrun.service.controller import Controller
+from simrun.service.main import NamespaceInUse, RedisClaim
+from tests.support.service_harness import TYPES, settings
+from tests.support.wait import until
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    found = aioredis.Redis.from_url(redis_url)
+    try:
+        yield found
+    finally:
+        await found.aclose()
+
+
+def _claim(
+    client: aioredis.Redis, prefix: str, ttl_s: float = 5, pid: int = 0, host: str = ""
+) -> RedisClaim:
+    """A claim of this process, or of the process ``pid`` on ``host`` when given."""
+    identity = (
+        {"pid": pid, "host": host, "since": time.time(), "store": "/store", "token": uuid4().hex}
+        if pid
+        else {}
+    )
+    return RedisClaim(client, Keys(prefix), ttl_s, Path("/store"), "redis://test", identity)
+
+
+def _dead_pid() -> int:
+    """The pid of a process of this host that ended."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+async def test_one_holder_at_a_time_and_only_the_holder_deletes_it(
+    client: aioredis.Redis, redis_prefix: str
+) -> None:
+    """A second claim on a held prefix raises `NamespaceInUse` naming the holder's pid, host
+    and store; the holder refreshes its own; the refused one's release deletes nothing,
+    the holder's deletes the claim, and then the other takes it."""
+    first = _claim(client, redis_prefix, pid=111, host="elsewhere")
+    second = _claim(client, redis_prefix)
+    await first.keep()
+    with pytest.raises(NamespaceInUse) as caught:
+        await second.keep()
+    message = str(caught.value)
+    assert "another `simrun service` (pid 111 on elsewhere since " in message
+    assert f"store /store) drives the Redis key prefix {redis_prefix!r} at redis://test" in message
+    await first.keep()  # a refresh
+    await second.release()
+    key = Keys(redis_prefix).service_lock
+    assert json.loads(await client.get(key))["pid"] == 111
+    await first.release()
+    assert not await client.exists(key)
+    await second.keep()
+    assert second.held
+
+
+async def test_a_holder_gone_on_this_host_is_taken_over_not_one_of_another_host(
+    client: aioredis.Redis, redis_prefix: str
+) -> None:
+    """A claim left by a process of this host that ended is taken over at once; one of
+    another host with the same pid is not, until it expired."""
+    import socket
+
+    dead = _dead_pid()
+    await _claim(client, redis_prefix, pid=dead, host=socket.gethostname()).keep()
+    mine = _claim(client, redis_prefix)
+    await mine.keep()
+    assert mine.held
+    await mine.release()
+    await _claim(client, redis_prefix, ttl_s=0.3, pid=dead, host="elsewhere").keep()
+    other = _claim(client, redis_prefix)
+    with pytest.raises(NamespaceInUse):
+        await other.keep()
+    key = Keys(redis_prefix).service_lock
+
+    async def expired() -> bool:
+        return not await client.exists(key)
+
+    await until(expired, timeout_s=10, what="the claim to expire")
+    await other.keep()
+    assert other.held
+
+
+async def test_the_refresh_moves_the_expiry(client: aioredis.Redis, redis_prefix: str) -> None:
+    """`keep` of the holder sets the expiry to its TTL again."""
+    claim = _claim(client, redis_prefix, ttl_s=60)
+    key = Keys(redis_prefix).service_lock
+    await claim.keep()
+    await client.pexpire(key, 1000)
+    await claim.keep()
+    assert await client.pttl(key) > 50_000
+
+
+async def test_the_loop_of_a_controller_whose_prefix_is_held_ends_refused(
+    tmp_path: Path, redis_url: str, redis_prefix: str, client: aioredis.Redis
+) -> None:
+    """A controller holding a claim (`Controller.hold`) whose prefix another service holds:
+    its loop ends with `NamespaceInUse` once Redis answers, instead of dispatching."""
+    await _claim(client, redis_prefix, pid=7, host="elsewhere").keep()
+    controller = await Controller.open(settings(tmp_path / "store", redis_url, redis_prefix), TYPES)
+    try:
+        controller.hold(_claim(controller.queue.redis, redis_prefix))
+        with pytest.raises(NamespaceInUse, match="pid 7 on elsewhere"):
+            await asyncio.wait_for(controller.run_forever(asyncio.Event()), timeout=30)
+    finally:
+        await controller.close()
