@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from simrun.local.machine import free_port
+from simrun.local.redis import PrivateRedis
 from simrun.queues.keys import Keys
 from tests.support.cli_harness import (
     WORK,
@@ -167,3 +168,23 @@ def test_a_claim_of_another_host_holds_until_it_expires(
 
 def _alive(client: redis.Redis, key: str) -> None:
     assert client.exists(key), "the claim expired: the loop did not refresh it"
+
+
+def test_a_service_started_before_redis_waits_then_claims_its_prefix(tmp_path: Path) -> None:
+    """A service started while nothing listens on Redis's port starts and waits as before
+    (its API answers); once Redis is there it takes its claim, and a second service on
+    that Redis and prefix is refused naming it."""
+    server = PrivateRedis(port=free_port())
+    services = Services(tmp_path, server.url)
+    try:
+        first, _ = services.start(tmp_path / "one", "simrun")
+        server.start()
+        client = redis.Redis.from_url(server.url)
+        key = Keys("simrun").service_lock
+        wait_until(lambda: client.exists(key), timeout_s=30, what="the service to claim")
+        assert json.loads(client.get(key) or b"{}")["pid"] == first.pid
+        line = _one_error_line(services.refused(tmp_path / "two", "simrun"))
+        assert f"another `simrun service` (pid {first.pid} on " in line
+    finally:
+        services.stop_all()
+        server.stop()
