@@ -98,10 +98,31 @@ return 0
 """
 
 
+def _read_proc(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+def _pid_space() -> dict[str, str]:
+    """Where this process's pid means something: the host, the kernel's boot (one per
+    machine and boot), the pid namespace (one per container)."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return {
+        "host": socket.gethostname(),
+        "boot": _read_proc("/proc/sys/kernel/random/boot_id"),
+        "pidns": namespace,
+    }
+
+
 def _identity(store: Path) -> dict[str, Any]:
     return {
         "pid": os.getpid(),
-        "host": socket.gethostname(),
+        **_pid_space(),
         "since": time.time(),
         "store": str(store),
         "token": uuid.uuid4().hex,  # this process's claim, not one of a pid reused later
@@ -109,10 +130,12 @@ def _identity(store: Path) -> dict[str, Any]:
 
 
 def _gone(holder: dict[str, Any]) -> bool:
-    """Whether the process that holds a claim is known to be gone: it ran on this host, and
-    its pid is ours (an earlier process of this container) or no process's."""
+    """Whether the process that holds a claim is known to be gone: its pid is one of this
+    pid space (host, boot, pid namespace: not another container's), and it is ours (an
+    earlier process's claim) or no process's."""
     pid = holder.get("pid")
-    if holder.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+    here = _pid_space()
+    if any(holder.get(k) != v for k, v in here.items()) or not isinstance(pid, int) or pid <= 0:
         return False
     if pid == os.getpid():
         return True
@@ -181,7 +204,7 @@ class RedisClaim:
         raw = await self._eval(_KEEP, self._mine, ttl_ms, "")
         if raw is not None:
             holder = _read_holder(raw)
-            if _gone(holder):
+            if await asyncio.to_thread(_gone, holder):
                 raw = await self._eval(_KEEP, self._mine, ttl_ms, _text(raw))
                 if raw is None:
                     log.warning(

@@ -9,7 +9,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from uuid import uuid4
@@ -33,15 +32,13 @@ async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
         await found.aclose()
 
 
-def _claim(
-    client: aioredis.Redis, prefix: str, ttl_s: float = 5, pid: int = 0, host: str = ""
-) -> RedisClaim:
-    """A claim of this process, or of the process ``pid`` on ``host`` when given."""
-    identity = (
-        {"pid": pid, "host": host, "since": time.time(), "store": "/store", "token": uuid4().hex}
-        if pid
-        else {}
-    )
+def _claim(client: aioredis.Redis, prefix: str, ttl_s: float = 5, **given: object) -> RedisClaim:
+    """A claim of this process, or, ``given`` its pid and more, as that process would make
+    it (the rest of its identity this process's)."""
+    mine = RedisClaim(client, Keys(prefix), ttl_s, Path("/store"), "redis://test")
+    if not given:
+        return mine
+    identity = {**mine.identity, "token": uuid4().hex, **given}
     return RedisClaim(client, Keys(prefix), ttl_s, Path("/store"), "redis://test", identity)
 
 
@@ -79,16 +76,20 @@ async def test_one_holder_at_a_time_and_only_the_holder_deletes_it(
 async def test_a_holder_gone_on_this_host_is_taken_over_not_one_of_another_host(
     client: aioredis.Redis, redis_prefix: str
 ) -> None:
-    """A claim left by a process of this host that ended is taken over at once; one of
-    another host with the same pid is not, until it expired."""
-    import socket
-
+    """A claim left by a process of this host (and pid namespace) that ended is taken over
+    at once; one of another host with the same pid is not, until it expired."""
     dead = _dead_pid()
-    await _claim(client, redis_prefix, pid=dead, host=socket.gethostname()).keep()
+    await _claim(client, redis_prefix, pid=dead).keep()
     mine = _claim(client, redis_prefix)
     await mine.keep()
     assert mine.held
     await mine.release()
+    # The same dead pid in another pid namespace (another container) proves nothing.
+    other_space = _claim(client, redis_prefix, pid=dead, pidns="pid:[1]")
+    await other_space.keep()
+    with pytest.raises(NamespaceInUse):
+        await _claim(client, redis_prefix).keep()
+    await other_space.release()
     await _claim(client, redis_prefix, ttl_s=0.3, pid=dead, host="elsewhere").keep()
     other = _claim(client, redis_prefix)
     with pytest.raises(NamespaceInUse):
