@@ -148,10 +148,11 @@ def test_a_claim_of_another_host_holds_until_it_expires(
     key = Keys(prefix).service_lock
     client = redis.Redis.from_url(redis_url)
     holder = {"pid": 4242, "host": "elsewhere", "since": time.time(), "store": "/far", "token": "x"}
-    client.set(key, json.dumps(holder), px=3000)
+    client.set(key, json.dumps(holder), px=120_000)
     line = _one_error_line(services.refused(tmp_path / "store", prefix))
     assert "another `simrun service` (pid 4242 on elsewhere since " in line
     assert "--lock-ttl-s" in line
+    client.pexpire(key, 500)  # as if its holder stopped refreshing it a while ago
     wait_until(lambda: not client.exists(key), timeout_s=10, what="the claim to expire")
     proc, _ = services.start(tmp_path / "store", prefix, "--lock-ttl-s", "1.5")
     assert json.loads(client.get(key) or b"{}")["pid"] == proc.pid
