@@ -98,9 +98,9 @@ def test_the_service_refuses_a_damaged_database_and_leaves_it(
 def test_status_and_run_refuse_a_damaged_store_and_leave_it(
     tmp_path: Path, real_db: Path, damage: str
 ) -> None:
-    """`simrun status --store`, `simrun resources --store` and `simrun run --store` on a
-    damaged file exit non-zero with one line naming it and what to do; the file is
-    unchanged."""
+    """`simrun status --store`, `simrun resources --store`, `simrun run --store` and `simrun
+    run --resume RUN --store` on a damaged file exit non-zero with one line naming it and
+    what to do; the file is unchanged."""
     store, db, before = _damaged_store(tmp_path, real_db, damage)
     what = DAMAGES[damage][1]
     _refused_in_one_line(simrun("status", "--store", str(store), cwd=tmp_path), db, what)
@@ -108,6 +108,11 @@ def test_status_and_run_refuse_a_damaged_store_and_leave_it(
     write_work(tmp_path / "quick.yaml", name="quick", units=2, seconds=0.01)
     ran = simrun("run", "quick.yaml", "--plugins", WORK, "--store", str(store), cwd=tmp_path)
     _refused_in_one_line(ran, db, what)
+    run_id = next((store / "runs").iterdir()).name
+    resumed = simrun(
+        "run", "--resume", run_id, "--plugins", WORK, "--store", str(store), cwd=tmp_path
+    )
+    _refused_in_one_line(resumed, db, what)
     assert db.read_bytes() == before
 
 
