@@ -303,10 +303,11 @@ async def migrate(conn: aiosqlite.Connection, component: str, steps: Sequence[Mi
 
 # -- checks of the file ----------------------------------------------------------------------
 
-#: How long `quick_check` checks at most at open, seconds. PRAGMA quick_check costs about
-#: 4.4 ms per MB of file (0.38 s on a store of 1000 runs, 87 MB; 3.2 s on 10 000 runs,
-#: 870 MB, on this project's 2-core machine): a store up to about 100 MB is checked whole,
-#: a bigger one in part at each open; `check_file` (``simrun store check``) checks it all.
+#: How long `quick_check` checks at most at open, seconds. PRAGMA quick_check costs 2.5 to
+#: 4.5 ms per MB of file (0.2-0.4 s on a store of 1000 runs, 86 MB; 3.2-3.8 s on 10 000
+#: runs, 860 MB, on this project's shared 2-core machine: benchmarks/db_check.py): a store
+#: up to about 100 MB is checked whole, a bigger one in part at each first opening;
+#: `check_file` (``simrun store check``, about twice as long) checks it all.
 QUICK_CHECK_BUDGET_S = 0.5
 #: Problems a check reports at most.
 _PROBLEMS_SHOWN = 10
