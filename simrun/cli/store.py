@@ -31,9 +31,13 @@ def check(path: Path) -> None:
 
     Prints ok and exits 0, or prints what is wrong and exits 1. A damaged file is left as
     it is (the service and `simrun run` refuse it): restore it from a backup."""
-    found = db.check_file(StoreLayout(path).db if path.is_dir() else path, KNOWN)
+    layout = StoreLayout(path)
+    found = db.check_file(layout.db if path.is_dir() else path, KNOWN)
     for line in report(found):
         click.echo(line)
+    holder = db.holder_of(layout.lock) if path.is_dir() else None
+    if holder is not None:
+        click.echo(f"the store is in use by {holder} (checked as it writes it)")
     sys.exit(0 if found.ok else 1)
 
 

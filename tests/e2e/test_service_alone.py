@@ -88,7 +88,7 @@ def test_a_second_service_on_the_same_store_is_refused_naming_the_first(
 ) -> None:
     """A second `simrun service` on the store of a running one (another prefix) exits
     non-zero in one line naming the first's pid and host; `simrun run` on that store is
-    refused too, naming the service."""
+    refused too, naming the service; `simrun store check` of it says ok and who writes."""
     store = tmp_path / "store"
     first, _ = services.start(store, key_prefix("alone"))
     line = _one_error_line(services.refused(store, key_prefix("alone")))
@@ -97,6 +97,9 @@ def test_a_second_service_on_the_same_store_is_refused_naming_the_first(
     write_work(tmp_path / "quick.yaml", name="quick", units=2)
     ran = simrun("run", "quick.yaml", "--plugins", WORK, "--store", str(store), cwd=tmp_path)
     assert f"is in use by another `simrun service` (pid {first.pid} on " in _one_error_line(ran)
+    checked = simrun("store", "check", str(store), cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"in use by `simrun service` (pid {first.pid} on " in checked.stdout
     assert first.poll() is None
 
 
