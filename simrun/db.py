@@ -443,6 +443,12 @@ def holder_line(command: str) -> str:
     return f"{command} (pid {os.getpid()} on {socket.gethostname()} since {since})"
 
 
+def shown_holder(who: str) -> str:
+    """The holder a lock file names, as a message says it: its `holder_line`; the ``pid N``
+    an older simrun wrote was a `simrun run`."""
+    return who if who.startswith("`") else f"`simrun run` ({who})"
+
+
 def hold(lock_path: Path, holder: str) -> IO[str]:
     """Take the lock ``lock_path`` (an ``flock``, made when missing, released however this
     process ends) for ``holder`` (a `holder_line`): the open lock file, whose closing

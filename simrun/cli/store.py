@@ -37,7 +37,7 @@ def check(path: Path) -> None:
         click.echo(line)
     holder = db.holder_of(layout.lock) if path.is_dir() else None
     if holder is not None:
-        click.echo(f"the store is in use by {holder} (checked as it writes it)")
+        click.echo(f"the store is in use by {db.shown_holder(holder)} (checked as it writes it)")
     sys.exit(0 if found.ok else 1)
 
 

@@ -12,9 +12,6 @@ from simrun import db
 from simrun.core.layout import StoreLayout
 from simrun.local.machine import LocalError
 
-#: What holds the lock when its file says no more than ``pid N`` (an older simrun).
-_OLD_HOLDER = "`simrun run`"
-
 
 def take(store: Path, command: str = "simrun run") -> IO[str]:
     """Lock ``store`` (made when missing) for this process, running ``command``: the open
@@ -38,14 +35,8 @@ def check_free(store: Path) -> None:
         raise LocalError(_in_use(store, who))
 
 
-def shown_holder(who: str) -> str:
-    """The holder a lock file names, as a message says it: ``simrun service (pid 7 on host h
-    since ...)``; one of an older simrun (``pid 7``) is a `simrun run`."""
-    return who if who.startswith("`") else f"{_OLD_HOLDER} ({who})"
-
-
 def _in_use(store: Path, who: str) -> str:
     return (
-        f"the store {store} is in use by another {shown_holder(who)}; "
+        f"the store {store} is in use by another {db.shown_holder(who)}; "
         "wait for it to end, or give this one another --store"
     )

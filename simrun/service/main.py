@@ -68,10 +68,9 @@ def lock_store(settings: ControllerSettings) -> IO[str]:
     try:
         return db.hold(lock, db.holder_line("`simrun service`"))
     except db.FileInUse as exc:
-        who = exc.holder if exc.holder.startswith("`") else f"`simrun run` ({exc.holder})"
         raise db.FileInUse(
-            f"the store {settings.store} is in use by another {who}: stop it first, or give "
-            "this service another --store",
+            f"the store {settings.store} is in use by another {db.shown_holder(exc.holder)}: "
+            "stop it first, or give this service another --store",
             exc.holder,
         ) from None
 
