@@ -127,3 +127,30 @@ async def test_the_loop_of_a_controller_whose_prefix_is_held_ends_refused(
             await asyncio.wait_for(controller.run_forever(asyncio.Event()), timeout=30)
     finally:
         await controller.close()
+
+
+async def test_the_loop_ends_when_another_service_took_its_claim(
+    tmp_path: Path, redis_url: str, redis_prefix: str, client: aioredis.Redis
+) -> None:
+    """A running controller keeps its claim; when another service holds it at the next
+    refresh (taken while this one was away), its loop ends with `NamespaceInUse` naming
+    that one, and its release leaves that claim alone."""
+    controller = await Controller.open(settings(tmp_path / "store", redis_url, redis_prefix), TYPES)
+    key = Keys(redis_prefix).service_lock
+    try:
+        claim = _claim(controller.queue.redis, redis_prefix, ttl_s=0.6)
+        controller.hold(claim)
+        loop = asyncio.create_task(controller.run_forever(asyncio.Event()))
+
+        async def claimed() -> bool:
+            return claim.held
+
+        await until(claimed, timeout_s=30, what="the loop to take the claim")
+        other = {"pid": 9, "host": "elsewhere", "since": 0, "store": "/b", "token": "t"}
+        await client.set(key, json.dumps(other), px=60_000)
+        with pytest.raises(NamespaceInUse, match="pid 9 on elsewhere"):
+            await asyncio.wait_for(loop, timeout=30)
+        await claim.release()
+        assert json.loads(await client.get(key))["pid"] == 9
+    finally:
+        await controller.close()
