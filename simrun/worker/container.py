@@ -147,6 +147,7 @@ class WorkerContainer:
             job_serializer=serialize,
             job_deserializer=deserialize,
             log_results=False,
+            ctx={"queue": queue},  # the job's source, named when it is refused
         )
 
     def _client(self) -> ArqRedis:

@@ -117,6 +117,7 @@ def start_worker(
     redis_url: str,
     prefix: str,
     *,
+    store: Path,
     queue: str = "cpu",
     memory_gb: float = 2.0,
     processes: int = 2,
@@ -130,12 +131,13 @@ def start_worker(
     """A worker container as a child process: ``simrun worker`` (``python -m simrun.cli worker``)
     serving the test types, with short heartbeats so that a killed worker is noticed
     within a second or two, and ``grace_s`` for its running units on SIGTERM. GPUs are the
-    first ``gpus`` ids of ``CUDA_VISIBLE_DEVICES``."""
+    first ``gpus`` ids of ``CUDA_VISIBLE_DEVICES``; ``store``: the service's, where its jobs'
+    paths are."""
     flags = WorkerSettings(
         queues=(queue,), redis_url=redis_url, prefix=prefix, memory_gb=memory_gb,
         processes=processes, gpus=gpus, worker_id=worker_id, grace_s=grace_s, plugins=tuple(REFS),
         python_path=(str(REPO),), poll_delay_s=0.01, heartbeat_s=heartbeat_s,
-        heartbeat_ttl_s=heartbeat_ttl_s,
+        heartbeat_ttl_s=heartbeat_ttl_s, store=store,
     )  # fmt: skip
     return spawn(
         worker_argv(flags),
