@@ -293,7 +293,7 @@ def measure(args: argparse.Namespace, size: int, repeat: int, tmp: Path) -> Meas
         worker = spawn(
             ["worker", "--queue", "cpu", "--processes", str(PROCESSES), "--worker-memory-gb",
              str(MEMORY_GB), "--plugins", PLUGIN, "--python-path", str(BENCH), "--prefix",
-             prefix, "--redis-url", redis_url, "--log-level", "WARNING"],
+             prefix, "--redis-url", redis_url, "--log-level", "WARNING", "--store", str(store)],
             root, env, worker_log,
         )  # fmt: skip
         wait_until(

@@ -321,13 +321,15 @@ def print_case(case: Case, raw: RawArq) -> None:
 # -- the worker container ------------------------------------------------------------------
 
 
-def spawn_worker(url: str, prefix: str, log: Path) -> subprocess.Popen[bytes]:
-    """``python -m simrun.cli worker`` serving the no-op type, its output in ``log``."""
+def spawn_worker(url: str, prefix: str, log: Path, store: Path) -> subprocess.Popen[bytes]:
+    """``python -m simrun.cli worker`` serving the no-op type of ``store``, its output in
+    ``log``."""
     argv = [
         sys.executable, "-m", "simrun.cli", "worker", "--queue", "cpu",
         "--processes", str(PROCESSES), "--worker-memory-gb", str(MEMORY_GB),
         "--plugins", NOOP_REF, "--python-path", str(REPO),
         "--prefix", prefix, "--redis-url", url, "--poll-delay-s", "0.01", "--log-level", "WARNING",
+        "--store", str(store),
     ]  # fmt: skip
     with log.open("wb") as out:
         return subprocess.Popen(
@@ -366,10 +368,10 @@ async def simrun_cases(url: str, tmp: Path, args: argparse.Namespace) -> list[Ca
     """The simrun cases, with one worker container up from before the first to the last."""
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     log = tmp / "worker.log"
-    worker = spawn_worker(url, prefix, log)
+    store = tmp / "store"
+    worker = spawn_worker(url, prefix, log, store)
     try:
         await wait_for_worker(url, prefix, worker, log)
-        store = tmp / "store"
         base = ControllerSettings(store=store, redis_url=url, prefix=prefix, **TUNED)
         cases = [
             await simrun_case(base, "simrun, cold store", args.units, args.timeout_s),

@@ -481,14 +481,24 @@ class ProcessPool:
         return worker
 
     async def start(self) -> None:
-        """Learn the installed types, then start all processes; `PoolError` when they cannot
-        (e.g. a plugin fails to load)."""
-        self.installed = await self.catalog()
-        results = await asyncio.gather(
-            *(self._spawn(()) for _ in range(self.size)), return_exceptions=True
-        )
+        """Start all processes and learn the installed types meanwhile; `PoolError` when
+        they cannot (e.g. a plugin fails to load)."""
+        catalog = asyncio.ensure_future(self.catalog())
+        try:
+            results = await asyncio.gather(
+                *(self._spawn(()) for _ in range(self.size)), return_exceptions=True
+            )
+            await asyncio.wait({catalog})
+        except BaseException:
+            catalog.cancel()  # the catalog's process ends by itself
+            raise
         started = [r for r in results if isinstance(r, WorkerProcess)]
         failures = [r for r in results if not isinstance(r, WorkerProcess)]
+        error = catalog.exception()
+        if error is None:
+            self.installed = catalog.result()
+        else:
+            failures.append(error)
         if failures:
             await asyncio.gather(*(w.stop() for w in started))
             raise PoolError(str(failures[0])) from failures[0]
