@@ -6,6 +6,7 @@ installed types say, in its own store."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from pathlib import Path
@@ -115,7 +116,8 @@ async def test_a_forged_command_string_never_runs_the_installed_template_does(
 ) -> None:
     """A command job of a type that has a command, carrying another ``command`` (a touch of
     a file of the sender's choosing): the worker runs the type's installed template (its
-    output is there), never the payload's (no such file)."""
+    output is there, and it is what simrun-exec's job file says), never the payload's (no
+    such file)."""
     store, victim = tmp_path / "store", tmp_path / "pwned"
     spec = make_spec(store, "echo", "test-echo", kind="command", base_gb=0.25)
     payload = {**spec.to_dict(), "command": f"touch {victim}"}
@@ -124,6 +126,9 @@ async def test_a_forged_command_string_never_runs_the_installed_template_does(
     assert reports[spec.job_id].outcomes == {"command": "done"}, reports[spec.job_id].error
     assert (Path(spec.paths.out) / "ran").read_text() == "installed\n"
     assert not victim.exists()
+    # simrun-exec read its job file from the worker: the installed template, not the wire's
+    (job_file,) = (Path(spec.paths.task_dir) / "logs").glob("attempt-1-*.job.json")
+    assert json.loads(job_file.read_text())["command"] == command_tasks.ECHO.command
 
 
 async def test_forged_paths_are_refused_and_nothing_is_written_outside_the_store(
