@@ -62,7 +62,9 @@ if str(REPO) not in sys.path:  # the test task types live in tests/support
 
 from benchmarks.arq_peer import RawArq, raw_arq
 from simrun.core.jobs import JobSpec
+from simrun.core.layout import StoreLayout
 from simrun.core.reports import ReportEntry
+from simrun.core.signing import store_key
 from simrun.local.redis import PrivateRedis
 from simrun.plugins import load_types
 from simrun.queues.client import JobQueue
@@ -321,9 +323,9 @@ def print_case(case: Case, raw: RawArq) -> None:
 # -- the worker container ------------------------------------------------------------------
 
 
-def spawn_worker(url: str, prefix: str, log: Path, store: Path) -> subprocess.Popen[bytes]:
-    """``python -m simrun.cli worker`` serving the no-op type of ``store``, its output in
-    ``log``."""
+def spawn_worker(url: str, prefix: str, store: Path, log: Path) -> subprocess.Popen[bytes]:
+    """``python -m simrun.cli worker`` serving the no-op type, its output in ``log`` (its
+    jobs signed with the key of ``store``, as the service's)."""
     argv = [
         sys.executable, "-m", "simrun.cli", "worker", "--queue", "cpu",
         "--processes", str(PROCESSES), "--worker-memory-gb", str(MEMORY_GB),
@@ -342,9 +344,12 @@ def give_up(proc: subprocess.Popen[bytes], log: Path) -> None:
     sys.exit(f"the worker container did not start:\n{log.read_text()[-3000:]}")
 
 
-async def wait_for_worker(url: str, prefix: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+async def wait_for_worker(
+    url: str, prefix: str, store: Path, proc: subprocess.Popen[bytes], log: Path
+) -> None:
     """Return once the worker container's heartbeat shows (exit when it does not)."""
-    queue = await JobQueue.connect(url, prefix)
+    key = store_key(StoreLayout(store).job_key)
+    queue = await JobQueue.connect(url, prefix, key=key)
     try:
         deadline = time.monotonic() + 60
         while not await queue.live_workers():
@@ -369,9 +374,9 @@ async def simrun_cases(url: str, tmp: Path, args: argparse.Namespace) -> list[Ca
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     log = tmp / "worker.log"
     store = tmp / "store"
-    worker = spawn_worker(url, prefix, log, store)
+    worker = spawn_worker(url, prefix, store, log)
     try:
-        await wait_for_worker(url, prefix, worker, log)
+        await wait_for_worker(url, prefix, store, worker, log)
         base = ControllerSettings(store=store, redis_url=url, prefix=prefix, **TUNED)
         cases = [
             await simrun_case(base, "simrun, cold store", args.units, args.timeout_s),

@@ -42,6 +42,7 @@ from simrun.core.reports import ReportEntry
 from simrun.local.redis import PrivateRedis
 from simrun.queues.client import JobQueue
 from tests.support.harness import make_container, make_spec
+from tests.support.keys import TEST_KEY
 
 CPU_UNIT_S = 0.1
 PROCESSES = 2
@@ -66,7 +67,7 @@ async def simrun_run(
         make_spec(store, task, task_type, range(i, min(i + chunk, units)), settings)
         for i in range(0, units, chunk)
     ]
-    queue = await JobQueue.connect(url, prefix)
+    queue = await JobQueue.connect(url, prefix, key=TEST_KEY)
     try:
         assert all(await queue.enqueue_many(specs))
         worker = make_container(

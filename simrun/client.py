@@ -380,3 +380,7 @@ class Client:
     def backlog(self) -> dict[str, Any]:
         """The live backlog per queue (``{"queues": [...]}``)."""
         return cast("dict[str, Any]", self._call("GET", "/backlog"))
+
+    def workers(self) -> dict[str, Any]:
+        """The live workers and the queues (``{"workers": [...], "backlog": {...}}``)."""
+        return cast("dict[str, Any]", self._call("GET", "/workers"))

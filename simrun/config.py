@@ -25,6 +25,8 @@ ENV_URL = "SIMRUN_URL"
 ENV_TOKEN = "SIMRUN_TOKEN"
 ENV_STORE = "SIMRUN_STORE"
 ENV_ENGINE = "SIMRUN_ENGINE"
+ENV_JOB_KEY = "SIMRUN_JOB_KEY"
+ENV_JOB_KEY_FILE = "SIMRUN_JOB_KEY_FILE"
 
 POSITIVE = click.FloatRange(min=0, min_open=True)
 DIR = click.Path(file_okay=False, path_type=Path)
@@ -43,6 +45,9 @@ class Flag:
     multiple: bool = False
     metavar: str | None = None
     default: Any = None
+    #: Given by the environment only: the option is hidden and never written to a child's
+    #: command line (the process list shows command lines).
+    secret: bool = False
 
     def but(self, **changes: Any) -> Flag:
         return dataclasses.replace(self, **changes)
@@ -54,7 +59,7 @@ class Flag:
         return click.option(
             switch, dest, type=self.type, default=default, multiple=self.multiple,
             is_flag=isinstance(default, bool), envvar=self.env, show_envvar=bool(self.env),
-            show_default=shown, metavar=self.metavar, help=self.help,
+            show_default=shown, metavar=self.metavar, help=self.help, hidden=self.secret,
         )  # fmt: skip
 
 
@@ -73,6 +78,15 @@ PREFIX = Flag("prefix", "Redis key prefix.")
 TOKEN = Flag(
     "token", "The bearer token of the service's HTTP API (prefer SIMRUN_TOKEN: an option "
     "shows in the process list).", env=ENV_TOKEN,
+)  # fmt: skip
+JOB_KEY = Flag(
+    "job-key", "The key that signs jobs and reports (environment only).", env=ENV_JOB_KEY,
+    secret=True,
+)  # fmt: skip
+JOB_KEY_FILE = Flag(
+    "job-key-file", "File of the key that signs jobs and reports, shared by the service and "
+    "its workers [default: SIMRUN_JOB_KEY, else STORE/.simrun-job.key, made when missing].",
+    click.Path(dir_okay=False, path_type=Path), env=ENV_JOB_KEY_FILE,
 )  # fmt: skip
 PLUGINS = Flag(
     "plugins", "Also load this task type (repeatable), besides the installed ones.",

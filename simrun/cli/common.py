@@ -36,6 +36,7 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
     ("simrun.runstore", "UnknownRunError"),
     ("simrun.db", "SchemaError"),
     ("simrun.core.unitlogs", "LogNotFound"),
+    ("simrun.core.signing", "JobKeyError"),
     ("builtins", "OSError"),
 )
 #: Those of `USER_ERRORS` that are a mistake in the command or the workflow (`EXIT_USAGE`).

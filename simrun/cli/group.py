@@ -38,6 +38,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "logs": "logs:logs",
     "resources": "remote:resources",
     "scale": "scale:scale",
+    "workers": "workers:workers",
     "worker": "worker:worker",
     "service": "service:service",
 }

@@ -99,6 +99,12 @@ class StoreLayout:
         return self.root / DB_NAME
 
     @property
+    def job_key(self) -> Path:
+        """The key that signs the jobs and reports of the store's service and workers,
+        when no other is given (`simrun.core.signing.store_key`)."""
+        return self.root / ".simrun-job.key"
+
+    @property
     def lock(self) -> Path:
         """The lock file of the `simrun run` session using the store."""
         return self.root / ".simrun.lock"

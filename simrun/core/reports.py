@@ -7,7 +7,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -24,6 +24,9 @@ from simrun.core.wire import (
     explain,
     unit_field,
 )
+
+if TYPE_CHECKING:
+    from simrun.core.signing import JobKey
 
 _WIRE = ConfigDict(frozen=True, extra="ignore")
 
@@ -64,6 +67,10 @@ class WorkerReport(BaseModel):
             return cls.model_validate(data)
         except ValidationError as exc:
             raise ValueError(explain(exc, cls, "worker report")) from None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _unit_key(text: str) -> UnitKey:
@@ -111,8 +118,13 @@ class ReportEntry(BaseModel):
     error: str | None = None
     exceptions: dict[UnitKey, tuple[str, ...]] = Field(default_factory=dict)
 
-    def to_fields(self) -> dict[str, str]:
-        """The stream entry (XADD): string fields, the maps and the report as JSON."""
+    def to_fields(self, key: JobKey) -> dict[str, str]:
+        """The stream entry (XADD): string fields, the maps and the report as JSON, signed
+        with ``key`` (field ``sig``)."""
+        fields = self._fields()
+        return {**fields, "sig": key.sign_fields(fields)}
+
+    def _fields(self) -> dict[str, str]:
         return {
             "v": "1",
             "job_id": self.job_id,
@@ -134,13 +146,18 @@ class ReportEntry(BaseModel):
         )
 
     @classmethod
-    def from_fields(cls, raw: Mapping[bytes, bytes] | Mapping[str, str]) -> ReportEntry:
-        """The entry `to_fields` wrote (bytes or str fields); `PayloadError` names a bad field."""
-        data = {
-            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-            for k, v in raw.items()
-        }
+    def from_fields(
+        cls, raw: Mapping[bytes, bytes] | Mapping[str, str], key: JobKey
+    ) -> ReportEntry:
+        """The entry `to_fields` wrote (bytes or str fields) if ``key`` signed it;
+        `PayloadError` names what is wrong (unsigned, another key, a bad field)."""
+        try:
+            data = {_text(k): _text(v) for k, v in raw.items()}
+        except UnicodeDecodeError as exc:
+            raise PayloadError(f"report entry: a field is not UTF-8 text ({exc})") from None
         where = f"report entry {data.get('job_id', '?')!r}"
+        signature = data.pop("sig", None)
+        key.check_fields(data, signature, where)
         values: dict[str, Any] = {"error": data.get("error") or None}
         if data.get("exceptions"):
             try:
@@ -162,11 +179,13 @@ class ReportEntry(BaseModel):
 
 @dataclass(frozen=True)
 class StreamReport:
-    """One entry read from the report stream, or why it could not be read (``problem``)."""
+    """One entry read from the report stream, or why it could not be read (``problem``,
+    with the ``raw`` fields)."""
 
     id: str
     entry: ReportEntry | None
     problem: str | None = None
+    raw: Mapping[bytes, bytes] | None = None
 
 
 class RunningJob(BaseModel):
@@ -212,6 +231,9 @@ class WorkerInfo(BaseModel):
     stopping: bool = False
     free_scratch_gb: float | None = None
     used_memory_gb: float | None = None
+    #: The worker's clock minus the Redis server's (seconds) at its last beat; None until
+    #: measured.
+    clock_skew_s: Annotated[float, Field(allow_inf_nan=False)] | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json()

@@ -24,7 +24,7 @@ import uvicorn
 from redis.exceptions import RedisError
 
 from simrun.app.follow import STUCK_AFTER_S, FollowEnd, ProgressView, follow
-from simrun.config import redact_url
+from simrun.config import ENV_JOB_KEY, ENV_JOB_KEY_FILE, redact_url
 from simrun.core.layout import StoreLayout
 from simrun.core.views import FailureView, RunView
 from simrun.local import lock as store_lock
@@ -380,7 +380,11 @@ class EmbeddedSession:
         return shares[number - 1] if number <= len(shares) else ()
 
     def _start_workers(self, redis_url: str, prefix: str) -> None:
-        env = {**os.environ, **self.options.env, "PYTHONUNBUFFERED": "1"}
+        # the session's service signs with the store's key: so do its workers, whatever the
+        # environment says
+        given = {**os.environ, **self.options.env}
+        env = {k: v for k, v in given.items() if k not in (ENV_JOB_KEY, ENV_JOB_KEY_FILE)}
+        env["PYTHONUNBUFFERED"] = "1"
         for number in range(1, self.options.workers + 1):
             argv = worker_argv(self._worker_flags(number, redis_url, prefix))
             self._spawn(number, argv, self._worker_env(env, number))

@@ -4,14 +4,18 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from redis.exceptions import ResponseError
 
 from simrun.config import redact_url
 from simrun.core.jobs import JobSpec, queue_for
-from simrun.core.reports import ReportEntry, StreamReport, WorkerInfo
+from simrun.core.reports import ReportEntry, StreamReport, WorkerInfo, now_s
+from simrun.core.signing import JobKey
+from simrun.core.timing import ENQUEUE_BACKDATE_S
 from simrun.core.wire import PayloadError, UnitKey, unit_field
 from simrun.queues.connect import RedisTimeouts, open_redis, wait_for_redis
 from simrun.queues.keys import DEFAULT_PREFIX, JOB_FUNCTION, Keys
@@ -20,6 +24,7 @@ if TYPE_CHECKING:
     from arq.connections import ArqRedis
     from redis.asyncio import Redis
 
+log = logging.getLogger(__name__)
 
 #: Kinds of entries `quarantine` moves aside.
 DeadLetterKind = Literal["report", "heartbeat", "job", "attempts"]
@@ -69,17 +74,71 @@ async def set_current_attempts(
         await cast("Awaitable[int]", redis.hset(keys.attempts(run, task), mapping=mapping))
 
 
+#: Deletes a key and takes a member out of a sorted set, only while the key holds the value
+#: read (a worker that beat meanwhile keeps its new heartbeat): 1 when deleted.
+_DROP_IF_SAME = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+"""
+#: Deletes a field of a hash only while it holds the value read: 1 when deleted.
+_HDEL_IF_SAME = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  return redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 0
+"""
+
+
+async def _eval_flag(
+    redis: Redis, script: str, keys: Sequence[str], args: Sequence[str | bytes]
+) -> bool:
+    """Run ``script`` on ``keys`` and ``args``: whether it answered non-zero."""
+    # redis-py types the arguments of EVAL as str; it sends bytes as they are.
+    argv = cast("list[str]", [*keys, *args])
+    return bool(await cast("Awaitable[int]", redis.eval(script, len(keys), *argv)))
+
+
+def _attempt(value: bytes) -> int | None:
+    """An attempts-hash value as the attempt it records, None when it is not an integer."""
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
 async def current_attempts(
     redis: Redis, keys: Keys, run: str, task: str, units: Sequence[UnitKey]
 ) -> dict[UnitKey, int]:
-    """The current attempt of those ``units`` that have one recorded."""
+    """The current attempt of those ``units`` that have one recorded; a value that is not an
+    integer is quarantined (kind ``attempts``) and its unit has none recorded."""
     if not units:
         return {}
+    name = keys.attempts(run, task)
     fields = [unit_field(u) for u in units]
-    values = await cast(
-        "Awaitable[list[bytes | None]]", redis.hmget(keys.attempts(run, task), fields)
-    )
-    return {u: int(v) for u, v in zip(units, values, strict=True) if v is not None}
+    values = await cast("Awaitable[list[bytes | None]]", redis.hmget(name, fields))
+    found: dict[UnitKey, int] = {}
+    for unit, unit_name, value in zip(units, fields, values, strict=True):
+        if value is None:
+            continue
+        attempt = _attempt(value)
+        if attempt is not None:
+            found[unit] = attempt
+            continue
+        if await _eval_flag(redis, _HDEL_IF_SAME, [name], [unit_name, value]):
+            reason = f"the attempt of unit {unit_name} is not an integer"
+            await quarantine(redis, keys, "attempts", reason, value, source=f"{name} {unit_name}")
+            log.warning(
+                "%s: %s (%r): moved to %s; the unit counts as current for any attempt",
+                name,
+                reason,
+                _raw_text(value)[:80],
+                keys.dead_letters,
+            )
+    return found
 
 
 async def forget_attempts(redis: Redis, keys: Keys, run: str, tasks: Iterable[str]) -> int:
@@ -103,12 +162,21 @@ async def attempts_by_run(redis: Redis, keys: Keys) -> dict[str, set[str]]:
     return found
 
 
+def scored_at(now: float) -> datetime:
+    """The score arq gives a job enqueued at ``now`` (unix s): `ENQUEUE_BACKDATE_S` before."""
+    return datetime.fromtimestamp(now - ENQUEUE_BACKDATE_S, tz=UTC)
+
+
 class JobQueue:
     """Enqueueing jobs, watching queues and workers, and reading reports, over an arq pool."""
 
-    def __init__(self, pool: ArqRedis, keys: Keys, timeouts: RedisTimeouts | None = None) -> None:
+    def __init__(
+        self, pool: ArqRedis, keys: Keys, key: JobKey, timeouts: RedisTimeouts | None = None
+    ) -> None:
         self.pool = pool
         self.keys = keys
+        #: What signs the jobs enqueued and checks the reports read.
+        self.key = key
         #: The bounds of the pool's calls (a BLOCK must end well within ``socket_s``).
         self.timeouts = timeouts or RedisTimeouts()
         #: The consumer groups of the report stream this queue created (or found).
@@ -121,19 +189,20 @@ class JobQueue:
         prefix: str = DEFAULT_PREFIX,
         timeouts: RedisTimeouts | None = None,
         *,
+        key: JobKey,
         wait: bool = True,
     ) -> JobQueue:
-        """A queue over a new pool to ``redis_url``; with ``wait``, once Redis answered
-        (`wait_for_redis`), else without I/O."""
+        """A queue over a new pool to ``redis_url`` signing with ``key``; with ``wait``, once
+        Redis answered (`wait_for_redis`), else without I/O."""
         timeouts = timeouts or RedisTimeouts()
-        pool = open_redis(redis_url, timeouts)
+        pool = open_redis(redis_url, timeouts, key)
         if wait:
             try:
                 await wait_for_redis(pool, redact_url(redis_url))
             except BaseException:
                 await pool.aclose()
                 raise
-        return cls(pool, Keys(prefix), timeouts)
+        return cls(pool, Keys(prefix), key, timeouts)
 
     @property
     def block_max_s(self) -> float:
@@ -153,12 +222,20 @@ class JobQueue:
         return str(info.get("run_id", ""))
 
     async def enqueue(self, spec: JobSpec) -> bool:
-        """Put a job on its queue; False when arq has a job of that id (or its result)."""
+        """Put a job on its queue; False when arq has a job of that id (or its result).
+
+        arq scores a job by the enqueuer's clock and a worker takes it once the score is at
+        most its own: the score is set `ENQUEUE_BACKDATE_S` in the past, so a worker whose
+        clock is behind takes it at once (every job moved alike: the order stays)."""
+        from arq.constants import expires_extra_ms
+
         job = await self.pool.enqueue_job(
             JOB_FUNCTION,
             spec.to_dict(),
             _job_id=self.keys.arq_job_id(spec.job_id),
             _queue_name=self.keys.queue(queue_for(spec)),
+            _defer_until=scored_at(now_s()),
+            _expires=expires_extra_ms / 1000,  # arq's default, not shortened by the score
         )
         return job is not None
 
@@ -207,15 +284,63 @@ class JobQueue:
         return {job for job, n in zip(ids, found, strict=True) if n}
 
     async def live_workers(self) -> list[WorkerInfo]:
-        """The worker containers whose heartbeat has not expired."""
-        ids = [i.decode() for i in await self.pool.zrange(self.keys.workers, 0, -1)]
-        if not ids:
+        """The worker containers whose heartbeat has not expired; a heartbeat that cannot be
+        read is quarantined (`drop_heartbeat`) and its worker is not live."""
+        raw_ids = await self.pool.zrange(self.keys.workers, 0, -1)
+        if not raw_ids:
             return []
-        values = await self.pool.mget([self.keys.worker(i) for i in ids])
+        ids: list[str] = []
+        for raw in raw_ids:
+            try:
+                ids.append(raw.decode())
+            except UnicodeDecodeError:
+                await self._drop_bad_id(raw)
+        values = await self.pool.mget([self.keys.worker(i) for i in ids]) if ids else []
         gone = [i for i, v in zip(ids, values, strict=True) if v is None]
         if gone:
             await self.pool.zrem(self.keys.workers, *gone)
-        return [WorkerInfo.from_json(v) for v in values if v is not None]
+        live: list[WorkerInfo] = []
+        for worker_id, value in zip(ids, values, strict=True):
+            if value is None:
+                continue
+            try:
+                live.append(WorkerInfo.from_json(value))
+            except PayloadError as exc:
+                await self.drop_heartbeat(worker_id, value, str(exc))
+        return live
+
+    async def drop_heartbeat(self, worker_id: str, raw: bytes, reason: str) -> bool:
+        """Quarantine the heartbeat ``raw`` of ``worker_id`` (kind ``heartbeat``): its key
+        deleted and its id out of the workers' index, unless the worker beat again since;
+        logged once. Whether it was dropped here."""
+        key = self.keys.worker(worker_id)
+        if not await _eval_flag(
+            self.redis, _DROP_IF_SAME, [key, self.keys.workers], [raw, worker_id]
+        ):
+            return False  # beat again, or dropped by another reader
+        await quarantine(self.redis, self.keys, "heartbeat", reason, raw, source=key)
+        log.warning(
+            "worker %s: its heartbeat cannot be read (%s): moved to %s, the worker is not live "
+            "until it beats again",
+            worker_id,
+            reason,
+            self.keys.dead_letters,
+        )
+        return True
+
+    async def _drop_bad_id(self, raw: bytes) -> None:
+        """A member of the workers' index that is not UTF-8: out, with its key, quarantined."""
+        key = self.keys.worker("").encode() + raw
+        async with self.pool.pipeline(transaction=True) as pipe:
+            pipe.zrem(self.keys.workers, raw)
+            pipe.get(key)
+            pipe.delete(key)
+            removed, value, _ = await pipe.execute()
+        if removed:
+            reason = "the worker id in the index of workers is not UTF-8"
+            shown = _text(key)
+            await quarantine(self.redis, self.keys, "heartbeat", reason, value or raw, shown)
+            log.warning("%s (%s): moved to %s", reason, shown, self.keys.dead_letters)
 
     async def _ensure_group(self, group: str) -> None:
         """Create ``group`` on the report stream (and the stream) unless it exists."""
@@ -257,9 +382,9 @@ class JobQueue:
             for raw_id, fields in entries:
                 entry_id = raw_id.decode()
                 try:
-                    out.append(StreamReport(entry_id, ReportEntry.from_fields(fields)))
+                    out.append(StreamReport(entry_id, ReportEntry.from_fields(fields, self.key)))
                 except PayloadError as exc:
-                    out.append(StreamReport(entry_id, None, str(exc)))
+                    out.append(StreamReport(entry_id, None, str(exc), fields))
         return out
 
     async def wait_report(self, after_id: str | None, timeout_s: float) -> bool:

@@ -24,7 +24,7 @@ from redis.exceptions import (
 
 from simrun.config import redact_url
 from simrun.core.outage import RECONNECT_MAX_S, REDIS_TIMEOUT_S, LinkState, backoff_s
-from simrun.core.wire import deserialize, serialize
+from simrun.core.signing import JobCodec, JobKey
 from simrun.errors import SimrunError
 
 if TYPE_CHECKING:
@@ -84,9 +84,9 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def open_redis(url: str, timeouts: RedisTimeouts) -> ArqRedis:
-    """An arq client of ``url`` with simrun's serializer and ``timeouts``, without I/O;
-    `RedisUnusable` when ``url`` does not parse."""
+def open_redis(url: str, timeouts: RedisTimeouts, key: JobKey) -> ArqRedis:
+    """An arq client of ``url`` with simrun's serializer (msgpack signed with ``key``) and
+    ``timeouts``, without I/O; `RedisUnusable` when ``url`` does not parse."""
     from arq.connections import ArqRedis  # (not for the commands that never use Redis)
 
     parts = urlsplit(url)
@@ -104,8 +104,9 @@ def open_redis(url: str, timeouts: RedisTimeouts) -> ArqRedis:
         )
     except (ValueError, TypeError) as exc:
         raise RedisUnusable(f"bad Redis URL {redact_url(url)}: {exc}") from None
-    client.job_serializer = serialize
-    client.job_deserializer = deserialize
+    codec = JobCodec(key)
+    client.job_serializer = codec.serialize
+    client.job_deserializer = codec.deserialize
     return client
 
 

@@ -30,7 +30,7 @@ from simrun.service.changes import Changes
 from simrun.service.dispatch import Dispatcher, ResolveCache
 from simrun.service.forget import EndedRuns
 from simrun.service.ingest import Ingest, is_oom
-from simrun.service.liveness import Liveness
+from simrun.service.liveness import HealthSnapshot, Liveness
 from simrun.service.outputs import clear_outputs
 from simrun.service.queries import RunQueries
 from simrun.service.scratch import mark_task_ended, remove_scratch, unmark_tasks_ended
@@ -100,6 +100,11 @@ class Controller:
         self.changes = Changes()
         #: Set by a command (submit, replay, cancel): the idle loop steps at once.
         self._wake = asyncio.Event()
+        #: What ``GET /health`` answers from: refreshed by each step (None before the first).
+        self.health: HealthSnapshot | None = None
+        #: Problems other code sets and clears (a name such as "disk" → one line): while
+        #: any is set, /health says degraded and lists them.
+        self.problems: dict[str, str] = {}
 
     @classmethod
     async def open(
@@ -114,8 +119,10 @@ class Controller:
             resources = ResourceStore(settings.database)
             await resources.ensure_schema(store.connection)
             # No I/O: the loop makes the first contact (`run_forever`), while the API answers.
+            key = await asyncio.to_thread(settings.job_key)
+            log.info("jobs signed with the key of %s (fingerprint %s)", key.where, key.fingerprint)
             queue = await JobQueue.connect(
-                settings.redis_url, settings.prefix, settings.redis_timeouts, wait=False
+                settings.redis_url, settings.prefix, settings.redis_timeouts, key=key, wait=False
             )
         except BaseException:
             await store.close()
@@ -156,6 +163,7 @@ class Controller:
                         exc,
                     )
                 self.last_error = f"Redis unreachable: {exc}"
+                self.health = HealthSnapshot(False, 0, self.clock.monotonic())
                 wait = backoff_s(self.link.failures, random.random())
                 busy, pause = False, max(pause, wait)
             except Exception as exc:  # kept, logged, and the loop goes on
@@ -246,6 +254,7 @@ class Controller:
                 self.clock.monotonic(), self.link.back_at, self._grace_s
             )
             workers = await self.queue.live_workers()
+            self.health = HealthSnapshot(True, len(workers), self.clock.monotonic())
             busy = await self._ingest.step()
             busy |= await self._liveness.watch(workers, judge=judge)
             if judge and self._liveness.reconcile_every.due():

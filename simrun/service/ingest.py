@@ -7,8 +7,8 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from simrun.core.clock import Clock
-from simrun.core.reports import ReportEntry, WorkerReport
-from simrun.queues.client import JobQueue
+from simrun.core.reports import ReportEntry, StreamReport, WorkerReport
+from simrun.queues.client import JobQueue, quarantine
 from simrun.resources import ResourceKey, ResourceStore
 from simrun.resources.store import Record
 from simrun.runstore.rows import TaskRow
@@ -97,10 +97,8 @@ class Ingest:
             if not self._pending_read:
                 self.last_id = batch[-1].id
             entries = [b.entry for b in batch if b.entry is not None]
-            for bad in batch:
-                if bad.entry is None:
-                    log.error("dropped report %s: %s", bad.id, bad.problem)
             try:
+                await self._quarantine([b for b in batch if b.entry is None])
                 if entries:
                     changed |= await self.apply(entries)
                 await self.queue.ack(s.group, [b.id for b in batch])
@@ -109,6 +107,15 @@ class Ingest:
                 self._pending_read = True
                 raise
         return changed
+
+    async def _quarantine(self, bad: Sequence[StreamReport]) -> None:
+        """Move the entries that cannot be read to the dead-letter stream (they are then
+        acknowledged with the batch, never read again)."""
+        for item in bad:
+            problem = item.problem or "unreadable"
+            log.error("moved report %s aside to the dead letters: %s", item.id, problem)
+            raw = item.raw or {}
+            await quarantine(self.queue.redis, self.queue.keys, "report", problem, raw, item.id)
 
     async def drain(self) -> None:
         """Apply every report in the stream now."""

@@ -1,14 +1,17 @@
 """Steps 2 and 3 of the controller: the jobs of dead workers, abandoned jobs (watch) and
-jobs Redis lost (reconcile) are dispatched again."""
+jobs Redis lost (reconcile) are dispatched again; workers whose clock is off are warned
+about; `HealthSnapshot` is what ``GET /health`` answers from."""
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from simrun.core.clock import Clock, Every
 from simrun.core.reports import WorkerInfo
+from simrun.core.timing import clock_skew_warning
 from simrun.queues.client import JobQueue
 from simrun.runstore.rows import JobRow
 from simrun.runstore.store import RunStore
@@ -18,6 +21,16 @@ from simrun.service.ingest import Ingest
 from simrun.service.settings import ControllerSettings
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HealthSnapshot:
+    """What the controller's loop last found (``GET /health`` answers from it, never asking
+    Redis or SQLite itself): whether Redis answered, the live workers, and when (monotonic)."""
+
+    redis_ok: bool
+    workers: int
+    at_s: float
 
 
 def listed_jobs(workers: Sequence[WorkerInfo]) -> dict[str, tuple[str, bool]]:
@@ -49,6 +62,20 @@ class Liveness:
         self._held_since: dict[str, float] = {}
         #: When a reconciliation is due (at start, and after Redis came back).
         self.reconcile_every = Every(clock, settings.reconcile_s)
+        #: The live workers whose clock skew was warned about (again once it came back).
+        self._skewed: set[str] = set()
+
+    def warn_skew(self, workers: Sequence[WorkerInfo]) -> None:
+        """Log once per worker whose clock is further from Redis's than the bound."""
+        skewed = set()
+        for w in workers:
+            warning = clock_skew_warning(w.clock_skew_s)
+            if warning is None:
+                continue
+            skewed.add(w.id)
+            if w.id not in self._skewed:
+                log.warning("worker %s on %s: %s", w.id, w.host, warning)
+        self._skewed = skewed
 
     def redis_back(self) -> None:
         """Redis came back: forget what was watched, and reconcile once workers are judged."""
@@ -59,6 +86,7 @@ class Liveness:
     async def watch(self, workers: Sequence[WorkerInfo], judge: bool = True) -> bool:
         """Write what the heartbeats say and (``judge``) dispatch again the jobs of dead
         workers and abandoned ones; True when something changed."""
+        self.warn_skew(workers)
         sightings = listed_jobs(workers)
         news = {job: seen for job, seen in sightings.items() if self._seen.get(job) != seen}
         changed = await self.store.see_jobs(news, self.clock.now()) > 0 if news else False

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -25,6 +25,7 @@ from simrun.core.scaling import (
     desired_containers,
 )
 from simrun.core.sizing import CPU
+from simrun.queues.client import DeadLetterKind
 
 #: The format `generate_latest` writes (the client's ``CONTENT_TYPE_LATEST`` may be newer).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -81,12 +82,14 @@ class QueueMetrics:
 
 @dataclass(frozen=True)
 class Metrics:
-    """Everything ``/metrics`` shows. ``lag`` is None when Redis did not answer."""
+    """Everything ``/metrics`` shows. ``lag`` and ``dead_letters`` (entries quarantined, by
+    kind) are None when Redis did not answer."""
 
     queues: tuple[QueueMetrics, ...]
     running_runs: int = 0
     redis_up: bool = True
     lag: ReportLag | None = None
+    dead_letters: Mapping[str, int] | None = None
 
 
 def shape_of(workers: Sequence[WorkerInfo]) -> ContainerShape | None:
@@ -231,9 +234,31 @@ SERVICE_GAUGES: tuple[tuple[str, str, Callable[[Metrics], float | None]], ...] =
 )  # fmt: skip
 
 
+#: The kinds of entries quarantined, each shown (0 when none was).
+DEAD_LETTER_KINDS: tuple[str, ...] = get_args(DeadLetterKind)
+
+
+def dead_letter_samples(m: Metrics) -> dict[str, float] | None:
+    """The dead letters by kind, every known kind shown (0 when none was)."""
+    if m.dead_letters is None:
+        return None
+    return {k: m.dead_letters.get(k, 0) for k in sorted({*DEAD_LETTER_KINDS, *m.dead_letters})}
+
+
+#: The samples of a gauge by the value of its one label (None: not shown).
+Samples = Callable[[Metrics], Mapping[str, float] | None]
+#: The gauges with one sample per value of a label: name, help, label, samples.
+LABELED_GAUGES: tuple[tuple[str, str, str, Samples], ...] = (
+    ("simrun_dead_letters",
+     "Entries of Redis that could not be read and were moved to the dead-letter stream, by "
+     "kind (report, heartbeat, job, attempts), since the namespace began (a count).",
+     "kind", dead_letter_samples),
+)  # fmt: skip
+
+
 class Scrape(Collector):
-    """One scrape's `Metrics` as `prometheus_client` metric families: `QUEUE_GAUGES`, then
-    `SERVICE_GAUGES`."""
+    """One scrape's `Metrics` as `prometheus_client` metric families: `QUEUE_GAUGES`,
+    `SERVICE_GAUGES`, then `LABELED_GAUGES`."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
@@ -248,6 +273,12 @@ class Scrape(Collector):
         for name, text, of_service in SERVICE_GAUGES:
             if (value := of_service(m)) is not None:
                 yield GaugeMetricFamily(name, text, value)
+        for name, text, label, samples in LABELED_GAUGES:
+            if (values := samples(m)) is not None:
+                family = GaugeMetricFamily(name, text, labels=[label])
+                for key, value in values.items():
+                    family.add_metric([key], value)
+                yield family
 
 
 def render(metrics: Metrics) -> str:

@@ -24,7 +24,7 @@ from simrun.core.scaling import (
 from simrun.core.states import ACTIVE_TASK_STATES, UNFINISHED_UNIT_STATES, TaskCounts
 from simrun.core.views import FailureView, RunView
 from simrun.plugins import ResourceHint, TaskType
-from simrun.queues.client import JobQueue
+from simrun.queues.client import JobQueue, dead_letter_counts
 from simrun.resources import ResourceKey, ResourceStore, resource_key
 from simrun.resources.store import KeyEvidence, KeySummary
 from simrun.runstore.rows import RunRow
@@ -246,11 +246,13 @@ class RunQueries:
         redis_up = True
         workers: list[WorkerInfo] = []
         lag: ReportLag | None = None
+        dead: dict[str, int] | None = None
         try:
             workers = await self.live_workers()
             lag = await self.report_lag()
+            dead = await dead_letter_counts(self.queue.redis, self.queue.keys)
         except (RedisError, OSError):
-            redis_up, workers, lag = False, [], None
+            redis_up, workers, lag, dead = False, [], None, None
         return Metrics(
             queues=queue_metrics(
                 backlog.queues,
@@ -262,4 +264,5 @@ class RunQueries:
             running_runs=backlog.running_runs,
             redis_up=redis_up,
             lag=lag,
+            dead_letters=dead,
         )

@@ -11,6 +11,8 @@ import click
 
 from simrun.config import (
     INTAKE,
+    JOB_KEY,
+    JOB_KEY_FILE,
     LIMITS,
     POSITIVE,
     PREFIX,
@@ -25,6 +27,7 @@ from simrun.core import sizing
 from simrun.core.intake import InputLimits
 from simrun.core.layout import StoreLayout
 from simrun.core.outage import REDIS_TIMEOUT_S as DEFAULT_REDIS_TIMEOUT_S
+from simrun.core.signing import JobKey, resolve_key
 from simrun.core.states import Limits
 from simrun.core.timing import HEARTBEAT_TTL_S
 from simrun.queues.connect import RedisTimeouts
@@ -81,6 +84,12 @@ class ControllerSettings:
         "`image:`): its tasks whose type has no image go to that image's queue [default: "
         "none, the cpu and gpu queues].", env="SIMRUN_ENVIRONMENT_IMAGE",
     )] = None  # fmt: skip
+    job_key_text: Annotated[str | None, JOB_KEY] = field(default=None, repr=False)
+    job_key_file: Annotated[Path | None, JOB_KEY_FILE] = None
+
+    def job_key(self) -> JobKey:
+        """The key of this service's jobs and reports (`simrun.core.signing.resolve_key`)."""
+        return resolve_key(self.job_key_text, self.job_key_file, StoreLayout(self.store).job_key)
 
     @property
     def redis_timeouts(self) -> RedisTimeouts:

@@ -11,19 +11,22 @@ import os
 import signal
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from arq.connections import ArqRedis
+from arq.typing import WorkerCoroutine
 from arq.worker import func
 from redis.exceptions import RedisError
 
 from simrun.config import redact_url
 from simrun.core.outage import LinkState
 from simrun.core.reports import ReportEntry, WorkerInfo, now_s
+from simrun.core.signing import JobCodec, JobKey
 from simrun.core.sizing import GIB
-from simrun.core.wire import deserialize, serialize
+from simrun.core.wire import PayloadError
+from simrun.queues.client import DEAD_LETTER_RAW_BYTES, quarantine
 from simrun.queues.connect import RedisTimeouts, cancel_and_wait, open_redis, wait_for_redis
 from simrun.queues.keys import JOB_FUNCTION, Keys
 from simrun.worker import proctree
@@ -48,6 +51,19 @@ MAX_TRIES = 3
 HEALTH_CHECK_S = 10
 
 
+class Refused(dict[str, Any]):
+    """A job payload the worker will not run: ``reason`` and ``raw`` (its first bytes). A
+    map, as arq packs a job's arguments into its result; only `_deserialize` makes one."""
+
+    @property
+    def reason(self) -> str:
+        return str(self["reason"])
+
+    @property
+    def raw(self) -> bytes:
+        return bytes(self["raw"])
+
+
 def default_worker_id() -> str:
     """``<host>-<pid>-<random>``: unique among the containers of one Redis."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -70,8 +86,14 @@ async def _existing(redis: ArqRedis, items: list[T], key: Callable[[T], str]) ->
 class WorkerContainer:
     """One ``simrun worker``: `run` it; `request_stop` (or a signal) ends it gracefully."""
 
-    def __init__(self, settings: WorkerSettings, machine: Machine) -> None:
+    def __init__(
+        self, settings: WorkerSettings, machine: Machine, key: JobKey | None = None
+    ) -> None:
+        """``key`` signs and checks jobs and reports (None: `WorkerSettings.job_key`);
+        `JobKeyError` when it cannot be had."""
         self.settings = settings
+        self.key = key or settings.job_key()
+        self.codec = JobCodec(self.key)
         self.engine = machine.engine
         self.keys = Keys(settings.prefix)
         self.worker_id = settings.worker_id or default_worker_id()
@@ -98,6 +120,7 @@ class WorkerContainer:
         self._handler: JobHandler | None = None
         self.spool = ReportSpool(
             settings.local / f"{self.worker_id}.spool.jsonl",
+            self.key,
             SpoolBounds(int(settings.spool_memory_mb * MIB), int(settings.spool_mb * MIB)),
         )
         self._stop_task: asyncio.Task[None] | None = None
@@ -133,7 +156,9 @@ class WorkerContainer:
         prefetch = self.capacity.processes if opts.prefetch is None else opts.prefetch
         return OutageWorker(
             link=link,
-            functions=[func(handler.handle, name=JOB_FUNCTION, max_tries=MAX_TRIES)],
+            functions=[
+                func(self._job_function(queue, handler), name=JOB_FUNCTION, max_tries=MAX_TRIES)
+            ],
             queue_name=self.keys.queue(queue),
             redis_pool=pool,
             burst=opts.burst,
@@ -144,16 +169,45 @@ class WorkerContainer:
             poll_delay=opts.poll_delay_s,
             max_tries=MAX_TRIES,
             health_check_interval=HEALTH_CHECK_S,
-            job_serializer=serialize,
-            job_deserializer=deserialize,
+            job_serializer=self.codec.serialize,
+            job_deserializer=self._deserialize,
             log_results=False,
             ctx={"queue": queue},  # the job's source, named when it is refused
         )
 
+    def _deserialize(self, blob: bytes) -> dict[str, Any]:
+        """arq's job of a payload; one that is unsigned, signed with another key or not
+        msgpack becomes a call of the job function with a `Refused` (arq would log a
+        traceback and tell no one)."""
+        try:
+            return self.codec.deserialize(blob)
+        except PayloadError as exc:
+            refused = Refused(reason=str(exc), raw=blob[:DEAD_LETTER_RAW_BYTES])
+            return {"f": JOB_FUNCTION, "a": (refused,), "k": {}, "t": None, "et": 0}
+
+    def _job_function(self, queue: str, handler: JobHandler) -> WorkerCoroutine:
+        """The job function of ``queue``'s arq worker: `JobHandler.handle`, or the refusal
+        of a payload `_deserialize` refused, logged with its source and moved aside."""
+
+        async def job(ctx: Mapping[str, Any], payload: object) -> dict[str, Any]:
+            if not isinstance(payload, Refused):
+                return await handler.handle(ctx, payload)
+            source = f"queue {queue}, arq job {ctx.get('job_id')}"
+            log.error("refused a job (%s): %s", source, payload.reason)
+            try:
+                await quarantine(
+                    handler.redis, self.keys, "job", payload.reason, payload.raw, source
+                )
+            except LINK_ERRORS as exc:
+                log.warning("cannot move the refused job aside: %s", exc)
+            return {"error": payload.reason}
+
+        return job
+
     def _client(self) -> ArqRedis:
         """A client of Redis with the worker's timeouts (no I/O yet)."""
         t = self.settings.redis_timeout_s
-        return open_redis(self.settings.redis_url, RedisTimeouts(connect_s=t, socket_s=t))
+        return open_redis(self.settings.redis_url, RedisTimeouts(connect_s=t, socket_s=t), self.key)
 
     async def _wait_for_redis(self, redis: ArqRedis) -> bool:
         """Wait until Redis answers (True) or a stop is asked (False), the status file telling
@@ -247,7 +301,7 @@ class WorkerContainer:
         self.free_scratch_gb = await asyncio.to_thread(self._scratch_room)
 
         async def xadd(entry: ReportEntry) -> None:
-            await redis.xadd(self.keys.reports, entry.to_fields())  # type: ignore[arg-type]
+            await redis.xadd(self.keys.reports, entry.to_fields(self.key))  # type: ignore[arg-type]
 
         link = RedisLink(
             redis,
@@ -285,9 +339,10 @@ class WorkerContainer:
             loops.append(asyncio.create_task(self._upkeep_loop(redis, link)))
             cap = self.capacity
             log.info(
-                "worker %s serving %s with %g GiB, %d processes, %d GPUs; memory bounded by %s",
+                "worker %s serving %s with %g GiB, %d processes, %d GPUs; memory bounded by %s; "
+                "jobs signed with the key of %s (fingerprint %s)",
                 self.worker_id, ", ".join(self.settings.queue_names), cap.memory_gb,
-                cap.processes, cap.gpus, self.isolation,
+                cap.processes, cap.gpus, self.isolation, self.key.where, self.key.fingerprint,
             )  # fmt: skip
             if not self.stopping:  # a stop asked for while starting up ends it here
                 results = await asyncio.gather(

@@ -1,5 +1,6 @@
 """The heartbeat of a worker container: its `WorkerInfo` every ``interval_s`` under a key that
-expires after ``ttl_s``, and its id in the index of workers; beats wait while Redis is away."""
+expires after ``ttl_s``, and its id in the index of workers; beats wait while Redis is away.
+Each beat measures the worker's clock against the Redis server's (``clock_skew_s``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from redis.exceptions import RedisError
 
 from simrun.core.clock import SYSTEM_CLOCK, Clock
 from simrun.core.reports import WorkerInfo
-from simrun.core.timing import HEARTBEAT_S, HEARTBEAT_TTL_S
+from simrun.core.timing import HEARTBEAT_S, HEARTBEAT_TTL_S, clock_skew_warning
 from simrun.queues.keys import Keys
 
 if TYPE_CHECKING:
@@ -41,10 +42,32 @@ class Heartbeat:
         self.redis, self.keys, self.info = redis, keys, info
         self.interval_s, self.ttl_s, self.clock = interval_s, ttl_s, clock
         self.link = link
+        #: The skew measured last (seconds; None before the first beat).
+        self.clock_skew_s: float | None = None
+        self._skew_warned = False
+
+    async def measure_skew(self) -> float:
+        """This worker's clock minus the Redis server's (``TIME``), taken at the midpoint of
+        the round trip (seconds)."""
+        before = self.clock.now()
+        seconds, micros = await self.redis.time()
+        after = self.clock.now()
+        return (before + after) / 2 - (int(seconds) + int(micros) / 1e6)
+
+    def _judge_skew(self, worker_id: str, skew_s: float) -> None:
+        """Warn once when the skew goes past the bound (again after it came back)."""
+        warning = clock_skew_warning(skew_s)
+        if warning is not None and not self._skew_warned:
+            log.warning("worker %s: %s (times it reports are off by as much)", worker_id, warning)
+        self._skew_warned = warning is not None
 
     async def beat(self) -> None:
-        """Write the heartbeat once."""
+        """Write the heartbeat once, with the clock skew measured now."""
         info = self.info()
+        skew_s = await self.measure_skew()
+        self.clock_skew_s = skew_s
+        self._judge_skew(info.id, skew_s)
+        info = info.model_copy(update={"clock_skew_s": round(skew_s, 4)})
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.set(self.keys.worker(info.id), info.to_json(), px=int(self.ttl_s * 1000))
             pipe.zadd(self.keys.workers, {info.id: info.updated})

@@ -8,7 +8,7 @@ import math
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -21,6 +21,8 @@ from simrun.config import (
     DIR,
     ENV_ENGINE,
     GRACE_S,
+    JOB_KEY,
+    JOB_KEY_FILE,
     PLUGINS,
     POSITIVE,
     PREFIX,
@@ -32,8 +34,10 @@ from simrun.config import (
     flags,
     scratch_dir_flag,
 )
+from simrun.core.layout import StoreLayout
 from simrun.core.outage import RECONNECT_MAX_S
 from simrun.core.outage import REDIS_TIMEOUT_S as DEFAULT_REDIS_TIMEOUT_S
+from simrun.core.signing import JobKey, resolve_key
 from simrun.core.sizing import image_queue
 from simrun.core.timing import DEFAULT_GRACE_S, HEARTBEAT_S, TTL_PER_INTERVAL
 from simrun.queues.keys import DEFAULT_PREFIX
@@ -141,6 +145,8 @@ class WorkerSettings:
         "tasks of an --image queue inside their image; without it they run in this "
         "container, which is then the image's.", env=ENV_ENGINE,
     )] = None  # fmt: skip
+    job_key_text: Annotated[str | None, JOB_KEY] = field(default=None, repr=False)
+    job_key_file: Annotated[Path | None, JOB_KEY_FILE] = None
     #: Not flags: how long the first waiter may be passed by others (`admission.pick`),
     #: and the MiB of reports kept in memory while Redis is away.
     admission_patience_s: float = 5.0
@@ -158,6 +164,10 @@ class WorkerSettings:
                 f"--heartbeat-ttl-s: {self.ttl_s:g} s is not longer than --heartbeat-s "
                 f"({self.heartbeat_s:g} s): the heartbeat would expire between two beats"
             )
+
+    def job_key(self) -> JobKey:
+        """The key of this worker's jobs and reports (`simrun.core.signing.resolve_key`)."""
+        return resolve_key(self.job_key_text, self.job_key_file, StoreLayout(self.store).job_key)
 
     @property
     def queue_names(self) -> tuple[str, ...]:
@@ -203,7 +213,7 @@ class WorkerSettings:
         for name, spec in flags(WorkerSettings).items():
             assert isinstance(spec, Flag)  # no `Group` here
             value = getattr(self, name)
-            if value is None or value is False:
+            if value is None or value is False or spec.secret:
                 continue
             flag = f"--{spec.name}"
             if value is True:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from simrun.core.reports import ReportEntry, RunningJob
+from simrun.core.signing import JobKey
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,10 @@ class _Kept:
 class ReportSpool:
     """Reports kept in order until written; ``path`` holds those past the memory bound."""
 
-    def __init__(self, path: Path, bounds: SpoolBounds | None = None) -> None:
+    def __init__(self, path: Path, key: JobKey, bounds: SpoolBounds | None = None) -> None:
         self.path = path
+        #: Signs the reports kept (they are written to Redis as they are kept).
+        self.key = key
         self.bounds = bounds or SpoolBounds()
         self._kept: deque[_Kept] = deque()
         self._in_memory = 0
@@ -74,7 +77,7 @@ class ReportSpool:
 
     def add(self, entry: ReportEntry, job: RunningJob) -> bool:
         """Keep a report; False when it was dropped (both bounds reached)."""
-        line = json.dumps(entry.to_fields(), separators=(",", ":")).encode() + b"\n"
+        line = json.dumps(entry.to_fields(self.key), separators=(",", ":")).encode() + b"\n"
         place = self.bounds.admit(len(line), self._in_memory, self._on_disk)
         if place == "memory":
             self._kept.append(_Kept(job, len(line), line))
@@ -114,7 +117,7 @@ class ReportSpool:
         while self._kept:
             kept = self._kept[0]
             line = kept.line if kept.line is not None else self._read_line(kept.size)
-            await write(ReportEntry.from_fields(json.loads(line)))
+            await write(ReportEntry.from_fields(json.loads(line), self.key))
             self._kept.popleft()
             delivered += 1
             if kept.line is not None:

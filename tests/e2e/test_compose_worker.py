@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from simrun.core.layout import StoreLayout
+from simrun.core.signing import store_key
 from simrun.queues.client import JobQueue
 from tests.composefile import compose, seconds, services
 from tests.support import REPO
@@ -58,7 +60,10 @@ async def test_compose_worker_runs_units_is_healthy_and_stops(
     proc = _start(
         [sys.executable, "-m", "simrun.cli", "worker", *spec["command"], *prefix], env, tmp_path
     )
-    queue = await JobQueue.connect(redis_url, redis_prefix)
+    # the service of the stack signs with the key the shared store holds (made by either)
+    queue = await JobQueue.connect(
+        redis_url, redis_prefix, key=store_key(StoreLayout(tmp_path).job_key)
+    )
     plate = tmp_path / "runs" / RUN / "sources" / "plate.json"  # a worker reads its store only
     plate.parent.mkdir(parents=True)
     shutil.copy(REPO / "examples" / "plate.json", plate)

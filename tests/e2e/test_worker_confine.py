@@ -1,7 +1,8 @@
 """Forged jobs on a worker's queue (issue 23): a real burst worker container, a real Redis,
-payloads put on the queue with arq's ``enqueue_job`` and simrun's msgpack serializer, as a
-sender with access to Redis could. Whatever the payload says, the worker runs only what its
-installed types say, in its own store."""
+payloads put on the queue with arq's ``enqueue_job`` and simrun's serializer, signed with
+the job key, as a sender holding the key could (a validly signed job of forged content).
+Whatever the payload says, the worker runs only what its installed types say, in its own
+store."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ import pytest
 from arq.connections import ArqRedis, RedisSettings, create_pool
 
 from simrun.core.reports import ReportEntry
-from simrun.core.wire import serialize
+from simrun.core.signing import JobCodec
 from simrun.queues.client import JobQueue
 from simrun.queues.keys import JOB_FUNCTION, Keys
 from simrun.worker.pool.processes import ProcessPool
 from tests.support import REPO, command_tasks
+from tests.support.keys import TEST_KEY
 from tests.support.harness import (
     PLUGINS,
     RUN,
@@ -34,8 +36,11 @@ pytestmark = pytest.mark.e2e
 
 
 async def forge(redis_url: str, prefix: str, payloads: list[dict[str, Any]]) -> None:
-    """Put ``payloads`` on the cpu queue as they are (no `JobSpec` in between)."""
-    pool: ArqRedis = await create_pool(RedisSettings.from_dsn(redis_url), job_serializer=serialize)
+    """Put ``payloads`` on the cpu queue as they are (no `JobSpec` in between), signed."""
+    codec = JobCodec(TEST_KEY)
+    pool: ArqRedis = await create_pool(
+        RedisSettings.from_dsn(redis_url), job_serializer=codec.serialize
+    )
     keys = Keys(prefix)
     try:
         for n, payload in enumerate(payloads):
@@ -55,7 +60,7 @@ async def burst(
     await forge(redis_url, prefix, payloads)
     worker = make_container(redis_url, prefix, store=store, worker_id="guard")
     await asyncio.wait_for(worker.run(), 60)
-    queue = await JobQueue.connect(redis_url, prefix)
+    queue = await JobQueue.connect(redis_url, prefix, key=TEST_KEY)
     try:
         return await all_reports(queue)
     finally:
@@ -94,7 +99,7 @@ def test_a_forged_command_job_of_a_type_without_command_runs_nothing(
     assert proc.returncode == 0, output.decode()
 
     async def reports() -> dict[str, ReportEntry]:
-        queue = await JobQueue.connect(redis_url, redis_prefix)
+        queue = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
         try:
             return await all_reports(queue)
         finally:

@@ -16,6 +16,7 @@ from simrun.core.reports import WorkerInfo
 from simrun.queues.client import JobQueue
 from tests.support.cli_harness import ended
 from tests.support.harness import make_spec, start_worker_process
+from tests.support.keys import TEST_KEY
 from tests.support.wait import until
 
 pytestmark = pytest.mark.e2e
@@ -66,7 +67,7 @@ async def test_a_worker_beats_as_its_options_say(
     sampled for a few beats, the key is always there and its TTL is at most that, and close
     to it after a beat."""
     proc = start_worker_process(redis_url, redis_prefix, "--id", "beating", *args)
-    queue = await JobQueue.connect(redis_url, redis_prefix)
+    queue = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
     try:
         await until(
             lambda: queue.redis.exists(queue.keys.worker("beating")),
@@ -94,7 +95,7 @@ async def test_the_heartbeat_says_how_much_memory_the_workers_processes_hold(
         redis_url, redis_prefix, "--id", "measured", "--heartbeat-s", "0.2",
         "--processes", "1", "--worker-memory-gb", "2", store=tmp_path,
     )  # fmt: skip
-    queue = await JobQueue.connect(redis_url, redis_prefix)
+    queue = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
 
     async def used() -> float | None:
         raw = await queue.redis.get(queue.keys.worker("measured"))

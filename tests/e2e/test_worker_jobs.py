@@ -16,6 +16,7 @@ from simrun.queues.client import JobQueue, set_current_attempts
 from simrun.queues.keys import Keys
 from tests.support import REPO
 from tests.support.harness import RUN, all_reports, make_container, make_spec, run_burst
+from tests.support.keys import TEST_KEY
 from tests.support.units import unit_records
 from tests.support.wait import still_running, until
 
@@ -171,7 +172,7 @@ async def test_stale_units_are_skipped_before_and_during_a_chunk(
     keys = Keys(redis_prefix)
     spec = make_spec(tmp_path, "t", "test-sleep", [0, 1, 2], {"seconds": 0.8})
     gone = make_spec(tmp_path, "gone", "test-sleep", [0, 1], {})
-    queue = await JobQueue.connect(redis_url, redis_prefix)
+    queue = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
     try:
         await set_current_attempts(queue.redis, keys, RUN, "t", {1: 2, 0: 1})
         await set_current_attempts(queue.redis, keys, RUN, "gone", {0: 3, 1: 3})

@@ -23,6 +23,7 @@ from simrun.worker.container import WorkerContainer
 from simrun.worker.settings import Machine, WorkerSettings, worker_argv
 from tests.support import REPO
 from tests.support.harness import all_reports, make_spec, run_id, spawn
+from tests.support.keys import TEST_KEY
 from tests.support.mem_tasks import REFS
 from tests.support.procs import alive
 
@@ -48,7 +49,7 @@ async def burst(
     redis_url: str, prefix: str, specs: list[JobSpec], **more: Any
 ) -> dict[str, ReportEntry]:
     """Run ``specs`` on a burst container loading the types of tests.support.mem_tasks."""
-    queue = await JobQueue.connect(redis_url, prefix)
+    queue = await JobQueue.connect(redis_url, prefix, key=TEST_KEY)
     try:
         assert all(await queue.enqueue_many(specs))
         settings = WorkerSettings(
@@ -62,7 +63,7 @@ async def burst(
             **more,
         )
         machine = Machine(Capacity(memory_gb=4.0, processes=2))
-        await asyncio.wait_for(WorkerContainer(settings, machine).run(), 90)
+        await asyncio.wait_for(WorkerContainer(settings, machine, TEST_KEY).run(), 90)
         return await all_reports(queue)
     finally:
         await queue.close()
@@ -166,7 +167,7 @@ def test_what_units_print_is_capped_in_their_logs_and_one_line_each_in_the_worke
     ]
 
     async def enqueue() -> None:
-        queue = await JobQueue.connect(redis_url, redis_prefix)
+        queue = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
         try:
             assert all(await queue.enqueue_many(specs))
         finally:

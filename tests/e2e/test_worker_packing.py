@@ -16,6 +16,7 @@ from simrun.queues.client import JobQueue
 from simrun.queues.keys import JOB_FUNCTION, Keys
 from simrun.worker.capacity import detect_capacity
 from tests.support.harness import make_spec, overlap, run_burst
+from tests.support.keys import TEST_KEY
 from tests.support.units import unit_records
 
 pytestmark = pytest.mark.e2e
@@ -87,7 +88,7 @@ async def test_gpu_job_is_served_by_the_gpu_queue_only_and_gets_its_gpu(
     _, reports = await run_burst(redis_url, redis_prefix, [gpu_job, cpu_job], queues=("cpu",))
     assert reports[cpu_job.job_id].outcomes == {0: "done"}
     assert gpu_job.job_id not in reports
-    queue = await JobQueue.connect(redis_url, redis_prefix)
+    queue = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
     try:
         assert await queue.queued_job_ids("gpu") == [gpu_job.job_id]
     finally:
@@ -151,7 +152,7 @@ async def test_a_pickled_payload_is_refused_without_running_it(
     assert not marker.exists()
     assert "refused a pickled payload" in caplog.text
     assert reports[fine.job_id].outcomes == {0: "done"}
-    queue = await JobQueue.connect(redis_url, redis_prefix)
+    queue = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
     try:
         assert await queue.queued_job_ids("cpu") == []
     finally:

@@ -14,6 +14,7 @@ import pytest
 from simrun.core.reports import WorkerInfo
 from simrun.queues.client import JobQueue
 from tests.support.harness import all_reports, make_spec, start_worker_process
+from tests.support.keys import TEST_KEY
 from tests.support.units import unit_records
 from tests.support.wait import until
 
@@ -41,7 +42,7 @@ async def test_sigterm_finishes_within_grace_then_hands_back(
     short = make_spec(tmp_path, "short", "test-sleep", [0], {"seconds": 0.6})
     waiting = make_spec(tmp_path, "waiting", "test-sleep", [0, 1], memory_gb=1.6)
     later = make_spec(tmp_path, "later", "test-sleep", [0])
-    queue = await JobQueue.connect(redis_url, redis_prefix)
+    queue = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
     proc = start_worker_process(
         redis_url,
         redis_prefix,

@@ -132,10 +132,16 @@ async def test_types_show_ports_hint_and_settings_schema(api: httpx.AsyncClient)
     assert types["report"]["splittable"] is False
 
 
-async def test_health_reports_redis_and_workers(api: httpx.AsyncClient) -> None:
-    """/health says Redis answers and counts live workers (none here)."""
+async def test_health_reports_redis_and_workers(
+    api: httpx.AsyncClient, controller: Controller
+) -> None:
+    """/health says "starting" until the controller stepped, then that Redis answers, and
+    counts live workers (none here)."""
     body = (await api.get("/health")).json()
-    assert body["ok"] is True
+    assert (body["ok"], body["status"]) == (False, "starting")
+    await controller.step()
+    body = (await api.get("/health")).json()
+    assert (body["ok"], body["status"], body["redis"]) == (True, "ok", "ok")
     assert body["workers"] == 0
 
 

@@ -16,6 +16,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from arq.constants import in_progress_key_prefix
@@ -198,7 +199,7 @@ async def test_stale_and_repeated_reports_change_nothing(heat_controller: Contro
             report=WorkerReport(
                 peak_memory_gb=(0.2,), seconds_per_unit=0.05, units=1, limit_gb=1.0
             ), started=1.0, finished=2.0,
-        ).to_fields()  # fmt: skip
+        ).to_fields(heat_controller.queue.key)  # fmt: skip
 
     await redis.xadd(keys.reports, report(7, "failed"))  # type: ignore[arg-type]
     await heat_controller.step()
@@ -377,7 +378,7 @@ async def report(c: Controller, run_id: str, index: int, attempt: int, outcome: 
         report=WorkerReport(
             peak_memory_gb=(0.1,), seconds_per_unit=0.01, units=1, limit_gb=0.25
         ), started=1.0, finished=2.0,
-    ).to_fields()  # fmt: skip
+    ).to_fields(c.queue.key)  # fmt: skip
     await c.queue.redis.xadd(c.queue.keys.reports, fields)  # type: ignore[arg-type]
 
 
@@ -467,7 +468,7 @@ async def test_all_units_done_merge_then_done(work_controller: Controller):
             peak_memory_gb=(0.1,), seconds_per_unit=None, units=0, limit_gb=0.25
         ),
         started=1.0, finished=2.0,
-    ).to_fields()  # fmt: skip
+    ).to_fields(work_controller.queue.key)  # fmt: skip
     await work_controller.queue.redis.xadd(work_controller.queue.keys.reports, fields)  # type: ignore[arg-type]
     await work_controller.step()
     run = await work_controller.store.run(run_id)
@@ -588,3 +589,51 @@ async def test_the_idle_loop_wakes_for_a_command_and_for_a_report(
         stop.set()
         await asyncio.wait_for(loop, 10)
         await c.close()
+
+
+async def test_unreadable_reports_are_moved_aside_and_never_stop_a_step(
+    work_controller: Controller,
+) -> None:
+    """Report entries that are unsigned, signed with another key, not UTF-8 or a forged
+    stub, even when delivered before a restart and not acknowledged, are moved to the
+    dead-letter stream with their reason and acknowledged; the good report among them is
+    applied in the same step and the stream is left empty."""
+    from simrun.core.signing import JobKey
+    from simrun.queues.client import dead_letter_counts
+
+    c = work_controller
+    redis, keys = c.queue.redis, c.queue.keys
+    run_id = await submit_work(c, units=1)
+    await c.step()  # dispatches unit 0 (and makes the service's consumer group)
+    good = ReportEntry(
+        job_id=f"{run_id}:work:0:1", run=run_id, task="work", kind="chunk", attempt=1,
+        worker_id="w", outcomes={0: "done"}, report=WorkerReport(
+            peak_memory_gb=(0.1,), seconds_per_unit=0.01, units=1, limit_gb=0.25
+        ), started=1.0, finished=2.0,
+    )  # fmt: skip
+    other = JobKey.parse(b"o" * 40, "another service")
+    poison: list[dict[Any, Any]] = [
+        {k: v for k, v in good.to_fields(c.queue.key).items() if k != "sig"},  # unsigned
+        good.to_fields(other),
+        {b"job_id": b"\xff\xfe", b"run": b"\xc3("},  # not UTF-8
+        {"v": "1", "sig": "00"},
+    ]
+    ids = [await redis.xadd(keys.reports, fields) for fields in poison]
+    await redis.xadd(keys.reports, good.to_fields(c.queue.key))  # type: ignore[arg-type]
+    # a service that read them and died before acknowledging: they are pending
+    await redis.xreadgroup(c.settings.group, c.settings.consumer, {keys.reports: ">"})
+    c._ingest.redis_back()  # what a restart does: read the pending entries first
+
+    await c.step()
+    await c.step()
+
+    (unit,) = [u for u in await c.store.units(run_id, "work") if u.index == 0]
+    assert unit.state == "done"
+    letters = await redis.xrange(keys.dead_letters)
+    assert [f[b"source"] for _, f in letters] == ids
+    reasons = [f[b"reason"].decode() for _, f in letters]
+    assert "unsigned" in reasons[0]
+    assert "another key" in reasons[1]
+    assert "not UTF-8" in reasons[2]
+    assert await dead_letter_counts(redis, keys) == {"report": 4}
+    assert await redis.xlen(keys.reports) == 0

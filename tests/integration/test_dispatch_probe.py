@@ -69,7 +69,7 @@ async def burst(c: Controller) -> None:
         python_path=(str(REPO),), burst=True, poll_delay_s=0.01, store=c.settings.store,
     )  # fmt: skip
     machine = Machine(Capacity(memory_gb=4.0, processes=PROCESSES))
-    await asyncio.wait_for(WorkerContainer(settings, machine).run(), 60)
+    await asyncio.wait_for(WorkerContainer(settings, machine, c.queue.key).run(), 60)
 
 
 async def steps(c: Controller, n: int = 3) -> None:
@@ -284,7 +284,7 @@ async def test_the_rest_waits_for_every_probe_unit(controller: Controller) -> No
             report=WorkerReport(
                 peak_memory_gb=(peak_gb,), seconds_per_unit=0.05, units=1, limit_gb=1.0
             ), started=1.0, finished=2.0,
-        ).to_fields()  # fmt: skip
+        ).to_fields(c.queue.key)  # fmt: skip
 
     await redis.xadd(keys.reports, report(probe[0], 0.3))  # type: ignore[arg-type]
     await steps(c)

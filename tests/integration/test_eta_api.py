@@ -20,7 +20,7 @@ from arq.constants import job_key_prefix
 from simrun.core.clock import ManualClock
 from simrun.core.jobs import JobSpec
 from simrun.core.reports import ReportEntry, WorkerReport
-from simrun.core.wire import deserialize
+from simrun.core.signing import JobCodec
 from simrun.plugins import load_types
 from simrun.service.controller import Controller, ControllerSettings
 from simrun.service.routes import create_app
@@ -93,7 +93,7 @@ class FakeWorker:
             if job_id in self.taken:
                 continue
             raw = await queue.redis.get(job_key_prefix + queue.keys.arq_job_id(job_id))
-            spec = JobSpec.from_dict(deserialize(raw)["a"][0])
+            spec = JobSpec.from_dict(JobCodec(self.c.queue.key).deserialize(raw)["a"][0])
             if spec.kind != "chunk":
                 continue
             self.taken.add(job_id)
@@ -119,7 +119,9 @@ class FakeWorker:
                 ),
                 started=1.0, finished=2.0,
             )  # fmt: skip
-            await self.c.queue.redis.xadd(self.c.queue.keys.reports, entry.to_fields())  # type: ignore[arg-type]
+            await self.c.queue.redis.xadd(
+                self.c.queue.keys.reports, entry.to_fields(self.c.queue.key)
+            )  # type: ignore[arg-type]
             self.done.append(spec.job_id)
             self.slots[i] = None
             reported += len(spec.indices)

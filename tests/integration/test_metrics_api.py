@@ -189,7 +189,9 @@ async def report_unit(controller: Controller, run_id: str, index: int, outcome: 
         errors={index: "Traceback: boom"} if outcome == "failed" else {},
         report=measured, started=1.0, finished=2.0,
     )  # fmt: skip
-    await controller.queue.redis.xadd(controller.queue.keys.reports, entry.to_fields())  # type: ignore[arg-type]
+    await controller.queue.redis.xadd(
+        controller.queue.keys.reports, entry.to_fields(controller.queue.key)
+    )  # type: ignore[arg-type]
     await controller.step()
 
 

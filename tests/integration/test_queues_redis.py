@@ -13,13 +13,15 @@ from arq.worker import Worker, func
 
 from simrun.core.jobs import JobPaths, JobResources, JobSpec
 from simrun.core.reports import ReportEntry, RunningJob, WorkerInfo, WorkerReport
-from simrun.core.wire import deserialize, serialize
+from simrun.core.signing import JobCodec
+from simrun.core.wire import PayloadError, serialize
 from simrun.local.redis import PrivateRedis
 from simrun.plugins import TaskPaths
 from simrun.queues.client import JobQueue, current_attempts, set_current_attempts
 from simrun.queues.keys import JOB_FUNCTION, Keys
 from simrun.worker.heartbeat import Heartbeat
 from tests.support.heartbeats import worker_info
+from tests.support.keys import TEST_KEY
 from tests.support.wait import until
 
 pytestmark = pytest.mark.redis
@@ -27,7 +29,7 @@ pytestmark = pytest.mark.redis
 
 @pytest.fixture
 async def queue(redis_url: str, redis_prefix: str) -> AsyncIterator[JobQueue]:
-    q = await JobQueue.connect(redis_url, redis_prefix)
+    q = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
     try:
         yield q
     finally:
@@ -50,7 +52,8 @@ def _spec(first: int, attempt: int = 1, gpus: int = 0) -> JobSpec:
 
 async def test_enqueue_is_idempotent_per_job_id(queue: JobQueue) -> None:
     """A job id is enqueued once: the same job again is refused (False), a newer attempt of
-    the same units is a new job; jobs land on the queue of their resources, as msgpack."""
+    the same units is a new job; jobs land on the queue of their resources, as msgpack
+    signed with the queue's key."""
     assert await queue.enqueue(_spec(0)) is True
     assert await queue.enqueue(_spec(0)) is False
     assert await queue.enqueue(_spec(0, attempt=2)) is True
@@ -59,8 +62,10 @@ async def test_enqueue_is_idempotent_per_job_id(queue: JobQueue) -> None:
     assert await queue.queued_job_ids("gpu") == ["r1:sweep:10:1"]
     raw = await queue.redis.get(f"arq:job:{queue.keys.arq_job_id('r1:sweep:0:1')}")
     assert raw is not None
-    payload = deserialize(raw)
+    payload = JobCodec(TEST_KEY).deserialize(raw)
     assert JobSpec.from_dict(payload["a"][0]) == _spec(0)
+    with pytest.raises(PayloadError, match="unsigned"):
+        JobCodec(TEST_KEY).deserialize(serialize(payload))
 
 
 async def test_dropped_jobs_leave_the_queue_and_arq(queue: JobQueue) -> None:
@@ -92,7 +97,7 @@ async def test_held_in_progress_names_the_jobs_an_arq_worker_took(
         await until(lambda: len(taken) >= n, timeout_s=5, what=what, poll_s=0.01)
 
     assert await queue.enqueue(_spec(0))
-    worker_pool = (await JobQueue.connect(redis_url, queue.keys.prefix)).pool
+    worker_pool = (await JobQueue.connect(redis_url, queue.keys.prefix, key=TEST_KEY)).pool
     worker = Worker(  # a real arq worker on a pool of its own (it closes it)
         functions=[func(job, name=JOB_FUNCTION)],
         queue_name=queue.keys.queue("cpu"),
@@ -101,8 +106,8 @@ async def test_held_in_progress_names_the_jobs_an_arq_worker_took(
         burst=True,  # it ends once its queue is empty and its jobs ended
         max_jobs=1,
         poll_delay=0.01,
-        job_serializer=serialize,
-        job_deserializer=deserialize,
+        job_serializer=JobCodec(TEST_KEY).serialize,
+        job_deserializer=JobCodec(TEST_KEY).deserialize,
     )
     running = asyncio.ensure_future(worker.async_run())
     try:
@@ -171,9 +176,9 @@ async def test_reports_are_read_in_a_group_acked_and_redelivered_when_not(
     (a service that crashed before its commit); acknowledged entries leave the stream; an
     unreadable entry is delivered with its problem instead of blocking the others."""
     stream = queue.keys.reports
-    await queue.redis.xadd(stream, _entry("a").to_fields())  # type: ignore[arg-type]
+    await queue.redis.xadd(stream, _entry("a").to_fields(TEST_KEY))  # type: ignore[arg-type]
     await queue.redis.xadd(stream, {"v": "1", "job_id": "broken"})
-    await queue.redis.xadd(stream, _entry("b").to_fields())  # type: ignore[arg-type]
+    await queue.redis.xadd(stream, _entry("b").to_fields(TEST_KEY))  # type: ignore[arg-type]
 
     batch = await queue.read_reports("svc", "c1", count=10, block_ms=100)
     assert len(batch) == 3
@@ -202,10 +207,10 @@ async def test_report_group_is_created_once_and_again_after_redis_lost_it(
     """Reading reports creates the consumer group on the first read of a JobQueue only (not
     on every read), and once more after Redis lost it (a flush): the reads go on and
     deliver what was written since. A private server, so that its command counts are ours."""
-    queue = await JobQueue.connect(private_redis.url, redis_prefix)
+    queue = await JobQueue.connect(private_redis.url, redis_prefix, key=TEST_KEY)
     try:
         stream = queue.keys.reports
-        await queue.redis.xadd(stream, _entry("a").to_fields())  # type: ignore[arg-type]
+        await queue.redis.xadd(stream, _entry("a").to_fields(TEST_KEY))  # type: ignore[arg-type]
         assert [r.entry for r in await queue.read_reports("svc", "c1", block_ms=None)] == [
             _entry("a")
         ]
@@ -215,7 +220,7 @@ async def test_report_group_is_created_once_and_again_after_redis_lost_it(
         assert await _group_creations(queue) == 1
 
         await queue.redis.flushall()
-        await queue.redis.xadd(stream, _entry("b").to_fields())  # type: ignore[arg-type]
+        await queue.redis.xadd(stream, _entry("b").to_fields(TEST_KEY))  # type: ignore[arg-type]
         after = await queue.read_reports("svc", "c1", block_ms=None)
         assert [r.entry for r in after] == [_entry("b")]
         assert await queue.read_reports("svc", "c1", block_ms=None) == []
@@ -227,8 +232,9 @@ async def test_report_group_is_created_once_and_again_after_redis_lost_it(
 async def test_live_workers_come_and_go_with_their_heartbeat(
     queue: JobQueue, redis_url: str
 ) -> None:
-    """A heartbeat lists its worker among the live ones with what it said; a worker whose
-    heartbeat stops disappears once its key expires, and a cleared one at once."""
+    """A heartbeat lists its worker among the live ones with what it said and the clock
+    skew it measured; a worker whose heartbeat stops disappears once its key expires, and
+    a cleared one at once."""
 
     def info(worker_id: str) -> WorkerInfo:
         running = (RunningJob.of(_spec(0), "running"),)
@@ -253,7 +259,11 @@ async def test_live_workers_come_and_go_with_their_heartbeat(
 
     try:  # the first beats, however loaded the machine
         await until(both, timeout_s=10, what="the first beats of w1 and w2")
-        assert info("w1") in await queue.live_workers()
+        (seen,) = [w for w in await queue.live_workers() if w.id == "w1"]
+        # The beat adds the skew it measured against this Redis (on this machine: ~0 s).
+        assert seen.clock_skew_s is not None
+        assert abs(seen.clock_skew_s) < 1.0
+        assert seen.model_copy(update={"clock_skew_s": None}) == info("w1")
     finally:
         task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
@@ -267,7 +277,7 @@ async def test_live_workers_come_and_go_with_their_heartbeat(
 
 async def test_namespaces_do_not_see_each_other(queue: JobQueue, redis_url: str) -> None:
     """The same job id under two prefixes is two jobs on two queues."""
-    other = await JobQueue.connect(redis_url, queue.keys.prefix + "-other")
+    other = await JobQueue.connect(redis_url, queue.keys.prefix + "-other", key=TEST_KEY)
     try:
         assert await queue.enqueue(_spec(0)) is True
         assert await other.enqueue(_spec(0)) is True

@@ -12,6 +12,7 @@ from simrun.local.redis import PrivateRedis
 from simrun.worker.link import RedisLink
 from simrun.worker.spool import ReportSpool, SpoolBounds
 from tests.integration.test_worker_spool import Sink, entry, holding
+from tests.support.keys import TEST_KEY
 from tests.support.wait import until
 
 pytestmark = pytest.mark.redis
@@ -28,7 +29,7 @@ async def test_a_restart_too_quick_for_any_call_to_fail_has_recent_reports_writt
     client = Redis.from_url(server.url)
     sink = Sink()
     link = RedisLink(
-        client, server.url, ReportSpool(tmp_path / "w.spool.jsonl", SpoolBounds()), sink
+        client, server.url, ReportSpool(tmp_path / "w.spool.jsonl", TEST_KEY, SpoolBounds()), sink
     )
     try:
         await link.learn_server()
@@ -63,7 +64,7 @@ async def test_a_report_kept_while_redis_was_coming_back_is_delivered_at_once(
     link = RedisLink(
         client,
         server.url,
-        ReportSpool(tmp_path / "w.spool.jsonl", SpoolBounds()),
+        ReportSpool(tmp_path / "w.spool.jsonl", TEST_KEY, SpoolBounds()),
         sink,
         max_backoff_s=0.2,
     )

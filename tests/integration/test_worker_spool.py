@@ -11,6 +11,7 @@ import pytest
 
 from simrun.core.reports import ReportEntry, RunningJob, WorkerReport
 from simrun.worker.spool import ReportSpool, SpoolBounds
+from tests.support.keys import TEST_KEY
 
 
 def entry(n: int, error: str = "") -> ReportEntry:
@@ -49,8 +50,8 @@ async def test_reports_past_memory_go_to_disk_and_come_back_in_order(tmp_path: P
     failed write leaves the rest for the next delivery, and the file is removed once
     emptied."""
     path = tmp_path / "local" / "w1.spool.jsonl"
-    one = len(json.dumps(entry(0).to_fields(), separators=(",", ":"))) + 1  # a line's size
-    spool = ReportSpool(path, SpoolBounds(memory_bytes=3 * one, disk_bytes=10**6))
+    one = len(json.dumps(entry(0).to_fields(TEST_KEY), separators=(",", ":"))) + 1  # a line's size
+    spool = ReportSpool(path, TEST_KEY, SpoolBounds(memory_bytes=3 * one, disk_bytes=10**6))
     for n in range(8):
         assert spool.add(entry(n), holding(n))
     in_memory, on_disk = spool.sizes
@@ -89,7 +90,7 @@ async def test_a_full_spool_drops_with_one_error_line(
     """Past both bounds a report is dropped and one error line says so (not one per
     report); after a delivery the spool takes reports again."""
     path = tmp_path / "w1.spool.jsonl"
-    spool = ReportSpool(path, SpoolBounds(memory_bytes=0, disk_bytes=1))
+    spool = ReportSpool(path, TEST_KEY, SpoolBounds(memory_bytes=0, disk_bytes=1))
     with caplog.at_level(logging.ERROR, logger="simrun.worker.spool"):
         assert not spool.add(entry(0), holding(0))
         assert not spool.add(entry(1), holding(1))
@@ -97,5 +98,5 @@ async def test_a_full_spool_drops_with_one_error_line(
     assert [r.getMessage() for r in caplog.records if "spool full" in r.getMessage()] != []
     assert len([r for r in caplog.records if "spool full" in r.getMessage()]) == 1
     assert await spool.deliver(Sink()) == 0
-    roomy = ReportSpool(path, SpoolBounds(memory_bytes=10**6, disk_bytes=0))
+    roomy = ReportSpool(path, TEST_KEY, SpoolBounds(memory_bytes=10**6, disk_bytes=0))
     assert roomy.add(entry(2, error="x" * 100), holding(2))

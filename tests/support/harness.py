@@ -20,6 +20,7 @@ from simrun.worker.capacity import Capacity
 from simrun.worker.container import WorkerContainer
 from simrun.worker.settings import Machine, WorkerSettings, worker_argv
 from tests.support import REPO
+from tests.support.keys import TEST_KEY, TEST_KEY_ENV
 
 TASKS = "tests.support.tasks"
 PLUGINS = tuple(
@@ -96,7 +97,7 @@ def make_container(
         **more,
     )
     capacity = Capacity(memory_gb=memory_gb, processes=processes, gpu_ids=gpu_ids)
-    return WorkerContainer(settings, Machine(capacity))
+    return WorkerContainer(settings, Machine(capacity), TEST_KEY)
 
 
 async def all_reports(queue: JobQueue) -> dict[str, ReportEntry]:
@@ -117,7 +118,7 @@ async def run_burst(
 ) -> tuple[WorkerContainer, dict[str, ReportEntry]]:
     """Enqueue ``specs``, run a burst container until its queues are empty, return it and
     the reports. The container's store is that of the first job unless ``store`` is given."""
-    queue = await JobQueue.connect(redis_url, prefix)
+    queue = await JobQueue.connect(redis_url, prefix, key=TEST_KEY)
     try:
         assert all(await queue.enqueue_many(specs))
         if specs:
@@ -148,7 +149,10 @@ def start_worker_process(
         poll_delay_s=0.01, **({} if store is None else {"store": store}),
     )  # fmt: skip
     return spawn(
-        [*worker_argv(flags), *args], env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        [*worker_argv(flags), *args],
+        {**TEST_KEY_ENV, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
 
 

@@ -13,6 +13,7 @@ from simrun.core.states import (
     exception_names,
     unit_after_outcome,
 )
+from tests.support.keys import TEST_KEY
 
 
 class Flaky(OSError):
@@ -94,7 +95,7 @@ def test_a_unit_is_retried_on_a_reported_base_type(
 
 def test_the_reported_types_travel_through_the_report_stream() -> None:
     """A report entry's exception names survive its stream fields; an entry without them
-    (an older worker's) reads as having none."""
+    reads as having none."""
     from simrun.core.reports import ReportEntry, WorkerReport
 
     entry = ReportEntry(
@@ -102,7 +103,8 @@ def test_the_reported_types_travel_through_the_report_stream() -> None:
         outcomes={0: "failed", 1: "done"}, report=WorkerReport.empty(1.0), started=1.0,
         finished=2.0, errors={0: TRACEBACK}, exceptions={0: FNF},
     )  # fmt: skip
-    fields = entry.to_fields()
-    assert ReportEntry.from_fields(fields).exceptions == {0: FNF}
-    fields.pop("exceptions")
-    assert ReportEntry.from_fields(fields).exceptions == {}
+    fields = entry.to_fields(TEST_KEY)
+    assert ReportEntry.from_fields(fields, TEST_KEY).exceptions == {0: FNF}
+    without = entry.model_copy(update={"exceptions": {}}).to_fields(TEST_KEY)
+    assert "exceptions" not in without
+    assert ReportEntry.from_fields(without, TEST_KEY).exceptions == {}

@@ -18,6 +18,7 @@ from simrun.core.wire import PayloadError, deserialize, job_id, serialize
 from simrun.plugins import TaskPaths
 from simrun.queues.keys import Keys
 from tests.support.heartbeats import worker_info
+from tests.support.keys import TEST_KEY
 
 
 def _spec(**changes: Any) -> JobSpec:
@@ -283,13 +284,13 @@ def test_report_entry_round_trips_through_stream_fields() -> None:
     """to_fields gives string fields; from_fields (str or bytes, as Redis returns them)
     restores the entry, integer unit keys included."""
     entry = _entry()
-    fields = entry.to_fields()
+    fields = entry.to_fields(TEST_KEY)
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items())
-    assert ReportEntry.from_fields(fields) == entry
+    assert ReportEntry.from_fields(fields, TEST_KEY) == entry
     as_bytes = {k.encode(): v.encode() for k, v in fields.items()}
-    assert ReportEntry.from_fields(as_bytes) == entry
+    assert ReportEntry.from_fields(as_bytes, TEST_KEY) == entry
     merge = _entry(kind="merge", outcomes={"merge": "refused"}, errors={}, error="too big")
-    assert ReportEntry.from_fields(merge.to_fields()) == merge
+    assert ReportEntry.from_fields(merge.to_fields(TEST_KEY), TEST_KEY) == merge
 
 
 @pytest.mark.parametrize(
@@ -306,13 +307,19 @@ def test_report_entry_round_trips_through_stream_fields() -> None:
 )
 def test_bad_report_fields_are_named(change: dict[str, str], message: str) -> None:
     """An unreadable report entry says what is wrong with it."""
-    fields = {**_entry().to_fields(), **change}
+    fields = _signed({**_entry().to_fields(TEST_KEY), **change})
     with pytest.raises(PayloadError, match=message):
-        ReportEntry.from_fields(fields)
-    fields = _entry().to_fields()
+        ReportEntry.from_fields(fields, TEST_KEY)
+    fields = _entry().to_fields(TEST_KEY)
     del fields["outcomes"]
     with pytest.raises(PayloadError, match="'outcomes' is missing"):
-        ReportEntry.from_fields(fields)
+        ReportEntry.from_fields(_signed(fields), TEST_KEY)
+
+
+def _signed(fields: dict[str, str]) -> dict[str, str]:
+    """``fields`` signed again with the tests' key (as a worker would have)."""
+    rest = {k: v for k, v in fields.items() if k != "sig"}
+    return {**rest, "sig": TEST_KEY.sign_fields(rest)}
 
 
 def _heartbeat(*running: RunningJob) -> WorkerInfo:

@@ -29,6 +29,7 @@ from simrun.queues.connect import (
     start_failure,
 )
 from simrun.queues.keys import Keys
+from tests.support.keys import TEST_KEY
 
 REFUSED = "Error 111 connecting to 127.0.0.1:6399. Connect call failed ('127.0.0.1', 6399)."
 DNS_AGAIN = "Error -3 connecting to redis:6379. Temporary failure in name resolution."
@@ -103,7 +104,9 @@ def test_timeouts_must_be_positive_and_set_keepalive() -> None:
 def test_a_client_has_the_bounds_it_was_given() -> None:
     """`open_redis` makes no connection and gives each connection the socket and connect
     timeouts and keepalive."""
-    client = open_redis("redis://127.0.0.1:1/0", RedisTimeouts(connect_s=2.0, socket_s=3.0))
+    client = open_redis(
+        "redis://127.0.0.1:1/0", RedisTimeouts(connect_s=2.0, socket_s=3.0), TEST_KEY
+    )
     kwargs = client.connection_pool.connection_kwargs
     assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (3.0, 2.0)
     assert kwargs["socket_keepalive"] is True
@@ -115,14 +118,16 @@ def test_a_client_has_the_bounds_it_was_given() -> None:
 def test_a_bad_url_is_refused_in_one_line(url: str) -> None:
     """A URL that does not parse is `RedisUnusable` at once, naming the URL."""
     with pytest.raises(RedisUnusable, match="bad Redis URL"):
-        open_redis(url, RedisTimeouts())
+        open_redis(url, RedisTimeouts(), TEST_KEY)
 
 
 async def test_a_blocking_read_must_end_well_within_the_socket_timeout() -> None:
     """A BLOCK longer than half the socket timeout would be taken for a frozen Redis: the
     read is refused before any I/O."""
     timeouts = RedisTimeouts(socket_s=1.0)
-    queue = JobQueue(open_redis("redis://127.0.0.1:1/0", timeouts), Keys("t"), timeouts)
+    queue = JobQueue(
+        open_redis("redis://127.0.0.1:1/0", timeouts, TEST_KEY), Keys("t"), TEST_KEY, timeouts
+    )
     try:
         with pytest.raises(ValueError, match=r"BLOCK of more than 0\.5 s"):
             await queue.read_reports("g", "c", block_ms=1000)

@@ -30,3 +30,10 @@ export function when(unixSeconds: number | null | undefined): string {
 export function percent(done: number, total: number): number {
   return total > 0 ? Math.min(100, Math.floor((100 * done) / total)) : 0;
 }
+
+/** A worker's clock skew against Redis's, in seconds (null: not measured yet). */
+export function clockSkew(skew: number | null | undefined): string {
+  if (skew === null || skew === undefined) return "clock not measured yet";
+  const sign = skew >= 0 ? "+" : "−";
+  return `clock ${sign}${Math.abs(skew).toFixed(1)} s vs Redis`;
+}

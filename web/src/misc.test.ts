@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { SseParser } from "./sse";
 import { groupFailures, layered } from "./graphLayout";
 import { histogram, niceTop, timeAxis } from "./plot";
-import { duration, gb } from "./format";
+import { clockSkew, duration, gb } from "./format";
 
 describe("SseParser", () => {
   it("gives events whole, across chunks, without keep-alive comments", () => {
@@ -84,5 +84,14 @@ describe("timeAxis", () => {
       expect(at(0)).toBeCloseTo(0.25);
       expect(at(1)).toBeCloseTo(0.75);
     }
+  });
+});
+
+describe("clockSkew", () => {
+  it("signs the skew and says when it is not measured", () => {
+    expect(clockSkew(-45)).toBe("clock −45.0 s vs Redis");
+    expect(clockSkew(0.04)).toBe("clock +0.0 s vs Redis");
+    expect(clockSkew(null)).toBe("clock not measured yet");
+    expect(clockSkew(undefined)).toBe("clock not measured yet");
   });
 });

@@ -1,7 +1,7 @@
 """What the service tells of its health and load: ``GET /health`` (open: probes cannot
 send a header), ``GET /backlog`` (`simrun scale`), ``GET /metrics`` (Prometheus), and
-``GET /workers`` (the live workers and, per queue, its backlog and what scale would ask)
-with its events."""
+``GET /workers`` (the live workers, their clock skew, and per queue its backlog and what
+scale would ask) with its events."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from fastapi.responses import Response, StreamingResponse
 from redis.exceptions import RedisError
 
 from simrun import __version__
+from simrun.core.reports import WorkerInfo
 from simrun.core.scaling import ContainerShape, QueueBacklog, desired_containers
+from simrun.core.timing import clock_skew_warning
 from simrun.core.views import ErrorCode
 from simrun.service import metrics
 from simrun.service.controller import Controller
@@ -31,22 +33,49 @@ def _default_shape(request: Request) -> ContainerShape:
     return shape
 
 
+#: A health snapshot older than this (s) means the controller's loop is stuck.
+STALE_HEALTH_S = 60.0
+
+
+def health_document(controller: Controller) -> dict[str, Any]:
+    """What ``GET /health`` answers, from the controller's memory alone (its loop's last
+    `HealthSnapshot`, its link to Redis, its ``problems``): ``ok`` only when Redis answered,
+    the loop stepped lately and no problem is set; ``status`` ok, degraded or starting."""
+    now = controller.clock.monotonic()
+    problems = dict(controller.problems)
+    snapshot = controller.health
+    down_s = controller.redis_down_s()
+    age_s = None if snapshot is None else max(0.0, now - snapshot.at_s)
+    if age_s is not None and age_s > STALE_HEALTH_S:
+        problems.setdefault(
+            "controller", f"the controller's loop has not stepped for {age_s:.0f} s"
+        )
+    if down_s is not None:  # degraded: reads answer from SQLite, nothing is dispatched
+        redis, workers = f"unreachable for {down_s:.0f} s: {controller.link.reason}", 0
+    elif snapshot is None:
+        redis, workers = "not reached yet", 0
+    else:
+        redis, workers = "ok", snapshot.workers
+    if down_s is not None or problems:
+        status = "degraded"
+    else:
+        status = "starting" if snapshot is None else "ok"
+    return {
+        "ok": status == "ok",
+        "status": status,
+        "redis": redis,
+        "workers": workers,
+        "checked_s_ago": None if age_s is None else round(age_s, 3),
+        "problems": problems,
+        "version": __version__,
+    }
+
+
 @health_router.get("/health")
 async def health(controller: ControllerDep) -> dict[str, Any]:
-    down_s = controller.redis_down_s()
-    if down_s is not None:  # degraded: reads answer from SQLite, nothing is dispatched
-        return {
-            "ok": False,
-            "status": "degraded",
-            "redis": f"unreachable for {down_s:.0f} s: {controller.link.reason}",
-            "workers": 0,
-            "version": __version__,
-        }
-    try:
-        workers = await controller.queries.live_workers()
-    except (RedisError, OSError) as exc:
-        return {"ok": False, "redis": f"unreachable: {exc}", "workers": 0}
-    return {"ok": True, "redis": "ok", "workers": len(workers), "version": __version__}
+    """`health_document`, HTTP 200 whatever it says (as before: the Kubernetes probes pass
+    while the service answers; who needs more reads ``ok`` and ``status``)."""
+    return health_document(controller)
 
 
 @router.get("/backlog")
@@ -85,7 +114,12 @@ async def workers_document(controller: Controller, default: ContainerShape) -> d
             "reason": decision.reason,
             "work_s": decision.work_s,
         }
-    return {"workers": [json.loads(w.to_json()) for w in live], "backlog": document}
+    return {"workers": [worker_entry(w) for w in live], "backlog": document}
+
+
+def worker_entry(info: WorkerInfo) -> dict[str, Any]:
+    """A worker of the workers document: its heartbeat, and what to say of its clock."""
+    return {**json.loads(info.to_json()), "clock_warning": clock_skew_warning(info.clock_skew_s)}
 
 
 @router.get("/workers")

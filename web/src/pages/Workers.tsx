@@ -1,6 +1,6 @@
 import { useEffect, useState } from "react";
 import { follow } from "../api";
-import { count, duration, gb } from "../format";
+import { clockSkew, count, duration, gb } from "../format";
 
 export function WorkersPage(): JSX.Element {
   const [data, setData] = useState<any>(null);
@@ -77,6 +77,14 @@ export function WorkersPage(): JSX.Element {
                 <em>
                   {inUse === null ? "—" : gb(inUse)} in use of {gb(w.memory_gb)} · {gb(reserved)} reserved
                 </em>
+              </div>
+              <div
+                className={w.clock_warning ? "small bad" : "small muted"}
+                aria-label="clock skew"
+                title="this worker's clock minus the Redis server's, at its last heartbeat"
+              >
+                {clockSkew(w.clock_skew_s)}
+                {w.clock_warning ? ` · ${w.clock_warning}` : ""}
               </div>
               <div className="small muted">
                 {w.running.length} job(s){w.stopping ? " · stopping" : ""}
