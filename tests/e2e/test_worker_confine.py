@@ -22,7 +22,6 @@ from simrun.queues.client import JobQueue
 from simrun.queues.keys import JOB_FUNCTION, Keys
 from simrun.worker.pool.processes import ProcessPool
 from tests.support import REPO, command_tasks
-from tests.support.keys import TEST_KEY
 from tests.support.harness import (
     PLUGINS,
     RUN,
@@ -31,6 +30,7 @@ from tests.support.harness import (
     make_spec,
     start_worker_process,
 )
+from tests.support.keys import TEST_KEY
 
 pytestmark = pytest.mark.e2e
 
