@@ -23,7 +23,7 @@ from simrun.worker.container import WorkerContainer
 from simrun.worker.settings import Machine, WorkerSettings, worker_argv
 from tests.support import REPO
 from tests.support.harness import all_reports, make_spec, run_id, spawn
-from tests.support.keys import TEST_KEY
+from tests.support.keys import TEST_KEY, TEST_KEY_ENV
 from tests.support.mem_tasks import REFS
 from tests.support.procs import alive
 
@@ -180,7 +180,7 @@ def test_what_units_print_is_capped_in_their_logs_and_one_line_each_in_the_worke
     )  # fmt: skip
     log_path = tmp_path / "worker.log"
     with log_path.open("wb") as log_file:
-        proc = spawn(worker_argv(flags), stdout=log_file, stderr=subprocess.STDOUT)
+        proc = spawn(worker_argv(flags), TEST_KEY_ENV, stdout=log_file, stderr=subprocess.STDOUT)
         try:
             assert proc.wait(timeout=120) == 0
         finally:
