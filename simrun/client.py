@@ -167,6 +167,11 @@ class UnknownKey(ClientError):
     """The service has no observations of a resource key (or it is no key)."""
 
 
+class NoSpace(ClientError):
+    """A volume of the service is full (507): nothing of the request was kept; the line
+    names the volume, where it is mounted and its free bytes."""
+
+
 class StreamBroken(ClientError):
     """The event stream of a run could not be opened or broke off (connect again)."""
 
@@ -178,8 +183,8 @@ ABSENT = frozenset({ErrorCode.UNKNOWN_RUN, ErrorCode.NOT_FOUND})
 
 
 def refusal(method: str, path: str, response: httpx.Response) -> ClientError:
-    """The error of an error answer, by its code (`Rejected`, `UnknownKey`, the line alone
-    for `ABSENT`, else with the request and status)."""
+    """The error of an error answer, by its code (`Rejected`, `UnknownKey`, `NoSpace`, the
+    line alone for `ABSENT`, else with the request and status)."""
     try:
         error = parse_error(response.json())
     except ValueError:
@@ -188,6 +193,8 @@ def refusal(method: str, path: str, response: httpx.Response) -> ClientError:
         return Rejected(error.errors)
     if error.code is ErrorCode.UNKNOWN_KEY:
         return UnknownKey(error.detail, error.code)
+    if error.code is ErrorCode.NO_SPACE:
+        return NoSpace(f"the simrun service: {error.detail}", error.code)
     if error.code in ABSENT:
         return ClientError(error.detail, error.code)
     return ClientError(f"{method} {path}: {response.status_code}: {error.detail}", error.code)

@@ -113,6 +113,7 @@ class ErrorCode(StrEnum):
     INVALID = "invalid"  # 422: a parameter or a field of the body is wrong
     REJECTED = "rejected"  # 422: a workflow refused, every problem in ``errors``
     UNAVAILABLE = "unavailable"  # 503: Redis does not answer
+    NO_SPACE = "no_space"  # 507: a volume of the service is full (the detail names it)
     INTERNAL = "internal"  # 500: a bug of the service (its log has the traceback)
 
 

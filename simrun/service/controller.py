@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -35,7 +36,24 @@ from simrun.service.outputs import clear_outputs
 from simrun.service.queries import RunQueries
 from simrun.service.scratch import mark_task_ended, remove_scratch, unmark_tasks_ended
 from simrun.service.settings import ControllerSettings
-from simrun.service.submit import copy_sources, new_run_id, plan_run, remove_run_dir
+from simrun.service.submit import (
+    Leftovers,
+    NoSpace,
+    Volume,
+    copy_sources,
+    full_volume,
+    is_no_space,
+    low_space,
+    new_run_id,
+    plan_run,
+    remove_leftovers,
+    remove_run_dir,
+    run_dir_names,
+    space_line,
+    stale_run_dirs,
+    upload_leftovers,
+    upload_staging,
+)
 from simrun.workflow import Problem, Workflow, WorkflowError, source_paths, uploaded_sources
 
 #: The spec names `is_oom` here; it is decided where reports are read (`ingest`).
@@ -45,6 +63,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two looks at the Redis server's ``run_id`` (a restart loses its data).
 SERVER_CHECK_S = 1.0
+#: Seconds between two looks at the free space of the store's and the database's volumes.
+SPACE_CHECK_S = 3.0
+#: Seconds between two log lines of a volume that stays full.
+SPACE_LOG_S = 60.0
 
 
 class Controller:
@@ -69,6 +91,9 @@ class Controller:
         self._lock = asyncio.Lock()
         #: The error of the last step, None after a step that went well.
         self.last_error: str | None = None
+        self._space_check = Every(clock, SPACE_CHECK_S)
+        self._space_log = Every(clock, SPACE_LOG_S)
+        self._space_failed_s = -float("inf")  # when a write last found no room (monotonic)
         #: The link to Redis as the loop found it (times on the clock's monotonic scale).
         self.link = LinkState()
         self._server_id: str | None = None
@@ -127,7 +152,32 @@ class Controller:
         except BaseException:
             await store.close()
             raise
-        return cls(settings, types, store, resources, queue, clock)
+        controller = cls(settings, types, store, resources, queue, clock)
+        try:
+            await controller.sweep_leftovers()
+        except OSError as exc:  # the start goes on: the leftovers only take room
+            log.warning("cannot look for what interrupted submissions left: %s", exc)
+        return controller
+
+    async def sweep_leftovers(self) -> Leftovers:
+        """Remove what submissions killed midway left (one log line when there was any):
+        upload directories no submission wrote to for `UPLOAD_LEFTOVER_S`, and directories
+        under the store's ``runs/`` named as a run id, without a run, not written to for
+        `RUN_LEFTOVER_S` (file ages are of the file system's clock)."""
+        now_s = time.time()
+        layout = StoreLayout(self.settings.store)
+        staging = upload_staging()
+        uploads = await asyncio.to_thread(upload_leftovers, staging, now_s)
+        names = [
+            name
+            for name in await asyncio.to_thread(run_dir_names, layout)
+            if not await self.queries.exists(name)
+        ]
+        runs = await asyncio.to_thread(stale_run_dirs, layout, names, now_s)
+        done = await asyncio.to_thread(remove_leftovers, uploads, runs)
+        if done.uploads or done.runs or done.kept:
+            log.warning("%s", done.line(staging, layout.runs))
+        return done
 
     async def close(self) -> None:
         """Close Redis and both stores (no WAL file is left behind)."""
@@ -149,11 +199,14 @@ class Controller:
         while not stop.is_set():
             pause = self.settings.poll_s
             try:
-                busy = await self.step()
+                busy = await self._step_noting_space()
                 self.last_error = None
                 away = self.link.back(self.clock.monotonic())
                 if away is not None:
                     self._redis_back(f"Redis is back after {away:.1f} s")
+            except NoSpace as exc:  # one line a period (`no_space`), no traceback
+                self.last_error = str(exc)
+                busy, pause = False, max(pause, SPACE_CHECK_S)
             except (RedisError, OSError) as exc:
                 if self.link.lost(self.clock.monotonic(), str(exc)):
                     log.warning(
@@ -170,10 +223,57 @@ class Controller:
                 log.exception("controller step failed")
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 busy, pause = False, max(pause, 1.0)
+            if self._space_check.due():
+                await self.check_space()
             if not busy:
                 await self._idle(
                     stop, pause, reports=self.link.up and pause <= self.settings.poll_s
                 )
+
+    async def _step_noting_space(self) -> bool:
+        """`step`, a write of it that found its volume full raised as `NoSpace`."""
+        try:
+            return await self.step()
+        except Exception as exc:
+            if is_no_space(exc):
+                raise await self.no_space(exc, "the controller's step") from exc
+            raise
+
+    def volumes(self, *more: Volume) -> list[Volume]:
+        """The directories the service writes to (the store, the database's, ``more``)."""
+        found = [Volume("the store", self.settings.store)]
+        if not self.settings.database.parent.is_relative_to(self.settings.store):
+            found.append(Volume("the database's directory", self.settings.database.parent))
+        return [*found, *more]
+
+    async def no_space(self, exc: BaseException, doing: str) -> NoSpace:
+        """``exc``, a write that found its volume full while ``doing``, as a `NoSpace`
+        naming the volume; ``problems["disk"]`` says so until space is back
+        (`check_space`), logged once a `SPACE_LOG_S`."""
+        if isinstance(exc, NoSpace):
+            return exc
+        staging = Volume("the directory of uploads", upload_staging())
+        line = await asyncio.to_thread(lambda: space_line(full_volume(exc, self.volumes(staging))))
+        self.problems["disk"] = f"no space left: {line}"
+        self._space_failed_s = self.clock.monotonic()
+        if self._space_log.due():
+            log.warning("no space left (%s failed: %s): %s", doing, exc, line)
+        return NoSpace(f"no space left: {line}; {doing} was not done, nothing of it is kept")
+
+    async def check_space(self) -> None:
+        """Look at the free space of the store's volumes: ``problems["disk"]`` while one is
+        below `LOW_SPACE_BYTES`, gone (and logged) once there is room again and no write
+        found none for a `SPACE_CHECK_S` (a write larger than the room left fails on)."""
+        line = await asyncio.to_thread(low_space, self.volumes())
+        if line is not None:
+            if "disk" not in self.problems or self._space_log.due():
+                log.warning("%s", line)
+            self.problems["disk"] = line
+        elif self.clock.monotonic() - self._space_failed_s < SPACE_CHECK_S:
+            return
+        elif self.problems.pop("disk", None) is not None:
+            self._space_log.reset()
+            log.info("space is back: %s", await asyncio.to_thread(space_line, self.volumes()[0]))
 
     async def _idle(self, stop: asyncio.Event, pause_s: float, reports: bool) -> None:
         """Wait up to ``pause_s``, less on ``stop``, a command or (``reports``) a new report."""
@@ -314,8 +414,10 @@ class Controller:
             async with self._lock:
                 await self.store.create_run(new)
                 self._moved(run_id)
-        except BaseException:
+        except BaseException as exc:
             await asyncio.to_thread(remove_run_dir, run_dir)
+            if isinstance(exc, Exception) and is_no_space(exc):
+                raise await self.no_space(exc, "the submission") from exc
             raise
         count = len(new.tasks)
         log.info("run %s submitted: %d task%s", run_id, count, "" if count == 1 else "s")

@@ -3,6 +3,7 @@ token."""
 
 from __future__ import annotations
 
+import asyncio
 import mimetypes
 from pathlib import Path
 
@@ -31,13 +32,24 @@ def is_static(path: str) -> bool:
     return path in PAGE_PATHS or path.startswith(ASSETS_PREFIX)
 
 
-def asset_path(root: Path, name: str) -> Path | None:
-    """The file ``name`` under ``root``/assets, or None (also when it leads out of it)."""
+def bundle_files(root: Path) -> dict[str, Path]:
+    """The files under ``root``/assets by their path there ("index-1a2b.js"), each inside it
+    once resolved (blocking)."""
     base = (root / "assets").resolve()
-    found = (base / name).resolve()
-    if not found.is_relative_to(base) or not found.is_file():
-        return None
-    return found
+    if not base.is_dir():
+        return {}
+    return {
+        path.relative_to(base).as_posix(): path
+        for path in base.rglob("*")
+        if path.is_file() and path.resolve().is_relative_to(base)
+    }
+
+
+def asset_path(root: Path, name: str) -> Path | None:
+    """The file ``name`` of the bundle under ``root``/assets, or None. ``name`` is looked up
+    among the bundle's own files, never opened as a path: a name with a NUL, a ``..``, an
+    encoded slash or past the file system's length finds nothing (blocking)."""
+    return bundle_files(root).get(name)
 
 
 @router.get("/", response_model=None)
@@ -59,9 +71,10 @@ async def favicon() -> FileResponse:
 
 @router.get("/assets/{name:path}")
 async def asset(name: str) -> FileResponse:
-    found = asset_path(STATIC, name)
+    found = await asyncio.to_thread(asset_path, STATIC, name)
     if found is None:
-        raise HTTPException(status_code=404, detail=f"no asset {name!r}")
+        shown = name if len(name) <= 80 else f"{name[:80]}..."
+        raise HTTPException(status_code=404, detail=f"no asset {shown!r}")
     media = mimetypes.guess_type(found.name)[0] or "application/octet-stream"
     # The bundle's names carry a hash of their content: a name is never reused.
     return FileResponse(

@@ -42,6 +42,7 @@ from simrun.queues.keys import Keys
 from simrun.worker.settings import WorkerSettings, worker_argv
 from tests.support import REPO
 from tests.support.campaign_tasks import COMPLETIONS, MERGED, REFS
+from tests.support.keys import TEST_KEY_ENV
 from tests.support.redis_server import key_prefix
 from tests.support.wait import WaitTimeout, wait_until
 
@@ -220,7 +221,7 @@ class Campaign:
         with log.open("ab") as out:
             proc = subprocess.Popen(
                 worker_argv(flags), cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
+                start_new_session=True, env={**os.environ, **TEST_KEY_ENV},
             )  # fmt: skip
         worker = Worker(worker_id, proc, log)
         self.workers[worker_id] = worker

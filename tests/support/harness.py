@@ -150,7 +150,7 @@ def start_worker_process(
     )  # fmt: skip
     return spawn(
         [*worker_argv(flags), *args],
-        {**TEST_KEY_ENV, **(env or {})},
+        env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -159,5 +159,8 @@ def start_worker_process(
 def spawn(
     argv: list[str], env: dict[str, str] | None = None, **popen: Any
 ) -> subprocess.Popen[bytes]:
-    """``argv`` as a child process in the repository root, with this environment plus ``env``."""
-    return subprocess.Popen(argv, cwd=REPO, env={**os.environ, **(env or {})}, **popen)
+    """``argv`` as a child process in the repository root, with this environment, the tests'
+    job key, and ``env``."""
+    return subprocess.Popen(
+        argv, cwd=REPO, env={**os.environ, **TEST_KEY_ENV, **(env or {})}, **popen
+    )

@@ -24,6 +24,7 @@ from simrun.worker.settings import WorkerSettings, worker_argv
 from simrun.workflow import check_workflow, parse_workflow
 from tests.support import REPO, wait
 from tests.support.harness import spawn
+from tests.support.keys import TEST_KEY_TEXT
 from tests.support.service_tasks import REFS
 
 TYPES = load_types(REFS)
@@ -36,8 +37,9 @@ RETRY_ONCE = Limits(max_retries=1, max_kills=2)
 
 def settings(store: Path, redis_url: str, prefix: str, **more: Any) -> ControllerSettings:
     """Controller settings for tests: tiny poll delay, frequent reconciliation, the short
-    heartbeats of the test workers."""
+    heartbeats of the test workers, the tests' job key (the workers have no store)."""
     options: dict[str, Any] = {
+        "job_key_text": TEST_KEY_TEXT,
         "poll_s": 0.02,
         "reconcile_s": 0.5,
         "window_jobs": 16,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -14,6 +15,7 @@ from simrun.core.unitlogs import LogNotFound
 from simrun.core.views import ErrorCode, ErrorView
 from simrun.runstore.rows import RunStateError, UnknownRunError
 from simrun.service.controller import Controller
+from simrun.service.submit import NoSpace, is_no_space
 from simrun.workflow import WorkflowError
 
 #: The status of each code; the first code of a status is that of an error raised with the
@@ -31,6 +33,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.REJECTED: 422,
     ErrorCode.INTERNAL: 500,
     ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.NO_SPACE: 507,
 }
 BY_STATUS = {status: code for code, status in reversed(STATUS.items())}
 #: The errors a route lets through, and their codes.
@@ -39,11 +42,15 @@ RAISED: dict[type[Exception], ErrorCode] = {
     RunStateError: ErrorCode.RUN_STATE,
     LogNotFound: ErrorCode.NOT_FOUND,
     WorkflowError: ErrorCode.REJECTED,
+    NoSpace: ErrorCode.NO_SPACE,
 }
 #: The error answers in the OpenAPI schema, for every route.
 RESPONSES: dict[int | str, dict[str, Any]] = {
     "4XX": {"model": ErrorView, "description": "Refused: the code says why, the detail how."},
-    "5XX": {"model": ErrorView, "description": "Redis does not answer, or a bug."},
+    "5XX": {
+        "model": ErrorView,
+        "description": "Redis does not answer, a volume of the service is full (507), or a bug.",
+    },
 }
 
 
@@ -81,6 +88,16 @@ async def _raised(_request: Request, exc: Exception) -> JSONResponse:
     return answer(ErrorView(code, str(exc), errors))
 
 
+async def _write_failed(request: Request, exc: Exception) -> JSONResponse:
+    """A write of a route that found its volume full (ENOSPC, SQLite's "disk is full"):
+    507 naming the volume, and the controller's ``problems["disk"]``; any other error goes
+    on as it came (500, its traceback in the log)."""
+    if not is_no_space(exc):
+        raise exc
+    error = await controller_of(request).no_space(exc, f"{request.method} {request.url.path}")
+    return answer(ErrorView(ErrorCode.NO_SPACE, str(error)))
+
+
 async def _internal(_request: Request, _exc: Exception) -> JSONResponse:
     return answer(ErrorView(ErrorCode.INTERNAL, "internal error of the service (see its log)"))
 
@@ -91,6 +108,8 @@ def install_errors(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _invalid)
     for kind in RAISED:
         app.add_exception_handler(kind, _raised)
+    app.add_exception_handler(OSError, _write_failed)
+    app.add_exception_handler(sqlite3.Error, _write_failed)
     app.add_exception_handler(Exception, _internal)
 
 

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import tempfile
 import time
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -24,6 +22,7 @@ from simrun.service.controller import Controller
 from simrun.service.routes.deps import ONE_RUN, ApiError, ControllerDep, unknown_run
 from simrun.service.routes.events import polled_events, streaming
 from simrun.service.routes.submission import SubmitBody, receive_submission
+from simrun.service.submit import new_upload_dir
 from simrun.service.views import MAX_PAGE, keep_run, run_line, unit_line
 
 router = APIRouter()
@@ -40,13 +39,35 @@ class ReplayBody(BaseModel):
     all: bool = False
 
 
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema of ``model`` with its nested models written in place: a schema given
+    to the OpenAPI document by hand keeps no ``$defs`` of its own there (a
+    ``#/$defs/DirectoryFile`` would point at nothing). The models are not recursive."""
+    schema = model.model_json_schema()
+    defs: dict[str, Any] = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            return inline({**defs[ref.removeprefix("#/$defs/")], **rest})
+        return {key: inline(value) for key, value in node.items()}
+
+    inlined: dict[str, Any] = inline(schema)
+    return inlined
+
+
 @router.post(
     "/runs",
     status_code=201,
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": SubmitBody.model_json_schema()}},
+            "content": {"application/json": {"schema": inline_schema(SubmitBody)}},
         }
     },
 )
@@ -55,7 +76,7 @@ async def submit(request: Request, controller: ControllerDep) -> dict[str, Any]:
     (bounded by the guard) and parsed, checked and written out in a thread; a
     `WorkflowError` answers 422 with every problem."""
     raw = await request.body()
-    tmp = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="simrun-upload-"))
+    tmp = await asyncio.to_thread(new_upload_dir)
     try:
         received = await asyncio.to_thread(
             receive_submission, raw, controller.types, controller.settings.intake, tmp
