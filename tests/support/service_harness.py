@@ -37,7 +37,7 @@ RETRY_ONCE = Limits(max_retries=1, max_kills=2)
 
 def settings(store: Path, redis_url: str, prefix: str, **more: Any) -> ControllerSettings:
     """Controller settings for tests: tiny poll delay, frequent reconciliation, the short
-    heartbeats of the test workers, the tests' job key (the workers have no store)."""
+    heartbeats of the test workers, the tests' job key (which `spawn` gives the workers too)."""
     options: dict[str, Any] = {
         "job_key_text": TEST_KEY_TEXT,
         "poll_s": 0.02,
