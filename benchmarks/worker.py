@@ -71,7 +71,13 @@ async def simrun_run(
     try:
         assert all(await queue.enqueue_many(specs))
         worker = make_container(
-            url, prefix, memory_gb=4.0, processes=PROCESSES, grace_s=5.0, prefetch=prefetch
+            url,
+            prefix,
+            memory_gb=4.0,
+            processes=PROCESSES,
+            grace_s=5.0,
+            prefetch=prefetch,
+            store=store,
         )
         await worker.run()
         entries: list[ReportEntry] = []

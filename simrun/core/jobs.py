@@ -131,7 +131,8 @@ class JobSpec(BaseModel):
     uses_cores: Flag = False
     checkpoints: Flag = False
     timeout_s: FiniteNonNeg | None = None
-    command: NonEmptyStr | None = None
+    #: No ``command``: a command job runs its type's template as installed on the worker,
+    #: never a string of the payload (one sent by an older service is ignored).
     image: NonEmptyStr | None = None
     #: Input ports the worker copies into the task's local scratch before it runs.
     staged: tuple[PortName, ...] = ()
@@ -145,8 +146,6 @@ class JobSpec(BaseModel):
             raise PayloadError(f"{where}: a {self.kind} job takes no unit indices")
         if len(set(self.indices)) != len(self.indices):
             raise PayloadError(f"{where}: field 'indices' names a unit twice")
-        if self.kind == "command" and not self.command:
-            raise PayloadError(f"{where}: a command job needs its command template")
         if not set(self.staged) <= set(self.paths.inputs):
             raise PayloadError(f"{where}: field 'staged' names a port the job has no input for")
         if self.timeout_s is not None and not self.timeout_s > 0:

@@ -99,7 +99,6 @@ def build_jobs(
             uses_cores=task_type.uses_cores,
             checkpoints=task_type.checkpoints,
             timeout_s=timeout_s,
-            command=task_type.command if kind == "command" else None,
             image=task_type.image if task_type.image is not None else run_image,
             staged=tuple(task.staged),
         )

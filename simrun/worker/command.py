@@ -107,6 +107,7 @@ def _child_environment(gpu_ids: tuple[str, ...], hide_gpus: bool) -> dict[str, s
 
 async def run_command(
     spec: JobSpec,
+    command: str,
     ledger: Ledger,
     *,
     limit_gb: float,
@@ -118,11 +119,11 @@ async def run_command(
     engine: str | None = None,
 ) -> WorkerReport:
     """Run a command job through simrun-exec (in its image with an ``engine``), record the
-    unit "command"; the measurements."""
-    assert spec.command is not None  # JobSpec checks a command job has one
+    unit "command"; the measurements. ``command``: the template of the job's type as
+    installed on this worker, never one from the payload."""
     paths = spec.paths.task_paths()
     command_spec = CommandSpec(
-        command=spec.command,
+        command=command,
         settings=dict(spec.settings),
         paths=paths,
         limit_gb=limit_gb,

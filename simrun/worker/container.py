@@ -172,6 +172,7 @@ class WorkerContainer:
             job_serializer=self.codec.serialize,
             job_deserializer=self._deserialize,
             log_results=False,
+            ctx={"queue": queue},  # the job's source, named when it is refused
         )
 
     def _deserialize(self, blob: bytes) -> dict[str, Any]:

@@ -7,20 +7,22 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import traceback
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simrun.core.jobs import JobSpec
-from simrun.core.layout import task_logs
+from simrun.core.jobs import JobSpec, queue_for
+from simrun.core.layout import task_logs, task_name_problem
 from simrun.core.reports import ReportEntry, RunningJob, WorkerReport, now_s
 from simrun.core.sizing import GIB, request_gb, request_gpus, request_slots
 from simrun.core.unitlogs import FAILED, UnitLogHeader, attempt_paths, write_atomic
-from simrun.core.wire import Outcome, PayloadError, UnitKey
+from simrun.core.wire import RUN_ID, Outcome, PayloadError, UnitKey
+from simrun.plugins import TaskPaths
 from simrun.queues.client import current_attempts
 from simrun.queues.connect import cancel_and_wait
 from simrun.queues.keys import Keys
@@ -32,6 +34,7 @@ from simrun.worker.ledger import Ledger
 from simrun.worker.link import LINK_ERRORS, RedisLink
 from simrun.worker.pool.output import UnitLogSink
 from simrun.worker.pool.processes import PoolError, ProcessPool
+from simrun.worker.pool.protocol import InstalledType
 from simrun.worker.pool.runner import run_chunk, run_merge
 from simrun.worker.scratch import ScratchSpace, scratch_admission, scratch_limit_gb
 from simrun.worker.settings import WorkerSettings
@@ -59,6 +62,89 @@ def request_for(spec: JobSpec, capacity: Capacity) -> tuple[Request, float]:
     )
     slots = request_slots(spec.kind, capacity.processes, spec.uses_cores)
     return Request(memory, slots, request_gpus(spec.kind, res.gpus), what), memory
+
+
+def _type_problem(spec: JobSpec, installed: Mapping[str, InstalledType]) -> str | None:
+    """Why the installed types cannot run ``spec``: not installed, broken, or of the other
+    kind (a command job needs a command, a chunk or merge job a splittable type)."""
+    name = spec.task_type
+    found = installed.get(name)
+    if found is None:
+        known = ", ".join(sorted(installed)) or "none"
+        return f"task type {name!r} is not installed here (installed: {known})"
+    if found.problem is not None:
+        return f"task type {name!r} cannot be loaded here: {found.problem}"
+    if spec.kind == "command" and found.command is None:
+        return f"task type {name!r} has no command: a command job cannot run it"
+    if spec.kind != "command" and found.command is not None:
+        return f"task type {name!r} runs a command: a {spec.kind} job cannot run it"
+    return None
+
+
+def _name_problem(spec: JobSpec) -> str | None:
+    """Why the job's run or task cannot name a directory of the store (`..`, `/`, ...)."""
+    if not RUN_ID.fullmatch(spec.run):
+        return f"run {spec.run!r} is not a run id"
+    why = task_name_problem(spec.task)
+    return None if why is None else f"task name {why}"
+
+
+def _under(path: str, root: str) -> bool:
+    """Whether the real path ``path`` is ``root`` or inside it (both real, absolute)."""
+    return os.path.commonpath([path, root]) == root
+
+
+def _paths_problem(spec: JobSpec, store: Path, scratch_root: Path) -> str | None:
+    """Why the job's paths are not where this worker's store says: another store, a run or
+    task directory not the layout's, an input, output or scratch that leads (``..``, a
+    symlink) outside the store's runs, a scratch neither the layout's nor local here."""
+    paths = spec.paths
+    if os.path.realpath(paths.store) != os.path.realpath(store):
+        return f"its store {paths.store!r} is not this worker's store {str(store)!r}"
+    layout = TaskPaths.for_task(Path(paths.store), spec.run, spec.task)
+    for name in ("run_dir", "task_dir", "out"):
+        given, expected = getattr(paths, name), getattr(layout, name)
+        if Path(given) != expected:
+            return f"its {name} {given!r} is not the store's {str(expected)!r}"
+    runs = os.path.realpath(layout.run_dir.parent)
+    where = [("task_dir", paths.task_dir), ("out", paths.out)]
+    where += [(f"input {port!r}", p) for port, p in sorted(paths.inputs.items())]
+    if Path(paths.scratch) == layout.scratch:
+        where.append(("scratch", paths.scratch))
+    elif not _under(os.path.realpath(paths.scratch), os.path.realpath(scratch_root)):
+        return (
+            f"its scratch {paths.scratch!r} is neither the store's {str(layout.scratch)!r} "
+            f"nor under this worker's local scratch {str(scratch_root)!r}"
+        )
+    for name, given in where:
+        real = os.path.realpath(given)
+        if not _under(real, runs):
+            return f"its {name} {given!r} leads to {real!r}, outside the store's runs {runs!r}"
+    return None
+
+
+def confine(
+    spec: JobSpec,
+    store: Path,
+    scratch_root: Path,
+    installed: Mapping[str, InstalledType],
+    served: Collection[str],
+) -> str | None:
+    """Why this worker must not run ``spec``, whatever its sender, or None: its type is not
+    one of the ``installed`` ones (or not of its kind), its run or task is no valid name,
+    its queue (image, GPUs) not one of those ``served``, or a path of it is not where the
+    worker's ``store`` puts the task (blocking: it resolves symlinks)."""
+    queue = queue_for(spec)
+    if queue not in served:
+        return (
+            f"its queue {queue!r} (image {spec.image!r}, {spec.resources.gpus} GPUs) is not "
+            f"one this worker serves ({', '.join(served)})"
+        )
+    return (
+        _type_problem(spec, installed)
+        or _name_problem(spec)
+        or _paths_problem(spec, store, scratch_root)
+    )
 
 
 def _counts(entry: ReportEntry) -> dict[str, int]:
@@ -115,6 +201,17 @@ class Job:
         #: The sink of the job's unit logs and the pid of the process it ran in.
         self.sink: UnitLogSink | None = None
         self.pid: int | None = None
+        #: Set when the job was refused before anything ran (`refuse`): nothing is written.
+        self.refused = False
+
+    def refuse(self, problem: str, queue: str) -> None:
+        """Refuse the job before anything runs (what `confine` found), saying so once."""
+        self.refused = True
+        self._end("refused", f"refused by worker {self.worker.worker_id}: {problem}")
+        log.error(
+            "job %s from queue %s refused by worker %s: %s",
+            self.spec.job_id, queue, self.worker.worker_id, problem,
+        )  # fmt: skip
 
     def _end(self, outcome: Outcome, error: str) -> None:
         self.ledger.close_rest(outcome)
@@ -177,7 +274,7 @@ class Job:
             finished=now_s(),
             error=self.error,
         )
-        if not cancelled:
+        if not cancelled and not self.refused:  # a refused job's paths are not trusted
             await self._unit_logs(entry)
         await self.worker.link.report(entry, RunningJob.of(self.spec, "running"))
         return entry
@@ -312,6 +409,7 @@ class Job:
         task = asyncio.ensure_future(
             run_command(
                 spec,
+                self._template(),
                 self.ledger,
                 limit_gb=self.limit_gb if self.limit_gb > 0 else capacity.memory_gb,
                 gpu_ids=grant.gpu_ids,
@@ -332,6 +430,13 @@ class Job:
             return WorkerReport.empty(self.limit_gb)
         finally:
             worker.commands.discard(task)
+
+    def _template(self) -> str:
+        """The command template of the job's type as installed here (`confine` checked it
+        has one); the payload has none."""
+        command = self.worker.pool.installed[self.spec.task_type].command
+        assert command is not None, "confine() refuses a command job of a type without one"
+        return command
 
     async def _unit_logs(self, entry: ReportEntry) -> None:
         """Write the headers of the job's unit logs (a failure is logged: the report goes out)."""
@@ -412,15 +517,26 @@ class JobHandler:
         except PayloadError as exc:
             log.error("dropped arq job %s: %s", ctx.get("job_id"), exc)
             return {"error": str(exc)}
-        entry = await self.run(spec)
+        queue = ctx.get("queue")
+        entry = await self.run(spec, queue if isinstance(queue, str) else None)
         return {"job_id": spec.job_id, "outcomes": _counts(entry)}
 
-    async def run(self, spec: JobSpec) -> ReportEntry:
-        """Run one job and report it; the entry written."""
+    def confine(self, spec: JobSpec) -> str | None:
+        """Why this worker must not run ``spec`` (`confine` with its store, scratch, installed
+        types and queues), or None (blocking)."""
+        settings = self.settings
+        installed, served = self.pool.installed, settings.queue_names
+        return confine(spec, settings.store, self.scratch.root, installed, served)
+
+    async def run(self, spec: JobSpec, queue: str | None = None) -> ReportEntry:
+        """Run one job (that came from ``queue``) and report it; the entry written."""
         job = Job(self, spec)
         self.running[spec.job_id] = RunningJob.of(spec)
         try:
-            if await job.admit():
+            problem = await asyncio.to_thread(self.confine, spec)
+            if problem is not None:
+                job.refuse(problem, queue or queue_for(spec))
+            elif await job.admit():
                 await job.execute()
         except asyncio.CancelledError:
             await asyncio.shield(job.report(cancelled=True))
@@ -431,7 +547,8 @@ class JobHandler:
         finally:
             self.running.pop(spec.job_id, None)
         entry = await job.report()
-        _log_entry(entry)
+        if not job.refused:  # a refused one said so at error level already
+            _log_entry(entry)
         return entry
 
     def stop_commands(self) -> None:

@@ -5,6 +5,7 @@ type, counts as healthy, and stops on SIGTERM within the compose stop grace peri
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from simrun.queues.client import JobQueue
 from tests.composefile import compose, seconds, services
 from tests.support import REPO
 from tests.support.cli_harness import ended
-from tests.support.harness import all_reports, make_spec
+from tests.support.harness import RUN, all_reports, make_spec
 from tests.support.wait import until
 
 pytestmark = pytest.mark.e2e
@@ -63,15 +64,11 @@ async def test_compose_worker_runs_units_is_healthy_and_stops(
     queue = await JobQueue.connect(
         redis_url, redis_prefix, key=store_key(StoreLayout(tmp_path).job_key)
     )
+    plate = tmp_path / "runs" / RUN / "sources" / "plate.json"  # a worker reads its store only
+    plate.parent.mkdir(parents=True)
+    shutil.copy(REPO / "examples" / "plate.json", plate)
     try:
-        job = make_spec(
-            tmp_path,
-            "sweep",
-            "heat",
-            [0, 1, 2, 3],
-            HEAT,
-            inputs={"plate": REPO / "examples" / "plate.json"},
-        )
+        job = make_spec(tmp_path, "sweep", "heat", [0, 1, 2, 3], HEAT, inputs={"plate": plate})
         assert await queue.enqueue(job)
         reports = {}
 

@@ -26,7 +26,7 @@ from simrun.plugins import TaskPaths
 from simrun.worker.exec.spec import CommandResult, CommandSpec
 from tests.support import REPO
 from tests.support.harness import make_spec as make_job
-from tests.support.harness import run_burst
+from tests.support.harness import run_burst, run_id
 from tests.support.procs import alive, wait_dead
 from tests.support.wait import wait_until
 
@@ -234,15 +234,14 @@ async def test_a_worker_bounds_command_memory_and_logs_as_its_options_say(
     the dropped count; a command job whose escaped daemon holds 700 MiB under 0.25 GiB is
     reported killed for memory with its limit, and the daemon is gone."""
     store = tmp_path / "store"
-    pid_file = tmp_path / "daemon.pid"
-    daemons.append(pid_file)
-    chatty = make_job(
-        store, "chatty", "cmd", kind="command", command=f"{CMD} chatty 50", run=redis_prefix
-    )
+    run = run_id(redis_prefix)
+    chatty = make_job(store, "chatty", "test-chatty", kind="command", run=run)
     hog = make_job(
-        store, "hog", "cmd", kind="command", command=f"{CMD} escape {pid_file} 700 60",
-        run=redis_prefix, base_gb=0.25, memory_gb=0.0, timeout_s=20.0,
+        store, "hog", "test-escape", kind="command", run=run, base_gb=0.25, memory_gb=0.0,
+        timeout_s=20.0,
     )  # fmt: skip
+    pid_file = Path(hog.paths.out) / "daemon.pid"  # the type's command writes it there
+    daemons.append(pid_file)
     _, reports = await run_burst(
         redis_url, redis_prefix, [chatty, hog], memory_gb=2.0, command_log_cap=MIB
     )

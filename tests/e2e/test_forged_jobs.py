@@ -41,18 +41,19 @@ async def test_unsigned_and_foreign_jobs_are_refused_before_they_run(
     reason; the worker goes on and runs the signed job queued with them."""
     keys = Keys(redis_prefix)
     target = tmp_path / "pwned"
-    forged = make_spec(tmp_path, "evil", "test-noop", kind="command", command=f"touch {target}")
+    forged = make_spec(tmp_path, "evil", "test-noop", kind="command")
+    payload = {**forged.to_dict(), "command": f"touch {target}"}
     unsigned = open_redis(redis_url, RedisTimeouts(), TEST_KEY)
     unsigned.job_serializer = serialize  # what anyone with access to Redis can send
     foreign = open_redis(redis_url, RedisTimeouts(), OTHER_KEY)
     queue = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
     good = make_spec(tmp_path, "fine", "test-noop", [0, 1])
     try:
-        await _enqueue_raw(unsigned, keys, "forged-unsigned", forged.to_dict())
-        await _enqueue_raw(foreign, keys, "forged-foreign", forged.to_dict())
+        await _enqueue_raw(unsigned, keys, "forged-unsigned", payload)
+        await _enqueue_raw(foreign, keys, "forged-foreign", payload)
         assert await queue.enqueue(good)
         caplog.set_level(logging.ERROR, logger="simrun.worker.container")
-        worker = make_container(redis_url, redis_prefix)
+        worker = make_container(redis_url, redis_prefix, store=tmp_path)
         await asyncio.wait_for(worker.run(), 60)
         reports = await all_reports(queue)
         letters = await queue.redis.xrange(keys.dead_letters)

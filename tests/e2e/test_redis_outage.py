@@ -69,11 +69,14 @@ def durable_redis() -> Iterator[PrivateRedis]:
     yield from _server(persist=True)
 
 
-def _start_worker(url: str, prefix: str, worker_id: str, log: Path) -> subprocess.Popen[bytes]:
+def _start_worker(
+    url: str, prefix: str, worker_id: str, log: Path, store: Path
+) -> subprocess.Popen[bytes]:
     flags = WorkerSettings(
         queues=("cpu",), redis_url=url, prefix=prefix, memory_gb=2.0, processes=2,
         worker_id=worker_id, grace_s=2.0, plugins=tuple(REFS), python_path=(str(REPO),),
         poll_delay_s=0.01, heartbeat_s=HEARTBEAT_S, heartbeat_ttl_s=HEARTBEAT_TTL_S,
+        store=store,
     )  # fmt: skip
     with log.open("wb") as out:
         return spawn(
@@ -119,7 +122,7 @@ async def _ride_out(tmp_path: Path, server: PrivateRedis, prefix: str) -> Seen:
     url = server.url
     store = tmp_path / "store"
     logs = [tmp_path / f"worker-{i}.log" for i in range(2)]
-    procs = [_start_worker(url, prefix, f"w{i}", log) for i, log in enumerate(logs)]
+    procs = [_start_worker(url, prefix, f"w{i}", log, store) for i, log in enumerate(logs)]
     try:
         async with service(store, url, prefix) as svc:
 

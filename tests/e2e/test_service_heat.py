@@ -26,7 +26,7 @@ async def test_heat_demo_succeeds_with_right_outputs(
     row what the solver gives for it, and the report task wrote its report from it; the
     learned seconds per unit of the sweep are recorded."""
     store = tmp_path / "store"
-    with workers(redis_url, redis_prefix, memory_gb=4.0, processes=2):
+    with workers(redis_url, redis_prefix, store=store, memory_gb=4.0, processes=2):
         async with service(store, redis_url, redis_prefix) as svc:
             run_id = await svc.submit(HEAT.read_text(), base=HEAT.parent)
             run = await svc.wait(run_id, timeout_s=120)

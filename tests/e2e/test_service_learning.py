@@ -27,7 +27,7 @@ async def test_killed_units_retry_with_more_and_the_next_run_learns(
     of every unit; tests/integration/test_dispatch_probe.py checks a killed probe.)"""
     store = tmp_path / "store"
     doc = work_doc(units=4, hog_mb=300, tag="hog")
-    with workers(redis_url, redis_prefix, memory_gb=3.0, processes=2):
+    with workers(redis_url, redis_prefix, store=store, memory_gb=3.0, processes=2):
         async with service(store, redis_url, redis_prefix, probe=False) as svc:
             first = await svc.submit(doc)
             run1 = await svc.wait(first, timeout_s=90)

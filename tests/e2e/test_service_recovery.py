@@ -43,8 +43,8 @@ async def test_killed_worker_units_finish_elsewhere(
     """A worker SIGKILLed while it runs units: its units go to the other worker with a new
     attempt, the run succeeds, and the store has every unit done exactly once."""
     store = tmp_path / "store"
-    doomed = start_worker(redis_url, redis_prefix, worker_id="doomed")
-    survivor = start_worker(redis_url, redis_prefix, worker_id="survivor")
+    doomed = start_worker(redis_url, redis_prefix, store=store, worker_id="doomed")
+    survivor = start_worker(redis_url, redis_prefix, store=store, worker_id="survivor")
     try:
         async with service(store, redis_url, redis_prefix) as svc:
             # Units long enough that the killed worker still holds some when the store,
@@ -86,7 +86,12 @@ async def test_worker_killed_before_its_heartbeat_named_its_jobs(
     store = tmp_path / "store"
     # It beats when it starts and then not for a minute: it dies before naming its jobs.
     doomed = start_worker(
-        redis_url, redis_prefix, worker_id="doomed", heartbeat_s=60.0, heartbeat_ttl_s=120.0
+        redis_url,
+        redis_prefix,
+        store=store,
+        worker_id="doomed",
+        heartbeat_s=60.0,
+        heartbeat_ttl_s=120.0,
     )
     survivor = None
     try:
@@ -110,7 +115,7 @@ async def test_worker_killed_before_its_heartbeat_named_its_jobs(
             await svc.until(doomed_took_jobs)
             held = {u.index for u in await rs.units(run_id, "work") if u.job_id in taken}
             os.killpg(doomed.pid, signal.SIGKILL)
-            survivor = start_worker(redis_url, redis_prefix, worker_id="survivor")
+            survivor = start_worker(redis_url, redis_prefix, store=store, worker_id="survivor")
             run = await svc.wait(run_id, timeout_s=30)
             units = [u for u in await rs.units(run_id, "work") if u.kind == "chunk"]
             left = await queue.queued_job_ids("cpu")
@@ -137,7 +142,7 @@ async def test_killed_controller_restarts_and_finishes(
     store = tmp_path / "store"
     controller = start_controller(store, redis_url, redis_prefix)
     try:
-        with workers(redis_url, redis_prefix, count=1):
+        with workers(redis_url, redis_prefix, store=store, count=1):
             # a controller object only to submit (its loop does not run); the child works
             submitter = await Controller.open(settings(store, redis_url, redis_prefix), TYPES)
             try:
@@ -170,7 +175,7 @@ async def test_redis_data_loss_is_rebuilt_from_sqlite(
     them back in the queue, and the run succeeds with every unit done."""
     url = private_redis.url
     store = tmp_path / "store"
-    with workers(url, redis_prefix, count=1, processes=2):
+    with workers(url, redis_prefix, store=store, count=1, processes=2):
         async with service(store, url, redis_prefix) as svc:
             run_id = await svc.submit(work_doc(units=40, seconds=0.1))
 
@@ -197,7 +202,7 @@ async def test_failed_units_replayed_without_recomputing_done_ones(
     again."""
     store = tmp_path / "store"
     flag, doc = failing_work(tmp_path, [2, 4])
-    with workers(redis_url, redis_prefix):
+    with workers(redis_url, redis_prefix, store=store):
         async with service(store, redis_url, redis_prefix, limits=RETRY_ONCE) as svc:
             run_id = await svc.submit(doc)
             failed = await svc.wait(run_id, timeout_s=60)
@@ -223,7 +228,7 @@ async def test_gpu_task_runs_on_the_gpu_worker(
     store = tmp_path / "store"
     doc = work_doc(units=3).replace('"settings"', '"resources": {"gpus": 1}, "settings"')
     env = {"CUDA_VISIBLE_DEVICES": "GPU-fake-3"}
-    with workers(redis_url, redis_prefix, queue="gpu", gpus=1, env=env):
+    with workers(redis_url, redis_prefix, store=store, queue="gpu", gpus=1, env=env):
         async with service(store, redis_url, redis_prefix) as svc:
             run_id = await svc.submit(doc)
             run = await svc.wait(run_id, timeout_s=60)

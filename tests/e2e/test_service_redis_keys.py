@@ -83,7 +83,7 @@ async def test_a_failed_run_leaves_no_attempts_and_its_replay_still_works(
     again, after which the same holds."""
     store = tmp_path / "store"
     flag, doc = failing_work(tmp_path, [2])
-    with workers(redis_url, redis_prefix):
+    with workers(redis_url, redis_prefix, store=store):
         async with service(store, redis_url, redis_prefix, limits=RETRY_ONCE) as svc:
             run_id = await svc.submit(doc)
             failed = await svc.wait(run_id, timeout_s=60)
@@ -115,7 +115,7 @@ async def test_a_cancelled_run_keeps_its_attempts_until_its_stale_jobs_are_skipp
     is left in Redis its attempts hashes are gone too. (Without a probe: with one, only
     the probe's job would be out when the first unit runs.)"""
     store = tmp_path / "store"
-    with workers(redis_url, redis_prefix, processes=1):
+    with workers(redis_url, redis_prefix, store=store, processes=1):
         async with service(store, redis_url, redis_prefix, probe=False) as svc:
             run_id = await svc.submit(work_doc(units=40, seconds=0.2))
             out = store / "runs" / run_id / "work" / "out"

@@ -45,7 +45,7 @@ async def test_scratch_is_removed_after_success_and_kept_after_failure(
     flags = WorkerSettings(
         redis_url=redis_url, prefix=redis_prefix, plugins=REFS, python_path=(str(REPO),),
         poll_delay_s=0.01, processes=2, memory_gb=2.0, heartbeat_s=0.2, heartbeat_ttl_s=1.0,
-        scratch_dir=tmp_path / "scratch", worker_id="w-scratch",
+        scratch_dir=tmp_path / "scratch", worker_id="w-scratch", store=store,
     )  # fmt: skip
     worker = spawn(worker_argv(flags), start_new_session=True)
     try:

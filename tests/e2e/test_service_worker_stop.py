@@ -98,8 +98,10 @@ async def stop_a_worker_mid_run(
     """Workers "leaving" (with ``grace_s``) and "staying" and the controller: ``doc`` is
     submitted (once ``learn_first`` ran to success) and "leaving" stopped by `stop_mid_run`
     once it runs ``busy`` of its units; returns when the run ended."""
-    leaving = start_worker(redis_url, prefix, worker_id="leaving", grace_s=grace_s)
-    staying = start_worker(redis_url, prefix, worker_id="staying", processes=staying_processes)
+    leaving = start_worker(redis_url, prefix, store=store, worker_id="leaving", grace_s=grace_s)
+    staying = start_worker(
+        redis_url, prefix, store=store, worker_id="staying", processes=staying_processes
+    )
     try:
         async with service(store, redis_url, prefix, **service_options) as svc:
             if learn_first is not None:

@@ -16,7 +16,7 @@ from simrun.queues.client import JobQueue, dead_letter_counts
 from simrun.worker.settings import WorkerSettings
 from tests.support import REPO
 from tests.support.cli_harness import ended
-from tests.support.harness import PLUGINS, all_reports, make_spec, run_burst, spawn
+from tests.support.harness import PLUGINS, RUN, all_reports, make_spec, run_burst, spawn
 from tests.support.keys import TEST_KEY, TEST_KEY_ENV
 from tests.support.wait import until
 
@@ -36,7 +36,7 @@ async def test_a_worker_whose_clock_is_behind_takes_a_job_at_once(
     now by this process well within the skew."""
     flags = WorkerSettings(
         redis_url=redis_url, prefix=redis_prefix, plugins=PLUGINS, python_path=(str(REPO),),
-        poll_delay_s=0.01, worker_id="late", heartbeat_s=0.3, processes=1,
+        poll_delay_s=0.01, worker_id="late", heartbeat_s=0.3, processes=1, store=tmp_path,
     )  # fmt: skip
     argv = [sys.executable, "-m", "tests.support.skewed_worker", str(-BEHIND_S), "worker"]
     log = tmp_path / "worker.log"
@@ -78,7 +78,7 @@ async def test_an_unreadable_attempt_does_not_fail_the_job(
     spec = make_spec(tmp_path, "t", "test-noop", [0, 1, 2])
     queue = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
     try:
-        await queue.redis.hset(queue.keys.attempts("r1", "t"), mapping={"1": "garbage"})
+        await queue.redis.hset(queue.keys.attempts(RUN, "t"), mapping={"1": "garbage"})
     finally:
         await queue.close()
     _, reports = await run_burst(redis_url, redis_prefix, [spec])

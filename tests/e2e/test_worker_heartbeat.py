@@ -93,7 +93,7 @@ async def test_the_heartbeat_says_how_much_memory_the_workers_processes_hold(
     (the dashboard's workers page shows it against the container's capacity)."""
     proc = start_worker_process(
         redis_url, redis_prefix, "--id", "measured", "--heartbeat-s", "0.2",
-        "--processes", "1", "--worker-memory-gb", "2",
+        "--processes", "1", "--worker-memory-gb", "2", store=tmp_path,
     )  # fmt: skip
     queue = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
 

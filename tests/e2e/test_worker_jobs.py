@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from simrun.examples.plate import build_grid, load_plate
 from simrun.queues.client import JobQueue, set_current_attempts
 from simrun.queues.keys import Keys
 from tests.support import REPO
-from tests.support.harness import all_reports, make_container, make_spec, run_burst
+from tests.support.harness import RUN, all_reports, make_container, make_spec, run_burst
 from tests.support.keys import TEST_KEY
 from tests.support.units import unit_records
 from tests.support.wait import still_running, until
@@ -28,7 +29,9 @@ async def test_heat_chunk_computes_the_right_files(
     """A chunk of heat units writes, for each index, exactly the record the heat solver
     gives for that point, and its report says every unit is done and measured."""
     settings = {"grid": 16, "diffusivities": [0.5, 1.0], "boundary_temperatures": [0.0, 50.0]}
-    plate = REPO / "examples" / "plate.json"
+    plate = tmp_path / "runs" / RUN / "sources" / "plate.json"  # a worker reads its store only
+    plate.parent.mkdir(parents=True)
+    shutil.copy(REPO / "examples" / "plate.json", plate)
     spec = make_spec(
         tmp_path, "sweep", "heat", [0, 1, 2, 3], settings, inputs={"plate": plate}, memory_gb=1.0
     )
@@ -171,10 +174,10 @@ async def test_stale_units_are_skipped_before_and_during_a_chunk(
     gone = make_spec(tmp_path, "gone", "test-sleep", [0, 1], {})
     queue = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
     try:
-        await set_current_attempts(queue.redis, keys, "r1", "t", {1: 2, 0: 1})
-        await set_current_attempts(queue.redis, keys, "r1", "gone", {0: 3, 1: 3})
+        await set_current_attempts(queue.redis, keys, RUN, "t", {1: 2, 0: 1})
+        await set_current_attempts(queue.redis, keys, RUN, "gone", {0: 3, 1: 3})
         assert await queue.enqueue_many([spec, gone]) == [True, True]
-        worker = make_container(redis_url, redis_prefix)
+        worker = make_container(redis_url, redis_prefix, store=tmp_path)
         run = asyncio.create_task(worker.run())
         out = spec.paths.task_paths().out
         # until unit 0 has started (setup is done) ...
@@ -186,7 +189,7 @@ async def test_stale_units_are_skipped_before_and_during_a_chunk(
             poll_s=0.02,
         )
         # ... then dispatch unit 2 again: the running chunk must notice before unit 2.
-        await set_current_attempts(queue.redis, keys, "r1", "t", {2: 2})
+        await set_current_attempts(queue.redis, keys, RUN, "t", {2: 2})
         await asyncio.wait_for(run, 30)
         reports = await all_reports(queue)
     finally:
@@ -204,14 +207,12 @@ async def test_command_job_runs_through_simrun_exec(
     """A command job runs the type's argv template through simrun-exec: the command sees its
     settings file and output directory, and the report carries simrun-exec's measurements
     under the limit base + per-worker memory."""
-    command = 'sh -c \'cp "$1" "$2/settings-copy.json"\' sh {settings} {out}'
     spec = make_spec(
         tmp_path,
         "copy",
         "test-copy",
         kind="command",
         settings={"units": 7},
-        command=command,
         base_gb=0.25,
         memory_gb=0.5,
     )

@@ -22,8 +22,8 @@ from simrun.worker.capacity import Capacity
 from simrun.worker.container import WorkerContainer
 from simrun.worker.settings import Machine, WorkerSettings, worker_argv
 from tests.support import REPO
-from tests.support.harness import all_reports, make_spec, spawn
-from tests.support.keys import TEST_KEY
+from tests.support.harness import all_reports, make_spec, run_id, spawn
+from tests.support.keys import TEST_KEY, TEST_KEY_ENV
 from tests.support.mem_tasks import REFS
 from tests.support.procs import alive
 
@@ -59,6 +59,7 @@ async def burst(
             python_path=(str(REPO),),
             burst=True,
             poll_delay_s=0.01,
+            store=Path(specs[0].paths.store),
             **more,
         )
         machine = Machine(Capacity(memory_gb=4.0, processes=2))
@@ -161,7 +162,7 @@ def test_what_units_print_is_capped_in_their_logs_and_one_line_each_in_the_worke
     gets one line per unit, naming the unit's log, and none of the output."""
     store = tmp_path / "store"
     specs = [
-        make_spec(store, f"chatty-{i}", "mem-chatty", [i], {"mb": 4}, run=redis_prefix)
+        make_spec(store, f"chatty-{i}", "mem-chatty", [i], {"mb": 4}, run=run_id(redis_prefix))
         for i in range(4)
     ]
 
@@ -175,11 +176,11 @@ def test_what_units_print_is_capped_in_their_logs_and_one_line_each_in_the_worke
     asyncio.run(enqueue())
     flags = WorkerSettings(
         redis_url=redis_url, prefix=redis_prefix, plugins=REFS, python_path=(str(REPO),),
-        poll_delay_s=0.01, processes=2, memory_gb=2.0, burst=True,
+        poll_delay_s=0.01, processes=2, memory_gb=2.0, burst=True, store=store,
     )  # fmt: skip
     log_path = tmp_path / "worker.log"
     with log_path.open("wb") as log_file:
-        proc = spawn(worker_argv(flags), stdout=log_file, stderr=subprocess.STDOUT)
+        proc = spawn(worker_argv(flags), TEST_KEY_ENV, stdout=log_file, stderr=subprocess.STDOUT)
         try:
             assert proc.wait(timeout=120) == 0
         finally:

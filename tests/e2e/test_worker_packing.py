@@ -55,13 +55,11 @@ async def test_a_command_that_uses_cores_takes_every_slot(
 ) -> None:
     """A command job of a type that uses the cores of its container takes all process slots:
     a small chunk never runs beside it, although memory would allow it."""
-    command = 'sh -c \'date +%s.%N > "$1/start"; sleep 0.6; date +%s.%N > "$1/end"\' sh {out}'
     cores = make_spec(
         tmp_path,
         "cores",
-        "test-copy",
+        "test-timed",
         kind="command",
-        command=command,
         uses_cores=True,
         base_gb=0.1,
         memory_gb=0.1,

@@ -21,7 +21,7 @@ from simrun.worker.pool.processes import (
 from simrun.worker.pool.protocol import task_message
 from simrun.worker.pool.runner import JobMemory, run_chunk
 from tests.support import REPO
-from tests.support.harness import PLUGINS, make_spec, run_burst
+from tests.support.harness import PLUGINS, make_spec, run_burst, run_id
 from tests.support.mem_tasks import REFS as MEM_REFS
 
 pytestmark = pytest.mark.e2e
@@ -100,7 +100,7 @@ async def test_two_keys_sharing_a_process_each_measure_what_they_use(
     task that allocates nothing, the light task measures what it measures alone (not the
     heavy setup on top), and the heavy task measures its setup every time, also when it
     comes back after the light one."""
-    light_alone = make_spec(tmp_path, "alone", "test-noop", range(4), run="r0")
+    light_alone = make_spec(tmp_path, "alone", "test-noop", range(4), run=run_id("r0"))
     _, alone = await run_burst(redis_url, redis_prefix, [light_alone], processes=1, prefetch=0)
     own_gb = max(alone[light_alone.job_id].report.peak_memory_gb)
 

@@ -56,6 +56,7 @@ async def test_sigterm_finishes_within_grace_then_hands_back(
         "1.0",
         "--heartbeat-s",
         "0.2",
+        store=tmp_path,
     )
     try:
         assert await queue.enqueue_many([long, short]) == [True, True]

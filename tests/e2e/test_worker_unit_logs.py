@@ -9,7 +9,7 @@ import pytest
 
 from simrun.core.layout import task_logs
 from simrun.core.unitlogs import attempt_paths, read_unit_logs
-from tests.support.harness import make_spec, run_burst
+from tests.support.harness import RUN, make_spec, run_burst
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +28,7 @@ async def test_a_unit_that_prints_and_raises_keeps_its_output_traceback_and_head
     assert entry.outcomes == {0: "done", 1: "failed", 2: "done"}
     logs = task_logs(spec.paths.task_paths().task_dir)
 
-    failed = read_unit_logs(logs, "r1", "flaky", 1)
+    failed = read_unit_logs(logs, RUN, "flaky", 1)
     (attempt,) = failed.attempts
     header = attempt.header
     assert "unit 1 says hello on stdout" in attempt.output
@@ -50,7 +50,7 @@ async def test_a_unit_that_prints_and_raises_keeps_its_output_traceback_and_head
     assert header.started <= header.finished
     assert header.output_bytes == len(attempt.output.encode())
 
-    (done,) = read_unit_logs(logs, "r1", "flaky", 0).attempts
+    (done,) = read_unit_logs(logs, RUN, "flaky", 0).attempts
     assert done.header.outcome == "done"
     assert done.header.error is None
     # stdout is buffered and stderr is not: the two lines may come in either order
@@ -75,14 +75,11 @@ async def test_a_failed_command_attempt_has_a_header_beside_its_output(
 ) -> None:
     """A command that prints on both streams and fails: its attempt gets a header (worker,
     outcome, error) read together with the attempt's stdout and stderr files."""
-    command = "sh -c 'echo to-out; echo to-err >&2; exit 3'"
-    spec = make_spec(
-        tmp_path, "cmd", "test-copy", kind="command", command=command, attempt=1, base_gb=0.25
-    )
+    spec = make_spec(tmp_path, "cmd", "test-prints", kind="command", attempt=1, base_gb=0.25)
     container, reports = await run_burst(redis_url, redis_prefix, [spec])
     assert reports[spec.job_id].outcomes == {"command": "failed"}
     logs = task_logs(spec.paths.task_paths().task_dir)
-    (attempt,) = read_unit_logs(logs, "r1", "cmd", "command").attempts
+    (attempt,) = read_unit_logs(logs, RUN, "cmd", "command").attempts
     assert attempt.header.outcome == "failed"
     assert attempt.header.worker == container.worker_id
     assert attempt.header.error

@@ -8,7 +8,7 @@ import pytest
 
 from simrun.core.layout import task_logs
 from simrun.core.unitlogs import read_unit_logs
-from tests.support.harness import make_spec, run_burst
+from tests.support.harness import RUN, make_spec, run_burst
 
 pytestmark = pytest.mark.e2e
 
@@ -24,7 +24,7 @@ async def test_a_unit_whose_process_died_counts_the_output_it_printed(
     _, reports = await run_burst(redis_url, redis_prefix, [spec], processes=1)
     assert reports[spec.job_id].outcomes[1] in ("failed", "killed")
     logs = task_logs(spec.paths.task_paths().task_dir)
-    (attempt,) = read_unit_logs(logs, "r1", "crashy", 1).attempts
+    (attempt,) = read_unit_logs(logs, RUN, "crashy", 1).attempts
     assert "unit 1 says hello on stdout" in attempt.output
     assert "unit 1 says hello on stderr" in attempt.output
     assert attempt.header.outcome in ("failed", "killed")

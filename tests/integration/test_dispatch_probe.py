@@ -66,7 +66,7 @@ async def burst(c: Controller) -> None:
     """A real worker container of `PROCESSES` processes runs every job queued, then ends."""
     settings = WorkerSettings(
         redis_url=c.settings.redis_url, prefix=c.settings.prefix, plugins=REFS,
-        python_path=(str(REPO),), burst=True, poll_delay_s=0.01,
+        python_path=(str(REPO),), burst=True, poll_delay_s=0.01, store=c.settings.store,
     )  # fmt: skip
     machine = Machine(Capacity(memory_gb=4.0, processes=PROCESSES))
     await asyncio.wait_for(WorkerContainer(settings, machine, c.queue.key).run(), 60)

@@ -128,11 +128,11 @@ def test_merge_after_a_kill_gets_more_memory(tmp_path: Path):
 
 
 def test_command_job(tmp_path: Path):
-    """An unsplit task's job carries its command template."""
+    """An unsplit task's job carries no command: the worker runs its installed type's."""
     task = task_row("summary", False, {"table": "/x/sweep/out"})
     (job,) = build_jobs(tmp_path, task, TYPES["report"], RESOLVED, "cpu", [[unit(0, 0, "command")]])
     assert (job.spec.kind, job.spec.job_id) == ("command", "r1:summary:command:1")
-    assert job.spec.command == TYPES["report"].command
+    assert "command" not in job.spec.to_dict()
 
 
 def test_a_job_of_mixed_kinds_is_refused(tmp_path: Path):

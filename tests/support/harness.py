@@ -5,6 +5,7 @@ reading what it reported."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import subprocess
 from collections.abc import Sequence
@@ -24,7 +25,17 @@ from tests.support.keys import TEST_KEY, TEST_KEY_ENV
 TASKS = "tests.support.tasks"
 PLUGINS = tuple(
     f"{TASKS}:{name}" for name in ("SLEEP", "SPIN", "NOOP", "HOG", "FLAKY", "CRASH", "COPY")
+) + tuple(
+    f"tests.support.command_tasks:{name}"
+    for name in ("ECHO", "TIMED", "PRINTS", "CHATTY", "ESCAPE")
 )
+#: The run of the jobs `make_spec` makes unless told (a worker runs only run ids).
+RUN = "20260101-000000-a1"
+
+
+def run_id(seed: str) -> str:
+    """A run id of its own for ``seed`` (a test's Redis prefix, say)."""
+    return f"20260101-000000-{hashlib.sha256(seed.encode()).hexdigest()[:10]}"
 
 
 def make_spec(
@@ -34,7 +45,7 @@ def make_spec(
     indices: Sequence[int] = (),
     settings: dict[str, Any] | None = None,
     *,
-    run: str = "r1",
+    run: str = RUN,
     kind: str = "chunk",
     memory_gb: float = 0.5,
     base_gb: float = 0.5,
@@ -42,7 +53,6 @@ def make_spec(
     attempt: int = 1,
     timeout_s: float | None = None,
     inputs: dict[str, Path] | None = None,
-    command: str | None = None,
     uses_cores: bool = False,
     checkpoints: bool = False,
 ) -> JobSpec:
@@ -59,7 +69,6 @@ def make_spec(
         attempt=attempt,
         indices=tuple(indices),
         timeout_s=timeout_s,
-        command=command,
         uses_cores=uses_cores,
         checkpoints=checkpoints,
     )
@@ -75,7 +84,8 @@ def make_container(
     queues: tuple[str, ...] = ("cpu",),
     **more: Any,
 ) -> WorkerContainer:
-    """A burst-mode container that loads the test task types."""
+    """A burst-mode container that loads the test task types (its ``store`` is where the
+    jobs' paths must be: ``store=...`` in ``more``)."""
     settings = WorkerSettings(
         redis_url=redis_url,
         queues=queues,
@@ -107,10 +117,12 @@ async def run_burst(
     redis_url: str, prefix: str, specs: Sequence[JobSpec], **opts: Any
 ) -> tuple[WorkerContainer, dict[str, ReportEntry]]:
     """Enqueue ``specs``, run a burst container until its queues are empty, return it and
-    the reports."""
+    the reports. The container's store is that of the first job unless ``store`` is given."""
     queue = await JobQueue.connect(redis_url, prefix, key=TEST_KEY)
     try:
         assert all(await queue.enqueue_many(specs))
+        if specs:
+            opts.setdefault("store", Path(specs[0].paths.store))
         worker = make_container(redis_url, prefix, **opts)
         await asyncio.wait_for(worker.run(), 60)
         return worker, await all_reports(queue)
@@ -124,12 +136,17 @@ def overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def start_worker_process(
-    redis_url: str, prefix: str, *args: str, env: dict[str, str] | None = None
+    redis_url: str,
+    prefix: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    store: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """``python -m simrun.cli worker`` as a child process serving the test task types."""
+    """``python -m simrun.cli worker`` as a child process serving the test task types, with
+    the jobs of ``store``."""
     flags = WorkerSettings(
         redis_url=redis_url, prefix=prefix, plugins=PLUGINS, python_path=(str(REPO),),
-        poll_delay_s=0.01,
+        poll_delay_s=0.01, **({} if store is None else {"store": store}),
     )  # fmt: skip
     return spawn(
         [*worker_argv(flags), *args],

@@ -37,7 +37,7 @@ RETRY_ONCE = Limits(max_retries=1, max_kills=2)
 
 def settings(store: Path, redis_url: str, prefix: str, **more: Any) -> ControllerSettings:
     """Controller settings for tests: tiny poll delay, frequent reconciliation, the short
-    heartbeats of the test workers, the tests' job key (the workers have no store)."""
+    heartbeats of the test workers, the tests' job key (which `spawn` gives the workers too)."""
     options: dict[str, Any] = {
         "job_key_text": TEST_KEY_TEXT,
         "poll_s": 0.02,
@@ -119,6 +119,7 @@ def start_worker(
     redis_url: str,
     prefix: str,
     *,
+    store: Path,
     queue: str = "cpu",
     memory_gb: float = 2.0,
     processes: int = 2,
@@ -132,12 +133,13 @@ def start_worker(
     """A worker container as a child process: ``simrun worker`` (``python -m simrun.cli worker``)
     serving the test types, with short heartbeats so that a killed worker is noticed
     within a second or two, and ``grace_s`` for its running units on SIGTERM. GPUs are the
-    first ``gpus`` ids of ``CUDA_VISIBLE_DEVICES``."""
+    first ``gpus`` ids of ``CUDA_VISIBLE_DEVICES``; ``store``: the service's, where its jobs'
+    paths are."""
     flags = WorkerSettings(
         queues=(queue,), redis_url=redis_url, prefix=prefix, memory_gb=memory_gb,
         processes=processes, gpus=gpus, worker_id=worker_id, grace_s=grace_s, plugins=tuple(REFS),
         python_path=(str(REPO),), poll_delay_s=0.01, heartbeat_s=heartbeat_s,
-        heartbeat_ttl_s=heartbeat_ttl_s,
+        heartbeat_ttl_s=heartbeat_ttl_s, store=store,
     )  # fmt: skip
     return spawn(
         worker_argv(flags),

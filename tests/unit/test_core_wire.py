@@ -173,7 +173,7 @@ def test_job_spec_round_trips_through_msgpack() -> None:
         ({"uses_cores": "yes"}, "field 'uses_cores' must be true or false"),
         ({"indices": []}, "a chunk job needs at least one unit index"),
         ({"indices": [1, 1]}, "names a unit twice"),
-        ({"kind": "command", "indices": []}, "needs its command template"),
+        ({"kind": "merge", "indices": [0]}, "a merge job takes no unit indices"),
         ({"ranges": [[2, 1]]}, r"holds \[2, 1\]: each must be \[first, last\]"),
         ({"ranges": [[0, 3], [2, 5]]}, "ascending and apart"),
         ({"ranges": [[0, True]]}, "each must be"),
@@ -192,6 +192,16 @@ def test_bad_payload_fields_are_named(change: dict[str, Any], message: str) -> N
         data.pop("job_id")
     with pytest.raises(PayloadError, match=message):
         JobSpec.from_dict(data)
+
+
+def test_a_payloads_command_is_no_part_of_the_job() -> None:
+    """A command job carries no command: one a payload sends (an older service's, or a
+    forger's) is ignored, the worker runs its installed type's template (issue 23)."""
+    data = {**_spec().to_dict(), "kind": "command", "ranges": [], "command": "touch /x"}
+    data.pop("job_id")
+    spec = JobSpec.from_dict(data)
+    assert "command" not in spec.model_dump()
+    assert "command" not in spec.to_dict()
 
 
 @pytest.mark.parametrize(

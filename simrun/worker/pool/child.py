@@ -38,6 +38,7 @@ from simrun.worker.pool.output import unit_end_marker
 from simrun.worker.pool.protocol import (
     MAX_TASKS,
     UnitSlot,
+    catalog_message,
     read_blocking,
     write_all,
     write_blocking,
@@ -316,6 +317,22 @@ class Child:
         self.function(ctx.task_type.merge)(ctx.settings, ctx.paths)
 
 
+def catalog(registry: dict[str, TaskType]) -> dict[str, tuple[str | None, str | None]]:
+    """Every task type installed here (entry points, then ``--plugin`` ones over them): its
+    command template, or why it cannot be loaded (one broken type spoils no other)."""
+    found: dict[str, tuple[str | None, str | None]] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in registry:
+            continue
+        try:
+            found[ep.name] = (load_task_types([ep])[ep.name].command, None)
+        except (PluginError, ValueError) as exc:
+            found[ep.name] = (None, str(exc))
+    for name, task_type in registry.items():
+        found[name] = (task_type.command, None)
+    return dict(sorted(found.items()))
+
+
 def _die_with_parent() -> None:
     """Ask Linux to kill this process when the worker container dies (PR_SET_PDEATHSIG)."""
     with contextlib.suppress(OSError, AttributeError):
@@ -331,6 +348,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cgroup", default=None, help="the cgroup directory to join first")
     parser.add_argument("--cgroup-version", type=int, default=1, choices=(1, 2))
     parser.add_argument("--slot-fd", type=int, default=None, help="the fd of the UnitSlot")
+    parser.add_argument(
+        "--catalog", action="store_true", help="write the installed task types and end"
+    )
     args = parser.parse_args(argv)
     box = None
     if args.cgroup is not None:  # before anything else runs, so that nothing escapes it
@@ -363,6 +383,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PluginError as exc:
         write_blocking(out_fd, {"ok": False, "pid": os.getpid(), "error": str(exc)})
         return 2
+    if args.catalog:
+        write_blocking(out_fd, catalog_message(catalog(registry)))
+        return 0
     # What every fresh process holds, plugins loaded: the pool counts what tasks keep beyond.
     baseline_bytes = anon_memory_bytes(os.getpid()) or 0
     hello = {"ok": True, "pid": os.getpid(), "error": None, "baseline_bytes": baseline_bytes}

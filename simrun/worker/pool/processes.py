@@ -27,7 +27,16 @@ from simrun.worker.cgroups import (
     oom_killed,
 )
 from simrun.worker.pool.output import DEFAULT_UNIT_LOG_CAP, CappedLog
-from simrun.worker.pool.protocol import MAX_TASKS, UnitSlot, encode, read_async
+from simrun.worker.pool.protocol import (
+    MAX_TASKS,
+    InstalledType,
+    ProtocolError,
+    UnitSlot,
+    decode_one,
+    encode,
+    parse_catalog,
+    read_async,
+)
 from simrun.worker.proctree import anon_memory_bytes, kill_tree
 
 if TYPE_CHECKING:
@@ -395,13 +404,39 @@ class ProcessPool:
         self._changed = asyncio.Condition()
         self._closed = False
         self.replaced = 0
+        #: The task types installed on this worker, by name (known once `start` ran).
+        self.installed: dict[str, InstalledType] = {}
 
-    async def _spawn(self, gpu_ids: tuple[str, ...]) -> WorkerProcess:
+    def _child_argv(self) -> list[str]:
+        """The command line of a worker process, with the plugins and paths of this pool."""
         args = [sys.executable, "-m", "simrun.worker.pool.child"]
         for ref in self.plugins:
             args += ["--plugin", ref]
         for entry in self.python_path:
             args += ["--path", entry]
+        return args
+
+    async def catalog(self) -> dict[str, InstalledType]:
+        """The task types installed here, as a worker process sees them (``child --catalog``,
+        a process of its own, so that no plugin code runs in the container); `PoolError`
+        when it cannot tell."""
+        proc = await asyncio.create_subprocess_exec(
+            *self._child_argv(), "--catalog",
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=with_threads(os.environ, 1),
+        )  # fmt: skip
+        out, err = await proc.communicate()
+        try:
+            return parse_catalog(decode_one(out))
+        except ProtocolError as exc:
+            said = err.decode("utf-8", errors="replace").strip()[-2000:]
+            raise PoolError(
+                f"cannot list the task types installed here (exit code {proc.returncode}): "
+                f"{exc}" + (f"\n{said}" if said else "")
+            ) from None
+
+    async def _spawn(self, gpu_ids: tuple[str, ...]) -> WorkerProcess:
+        args = self._child_argv()
         if gpu_ids:
             args += ["--cuda-visible-devices", ",".join(gpu_ids)]
         elif self.hide_gpus:
@@ -446,12 +481,24 @@ class ProcessPool:
         return worker
 
     async def start(self) -> None:
-        """Start all processes; `PoolError` when they cannot (e.g. a plugin fails to load)."""
-        results = await asyncio.gather(
-            *(self._spawn(()) for _ in range(self.size)), return_exceptions=True
-        )
+        """Start all processes and learn the installed types meanwhile; `PoolError` when
+        they cannot (e.g. a plugin fails to load)."""
+        catalog = asyncio.ensure_future(self.catalog())
+        try:
+            results = await asyncio.gather(
+                *(self._spawn(()) for _ in range(self.size)), return_exceptions=True
+            )
+            await asyncio.wait({catalog})
+        except BaseException:
+            catalog.cancel()  # the catalog's process ends by itself
+            raise
         started = [r for r in results if isinstance(r, WorkerProcess)]
         failures = [r for r in results if not isinstance(r, WorkerProcess)]
+        error = catalog.exception()
+        if error is None:
+            self.installed = catalog.result()
+        else:
+            failures.append(error)
         if failures:
             await asyncio.gather(*(w.stop() for w in started))
             raise PoolError(str(failures[0])) from failures[0]

@@ -9,6 +9,7 @@ import asyncio
 import mmap
 import os
 import struct
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -44,6 +45,16 @@ def _check_size(size: int) -> int:
     if size > MAX_MESSAGE_BYTES:
         raise ProtocolError(f"a message announces {size} bytes, more than {MAX_MESSAGE_BYTES}")
     return size
+
+
+def decode_one(data: bytes) -> dict[str, Any]:
+    """The one message ``data`` holds (a process's whole output); `ProtocolError` else."""
+    if len(data) < _HEADER.size:
+        raise ProtocolError(f"{len(data)} bytes hold no message")
+    (size,) = _HEADER.unpack(data[: _HEADER.size])
+    if len(data) != _HEADER.size + _check_size(size):
+        raise ProtocolError(f"a message announces {size} bytes, {len(data) - 4} follow")
+    return _decode(data[_HEADER.size :])
 
 
 async def read_async(reader: asyncio.StreamReader) -> dict[str, Any]:
@@ -128,3 +139,34 @@ def task_message(spec: JobSpec, setup: bool) -> dict[str, object]:
         "paths": spec.paths.model_dump(),
         "setup": setup,
     }
+
+
+@dataclass(frozen=True)
+class InstalledType:
+    """What a worker knows of a task type installed on it (`catalog_message`): its command
+    template (None: splittable), or why it cannot be loaded here (``problem``)."""
+
+    name: str
+    command: str | None = None
+    problem: str | None = None
+
+
+def catalog_message(types: dict[str, tuple[str | None, str | None]]) -> dict[str, object]:
+    """The answer of ``child --catalog``: each type's (command, problem)."""
+    return {"ok": True, "types": {n: [c, p] for n, (c, p) in types.items()}}
+
+
+def parse_catalog(message: dict[str, Any]) -> dict[str, InstalledType]:
+    """The installed types of a `catalog_message`; `ProtocolError` for another message."""
+    types = message.get("types")
+    if not message.get("ok") or not isinstance(types, dict):
+        raise ProtocolError(f"no catalog of task types: {message.get('error') or message!r}")
+    found: dict[str, InstalledType] = {}
+    for name, entry in types.items():
+        ok = isinstance(entry, list) and len(entry) == 2
+        if not (
+            ok and isinstance(name, str) and all(v is None or isinstance(v, str) for v in entry)
+        ):
+            raise ProtocolError(f"the catalog's entry {name!r} is {entry!r}")
+        found[name] = InstalledType(name, entry[0], entry[1])
+    return found
