@@ -1,5 +1,5 @@
-"""Fixtures of the API tests: a real controller (real Redis, real SQLite) and the real
-FastAPI app over it through httpx's ASGI transport."""
+"""Fixtures of the integration tests: a real controller (real Redis, real SQLite), the real
+FastAPI app over it through httpx's ASGI transport, and a job queue on a real Redis."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from simrun.queues.client import JobQueue
 from simrun.service.controller import Controller
 from simrun.service.routes import create_app
+from tests.support.keys import TEST_KEY
 from tests.support.service_harness import TYPES, settings
 
 
@@ -32,3 +34,13 @@ async def api(controller: Controller) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=create_app(controller))
     async with httpx.AsyncClient(transport=transport, base_url="http://simrun") as client:
         yield client
+
+
+@pytest.fixture
+async def queue(redis_url: str, redis_prefix: str) -> AsyncIterator[JobQueue]:
+    """A job queue of this test's key prefix, signing with the tests' key."""
+    q = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
+    try:
+        yield q
+    finally:
+        await q.close()

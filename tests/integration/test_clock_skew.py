@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,6 @@ from simrun.plugins import TaskPaths
 from simrun.queues.client import JobQueue
 from simrun.worker.heartbeat import Heartbeat
 from tests.support.heartbeats import worker_info
-from tests.support.keys import TEST_KEY
 
 pytestmark = pytest.mark.redis
 
@@ -32,15 +30,6 @@ class LateClock(SystemClock):
 
     def now(self) -> float:
         return time.time() - self.behind_s
-
-
-@pytest.fixture
-async def queue(redis_url: str, redis_prefix: str) -> AsyncIterator[JobQueue]:
-    q = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
-    try:
-        yield q
-    finally:
-        await q.close()
 
 
 def _spec(first: int) -> JobSpec:

@@ -5,7 +5,6 @@ nothing that reads them fails."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from typing import cast
 
 import httpx
@@ -14,21 +13,11 @@ import pytest
 from simrun.queues.client import JobQueue, current_attempts, dead_letter_counts
 from simrun.service.controller import Controller
 from tests.support.heartbeats import worker_info
-from tests.support.keys import TEST_KEY
 
 pytestmark = pytest.mark.redis
 
 #: Heartbeat values that cannot be read: not JSON, JSON without the fields, not UTF-8.
 POISONS = [b"garbage", b'{"id": "w9"}', b"\xff\xfe{\x80"]
-
-
-@pytest.fixture
-async def queue(redis_url: str, redis_prefix: str) -> AsyncIterator[JobQueue]:
-    q = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
-    try:
-        yield q
-    finally:
-        await q.close()
 
 
 async def poison(queue: JobQueue, worker_id: str, raw: bytes) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +24,6 @@ from tests.support.keys import TEST_KEY
 from tests.support.wait import until
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-async def queue(redis_url: str, redis_prefix: str) -> AsyncIterator[JobQueue]:
-    q = await JobQueue.connect(redis_url, redis_prefix, key=TEST_KEY)
-    try:
-        yield q
-    finally:
-        await q.close()
 
 
 def _spec(first: int, attempt: int = 1, gpus: int = 0) -> JobSpec:
