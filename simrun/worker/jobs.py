@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 
 #: How old the view of the current attempts may be when a unit is about to start.
 STALE_REFRESH_S = 0.5
+#: How many tasks' `confine` verdicts a worker keeps.
+VERDICTS_KEPT = 256
 #: Seconds between two measurements of a task's local scratch while a job of it runs.
 SCRATCH_SAMPLE_S = 1.0
 #: The most headers of failed units without output one job writes (a failing setup fails
@@ -509,6 +511,8 @@ class JobHandler:
     #: Set when the grace period of a stop is over: what is left is handed back.
     stop_now: bool = False
     commands: set[asyncio.Task[WorkerReport]] = field(default_factory=set)
+    #: The verdicts of `confine` of the last tasks seen (the jobs of a task share them).
+    verdicts: dict[str, str | None] = field(default_factory=dict)
 
     async def handle(self, ctx: Mapping[str, Any], payload: object) -> dict[str, Any]:
         """The arq job function (registered as `simrun.queues.JOB_FUNCTION`)."""
@@ -528,12 +532,24 @@ class JobHandler:
         installed, served = self.pool.installed, settings.queue_names
         return confine(spec, settings.store, self.scratch.root, installed, served)
 
+    async def verdict(self, spec: JobSpec) -> str | None:
+        """`confine` of ``spec``, judged once for the jobs of a task that say the same of
+        it (type, kind, image, GPUs, paths), among the last `VERDICTS_KEPT` tasks."""
+        key = spec.model_dump_json(
+            include={"kind", "run", "task", "task_type", "image", "paths", "resources"}
+        )
+        if key not in self.verdicts:
+            if len(self.verdicts) >= VERDICTS_KEPT:
+                del self.verdicts[next(iter(self.verdicts))]
+            self.verdicts[key] = await asyncio.to_thread(self.confine, spec)
+        return self.verdicts[key]
+
     async def run(self, spec: JobSpec, queue: str | None = None) -> ReportEntry:
         """Run one job (that came from ``queue``) and report it; the entry written."""
         job = Job(self, spec)
         self.running[spec.job_id] = RunningJob.of(spec)
         try:
-            problem = await asyncio.to_thread(self.confine, spec)
+            problem = await self.verdict(spec)
             if problem is not None:
                 job.refuse(problem, queue or queue_for(spec))
             elif await job.admit():
