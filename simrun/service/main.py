@@ -147,6 +147,21 @@ def _gone(holder: dict[str, Any]) -> bool:
     return False
 
 
+def _restarted_here(holder: dict[str, Any]) -> bool:
+    """Whether a claim's holder ran on this host and boot in another pid namespace: this
+    container's earlier life, whose pid says nothing here (blocking: reads /proc)."""
+    here = _pid_space()
+    return (
+        holder.get("host") == here["host"]
+        and holder.get("boot") == here["boot"]
+        and holder.get("pidns") != here["pidns"]
+    )
+
+
+#: Seconds between two looks at a claim waited out (`RedisClaim.lapsed`).
+LAPSE_POLL_S = 0.25
+
+
 def _text(raw: bytes | str) -> str:
     return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
 
@@ -177,7 +192,8 @@ class RedisClaim:
     queue: `Keys.service_lock` holds the holder's identity (pid, host, since, store), set
     with NX and an expiry of ``ttl_s``, refreshed by the controller's loop every third of
     it (`Controller.hold`) and deleted at a clean stop. An expired claim is free; one whose
-    process is known gone (`_gone`: on this host) is taken over."""
+    process is known gone (`_gone`: on this host) is taken over, one of this container
+    before a restart once it lapses unrefreshed (`lapsed`)."""
 
     redis: Redis
     keys: Keys
@@ -203,7 +219,7 @@ class RedisClaim:
         raw = await self._eval(_KEEP, self._mine, ttl_ms, "")
         if raw is not None:
             holder = _read_holder(raw)
-            if await asyncio.to_thread(_gone, holder):
+            if await asyncio.to_thread(_gone, holder) or await self.lapsed(raw, holder):
                 raw = await self._eval(_KEEP, self._mine, ttl_ms, _text(raw))
                 if raw is None:
                     log.warning(
@@ -218,6 +234,33 @@ class RedisClaim:
             f"another --prefix (a service killed without stopping frees it within "
             f"--lock-ttl-s, {self.ttl_s:g} s)"
         )
+
+    async def lapsed(self, raw: bytes | str, holder: dict[str, Any]) -> bool:
+        """Whether the claim ``raw`` of this container's earlier life (`_restarted_here`, as
+        after a restart) lapses unrefreshed: watched until it expires (True) or is refreshed
+        or changes hands (False: its holder is alive). Only at the first take."""
+        if self.held or not await asyncio.to_thread(_restarted_here, holder):
+            return False
+        key = self.keys.service_lock
+        left_ms = int(await self.redis.pttl(key))
+        if left_ms < 0:
+            return left_ms == -2  # gone meanwhile (-1: no expiry, it never lapses)
+        log.info(
+            "the Redis key prefix %r is claimed by %s, of this container before a restart: "
+            "waiting up to %.0f s for it to lapse", self.keys.prefix, shown_holder(holder),
+            left_ms / 1000,
+        )  # fmt: skip
+        at = time.monotonic()
+        while True:
+            await asyncio.sleep(LAPSE_POLL_S)
+            value, now_ms = await self.redis.get(key), int(await self.redis.pttl(key))
+            if value is None:
+                return True
+            # unrefreshed, the time left falls as the clock runs; a refresh raises it
+            expected_ms = left_ms - (time.monotonic() - at) * 1000
+            if _text(value) != _text(raw) or now_ms > expected_ms + 50:
+                return False  # refreshed or taken: alive
+            left_ms, at = now_ms, time.monotonic()
 
     async def release(self) -> None:
         """Delete the claim if it is still ours."""

@@ -21,7 +21,9 @@ from simrun.local.redis import PrivateRedis
 from simrun.queues.keys import Keys
 from tests.support.cli_harness import (
     WORK,
+    clean_env,
     simrun,
+    simrun_exe,
     start_simrun,
     stop_process,
     wait_for_service,
@@ -192,3 +194,46 @@ def test_a_service_started_before_redis_waits_then_claims_its_prefix(tmp_path: P
     finally:
         services.stop_all()
         server.stop()
+
+
+def _in_pid_namespace(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    """``simrun ARGS`` in a pid namespace of its own (a container's: it is pid 1 there),
+    ended with it when killed."""
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", simrun_exe(), *args]
+    return subprocess.Popen(
+        argv, cwd=cwd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def test_a_service_restarted_in_a_new_pid_namespace_waits_out_its_earlier_claim(
+    tmp_path: Path, services: Services, redis_url: str
+) -> None:
+    """A service SIGKILLed in a container and started again there (the same host and boot,
+    a new pid namespace, where its old pid says nothing) is not refused: it watches the
+    old claim, takes it once it lapses unrefreshed (within --lock-ttl-s), and serves."""
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], check=False)
+    if probe.returncode != 0:
+        pytest.skip("this machine does not let a process make a pid namespace (unshare)")
+    store, prefix = tmp_path / "store", key_prefix("alone")
+    key = Keys(prefix).service_lock
+    client = redis.Redis.from_url(redis_url)
+    args = services.args(store, prefix, "--lock-ttl-s", "3")
+    first = _in_pid_namespace(args, tmp_path)
+    try:
+        wait_for_service(f"http://127.0.0.1:{args[2]}", first)  # type: ignore[arg-type]
+        assert json.loads(client.get(key) or b"{}")["pid"] == 1  # pid 1 of its namespace
+    finally:
+        first.kill()
+        first.wait(timeout=30)
+    assert client.exists(key)
+    args = services.args(store, prefix, "--lock-ttl-s", "3")
+    second = _in_pid_namespace(args, tmp_path)
+    try:
+        wait_for_service(f"http://127.0.0.1:{args[2]}", second, timeout_s=30)  # type: ignore[arg-type]
+        assert json.loads(client.get(key) or b"{}")["pid"] == 1
+        assert second.poll() is None
+    finally:
+        second.kill()  # (unshare keeps a SIGTERM to itself; its child dies with it)
+        output, _ = second.communicate(timeout=30)
+    assert "of this container before a restart: waiting up to" in output
+    assert "took over the Redis key prefix" in output

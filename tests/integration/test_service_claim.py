@@ -84,8 +84,10 @@ async def test_a_holder_gone_on_this_host_is_taken_over_not_one_of_another_host(
     await mine.keep()
     assert mine.held
     await mine.release()
-    # The same dead pid in another pid namespace (another container) proves nothing.
-    other_space = _claim(client, redis_prefix, pid=dead, pidns="pid:[1]")
+    # The same dead pid in another pid namespace (another container) proves nothing: one
+    # on another host is refused at once (below), one of this host in another pid
+    # namespace is watched (`test_a_claim_of_this_container_before_a_restart_...`).
+    other_space = _claim(client, redis_prefix, pid=dead, pidns="pid:[1]", host="elsewhere")
     await other_space.keep()
     with pytest.raises(NamespaceInUse):
         await _claim(client, redis_prefix).keep()
@@ -154,3 +156,33 @@ async def test_the_loop_ends_when_another_service_took_its_claim(
         assert json.loads(await client.get(key))["pid"] == 9
     finally:
         await controller.close()
+
+
+async def test_a_claim_of_this_container_before_a_restart_is_waited_out_unless_refreshed(
+    client: aioredis.Redis, redis_prefix: str
+) -> None:
+    """A claim of this host and boot in another pid namespace (this container before a
+    restart, whose pid says nothing here) is watched: taken once it lapses unrefreshed,
+    refused when its holder refreshes it meanwhile (it is alive)."""
+    earlier = _claim(client, redis_prefix, ttl_s=1.0, pid=_dead_pid(), pidns="pid:[1]")
+    await earlier.keep()
+    mine = _claim(client, redis_prefix)
+    await asyncio.wait_for(mine.keep(), timeout=10)
+    assert mine.held
+    await mine.release()
+
+    alive = _claim(client, redis_prefix, ttl_s=1.5, pid=_dead_pid(), pidns="pid:[2]")
+    await alive.keep()
+
+    async def refresh() -> None:
+        while True:
+            await asyncio.sleep(0.3)
+            await alive.keep()
+
+    refreshing = asyncio.create_task(refresh())
+    try:
+        with pytest.raises(NamespaceInUse, match="another `simrun service`"):
+            await asyncio.wait_for(_claim(client, redis_prefix).keep(), timeout=10)
+    finally:
+        refreshing.cancel()
+    await alive.release()
