@@ -278,10 +278,12 @@ class RedisClaim:
 
 
 async def _claim_early(claim: RedisClaim, timeout_s: float) -> None:
-    """Take ``claim`` now when Redis answers (`NamespaceInUse` before the API listens);
+    """Take ``claim`` now when Redis answers (`NamespaceInUse` before the API listens; a
+    claim of this container before a restart is waited out first, `RedisClaim.lapsed`);
     while it does not, the loop takes it once it does (`Controller.hold`)."""
     try:
-        await asyncio.wait_for(claim.keep(), timeout=timeout_s)
+        await asyncio.wait_for(claim.redis.ping(), timeout=timeout_s)
+        await claim.keep()  # each call bounded by the client's socket timeout
     except (RedisError, OSError, TimeoutError) as exc:
         log.info("the claim on the Redis key prefix waits for Redis (%s)", exc)
 

@@ -221,16 +221,23 @@ def test_a_service_restarted_in_a_new_pid_namespace_waits_out_its_earlier_claim(
     first = _in_pid_namespace(args, tmp_path)
     try:
         wait_for_service(f"http://127.0.0.1:{args[2]}", first)  # type: ignore[arg-type]
-        assert json.loads(client.get(key) or b"{}")["pid"] == 1  # pid 1 of its namespace
+        earlier = json.loads(client.get(key) or b"{}")
+        assert earlier["pid"] == 1  # pid 1 of its namespace
     finally:
         first.kill()
         first.wait(timeout=30)
     assert client.exists(key)
+    # left as a holder of a longer TTL would leave it: still there when the next one
+    # looks, however slowly it starts on a loaded machine
+    client.pexpire(key, 15_000)
     args = services.args(store, prefix, "--lock-ttl-s", "3")
     second = _in_pid_namespace(args, tmp_path)
     try:
-        wait_for_service(f"http://127.0.0.1:{args[2]}", second, timeout_s=30)  # type: ignore[arg-type]
-        assert json.loads(client.get(key) or b"{}")["pid"] == 1
+        wait_for_service(f"http://127.0.0.1:{args[2]}", second, timeout_s=60)  # type: ignore[arg-type]
+        now = json.loads(client.get(key) or b"{}")
+        assert now["pid"] == 1
+        assert now["token"] != earlier["token"]  # its own claim, not the one it waited out
+        assert now["pidns"] != earlier["pidns"]
         assert second.poll() is None
     finally:
         second.kill()  # (unshare keeps a SIGTERM to itself; its child dies with it)
