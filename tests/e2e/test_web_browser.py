@@ -133,10 +133,23 @@ def expect(locator: Any) -> Any:
     return playwright_expect(locator)
 
 
+def _settled_box(locator: Any) -> dict[str, float]:
+    """The bounding box of ``locator`` once two looks agree (a view that fits or pans
+    animates: a box read meanwhile is where the element was)."""
+    seen: list[dict[str, float]] = []
+
+    def still() -> dict[str, float] | None:
+        seen.append(locator.bounding_box())
+        return seen[-1] if len(seen) > 1 and seen[-1] == seen[-2] else None
+
+    box: dict[str, float] = wait_until(still, timeout_s=10, what="the view to settle", poll_s=0.1)
+    return box
+
+
 def _drag(page: Any, source: Any, target: Any) -> None:
     """A mouse drag from the centre of ``source`` to the centre of ``target`` (how React
-    Flow's handles are wired)."""
-    a, b = source.bounding_box(), target.bounding_box()
+    Flow's handles are wired), once both stand still."""
+    a, b = _settled_box(source), _settled_box(target)
     page.mouse.move(a["x"] + a["width"] / 2, a["y"] + a["height"] / 2)
     page.mouse.down()
     page.mouse.move(b["x"] + b["width"] / 2, b["y"] + b["height"] / 2, steps=12)
