@@ -148,10 +148,14 @@ def _settled_box(locator: Any) -> dict[str, float]:
 
 def _drag(page: Any, source: Any, target: Any) -> None:
     """A mouse drag from the centre of ``source`` to the centre of ``target`` (how React
-    Flow's handles are wired), once both stand still."""
+    Flow's handles are wired), once both stand still, going on only once the page drew
+    the connection being dragged (a loaded browser handles the press late)."""
     a, b = _settled_box(source), _settled_box(target)
-    page.mouse.move(a["x"] + a["width"] / 2, a["y"] + a["height"] / 2)
+    ax, ay = a["x"] + a["width"] / 2, a["y"] + a["height"] / 2
+    page.mouse.move(ax, ay)
     page.mouse.down()
+    page.mouse.move(ax + 8, ay + 8, steps=2)
+    page.locator(".react-flow__connectionline").wait_for()
     page.mouse.move(b["x"] + b["width"] / 2, b["y"] + b["height"] / 2, steps=12)
     page.mouse.up()
 
