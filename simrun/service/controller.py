@@ -38,22 +38,17 @@ from simrun.service.scratch import mark_task_ended, remove_scratch, unmark_tasks
 from simrun.service.settings import ControllerSettings
 from simrun.service.submit import (
     Leftovers,
-    NoSpace,
-    Volume,
     copy_sources,
-    full_volume,
-    is_no_space,
-    low_space,
     new_run_id,
     plan_run,
     remove_leftovers,
     remove_run_dir,
     run_dir_names,
-    space_line,
     stale_run_dirs,
     upload_leftovers,
     upload_staging,
 )
+from simrun.service.volumes import NoSpace, Volume, full_volume, is_no_space, low_space, space_line
 from simrun.workflow import Problem, Workflow, WorkflowError, source_paths, uploaded_sources
 
 #: The spec names `is_oom` here; it is decided where reports are read (`ingest`).

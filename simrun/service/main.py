@@ -30,9 +30,9 @@ from simrun.plugins import TaskType
 from simrun.queues.connect import RedisUnusable
 from simrun.queues.keys import Keys
 from simrun.service.controller import Controller
-from simrun.service.dbvolume import db_volume_problem
 from simrun.service.routes import create_app
 from simrun.service.settings import ControllerSettings
+from simrun.service.volumes import db_volume_problem
 
 
 class DatabaseVolumeError(SimrunError, ValueError):

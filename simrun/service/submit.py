@@ -1,15 +1,12 @@
 """Turning a checked workflow into a run: its id, its tasks with their input paths, and the
-copy of its sources; a write that finds its volume full (`NoSpace`, `space_line`); what a
-submission killed midway left (`Leftovers`: its upload directory, a run directory without
-a run)."""
+copy of its sources; what a submission killed midway left (`Leftovers`: its upload
+directory, a run directory without a run)."""
 
 from __future__ import annotations
 
-import errno
 import os
 import secrets
 import shutil
-import sqlite3
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -20,113 +17,10 @@ from typing import Any
 from simrun.core.layout import InputRef, StoreLayout
 from simrun.core.reuse import forced_tasks, rerun_problems, task_all_fingerprints
 from simrun.core.wire import RUN_ID
-from simrun.errors import SimrunError
 from simrun.plugins import TaskType
 from simrun.runstore.rows import NewRun, NewTask
+from simrun.service.volumes import bytes_text
 from simrun.workflow import Problem, Workflow, WorkflowError
-
-#: Below this many free bytes a volume of the service counts as full.
-LOW_SPACE_BYTES = 1024 * 1024
-#: SQLite's result codes of a write that found no room: SQLITE_FULL, and the shared memory
-#: file that could not grow (SQLITE_IOERR_SHMSIZE).
-SQLITE_NO_ROOM = frozenset({13, 4874})
-
-
-class NoSpace(SimrunError, OSError):
-    """A write of the service found its volume full: nothing of it was kept; the message
-    names the volume, where it is mounted and its free bytes, in one line."""
-
-
-def is_no_space(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what it was raised from) is a write that found no room: ENOSPC
-    or EDQUOT, SQLite's "database or disk is full"."""
-    seen: BaseException | None = exc
-    for _ in range(4):
-        if seen is None:
-            return False
-        if isinstance(seen, NoSpace):
-            return True
-        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if isinstance(seen, sqlite3.Error) and seen.sqlite_errorcode in SQLITE_NO_ROOM:
-            return True
-        seen = seen.__cause__
-    return False
-
-
-@dataclass(frozen=True)
-class Volume:
-    """A directory the service writes to, by what it is to the user ("the store")."""
-
-    what: str
-    path: Path
-
-
-def _existing(path: Path) -> Path:
-    path = path.absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def mount_point(path: Path) -> Path:
-    """The mount point of the volume ``path`` (or its nearest existing parent) is on."""
-    found = _existing(path).resolve()
-    while not os.path.ismount(found) and found != found.parent:
-        found = found.parent
-    return found
-
-
-def free_space(path: Path) -> tuple[int, bool]:
-    """The bytes an unprivileged write may still take on the volume of ``path``, and
-    whether it has a free inode (a volume without inode counts has)."""
-    stat = os.statvfs(_existing(path))
-    return stat.f_bavail * stat.f_frsize, not stat.f_files or stat.f_favail > 0
-
-
-def _room(path: Path) -> int:
-    """The free bytes of ``path``'s volume, 0 without a free inode."""
-    free, inodes = free_space(path)
-    return free if inodes else 0
-
-
-def _size(count: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if count >= scale:
-            return f"{count:,} bytes ({count / scale:.1f} {unit})"
-    return f"{count:,} bytes"
-
-
-def space_line(volume: Volume) -> str:
-    """One line naming ``volume``: where it is mounted and its free bytes (blocking)."""
-    free, inodes = free_space(volume.path)
-    return (
-        f"{volume.what} {volume.path} is on the volume mounted at {mount_point(volume.path)}, "
-        f"with {_size(free)} free{'' if inodes else ' but no free inode'}"
-    )
-
-
-def full_volume(exc: BaseException, volumes: Sequence[Volume]) -> Volume:
-    """The volume of ``volumes`` that ``exc`` (a write that found no room) hit: the one of
-    its file name (a copy's target: ``filename2``), else the one with the least free bytes
-    (blocking)."""
-    for name in (getattr(exc, "filename2", None), getattr(exc, "filename", None)):
-        if not isinstance(name, str):
-            continue
-        for volume in volumes:
-            if Path(name).absolute().is_relative_to(volume.path.absolute()):
-                return volume
-        break  # the file that took no more is elsewhere: see where space is short
-    return min(volumes, key=lambda v: _room(v.path))
-
-
-def low_space(volumes: Sequence[Volume]) -> str | None:
-    """The line of the first of ``volumes`` below `LOW_SPACE_BYTES` free (or without a
-    free inode), or None (blocking)."""
-    for volume in volumes:
-        if _room(volume.path) < LOW_SPACE_BYTES:
-            return f"no space left: {space_line(volume)}"
-    return None
 
 
 def new_run_id(now_s: float | None = None, token: str | None = None) -> str:
@@ -325,7 +219,7 @@ class Leftovers:
             f"removed what interrupted submissions left: {self.uploads} upload "
             f"director{'y' if self.uploads == 1 else 'ies'} in {staging}, {self.runs} run "
             f"director{'y' if self.runs == 1 else 'ies'} without a run in {runs}, "
-            f"{_size(self.bytes)}"
+            f"{bytes_text(self.bytes)}"
         )
         return line + (f"; could not remove {'; '.join(self.kept)}" if self.kept else "")
 

@@ -15,7 +15,7 @@ from simrun.core.unitlogs import LogNotFound
 from simrun.core.views import ErrorCode, ErrorView
 from simrun.runstore.rows import RunStateError, UnknownRunError
 from simrun.service.controller import Controller
-from simrun.service.submit import NoSpace, is_no_space
+from simrun.service.volumes import NoSpace, is_no_space
 from simrun.workflow import WorkflowError
 
 #: The status of each code; the first code of a status is that of an error raised with the

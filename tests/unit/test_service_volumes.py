@@ -1,4 +1,4 @@
-"""Which file system the service's SQLite file lies on (`simrun.service.dbvolume`): the
+"""Which file system the service's SQLite file lies on (`simrun.service.volumes`): the
 mount table read as text, pure."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import PurePosixPath
 
 import pytest
 
-from simrun.service.dbvolume import mount_type, network_fs_type, parse_mounts
+from simrun.service.volumes import mount_type, network_fs_type, parse_mounts
 
 MOUNTS = """\
 overlay / overlay rw,relatime 0 0
