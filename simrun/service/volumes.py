@@ -71,10 +71,19 @@ def network_fs_type(path: PurePosixPath, mounts: list[tuple[str, str]]) -> str |
 
 
 def _existing(path: Path) -> Path:
-    """The nearest of ``path`` and its ancestors that exists, resolved: where a file not
-    made yet will be (its volume, its mount point)."""
+    """``path`` resolved, through its nearest ancestor that exists (the rest as given):
+    where a file not made yet will be."""
     path = path.absolute()
-    return next((p for p in (path, *path.parents) if p.exists()), path).resolve()
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate.resolve() / path.relative_to(candidate)
+    return path
+
+
+def _nearest(path: Path) -> Path:
+    """The nearest directory of `_existing` ``path`` that exists (what statvfs can ask)."""
+    found = _existing(path)
+    return next((p for p in (found, *found.parents) if p.exists()), found)
 
 
 def db_volume_problem(db: Path, mounts_file: Path = Path("/proc/mounts")) -> str | None:
@@ -134,7 +143,7 @@ class Volume:
 
 def mount_point(path: Path) -> Path:
     """The mount point of the volume ``path`` (or its nearest existing parent) is on."""
-    found = _existing(path)
+    found = _nearest(path)
     while not os.path.ismount(found) and found != found.parent:
         found = found.parent
     return found
@@ -143,7 +152,7 @@ def mount_point(path: Path) -> Path:
 def free_space(path: Path) -> tuple[int, bool]:
     """The bytes an unprivileged write may still take on the volume of ``path``, and
     whether it has a free inode (a volume without inode counts has)."""
-    stat = os.statvfs(_existing(path))
+    stat = os.statvfs(_nearest(path))
     return stat.f_bavail * stat.f_frsize, not stat.f_files or stat.f_favail > 0
 
 
